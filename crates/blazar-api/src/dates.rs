@@ -1,0 +1,74 @@
+//! Blazar's date formats: input `YYYY-MM-DD HH:MM` or `now`; lease dates and event times out
+//! as `%Y-%m-%dT%H:%M:%S.%f`; `created_at`/`updated_at` out as `YYYY-MM-DD HH:MM:SS`.
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+
+pub const INPUT_FORMAT: &str = "%Y-%m-%d %H:%M";
+
+/// A date as a user sends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputDate {
+    Now,
+    At(DateTime<Utc>),
+}
+
+/// Parses `YYYY-MM-DD HH:MM` or `now`. Returns `None` for anything else, seconds included, as
+/// Blazar's `strptime` does.
+pub fn parse_input(text: &str) -> Option<InputDate> {
+    if text == "now" {
+        return Some(InputDate::Now);
+    }
+    parse_minute(text).map(InputDate::At)
+}
+
+/// Parses `YYYY-MM-DD HH:MM` only.
+pub fn parse_minute(text: &str) -> Option<DateTime<Utc>> {
+    NaiveDateTime::parse_from_str(text, INPUT_FORMAT)
+        .ok()
+        .map(|naive| naive.and_utc())
+}
+
+/// `2030-01-01T10:00:00.000000`: lease dates, event times, allocation dates.
+pub fn format_t(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()
+}
+
+/// `2030-01-01 10:00:00`: `created_at` and `updated_at`.
+pub fn format_space(t: DateTime<Utc>) -> String {
+    if t.timestamp_subsec_micros() == 0 {
+        t.format("%Y-%m-%d %H:%M:%S").to_string()
+    } else {
+        t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
+    }
+}
+
+/// Parses what [`format_t`] prints (the client reads lease dates back this way).
+pub fn parse_t(text: &str) -> Option<DateTime<Utc>> {
+    NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+        .ok()
+        .map(|naive| naive.and_utc())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn input_formats() {
+        let t = Utc.with_ymd_and_hms(2030, 1, 1, 10, 5, 0).unwrap();
+        assert_eq!(parse_input("2030-01-01 10:05"), Some(InputDate::At(t)));
+        assert_eq!(parse_input("now"), Some(InputDate::Now));
+        for bad in ["2030-01-01 10:05:00", "2030-01-01T10:05", "tomorrow", "", "2030-13-01 10:00"] {
+            assert_eq!(parse_input(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn output_formats() {
+        let t = Utc.with_ymd_and_hms(2030, 1, 1, 10, 5, 0).unwrap();
+        assert_eq!(format_t(t), "2030-01-01T10:05:00.000000");
+        assert_eq!(format_space(t), "2030-01-01 10:05:00");
+        assert_eq!(parse_t(&format_t(t)), Some(t));
+    }
+}

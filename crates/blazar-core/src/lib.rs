@@ -1,0 +1,16 @@
+//! The pure domain of blazar-rs: time windows, lease and event status machines, the property
+//! query language and the allocation engine. Nothing here does I/O.
+
+pub mod engine;
+pub mod host;
+pub mod query;
+pub mod status;
+pub mod time;
+
+pub use host::{HostFacts, HostRecord};
+pub use query::{PropertyQuery, QueryError};
+pub use status::{EventStatus, EventType, LeaseStatus, ReservationStatus};
+pub use time::{TimeWindow, WindowError};
+
+/// The resource type string Blazar uses for whole-host reservations.
+pub const PHYSICAL_HOST: &str = "physical:host";

@@ -1,0 +1,292 @@
+//! Allocations (which resource a reservation holds, and for when) and hand-overs (who holds a
+//! resource right now).
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::{DbResult, Tx, from_opt_secs, from_secs, to_secs};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAllocation {
+    pub reservation_id: String,
+    pub lease_id: String,
+    pub resource_type: String,
+    pub resource_id: i64,
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    /// End of the time nobody else may use the resource: `end` plus the cleaning margin.
+    pub blocked_until: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocationRow {
+    pub id: String,
+    pub reservation_id: String,
+    pub lease_id: String,
+    pub resource_type: String,
+    pub resource_id: i64,
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub blocked_until: DateTime<Utc>,
+}
+
+/// An allocation as the allocations API shows it: with its lease's dates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocationView {
+    pub resource_id: i64,
+    pub reservation_id: String,
+    pub lease_id: String,
+    pub lease_start: DateTime<Utc>,
+    pub lease_end: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandoverRow {
+    pub resource_type: String,
+    pub resource_id: i64,
+    pub project_id: String,
+    pub lease_id: String,
+    pub reservation_id: String,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+fn allocation_from_row(row: &AnyRow) -> DbResult<AllocationRow> {
+    Ok(AllocationRow {
+        id: row.try_get("id")?,
+        reservation_id: row.try_get("reservation_id")?,
+        lease_id: row.try_get("lease_id")?,
+        resource_type: row.try_get("resource_type")?,
+        resource_id: row.try_get("resource_id")?,
+        start: from_secs(row.try_get("start_at")?)?,
+        end: from_secs(row.try_get("end_at")?)?,
+        blocked_until: from_secs(row.try_get("blocked_until")?)?,
+    })
+}
+
+const ALLOCATION_COLUMNS: &str =
+    "id, reservation_id, lease_id, resource_type, resource_id, start_at, end_at, blocked_until";
+
+impl Tx {
+    pub async fn insert_allocation(&mut self, a: &NewAllocation) -> DbResult<String> {
+        let id = uuid::Uuid::new_v4().to_string();
+        sqlx::query(
+            "INSERT INTO allocations (id, reservation_id, lease_id, resource_type, resource_id, \
+             start_at, end_at, blocked_until) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(&id)
+        .bind(&a.reservation_id)
+        .bind(&a.lease_id)
+        .bind(&a.resource_type)
+        .bind(a.resource_id)
+        .bind(to_secs(a.start))
+        .bind(to_secs(a.end))
+        .bind(to_secs(a.blocked_until))
+        .execute(self.conn())
+        .await?;
+        Ok(id)
+    }
+
+    pub async fn delete_allocations_of_reservation(&mut self, reservation_id: &str) -> DbResult<()> {
+        sqlx::query("DELETE FROM allocations WHERE reservation_id = $1")
+            .bind(reservation_id)
+            .execute(self.conn())
+            .await?;
+        Ok(())
+    }
+
+    pub async fn allocations_of_lease(&mut self, lease_id: &str) -> DbResult<Vec<AllocationRow>> {
+        let sql = format!(
+            "SELECT {ALLOCATION_COLUMNS} FROM allocations WHERE lease_id = $1 ORDER BY resource_id"
+        );
+        let rows = sqlx::query(&sql).bind(lease_id).fetch_all(self.conn()).await?;
+        rows.iter().map(allocation_from_row).collect()
+    }
+
+    /// Resources of `resource_type` blocked at any instant of `[start, blocked_until)`.
+    pub async fn busy_resources(
+        &mut self,
+        resource_type: &str,
+        start: DateTime<Utc>,
+        blocked_until: DateTime<Utc>,
+    ) -> DbResult<HashSet<i64>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT resource_id FROM allocations \
+             WHERE resource_type = $1 AND blocked_until > $2 AND start_at < $3",
+        )
+        .bind(resource_type)
+        .bind(to_secs(start))
+        .bind(to_secs(blocked_until))
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter().map(|r| Ok(r.try_get("resource_id")?)).collect()
+    }
+
+    /// Allocations joined with their lease dates. With neither `lease_id` nor `reservation_id`
+    /// only leases that have not ended by `now` are shown, as Blazar does.
+    pub async fn allocation_views(
+        &mut self,
+        resource_type: &str,
+        resource_id: Option<i64>,
+        lease_id: Option<&str>,
+        reservation_id: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> DbResult<Vec<AllocationView>> {
+        let mut sql = String::from(
+            "SELECT a.resource_id, a.reservation_id, a.lease_id, l.start_at, l.end_at \
+             FROM allocations a JOIN leases l ON l.id = a.lease_id WHERE a.resource_type = $1",
+        );
+        let mut texts: Vec<String> = Vec::new();
+        let mut n = 1;
+        if let Some(lease) = lease_id {
+            n += 1;
+            sql.push_str(&format!(" AND a.lease_id = ${n}"));
+            texts.push(lease.to_string());
+        }
+        if let Some(reservation) = reservation_id {
+            n += 1;
+            sql.push_str(&format!(" AND a.reservation_id = ${n}"));
+            texts.push(reservation.to_string());
+        }
+        let time_filter = lease_id.is_none() && reservation_id.is_none();
+        if time_filter {
+            n += 1;
+            sql.push_str(&format!(" AND l.end_at >= ${n}"));
+        }
+        if resource_id.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND a.resource_id = ${n}"));
+        }
+        sql.push_str(" ORDER BY a.resource_id, l.start_at, a.reservation_id");
+        let mut query = sqlx::query(&sql).bind(resource_type);
+        for t in &texts {
+            query = query.bind(t.as_str());
+        }
+        if time_filter {
+            query = query.bind(to_secs(now));
+        }
+        if let Some(id) = resource_id {
+            query = query.bind(id);
+        }
+        let rows = query.fetch_all(self.conn()).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(AllocationView {
+                    resource_id: row.try_get("resource_id")?,
+                    reservation_id: row.try_get("reservation_id")?,
+                    lease_id: row.try_get("lease_id")?,
+                    lease_start: from_secs(row.try_get("start_at")?)?,
+                    lease_end: from_secs(row.try_get("end_at")?)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Whether the resource is held by an allocation still blocked at or after `now`.
+    pub async fn has_unended_allocation(
+        &mut self,
+        resource_type: &str,
+        resource_id: i64,
+        now: DateTime<Utc>,
+    ) -> DbResult<bool> {
+        let row = sqlx::query(
+            "SELECT 1 AS x FROM allocations WHERE resource_type = $1 AND resource_id = $2 \
+             AND blocked_until > $3 LIMIT 1",
+        )
+        .bind(resource_type)
+        .bind(resource_id)
+        .bind(to_secs(now))
+        .fetch_optional(self.conn())
+        .await?;
+        Ok(row.is_some())
+    }
+
+    /// Forgets the past allocations of a resource that is being removed from the inventory.
+    pub async fn delete_allocations_of_resource(&mut self, resource_type: &str, resource_id: i64) -> DbResult<()> {
+        sqlx::query("DELETE FROM allocations WHERE resource_type = $1 AND resource_id = $2")
+            .bind(resource_type)
+            .bind(resource_id)
+            .execute(self.conn())
+            .await?;
+        Ok(())
+    }
+
+    pub async fn start_handover(&mut self, h: &HandoverRow) -> DbResult<()> {
+        sqlx::query(
+            "INSERT INTO handovers (id, resource_type, resource_id, project_id, lease_id, \
+             reservation_id, started_at, ended_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)",
+        )
+        .bind(uuid::Uuid::new_v4().to_string())
+        .bind(&h.resource_type)
+        .bind(h.resource_id)
+        .bind(&h.project_id)
+        .bind(&h.lease_id)
+        .bind(&h.reservation_id)
+        .bind(to_secs(h.started_at))
+        .execute(self.conn())
+        .await?;
+        Ok(())
+    }
+
+    /// Ends the open hand-overs of a reservation (all of its resources, or one).
+    pub async fn end_handovers(
+        &mut self,
+        reservation_id: &str,
+        resource_id: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> DbResult<()> {
+        let mut sql = String::from(
+            "UPDATE handovers SET ended_at = $1 WHERE reservation_id = $2 AND ended_at IS NULL",
+        );
+        if resource_id.is_some() {
+            sql.push_str(" AND resource_id = $3");
+        }
+        let mut query = sqlx::query(&sql).bind(to_secs(now)).bind(reservation_id);
+        if let Some(id) = resource_id {
+            query = query.bind(id);
+        }
+        query.execute(self.conn()).await?;
+        Ok(())
+    }
+
+    /// Hand-overs of a resource type; only the open ones unless `include_ended`.
+    pub async fn handovers(
+        &mut self,
+        resource_type: &str,
+        lease_id: Option<&str>,
+        include_ended: bool,
+    ) -> DbResult<Vec<HandoverRow>> {
+        let mut sql = String::from(
+            "SELECT resource_type, resource_id, project_id, lease_id, reservation_id, started_at, \
+             ended_at FROM handovers WHERE resource_type = $1",
+        );
+        if !include_ended {
+            sql.push_str(" AND ended_at IS NULL");
+        }
+        if lease_id.is_some() {
+            sql.push_str(" AND lease_id = $2");
+        }
+        sql.push_str(" ORDER BY resource_id, started_at");
+        let mut query = sqlx::query(&sql).bind(resource_type);
+        if let Some(l) = lease_id {
+            query = query.bind(l);
+        }
+        let rows = query.fetch_all(self.conn()).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(HandoverRow {
+                    resource_type: row.try_get("resource_type")?,
+                    resource_id: row.try_get("resource_id")?,
+                    project_id: row.try_get("project_id")?,
+                    lease_id: row.try_get("lease_id")?,
+                    reservation_id: row.try_get("reservation_id")?,
+                    started_at: from_secs(row.try_get("started_at")?)?,
+                    ended_at: from_opt_secs(row.try_get("ended_at")?)?,
+                })
+            })
+            .collect()
+    }
+}

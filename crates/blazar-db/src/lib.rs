@@ -1,0 +1,258 @@
+//! Storage for blazar-rs: one [`Store`] over SQLite (the embedded default) and PostgreSQL
+//! (production), with versioned migrations per backend applied at start.
+//!
+//! Both backends run the same SQL through sqlx's `Any` driver; the few dialect differences
+//! (row locks, the write lock, the schema) are explicit branches on [`Backend`]. Allocation
+//! overlap is refused by the database itself: an exclusion constraint on PostgreSQL, a
+//! trigger plus `BEGIN IMMEDIATE` single-writer transactions on SQLite.
+
+mod allocations;
+mod events;
+mod hosts;
+mod leases;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{Any, AnyPool, Executor};
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+pub use allocations::{AllocationRow, AllocationView, HandoverRow, NewAllocation};
+pub use events::EventRow;
+pub use hosts::{NewHost, PropertyRow, PropertyWithValues};
+pub use leases::{LeaseFilter, LeaseRow, ReservationRow};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// Two allocations of one resource would overlap: the database refused the write.
+    #[error("an allocation overlaps an existing one")]
+    Overlap,
+    /// A uniqueness constraint refused the write.
+    #[error("a unique constraint was violated: {0}")]
+    Duplicate(String),
+    /// The transaction lost a race (deadlock, serialization failure, busy database) and may be
+    /// retried as a whole.
+    #[error("the transaction conflicted with a concurrent one: {0}")]
+    Retryable(String),
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Sql(sqlx::Error),
+}
+
+impl From<sqlx::Error> for DbError {
+    fn from(e: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(db) = &e {
+            let code = db.code().map(|c| c.to_string()).unwrap_or_default();
+            let message = db.message();
+            if code == "23P01" || message.contains("allocation_overlap") {
+                return DbError::Overlap;
+            }
+            if code == "23505" || message.contains("UNIQUE constraint failed") {
+                return DbError::Duplicate(message.to_string());
+            }
+            // PostgreSQL serialization failure and deadlock; SQLite busy/locked.
+            if code == "40001" || code == "40P01" || code == "5" || code == "6" || code == "517" {
+                return DbError::Retryable(message.to_string());
+            }
+        }
+        DbError::Sql(e)
+    }
+}
+
+pub type DbResult<T> = Result<T, DbError>;
+
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Connection settings.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// `sqlite://path` or `postgres://...`. A bare path is taken as a SQLite file.
+    pub url: String,
+    pub max_connections: u32,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+    /// SQLite has one writer at a time; queueing writers here avoids busy-waiting inside
+    /// SQLite. Other processes on the same file are still serialised by BEGIN IMMEDIATE.
+    write_lock: Arc<Mutex<()>>,
+}
+
+/// Turns the configured database into a URL sqlx understands.
+pub fn normalise_url(url: &str) -> String {
+    if url.starts_with("sqlite:") || url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        url.to_string()
+    } else {
+        format!("sqlite://{url}")
+    }
+}
+
+impl Store {
+    /// Connects, creating the SQLite file on first use, and applies pending migrations.
+    pub async fn connect(options: &StoreOptions) -> DbResult<Store> {
+        sqlx::any::install_default_drivers();
+        let url = normalise_url(&options.url);
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else {
+            Backend::Postgres
+        };
+        let url = match backend {
+            Backend::Sqlite if !url.contains("mode=") => {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{sep}mode=rwc")
+            }
+            _ => url,
+        };
+        let connect_options = AnyConnectOptions::from_str(&url)?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .acquire_timeout(Duration::from_secs(30))
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        // WAL lets readers proceed while one writer commits; NORMAL sync is
+                        // durable across application crashes; the busy timeout makes other
+                        // processes wait for the write lock instead of failing.
+                        conn.execute(
+                            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                             PRAGMA busy_timeout = 30000; PRAGMA foreign_keys = ON;",
+                        )
+                        .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect_with(connect_options)
+            .await?;
+        let store = Store {
+            pool,
+            backend,
+            write_lock: Arc::new(Mutex::new(())),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn migrate(&self) -> DbResult<()> {
+        let migrator = match self.backend {
+            Backend::Sqlite => &SQLITE_MIGRATOR,
+            Backend::Postgres => &POSTGRES_MIGRATOR,
+        };
+        migrator
+            .run(&self.pool)
+            .await
+            .map_err(|e| DbError::Sql(sqlx::Error::Migrate(Box::new(e))))
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// A transaction that may write. On SQLite it holds the database write lock from the
+    /// start, so what it reads stays true until it commits.
+    pub async fn write(&self) -> DbResult<Tx> {
+        let guard = match self.backend {
+            Backend::Sqlite => Some(self.write_lock.clone().lock_owned().await),
+            Backend::Postgres => None,
+        };
+        let inner = match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        };
+        Ok(Tx {
+            inner,
+            backend: self.backend,
+            _guard: guard,
+        })
+    }
+
+    /// A read-only transaction: a consistent snapshot for composing a response.
+    pub async fn read(&self) -> DbResult<Tx> {
+        let inner = self.pool.begin().await?;
+        Ok(Tx {
+            inner,
+            backend: self.backend,
+            _guard: None,
+        })
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// One database transaction. Dropping it without [`Tx::commit`] rolls it back.
+pub struct Tx {
+    inner: sqlx::Transaction<'static, Any>,
+    backend: Backend,
+    _guard: Option<OwnedMutexGuard<()>>,
+}
+
+impl Tx {
+    pub async fn commit(self) -> DbResult<()> {
+        self.inner.commit().await?;
+        Ok(())
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    fn conn(&mut self) -> &mut sqlx::AnyConnection {
+        &mut self.inner
+    }
+
+    /// Serialises the event scheduler across processes on PostgreSQL (SQLite writers are
+    /// serialised already), so events run one at a time in time order everywhere.
+    pub async fn lock_scheduler(&mut self) -> DbResult<()> {
+        if self.backend == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock(7355608)")
+                .execute(self.conn())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// `FOR UPDATE` where the backend has row locks.
+    fn for_update(&self) -> &'static str {
+        match self.backend {
+            Backend::Postgres => " FOR UPDATE",
+            Backend::Sqlite => "",
+        }
+    }
+}
+
+pub(crate) fn to_secs(t: DateTime<Utc>) -> i64 {
+    t.timestamp()
+}
+
+pub(crate) fn from_secs(s: i64) -> DbResult<DateTime<Utc>> {
+    Utc.timestamp_opt(s, 0)
+        .single()
+        .ok_or_else(|| DbError::Corrupt(format!("timestamp {s} out of range")))
+}
+
+pub(crate) fn from_opt_secs(s: Option<i64>) -> DbResult<Option<DateTime<Utc>>> {
+    s.map(from_secs).transpose()
+}
+
+pub(crate) fn placeholders(start: usize, count: usize) -> String {
+    (start..start + count)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
