@@ -130,4 +130,6 @@ pub struct Handover {
     pub lease_id: String,
     pub reservation_id: String,
     pub since: String,
+    /// When the resource was taken back; absent while it is still held.
+    pub until: Option<String>,
 }

@@ -1,1 +1,153 @@
-//! placeholder
+//! The blazar-rs server: Blazar's v1 REST API over axum and the lease event scheduler. This
+//! is the only crate that knows HTTP.
+
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod convert;
+pub mod error;
+pub mod extract;
+pub mod hosts;
+pub mod leases;
+pub mod state;
+
+use std::sync::Arc;
+
+use axum::ServiceExt;
+use axum::extract::Request;
+use blazar_db::{Store, StoreOptions};
+use blazar_service::{Service, Settings, StandaloneBackend, SystemClock};
+use tokio::sync::watch;
+use tower::Layer;
+
+use crate::auth::Auth;
+use crate::config::{AuthMode, Config, Role};
+use crate::state::AppState;
+
+/// Builds the application state from a configuration.
+pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
+    let store = Store::connect(&StoreOptions {
+        url: config.database_url.clone(),
+        max_connections: config.max_connections,
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", redact(&config.database_url)))?;
+    let service = Service::new(
+        store,
+        Arc::new(SystemClock),
+        Settings {
+            cleaning_minutes: config.cleaning_minutes,
+            minutes_before_end_lease: config.minutes_before_end_lease,
+        },
+        Arc::new(StandaloneBackend),
+    );
+    let auth = match config.auth {
+        AuthMode::Noauth => Auth::noauth(&config.noauth_project_id, &config.noauth_user_id),
+    };
+    Ok(AppState {
+        service,
+        auth: Arc::new(auth),
+    })
+}
+
+/// A database URL without its password, for logs and errors.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let state = build_state(&config).await?;
+    if config.auth == AuthMode::Noauth {
+        tracing::warn!("authentication is off (noauth): every request may act as any project, admin included");
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    let wait_stop = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stopped| *stopped).await;
+    };
+
+    let scheduler = if config.role != Role::Api {
+        let service = state.service.clone();
+        let poll = config.poll_interval;
+        let stop = wait_stop(stop_rx.clone());
+        tracing::info!(poll_ms = poll.as_millis() as u64, "event scheduler started");
+        Some(tokio::spawn(async move { service.run_scheduler(poll, stop).await }))
+    } else {
+        None
+    };
+
+    if config.role != Role::Manager {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+        tracing::info!(
+            listen = %config.listen,
+            database = %redact(&config.database_url),
+            role = ?config.role,
+            "blazar-server ready"
+        );
+        serve(listener, state.clone(), wait_stop(stop_rx.clone())).await?;
+    } else {
+        tracing::info!(database = %redact(&config.database_url), "blazar-server ready (manager only)");
+        wait_stop(stop_rx.clone()).await;
+    }
+    if let Some(handle) = scheduler {
+        let _ = handle.await;
+    }
+    state.service.store().close().await;
+    tracing::info!("blazar-server stopped");
+    Ok(())
+}
+
+/// Serves the API on `listener` until `shutdown` completes, letting requests in flight finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = tower::util::MapRequestLayer::new(app::strip_json_suffix).layer(app::router(state));
+    axum::serve(listener, ServiceExt::<Request>::into_make_service(app))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

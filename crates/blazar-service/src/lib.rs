@@ -1,1 +1,259 @@
-//! placeholder
+//! The use cases of blazar-rs: leases, hosts, allocations and the event scheduler. Each use
+//! case runs in one database transaction; an allocation is decided and written in the same
+//! transaction that the database checks for overlaps.
+
+/// Runs a block in a transaction (`write` or `read`) and commits it; a block that lost a race
+/// to a concurrent transaction is run again from the start. Inside the block `tx` is the
+/// `&mut Tx`; `return` and `?` leave the attempt (rolling it back).
+///
+/// A macro rather than a function taking an async closure: such closures are not `Send` on
+/// stable Rust yet, and the API serves requests on a multi-threaded runtime.
+macro_rules! in_tx {
+    ($service:expr, $begin:ident, |$tx:ident| $body:block) => {{
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let result: $crate::ServiceResult<_> = async {
+                let mut owned = $service.store.$begin().await?;
+                let value: $crate::ServiceResult<_> = {
+                    let $tx: &mut blazar_db::Tx = &mut owned;
+                    $body
+                };
+                let value = value?;
+                owned.commit().await?;
+                Ok(value)
+            }
+            .await;
+            if let Some(done) = $service.settle(result, attempt).await {
+                break done;
+            }
+        }
+    }};
+}
+
+mod backend;
+mod hosts;
+mod leases;
+mod resources;
+mod scheduler;
+
+use std::sync::{Arc, Mutex};
+
+use blazar_db::{DbError, Store};
+use chrono::{DateTime, Duration, Timelike, Utc};
+use tokio::sync::Notify;
+
+pub use backend::{Backend, StandaloneBackend};
+pub use blazar_core::time::truncate_to_minute;
+pub use hosts::{AllocationEntry, PropertyListing};
+pub use leases::{LeaseUpdate, LeaseView, NewLease, When};
+pub use resources::{PhysicalHostType, ResourceType};
+pub use scheduler::TickReport;
+
+/// Errors a use case reports. Each maps to one HTTP status; the message is for the user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServiceError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    /// A concurrent transaction won a race; the whole use case may be run again.
+    #[error("conflict with a concurrent request: {0}")]
+    Retry(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<DbError> for ServiceError {
+    fn from(e: DbError) -> Self {
+        match e {
+            DbError::Overlap => ServiceError::Retry("an allocation was taken concurrently".into()),
+            DbError::Retryable(m) => ServiceError::Retry(m),
+            DbError::Duplicate(m) => ServiceError::Conflict(format!("already exists: {m}")),
+            other => ServiceError::Internal(other.to_string()),
+        }
+    }
+}
+
+pub type ServiceResult<T> = Result<T, ServiceError>;
+
+/// Who is asking: from the token (or the noauth headers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub user_id: String,
+    pub project_id: String,
+    pub roles: Vec<String>,
+}
+
+impl Identity {
+    pub fn is_admin(&self) -> bool {
+        self.has_role("admin")
+    }
+
+    /// Keystone's implied roles: admin implies member, member implies reader.
+    pub fn is_member(&self) -> bool {
+        self.is_admin() || self.has_role("member")
+    }
+
+    pub fn is_reader(&self) -> bool {
+        self.is_member() || self.has_role("reader")
+    }
+
+    fn has_role(&self, role: &str) -> bool {
+        self.roles.iter().any(|r| r.eq_ignore_ascii_case(role))
+    }
+}
+
+/// The 403 Blazar answers when a policy rule refuses an action.
+pub fn policy_denied(rule: &str) -> ServiceError {
+    ServiceError::Forbidden(format!("Policy doesn't allow {rule} to be performed"))
+}
+
+/// Where the current time comes from; tests inject a fixed clock.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A clock that only moves when told to.
+pub struct ManualClock(Mutex<DateTime<Utc>>);
+
+impl ManualClock {
+    pub fn new(t: DateTime<Utc>) -> Self {
+        ManualClock(Mutex::new(t))
+    }
+
+    pub fn set(&self, t: DateTime<Utc>) {
+        if let Ok(mut guard) = self.0.lock() {
+            *guard = t;
+        }
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        match self.0.lock() {
+            Ok(guard) => *guard,
+            Err(poisoned) => *poisoned.into_inner(),
+        }
+    }
+}
+
+/// Behaviour settings of the reservation engine.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Minutes a resource stays unavailable after a lease ends (Blazar's `cleaning_time`).
+    pub cleaning_minutes: i64,
+    /// Default offset of the `before_end_lease` event; 0 disables it.
+    pub minutes_before_end_lease: i64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            cleaning_minutes: 0,
+            minutes_before_end_lease: 60,
+        }
+    }
+}
+
+impl Settings {
+    pub fn cleaning(&self) -> Duration {
+        Duration::minutes(self.cleaning_minutes.max(0))
+    }
+}
+
+/// The application: storage, time, the outside world, and the scheduler's doorbell.
+#[derive(Clone)]
+pub struct Service {
+    store: Store,
+    clock: Arc<dyn Clock>,
+    settings: Settings,
+    backend: Arc<dyn Backend>,
+    resource_types: Arc<Vec<Arc<dyn ResourceType>>>,
+    wake: Arc<Notify>,
+}
+
+/// How many times a use case is re-run after losing a race to a concurrent transaction.
+const MAX_ATTEMPTS: u32 = 12;
+
+impl Service {
+    pub fn new(store: Store, clock: Arc<dyn Clock>, settings: Settings, backend: Arc<dyn Backend>) -> Self {
+        let host_type: Arc<dyn ResourceType> = Arc::new(PhysicalHostType);
+        Service {
+            store,
+            clock,
+            settings,
+            backend,
+            resource_types: Arc::new(vec![host_type]),
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The current time to the second: the precision of every stored timestamp, so what a
+    /// write returns equals what a later read shows.
+    pub fn now(&self) -> DateTime<Utc> {
+        let now = self.clock.now();
+        now.with_nanosecond(0).unwrap_or(now)
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Woken whenever a lease gets an event that may already be due.
+    pub fn wake_signal(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    fn resource_type(&self, name: &str) -> ServiceResult<Arc<dyn ResourceType>> {
+        self.resource_types
+            .iter()
+            .find(|t| t.name() == name)
+            .cloned()
+            .ok_or_else(|| {
+                let known: Vec<&str> = self.resource_types.iter().map(|t| t.name()).collect();
+                ServiceError::BadRequest(format!(
+                    "The {name} resource type is not supported; use one of: {}",
+                    known.join(", ")
+                ))
+            })
+    }
+
+    /// Decides what happens after one attempt of a transaction: done (`Some`), or run it
+    /// again after a short, jittered pause because it lost a race (`None`).
+    async fn settle<T>(&self, result: ServiceResult<T>, attempt: u32) -> Option<ServiceResult<T>> {
+        match result {
+            Err(ServiceError::Retry(reason)) if attempt < MAX_ATTEMPTS => {
+                tracing::debug!(attempt, reason = %reason, "transaction lost a race, retrying");
+                // Spread retries so racing transactions do not collide again in lockstep.
+                let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0] % 16);
+                tokio::time::sleep(std::time::Duration::from_millis(2 + jitter * u64::from(attempt))).await;
+                None
+            }
+            Err(ServiceError::Retry(reason)) => Some(Err(ServiceError::Conflict(format!(
+                "the request kept conflicting with concurrent requests ({reason}); try again"
+            )))),
+            other => Some(other),
+        }
+    }
+}
+
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}

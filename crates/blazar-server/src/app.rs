@@ -1,0 +1,161 @@
+//! The router: Blazar's v1 routes, version discovery, and the middleware every response
+//! goes through (request ids, microversion headers, `.json` suffixes, body limit).
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch};
+use serde_json::json;
+
+use crate::error::{framework_error, method_not_allowed_fallback, not_found_fallback};
+use crate::state::AppState;
+use crate::{hosts, leases};
+
+/// Largest request body accepted; a lease request is a few kilobytes.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+pub fn router(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/leases", get(leases::list_leases).post(leases::create_lease))
+        .route(
+            "/leases/{lease_id}",
+            get(leases::show_lease).put(leases::update_lease).delete(leases::delete_lease),
+        )
+        .route("/os-hosts", get(hosts::list_hosts).post(hosts::create_host))
+        .route("/os-hosts/allocations", get(hosts::list_host_allocations))
+        .route("/os-hosts/properties", get(hosts::list_host_properties))
+        .route("/os-hosts/properties/{property_name}", patch(hosts::update_host_property))
+        .route(
+            "/os-hosts/{host_id}",
+            get(hosts::show_host).put(hosts::update_host).delete(hosts::delete_host),
+        )
+        .route("/os-hosts/{host_id}/allocation", get(hosts::show_host_allocation))
+        .route("/handovers", get(hosts::list_handovers))
+        .fallback(not_found_fallback)
+        .method_not_allowed_fallback(method_not_allowed_fallback)
+        .layer(middleware::from_fn(microversion));
+
+    Router::new()
+        .route("/", get(versions))
+        .route("/versions", get(versions))
+        .route("/healthz", get(health))
+        .nest("/v1", v1)
+        .fallback(not_found_fallback)
+        .method_not_allowed_fallback(method_not_allowed_fallback)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(request_id))
+        .with_state(state)
+}
+
+/// Blazar serves every route with a `.json` suffix too. Rewriting must happen before routing,
+/// so it wraps the router rather than being one of its layers.
+pub fn strip_json_suffix(mut req: Request) -> Request {
+    let path = req.uri().path();
+    if let Some(stripped) = path.strip_suffix(".json") {
+        if !stripped.is_empty() && stripped != "/" {
+            let mut new = stripped.to_string();
+            if let Some(q) = req.uri().query() {
+                new.push('?');
+                new.push_str(q);
+            }
+            if let Ok(uri) = new.parse() {
+                *req.uri_mut() = uri;
+            }
+        }
+    }
+    req
+}
+
+async fn request_id(req: Request, next: Next) -> Response {
+    let mut response = next.run(req).await;
+    let id = format!("req-{}", uuid::Uuid::new_v4());
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-openstack-request-id", value);
+    }
+    response
+}
+
+/// The version a request asked for with `OpenStack-API-Version: reservation X.Y`.
+fn requested_version(headers: &HeaderMap) -> Result<String, Response> {
+    let mut requested: Option<String> = None;
+    for value in headers.get_all("openstack-api-version") {
+        let Ok(text) = value.to_str() else { continue };
+        for item in text.split(',') {
+            let mut words = item.split_whitespace();
+            if let (Some(service), Some(version)) = (words.next(), words.next()) {
+                if service.eq_ignore_ascii_case("reservation") {
+                    requested = Some(version.to_string());
+                }
+            }
+        }
+    }
+    let Some(version) = requested else {
+        return Ok("1.0".to_string());
+    };
+    if version.eq_ignore_ascii_case("latest") {
+        return Ok("1.0".to_string());
+    }
+    let well_formed = version.split_once('.').is_some_and(|(major, minor)| {
+        let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+        digits(major) && digits(minor) && !major.starts_with('0') && (minor == "0" || !minor.starts_with('0'))
+    });
+    if !well_formed {
+        return Err(framework_error(
+            StatusCode::BAD_REQUEST,
+            &format!("API Version String {version} is of invalid format. Must be of format MajorNum.MinorNum."),
+        ));
+    }
+    if version != "1.0" {
+        return Err(framework_error(
+            StatusCode::NOT_ACCEPTABLE,
+            &format!("Version {version} is not supported by the API. Minimum is 1.0 and maximum is 1.0."),
+        ));
+    }
+    Ok(version)
+}
+
+async fn microversion(req: Request, next: Next) -> Response {
+    let version = match requested_version(req.headers()) {
+        Ok(v) => v,
+        Err(response) => return response,
+    };
+    let mut response = next.run(req).await;
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&format!("reservation {version}")) {
+        headers.insert("openstack-api-version", value);
+    }
+    headers.insert("vary", HeaderValue::from_static("OpenStack-API-Version"));
+    response
+}
+
+async fn versions(headers: HeaderMap) -> Response {
+    let host = headers
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1:1234");
+    let body = json!({
+        "versions": [{
+            "id": "v1.0",
+            "status": "CURRENT",
+            "links": [{"href": format!("http://{host}/v1"), "rel": "self"}],
+            "min_version": "1.0",
+            "max_version": "1.0",
+        }]
+    });
+    (StatusCode::MULTIPLE_CHOICES, axum::Json(body)).into_response()
+}
+
+async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
+    match state.service.store().read().await {
+        Ok(tx) => {
+            let _ = tx.commit().await;
+            (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "health check: database unreachable");
+            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "database unreachable"}))).into_response()
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Domain to wire: the one place where stored rows become Blazar's JSON objects.
+
+use std::collections::BTreeMap;
+
+use blazar_api::dates::{format_space, format_t};
+use blazar_api::{Allocation, AllocationReservation, Event, Handover, Host, Lease, Reservation, ResourceProperty};
+use blazar_core::HostRecord;
+use blazar_db::{EventRow, HandoverRow, PropertyRow, ReservationRow};
+use blazar_service::{AllocationEntry, LeaseView};
+use serde_json::Value;
+
+pub fn host(h: HostRecord) -> Host {
+    let capabilities: BTreeMap<String, Value> =
+        h.capabilities.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+    Host {
+        id: h.id.to_string(),
+        hypervisor_hostname: h.facts.hypervisor_hostname,
+        service_name: h.facts.service_name,
+        hypervisor_type: h.facts.hypervisor_type,
+        hypervisor_version: h.facts.hypervisor_version,
+        vcpus: h.facts.vcpus,
+        memory_mb: h.facts.memory_mb,
+        local_gb: h.facts.local_gb,
+        cpu_info: h.facts.cpu_info,
+        availability_zone: h.facts.availability_zone,
+        status: h.status,
+        reservable: h.reservable,
+        trust_id: h.trust_id,
+        created_at: format_space(h.created_at),
+        updated_at: h.updated_at.map(format_space),
+        capabilities,
+    }
+}
+
+fn reservation(r: ReservationRow) -> Reservation {
+    Reservation {
+        id: r.id,
+        lease_id: r.lease_id,
+        resource_id: r.resource_id,
+        resource_type: r.resource_type,
+        status: r.status,
+        missing_resources: r.missing_resources,
+        resources_changed: r.resources_changed,
+        created_at: format_space(r.created_at),
+        updated_at: r.updated_at.map(format_space),
+        params: r.params,
+    }
+}
+
+fn event(e: EventRow) -> Event {
+    Event {
+        id: e.id,
+        lease_id: e.lease_id,
+        event_type: e.event_type,
+        time: format_t(e.time),
+        status: e.status,
+        created_at: format_space(e.created_at),
+        updated_at: e.updated_at.map(format_space),
+    }
+}
+
+pub fn lease(v: LeaseView) -> Lease {
+    let l = v.lease;
+    Lease {
+        id: l.id,
+        name: l.name,
+        user_id: l.user_id,
+        project_id: l.project_id,
+        trust_id: l.trust_id,
+        start_date: format_t(l.start),
+        end_date: format_t(l.end),
+        status: l.status,
+        degraded: l.degraded,
+        created_at: format_space(l.created_at),
+        updated_at: l.updated_at.map(format_space),
+        reservations: v.reservations.into_iter().map(reservation).collect(),
+        events: v.events.into_iter().map(event).collect(),
+    }
+}
+
+pub fn allocation(a: AllocationEntry) -> Allocation {
+    Allocation {
+        resource_id: a.resource_id.to_string(),
+        reservations: a
+            .reservations
+            .into_iter()
+            .map(|r| AllocationReservation {
+                id: r.reservation_id,
+                lease_id: r.lease_id,
+                start_date: format_t(r.lease_start),
+                end_date: format_t(r.lease_end),
+            })
+            .collect(),
+    }
+}
+
+pub fn resource_property(p: PropertyRow) -> ResourceProperty {
+    ResourceProperty {
+        id: p.id,
+        resource_type: p.resource_type,
+        property_name: p.property_name,
+        private: p.private,
+        created_at: format_t(p.created_at),
+        updated_at: p.updated_at.map(format_t),
+    }
+}
+
+pub fn handover(h: HandoverRow) -> Handover {
+    Handover {
+        resource_type: h.resource_type,
+        resource_id: h.resource_id.to_string(),
+        project_id: h.project_id,
+        lease_id: h.lease_id,
+        reservation_id: h.reservation_id,
+        since: format_t(h.started_at),
+        until: h.ended_at.map(format_t),
+    }
+}

@@ -1,0 +1,94 @@
+//! Our own extractors: every malformed request is answered in Blazar's error format with a
+//! 4xx, never with the framework's plain-text rejections.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use blazar_service::Identity;
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// A JSON object body. An empty body is `{}` (as in Blazar); anything but an object is a 400.
+pub struct JsonObject(pub Map<String, Value>);
+
+impl FromRequest<AppState> for JsonObject {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        if let Some(content_type) = req.headers().get(CONTENT_TYPE) {
+            let text = content_type.to_str().unwrap_or_default();
+            let essence = text.split(';').next().unwrap_or_default().trim();
+            if !essence.eq_ignore_ascii_case("application/json") {
+                return Err(ApiError::bad_request(format!("Content type '{text}' isn't supported")));
+            }
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| ApiError {
+            status: if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                StatusCode::PAYLOAD_TOO_LARGE
+            } else {
+                StatusCode::BAD_REQUEST
+            },
+            message: format!("The request body could not be read: {}", rejection.body_text()),
+        })?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(JsonObject(Map::new()));
+        }
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(map)) => Ok(JsonObject(map)),
+            Ok(other) => Err(ApiError::bad_request(format!(
+                "The request body must be a JSON object, got {}",
+                kind_of(&other)
+            ))),
+            Err(e) => Err(ApiError::bad_request(format!("The request body is not valid JSON: {e}"))),
+        }
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The caller's identity, as the authentication layer established it.
+pub struct Caller(pub Identity);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        state.auth.identify(parts).map(Caller)
+    }
+}
+
+/// Query parameters as a flat map (last value wins, as in Blazar).
+pub struct Query(pub std::collections::HashMap<String, String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Query {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or_default();
+        let pairs: Vec<(String, String)> = serde_urlencoded_pairs(query)?;
+        Ok(Query(pairs.into_iter().collect()))
+    }
+}
+
+fn serde_urlencoded_pairs(query: &str) -> Result<Vec<(String, String)>, ApiError> {
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(
+        &format!("/?{query}")
+            .parse()
+            .map_err(|_| ApiError::bad_request("The query string is malformed"))?,
+    )
+    .map(|q| q.0)
+    .map_err(|e| ApiError::bad_request(format!("The query string is malformed: {e}")))
+}

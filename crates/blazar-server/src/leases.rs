@@ -1,0 +1,208 @@
+//! `/v1/leases`: request parsing and handlers.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use blazar_api::dates::{InputDate, parse_input, parse_minute};
+use blazar_core::LeaseStatus;
+use blazar_db::LeaseFilter;
+use blazar_service::{LeaseUpdate, NewLease, When};
+use serde_json::{Map, Value, json};
+
+use crate::convert;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{Caller, JsonObject, Query};
+use crate::state::AppState;
+
+/// Lease fields the server sets; a request naming one is refused rather than ignored.
+const PROTECTED_LEASE_FIELDS: &[&str] = &[
+    "id", "project_id", "user_id", "trust_id", "status", "degraded", "created_at", "updated_at",
+];
+
+fn check_fields(body: &Map<String, Value>, allowed: &[&str]) -> ApiResult<()> {
+    let mut protected = Vec::new();
+    let mut unknown = Vec::new();
+    for key in body.keys() {
+        if allowed.contains(&key.as_str()) {
+            continue;
+        }
+        if PROTECTED_LEASE_FIELDS.contains(&key.as_str()) {
+            protected.push(key.as_str());
+        } else {
+            unknown.push(key.as_str());
+        }
+    }
+    if !protected.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "{} cannot be set: the server manages these fields",
+            protected.join(", ")
+        )));
+    }
+    if !unknown.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Unknown field(s) {}; accepted fields: {}",
+            unknown.join(", "),
+            allowed.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+fn string_field(body: &Map<String, Value>, key: &str) -> ApiResult<Option<String>> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "Malformed parameter {key}: expected a string, got {other}"
+        ))),
+    }
+}
+
+fn invalid_date(value: &str) -> ApiError {
+    ApiError::bad_request(format!("{value} is an invalid date. Required format: %Y-%m-%d %H:%M"))
+}
+
+fn when_field(body: &Map<String, Value>, key: &str) -> ApiResult<Option<When>> {
+    let Some(text) = string_field(body, key)? else {
+        return Ok(None);
+    };
+    match parse_input(&text) {
+        Some(InputDate::Now) => Ok(Some(When::Now)),
+        Some(InputDate::At(t)) => Ok(Some(When::At(t))),
+        None => Err(invalid_date(&text)),
+    }
+}
+
+fn before_end_field(body: &Map<String, Value>) -> ApiResult<Option<chrono::DateTime<chrono::Utc>>> {
+    match string_field(body, "before_end_date")? {
+        None => Ok(None),
+        Some(text) => parse_minute(&text).map(Some).ok_or_else(|| invalid_date(&text)),
+    }
+}
+
+fn reservations_field(body: &Map<String, Value>) -> ApiResult<Option<Vec<Map<String, Value>>>> {
+    match body.get("reservations") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::Object(map) => Ok(map.clone()),
+                other => Err(ApiError::bad_request(format!(
+                    "Malformed parameter reservations: item {} must be an object, got {other}",
+                    i + 1
+                ))),
+            })
+            .collect::<ApiResult<Vec<_>>>()
+            .map(Some),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "Malformed parameter reservations: expected a list, got {other}"
+        ))),
+    }
+}
+
+pub fn parse_new_lease(body: &Map<String, Value>) -> ApiResult<NewLease> {
+    check_fields(
+        body,
+        &["name", "start_date", "end_date", "before_end_date", "reservations", "events"],
+    )?;
+    let missing: Vec<&str> = ["name", "start_date", "end_date"]
+        .into_iter()
+        .filter(|k| body.get(*k).is_none_or(Value::is_null))
+        .collect();
+    if !missing.is_empty() {
+        return Err(ApiError::bad_request(format!("Missing parameter {}", missing.join(", "))));
+    }
+    match body.get("events") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) if items.is_empty() => {}
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "Custom lease events are not supported: send \"events\": [] or leave it out; \
+                 the start, end and before-end events are created from the dates",
+            ));
+        }
+    }
+    Ok(NewLease {
+        name: string_field(body, "name")?.unwrap_or_default(),
+        start: when_field(body, "start_date")?.unwrap_or(When::Now),
+        end: when_field(body, "end_date")?.unwrap_or(When::Now),
+        before_end: before_end_field(body)?,
+        reservations: reservations_field(body)?.unwrap_or_default(),
+    })
+}
+
+pub fn parse_lease_update(body: &Map<String, Value>) -> ApiResult<LeaseUpdate> {
+    check_fields(body, &["name", "start_date", "end_date", "before_end_date", "reservations"])?;
+    Ok(LeaseUpdate {
+        name: string_field(body, "name")?,
+        start: when_field(body, "start_date")?,
+        end: when_field(body, "end_date")?,
+        before_end: before_end_field(body)?,
+        reservations: reservations_field(body)?,
+    })
+}
+
+pub async fn list_leases(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Query(query): Query,
+) -> ApiResult<Json<Value>> {
+    if let Some(status) = query.get("status") {
+        if status.parse::<LeaseStatus>().is_err() {
+            let known: Vec<&str> = LeaseStatus::ALL.iter().map(|s| s.as_str()).collect();
+            return Err(ApiError::bad_request(format!(
+                "Invalid lease status {status}; use one of {}",
+                known.join(", ")
+            )));
+        }
+    }
+    let filter = LeaseFilter {
+        project_id: query.get("project_id").cloned(),
+        user_id: query.get("user_id").cloned(),
+        status: query.get("status").cloned(),
+        name: query.get("name").cloned(),
+    };
+    let leases = state.service.list_leases(&identity, &filter).await?;
+    let leases: Vec<_> = leases.into_iter().map(convert::lease).collect();
+    Ok(Json(json!({ "leases": leases })))
+}
+
+pub async fn create_lease(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    JsonObject(body): JsonObject,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let request = parse_new_lease(&body)?;
+    let lease = state.service.create_lease(&identity, &request).await?;
+    Ok((StatusCode::CREATED, Json(json!({ "lease": convert::lease(lease) }))))
+}
+
+pub async fn show_lease(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let lease = state.service.get_lease(&identity, &id).await?;
+    Ok(Json(json!({ "lease": convert::lease(lease) })))
+}
+
+pub async fn update_lease(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Path(id): Path<String>,
+    JsonObject(body): JsonObject,
+) -> ApiResult<Json<Value>> {
+    let update = parse_lease_update(&body)?;
+    let lease = state.service.update_lease(&identity, &id, &update).await?;
+    Ok(Json(json!({ "lease": convert::lease(lease) })))
+}
+
+pub async fn delete_lease(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    state.service.delete_lease(&identity, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,419 @@
+//! Host inventory, host properties and allocation use cases. All admin-only, as in Blazar.
+
+use std::collections::{BTreeMap, HashMap};
+
+use blazar_core::host::{FACT_FIELDS, MAX_CAPABILITY_KEY_LEN};
+use blazar_core::{HostFacts, HostRecord, PHYSICAL_HOST, PropertyQuery};
+use blazar_db::{AllocationView, HandoverRow, NewHost, PropertyRow};
+use serde_json::{Map, Value};
+
+use crate::{Identity, Service, ServiceError, ServiceResult, policy_denied};
+
+/// Keys of a host body that are never written by a request.
+const PROTECTED_HOST_FIELDS: &[&str] = &["id", "trust_id", "status", "created_at", "updated_at"];
+
+/// Defaults for facts an operator does not give (the values of a small QEMU hypervisor).
+fn default_facts(name: &str) -> HostFacts {
+    HostFacts {
+        hypervisor_hostname: name.to_string(),
+        service_name: name.to_string(),
+        hypervisor_type: "QEMU".to_string(),
+        hypervisor_version: 0,
+        vcpus: 16,
+        memory_mb: 65536,
+        local_gb: 500,
+        cpu_info: "{}".to_string(),
+        availability_zone: "nova".to_string(),
+    }
+}
+
+/// One resource's allocations, as `/allocations` lists them.
+#[derive(Debug, Clone)]
+pub struct AllocationEntry {
+    pub resource_id: i64,
+    pub reservations: Vec<AllocationView>,
+}
+
+#[derive(Debug, Clone)]
+pub enum PropertyListing {
+    Names(Vec<String>),
+    Detail(Vec<blazar_db::PropertyWithValues>),
+}
+
+fn host_not_found(id: &str) -> ServiceError {
+    ServiceError::NotFound(format!("Object with {{'host_id': '{id}'}} not found"))
+}
+
+fn parse_host_id(id: &str) -> ServiceResult<i64> {
+    id.parse::<i64>().map_err(|_| host_not_found(id))
+}
+
+fn as_text(key: &str, value: &Value) -> ServiceResult<String> {
+    match value {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        Value::Bool(b) => Ok(if *b { "True" } else { "False" }.to_string()),
+        other => Err(ServiceError::BadRequest(format!(
+            "Malformed parameter {key}: expected a string, a number or a boolean, got {other}"
+        ))),
+    }
+}
+
+fn as_int(key: &str, value: &Value) -> ServiceResult<i64> {
+    let parsed = match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.trim().parse::<i64>().ok(),
+        _ => None,
+    };
+    match parsed {
+        Some(v) if v >= 0 => Ok(v),
+        _ => Err(ServiceError::BadRequest(format!(
+            "Malformed parameter {key}: expected a non-negative integer, got {value}"
+        ))),
+    }
+}
+
+fn as_bool(key: &str, value: &Value) -> ServiceResult<bool> {
+    match value {
+        Value::Bool(b) => Ok(*b),
+        Value::String(s) => match s.to_ascii_lowercase().as_str() {
+            "true" | "yes" | "1" | "on" => Ok(true),
+            "false" | "no" | "0" | "off" => Ok(false),
+            _ => Err(ServiceError::BadRequest(format!("Malformed parameter {key}: expected a boolean, got {value}"))),
+        },
+        _ => Err(ServiceError::BadRequest(format!("Malformed parameter {key}: expected a boolean, got {value}"))),
+    }
+}
+
+/// Applies one fact from a request body to `facts`.
+fn set_fact(facts: &mut HostFacts, key: &str, value: &Value) -> ServiceResult<()> {
+    match key {
+        "hypervisor_hostname" => facts.hypervisor_hostname = as_text(key, value)?,
+        "service_name" => facts.service_name = as_text(key, value)?,
+        "hypervisor_type" => facts.hypervisor_type = as_text(key, value)?,
+        "hypervisor_version" => facts.hypervisor_version = as_int(key, value)?,
+        "vcpus" => facts.vcpus = as_int(key, value)?,
+        "memory_mb" => facts.memory_mb = as_int(key, value)?,
+        "local_gb" => facts.local_gb = as_int(key, value)?,
+        "cpu_info" => facts.cpu_info = as_text(key, value)?,
+        "availability_zone" => facts.availability_zone = as_text(key, value)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+fn check_capability_key(key: &str) -> ServiceResult<()> {
+    if key.is_empty() {
+        return Err(ServiceError::BadRequest("An extra capability needs a non-empty name".into()));
+    }
+    if key.chars().count() > MAX_CAPABILITY_KEY_LEN {
+        return Err(ServiceError::BadRequest(format!(
+            "Extra capability key too long: {key:?} has {} characters, the limit is {MAX_CAPABILITY_KEY_LEN}",
+            key.chars().count()
+        )));
+    }
+    Ok(())
+}
+
+impl Service {
+    fn require_admin(&self, identity: &Identity, rule: &str) -> ServiceResult<()> {
+        if identity.is_admin() { Ok(()) } else { Err(policy_denied(rule)) }
+    }
+
+    pub async fn create_host(&self, identity: &Identity, body: &Map<String, Value>) -> ServiceResult<HostRecord> {
+        self.require_admin(identity, "blazar:oshosts:post")?;
+        let name = match body.get("name").or_else(|| body.get("hypervisor_hostname")) {
+            Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
+            Some(Value::String(_)) | None | Some(Value::Null) => {
+                return Err(ServiceError::BadRequest("Missing parameter name".into()));
+            }
+            Some(other) => {
+                return Err(ServiceError::BadRequest(format!("Malformed parameter name: expected a string, got {other}")));
+            }
+        };
+        if name.chars().count() > 255 {
+            return Err(ServiceError::BadRequest("The host name is longer than 255 characters".into()));
+        }
+        let mut facts = default_facts(&name);
+        let mut capabilities = BTreeMap::new();
+        let mut reservable = true;
+        for (key, value) in body {
+            match key.as_str() {
+                "name" | "hypervisor_hostname" => {}
+                k if PROTECTED_HOST_FIELDS.contains(&k) => {
+                    return Err(ServiceError::BadRequest(format!("{k} is set by the server and cannot be given")));
+                }
+                "reservable" => reservable = as_bool(key, value)?,
+                k if FACT_FIELDS.contains(&k) => set_fact(&mut facts, k, value)?,
+                k => {
+                    check_capability_key(k)?;
+                    if !value.is_null() {
+                        capabilities.insert(k.to_string(), as_text(k, value)?);
+                    }
+                }
+            }
+        }
+        let host = in_tx!(self, write, |tx| {
+                let now = self.now();
+                let new = NewHost {
+                    facts: facts.clone(),
+                    trust_id: uuid::Uuid::new_v4().simple().to_string(),
+                    capabilities: capabilities.clone(),
+                    created_at: now,
+                };
+                let id = match tx.insert_host(&new).await {
+                    Err(blazar_db::DbError::Duplicate(_)) => {
+                        return Err(ServiceError::Conflict(format!("Host '{name}' is already registered")));
+                    }
+                    other => other?,
+                };
+                if !reservable {
+                    tx.update_host_facts(id, &facts, false, now).await?;
+                }
+                tx.get_host(id)
+                    .await?
+                    .ok_or_else(|| ServiceError::Internal(format!("host {id} vanished after insert")))
+            })?;
+        tracing::info!(host.id = host.id, host.name = %host.facts.hypervisor_hostname, "host registered");
+        Ok(host)
+    }
+
+    pub async fn get_host(&self, identity: &Identity, id: &str) -> ServiceResult<HostRecord> {
+        self.require_admin(identity, "blazar:oshosts:get")?;
+        let host_id = parse_host_id(id)?;
+        in_tx!(self, read, |tx| { tx.get_host(host_id).await?.ok_or_else(|| host_not_found(id)) })
+    }
+
+    pub async fn list_hosts(&self, identity: &Identity) -> ServiceResult<Vec<HostRecord>> {
+        self.require_admin(identity, "blazar:oshosts:get")?;
+        in_tx!(self, read, |tx| { Ok(tx.list_hosts().await?) })
+    }
+
+    /// Sets extra capabilities (a `null` value removes one), hypervisor facts, and
+    /// `reservable` (maintenance).
+    pub async fn update_host(&self, identity: &Identity, id: &str, body: &Map<String, Value>) -> ServiceResult<HostRecord> {
+        self.require_admin(identity, "blazar:oshosts:put")?;
+        let host_id = parse_host_id(id)?;
+        let host = in_tx!(self, write, |tx| {
+                let mut host = tx.get_host(host_id).await?.ok_or_else(|| host_not_found(id))?;
+                if body.is_empty() {
+                    return Err(ServiceError::BadRequest("No data to update".into()));
+                }
+                tx.lock_host(host_id).await?;
+                let now = self.now();
+                let mut facts = host.facts.clone();
+                let mut reservable = host.reservable;
+                let mut row_changed = false;
+                let mut capability_changes: Vec<(&str, Option<String>)> = Vec::new();
+                for (key, value) in body {
+                    match key.as_str() {
+                        "name" | "hypervisor_hostname" => {
+                            return Err(ServiceError::BadRequest(format!(
+                                "{key} cannot be updated; delete and register the host again"
+                            )));
+                        }
+                        k if PROTECTED_HOST_FIELDS.contains(&k) => {
+                            return Err(ServiceError::BadRequest(format!("{k} is set by the server and cannot be updated")));
+                        }
+                        "reservable" => {
+                            reservable = as_bool(key, value)?;
+                            row_changed = true;
+                        }
+                        k if FACT_FIELDS.contains(&k) => {
+                            set_fact(&mut facts, k, value)?;
+                            row_changed = true;
+                        }
+                        k => {
+                            check_capability_key(k)?;
+                            let new_value = if value.is_null() { None } else { Some(as_text(k, value)?) };
+                            capability_changes.push((k, new_value));
+                        }
+                    }
+                }
+                self.check_capabilities_not_in_use(tx, &host, &capability_changes).await?;
+                for (key, value) in &capability_changes {
+                    match value {
+                        Some(v) => tx.set_host_capability(host_id, key, v, now).await?,
+                        None => {
+                            tx.remove_host_capability(host_id, key).await?;
+                        }
+                    }
+                }
+                if row_changed {
+                    tx.update_host_facts(host_id, &facts, reservable, now).await?;
+                }
+                host = tx.get_host(host_id).await?.ok_or_else(|| host_not_found(id))?;
+                Ok(host)
+            })?;
+        Ok(host)
+    }
+
+    /// Blazar refuses to change a capability that a current or future reservation holding
+    /// this host filtered on: the change could make the grant retroactively wrong.
+    async fn check_capabilities_not_in_use(
+        &self,
+        tx: &mut blazar_db::Tx,
+        host: &HostRecord,
+        changes: &[(&str, Option<String>)],
+    ) -> ServiceResult<()> {
+        let changed: Vec<&str> = changes
+            .iter()
+            .filter(|(k, v)| host.capabilities.get(*k) != v.as_ref())
+            .filter(|(k, _)| host.capabilities.contains_key(*k))
+            .map(|(k, _)| *k)
+            .collect();
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let now = self.now();
+        let views = tx.allocation_views(PHYSICAL_HOST, Some(host.id), None, None, now).await?;
+        let mut in_use = Vec::new();
+        for view in views {
+            for reservation in tx.reservations_of(&view.lease_id).await? {
+                if reservation.id != view.reservation_id {
+                    continue;
+                }
+                let text = reservation
+                    .params
+                    .get("resource_properties")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if let Ok(Some(query)) = PropertyQuery::parse(text) {
+                    in_use.extend(query.keys().into_iter().filter(|k| changed.contains(k)).map(str::to_string));
+                }
+            }
+        }
+        if in_use.is_empty() {
+            return Ok(());
+        }
+        in_use.sort();
+        in_use.dedup();
+        Err(ServiceError::Conflict(format!(
+            "Can't add extracapabilities {in_use:?} to Host {}: reservations holding this host \
+             filter on them",
+            host.id
+        )))
+    }
+
+    pub async fn delete_host(&self, identity: &Identity, id: &str) -> ServiceResult<()> {
+        self.require_admin(identity, "blazar:oshosts:delete")?;
+        let host_id = parse_host_id(id)?;
+        in_tx!(self, write, |tx| {
+            if !tx.lock_host(host_id).await? {
+                return Err(host_not_found(id));
+            }
+            if tx.has_unended_allocation(PHYSICAL_HOST, host_id, self.now()).await? {
+                return Err(ServiceError::Conflict(format!(
+                    "Can't delete host {host_id}. The host is reserved."
+                )));
+            }
+            tx.delete_allocations_of_resource(PHYSICAL_HOST, host_id).await?;
+            tx.delete_host(host_id).await?;
+            Ok(())
+        })?;
+        tracing::info!(host.id = host_id, "host deleted");
+        Ok(())
+    }
+
+    pub async fn list_host_properties(
+        &self,
+        identity: &Identity,
+        detail: bool,
+        all: bool,
+    ) -> ServiceResult<PropertyListing> {
+        self.require_admin(identity, "blazar:oshosts:get_resource_properties")?;
+        let show_private = all && identity.is_admin();
+        let properties = in_tx!(self, read, |tx| { Ok(tx.list_properties(PHYSICAL_HOST).await?) })?
+            .into_iter()
+            .filter(|p| show_private || !p.private)
+            .collect::<Vec<_>>();
+        Ok(if detail {
+            PropertyListing::Detail(properties)
+        } else {
+            PropertyListing::Names(properties.into_iter().map(|p| p.property_name).collect())
+        })
+    }
+
+    pub async fn update_host_property(
+        &self,
+        identity: &Identity,
+        name: &str,
+        body: &Map<String, Value>,
+    ) -> ServiceResult<PropertyRow> {
+        self.require_admin(identity, "blazar:oshosts:update_resource_properties")?;
+        let unknown: Vec<&str> = body.keys().map(String::as_str).filter(|k| *k != "private").collect();
+        if !unknown.is_empty() {
+            return Err(ServiceError::BadRequest(format!(
+                "Only \"private\" can be updated on a resource property; got {}",
+                unknown.join(", ")
+            )));
+        }
+        let private = match body.get("private") {
+            Some(v) => as_bool("private", v)?,
+            None => return Err(ServiceError::BadRequest("Missing parameter private".into())),
+        };
+        in_tx!(self, write, |tx| {
+            let property = tx
+                .get_property(PHYSICAL_HOST, name)
+                .await?
+                .ok_or_else(|| ServiceError::NotFound(format!("Resource property {name} not found for physical:host")))?;
+            tx.set_property_private(&property.id, private, self.now()).await?;
+            tx.get_property(PHYSICAL_HOST, name)
+                .await?
+                .ok_or_else(|| ServiceError::Internal(format!("property {name} vanished")))
+        })
+    }
+
+    /// Allocations of every host (hosts without any included), or of one host.
+    pub async fn host_allocations(
+        &self,
+        identity: &Identity,
+        host: Option<&str>,
+        lease_id: Option<&str>,
+        reservation_id: Option<&str>,
+    ) -> ServiceResult<Vec<AllocationEntry>> {
+        self.require_admin(identity, "blazar:oshosts:get_allocations")?;
+        let host_id = host.map(parse_host_id).transpose()?;
+        in_tx!(self, read, |tx| {
+            let ids: Vec<i64> = match host_id {
+                Some(id) => {
+                    tx.get_host(id).await?.ok_or_else(|| host_not_found(host.unwrap_or_default()))?;
+                    vec![id]
+                }
+                None => tx.list_hosts().await?.into_iter().map(|h| h.id).collect(),
+            };
+            let views = tx
+                .allocation_views(PHYSICAL_HOST, host_id, lease_id, reservation_id, self.now())
+                .await?;
+            let mut by_host: HashMap<i64, Vec<AllocationView>> = HashMap::new();
+            for v in views {
+                by_host.entry(v.resource_id).or_default().push(v);
+            }
+            Ok(ids
+                .into_iter()
+                .map(|id| AllocationEntry {
+                    resource_id: id,
+                    reservations: by_host.remove(&id).unwrap_or_default(),
+                })
+                .collect())
+        })
+    }
+
+    /// Who holds which host now (or ever, with `include_ended`), as the standalone backend
+    /// recorded at lease start and end. Admins see all; others their project's.
+    pub async fn host_handovers(
+        &self,
+        identity: &Identity,
+        lease_id: Option<&str>,
+        include_ended: bool,
+    ) -> ServiceResult<Vec<HandoverRow>> {
+        if !identity.is_reader() {
+            return Err(policy_denied("blazar:leases:get"));
+        }
+        let rows = in_tx!(self, read, |tx| { Ok(tx.handovers(PHYSICAL_HOST, lease_id, include_ended).await?) })?;
+        Ok(rows
+            .into_iter()
+            .filter(|h| identity.is_admin() || h.project_id == identity.project_id)
+            .collect())
+    }
+}

@@ -1,0 +1,540 @@
+//! Lease use cases: create, show, list, update, delete.
+
+use std::collections::{HashMap, HashSet};
+
+use blazar_core::time::truncate_to_minute;
+use blazar_core::{EventStatus, EventType, LeaseStatus, ReservationStatus, TimeWindow};
+use blazar_db::{AllocationRow, EventRow, LeaseFilter, LeaseRow, ReservationRow, Tx};
+use chrono::{DateTime, Duration, Utc};
+use serde_json::{Map, Value};
+
+use crate::resources::AllocationRequest;
+use crate::{Identity, Service, ServiceError, ServiceResult, new_id, policy_denied};
+
+/// Longest lease name Blazar's schema holds.
+pub const MAX_LEASE_NAME_LEN: usize = 80;
+
+/// A date as requested: a minute, or `now` (the current minute).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    Now,
+    At(DateTime<Utc>),
+}
+
+impl When {
+    fn resolve(self, now: DateTime<Utc>) -> DateTime<Utc> {
+        match self {
+            When::Now => now,
+            When::At(t) => t,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NewLease {
+    pub name: String,
+    pub start: When,
+    pub end: When,
+    pub before_end: Option<DateTime<Utc>>,
+    /// Reservation requests as sent: `resource_type` plus the fields of that type.
+    pub reservations: Vec<Map<String, Value>>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct LeaseUpdate {
+    pub name: Option<String>,
+    pub start: Option<When>,
+    pub end: Option<When>,
+    pub before_end: Option<DateTime<Utc>>,
+    /// Changes to reservations, each with the `id` of the reservation it changes.
+    pub reservations: Option<Vec<Map<String, Value>>>,
+}
+
+impl LeaseUpdate {
+    fn is_rename_only(&self) -> bool {
+        self.start.is_none() && self.end.is_none() && self.before_end.is_none() && self.reservations.is_none()
+    }
+}
+
+/// A lease with everything the API shows about it.
+#[derive(Debug, Clone)]
+pub struct LeaseView {
+    pub lease: LeaseRow,
+    pub reservations: Vec<ReservationRow>,
+    pub events: Vec<EventRow>,
+}
+
+pub(crate) fn check_name(name: &str) -> ServiceResult<()> {
+    if name.trim().is_empty() {
+        return Err(ServiceError::BadRequest("The lease name must not be empty".into()));
+    }
+    let len = name.chars().count();
+    if len > MAX_LEASE_NAME_LEN {
+        return Err(ServiceError::BadRequest(format!(
+            "The lease name is {len} characters long; the limit is {MAX_LEASE_NAME_LEN}"
+        )));
+    }
+    Ok(())
+}
+
+fn lease_not_found(id: &str) -> ServiceError {
+    ServiceError::NotFound(format!("Object with {{'lease_id': '{id}'}} not found"))
+}
+
+fn minute(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M").to_string()
+}
+
+fn find_event<'a>(events: &'a [EventRow], kind: EventType) -> Option<&'a EventRow> {
+    events.iter().find(|e| e.event_type == kind.as_str())
+}
+
+fn event_status(events: &[EventRow], kind: EventType) -> EventStatus {
+    find_event(events, kind)
+        .and_then(|e| e.status.parse().ok())
+        .unwrap_or(EventStatus::Undone)
+}
+
+fn new_event(lease_id: &str, kind: EventType, time: DateTime<Utc>, now: DateTime<Utc>) -> EventRow {
+    EventRow {
+        id: new_id(),
+        lease_id: lease_id.to_string(),
+        event_type: kind.as_str().to_string(),
+        time,
+        rank: kind.same_time_rank(),
+        status: EventStatus::Undone.as_str().to_string(),
+        created_at: now,
+        updated_at: None,
+    }
+}
+
+/// A random 32-hex-digit id, the shape of a Keystone trust id.
+fn new_trust_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+pub(crate) async fn load_view(tx: &mut Tx, lease: LeaseRow) -> ServiceResult<LeaseView> {
+    let reservations = tx.reservations_of(&lease.id).await?;
+    let events = tx.events_of(&lease.id).await?;
+    Ok(LeaseView {
+        lease,
+        reservations,
+        events,
+    })
+}
+
+impl Service {
+    fn check_visible(&self, identity: &Identity, lease: &LeaseRow) -> ServiceResult<()> {
+        if !identity.is_reader() || (!identity.is_admin() && lease.project_id != identity.project_id) {
+            return Err(policy_denied("blazar:leases:get"));
+        }
+        Ok(())
+    }
+
+    fn validated_requests(
+        &self,
+        requests: &[Map<String, Value>],
+    ) -> ServiceResult<Vec<(std::sync::Arc<dyn crate::ResourceType>, Map<String, Value>)>> {
+        requests
+            .iter()
+            .enumerate()
+            .map(|(i, request)| {
+                let kind = match request.get("resource_type") {
+                    Some(Value::String(s)) => s.as_str(),
+                    None | Some(Value::Null) => {
+                        return Err(ServiceError::BadRequest(format!(
+                            "Missing parameter resource_type in reservation {}",
+                            i + 1
+                        )));
+                    }
+                    Some(other) => {
+                        return Err(ServiceError::BadRequest(format!(
+                            "Malformed parameter resource_type in reservation {}: expected a string, got {other}",
+                            i + 1
+                        )));
+                    }
+                };
+                let resource_type = self.resource_type(kind)?;
+                let params = resource_type.validate(request, None)?;
+                Ok((resource_type, params))
+            })
+            .collect()
+    }
+
+    fn default_before_end(&self, window: &TimeWindow) -> Option<DateTime<Utc>> {
+        let minutes = self.settings().minutes_before_end_lease;
+        (minutes > 0).then(|| (window.end() - Duration::minutes(minutes)).max(window.start()))
+    }
+
+    pub async fn create_lease(&self, identity: &Identity, request: &NewLease) -> ServiceResult<LeaseView> {
+        if !identity.is_member() {
+            return Err(policy_denied("blazar:leases:post"));
+        }
+        check_name(&request.name)?;
+        let now = truncate_to_minute(self.now());
+        let start = request.start.resolve(now);
+        if start < now {
+            return Err(ServiceError::BadRequest(format!(
+                "Start date must be later than current date (start {}, now {})",
+                minute(start),
+                minute(now)
+            )));
+        }
+        let end = request.end.resolve(now);
+        let window = TimeWindow::new(start, end).map_err(|_| {
+            ServiceError::BadRequest(format!(
+                "End date must be later than start date (start {}, end {})",
+                minute(start),
+                minute(end)
+            ))
+        })?;
+        let before_end = match request.before_end {
+            Some(t) if t <= start || t >= end => {
+                return Err(ServiceError::BadRequest(format!(
+                    "before_end_date {} must be strictly between the start ({}) and end ({}) dates",
+                    minute(t),
+                    minute(start),
+                    minute(end)
+                )));
+            }
+            Some(t) => Some(t),
+            None => self.default_before_end(&window),
+        };
+        let requests = self.validated_requests(&request.reservations)?;
+        let blocked_until = window.end() + self.settings().cleaning();
+
+        let view = in_tx!(self, write, |tx| {
+                let created = self.now();
+                let lease = LeaseRow {
+                    id: new_id(),
+                    name: request.name.clone(),
+                    user_id: identity.user_id.clone(),
+                    project_id: identity.project_id.clone(),
+                    trust_id: new_trust_id(),
+                    start: window.start(),
+                    end: window.end(),
+                    status: LeaseStatus::Pending.as_str().to_string(),
+                    degraded: false,
+                    created_at: created,
+                    updated_at: Some(created),
+                };
+                tx.insert_lease(&lease).await?;
+                for (i, (resource_type, params)) in requests.iter().enumerate() {
+                    let reservation = ReservationRow {
+                        id: new_id(),
+                        lease_id: lease.id.clone(),
+                        ordinal: i as i64,
+                        resource_id: new_id(),
+                        resource_type: resource_type.name().to_string(),
+                        status: ReservationStatus::Pending.as_str().to_string(),
+                        missing_resources: false,
+                        resources_changed: false,
+                        params: params.clone(),
+                        created_at: created,
+                        updated_at: Some(created),
+                    };
+                    tx.insert_reservation(&reservation).await?;
+                    let allocation = AllocationRequest {
+                        lease_id: &lease.id,
+                        reservation_id: &reservation.id,
+                        ordinal: i + 1,
+                        window,
+                        blocked_until,
+                        keep: &[],
+                    };
+                    resource_type.allocate(tx, params, &allocation).await?;
+                }
+                tx.insert_event(&new_event(&lease.id, EventType::StartLease, window.start(), created))
+                    .await?;
+                tx.insert_event(&new_event(&lease.id, EventType::EndLease, window.end(), created))
+                    .await?;
+                if let Some(t) = before_end {
+                    tx.insert_event(&new_event(&lease.id, EventType::BeforeEndLease, t, created))
+                        .await?;
+                }
+                load_view(tx, lease).await
+            })?;
+        tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
+        self.wake.notify_one();
+        Ok(view)
+    }
+
+    pub async fn get_lease(&self, identity: &Identity, id: &str) -> ServiceResult<LeaseView> {
+        in_tx!(self, read, |tx| {
+            let lease = tx.get_lease(id).await?.ok_or_else(|| lease_not_found(id))?;
+            self.check_visible(identity, &lease)?;
+            load_view(tx, lease).await
+        })
+    }
+
+    /// Leases the caller may see, narrowed by `filter`. Non-admins only ever see their project.
+    pub async fn list_leases(&self, identity: &Identity, filter: &LeaseFilter) -> ServiceResult<Vec<LeaseView>> {
+        if !identity.is_reader() {
+            return Err(policy_denied("blazar:leases:get"));
+        }
+        let mut filter = filter.clone();
+        if !identity.is_admin() {
+            match &filter.project_id {
+                Some(p) if *p != identity.project_id => return Ok(Vec::new()),
+                _ => filter.project_id = Some(identity.project_id.clone()),
+            }
+        }
+        in_tx!(self, read, |tx| {
+            let leases = tx.list_leases(&filter).await?;
+            let mut reservations: HashMap<String, Vec<ReservationRow>> = HashMap::new();
+            for r in tx.reservations_for(&filter).await? {
+                reservations.entry(r.lease_id.clone()).or_default().push(r);
+            }
+            let mut events: HashMap<String, Vec<EventRow>> = HashMap::new();
+            for e in tx.events_for(&filter).await? {
+                events.entry(e.lease_id.clone()).or_default().push(e);
+            }
+            Ok(leases
+                .into_iter()
+                .map(|lease| LeaseView {
+                    reservations: reservations.remove(&lease.id).unwrap_or_default(),
+                    events: events.remove(&lease.id).unwrap_or_default(),
+                    lease,
+                })
+                .collect())
+        })
+    }
+
+    pub async fn update_lease(&self, identity: &Identity, id: &str, update: &LeaseUpdate) -> ServiceResult<LeaseView> {
+        if let Some(name) = &update.name {
+            check_name(name)?;
+        }
+        let view = in_tx!(self, write, |tx| {
+                let mut lease = tx.lock_lease(id).await?.ok_or_else(|| lease_not_found(id))?;
+                self.check_visible(identity, &lease)?;
+                if !identity.is_member() {
+                    return Err(policy_denied("blazar:leases:put"));
+                }
+                let stamp = self.now();
+                if let Some(name) = &update.name {
+                    lease.name = name.clone();
+                }
+                if update.is_rename_only() {
+                    lease.updated_at = Some(stamp);
+                    tx.update_lease(&lease).await?;
+                    return load_view(tx, lease).await;
+                }
+                self.reschedule(tx, lease, update, stamp).await
+            })?;
+        tracing::info!(lease.id = %view.lease.id, "lease updated");
+        self.wake.notify_one();
+        Ok(view)
+    }
+
+    /// The part of an update that moves dates or changes reservations.
+    async fn reschedule(
+        &self,
+        tx: &mut Tx,
+        mut lease: LeaseRow,
+        update: &LeaseUpdate,
+        stamp: DateTime<Utc>,
+    ) -> ServiceResult<LeaseView> {
+        let now = truncate_to_minute(stamp);
+        let mut events = tx.events_of(&lease.id).await?;
+        let reservations = tx.reservations_of(&lease.id).await?;
+        let started = event_status(&events, EventType::StartLease) != EventStatus::Undone;
+        let ended = event_status(&events, EventType::EndLease) != EventStatus::Undone;
+        if ended || lease.status == LeaseStatus::Terminated.as_str() {
+            return Err(ServiceError::BadRequest("Terminated leases can only be renamed".into()));
+        }
+        let new_start = update.start.map_or(lease.start, |w| w.resolve(now));
+        if started && new_start != lease.start {
+            return Err(ServiceError::BadRequest(
+                "Cannot modify the start date of already started leases".into(),
+            ));
+        }
+        if !started && update.start.is_some() && new_start < now {
+            return Err(ServiceError::BadRequest(format!(
+                "Start date must be later than current date (start {}, now {})",
+                minute(new_start),
+                minute(now)
+            )));
+        }
+        let new_end = update.end.map_or(lease.end, |w| w.resolve(now));
+        if new_end < now {
+            return Err(ServiceError::BadRequest(format!(
+                "End date must be later than current date (end {}, now {})",
+                minute(new_end),
+                minute(now)
+            )));
+        }
+        let window = TimeWindow::new(new_start, new_end).map_err(|_| {
+            ServiceError::BadRequest(format!(
+                "End date must be later than start date (start {}, end {})",
+                minute(new_start),
+                minute(new_end)
+            ))
+        })?;
+        if let Some(t) = update.before_end {
+            if t <= new_start || t >= new_end {
+                return Err(ServiceError::BadRequest(format!(
+                    "before_end_date {} must be strictly between the start ({}) and end ({}) dates",
+                    minute(t),
+                    minute(new_start),
+                    minute(new_end)
+                )));
+            }
+        }
+
+        // Requested reservation changes, validated against what is stored.
+        let mut changes: HashMap<String, Map<String, Value>> = HashMap::new();
+        if let Some(entries) = &update.reservations {
+            let mut invalid = Vec::new();
+            for entry in entries {
+                let rid = match entry.get("id") {
+                    Some(Value::String(s)) => s.clone(),
+                    _ => return Err(ServiceError::BadRequest("Missing parameter reservation ID".into())),
+                };
+                let Some(stored) = reservations.iter().find(|r| r.id == rid) else {
+                    invalid.push(rid);
+                    continue;
+                };
+                if let Some(kind) = entry.get("resource_type") {
+                    if kind.as_str() != Some(stored.resource_type.as_str()) {
+                        return Err(ServiceError::Conflict(format!(
+                            "resource_type cannot be updated (reservation {rid} is {})",
+                            stored.resource_type
+                        )));
+                    }
+                }
+                let params = self
+                    .resource_type(&stored.resource_type)?
+                    .validate(entry, Some(&stored.params))?;
+                changes.insert(rid, params);
+            }
+            if !invalid.is_empty() {
+                return Err(ServiceError::BadRequest(format!(
+                    "Please enter valid reservation IDs. Invalid reservation IDs are: {}",
+                    invalid.join(", ")
+                )));
+            }
+        }
+
+        let window_changed = new_start != lease.start || new_end != lease.end;
+        let blocked_until = new_end + self.settings().cleaning();
+        let allocations = tx.allocations_of_lease(&lease.id).await?;
+        for (i, reservation) in reservations.iter().enumerate() {
+            let params = changes.get(&reservation.id).cloned().unwrap_or_else(|| reservation.params.clone());
+            if !window_changed && params == reservation.params {
+                continue;
+            }
+            let resource_type = self.resource_type(&reservation.resource_type)?;
+            let held: Vec<i64> = allocations
+                .iter()
+                .filter(|a| a.reservation_id == reservation.id)
+                .map(|a| a.resource_id)
+                .collect();
+            tx.delete_allocations_of_reservation(&reservation.id).await?;
+            let request = AllocationRequest {
+                lease_id: &lease.id,
+                reservation_id: &reservation.id,
+                ordinal: i + 1,
+                window,
+                blocked_until,
+                keep: &held,
+            };
+            let chosen = resource_type.allocate(tx, &params, &request).await?;
+            if reservation.status == ReservationStatus::Active.as_str() {
+                let chosen_set: HashSet<i64> = chosen.iter().copied().collect();
+                let lost: Vec<String> = held
+                    .iter()
+                    .filter(|h| !chosen_set.contains(h))
+                    .map(|h| h.to_string())
+                    .collect();
+                if !lost.is_empty() {
+                    return Err(ServiceError::Conflict(format!(
+                        "Reservation {} is active and would lose resource(s) {}; an active \
+                         reservation can grow but not give resources back",
+                        i + 1,
+                        lost.join(", ")
+                    )));
+                }
+                let added: Vec<AllocationRow> = tx
+                    .allocations_of_lease(&lease.id)
+                    .await?
+                    .into_iter()
+                    .filter(|a| a.reservation_id == reservation.id && !held.contains(&a.resource_id))
+                    .collect();
+                if !added.is_empty() {
+                    self.backend.on_start(tx, &lease, reservation, &added, stamp).await?;
+                }
+            }
+            let mut changed = reservation.clone();
+            changed.params = params;
+            changed.updated_at = Some(stamp);
+            tx.update_reservation(&changed).await?;
+        }
+
+        // Move the events with the lease.
+        let old_end = lease.end;
+        let mut has_before_end = false;
+        for event in events.iter_mut() {
+            let Ok(kind) = event.event_type.parse::<EventType>() else {
+                continue;
+            };
+            let time = match kind {
+                EventType::StartLease => new_start,
+                EventType::EndLease => new_end,
+                EventType::BeforeEndLease => {
+                    has_before_end = true;
+                    update
+                        .before_end
+                        .unwrap_or_else(|| new_end - (old_end - event.time))
+                        .max(new_start)
+                }
+            };
+            if time == event.time {
+                continue;
+            }
+            event.time = time;
+            if kind == EventType::BeforeEndLease && event.status == EventStatus::Done.as_str() && time > now {
+                event.status = EventStatus::Undone.as_str().to_string();
+            }
+            event.updated_at = Some(stamp);
+            tx.update_event(event).await?;
+        }
+        if let (Some(t), false) = (update.before_end, has_before_end) {
+            tx.insert_event(&new_event(&lease.id, EventType::BeforeEndLease, t, stamp)).await?;
+        }
+
+        lease.start = new_start;
+        lease.end = new_end;
+        lease.updated_at = Some(stamp);
+        tx.update_lease(&lease).await?;
+        load_view(tx, lease).await
+    }
+
+    /// Deletes a lease in any status, taking back what it holds first.
+    pub async fn delete_lease(&self, identity: &Identity, id: &str) -> ServiceResult<()> {
+        in_tx!(self, write, |tx| {
+            let lease = tx.lock_lease(id).await?.ok_or_else(|| lease_not_found(id))?;
+            self.check_visible(identity, &lease)?;
+            if !identity.is_member() {
+                return Err(policy_denied("blazar:leases:delete"));
+            }
+            let now = self.now();
+            let reservations = tx.reservations_of(&lease.id).await?;
+            let allocations = tx.allocations_of_lease(&lease.id).await?;
+            for reservation in &reservations {
+                if reservation.status != ReservationStatus::Active.as_str() {
+                    continue;
+                }
+                let held: Vec<AllocationRow> = allocations
+                    .iter()
+                    .filter(|a| a.reservation_id == reservation.id)
+                    .cloned()
+                    .collect();
+                self.backend.on_end(tx, &lease, reservation, &held, now).await?;
+            }
+            tx.delete_lease(&lease.id).await?;
+            Ok(())
+        })?;
+        tracing::info!(lease.id = %id, "lease deleted");
+        Ok(())
+    }
+}

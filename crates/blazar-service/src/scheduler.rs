@@ -1,0 +1,187 @@
+//! The event scheduler: runs due `start_lease`, `end_lease` and `before_end_lease` events.
+//!
+//! Each event runs in its own write transaction that claims it (a row lock on PostgreSQL, the
+//! single writer on SQLite), applies its effects and marks it done, so an event runs exactly
+//! once even with several manager processes or a crash half-way: a rolled-back event is still
+//! due and runs again. On PostgreSQL a transaction-scoped advisory lock keeps events in global
+//! time order across processes, so back-to-back leases hand a resource over end-before-start.
+
+use std::future::Future;
+
+use blazar_core::{EventStatus, EventType, LeaseStatus, ReservationStatus};
+use blazar_db::{AllocationRow, EventRow, Tx};
+use chrono::{DateTime, Utc};
+
+use crate::{Service, ServiceError, ServiceResult};
+
+/// What one tick did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TickReport {
+    pub executed: usize,
+    pub failed: usize,
+}
+
+/// Upper bound of events run by one tick, so a flood of due events cannot starve shutdown.
+const MAX_EVENTS_PER_TICK: usize = 10_000;
+
+impl Service {
+    /// Runs every event due at `now`, in time order (ends before starts at the same instant).
+    pub async fn tick(&self, now: DateTime<Utc>) -> ServiceResult<TickReport> {
+        let mut report = TickReport::default();
+        while report.executed + report.failed < MAX_EVENTS_PER_TICK {
+            let outcome = in_tx!(self, write, |tx| {
+                    tx.lock_scheduler().await?;
+                    let Some(event) = tx.claim_due_event(now).await? else {
+                        return Ok(None);
+                    };
+                    self.run_event(tx, event, now).await.map(Some)
+                })?;
+            match outcome {
+                None => break,
+                Some(true) => report.executed += 1,
+                Some(false) => report.failed += 1,
+            }
+        }
+        Ok(report)
+    }
+
+    /// Applies one event inside the transaction that claimed it. Returns whether it succeeded;
+    /// a failure of the outside world marks the event and the lease ERROR, a database failure
+    /// rolls everything back so the event runs again later.
+    async fn run_event(&self, tx: &mut Tx, mut event: EventRow, now: DateTime<Utc>) -> ServiceResult<bool> {
+        let Some(mut lease) = tx.lock_lease(&event.lease_id).await? else {
+            return Ok(false);
+        };
+        let kind: EventType = event
+            .event_type
+            .parse()
+            .map_err(|_| ServiceError::Internal(format!("unknown event type {}", event.event_type)))?;
+        let mut reservations = tx.reservations_of(&lease.id).await?;
+        let allocations = tx.allocations_of_lease(&lease.id).await?;
+        let held = |reservation_id: &str| -> Vec<AllocationRow> {
+            allocations
+                .iter()
+                .filter(|a| a.reservation_id == reservation_id)
+                .cloned()
+                .collect()
+        };
+
+        let mut failure: Option<String> = None;
+        match kind {
+            EventType::StartLease => {
+                for reservation in reservations.iter_mut() {
+                    if reservation.status != ReservationStatus::Pending.as_str() {
+                        continue;
+                    }
+                    let result = self
+                        .backend
+                        .on_start(tx, &lease, reservation, &held(&reservation.id), now)
+                        .await;
+                    reservation.status = match result {
+                        Ok(()) => ReservationStatus::Active,
+                        Err(ServiceError::Internal(m)) | Err(ServiceError::Retry(m)) => {
+                            return Err(ServiceError::Internal(m));
+                        }
+                        Err(e) => {
+                            failure = Some(e.to_string());
+                            ReservationStatus::Error
+                        }
+                    }
+                    .as_str()
+                    .to_string();
+                    reservation.updated_at = Some(now);
+                    tx.update_reservation(reservation).await?;
+                }
+            }
+            EventType::EndLease => {
+                for reservation in reservations.iter_mut() {
+                    if reservation.status == ReservationStatus::Deleted.as_str() {
+                        continue;
+                    }
+                    if reservation.status == ReservationStatus::Active.as_str() {
+                        if let Err(e) = self
+                            .backend
+                            .on_end(tx, &lease, reservation, &held(&reservation.id), now)
+                            .await
+                        {
+                            match e {
+                                ServiceError::Internal(m) | ServiceError::Retry(m) => {
+                                    return Err(ServiceError::Internal(m));
+                                }
+                                other => failure = Some(other.to_string()),
+                            }
+                        }
+                    }
+                    reservation.status = ReservationStatus::Deleted.as_str().to_string();
+                    reservation.updated_at = Some(now);
+                    tx.update_reservation(reservation).await?;
+                }
+            }
+            EventType::BeforeEndLease => {
+                tracing::info!(lease.id = %lease.id, lease.end = %lease.end, "lease ends soon");
+            }
+        }
+
+        event.status = if failure.is_some() { EventStatus::Error } else { EventStatus::Done }
+            .as_str()
+            .to_string();
+        event.updated_at = Some(now);
+        tx.update_event(&event).await?;
+
+        let events = tx.events_of(&lease.id).await?;
+        let status_of = |k: EventType| {
+            events
+                .iter()
+                .find(|e| e.event_type == k.as_str())
+                .and_then(|e| e.status.parse().ok())
+                .unwrap_or(EventStatus::Undone)
+        };
+        let derived = LeaseStatus::derive(status_of(EventType::StartLease), status_of(EventType::EndLease));
+        if derived.as_str() != lease.status {
+            lease.status = derived.as_str().to_string();
+            lease.updated_at = Some(now);
+            tx.update_lease(&lease).await?;
+        }
+        match &failure {
+            None => tracing::info!(
+                lease.id = %lease.id, event.type = %kind, lease.status = %lease.status,
+                lag_ms = (now - event.time).num_milliseconds(), "event done"
+            ),
+            Some(reason) => tracing::warn!(
+                lease.id = %lease.id, event.type = %kind, reason = %reason, "event failed"
+            ),
+        }
+        Ok(failure.is_none())
+    }
+
+    /// Runs the scheduler until `shutdown` completes: a tick whenever an event falls due,
+    /// when woken by a new lease, and at least every `poll` (events written by other
+    /// processes are seen at the next poll).
+    pub async fn run_scheduler(&self, poll: std::time::Duration, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            let now = self.now();
+            if let Err(e) = self.tick(now).await {
+                tracing::error!(error = %e, "scheduler tick failed; retrying at the next poll");
+            }
+            let next = match in_tx!(self, read, |tx| { Ok(tx.next_event_time().await?) }) {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::error!(error = %e, "could not read the next event time");
+                    None
+                }
+            };
+            let now = self.now();
+            let wait = match next {
+                Some(t) if t > now => (t - now).to_std().unwrap_or(poll).min(poll),
+                _ => poll,
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.wake.notified() => {}
+                _ = &mut shutdown => break,
+            }
+        }
+        tracing::info!("scheduler stopped");
+    }
+}
