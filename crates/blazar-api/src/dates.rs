@@ -59,7 +59,13 @@ mod tests {
         let t = Utc.with_ymd_and_hms(2030, 1, 1, 10, 5, 0).unwrap();
         assert_eq!(parse_input("2030-01-01 10:05"), Some(InputDate::At(t)));
         assert_eq!(parse_input("now"), Some(InputDate::Now));
-        for bad in ["2030-01-01 10:05:00", "2030-01-01T10:05", "tomorrow", "", "2030-13-01 10:00"] {
+        for bad in [
+            "2030-01-01 10:05:00",
+            "2030-01-01T10:05",
+            "tomorrow",
+            "",
+            "2030-13-01 10:00",
+        ] {
             assert_eq!(parse_input(bad), None, "{bad}");
         }
     }

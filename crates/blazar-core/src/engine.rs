@@ -30,7 +30,11 @@ pub fn pick(
     min: usize,
     max: usize,
 ) -> Result<Vec<i64>, Shortfall> {
-    let free: Vec<i64> = matching.iter().copied().filter(|id| !busy.contains(id)).collect();
+    let free: Vec<i64> = matching
+        .iter()
+        .copied()
+        .filter(|id| !busy.contains(id))
+        .collect();
     if free.len() < min {
         return Err(Shortfall {
             min,
@@ -113,7 +117,14 @@ mod tests {
     #[test]
     fn pick_table() {
         // (matching, busy, keep, min, max) -> expected
-        type Row = (&'static [i64], &'static [i64], &'static [i64], usize, usize, Result<Vec<i64>, (usize, usize)>);
+        type Row = (
+            &'static [i64],
+            &'static [i64],
+            &'static [i64],
+            usize,
+            usize,
+            Result<Vec<i64>, (usize, usize)>,
+        );
         let rows: Vec<Row> = vec![
             (&[1, 2, 3], &[], &[], 1, 1, Ok(vec![1])),
             (&[1, 2, 3], &[], &[], 1, 2, Ok(vec![1, 2])),
@@ -127,14 +138,24 @@ mod tests {
         ];
         for (matching, busy, keep, min, max, expected) in rows {
             let got = pick(matching, &set(busy), keep, min, max).map_err(|s| (s.matching, s.free));
-            assert_eq!(got, expected, "matching={matching:?} busy={busy:?} keep={keep:?} {min}-{max}");
+            assert_eq!(
+                got, expected,
+                "matching={matching:?} busy={busy:?} keep={keep:?} {min}-{max}"
+            );
         }
     }
 
     #[test]
     fn shortfall_reports_the_minimum() {
         let err = pick(&[1], &set(&[1]), &[], 1, 1).unwrap_err();
-        assert_eq!(err, Shortfall { min: 1, matching: 1, free: 0 });
+        assert_eq!(
+            err,
+            Shortfall {
+                min: 1,
+                matching: 1,
+                free: 0
+            }
+        );
     }
 
     proptest! {

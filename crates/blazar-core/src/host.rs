@@ -70,11 +70,19 @@ impl HostRecord {
             "cpu_info" => Some(Cow::Borrowed(f.cpu_info.as_str())),
             "availability_zone" => Some(Cow::Borrowed(f.availability_zone.as_str())),
             "status" => self.status.as_deref().map(Cow::Borrowed),
-            "reservable" => Some(Cow::Borrowed(if self.reservable { "True" } else { "False" })),
+            "reservable" => Some(Cow::Borrowed(if self.reservable {
+                "True"
+            } else {
+                "False"
+            })),
             "trust_id" => Some(Cow::Borrowed(self.trust_id.as_str())),
             _ => None,
         };
-        column.or_else(|| self.capabilities.get(key).map(|v| Cow::Borrowed(v.as_str())))
+        column.or_else(|| {
+            self.capabilities
+                .get(key)
+                .map(|v| Cow::Borrowed(v.as_str()))
+        })
     }
 
     /// True when `key` is a column of every host (so it never counts as an unknown property).

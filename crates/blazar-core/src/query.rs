@@ -108,7 +108,9 @@ impl PropertyQuery {
         match head.as_str() {
             "and" | "or" => {
                 if items.len() < 2 {
-                    return Err(malformed(format!("\"{head}\" needs at least one condition")));
+                    return Err(malformed(format!(
+                        "\"{head}\" needs at least one condition"
+                    )));
                 }
                 let parts = items[1..]
                     .iter()
@@ -189,7 +191,9 @@ impl PropertyQuery {
 /// Numbers compare as numbers, everything else as strings.
 fn compare(actual: &str, expected: &str) -> Ordering {
     match (actual.trim().parse::<f64>(), expected.trim().parse::<f64>()) {
-        (Ok(a), Ok(b)) if a.is_finite() && b.is_finite() => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+        (Ok(a), Ok(b)) if a.is_finite() && b.is_finite() => {
+            a.partial_cmp(&b).unwrap_or(Ordering::Equal)
+        }
         _ => actual.cmp(expected),
     }
 }
@@ -201,7 +205,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn host(props: &[(&str, &str)]) -> HashMap<String, String> {
-        props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        props
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn check(query: &str, props: &[(&str, &str)], expected: bool) {
@@ -213,8 +220,18 @@ mod tests {
 
     #[test]
     fn evaluation_table() {
-        let big = [("memory_mb", "65536"), ("gpu", "true"), ("rack", "r1"), ("cores", "10")];
-        let small = [("memory_mb", "16384"), ("gpu", "false"), ("rack", "r2"), ("cores", "9")];
+        let big = [
+            ("memory_mb", "65536"),
+            ("gpu", "true"),
+            ("rack", "r1"),
+            ("cores", "10"),
+        ];
+        let small = [
+            ("memory_mb", "16384"),
+            ("gpu", "false"),
+            ("rack", "r2"),
+            ("cores", "9"),
+        ];
         let rows: &[(&str, bool, bool)] = &[
             (r#"[">=", "$memory_mb", "32768"]"#, true, false),
             (r#"[">=", "$memory_mb", 32768]"#, true, false),
@@ -226,10 +243,26 @@ mod tests {
             (r#"["<=", "$rack", "r1"]"#, true, false),
             (r#"["==", "$missing", "x"]"#, false, false),
             (r#"["!=", "$missing", "x"]"#, false, false),
-            (r#"["and", ["==", "$gpu", "true"], ["==", "$rack", "r1"]]"#, true, false),
-            (r#"["and", ["==", "$gpu", "true"], ["==", "$rack", "r2"]]"#, false, false),
-            (r#"["or", ["==", "$rack", "r1"], ["==", "$rack", "r2"]]"#, true, true),
-            (r#"["and", ["or", ["==", "$rack", "r1"], ["==", "$rack", "r2"]], ["and", ["<", "$cores", "100"], ["==", "$gpu", "false"]]]"#, false, true),
+            (
+                r#"["and", ["==", "$gpu", "true"], ["==", "$rack", "r1"]]"#,
+                true,
+                false,
+            ),
+            (
+                r#"["and", ["==", "$gpu", "true"], ["==", "$rack", "r2"]]"#,
+                false,
+                false,
+            ),
+            (
+                r#"["or", ["==", "$rack", "r1"], ["==", "$rack", "r2"]]"#,
+                true,
+                true,
+            ),
+            (
+                r#"["and", ["or", ["==", "$rack", "r1"], ["==", "$rack", "r2"]], ["and", ["<", "$cores", "100"], ["==", "$gpu", "false"]]]"#,
+                false,
+                true,
+            ),
         ];
         for (query, on_big, on_small) in rows {
             check(query, &big, *on_big);
@@ -266,9 +299,11 @@ mod tests {
 
     #[test]
     fn keys_are_collected_from_every_level() {
-        let q = PropertyQuery::parse(r#"["and", ["==", "$a", "1"], ["or", ["==", "$b", "2"], [">", "$c", "3"]]]"#)
-            .unwrap()
-            .unwrap();
+        let q = PropertyQuery::parse(
+            r#"["and", ["==", "$a", "1"], ["or", ["==", "$b", "2"], [">", "$c", "3"]]]"#,
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(q.keys(), vec!["a", "b", "c"]);
     }
 }

@@ -97,7 +97,10 @@ impl LeaseStatus {
     pub fn is_stable(self) -> bool {
         matches!(
             self,
-            LeaseStatus::Pending | LeaseStatus::Active | LeaseStatus::Terminated | LeaseStatus::Error
+            LeaseStatus::Pending
+                | LeaseStatus::Active
+                | LeaseStatus::Terminated
+                | LeaseStatus::Error
         )
     }
 
@@ -147,6 +150,8 @@ mod tests {
     #[test]
     fn ends_run_before_starts_at_the_same_instant() {
         assert!(EventType::EndLease.same_time_rank() < EventType::StartLease.same_time_rank());
-        assert!(EventType::StartLease.same_time_rank() < EventType::BeforeEndLease.same_time_rank());
+        assert!(
+            EventType::StartLease.same_time_rank() < EventType::BeforeEndLease.same_time_rank()
+        );
     }
 }

@@ -90,7 +90,10 @@ impl Tx {
         Ok(id)
     }
 
-    pub async fn delete_allocations_of_reservation(&mut self, reservation_id: &str) -> DbResult<()> {
+    pub async fn delete_allocations_of_reservation(
+        &mut self,
+        reservation_id: &str,
+    ) -> DbResult<()> {
         sqlx::query("DELETE FROM allocations WHERE reservation_id = $1")
             .bind(reservation_id)
             .execute(self.conn())
@@ -102,7 +105,10 @@ impl Tx {
         let sql = format!(
             "SELECT {ALLOCATION_COLUMNS} FROM allocations WHERE lease_id = $1 ORDER BY resource_id"
         );
-        let rows = sqlx::query(&sql).bind(lease_id).fetch_all(self.conn()).await?;
+        let rows = sqlx::query(&sql)
+            .bind(lease_id)
+            .fetch_all(self.conn())
+            .await?;
         rows.iter().map(allocation_from_row).collect()
     }
 
@@ -205,7 +211,11 @@ impl Tx {
     }
 
     /// Forgets the past allocations of a resource that is being removed from the inventory.
-    pub async fn delete_allocations_of_resource(&mut self, resource_type: &str, resource_id: i64) -> DbResult<()> {
+    pub async fn delete_allocations_of_resource(
+        &mut self,
+        resource_type: &str,
+        resource_id: i64,
+    ) -> DbResult<()> {
         sqlx::query("DELETE FROM allocations WHERE resource_type = $1 AND resource_id = $2")
             .bind(resource_type)
             .bind(resource_id)

@@ -55,13 +55,15 @@ impl Tx {
     }
 
     pub async fn update_event(&mut self, e: &EventRow) -> DbResult<()> {
-        sqlx::query("UPDATE events SET event_time = $1, status = $2, updated_at = $3 WHERE id = $4")
-            .bind(to_secs(e.time))
-            .bind(&e.status)
-            .bind(e.updated_at.map(to_secs))
-            .bind(&e.id)
-            .execute(self.conn())
-            .await?;
+        sqlx::query(
+            "UPDATE events SET event_time = $1, status = $2, updated_at = $3 WHERE id = $4",
+        )
+        .bind(to_secs(e.time))
+        .bind(&e.status)
+        .bind(e.updated_at.map(to_secs))
+        .bind(&e.id)
+        .execute(self.conn())
+        .await?;
         Ok(())
     }
 
@@ -77,7 +79,10 @@ impl Tx {
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events e WHERE e.lease_id = $1 ORDER BY e.event_time, e.rank"
         );
-        let rows = sqlx::query(&sql).bind(lease_id).fetch_all(self.conn()).await?;
+        let rows = sqlx::query(&sql)
+            .bind(lease_id)
+            .fetch_all(self.conn())
+            .await?;
         rows.iter().map(event_from_row).collect()
     }
 

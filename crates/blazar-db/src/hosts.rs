@@ -96,7 +96,8 @@ impl Tx {
         .await?;
         let id: i64 = row.try_get("id")?;
         for (key, value) in &host.capabilities {
-            self.set_host_capability(id, key, value, host.created_at).await?;
+            self.set_host_capability(id, key, value, host.created_at)
+                .await?;
         }
         Ok(id)
     }
@@ -109,7 +110,9 @@ impl Tx {
         value: &str,
         now: DateTime<Utc>,
     ) -> DbResult<()> {
-        let property_id = self.ensure_property(blazar_core::PHYSICAL_HOST, key, now).await?;
+        let property_id = self
+            .ensure_property(blazar_core::PHYSICAL_HOST, key, now)
+            .await?;
         sqlx::query(
             "INSERT INTO host_capabilities (host_id, property_id, value) VALUES ($1, $2, $3) \
              ON CONFLICT (host_id, property_id) DO UPDATE SET value = excluded.value",
@@ -163,18 +166,30 @@ impl Tx {
 
     pub async fn get_host(&mut self, id: i64) -> DbResult<Option<HostRecord>> {
         let sql = format!("SELECT {HOST_COLUMNS} FROM hosts WHERE id = $1");
-        let Some(row) = sqlx::query(&sql).bind(id).fetch_optional(self.conn()).await? else {
+        let Some(row) = sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(self.conn())
+            .await?
+        else {
             return Ok(None);
         };
         let mut host = host_from_row(&row)?;
-        host.capabilities = self.capabilities_of(&[id]).await?.remove(&id).unwrap_or_default();
+        host.capabilities = self
+            .capabilities_of(&[id])
+            .await?
+            .remove(&id)
+            .unwrap_or_default();
         Ok(Some(host))
     }
 
     /// Locks a host row against concurrent changes (PostgreSQL) for the rest of the transaction.
     pub async fn lock_host(&mut self, id: i64) -> DbResult<bool> {
         let sql = format!("SELECT id FROM hosts WHERE id = $1{}", self.for_update());
-        Ok(sqlx::query(&sql).bind(id).fetch_optional(self.conn()).await?.is_some())
+        Ok(sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(self.conn())
+            .await?
+            .is_some())
     }
 
     /// Of `ids`, the hosts that still exist and are reservable, share-locked on PostgreSQL so a
@@ -222,7 +237,10 @@ impl Tx {
         group_capabilities(&rows)
     }
 
-    async fn capabilities_of(&mut self, ids: &[i64]) -> DbResult<HashMap<i64, BTreeMap<String, String>>> {
+    async fn capabilities_of(
+        &mut self,
+        ids: &[i64],
+    ) -> DbResult<HashMap<i64, BTreeMap<String, String>>> {
         let sql = format!(
             "SELECT c.host_id, p.property_name, c.value FROM host_capabilities c \
              JOIN resource_properties p ON p.id = c.property_id WHERE c.host_id IN ({})",
@@ -289,7 +307,10 @@ impl Tx {
     }
 
     /// Property names with their distinct values, for one resource type.
-    pub async fn list_properties(&mut self, resource_type: &str) -> DbResult<Vec<PropertyWithValues>> {
+    pub async fn list_properties(
+        &mut self,
+        resource_type: &str,
+    ) -> DbResult<Vec<PropertyWithValues>> {
         let rows = sqlx::query(
             "SELECT DISTINCT p.property_name, p.private, c.value FROM resource_properties p \
              JOIN host_capabilities c ON c.property_id = p.id \
@@ -315,7 +336,11 @@ impl Tx {
         Ok(out)
     }
 
-    pub async fn get_property(&mut self, resource_type: &str, name: &str) -> DbResult<Option<PropertyRow>> {
+    pub async fn get_property(
+        &mut self,
+        resource_type: &str,
+        name: &str,
+    ) -> DbResult<Option<PropertyRow>> {
         let row = sqlx::query(
             "SELECT id, resource_type, property_name, private, created_at, updated_at \
              FROM resource_properties WHERE resource_type = $1 AND property_name = $2",

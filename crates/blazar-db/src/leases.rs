@@ -73,7 +73,11 @@ fn reservation_from_row(row: &AnyRow) -> DbResult<ReservationRow> {
     let params_text: String = row.try_get("params")?;
     let params = match serde_json::from_str(&params_text) {
         Ok(Value::Object(map)) => map,
-        _ => return Err(DbError::Corrupt(format!("reservation params {params_text:?}"))),
+        _ => {
+            return Err(DbError::Corrupt(format!(
+                "reservation params {params_text:?}"
+            )));
+        }
     };
     Ok(ReservationRow {
         id: row.try_get("id")?,
@@ -156,21 +160,31 @@ impl Tx {
 
     pub async fn get_lease(&mut self, id: &str) -> DbResult<Option<LeaseRow>> {
         let sql = format!("SELECT {LEASE_COLUMNS} FROM leases WHERE id = $1");
-        let row = sqlx::query(&sql).bind(id).fetch_optional(self.conn()).await?;
+        let row = sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(self.conn())
+            .await?;
         row.as_ref().map(lease_from_row).transpose()
     }
 
     /// Reads a lease and, on PostgreSQL, locks it until the transaction ends, so an update,
     /// a delete and an event of one lease never interleave.
     pub async fn lock_lease(&mut self, id: &str) -> DbResult<Option<LeaseRow>> {
-        let sql = format!("SELECT {LEASE_COLUMNS} FROM leases WHERE id = $1{}", self.for_update());
-        let row = sqlx::query(&sql).bind(id).fetch_optional(self.conn()).await?;
+        let sql = format!(
+            "SELECT {LEASE_COLUMNS} FROM leases WHERE id = $1{}",
+            self.for_update()
+        );
+        let row = sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(self.conn())
+            .await?;
         row.as_ref().map(lease_from_row).transpose()
     }
 
     pub async fn list_leases(&mut self, filter: &LeaseFilter) -> DbResult<Vec<LeaseRow>> {
         let (clause, values) = filter.clause();
-        let sql = format!("SELECT {LEASE_COLUMNS} FROM leases l{clause} ORDER BY l.created_at, l.id");
+        let sql =
+            format!("SELECT {LEASE_COLUMNS} FROM leases l{clause} ORDER BY l.created_at, l.id");
         let mut query = sqlx::query(&sql);
         for v in &values {
             query = query.bind(v.as_str());
@@ -234,12 +248,18 @@ impl Tx {
         let sql = format!(
             "SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.lease_id = $1 ORDER BY r.ordinal"
         );
-        let rows = sqlx::query(&sql).bind(lease_id).fetch_all(self.conn()).await?;
+        let rows = sqlx::query(&sql)
+            .bind(lease_id)
+            .fetch_all(self.conn())
+            .await?;
         rows.iter().map(reservation_from_row).collect()
     }
 
     /// Reservations of every lease the filter selects.
-    pub async fn reservations_for(&mut self, filter: &LeaseFilter) -> DbResult<Vec<ReservationRow>> {
+    pub async fn reservations_for(
+        &mut self,
+        filter: &LeaseFilter,
+    ) -> DbResult<Vec<ReservationRow>> {
         let (clause, values) = filter.clause();
         let sql = format!(
             "SELECT {RESERVATION_COLUMNS} FROM reservations r JOIN leases l ON l.id = r.lease_id\

@@ -93,7 +93,8 @@ pub struct Store {
 
 /// Turns the configured database into a URL sqlx understands.
 pub fn normalise_url(url: &str) -> String {
-    if url.starts_with("sqlite:") || url.starts_with("postgres:") || url.starts_with("postgresql:") {
+    if url.starts_with("sqlite:") || url.starts_with("postgres:") || url.starts_with("postgresql:")
+    {
         url.to_string()
     } else {
         format!("sqlite://{url}")
@@ -221,6 +222,19 @@ impl Tx {
     pub async fn lock_scheduler(&mut self) -> DbResult<()> {
         if self.backend == Backend::Postgres {
             sqlx::query("SELECT pg_advisory_xact_lock(7355608)")
+                .execute(self.conn())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Serialises transactions that allocate resources, on PostgreSQL (SQLite writers are
+    /// serialised already). The exclusion constraint alone keeps allocations from overlapping,
+    /// but racing writers would then fail and retry in storms; queueing them is faster. The
+    /// lock is transaction-scoped and re-entrant.
+    pub async fn lock_allocations(&mut self) -> DbResult<()> {
+        if self.backend == Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock(7355609)")
                 .execute(self.conn())
                 .await?;
         }

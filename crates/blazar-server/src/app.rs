@@ -18,20 +18,33 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
-        .route("/leases", get(leases::list_leases).post(leases::create_lease))
+        .route(
+            "/leases",
+            get(leases::list_leases).post(leases::create_lease),
+        )
         .route(
             "/leases/{lease_id}",
-            get(leases::show_lease).put(leases::update_lease).delete(leases::delete_lease),
+            get(leases::show_lease)
+                .put(leases::update_lease)
+                .delete(leases::delete_lease),
         )
         .route("/os-hosts", get(hosts::list_hosts).post(hosts::create_host))
         .route("/os-hosts/allocations", get(hosts::list_host_allocations))
         .route("/os-hosts/properties", get(hosts::list_host_properties))
-        .route("/os-hosts/properties/{property_name}", patch(hosts::update_host_property))
+        .route(
+            "/os-hosts/properties/{property_name}",
+            patch(hosts::update_host_property),
+        )
         .route(
             "/os-hosts/{host_id}",
-            get(hosts::show_host).put(hosts::update_host).delete(hosts::delete_host),
+            get(hosts::show_host)
+                .put(hosts::update_host)
+                .delete(hosts::delete_host),
         )
-        .route("/os-hosts/{host_id}/allocation", get(hosts::show_host_allocation))
+        .route(
+            "/os-hosts/{host_id}/allocation",
+            get(hosts::show_host_allocation),
+        )
         .route("/handovers", get(hosts::list_handovers))
         .fallback(not_found_fallback)
         .method_not_allowed_fallback(method_not_allowed_fallback)
@@ -53,16 +66,17 @@ pub fn router(state: AppState) -> Router {
 /// so it wraps the router rather than being one of its layers.
 pub fn strip_json_suffix(mut req: Request) -> Request {
     let path = req.uri().path();
-    if let Some(stripped) = path.strip_suffix(".json") {
-        if !stripped.is_empty() && stripped != "/" {
-            let mut new = stripped.to_string();
-            if let Some(q) = req.uri().query() {
-                new.push('?');
-                new.push_str(q);
-            }
-            if let Ok(uri) = new.parse() {
-                *req.uri_mut() = uri;
-            }
+    if let Some(stripped) = path.strip_suffix(".json")
+        && !stripped.is_empty()
+        && stripped != "/"
+    {
+        let mut new = stripped.to_string();
+        if let Some(q) = req.uri().query() {
+            new.push('?');
+            new.push_str(q);
+        }
+        if let Ok(uri) = new.parse() {
+            *req.uri_mut() = uri;
         }
     }
     req
@@ -72,22 +86,24 @@ async fn request_id(req: Request, next: Next) -> Response {
     let mut response = next.run(req).await;
     let id = format!("req-{}", uuid::Uuid::new_v4());
     if let Ok(value) = HeaderValue::from_str(&id) {
-        response.headers_mut().insert("x-openstack-request-id", value);
+        response
+            .headers_mut()
+            .insert("x-openstack-request-id", value);
     }
     response
 }
 
 /// The version a request asked for with `OpenStack-API-Version: reservation X.Y`.
-fn requested_version(headers: &HeaderMap) -> Result<String, Response> {
+fn requested_version(headers: &HeaderMap) -> Result<String, Box<Response>> {
     let mut requested: Option<String> = None;
     for value in headers.get_all("openstack-api-version") {
         let Ok(text) = value.to_str() else { continue };
         for item in text.split(',') {
             let mut words = item.split_whitespace();
-            if let (Some(service), Some(version)) = (words.next(), words.next()) {
-                if service.eq_ignore_ascii_case("reservation") {
-                    requested = Some(version.to_string());
-                }
+            if let (Some(service), Some(version)) = (words.next(), words.next())
+                && service.eq_ignore_ascii_case("reservation")
+            {
+                requested = Some(version.to_string());
             }
         }
     }
@@ -99,19 +115,26 @@ fn requested_version(headers: &HeaderMap) -> Result<String, Response> {
     }
     let well_formed = version.split_once('.').is_some_and(|(major, minor)| {
         let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
-        digits(major) && digits(minor) && !major.starts_with('0') && (minor == "0" || !minor.starts_with('0'))
+        digits(major)
+            && digits(minor)
+            && !major.starts_with('0')
+            && (minor == "0" || !minor.starts_with('0'))
     });
     if !well_formed {
-        return Err(framework_error(
+        return Err(Box::new(framework_error(
             StatusCode::BAD_REQUEST,
-            &format!("API Version String {version} is of invalid format. Must be of format MajorNum.MinorNum."),
-        ));
+            &format!(
+                "API Version String {version} is of invalid format. Must be of format MajorNum.MinorNum."
+            ),
+        )));
     }
     if version != "1.0" {
-        return Err(framework_error(
+        return Err(Box::new(framework_error(
             StatusCode::NOT_ACCEPTABLE,
-            &format!("Version {version} is not supported by the API. Minimum is 1.0 and maximum is 1.0."),
-        ));
+            &format!(
+                "Version {version} is not supported by the API. Minimum is 1.0 and maximum is 1.0."
+            ),
+        )));
     }
     Ok(version)
 }
@@ -119,7 +142,7 @@ fn requested_version(headers: &HeaderMap) -> Result<String, Response> {
 async fn microversion(req: Request, next: Next) -> Response {
     let version = match requested_version(req.headers()) {
         Ok(v) => v,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let mut response = next.run(req).await;
     let headers = response.headers_mut();
@@ -155,7 +178,11 @@ async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> 
         }
         Err(e) => {
             tracing::error!(error = %e, "health check: database unreachable");
-            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "database unreachable"}))).into_response()
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(json!({"status": "database unreachable"})),
+            )
+                .into_response()
         }
     }
 }

@@ -114,10 +114,12 @@ impl Config {
     pub fn resolve(cli: Cli) -> anyhow::Result<Config> {
         let file = match &cli.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| anyhow::anyhow!("cannot read configuration file {}: {e}", path.display()))?;
-                toml::from_str::<FileConfig>(&text)
-                    .map_err(|e| anyhow::anyhow!("invalid configuration file {}: {e}", path.display()))?
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!("cannot read configuration file {}: {e}", path.display())
+                })?;
+                toml::from_str::<FileConfig>(&text).map_err(|e| {
+                    anyhow::anyhow!("invalid configuration file {}: {e}", path.display())
+                })?
             }
             None => FileConfig::default(),
         };
@@ -125,9 +127,14 @@ impl Config {
         if !(poll.is_finite() && poll > 0.0 && poll <= 10.0) {
             anyhow::bail!("poll_interval must be between 0 and 10 seconds, got {poll}");
         }
-        let minutes_before_end_lease = cli.minutes_before_end_lease.or(file.minutes_before_end_lease).unwrap_or(60);
+        let minutes_before_end_lease = cli
+            .minutes_before_end_lease
+            .or(file.minutes_before_end_lease)
+            .unwrap_or(60);
         if minutes_before_end_lease < 0 {
-            anyhow::bail!("minutes_before_end_lease must be 0 or more, got {minutes_before_end_lease}");
+            anyhow::bail!(
+                "minutes_before_end_lease must be 0 or more, got {minutes_before_end_lease}"
+            );
         }
         let cleaning_minutes = cli.cleaning_minutes.or(file.cleaning_minutes).unwrap_or(0);
         if cleaning_minutes < 0 {
@@ -139,11 +146,20 @@ impl Config {
                 .listen
                 .or(file.listen)
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 1234))),
-            database_url: cli.database_url.or(file.database_url).unwrap_or_else(|| "blazar.db".into()),
+            database_url: cli
+                .database_url
+                .or(file.database_url)
+                .unwrap_or_else(|| "blazar.db".into()),
             max_connections: cli.max_connections.or(file.max_connections).unwrap_or(16),
             auth: cli.auth.or(file.auth).unwrap_or(AuthMode::Noauth),
-            noauth_project_id: cli.noauth_project_id.or(file.noauth_project_id).unwrap_or_else(|| "admin".into()),
-            noauth_user_id: cli.noauth_user_id.or(file.noauth_user_id).unwrap_or_else(|| "admin".into()),
+            noauth_project_id: cli
+                .noauth_project_id
+                .or(file.noauth_project_id)
+                .unwrap_or_else(|| "admin".into()),
+            noauth_user_id: cli
+                .noauth_user_id
+                .or(file.noauth_user_id)
+                .unwrap_or_else(|| "admin".into()),
             poll_interval: std::time::Duration::from_secs_f64(poll),
             cleaning_minutes,
             minutes_before_end_lease,

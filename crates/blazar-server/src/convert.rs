@@ -3,15 +3,20 @@
 use std::collections::BTreeMap;
 
 use blazar_api::dates::{format_space, format_t};
-use blazar_api::{Allocation, AllocationReservation, Event, Handover, Host, Lease, Reservation, ResourceProperty};
+use blazar_api::{
+    Allocation, AllocationReservation, Event, Handover, Host, Lease, Reservation, ResourceProperty,
+};
 use blazar_core::HostRecord;
 use blazar_db::{EventRow, HandoverRow, PropertyRow, ReservationRow};
 use blazar_service::{AllocationEntry, LeaseView};
 use serde_json::Value;
 
 pub fn host(h: HostRecord) -> Host {
-    let capabilities: BTreeMap<String, Value> =
-        h.capabilities.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+    let capabilities: BTreeMap<String, Value> = h
+        .capabilities
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
     Host {
         id: h.id.to_string(),
         hypervisor_hostname: h.facts.hypervisor_hostname,

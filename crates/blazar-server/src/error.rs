@@ -72,7 +72,11 @@ impl IntoResponse for ApiError {
 /// Blazar's framework error shape, for unknown URLs, wrong methods and version problems:
 /// `{"error": N, "error_message": "..."}`.
 pub fn framework_error(status: StatusCode, message: &str) -> Response {
-    (status, Json(json!({"error": status.as_u16(), "error_message": message}))).into_response()
+    (
+        status,
+        Json(json!({"error": status.as_u16(), "error_message": message})),
+    )
+        .into_response()
 }
 
 pub async fn not_found_fallback() -> Response {
@@ -84,7 +88,10 @@ pub async fn not_found_fallback() -> Response {
 }
 
 pub async fn method_not_allowed_fallback() -> Response {
-    framework_error(StatusCode::METHOD_NOT_ALLOWED, "The method is not allowed for the requested URL.")
+    framework_error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "The method is not allowed for the requested URL.",
+    )
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;

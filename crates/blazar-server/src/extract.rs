@@ -3,9 +3,9 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
-use axum::http::StatusCode;
 use blazar_service::Identity;
 use serde_json::{Map, Value};
 
@@ -23,17 +23,24 @@ impl FromRequest<AppState> for JsonObject {
             let text = content_type.to_str().unwrap_or_default();
             let essence = text.split(';').next().unwrap_or_default().trim();
             if !essence.eq_ignore_ascii_case("application/json") {
-                return Err(ApiError::bad_request(format!("Content type '{text}' isn't supported")));
+                return Err(ApiError::bad_request(format!(
+                    "Content type '{text}' isn't supported"
+                )));
             }
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| ApiError {
-            status: if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                StatusCode::PAYLOAD_TOO_LARGE
-            } else {
-                StatusCode::BAD_REQUEST
-            },
-            message: format!("The request body could not be read: {}", rejection.body_text()),
-        })?;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|rejection| ApiError {
+                status: if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    StatusCode::PAYLOAD_TOO_LARGE
+                } else {
+                    StatusCode::BAD_REQUEST
+                },
+                message: format!(
+                    "The request body could not be read: {}",
+                    rejection.body_text()
+                ),
+            })?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(JsonObject(Map::new()));
         }
@@ -43,7 +50,9 @@ impl FromRequest<AppState> for JsonObject {
                 "The request body must be a JSON object, got {}",
                 kind_of(&other)
             ))),
-            Err(e) => Err(ApiError::bad_request(format!("The request body is not valid JSON: {e}"))),
+            Err(e) => Err(ApiError::bad_request(format!(
+                "The request body is not valid JSON: {e}"
+            ))),
         }
     }
 }
@@ -65,7 +74,10 @@ pub struct Caller(pub Identity);
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         state.auth.identify(parts).map(Caller)
     }
 }

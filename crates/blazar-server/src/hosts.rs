@@ -14,9 +14,9 @@ use crate::state::AppState;
 /// Blazar treats any non-empty value of `detail`/`all` as true; so do we, except the
 /// explicit negatives a user would expect to mean false.
 fn flag(query: &std::collections::HashMap<String, String>, key: &str) -> bool {
-    query
-        .get(key)
-        .is_some_and(|v| !v.is_empty() && !matches!(v.to_ascii_lowercase().as_str(), "false" | "0" | "no"))
+    query.get(key).is_some_and(|v| {
+        !v.is_empty() && !matches!(v.to_ascii_lowercase().as_str(), "false" | "0" | "no")
+    })
 }
 
 pub async fn list_hosts(
@@ -24,8 +24,12 @@ pub async fn list_hosts(
     Caller(identity): Caller,
     Query(query): Query,
 ) -> ApiResult<Json<Value>> {
-    let name = query.get("hypervisor_hostname").or_else(|| query.get("name"));
-    let reservable = query.get("reservable").map(|v| v.eq_ignore_ascii_case("true") || v == "1");
+    let name = query
+        .get("hypervisor_hostname")
+        .or_else(|| query.get("name"));
+    let reservable = query
+        .get("reservable")
+        .map(|v| v.eq_ignore_ascii_case("true") || v == "1");
     let hosts: Vec<_> = state
         .service
         .list_hosts(&identity)
@@ -44,7 +48,10 @@ pub async fn create_host(
     JsonObject(body): JsonObject,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let host = state.service.create_host(&identity, &body).await?;
-    Ok((StatusCode::CREATED, Json(json!({ "host": convert::host(host) }))))
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "host": convert::host(host) })),
+    ))
 }
 
 pub async fn show_host(
@@ -137,8 +144,13 @@ pub async fn update_host_property(
     Path(name): Path<String>,
     JsonObject(body): JsonObject,
 ) -> ApiResult<Json<Value>> {
-    let property = state.service.update_host_property(&identity, &name, &body).await?;
-    Ok(Json(json!({ "resource_property": convert::resource_property(property) })))
+    let property = state
+        .service
+        .update_host_property(&identity, &name, &body)
+        .await?;
+    Ok(Json(
+        json!({ "resource_property": convert::resource_property(property) }),
+    ))
 }
 
 /// `GET /v1/handovers`: who holds which host now (`?all=true` includes past hand-overs).
@@ -149,7 +161,11 @@ pub async fn list_handovers(
 ) -> ApiResult<Json<Value>> {
     let rows = state
         .service
-        .host_handovers(&identity, query.get("lease_id").map(String::as_str), flag(&query, "all"))
+        .host_handovers(
+            &identity,
+            query.get("lease_id").map(String::as_str),
+            flag(&query, "all"),
+        )
         .await?;
     let handovers: Vec<_> = rows.into_iter().map(convert::handover).collect();
     Ok(Json(json!({ "handovers": handovers })))

@@ -16,7 +16,14 @@ use crate::state::AppState;
 
 /// Lease fields the server sets; a request naming one is refused rather than ignored.
 const PROTECTED_LEASE_FIELDS: &[&str] = &[
-    "id", "project_id", "user_id", "trust_id", "status", "degraded", "created_at", "updated_at",
+    "id",
+    "project_id",
+    "user_id",
+    "trust_id",
+    "status",
+    "degraded",
+    "created_at",
+    "updated_at",
 ];
 
 fn check_fields(body: &Map<String, Value>, allowed: &[&str]) -> ApiResult<()> {
@@ -59,7 +66,9 @@ fn string_field(body: &Map<String, Value>, key: &str) -> ApiResult<Option<String
 }
 
 fn invalid_date(value: &str) -> ApiError {
-    ApiError::bad_request(format!("{value} is an invalid date. Required format: %Y-%m-%d %H:%M"))
+    ApiError::bad_request(format!(
+        "{value} is an invalid date. Required format: %Y-%m-%d %H:%M"
+    ))
 }
 
 fn when_field(body: &Map<String, Value>, key: &str) -> ApiResult<Option<When>> {
@@ -76,7 +85,9 @@ fn when_field(body: &Map<String, Value>, key: &str) -> ApiResult<Option<When>> {
 fn before_end_field(body: &Map<String, Value>) -> ApiResult<Option<chrono::DateTime<chrono::Utc>>> {
     match string_field(body, "before_end_date")? {
         None => Ok(None),
-        Some(text) => parse_minute(&text).map(Some).ok_or_else(|| invalid_date(&text)),
+        Some(text) => parse_minute(&text)
+            .map(Some)
+            .ok_or_else(|| invalid_date(&text)),
     }
 }
 
@@ -104,14 +115,24 @@ fn reservations_field(body: &Map<String, Value>) -> ApiResult<Option<Vec<Map<Str
 pub fn parse_new_lease(body: &Map<String, Value>) -> ApiResult<NewLease> {
     check_fields(
         body,
-        &["name", "start_date", "end_date", "before_end_date", "reservations", "events"],
+        &[
+            "name",
+            "start_date",
+            "end_date",
+            "before_end_date",
+            "reservations",
+            "events",
+        ],
     )?;
     let missing: Vec<&str> = ["name", "start_date", "end_date"]
         .into_iter()
         .filter(|k| body.get(*k).is_none_or(Value::is_null))
         .collect();
     if !missing.is_empty() {
-        return Err(ApiError::bad_request(format!("Missing parameter {}", missing.join(", "))));
+        return Err(ApiError::bad_request(format!(
+            "Missing parameter {}",
+            missing.join(", ")
+        )));
     }
     match body.get("events") {
         None | Some(Value::Null) => {}
@@ -133,7 +154,16 @@ pub fn parse_new_lease(body: &Map<String, Value>) -> ApiResult<NewLease> {
 }
 
 pub fn parse_lease_update(body: &Map<String, Value>) -> ApiResult<LeaseUpdate> {
-    check_fields(body, &["name", "start_date", "end_date", "before_end_date", "reservations"])?;
+    check_fields(
+        body,
+        &[
+            "name",
+            "start_date",
+            "end_date",
+            "before_end_date",
+            "reservations",
+        ],
+    )?;
     Ok(LeaseUpdate {
         name: string_field(body, "name")?,
         start: when_field(body, "start_date")?,
@@ -148,14 +178,14 @@ pub async fn list_leases(
     Caller(identity): Caller,
     Query(query): Query,
 ) -> ApiResult<Json<Value>> {
-    if let Some(status) = query.get("status") {
-        if status.parse::<LeaseStatus>().is_err() {
-            let known: Vec<&str> = LeaseStatus::ALL.iter().map(|s| s.as_str()).collect();
-            return Err(ApiError::bad_request(format!(
-                "Invalid lease status {status}; use one of {}",
-                known.join(", ")
-            )));
-        }
+    if let Some(status) = query.get("status")
+        && status.parse::<LeaseStatus>().is_err()
+    {
+        let known: Vec<&str> = LeaseStatus::ALL.iter().map(|s| s.as_str()).collect();
+        return Err(ApiError::bad_request(format!(
+            "Invalid lease status {status}; use one of {}",
+            known.join(", ")
+        )));
     }
     let filter = LeaseFilter {
         project_id: query.get("project_id").cloned(),
@@ -175,7 +205,10 @@ pub async fn create_lease(
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let request = parse_new_lease(&body)?;
     let lease = state.service.create_lease(&identity, &request).await?;
-    Ok((StatusCode::CREATED, Json(json!({ "lease": convert::lease(lease) }))))
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "lease": convert::lease(lease) })),
+    ))
 }
 
 pub async fn show_lease(

@@ -68,7 +68,9 @@ pub fn redact(url: &str) -> String {
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let state = build_state(&config).await?;
     if config.auth == AuthMode::Noauth {
-        tracing::warn!("authentication is off (noauth): every request may act as any project, admin included");
+        tracing::warn!(
+            "authentication is off (noauth): every request may act as any project, admin included"
+        );
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -84,7 +86,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let poll = config.poll_interval;
         let stop = wait_stop(stop_rx.clone());
         tracing::info!(poll_ms = poll.as_millis() as u64, "event scheduler started");
-        Some(tokio::spawn(async move { service.run_scheduler(poll, stop).await }))
+        Some(tokio::spawn(async move {
+            service.run_scheduler(poll, stop).await
+        }))
     } else {
         None
     };

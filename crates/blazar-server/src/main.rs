@@ -16,7 +16,10 @@ async fn main() -> std::process::ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
     match blazar_server::run(config).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -77,7 +77,8 @@ impl Backend for StandaloneBackend {
         now: DateTime<Utc>,
     ) -> ServiceResult<()> {
         for allocation in allocations {
-            tx.end_handovers(&reservation.id, Some(allocation.resource_id), now).await?;
+            tx.end_handovers(&reservation.id, Some(allocation.resource_id), now)
+                .await?;
             tracing::info!(
                 lease.id = %lease.id,
                 resource.type = %allocation.resource_type,

@@ -79,9 +79,13 @@ fn as_bool(key: &str, value: &Value) -> ServiceResult<bool> {
         Value::String(s) => match s.to_ascii_lowercase().as_str() {
             "true" | "yes" | "1" | "on" => Ok(true),
             "false" | "no" | "0" | "off" => Ok(false),
-            _ => Err(ServiceError::BadRequest(format!("Malformed parameter {key}: expected a boolean, got {value}"))),
+            _ => Err(ServiceError::BadRequest(format!(
+                "Malformed parameter {key}: expected a boolean, got {value}"
+            ))),
         },
-        _ => Err(ServiceError::BadRequest(format!("Malformed parameter {key}: expected a boolean, got {value}"))),
+        _ => Err(ServiceError::BadRequest(format!(
+            "Malformed parameter {key}: expected a boolean, got {value}"
+        ))),
     }
 }
 
@@ -104,7 +108,9 @@ fn set_fact(facts: &mut HostFacts, key: &str, value: &Value) -> ServiceResult<()
 
 fn check_capability_key(key: &str) -> ServiceResult<()> {
     if key.is_empty() {
-        return Err(ServiceError::BadRequest("An extra capability needs a non-empty name".into()));
+        return Err(ServiceError::BadRequest(
+            "An extra capability needs a non-empty name".into(),
+        ));
     }
     if key.chars().count() > MAX_CAPABILITY_KEY_LEN {
         return Err(ServiceError::BadRequest(format!(
@@ -117,10 +123,18 @@ fn check_capability_key(key: &str) -> ServiceResult<()> {
 
 impl Service {
     fn require_admin(&self, identity: &Identity, rule: &str) -> ServiceResult<()> {
-        if identity.is_admin() { Ok(()) } else { Err(policy_denied(rule)) }
+        if identity.is_admin() {
+            Ok(())
+        } else {
+            Err(policy_denied(rule))
+        }
     }
 
-    pub async fn create_host(&self, identity: &Identity, body: &Map<String, Value>) -> ServiceResult<HostRecord> {
+    pub async fn create_host(
+        &self,
+        identity: &Identity,
+        body: &Map<String, Value>,
+    ) -> ServiceResult<HostRecord> {
         self.require_admin(identity, "blazar:oshosts:post")?;
         let name = match body.get("name").or_else(|| body.get("hypervisor_hostname")) {
             Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
@@ -128,11 +142,15 @@ impl Service {
                 return Err(ServiceError::BadRequest("Missing parameter name".into()));
             }
             Some(other) => {
-                return Err(ServiceError::BadRequest(format!("Malformed parameter name: expected a string, got {other}")));
+                return Err(ServiceError::BadRequest(format!(
+                    "Malformed parameter name: expected a string, got {other}"
+                )));
             }
         };
         if name.chars().count() > 255 {
-            return Err(ServiceError::BadRequest("The host name is longer than 255 characters".into()));
+            return Err(ServiceError::BadRequest(
+                "The host name is longer than 255 characters".into(),
+            ));
         }
         let mut facts = default_facts(&name);
         let mut capabilities = BTreeMap::new();
@@ -141,7 +159,9 @@ impl Service {
             match key.as_str() {
                 "name" | "hypervisor_hostname" => {}
                 k if PROTECTED_HOST_FIELDS.contains(&k) => {
-                    return Err(ServiceError::BadRequest(format!("{k} is set by the server and cannot be given")));
+                    return Err(ServiceError::BadRequest(format!(
+                        "{k} is set by the server and cannot be given"
+                    )));
                 }
                 "reservable" => reservable = as_bool(key, value)?,
                 k if FACT_FIELDS.contains(&k) => set_fact(&mut facts, k, value)?,
@@ -154,26 +174,28 @@ impl Service {
             }
         }
         let host = in_tx!(self, write, |tx| {
-                let now = self.now();
-                let new = NewHost {
-                    facts: facts.clone(),
-                    trust_id: uuid::Uuid::new_v4().simple().to_string(),
-                    capabilities: capabilities.clone(),
-                    created_at: now,
-                };
-                let id = match tx.insert_host(&new).await {
-                    Err(blazar_db::DbError::Duplicate(_)) => {
-                        return Err(ServiceError::Conflict(format!("Host '{name}' is already registered")));
-                    }
-                    other => other?,
-                };
-                if !reservable {
-                    tx.update_host_facts(id, &facts, false, now).await?;
+            let now = self.now();
+            let new = NewHost {
+                facts: facts.clone(),
+                trust_id: uuid::Uuid::new_v4().simple().to_string(),
+                capabilities: capabilities.clone(),
+                created_at: now,
+            };
+            let id = match tx.insert_host(&new).await {
+                Err(blazar_db::DbError::Duplicate(_)) => {
+                    return Err(ServiceError::Conflict(format!(
+                        "Host '{name}' is already registered"
+                    )));
                 }
-                tx.get_host(id)
-                    .await?
-                    .ok_or_else(|| ServiceError::Internal(format!("host {id} vanished after insert")))
-            })?;
+                other => other?,
+            };
+            if !reservable {
+                tx.update_host_facts(id, &facts, false, now).await?;
+            }
+            tx.get_host(id)
+                .await?
+                .ok_or_else(|| ServiceError::Internal(format!("host {id} vanished after insert")))
+        })?;
         tracing::info!(host.id = host.id, host.name = %host.facts.hypervisor_hostname, "host registered");
         Ok(host)
     }
@@ -181,7 +203,11 @@ impl Service {
     pub async fn get_host(&self, identity: &Identity, id: &str) -> ServiceResult<HostRecord> {
         self.require_admin(identity, "blazar:oshosts:get")?;
         let host_id = parse_host_id(id)?;
-        in_tx!(self, read, |tx| { tx.get_host(host_id).await?.ok_or_else(|| host_not_found(id)) })
+        in_tx!(self, read, |tx| {
+            tx.get_host(host_id)
+                .await?
+                .ok_or_else(|| host_not_found(id))
+        })
     }
 
     pub async fn list_hosts(&self, identity: &Identity) -> ServiceResult<Vec<HostRecord>> {
@@ -191,60 +217,79 @@ impl Service {
 
     /// Sets extra capabilities (a `null` value removes one), hypervisor facts, and
     /// `reservable` (maintenance).
-    pub async fn update_host(&self, identity: &Identity, id: &str, body: &Map<String, Value>) -> ServiceResult<HostRecord> {
+    pub async fn update_host(
+        &self,
+        identity: &Identity,
+        id: &str,
+        body: &Map<String, Value>,
+    ) -> ServiceResult<HostRecord> {
         self.require_admin(identity, "blazar:oshosts:put")?;
         let host_id = parse_host_id(id)?;
         let host = in_tx!(self, write, |tx| {
-                let mut host = tx.get_host(host_id).await?.ok_or_else(|| host_not_found(id))?;
-                if body.is_empty() {
-                    return Err(ServiceError::BadRequest("No data to update".into()));
-                }
-                tx.lock_host(host_id).await?;
-                let now = self.now();
-                let mut facts = host.facts.clone();
-                let mut reservable = host.reservable;
-                let mut row_changed = false;
-                let mut capability_changes: Vec<(&str, Option<String>)> = Vec::new();
-                for (key, value) in body {
-                    match key.as_str() {
-                        "name" | "hypervisor_hostname" => {
-                            return Err(ServiceError::BadRequest(format!(
-                                "{key} cannot be updated; delete and register the host again"
-                            )));
-                        }
-                        k if PROTECTED_HOST_FIELDS.contains(&k) => {
-                            return Err(ServiceError::BadRequest(format!("{k} is set by the server and cannot be updated")));
-                        }
-                        "reservable" => {
-                            reservable = as_bool(key, value)?;
-                            row_changed = true;
-                        }
-                        k if FACT_FIELDS.contains(&k) => {
-                            set_fact(&mut facts, k, value)?;
-                            row_changed = true;
-                        }
-                        k => {
-                            check_capability_key(k)?;
-                            let new_value = if value.is_null() { None } else { Some(as_text(k, value)?) };
-                            capability_changes.push((k, new_value));
-                        }
+            let mut host = tx
+                .get_host(host_id)
+                .await?
+                .ok_or_else(|| host_not_found(id))?;
+            if body.is_empty() {
+                return Err(ServiceError::BadRequest("No data to update".into()));
+            }
+            tx.lock_host(host_id).await?;
+            let now = self.now();
+            let mut facts = host.facts.clone();
+            let mut reservable = host.reservable;
+            let mut row_changed = false;
+            let mut capability_changes: Vec<(&str, Option<String>)> = Vec::new();
+            for (key, value) in body {
+                match key.as_str() {
+                    "name" | "hypervisor_hostname" => {
+                        return Err(ServiceError::BadRequest(format!(
+                            "{key} cannot be updated; delete and register the host again"
+                        )));
+                    }
+                    k if PROTECTED_HOST_FIELDS.contains(&k) => {
+                        return Err(ServiceError::BadRequest(format!(
+                            "{k} is set by the server and cannot be updated"
+                        )));
+                    }
+                    "reservable" => {
+                        reservable = as_bool(key, value)?;
+                        row_changed = true;
+                    }
+                    k if FACT_FIELDS.contains(&k) => {
+                        set_fact(&mut facts, k, value)?;
+                        row_changed = true;
+                    }
+                    k => {
+                        check_capability_key(k)?;
+                        let new_value = if value.is_null() {
+                            None
+                        } else {
+                            Some(as_text(k, value)?)
+                        };
+                        capability_changes.push((k, new_value));
                     }
                 }
-                self.check_capabilities_not_in_use(tx, &host, &capability_changes).await?;
-                for (key, value) in &capability_changes {
-                    match value {
-                        Some(v) => tx.set_host_capability(host_id, key, v, now).await?,
-                        None => {
-                            tx.remove_host_capability(host_id, key).await?;
-                        }
+            }
+            self.check_capabilities_not_in_use(tx, &host, &capability_changes)
+                .await?;
+            for (key, value) in &capability_changes {
+                match value {
+                    Some(v) => tx.set_host_capability(host_id, key, v, now).await?,
+                    None => {
+                        tx.remove_host_capability(host_id, key).await?;
                     }
                 }
-                if row_changed {
-                    tx.update_host_facts(host_id, &facts, reservable, now).await?;
-                }
-                host = tx.get_host(host_id).await?.ok_or_else(|| host_not_found(id))?;
-                Ok(host)
-            })?;
+            }
+            if row_changed {
+                tx.update_host_facts(host_id, &facts, reservable, now)
+                    .await?;
+            }
+            host = tx
+                .get_host(host_id)
+                .await?
+                .ok_or_else(|| host_not_found(id))?;
+            Ok(host)
+        })?;
         Ok(host)
     }
 
@@ -266,7 +311,9 @@ impl Service {
             return Ok(());
         }
         let now = self.now();
-        let views = tx.allocation_views(PHYSICAL_HOST, Some(host.id), None, None, now).await?;
+        let views = tx
+            .allocation_views(PHYSICAL_HOST, Some(host.id), None, None, now)
+            .await?;
         let mut in_use = Vec::new();
         for view in views {
             for reservation in tx.reservations_of(&view.lease_id).await? {
@@ -279,7 +326,13 @@ impl Service {
                     .and_then(Value::as_str)
                     .unwrap_or_default();
                 if let Ok(Some(query)) = PropertyQuery::parse(text) {
-                    in_use.extend(query.keys().into_iter().filter(|k| changed.contains(k)).map(str::to_string));
+                    in_use.extend(
+                        query
+                            .keys()
+                            .into_iter()
+                            .filter(|k| changed.contains(k))
+                            .map(str::to_string),
+                    );
                 }
             }
         }
@@ -302,12 +355,16 @@ impl Service {
             if !tx.lock_host(host_id).await? {
                 return Err(host_not_found(id));
             }
-            if tx.has_unended_allocation(PHYSICAL_HOST, host_id, self.now()).await? {
+            if tx
+                .has_unended_allocation(PHYSICAL_HOST, host_id, self.now())
+                .await?
+            {
                 return Err(ServiceError::Conflict(format!(
                     "Can't delete host {host_id}. The host is reserved."
                 )));
             }
-            tx.delete_allocations_of_resource(PHYSICAL_HOST, host_id).await?;
+            tx.delete_allocations_of_resource(PHYSICAL_HOST, host_id)
+                .await?;
             tx.delete_host(host_id).await?;
             Ok(())
         })?;
@@ -323,10 +380,12 @@ impl Service {
     ) -> ServiceResult<PropertyListing> {
         self.require_admin(identity, "blazar:oshosts:get_resource_properties")?;
         let show_private = all && identity.is_admin();
-        let properties = in_tx!(self, read, |tx| { Ok(tx.list_properties(PHYSICAL_HOST).await?) })?
-            .into_iter()
-            .filter(|p| show_private || !p.private)
-            .collect::<Vec<_>>();
+        let properties = in_tx!(self, read, |tx| {
+            Ok(tx.list_properties(PHYSICAL_HOST).await?)
+        })?
+        .into_iter()
+        .filter(|p| show_private || !p.private)
+        .collect::<Vec<_>>();
         Ok(if detail {
             PropertyListing::Detail(properties)
         } else {
@@ -341,7 +400,11 @@ impl Service {
         body: &Map<String, Value>,
     ) -> ServiceResult<PropertyRow> {
         self.require_admin(identity, "blazar:oshosts:update_resource_properties")?;
-        let unknown: Vec<&str> = body.keys().map(String::as_str).filter(|k| *k != "private").collect();
+        let unknown: Vec<&str> = body
+            .keys()
+            .map(String::as_str)
+            .filter(|k| *k != "private")
+            .collect();
         if !unknown.is_empty() {
             return Err(ServiceError::BadRequest(format!(
                 "Only \"private\" can be updated on a resource property; got {}",
@@ -353,11 +416,13 @@ impl Service {
             None => return Err(ServiceError::BadRequest("Missing parameter private".into())),
         };
         in_tx!(self, write, |tx| {
-            let property = tx
-                .get_property(PHYSICAL_HOST, name)
-                .await?
-                .ok_or_else(|| ServiceError::NotFound(format!("Resource property {name} not found for physical:host")))?;
-            tx.set_property_private(&property.id, private, self.now()).await?;
+            let property = tx.get_property(PHYSICAL_HOST, name).await?.ok_or_else(|| {
+                ServiceError::NotFound(format!(
+                    "Resource property {name} not found for physical:host"
+                ))
+            })?;
+            tx.set_property_private(&property.id, private, self.now())
+                .await?;
             tx.get_property(PHYSICAL_HOST, name)
                 .await?
                 .ok_or_else(|| ServiceError::Internal(format!("property {name} vanished")))
@@ -377,7 +442,9 @@ impl Service {
         in_tx!(self, read, |tx| {
             let ids: Vec<i64> = match host_id {
                 Some(id) => {
-                    tx.get_host(id).await?.ok_or_else(|| host_not_found(host.unwrap_or_default()))?;
+                    tx.get_host(id)
+                        .await?
+                        .ok_or_else(|| host_not_found(host.unwrap_or_default()))?;
                     vec![id]
                 }
                 None => tx.list_hosts().await?.into_iter().map(|h| h.id).collect(),
@@ -410,7 +477,9 @@ impl Service {
         if !identity.is_reader() {
             return Err(policy_denied("blazar:leases:get"));
         }
-        let rows = in_tx!(self, read, |tx| { Ok(tx.handovers(PHYSICAL_HOST, lease_id, include_ended).await?) })?;
+        let rows = in_tx!(self, read, |tx| {
+            Ok(tx.handovers(PHYSICAL_HOST, lease_id, include_ended).await?)
+        })?;
         Ok(rows
             .into_iter()
             .filter(|h| identity.is_admin() || h.project_id == identity.project_id)

@@ -52,7 +52,10 @@ pub struct LeaseUpdate {
 
 impl LeaseUpdate {
     fn is_rename_only(&self) -> bool {
-        self.start.is_none() && self.end.is_none() && self.before_end.is_none() && self.reservations.is_none()
+        self.start.is_none()
+            && self.end.is_none()
+            && self.before_end.is_none()
+            && self.reservations.is_none()
     }
 }
 
@@ -64,9 +67,31 @@ pub struct LeaseView {
     pub events: Vec<EventRow>,
 }
 
+/// A reservation request checked by its resource type: the type and the fields to store.
+type ValidatedRequest = (std::sync::Arc<dyn crate::ResourceType>, Map<String, Value>);
+
+/// `before_end_date` must fall strictly inside the lease.
+fn check_before_end(
+    t: DateTime<Utc>,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> ServiceResult<()> {
+    if t <= start || t >= end {
+        return Err(ServiceError::BadRequest(format!(
+            "before_end_date {} must be strictly between the start ({}) and end ({}) dates",
+            minute(t),
+            minute(start),
+            minute(end)
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_name(name: &str) -> ServiceResult<()> {
     if name.trim().is_empty() {
-        return Err(ServiceError::BadRequest("The lease name must not be empty".into()));
+        return Err(ServiceError::BadRequest(
+            "The lease name must not be empty".into(),
+        ));
     }
     let len = name.chars().count();
     if len > MAX_LEASE_NAME_LEN {
@@ -85,7 +110,7 @@ fn minute(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M").to_string()
 }
 
-fn find_event<'a>(events: &'a [EventRow], kind: EventType) -> Option<&'a EventRow> {
+fn find_event(events: &[EventRow], kind: EventType) -> Option<&EventRow> {
     events.iter().find(|e| e.event_type == kind.as_str())
 }
 
@@ -125,7 +150,9 @@ pub(crate) async fn load_view(tx: &mut Tx, lease: LeaseRow) -> ServiceResult<Lea
 
 impl Service {
     fn check_visible(&self, identity: &Identity, lease: &LeaseRow) -> ServiceResult<()> {
-        if !identity.is_reader() || (!identity.is_admin() && lease.project_id != identity.project_id) {
+        if !identity.is_reader()
+            || (!identity.is_admin() && lease.project_id != identity.project_id)
+        {
             return Err(policy_denied("blazar:leases:get"));
         }
         Ok(())
@@ -134,7 +161,7 @@ impl Service {
     fn validated_requests(
         &self,
         requests: &[Map<String, Value>],
-    ) -> ServiceResult<Vec<(std::sync::Arc<dyn crate::ResourceType>, Map<String, Value>)>> {
+    ) -> ServiceResult<Vec<ValidatedRequest>> {
         requests
             .iter()
             .enumerate()
@@ -166,7 +193,11 @@ impl Service {
         (minutes > 0).then(|| (window.end() - Duration::minutes(minutes)).max(window.start()))
     }
 
-    pub async fn create_lease(&self, identity: &Identity, request: &NewLease) -> ServiceResult<LeaseView> {
+    pub async fn create_lease(
+        &self,
+        identity: &Identity,
+        request: &NewLease,
+    ) -> ServiceResult<LeaseView> {
         if !identity.is_member() {
             return Err(policy_denied("blazar:leases:post"));
         }
@@ -189,71 +220,76 @@ impl Service {
             ))
         })?;
         let before_end = match request.before_end {
-            Some(t) if t <= start || t >= end => {
-                return Err(ServiceError::BadRequest(format!(
-                    "before_end_date {} must be strictly between the start ({}) and end ({}) dates",
-                    minute(t),
-                    minute(start),
-                    minute(end)
-                )));
+            Some(t) => {
+                check_before_end(t, start, end)?;
+                Some(t)
             }
-            Some(t) => Some(t),
             None => self.default_before_end(&window),
         };
         let requests = self.validated_requests(&request.reservations)?;
         let blocked_until = window.end() + self.settings().cleaning();
 
         let view = in_tx!(self, write, |tx| {
-                let created = self.now();
-                let lease = LeaseRow {
+            let created = self.now();
+            let lease = LeaseRow {
+                id: new_id(),
+                name: request.name.clone(),
+                user_id: identity.user_id.clone(),
+                project_id: identity.project_id.clone(),
+                trust_id: new_trust_id(),
+                start: window.start(),
+                end: window.end(),
+                status: LeaseStatus::Pending.as_str().to_string(),
+                degraded: false,
+                created_at: created,
+                updated_at: Some(created),
+            };
+            tx.insert_lease(&lease).await?;
+            for (i, (resource_type, params)) in requests.iter().enumerate() {
+                let reservation = ReservationRow {
                     id: new_id(),
-                    name: request.name.clone(),
-                    user_id: identity.user_id.clone(),
-                    project_id: identity.project_id.clone(),
-                    trust_id: new_trust_id(),
-                    start: window.start(),
-                    end: window.end(),
-                    status: LeaseStatus::Pending.as_str().to_string(),
-                    degraded: false,
+                    lease_id: lease.id.clone(),
+                    ordinal: i as i64,
+                    resource_id: new_id(),
+                    resource_type: resource_type.name().to_string(),
+                    status: ReservationStatus::Pending.as_str().to_string(),
+                    missing_resources: false,
+                    resources_changed: false,
+                    params: params.clone(),
                     created_at: created,
                     updated_at: Some(created),
                 };
-                tx.insert_lease(&lease).await?;
-                for (i, (resource_type, params)) in requests.iter().enumerate() {
-                    let reservation = ReservationRow {
-                        id: new_id(),
-                        lease_id: lease.id.clone(),
-                        ordinal: i as i64,
-                        resource_id: new_id(),
-                        resource_type: resource_type.name().to_string(),
-                        status: ReservationStatus::Pending.as_str().to_string(),
-                        missing_resources: false,
-                        resources_changed: false,
-                        params: params.clone(),
-                        created_at: created,
-                        updated_at: Some(created),
-                    };
-                    tx.insert_reservation(&reservation).await?;
-                    let allocation = AllocationRequest {
-                        lease_id: &lease.id,
-                        reservation_id: &reservation.id,
-                        ordinal: i + 1,
-                        window,
-                        blocked_until,
-                        keep: &[],
-                    };
-                    resource_type.allocate(tx, params, &allocation).await?;
-                }
-                tx.insert_event(&new_event(&lease.id, EventType::StartLease, window.start(), created))
+                tx.insert_reservation(&reservation).await?;
+                let allocation = AllocationRequest {
+                    lease_id: &lease.id,
+                    reservation_id: &reservation.id,
+                    ordinal: i + 1,
+                    window,
+                    blocked_until,
+                    keep: &[],
+                };
+                resource_type.allocate(tx, params, &allocation).await?;
+            }
+            tx.insert_event(&new_event(
+                &lease.id,
+                EventType::StartLease,
+                window.start(),
+                created,
+            ))
+            .await?;
+            tx.insert_event(&new_event(
+                &lease.id,
+                EventType::EndLease,
+                window.end(),
+                created,
+            ))
+            .await?;
+            if let Some(t) = before_end {
+                tx.insert_event(&new_event(&lease.id, EventType::BeforeEndLease, t, created))
                     .await?;
-                tx.insert_event(&new_event(&lease.id, EventType::EndLease, window.end(), created))
-                    .await?;
-                if let Some(t) = before_end {
-                    tx.insert_event(&new_event(&lease.id, EventType::BeforeEndLease, t, created))
-                        .await?;
-                }
-                load_view(tx, lease).await
-            })?;
+            }
+            load_view(tx, lease).await
+        })?;
         tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
         self.wake.notify_one();
         Ok(view)
@@ -268,7 +304,11 @@ impl Service {
     }
 
     /// Leases the caller may see, narrowed by `filter`. Non-admins only ever see their project.
-    pub async fn list_leases(&self, identity: &Identity, filter: &LeaseFilter) -> ServiceResult<Vec<LeaseView>> {
+    pub async fn list_leases(
+        &self,
+        identity: &Identity,
+        filter: &LeaseFilter,
+    ) -> ServiceResult<Vec<LeaseView>> {
         if !identity.is_reader() {
             return Err(policy_denied("blazar:leases:get"));
         }
@@ -300,27 +340,35 @@ impl Service {
         })
     }
 
-    pub async fn update_lease(&self, identity: &Identity, id: &str, update: &LeaseUpdate) -> ServiceResult<LeaseView> {
+    pub async fn update_lease(
+        &self,
+        identity: &Identity,
+        id: &str,
+        update: &LeaseUpdate,
+    ) -> ServiceResult<LeaseView> {
         if let Some(name) = &update.name {
             check_name(name)?;
         }
         let view = in_tx!(self, write, |tx| {
-                let mut lease = tx.lock_lease(id).await?.ok_or_else(|| lease_not_found(id))?;
-                self.check_visible(identity, &lease)?;
-                if !identity.is_member() {
-                    return Err(policy_denied("blazar:leases:put"));
-                }
-                let stamp = self.now();
-                if let Some(name) = &update.name {
-                    lease.name = name.clone();
-                }
-                if update.is_rename_only() {
-                    lease.updated_at = Some(stamp);
-                    tx.update_lease(&lease).await?;
-                    return load_view(tx, lease).await;
-                }
-                self.reschedule(tx, lease, update, stamp).await
-            })?;
+            let mut lease = tx
+                .lock_lease(id)
+                .await?
+                .ok_or_else(|| lease_not_found(id))?;
+            self.check_visible(identity, &lease)?;
+            if !identity.is_member() {
+                return Err(policy_denied("blazar:leases:put"));
+            }
+            let stamp = self.now();
+            if let Some(name) = &update.name {
+                lease.name = name.clone();
+            }
+            if update.is_rename_only() {
+                lease.updated_at = Some(stamp);
+                tx.update_lease(&lease).await?;
+                return load_view(tx, lease).await;
+            }
+            self.reschedule(tx, lease, update, stamp).await
+        })?;
         tracing::info!(lease.id = %view.lease.id, "lease updated");
         self.wake.notify_one();
         Ok(view)
@@ -340,7 +388,9 @@ impl Service {
         let started = event_status(&events, EventType::StartLease) != EventStatus::Undone;
         let ended = event_status(&events, EventType::EndLease) != EventStatus::Undone;
         if ended || lease.status == LeaseStatus::Terminated.as_str() {
-            return Err(ServiceError::BadRequest("Terminated leases can only be renamed".into()));
+            return Err(ServiceError::BadRequest(
+                "Terminated leases can only be renamed".into(),
+            ));
         }
         let new_start = update.start.map_or(lease.start, |w| w.resolve(now));
         if started && new_start != lease.start {
@@ -371,14 +421,7 @@ impl Service {
             ))
         })?;
         if let Some(t) = update.before_end {
-            if t <= new_start || t >= new_end {
-                return Err(ServiceError::BadRequest(format!(
-                    "before_end_date {} must be strictly between the start ({}) and end ({}) dates",
-                    minute(t),
-                    minute(new_start),
-                    minute(new_end)
-                )));
-            }
+            check_before_end(t, new_start, new_end)?;
         }
 
         // Requested reservation changes, validated against what is stored.
@@ -388,19 +431,23 @@ impl Service {
             for entry in entries {
                 let rid = match entry.get("id") {
                     Some(Value::String(s)) => s.clone(),
-                    _ => return Err(ServiceError::BadRequest("Missing parameter reservation ID".into())),
+                    _ => {
+                        return Err(ServiceError::BadRequest(
+                            "Missing parameter reservation ID".into(),
+                        ));
+                    }
                 };
                 let Some(stored) = reservations.iter().find(|r| r.id == rid) else {
                     invalid.push(rid);
                     continue;
                 };
-                if let Some(kind) = entry.get("resource_type") {
-                    if kind.as_str() != Some(stored.resource_type.as_str()) {
-                        return Err(ServiceError::Conflict(format!(
-                            "resource_type cannot be updated (reservation {rid} is {})",
-                            stored.resource_type
-                        )));
-                    }
+                if let Some(kind) = entry.get("resource_type")
+                    && kind.as_str() != Some(stored.resource_type.as_str())
+                {
+                    return Err(ServiceError::Conflict(format!(
+                        "resource_type cannot be updated (reservation {rid} is {})",
+                        stored.resource_type
+                    )));
                 }
                 let params = self
                     .resource_type(&stored.resource_type)?
@@ -419,7 +466,10 @@ impl Service {
         let blocked_until = new_end + self.settings().cleaning();
         let allocations = tx.allocations_of_lease(&lease.id).await?;
         for (i, reservation) in reservations.iter().enumerate() {
-            let params = changes.get(&reservation.id).cloned().unwrap_or_else(|| reservation.params.clone());
+            let params = changes
+                .get(&reservation.id)
+                .cloned()
+                .unwrap_or_else(|| reservation.params.clone());
             if !window_changed && params == reservation.params {
                 continue;
             }
@@ -429,7 +479,8 @@ impl Service {
                 .filter(|a| a.reservation_id == reservation.id)
                 .map(|a| a.resource_id)
                 .collect();
-            tx.delete_allocations_of_reservation(&reservation.id).await?;
+            tx.delete_allocations_of_reservation(&reservation.id)
+                .await?;
             let request = AllocationRequest {
                 lease_id: &lease.id,
                 reservation_id: &reservation.id,
@@ -458,10 +509,14 @@ impl Service {
                     .allocations_of_lease(&lease.id)
                     .await?
                     .into_iter()
-                    .filter(|a| a.reservation_id == reservation.id && !held.contains(&a.resource_id))
+                    .filter(|a| {
+                        a.reservation_id == reservation.id && !held.contains(&a.resource_id)
+                    })
                     .collect();
                 if !added.is_empty() {
-                    self.backend.on_start(tx, &lease, reservation, &added, stamp).await?;
+                    self.backend
+                        .on_start(tx, &lease, reservation, &added, stamp)
+                        .await?;
                 }
             }
             let mut changed = reservation.clone();
@@ -492,14 +547,18 @@ impl Service {
                 continue;
             }
             event.time = time;
-            if kind == EventType::BeforeEndLease && event.status == EventStatus::Done.as_str() && time > now {
+            if kind == EventType::BeforeEndLease
+                && event.status == EventStatus::Done.as_str()
+                && time > now
+            {
                 event.status = EventStatus::Undone.as_str().to_string();
             }
             event.updated_at = Some(stamp);
             tx.update_event(event).await?;
         }
         if let (Some(t), false) = (update.before_end, has_before_end) {
-            tx.insert_event(&new_event(&lease.id, EventType::BeforeEndLease, t, stamp)).await?;
+            tx.insert_event(&new_event(&lease.id, EventType::BeforeEndLease, t, stamp))
+                .await?;
         }
 
         lease.start = new_start;
@@ -512,7 +571,10 @@ impl Service {
     /// Deletes a lease in any status, taking back what it holds first.
     pub async fn delete_lease(&self, identity: &Identity, id: &str) -> ServiceResult<()> {
         in_tx!(self, write, |tx| {
-            let lease = tx.lock_lease(id).await?.ok_or_else(|| lease_not_found(id))?;
+            let lease = tx
+                .lock_lease(id)
+                .await?
+                .ok_or_else(|| lease_not_found(id))?;
             self.check_visible(identity, &lease)?;
             if !identity.is_member() {
                 return Err(policy_denied("blazar:leases:delete"));
@@ -529,7 +591,9 @@ impl Service {
                     .filter(|a| a.reservation_id == reservation.id)
                     .cloned()
                     .collect();
-                self.backend.on_end(tx, &lease, reservation, &held, now).await?;
+                self.backend
+                    .on_end(tx, &lease, reservation, &held, now)
+                    .await?;
             }
             tx.delete_lease(&lease.id).await?;
             Ok(())

@@ -189,7 +189,12 @@ pub struct Service {
 const MAX_ATTEMPTS: u32 = 12;
 
 impl Service {
-    pub fn new(store: Store, clock: Arc<dyn Clock>, settings: Settings, backend: Arc<dyn Backend>) -> Self {
+    pub fn new(
+        store: Store,
+        clock: Arc<dyn Clock>,
+        settings: Settings,
+        backend: Arc<dyn Backend>,
+    ) -> Self {
         let host_type: Arc<dyn ResourceType> = Arc::new(PhysicalHostType);
         Service {
             store,
@@ -243,7 +248,10 @@ impl Service {
                 tracing::debug!(attempt, reason = %reason, "transaction lost a race, retrying");
                 // Spread retries so racing transactions do not collide again in lockstep.
                 let jitter = u64::from(uuid::Uuid::new_v4().as_bytes()[0] % 16);
-                tokio::time::sleep(std::time::Duration::from_millis(2 + jitter * u64::from(attempt))).await;
+                tokio::time::sleep(std::time::Duration::from_millis(
+                    2 + jitter * u64::from(attempt),
+                ))
+                .await;
                 None
             }
             Err(ServiceError::Retry(reason)) => Some(Err(ServiceError::Conflict(format!(

@@ -51,12 +51,20 @@ pub trait ResourceType: Send + Sync {
 
 pub struct PhysicalHostType;
 
-const HOST_FIELDS: &[&str] = &["min", "max", "hypervisor_properties", "resource_properties", "before_end"];
+const HOST_FIELDS: &[&str] = &[
+    "min",
+    "max",
+    "hypervisor_properties",
+    "resource_properties",
+    "before_end",
+];
 const BEFORE_END_ACTIONS: &[&str] = &["default", "", "snapshot"];
 
 fn int_field(map: &Map<String, Value>, key: &str) -> ServiceResult<i64> {
     match map.get(key) {
-        None | Some(Value::Null) => Err(ServiceError::BadRequest(format!("Missing parameter {key}"))),
+        None | Some(Value::Null) => {
+            Err(ServiceError::BadRequest(format!("Missing parameter {key}")))
+        }
         Some(Value::Number(n)) => match n.as_i64() {
             Some(v) if (1..=i64::from(i32::MAX)).contains(&v) => Ok(v),
             _ => Err(ServiceError::BadRequest(format!(
@@ -70,7 +78,10 @@ fn int_field(map: &Map<String, Value>, key: &str) -> ServiceResult<i64> {
     }
 }
 
-fn query_field(map: &Map<String, Value>, key: &str) -> ServiceResult<(String, Option<PropertyQuery>)> {
+fn query_field(
+    map: &Map<String, Value>,
+    key: &str,
+) -> ServiceResult<(String, Option<PropertyQuery>)> {
     let text = match map.get(key) {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
@@ -83,13 +94,18 @@ fn query_field(map: &Map<String, Value>, key: &str) -> ServiceResult<(String, Op
             )));
         }
     };
-    let query = PropertyQuery::parse(&text)
-        .map_err(|e| ServiceError::BadRequest(format!("Malformed requirements {key} {text}: {e}")))?;
+    let query = PropertyQuery::parse(&text).map_err(|e| {
+        ServiceError::BadRequest(format!("Malformed requirements {key} {text}: {e}"))
+    })?;
     Ok((text, query))
 }
 
 /// Refuses queries on properties no host has: Blazar answers those with a 500.
-fn check_known_properties(hosts: &[HostRecord], field: &str, query: &PropertyQuery) -> ServiceResult<()> {
+fn check_known_properties(
+    hosts: &[HostRecord],
+    field: &str,
+    query: &PropertyQuery,
+) -> ServiceResult<()> {
     for key in query.keys() {
         if HostRecord::is_column(key) || hosts.iter().any(|h| h.capabilities.contains_key(key)) {
             continue;
@@ -165,8 +181,14 @@ impl ResourceType for PhysicalHostType {
         let mut out = Map::new();
         out.insert("min".into(), Value::from(min));
         out.insert("max".into(), Value::from(max));
-        out.insert("hypervisor_properties".into(), Value::from(hypervisor_properties));
-        out.insert("resource_properties".into(), Value::from(resource_properties));
+        out.insert(
+            "hypervisor_properties".into(),
+            Value::from(hypervisor_properties),
+        );
+        out.insert(
+            "resource_properties".into(),
+            Value::from(resource_properties),
+        );
         out.insert("before_end".into(), Value::from(before_end));
         Ok(out)
     }
@@ -182,6 +204,7 @@ impl ResourceType for PhysicalHostType {
         let (_, hypervisor_query) = query_field(params, "hypervisor_properties")?;
         let (_, resource_query) = query_field(params, "resource_properties")?;
 
+        tx.lock_allocations().await?;
         let hosts = tx.list_hosts().await?;
         for (field, query) in [
             ("hypervisor_properties", &hypervisor_query),
@@ -221,7 +244,9 @@ impl ResourceType for PhysicalHostType {
         // inventory: start over with a fresh view.
         let still_there = tx.lock_reservable_hosts(&chosen).await?;
         if still_there.len() != chosen.len() {
-            return Err(ServiceError::Retry("a chosen host changed concurrently".into()));
+            return Err(ServiceError::Retry(
+                "a chosen host changed concurrently".into(),
+            ));
         }
         for host_id in &chosen {
             tx.insert_allocation(&NewAllocation {
@@ -245,7 +270,9 @@ mod tests {
     use serde_json::json;
 
     fn validate(v: Value) -> Result<Map<String, Value>, ServiceError> {
-        let Value::Object(map) = v else { panic!("object") };
+        let Value::Object(map) = v else {
+            panic!("object")
+        };
         PhysicalHostType.validate(&map, None)
     }
 
@@ -266,24 +293,47 @@ mod tests {
             (json!({"min": "", "max": ""}), "Malformed parameter min"),
             (json!({"min": 0, "max": 1}), "Malformed parameter min"),
             (json!({"min": 1.5, "max": 2}), "Malformed parameter min"),
-            (json!({"min": 3, "max": 2}), "Max must be equal to or larger than min"),
-            (json!({"min": 1, "max": 1, "resource_properties": "[\"==\", \"gpu\"]"}), "Malformed requirements"),
-            (json!({"min": 1, "max": 1, "before_end": "explode"}), "Malformed parameter before_end"),
-            (json!({"min": 1, "max": 1, "amount": 3}), "Unknown field(s) amount"),
+            (
+                json!({"min": 3, "max": 2}),
+                "Max must be equal to or larger than min",
+            ),
+            (
+                json!({"min": 1, "max": 1, "resource_properties": "[\"==\", \"gpu\"]"}),
+                "Malformed requirements",
+            ),
+            (
+                json!({"min": 1, "max": 1, "before_end": "explode"}),
+                "Malformed parameter before_end",
+            ),
+            (
+                json!({"min": 1, "max": 1, "amount": 3}),
+                "Unknown field(s) amount",
+            ),
         ];
         for (v, expected) in bad {
             let err = validate(v.clone()).unwrap_err();
-            assert!(matches!(err, ServiceError::BadRequest(ref m) if m.contains(expected)), "{v}: {err:?}");
+            assert!(
+                matches!(err, ServiceError::BadRequest(ref m) if m.contains(expected)),
+                "{v}: {err:?}"
+            );
         }
     }
 
     #[test]
     fn update_merges_with_stored_fields() {
-        let stored = validate(json!({"min": 1, "max": 2, "resource_properties": "[\"==\", \"$gpu\", \"true\"]"})).unwrap();
+        let stored = validate(
+            json!({"min": 1, "max": 2, "resource_properties": "[\"==\", \"$gpu\", \"true\"]"}),
+        )
+        .unwrap();
         let change = json!({"max": 1});
-        let Value::Object(change) = change else { unreachable!() };
+        let Value::Object(change) = change else {
+            unreachable!()
+        };
         let merged = PhysicalHostType.validate(&change, Some(&stored)).unwrap();
         assert_eq!(merged["max"], json!(1));
-        assert_eq!(merged["resource_properties"], json!("[\"==\", \"$gpu\", \"true\"]"));
+        assert_eq!(
+            merged["resource_properties"],
+            json!("[\"==\", \"$gpu\", \"true\"]")
+        );
     }
 }

@@ -30,12 +30,12 @@ impl Service {
         let mut report = TickReport::default();
         while report.executed + report.failed < MAX_EVENTS_PER_TICK {
             let outcome = in_tx!(self, write, |tx| {
-                    tx.lock_scheduler().await?;
-                    let Some(event) = tx.claim_due_event(now).await? else {
-                        return Ok(None);
-                    };
-                    self.run_event(tx, event, now).await.map(Some)
-                })?;
+                tx.lock_scheduler().await?;
+                let Some(event) = tx.claim_due_event(now).await? else {
+                    return Ok(None);
+                };
+                self.run_event(tx, event, now).await.map(Some)
+            })?;
             match outcome {
                 None => break,
                 Some(true) => report.executed += 1,
@@ -48,14 +48,18 @@ impl Service {
     /// Applies one event inside the transaction that claimed it. Returns whether it succeeded;
     /// a failure of the outside world marks the event and the lease ERROR, a database failure
     /// rolls everything back so the event runs again later.
-    async fn run_event(&self, tx: &mut Tx, mut event: EventRow, now: DateTime<Utc>) -> ServiceResult<bool> {
+    async fn run_event(
+        &self,
+        tx: &mut Tx,
+        mut event: EventRow,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<bool> {
         let Some(mut lease) = tx.lock_lease(&event.lease_id).await? else {
             return Ok(false);
         };
-        let kind: EventType = event
-            .event_type
-            .parse()
-            .map_err(|_| ServiceError::Internal(format!("unknown event type {}", event.event_type)))?;
+        let kind: EventType = event.event_type.parse().map_err(|_| {
+            ServiceError::Internal(format!("unknown event type {}", event.event_type))
+        })?;
         let mut reservations = tx.reservations_of(&lease.id).await?;
         let allocations = tx.allocations_of_lease(&lease.id).await?;
         let held = |reservation_id: &str| -> Vec<AllocationRow> {
@@ -98,18 +102,17 @@ impl Service {
                     if reservation.status == ReservationStatus::Deleted.as_str() {
                         continue;
                     }
-                    if reservation.status == ReservationStatus::Active.as_str() {
-                        if let Err(e) = self
+                    if reservation.status == ReservationStatus::Active.as_str()
+                        && let Err(e) = self
                             .backend
                             .on_end(tx, &lease, reservation, &held(&reservation.id), now)
                             .await
-                        {
-                            match e {
-                                ServiceError::Internal(m) | ServiceError::Retry(m) => {
-                                    return Err(ServiceError::Internal(m));
-                                }
-                                other => failure = Some(other.to_string()),
+                    {
+                        match e {
+                            ServiceError::Internal(m) | ServiceError::Retry(m) => {
+                                return Err(ServiceError::Internal(m));
                             }
+                            other => failure = Some(other.to_string()),
                         }
                     }
                     reservation.status = ReservationStatus::Deleted.as_str().to_string();
@@ -122,9 +125,13 @@ impl Service {
             }
         }
 
-        event.status = if failure.is_some() { EventStatus::Error } else { EventStatus::Done }
-            .as_str()
-            .to_string();
+        event.status = if failure.is_some() {
+            EventStatus::Error
+        } else {
+            EventStatus::Done
+        }
+        .as_str()
+        .to_string();
         event.updated_at = Some(now);
         tx.update_event(&event).await?;
 
@@ -136,7 +143,10 @@ impl Service {
                 .and_then(|e| e.status.parse().ok())
                 .unwrap_or(EventStatus::Undone)
         };
-        let derived = LeaseStatus::derive(status_of(EventType::StartLease), status_of(EventType::EndLease));
+        let derived = LeaseStatus::derive(
+            status_of(EventType::StartLease),
+            status_of(EventType::EndLease),
+        );
         if derived.as_str() != lease.status {
             lease.status = derived.as_str().to_string();
             lease.updated_at = Some(now);
@@ -157,7 +167,11 @@ impl Service {
     /// Runs the scheduler until `shutdown` completes: a tick whenever an event falls due,
     /// when woken by a new lease, and at least every `poll` (events written by other
     /// processes are seen at the next poll).
-    pub async fn run_scheduler(&self, poll: std::time::Duration, shutdown: impl Future<Output = ()>) {
+    pub async fn run_scheduler(
+        &self,
+        poll: std::time::Duration,
+        shutdown: impl Future<Output = ()>,
+    ) {
         tokio::pin!(shutdown);
         loop {
             let now = self.now();

@@ -1,0 +1,147 @@
+//! Version discovery, headers, error envelopes, request hygiene.
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+use crate::harness::TestApp;
+
+#[tokio::test]
+async fn version_document_lists_v1() {
+    let app = TestApp::spawn().await;
+    for path in ["/", "/versions"] {
+        let r = app.get(path).await;
+        assert_eq!(r.status, StatusCode::MULTIPLE_CHOICES);
+        let v = &r.body["versions"][0];
+        assert_eq!(v["id"], "v1.0");
+        assert_eq!(v["status"], "CURRENT");
+        assert!(v["links"][0]["href"].as_str().unwrap().ends_with("/v1"));
+        assert_eq!(v["min_version"], "1.0");
+        assert_eq!(v["max_version"], "1.0");
+    }
+}
+
+#[tokio::test]
+async fn v1_responses_carry_version_and_request_id_headers() {
+    let app = TestApp::spawn().await;
+    let r = app.get("/v1/leases").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.headers["openstack-api-version"], "reservation 1.0");
+    assert_eq!(r.headers["vary"], "OpenStack-API-Version");
+    let id = r.headers["x-openstack-request-id"].to_str().unwrap();
+    assert!(id.starts_with("req-") && id.len() == 40, "{id}");
+    // Errors carry them too.
+    let r = app
+        .get("/v1/leases/00000000-0000-0000-0000-000000000000")
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.headers["openstack-api-version"], "reservation 1.0");
+    assert!(r.headers.contains_key("x-openstack-request-id"));
+}
+
+#[tokio::test]
+async fn microversion_header_is_checked() {
+    let app = TestApp::spawn().await;
+    let send = |value: &'static str| {
+        app.client
+            .get(format!("{}/v1/leases", app.base))
+            .header("OpenStack-API-Version", value)
+            .send()
+    };
+    let ok = send("reservation 1.0").await.unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    let latest = send("reservation latest").await.unwrap();
+    assert_eq!(latest.headers()["openstack-api-version"], "reservation 1.0");
+    let other_service = send("compute 2.1").await.unwrap();
+    assert_eq!(other_service.status(), StatusCode::OK);
+    let bad = send("reservation 1.x").await.unwrap();
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    let body: serde_json::Value = bad.json().await.unwrap();
+    assert_eq!(body["error"], 400);
+    assert!(
+        body["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid format")
+    );
+    let unsupported = send("reservation 1.5").await.unwrap();
+    assert_eq!(unsupported.status(), StatusCode::NOT_ACCEPTABLE);
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_use_the_framework_shape() {
+    let app = TestApp::spawn().await;
+    let r = app.get("/v1/nothing-here").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.body["error"], 404);
+    assert!(r.message().contains("requested URL was not found"));
+    let r = app
+        .request(Method::PATCH, "/v1/leases", Some(json!({})))
+        .await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(r.body["error"], 405);
+    let r = app.get("/v1/os-hosts/").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn json_suffix_routes_work() {
+    let app = TestApp::spawn().await;
+    let id = app.create_host("compute-1", json!({})).await;
+    assert_eq!(app.get("/v1/leases.json").await.status, StatusCode::OK);
+    let r = app.get(&format!("/v1/os-hosts/{id}.json")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["host"]["hypervisor_hostname"], "compute-1");
+}
+
+#[tokio::test]
+async fn malformed_bodies_get_a_400_in_blazar_format() {
+    let app = TestApp::spawn().await;
+    let cases: [(&str, &'static str, &str); 5] = [
+        ("application/json", "{bad", "not valid JSON"),
+        ("application/json", "[1, 2]", "must be a JSON object"),
+        ("application/json", "\"text\"", "must be a JSON object"),
+        (
+            "text/plain",
+            "{}",
+            "Content type 'text/plain' isn't supported",
+        ),
+        (
+            "application/x-www-form-urlencoded",
+            "name=x",
+            "isn't supported",
+        ),
+    ];
+    for (content_type, body, expected) in cases {
+        let r = app
+            .raw(Method::POST, "/v1/leases", content_type, body)
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{content_type} {body}");
+        assert_eq!(r.body["error_code"], 400);
+        assert_eq!(r.body["error_name"], 400);
+        assert!(r.message().contains(expected), "{body}: {}", r.message());
+    }
+    assert_eq!(app.get("/v1/leases").await.body["leases"], json!([]));
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_refused() {
+    let app = TestApp::spawn().await;
+    let big = "x".repeat(2 * 1024 * 1024);
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": big, "start_date": "now", "end_date": "2030-01-01 10:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(r.body["error_code"], 413);
+}
+
+#[tokio::test]
+async fn delete_answers_204_with_an_empty_body() {
+    let app = TestApp::spawn().await;
+    let id = app.create_host("compute-1", json!({})).await;
+    let r = app.delete(&format!("/v1/os-hosts/{id}")).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert!(r.body.is_null());
+}

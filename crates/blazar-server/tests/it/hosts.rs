@@ -1,0 +1,362 @@
+//! `/v1/os-hosts`: inventory, properties, allocations.
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::harness::TestApp;
+
+#[tokio::test]
+async fn create_show_list_hosts() {
+    let app = TestApp::spawn().await;
+    let r = app
+        .post(
+            "/v1/os-hosts",
+            json!({"name": "compute-2", "vcpus": 16, "memory_mb": "65536", "local_gb": 500,
+                   "hypervisor_type": "QEMU", "gpu": "true", "rack": "r1"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    let host = &r.body["host"];
+    assert_eq!(host["id"], "1");
+    assert_eq!(host["hypervisor_hostname"], "compute-2");
+    assert_eq!(host["service_name"], "compute-2");
+    assert_eq!(host["vcpus"], 16);
+    assert_eq!(host["memory_mb"], 65536);
+    assert_eq!(host["gpu"], "true");
+    assert_eq!(host["rack"], "r1");
+    assert_eq!(host["reservable"], true);
+    assert_eq!(host["status"], json!(null));
+    assert_eq!(host["updated_at"], json!(null));
+    assert_eq!(host["trust_id"].as_str().unwrap().len(), 32);
+    let keys: Vec<&String> = host.as_object().unwrap().keys().collect();
+    for key in [
+        "availability_zone",
+        "cpu_info",
+        "created_at",
+        "hypervisor_hostname",
+        "hypervisor_type",
+        "hypervisor_version",
+        "id",
+        "local_gb",
+        "memory_mb",
+        "reservable",
+        "service_name",
+        "status",
+        "trust_id",
+        "updated_at",
+        "vcpus",
+    ] {
+        assert!(host.get(key).is_some(), "missing {key} in {keys:?}");
+    }
+
+    let defaults = app.post("/v1/os-hosts", json!({"name": "compute-9"})).await;
+    assert_eq!(defaults.body["host"]["id"], "2");
+    assert!(defaults.body["host"]["vcpus"].as_i64().unwrap() > 0);
+
+    let shown = app.get("/v1/os-hosts/1").await;
+    assert_eq!(shown.status, StatusCode::OK);
+    assert_eq!(shown.body["host"], *host);
+    let listed = app.get("/v1/os-hosts").await;
+    assert_eq!(listed.body["hosts"].as_array().unwrap().len(), 2);
+    let filtered = app.get("/v1/os-hosts?hypervisor_hostname=compute-9").await;
+    assert_eq!(filtered.body["hosts"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn host_creation_errors() {
+    let app = TestApp::spawn().await;
+    app.create_host("compute-1", json!({})).await;
+    let long_key = "k".repeat(65);
+    let cases = [
+        (
+            json!({"name": "compute-1"}),
+            StatusCode::CONFLICT,
+            "already registered",
+        ),
+        (json!({}), StatusCode::BAD_REQUEST, "Missing parameter name"),
+        (
+            json!({"name": 7}),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter name",
+        ),
+        (
+            json!({"name": "c2", long_key.clone(): "v"}),
+            StatusCode::BAD_REQUEST,
+            "Extra capability key too long",
+        ),
+        (
+            json!({"name": "c2", "vcpus": "many"}),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter vcpus",
+        ),
+        (
+            json!({"name": "c2", "id": "77"}),
+            StatusCode::BAD_REQUEST,
+            "id is set by the server",
+        ),
+        (
+            json!({"name": "c2", "trust_id": "x"}),
+            StatusCode::BAD_REQUEST,
+            "trust_id is set by the server",
+        ),
+        (
+            json!({"name": "c2", "gpu": {"nested": true}}),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter gpu",
+        ),
+    ];
+    for (body, status, message) in cases {
+        let r = app.post("/v1/os-hosts", body.clone()).await;
+        assert_eq!(r.status, status, "{body}: {}", r.body);
+        assert!(r.message().contains(message), "{body}: {}", r.message());
+    }
+    assert_eq!(
+        app.get("/v1/os-hosts").await.body["hosts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let r = app.get("/v1/os-hosts/999").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.message(), "Object with {'host_id': '999'} not found");
+    assert_eq!(
+        app.get("/v1/os-hosts/abc").await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn update_host_capabilities_facts_and_maintenance() {
+    let app = TestApp::spawn().await;
+    let id = app
+        .create_host("compute-2", json!({"gpu": "true", "rack": "r1"}))
+        .await;
+    let path = format!("/v1/os-hosts/{id}");
+    let r = app
+        .put(&path, json!({"rack": "r9", "owner": "team-a"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["host"]["rack"], "r9");
+    assert_eq!(r.body["host"]["owner"], "team-a");
+    // A null value removes a capability.
+    let r = app.put(&path, json!({"owner": null})).await;
+    assert!(r.body["host"].get("owner").is_none());
+    // Facts and maintenance.
+    let r = app
+        .put(&path, json!({"vcpus": 32, "reservable": false}))
+        .await;
+    assert_eq!(r.body["host"]["vcpus"], 32);
+    assert_eq!(r.body["host"]["reservable"], false);
+    assert!(r.body["host"]["updated_at"].is_string());
+
+    let r = app.put(&path, json!({})).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.message(), "No data to update");
+    let r = app.put(&path, json!({"status": "up"})).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let r = app.put("/v1/os-hosts/42", json!({"a": "b"})).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn maintenance_hosts_are_never_chosen() {
+    let app = TestApp::spawn().await;
+    let h1 = app.create_host("compute-1", json!({})).await;
+    let h2 = app.create_host("compute-2", json!({})).await;
+    app.put(&format!("/v1/os-hosts/{h1}"), json!({"reservable": false}))
+        .await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 2, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(
+        app.hosts_of(r.body["lease"]["id"].as_str().unwrap()).await,
+        vec![h2]
+    );
+    let r = app
+        .host_lease("l2", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert!(r.message().contains("1 host(s) match"), "{}", r.message());
+}
+
+#[tokio::test]
+async fn delete_host_refused_while_reserved() {
+    let app = TestApp::spawn().await;
+    let id = app.create_host("compute-1", json!({})).await;
+    let lease = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let lease_id = lease.body["lease"]["id"].as_str().unwrap().to_string();
+    let r = app.delete(&format!("/v1/os-hosts/{id}")).await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert_eq!(
+        r.message(),
+        format!("Can't delete host {id}. The host is reserved.")
+    );
+    // Once the lease has ended, the host can go.
+    app.tick_at(crate::harness::t(2030, 1, 1, 10, 0)).await;
+    app.tick_at(crate::harness::t(2030, 1, 1, 12, 0)).await;
+    assert_eq!(
+        app.get(&format!("/v1/leases/{lease_id}")).await.body["lease"]["status"],
+        "TERMINATED"
+    );
+    assert_eq!(
+        app.delete(&format!("/v1/os-hosts/{id}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.delete(&format!("/v1/os-hosts/{id}")).await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn host_properties_list_detail_private() {
+    let app = TestApp::spawn().await;
+    app.create_host("compute-2", json!({"gpu": "true", "rack": "r1"}))
+        .await;
+    app.create_host("compute-3", json!({"gpu": "false", "rack": "r2"}))
+        .await;
+    let r = app.get("/v1/os-hosts/properties").await;
+    assert_eq!(
+        r.body,
+        json!({"resource_properties": [{"property": "gpu"}, {"property": "rack"}]})
+    );
+    let r = app.get("/v1/os-hosts/properties?detail=True").await;
+    assert_eq!(
+        r.body["resource_properties"][0],
+        json!({"property": "gpu", "private": false, "values": ["false", "true"]})
+    );
+    let r = app
+        .patch("/v1/os-hosts/properties/rack", json!({"private": true}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let p = &r.body["resource_property"];
+    assert_eq!(p["property_name"], "rack");
+    assert_eq!(p["resource_type"], "physical:host");
+    assert_eq!(p["private"], true);
+    assert!(p["created_at"].as_str().unwrap().contains('T'));
+    let hidden = app.get("/v1/os-hosts/properties?detail=True").await;
+    assert_eq!(
+        hidden.body["resource_properties"].as_array().unwrap().len(),
+        1
+    );
+    let all = app
+        .get("/v1/os-hosts/properties?detail=True&all=True")
+        .await;
+    assert_eq!(all.body["resource_properties"][1]["private"], true);
+
+    let r = app
+        .patch("/v1/os-hosts/properties/nope", json!({"private": true}))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = app
+        .patch("/v1/os-hosts/properties/rack", json!({"id": "x"}))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let r = app
+        .patch("/v1/os-hosts/properties/rack", json!({"private": "maybe"}))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn capability_in_use_cannot_change() {
+    let app = TestApp::spawn().await;
+    let id = app
+        .create_host("compute-2", json!({"gpu": "true", "rack": "r1"}))
+        .await;
+    let r = app
+        .host_lease(
+            "l",
+            "2030-01-01 10:00",
+            "2030-01-01 12:00",
+            1,
+            1,
+            r#"["==", "$gpu", "true"]"#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    let r = app
+        .put(&format!("/v1/os-hosts/{id}"), json!({"gpu": "false"}))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    let r = app
+        .put(&format!("/v1/os-hosts/{id}"), json!({"rack": "r2"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn allocations_list_every_host_and_filter() {
+    let app = TestApp::spawn().await;
+    let h1 = app.create_host("compute-1", json!({"gpu": "false"})).await;
+    let h2 = app.create_host("compute-2", json!({"gpu": "true"})).await;
+    let l1 = app
+        .host_lease(
+            "a",
+            "2030-01-01 10:00",
+            "2030-01-01 12:00",
+            1,
+            1,
+            r#"["==", "$gpu", "true"]"#,
+        )
+        .await;
+    let l1_id = l1.body["lease"]["id"].as_str().unwrap().to_string();
+    let r1_id = l1.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let all = app.get("/v1/os-hosts/allocations").await;
+    let entries = all.body["allocations"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[0], json!({"resource_id": h1, "reservations": []}));
+    assert_eq!(
+        entries[1],
+        json!({"resource_id": h2, "reservations": [{
+            "id": r1_id, "lease_id": l1_id,
+            "start_date": "2030-01-01T10:00:00.000000", "end_date": "2030-01-01T12:00:00.000000"}]})
+    );
+    let one = app.get(&format!("/v1/os-hosts/{h2}/allocation")).await;
+    assert_eq!(one.body["allocation"], entries[1]);
+    let by_reservation = app
+        .get(&format!(
+            "/v1/os-hosts/{h2}/allocation?reservation_id={r1_id}"
+        ))
+        .await;
+    assert_eq!(by_reservation.body["allocation"], entries[1]);
+    let other = app
+        .get(&format!("/v1/os-hosts/{h2}/allocation?lease_id=nope"))
+        .await;
+    assert_eq!(other.body["allocation"]["reservations"], json!([]));
+    assert_eq!(
+        app.get("/v1/os-hosts/77/allocation").await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn hosts_are_admin_only() {
+    let mut app = TestApp::spawn().await;
+    app.act_as("demo", "alice", "member");
+    let r = app.get("/v1/os-hosts").await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.message(),
+        "Policy doesn't allow blazar:oshosts:get to be performed"
+    );
+    assert_eq!(
+        app.post("/v1/os-hosts", json!({"name": "x"})).await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        app.get("/v1/os-hosts/allocations").await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        app.get("/v1/os-hosts/properties").await.status,
+        StatusCode::FORBIDDEN
+    );
+}

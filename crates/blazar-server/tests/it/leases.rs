@@ -1,0 +1,745 @@
+//! `/v1/leases`: create, show, list, update, delete, and physical:host allocation rules.
+
+use blazar_service::Settings;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::harness::TestApp;
+
+const GPU: &str = r#"["==", "$gpu", "true"]"#;
+
+async fn three_hosts(app: &TestApp) {
+    app.create_host(
+        "compute-1",
+        json!({"vcpus": 8, "memory_mb": 16384, "gpu": "false", "cores": "9"}),
+    )
+    .await;
+    app.create_host(
+        "compute-2",
+        json!({"vcpus": 16, "memory_mb": 65536, "gpu": "true", "cores": "10"}),
+    )
+    .await;
+    app.create_host(
+        "compute-3",
+        json!({"vcpus": 32, "memory_mb": 131072, "gpu": "false", "cores": "100"}),
+    )
+    .await;
+}
+
+fn id(r: &crate::harness::Response) -> String {
+    r.body["lease"]["id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn create_lease_has_blazar_shape() {
+    let app = TestApp::spawn().await;
+    three_hosts(&app).await;
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({
+                "name": "lease-1", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+                "before_end_date": null, "events": [],
+                "reservations": [{"resource_type": "physical:host", "min": 1, "max": 2,
+                    "hypervisor_properties": "[\">=\", \"$memory_mb\", \"32768\"]", "resource_properties": GPU}],
+            }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease = &r.body["lease"];
+    assert_eq!(lease["name"], "lease-1");
+    assert_eq!(lease["status"], "PENDING");
+    assert_eq!(lease["degraded"], false);
+    assert_eq!(lease["start_date"], "2030-01-01T10:00:00.000000");
+    assert_eq!(lease["end_date"], "2030-01-01T12:00:00.000000");
+    assert_eq!(lease["project_id"], "admin-project");
+    assert_eq!(lease["user_id"], "admin-user");
+    assert_eq!(lease["created_at"], "2029-12-31 08:00:00");
+    let res = &lease["reservations"][0];
+    assert_eq!(res["resource_type"], "physical:host");
+    assert_eq!(res["status"], "pending");
+    assert_eq!(res["min"], 1);
+    assert_eq!(res["max"], 2);
+    assert_eq!(res["before_end"], "default");
+    assert_eq!(res["resource_properties"], GPU);
+    assert_eq!(
+        res["hypervisor_properties"],
+        "[\">=\", \"$memory_mb\", \"32768\"]"
+    );
+    assert_eq!(res["missing_resources"], false);
+    assert_eq!(res["resources_changed"], false);
+    assert_eq!(res["lease_id"], lease["id"]);
+    let mut events: Vec<(String, String, String)> = lease["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["event_type"].as_str().unwrap().to_string(),
+                e["time"].as_str().unwrap().to_string(),
+                e["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    events.sort();
+    assert_eq!(
+        events,
+        vec![
+            (
+                "before_end_lease".into(),
+                "2030-01-01T11:00:00.000000".into(),
+                "UNDONE".into()
+            ),
+            (
+                "end_lease".into(),
+                "2030-01-01T12:00:00.000000".into(),
+                "UNDONE".into()
+            ),
+            (
+                "start_lease".into(),
+                "2030-01-01T10:00:00.000000".into(),
+                "UNDONE".into()
+            ),
+        ]
+    );
+    // Only compute-2 has a GPU and enough memory.
+    assert_eq!(app.hosts_of(&id(&r)).await, vec!["2".to_string()]);
+    let shown = app.get(&format!("/v1/leases/{}", id(&r))).await;
+    assert_eq!(shown.body["lease"], *lease);
+}
+
+#[tokio::test]
+async fn lease_creation_errors_are_4xx_and_write_nothing() {
+    let app = TestApp::spawn().await;
+    three_hosts(&app).await;
+    let host = |min: Value, max: Value, props: &str| {
+        json!([{"resource_type": "physical:host", "min": min, "max": max,
+                "hypervisor_properties": "", "resource_properties": props}])
+    };
+    let lease = |start: &str, end: &str, reservations: Value| json!({"name": "l", "start_date": start, "end_date": end, "reservations": reservations, "events": []});
+    let good = host(json!(1), json!(1), "");
+    let long_name = "n".repeat(81);
+    let cases: Vec<(Value, StatusCode, &str)> = vec![
+        (
+            json!({"start_date": "2030-01-01 10:00"}),
+            StatusCode::BAD_REQUEST,
+            "Missing parameter name, end_date",
+        ),
+        (
+            lease("2030-01-01 10:00:00", "2030-01-01 12:00", good.clone()),
+            StatusCode::BAD_REQUEST,
+            "is an invalid date",
+        ),
+        (
+            lease("tomorrow", "2030-01-01 12:00", good.clone()),
+            StatusCode::BAD_REQUEST,
+            "tomorrow is an invalid date. Required format: %Y-%m-%d %H:%M",
+        ),
+        (
+            lease("2020-01-01 10:00", "2030-01-01 12:00", good.clone()),
+            StatusCode::BAD_REQUEST,
+            "Start date must be later than current date",
+        ),
+        (
+            lease("2030-01-01 12:00", "2030-01-01 10:00", good.clone()),
+            StatusCode::BAD_REQUEST,
+            "End date must be later than start date",
+        ),
+        (
+            lease("2030-01-01 10:00", "2030-01-01 10:00", good.clone()),
+            StatusCode::BAD_REQUEST,
+            "End date must be later than start date",
+        ),
+        (
+            lease(
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([{"resource_type": "virtual:nothing"}]),
+            ),
+            StatusCode::BAD_REQUEST,
+            "The virtual:nothing resource type is not supported",
+        ),
+        (
+            lease(
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([{"min": 1, "max": 1}]),
+            ),
+            StatusCode::BAD_REQUEST,
+            "Missing parameter resource_type",
+        ),
+        (
+            lease(
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                host(json!("1"), json!("2"), ""),
+            ),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter min",
+        ),
+        (
+            lease(
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                host(json!(""), json!(""), ""),
+            ),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter min",
+        ),
+        (
+            lease(
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                host(json!(2), json!(1), ""),
+            ),
+            StatusCode::BAD_REQUEST,
+            "Max must be equal to or larger than min",
+        ),
+        (
+            lease(
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                host(json!(1), json!(1), "[\"==\", \"$gpu\"]"),
+            ),
+            StatusCode::BAD_REQUEST,
+            "Malformed requirements",
+        ),
+        (
+            lease(
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                host(json!(1), json!(1), "[\"==\", \"$colour\", \"red\"]"),
+            ),
+            StatusCode::BAD_REQUEST,
+            "Unknown property $colour",
+        ),
+        (
+            lease(
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                host(json!(5), json!(5), ""),
+            ),
+            StatusCode::CONFLICT,
+            "3 host(s) match the filters and are reservable, 3 of them free",
+        ),
+        (
+            lease(
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                host(json!(2), json!(2), GPU),
+            ),
+            StatusCode::CONFLICT,
+            "1 host(s) match",
+        ),
+        (
+            json!({"name": long_name, "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00", "reservations": good.clone()}),
+            StatusCode::BAD_REQUEST,
+            "the limit is 80",
+        ),
+        (
+            json!({"name": "l", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00", "project_id": "other"}),
+            StatusCode::BAD_REQUEST,
+            "project_id cannot be set",
+        ),
+        (
+            json!({"name": "l", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00", "status": "ACTIVE", "id": "x"}),
+            StatusCode::BAD_REQUEST,
+            "cannot be set",
+        ),
+        (
+            json!({"name": "l", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00", "colour": "red"}),
+            StatusCode::BAD_REQUEST,
+            "Unknown field(s) colour",
+        ),
+        (
+            json!({"name": "l", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00", "events": [{"event_type": "start_lease"}]}),
+            StatusCode::BAD_REQUEST,
+            "Custom lease events are not supported",
+        ),
+        (
+            json!({"name": "l", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00", "before_end_date": "2030-01-01 13:00"}),
+            StatusCode::BAD_REQUEST,
+            "before_end_date 2030-01-01 13:00 must be strictly between",
+        ),
+        (
+            json!({"name": "l", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00", "reservations": {"min": 1}}),
+            StatusCode::BAD_REQUEST,
+            "expected a list",
+        ),
+        (
+            json!({"name": 5, "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00"}),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter name",
+        ),
+    ];
+    for (body, status, message) in cases {
+        let r = app.post("/v1/leases", body.clone()).await;
+        assert_eq!(r.status, status, "{body}: {}", r.body);
+        assert_eq!(r.body["error_code"], status.as_u16(), "{body}");
+        assert!(r.message().contains(message), "{body}: {}", r.message());
+    }
+    assert_eq!(app.get("/v1/leases").await.body["leases"], json!([]));
+    assert!(
+        app.get("/v1/os-hosts/allocations").await.body["allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["reservations"] == json!([]))
+    );
+}
+
+#[tokio::test]
+async fn a_lease_with_no_reservations_is_allowed() {
+    let app = TestApp::spawn().await;
+    let r = app
+        .post("/v1/leases", json!({"name": "empty", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00"}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["lease"]["reservations"], json!([]));
+}
+
+#[tokio::test]
+async fn property_queries_compare_numbers_as_numbers_and_support_or() {
+    let app = TestApp::spawn().await;
+    three_hosts(&app).await;
+    let cases: [(&str, Vec<&str>); 6] = [
+        (r#"[">", "$cores", "9"]"#, vec!["2", "3"]),
+        (r#"["<", "$cores", "10"]"#, vec!["1"]),
+        (r#"[">=", "$memory_mb", 65536]"#, vec!["2", "3"]),
+        (
+            r#"["or", ["==", "$gpu", "true"], [">=", "$vcpus", "32"]]"#,
+            vec!["2", "3"],
+        ),
+        (
+            r#"["and", ["==", "$gpu", "false"], ["<=", "$vcpus", "8"]]"#,
+            vec!["1"],
+        ),
+        (
+            r#"["!=", "$hypervisor_hostname", "compute-1"]"#,
+            vec!["2", "3"],
+        ),
+    ];
+    for (i, (query, expected)) in cases.into_iter().enumerate() {
+        // Each lease gets its own day so earlier ones do not interfere.
+        let day = 1 + i as u32;
+        let r = app
+            .host_lease(
+                "q",
+                &format!("2030-02-{day:02} 10:00"),
+                &format!("2030-02-{day:02} 12:00"),
+                1,
+                3,
+                query,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{query}: {}", r.body);
+        assert_eq!(app.hosts_of(&id(&r)).await, expected, "{query}");
+    }
+}
+
+#[tokio::test]
+async fn hosts_are_chosen_greedily_toward_max() {
+    let app = TestApp::spawn().await;
+    three_hosts(&app).await;
+    let first = app
+        .host_lease("a", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(app.hosts_of(&id(&first)).await.len(), 1);
+    let r = app
+        .host_lease("b", "2030-01-01 11:00", "2030-01-01 13:00", 1, 5, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(
+        app.hosts_of(&id(&r)).await.len(),
+        2,
+        "both free hosts, not just min"
+    );
+}
+
+#[tokio::test]
+async fn windows_are_half_open_so_back_to_back_leases_share_a_host() {
+    let app = TestApp::spawn().await;
+    app.create_host("only", json!({})).await;
+    let a = app
+        .host_lease("a", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED);
+    let b = app
+        .host_lease("b", "2030-01-01 12:00", "2030-01-01 14:00", 1, 1, "")
+        .await;
+    assert_eq!(b.status, StatusCode::CREATED, "{}", b.body);
+    let c = app
+        .host_lease("c", "2030-01-01 08:00", "2030-01-01 10:00", 1, 1, "")
+        .await;
+    assert_eq!(c.status, StatusCode::CREATED, "{}", c.body);
+    let overlap = app
+        .host_lease("d", "2030-01-01 11:59", "2030-01-01 12:01", 1, 1, "")
+        .await;
+    assert_eq!(overlap.status, StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn cleaning_margin_separates_leases() {
+    let app = TestApp::spawn_with(Settings {
+        cleaning_minutes: 30,
+        ..Settings::default()
+    })
+    .await;
+    app.create_host("only", json!({})).await;
+    let a = app
+        .host_lease("a", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED);
+    let too_soon = app
+        .host_lease("b", "2030-01-01 12:00", "2030-01-01 14:00", 1, 1, "")
+        .await;
+    assert_eq!(too_soon.status, StatusCode::CONFLICT);
+    let after_cleaning = app
+        .host_lease("b", "2030-01-01 12:30", "2030-01-01 14:00", 1, 1, "")
+        .await;
+    assert_eq!(
+        after_cleaning.status,
+        StatusCode::CREATED,
+        "{}",
+        after_cleaning.body
+    );
+    let before = app
+        .host_lease("c", "2030-01-01 08:00", "2030-01-01 09:45", 1, 1, "")
+        .await;
+    assert_eq!(
+        before.status,
+        StatusCode::CONFLICT,
+        "cleaning after c would overlap a"
+    );
+}
+
+#[tokio::test]
+async fn list_filters_and_project_isolation() {
+    let mut app = TestApp::spawn().await;
+    three_hosts(&app).await;
+    let admin_lease = app
+        .host_lease(
+            "admin-lease",
+            "2030-01-01 10:00",
+            "2030-01-01 12:00",
+            1,
+            1,
+            "",
+        )
+        .await;
+    let admin_id = id(&admin_lease);
+    app.act_as("demo", "alice", "member");
+    let r = app.get("/v1/leases").await;
+    assert_eq!(r.body["leases"], json!([]));
+    let mine = app
+        .host_lease("mine", "2030-01-02 10:00", "2030-01-02 12:00", 1, 1, "")
+        .await;
+    assert_eq!(mine.status, StatusCode::CREATED, "{}", mine.body);
+    assert_eq!(mine.body["lease"]["project_id"], "demo");
+    assert_eq!(mine.body["lease"]["user_id"], "alice");
+    let listed = app.get("/v1/leases").await;
+    assert_eq!(listed.body["leases"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        app.get("/v1/leases?project_id=admin-project").await.body["leases"],
+        json!([])
+    );
+    let r = app.get(&format!("/v1/leases/{admin_id}")).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        r.message(),
+        "Policy doesn't allow blazar:leases:get to be performed"
+    );
+    assert_eq!(
+        app.put(&format!("/v1/leases/{admin_id}"), json!({"name": "x"}))
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        app.delete(&format!("/v1/leases/{admin_id}")).await.status,
+        StatusCode::FORBIDDEN
+    );
+
+    app.act_as("demo", "bob", "reader");
+    assert_eq!(
+        app.get("/v1/leases").await.body["leases"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let r = app
+        .host_lease("nope", "2030-01-03 10:00", "2030-01-03 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        app.delete(&format!("/v1/leases/{}", id(&mine)))
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+
+    app.act_as_admin();
+    assert_eq!(
+        app.get("/v1/leases").await.body["leases"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        app.get("/v1/leases?project_id=demo").await.body["leases"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        app.get("/v1/leases?name=admin-lease").await.body["leases"][0]["id"],
+        admin_id.as_str()
+    );
+    assert_eq!(
+        app.get("/v1/leases?status=ACTIVE").await.body["leases"],
+        json!([])
+    );
+    assert_eq!(
+        app.get("/v1/leases?status=PENDING").await.body["leases"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let bad = app.get("/v1/leases?status=SLEEPING").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.message().contains("Invalid lease status SLEEPING"));
+}
+
+#[tokio::test]
+async fn show_and_delete_missing_lease() {
+    let app = TestApp::spawn().await;
+    let missing = "00000000-0000-0000-0000-000000000000";
+    let r = app.get(&format!("/v1/leases/{missing}")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        r.message(),
+        format!("Object with {{'lease_id': '{missing}'}} not found")
+    );
+    assert_eq!(
+        app.delete(&format!("/v1/leases/{missing}")).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        app.put(&format!("/v1/leases/{missing}"), json!({"name": "x"}))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn update_rename_extend_shrink_move() {
+    let app = TestApp::spawn().await;
+    three_hosts(&app).await;
+    let r = app
+        .host_lease("lease-1", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, GPU)
+        .await;
+    let lid = id(&r);
+    let path = format!("/v1/leases/{lid}");
+
+    let renamed = app.put(&path, json!({"name": "lease-1-renamed"})).await;
+    assert_eq!(renamed.status, StatusCode::OK);
+    assert_eq!(renamed.body["lease"]["name"], "lease-1-renamed");
+
+    let extended = app
+        .put(&path, json!({"end_date": "2030-01-01 13:00"}))
+        .await;
+    assert_eq!(extended.status, StatusCode::OK, "{}", extended.body);
+    assert_eq!(
+        extended.body["lease"]["end_date"],
+        "2030-01-01T13:00:00.000000"
+    );
+    let times: Vec<(String, String)> = extended.body["lease"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["event_type"].as_str().unwrap().into(),
+                e["time"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert!(times.contains(&("end_lease".into(), "2030-01-01T13:00:00.000000".into())));
+    assert!(times.contains(&(
+        "before_end_lease".into(),
+        "2030-01-01T12:00:00.000000".into()
+    )));
+
+    let moved = app
+        .put(
+            &path,
+            json!({"start_date": "2030-01-01 10:30", "end_date": "2030-01-01 11:30"}),
+        )
+        .await;
+    assert_eq!(moved.status, StatusCode::OK, "{}", moved.body);
+    assert_eq!(
+        moved.body["lease"]["start_date"],
+        "2030-01-01T10:30:00.000000"
+    );
+    assert_eq!(app.hosts_of(&lid).await, vec!["2".to_string()]);
+
+    // Another lease takes the GPU host right after; extending into it fails and changes nothing.
+    let other = app
+        .host_lease("lease-2", "2030-01-01 12:00", "2030-01-01 14:00", 1, 1, GPU)
+        .await;
+    assert_eq!(other.status, StatusCode::CREATED, "{}", other.body);
+    let conflict = app
+        .put(&path, json!({"end_date": "2030-01-01 13:00"}))
+        .await;
+    assert_eq!(conflict.status, StatusCode::CONFLICT, "{}", conflict.body);
+    assert!(conflict.message().contains("Not enough hosts available"));
+    let after = app.get(&path).await.body;
+    assert_eq!(after["lease"]["status"], "PENDING");
+    assert_eq!(after["lease"]["end_date"], "2030-01-01T11:30:00.000000");
+    assert_eq!(app.hosts_of(&lid).await, vec!["2".to_string()]);
+}
+
+#[tokio::test]
+async fn update_changes_reservation_min_max_and_properties() {
+    let app = TestApp::spawn().await;
+    three_hosts(&app).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 3, "")
+        .await;
+    let lid = id(&r);
+    let rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(app.hosts_of(&lid).await.len(), 3);
+    let path = format!("/v1/leases/{lid}");
+    let shrunk = app
+        .put(&path, json!({"reservations": [{"id": rid, "max": 1}]}))
+        .await;
+    assert_eq!(shrunk.status, StatusCode::OK, "{}", shrunk.body);
+    assert_eq!(shrunk.body["lease"]["reservations"][0]["max"], 1);
+    assert_eq!(shrunk.body["lease"]["reservations"][0]["min"], 1);
+    assert_eq!(app.hosts_of(&lid).await.len(), 1);
+    let gpu = app
+        .put(
+            &path,
+            json!({"reservations": [{"id": rid, "resource_properties": GPU}]}),
+        )
+        .await;
+    assert_eq!(gpu.status, StatusCode::OK, "{}", gpu.body);
+    assert_eq!(app.hosts_of(&lid).await, vec!["2".to_string()]);
+
+    let cases = [
+        (
+            json!({"reservations": [{"max": 2}]}),
+            StatusCode::BAD_REQUEST,
+            "Missing parameter reservation ID",
+        ),
+        (
+            json!({"reservations": [{"id": "nope", "max": 2}]}),
+            StatusCode::BAD_REQUEST,
+            "Invalid reservation IDs are: nope",
+        ),
+        (
+            json!({"reservations": [{"id": rid, "min": 3, "max": 2}]}),
+            StatusCode::BAD_REQUEST,
+            "Max must be equal",
+        ),
+        (
+            json!({"reservations": [{"id": rid, "resource_type": "virtual:instance"}]}),
+            StatusCode::CONFLICT,
+            "resource_type cannot be updated",
+        ),
+        (
+            json!({"reservations": [{"id": rid, "min": 2, "max": 2}]}),
+            StatusCode::CONFLICT,
+            "Not enough hosts",
+        ),
+        (
+            json!({"start_date": "2020-01-01 10:00"}),
+            StatusCode::BAD_REQUEST,
+            "Start date must be later than current date",
+        ),
+        (
+            json!({"end_date": "2030-01-01 09:00"}),
+            StatusCode::BAD_REQUEST,
+            "End date must be later than start date",
+        ),
+        (
+            json!({"end_date": "garbage"}),
+            StatusCode::BAD_REQUEST,
+            "garbage is an invalid date",
+        ),
+        (
+            json!({"before_end_date": "2030-01-01 09:00"}),
+            StatusCode::BAD_REQUEST,
+            "must be strictly between",
+        ),
+        (
+            json!({"status": "ACTIVE"}),
+            StatusCode::BAD_REQUEST,
+            "status cannot be set",
+        ),
+        (
+            json!({"project_id": "x"}),
+            StatusCode::BAD_REQUEST,
+            "project_id cannot be set",
+        ),
+    ];
+    for (body, status, message) in cases {
+        let r = app.put(&path, body.clone()).await;
+        assert_eq!(r.status, status, "{body}: {}", r.body);
+        assert!(r.message().contains(message), "{body}: {}", r.message());
+        let lease = app.get(&path).await.body;
+        assert_eq!(
+            lease["lease"]["status"], "PENDING",
+            "bad input never moves a lease to ERROR"
+        );
+        assert_eq!(lease["lease"]["project_id"], "admin-project");
+    }
+}
+
+#[tokio::test]
+async fn explicit_before_end_date_moves_its_event() {
+    let app = TestApp::spawn().await;
+    app.create_host("only", json!({})).await;
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "l", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+                   "before_end_date": "2030-01-01 11:45", "reservations": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let before_end = |body: &Value| -> String {
+        body["lease"]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["event_type"] == "before_end_lease")
+            .unwrap()["time"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(before_end(&r.body), "2030-01-01T11:45:00.000000");
+    let moved = app
+        .put(
+            &format!("/v1/leases/{}", id(&r)),
+            json!({"end_date": "2030-01-01 13:00"}),
+        )
+        .await;
+    assert_eq!(before_end(&moved.body), "2030-01-01T12:45:00.000000");
+    let set = app
+        .put(
+            &format!("/v1/leases/{}", id(&r)),
+            json!({"before_end_date": "2030-01-01 12:00"}),
+        )
+        .await;
+    assert_eq!(before_end(&set.body), "2030-01-01T12:00:00.000000");
+}

@@ -1,0 +1,243 @@
+//! The event scheduler, driven with a fixed clock: start, before-end, end, hand-overs, and
+//! deletes in every status.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::harness::{TestApp, t};
+
+fn lease_id(body: &Value) -> String {
+    body["lease"]["id"].as_str().unwrap().to_string()
+}
+
+fn event_status(lease: &Value, kind: &str) -> String {
+    lease["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_type"] == kind)
+        .map(|e| e["status"].as_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+async fn lease(app: &TestApp, id: &str) -> Value {
+    app.get(&format!("/v1/leases/{id}")).await.body["lease"].clone()
+}
+
+#[tokio::test]
+async fn a_lease_starts_and_ends_on_time() {
+    let app = TestApp::spawn().await;
+    app.create_host("compute-1", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let id = lease_id(&r.body);
+
+    assert_eq!(app.tick_at(t(2030, 1, 1, 9, 59)).await.executed, 0);
+    assert_eq!(lease(&app, &id).await["status"], "PENDING");
+
+    assert_eq!(app.tick_at(t(2030, 1, 1, 10, 0)).await.executed, 1);
+    let l = lease(&app, &id).await;
+    assert_eq!(l["status"], "ACTIVE");
+    assert_eq!(l["reservations"][0]["status"], "active");
+    assert_eq!(event_status(&l, "start_lease"), "DONE");
+    assert_eq!(event_status(&l, "before_end_lease"), "UNDONE");
+    let holders = app.get("/v1/handovers").await.body["handovers"].clone();
+    assert_eq!(holders.as_array().unwrap().len(), 1);
+    assert_eq!(holders[0]["resource_id"], "1");
+    assert_eq!(holders[0]["project_id"], "admin-project");
+    assert_eq!(holders[0]["lease_id"], id.as_str());
+
+    // Running the same instant again does nothing: every event runs once.
+    assert_eq!(app.tick_at(t(2030, 1, 1, 10, 0)).await.executed, 0);
+
+    assert_eq!(app.tick_at(t(2030, 1, 1, 11, 0)).await.executed, 1);
+    assert_eq!(
+        event_status(&lease(&app, &id).await, "before_end_lease"),
+        "DONE"
+    );
+    assert_eq!(lease(&app, &id).await["status"], "ACTIVE");
+
+    assert_eq!(app.tick_at(t(2030, 1, 1, 12, 0)).await.executed, 1);
+    let l = lease(&app, &id).await;
+    assert_eq!(l["status"], "TERMINATED");
+    assert_eq!(l["reservations"][0]["status"], "deleted");
+    assert_eq!(event_status(&l, "end_lease"), "DONE");
+    assert_eq!(app.get("/v1/handovers").await.body["handovers"], json!([]));
+    let history = app.get("/v1/handovers?all=true").await.body["handovers"].clone();
+    assert_eq!(history[0]["until"], "2030-01-01T12:00:00.000000");
+}
+
+#[tokio::test]
+async fn a_late_scheduler_runs_everything_due_in_order() {
+    let app = TestApp::spawn().await;
+    app.create_host("compute-1", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let id = lease_id(&r.body);
+    // The server was down for the whole lease: start, before-end and end all run, in order.
+    let report = app.tick_at(t(2030, 1, 2, 0, 0)).await;
+    assert_eq!(report.executed, 3);
+    assert_eq!(lease(&app, &id).await["status"], "TERMINATED");
+}
+
+#[tokio::test]
+async fn back_to_back_leases_hand_over_end_before_start() {
+    let mut app = TestApp::spawn().await;
+    app.create_host("only", json!({})).await;
+    let a = app
+        .host_lease("a", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    app.act_as("demo", "alice", "member");
+    let b = app
+        .host_lease("b", "2030-01-01 12:00", "2030-01-01 14:00", 1, 1, "")
+        .await;
+    assert_eq!(b.status, StatusCode::CREATED);
+    app.act_as_admin();
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    app.tick_at(t(2030, 1, 1, 12, 0)).await;
+    assert_eq!(
+        lease(&app, &lease_id(&a.body)).await["status"],
+        "TERMINATED"
+    );
+    assert_eq!(lease(&app, &lease_id(&b.body)).await["status"], "ACTIVE");
+    let open = app.get("/v1/handovers").await.body["handovers"].clone();
+    assert_eq!(
+        open.as_array().unwrap().len(),
+        1,
+        "one holder at a time: {open}"
+    );
+    assert_eq!(open[0]["project_id"], "demo");
+    let history = app.get("/v1/handovers?all=true").await.body["handovers"].clone();
+    assert_eq!(history.as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn a_lease_starting_now_is_active_after_one_tick() {
+    let app = TestApp::spawn().await;
+    app.create_host("compute-1", json!({})).await;
+    app.set_time(t(2030, 1, 1, 10, 0) + chrono::Duration::seconds(25));
+    let r = app
+        .host_lease("now", "now", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["lease"]["status"], "PENDING");
+    assert_eq!(r.body["lease"]["start_date"], "2030-01-01T10:00:00.000000");
+    app.tick_at(t(2030, 1, 1, 10, 0) + chrono::Duration::seconds(26))
+        .await;
+    assert_eq!(lease(&app, &lease_id(&r.body)).await["status"], "ACTIVE");
+}
+
+#[tokio::test]
+async fn delete_works_in_every_status() {
+    let app = TestApp::spawn().await;
+    app.create_host("compute-1", json!({})).await;
+    app.create_host("compute-2", json!({})).await;
+    let pending = app
+        .host_lease("p", "2030-01-02 10:00", "2030-01-02 12:00", 1, 1, "")
+        .await;
+    let active = app
+        .host_lease("a", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let ended = app
+        .host_lease("e", "2030-01-01 08:00", "2030-01-01 09:00", 1, 1, "")
+        .await;
+    app.tick_at(t(2030, 1, 1, 10, 30)).await;
+    assert_eq!(
+        lease(&app, &lease_id(&active.body)).await["status"],
+        "ACTIVE"
+    );
+    assert_eq!(
+        lease(&app, &lease_id(&ended.body)).await["status"],
+        "TERMINATED"
+    );
+    assert_eq!(
+        app.get("/v1/handovers").await.body["handovers"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    for r in [&pending, &active, &ended] {
+        let id = lease_id(&r.body);
+        assert_eq!(
+            app.delete(&format!("/v1/leases/{id}")).await.status,
+            StatusCode::NO_CONTENT
+        );
+        assert_eq!(
+            app.get(&format!("/v1/leases/{id}")).await.status,
+            StatusCode::NOT_FOUND
+        );
+    }
+    assert_eq!(
+        app.get("/v1/handovers").await.body["handovers"],
+        json!([]),
+        "the active lease gave its host back"
+    );
+    assert_eq!(app.get("/v1/leases").await.body["leases"], json!([]));
+    // The freed host is reservable again right away.
+    let again = app
+        .host_lease("again", "2030-01-01 11:00", "2030-01-01 12:00", 2, 2, "")
+        .await;
+    assert_eq!(again.status, StatusCode::CREATED, "{}", again.body);
+}
+
+#[tokio::test]
+async fn active_leases_can_extend_and_rename_but_not_move_their_start() {
+    let app = TestApp::spawn().await;
+    app.create_host("compute-1", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let id = lease_id(&r.body);
+    let path = format!("/v1/leases/{id}");
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let moved = app
+        .put(&path, json!({"start_date": "2030-01-01 10:30"}))
+        .await;
+    assert_eq!(moved.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        moved.message(),
+        "Cannot modify the start date of already started leases"
+    );
+    let extended = app
+        .put(&path, json!({"end_date": "2030-01-01 14:00"}))
+        .await;
+    assert_eq!(extended.status, StatusCode::OK, "{}", extended.body);
+    assert_eq!(extended.body["lease"]["status"], "ACTIVE");
+    // The end moved with it: nothing happens at 12:00 any more.
+    assert_eq!(app.tick_at(t(2030, 1, 1, 12, 0)).await.executed, 0);
+    app.tick_at(t(2030, 1, 1, 14, 0)).await;
+    assert_eq!(lease(&app, &id).await["status"], "TERMINATED");
+    let r = app
+        .put(&path, json!({"end_date": "2030-01-01 16:00"}))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.message(), "Terminated leases can only be renamed");
+    let r = app.put(&path, json!({"name": "history"})).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["lease"]["status"], "TERMINATED");
+}
+
+#[tokio::test]
+async fn extending_an_active_lease_into_another_one_fails_cleanly() {
+    let app = TestApp::spawn().await;
+    app.create_host("only", json!({})).await;
+    let a = app
+        .host_lease("a", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let b = app
+        .host_lease("b", "2030-01-01 12:00", "2030-01-01 14:00", 1, 1, "")
+        .await;
+    assert_eq!(b.status, StatusCode::CREATED);
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let path = format!("/v1/leases/{}", lease_id(&a.body));
+    let r = app
+        .put(&path, json!({"end_date": "2030-01-01 13:00"}))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    let l = lease(&app, &lease_id(&a.body)).await;
+    assert_eq!(l["status"], "ACTIVE");
+    assert_eq!(l["end_date"], "2030-01-01T12:00:00.000000");
+}

@@ -1,0 +1,13 @@
+//! Integration tests: the real router over a real socket, on SQLite by default and on
+//! PostgreSQL when `BLAZAR_TEST_DATABASE_URL` is set.
+
+// Tests fail loudly on anything unexpected; that is what unwrap and expect are for here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod basics;
+mod concurrency;
+mod harness;
+mod hosts;
+mod leases;
+mod lifecycle;
+mod processes;

@@ -1,0 +1,260 @@
+//! Real `blazar-server` processes: several on one database, crashes, restarts, SIGTERM.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+
+use crate::harness::TestDatabase;
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+async fn start(db: &TestDatabase, role: &str) -> Server {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_blazar-server"))
+        .arg("--role")
+        .arg(role)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--database-url")
+        .arg(&db.url)
+        .arg("--poll-interval")
+        .arg("0.2")
+        .env("BLAZAR_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn blazar-server");
+    let server = Server {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    };
+    if role != "manager" {
+        wait_until(Duration::from_secs(30), || async {
+            reqwest::get(format!("{}/healthz", server.base))
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        })
+        .await;
+    }
+    server
+}
+
+/// Polls `check` until it holds; the processes under test run on real time.
+async fn wait_until<F, Fut>(limit: Duration, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < limit,
+            "condition not met within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn call(method: reqwest::Method, url: String, body: Option<Value>) -> (StatusCode, Value) {
+    let client = reqwest::Client::new();
+    let mut req = client.request(method, url);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.expect("request");
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn lease_body(name: &str, start: &str, end: &str) -> Value {
+    json!({
+        "name": name, "start_date": start, "end_date": end, "events": [],
+        "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
+                          "hypervisor_properties": "", "resource_properties": ""}],
+    })
+}
+
+/// Two server processes on one database take 50 concurrent creates for the only host between
+/// them: exactly one lease is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_on_one_database_grant_a_host_once() {
+    let db = TestDatabase::new().await;
+    let a = start(&db, "api").await;
+    let b = start(&db, "api").await;
+    let (status, _) = call(
+        reqwest::Method::POST,
+        format!("{}/v1/os-hosts", a.base),
+        Some(json!({"name": "only"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let requests = (0..50).map(|i| {
+        let server = if i % 2 == 0 { &a } else { &b };
+        call(
+            reqwest::Method::POST,
+            format!("{}/v1/leases", server.base),
+            Some(lease_body(
+                &format!("race-{i}"),
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+            )),
+        )
+    });
+    let responses = join_all(requests).await;
+    let created = responses
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::CREATED)
+        .count();
+    let conflicts = responses
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::CONFLICT)
+        .count();
+    assert_eq!(
+        created,
+        1,
+        "{:?}",
+        responses
+            .iter()
+            .map(|(s, b)| (s, b["error_message"].clone()))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(conflicts, 49);
+    let (_, leases) = call(reqwest::Method::GET, format!("{}/v1/leases", b.base), None).await;
+    assert_eq!(leases["leases"].as_array().unwrap().len(), 1);
+}
+
+async fn lease_status(base: &str, id: &str) -> String {
+    let (_, body) = call(reqwest::Method::GET, format!("{base}/v1/leases/{id}"), None).await;
+    body["lease"]["status"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+async fn handover_count(base: &str) -> usize {
+    let (_, body) = call(
+        reqwest::Method::GET,
+        format!("{base}/v1/handovers?all=true"),
+        None,
+    )
+    .await;
+    body["handovers"].as_array().map_or(0, Vec::len)
+}
+
+/// A lease falls due while no scheduler runs and the server is killed; the restarted server
+/// runs the start event exactly once, and another restart does not run it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_due_event_missed_while_down_runs_once_after_restart() {
+    let db = TestDatabase::new().await;
+    let mut api = start(&db, "api").await;
+    call(
+        reqwest::Method::POST,
+        format!("{}/v1/os-hosts", api.base),
+        Some(json!({"name": "only"})),
+    )
+    .await;
+    let (status, body) = call(
+        reqwest::Method::POST,
+        format!("{}/v1/leases", api.base),
+        Some(lease_body("due", "now", "2099-01-01 00:00")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["lease"]["id"].as_str().unwrap().to_string();
+    api.child.start_kill().unwrap();
+    api.child.wait().await.unwrap();
+
+    let mut server = start(&db, "all").await;
+    let base = server.base.clone();
+    wait_until(Duration::from_secs(30), || {
+        let base = base.clone();
+        let id = id.clone();
+        async move { lease_status(&base, &id).await == "ACTIVE" }
+    })
+    .await;
+    assert_eq!(handover_count(&server.base).await, 1);
+    server.child.start_kill().unwrap();
+    server.child.wait().await.unwrap();
+
+    let again = start(&db, "all").await;
+    // Give the restarted scheduler several polls to (wrongly) run the event again.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(lease_status(&again.base, &id).await, "ACTIVE");
+    assert_eq!(handover_count(&again.base).await, 1);
+}
+
+/// Two scheduler processes on one database start each of twenty leases exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_managers_run_each_event_once() {
+    let db = TestDatabase::new().await;
+    let api = start(&db, "api").await;
+    for i in 0..20 {
+        call(
+            reqwest::Method::POST,
+            format!("{}/v1/os-hosts", api.base),
+            Some(json!({"name": format!("c{i}")})),
+        )
+        .await;
+    }
+    let _m1 = start(&db, "manager").await;
+    let _m2 = start(&db, "manager").await;
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let (status, body) = call(
+            reqwest::Method::POST,
+            format!("{}/v1/leases", api.base),
+            Some(lease_body(&format!("l{i}"), "now", "2099-01-01 00:00")),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        ids.push(body["lease"]["id"].as_str().unwrap().to_string());
+    }
+    let base = api.base.clone();
+    wait_until(Duration::from_secs(30), || {
+        let base = base.clone();
+        let ids = ids.clone();
+        async move {
+            for id in &ids {
+                if lease_status(&base, id).await != "ACTIVE" {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    assert_eq!(handover_count(&api.base).await, 20);
+}
+
+/// SIGTERM stops the server cleanly.
+#[tokio::test]
+async fn sigterm_shuts_down_gracefully() {
+    let db = TestDatabase::new().await;
+    let mut server = start(&db, "all").await;
+    let pid = server.child.id().expect("pid");
+    let status = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(20), server.child.wait())
+        .await
+        .expect("exits")
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+}
