@@ -62,6 +62,15 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Blazar's answer to a delete: 204, empty body, still labelled JSON.
+pub fn no_content() -> Response {
+    (
+        StatusCode::NO_CONTENT,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+    )
+        .into_response()
+}
+
 /// Blazar serves every route with a `.json` suffix too. Rewriting must happen before routing,
 /// so it wraps the router rather than being one of its layers.
 pub fn strip_json_suffix(mut req: Request) -> Request {

@@ -57,10 +57,10 @@ pub struct Cli {
     /// Authentication mode [default: noauth].
     #[arg(long, env = "BLAZAR_AUTH", value_enum)]
     pub auth: Option<AuthMode>,
-    /// Project of noauth requests without X-Project-Id [default: admin].
+    /// Project id of noauth requests without X-Project-Id [default: the id derived from "admin"].
     #[arg(long, env = "BLAZAR_NOAUTH_PROJECT_ID")]
     pub noauth_project_id: Option<String>,
-    /// User of noauth requests without X-User-Id [default: admin].
+    /// User id of noauth requests without X-User-Id [default: the id derived from "admin"].
     #[arg(long, env = "BLAZAR_NOAUTH_USER_ID")]
     pub noauth_user_id: Option<String>,
     /// Seconds between scheduler polls for events written by other processes [default: 1].

@@ -77,9 +77,9 @@ pub async fn delete_host(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
+) -> ApiResult<axum::response::Response> {
     state.service.delete_host(&identity, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(crate::app::no_content())
 }
 
 pub async fn list_host_allocations(

@@ -235,7 +235,7 @@ pub async fn delete_lease(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
+) -> ApiResult<axum::response::Response> {
     state.service.delete_lease(&identity, &id).await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(crate::app::no_content())
 }

@@ -205,19 +205,14 @@ impl Service {
         let now = truncate_to_minute(self.now());
         let start = request.start.resolve(now);
         if start < now {
-            return Err(ServiceError::BadRequest(format!(
-                "Start date must be later than current date (start {}, now {})",
-                minute(start),
-                minute(now)
-            )));
+            // Blazar's exact words: clients and scripts match on them.
+            return Err(ServiceError::BadRequest(
+                "Start date must be later than current date".into(),
+            ));
         }
         let end = request.end.resolve(now);
         let window = TimeWindow::new(start, end).map_err(|_| {
-            ServiceError::BadRequest(format!(
-                "End date must be later than start date (start {}, end {})",
-                minute(start),
-                minute(end)
-            ))
+            ServiceError::BadRequest("End date must be later than start date.".into())
         })?;
         let before_end = match request.before_end {
             Some(t) => {
@@ -399,27 +394,19 @@ impl Service {
             ));
         }
         if !started && update.start.is_some() && new_start < now {
-            return Err(ServiceError::BadRequest(format!(
-                "Start date must be later than current date (start {}, now {})",
-                minute(new_start),
-                minute(now)
-            )));
+            return Err(ServiceError::BadRequest(
+                "Start date must be later than current date".into(),
+            ));
         }
         let new_end = update.end.map_or(lease.end, |w| w.resolve(now));
-        if new_end < now {
-            return Err(ServiceError::BadRequest(format!(
-                "End date must be later than current date (end {}, now {})",
-                minute(new_end),
-                minute(now)
-            )));
-        }
-        let window = TimeWindow::new(new_start, new_end).map_err(|_| {
-            ServiceError::BadRequest(format!(
-                "End date must be later than start date (start {}, end {})",
-                minute(new_start),
-                minute(new_end)
-            ))
-        })?;
+        let window = match TimeWindow::new(new_start, new_end) {
+            Ok(w) if new_end >= now => w,
+            _ => {
+                return Err(ServiceError::BadRequest(
+                    "End date must be later than current and start date".into(),
+                ));
+            }
+        };
         if let Some(t) = update.before_end {
             check_before_end(t, new_start, new_end)?;
         }

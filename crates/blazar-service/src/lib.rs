@@ -4,7 +4,7 @@
 
 /// Runs a block in a transaction (`write` or `read`) and commits it; a block that lost a race
 /// to a concurrent transaction is run again from the start. Inside the block `tx` is the
-/// `&mut Tx`; `return` and `?` leave the attempt (rolling it back).
+/// `&mut Tx`; `return Ok(..)` commits, `return Err(..)` and `?` roll back.
 ///
 /// A macro rather than a function taking an async closure: such closures are not `Send` on
 /// stable Rust yet, and the API serves requests on a multi-threaded runtime.
@@ -15,10 +15,13 @@ macro_rules! in_tx {
             attempt += 1;
             let result: $crate::ServiceResult<_> = async {
                 let mut owned = $service.store.$begin().await?;
-                let value: $crate::ServiceResult<_> = {
+                // The block runs in its own async block so that a `return` inside it ends the
+                // block, not the attempt: its value is still committed below.
+                let value: $crate::ServiceResult<_> = async {
                     let $tx: &mut blazar_db::Tx = &mut owned;
                     $body
-                };
+                }
+                .await;
                 let value = value?;
                 owned.commit().await?;
                 Ok(value)

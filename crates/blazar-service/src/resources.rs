@@ -178,9 +178,8 @@ impl ResourceType for PhysicalHostType {
                 )));
             }
         };
+        // Blazar's key order, which clients print as they receive it.
         let mut out = Map::new();
-        out.insert("min".into(), Value::from(min));
-        out.insert("max".into(), Value::from(max));
         out.insert(
             "hypervisor_properties".into(),
             Value::from(hypervisor_properties),
@@ -190,6 +189,8 @@ impl ResourceType for PhysicalHostType {
             Value::from(resource_properties),
         );
         out.insert("before_end".into(), Value::from(before_end));
+        out.insert("min".into(), Value::from(min));
+        out.insert("max".into(), Value::from(max));
         Ok(out)
     }
 

@@ -144,4 +144,5 @@ async fn delete_answers_204_with_an_empty_body() {
     let r = app.delete(&format!("/v1/os-hosts/{id}")).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     assert!(r.body.is_null());
+    assert_eq!(r.headers["content-type"], "application/json");
 }

@@ -56,6 +56,50 @@ async fn create_lease_has_blazar_shape() {
     assert_eq!(lease["user_id"], "admin-user");
     assert_eq!(lease["created_at"], "2029-12-31 08:00:00");
     let res = &lease["reservations"][0];
+    // Clients print nested objects in the order received: Blazar's order.
+    let keys: Vec<&str> = res
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "id",
+            "lease_id",
+            "resource_id",
+            "resource_type",
+            "status",
+            "missing_resources",
+            "resources_changed",
+            "created_at",
+            "updated_at",
+            "hypervisor_properties",
+            "resource_properties",
+            "before_end",
+            "min",
+            "max",
+        ]
+    );
+    let event_keys: Vec<&str> = lease["events"][0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        event_keys,
+        [
+            "id",
+            "lease_id",
+            "event_type",
+            "time",
+            "status",
+            "created_at",
+            "updated_at"
+        ]
+    );
     assert_eq!(res["resource_type"], "physical:host");
     assert_eq!(res["status"], "pending");
     assert_eq!(res["min"], 1);
@@ -515,6 +559,61 @@ async fn list_filters_and_project_isolation() {
 }
 
 #[tokio::test]
+async fn noauth_identity_tokens_act_as_that_project() {
+    let app = TestApp::spawn().await;
+    app.create_host("compute-1", json!({})).await;
+    let as_token =
+        |token: &'static str, method: reqwest::Method, path: &str, body: Option<Value>| {
+            let mut req = app
+                .client
+                .request(method, format!("{}{}", app.base, path))
+                .header("X-Auth-Token", token);
+            if let Some(b) = body {
+                req = req.json(&b);
+            }
+            req.send()
+        };
+    let body = json!({"name": "alice-lease", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00"});
+    let r = as_token(
+        "peer:alice:demo:member",
+        reqwest::Method::POST,
+        "/v1/leases",
+        Some(body),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let lease: Value = r.json().await.unwrap();
+    let project = lease["lease"]["project_id"].as_str().unwrap().to_string();
+    assert_eq!(project.len(), 32, "a Keystone-shaped id: {project}");
+    let r = as_token(
+        "noauth:alice:demo:member",
+        reqwest::Method::GET,
+        "/v1/os-hosts",
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = as_token(
+        "noauth:bob:other:member",
+        reqwest::Method::GET,
+        "/v1/leases",
+        None,
+    )
+    .await
+    .unwrap();
+    let listed: Value = r.json().await.unwrap();
+    assert_eq!(listed["leases"], json!([]));
+    // keystoneauth's "none" plugin sends this token: the default admin.
+    let r = as_token("notused", reqwest::Method::GET, "/v1/leases", None)
+        .await
+        .unwrap();
+    let listed: Value = r.json().await.unwrap();
+    assert_eq!(listed["leases"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
 async fn show_and_delete_missing_lease() {
     let app = TestApp::spawn().await;
     let missing = "00000000-0000-0000-0000-000000000000";
@@ -549,6 +648,11 @@ async fn update_rename_extend_shrink_move() {
     let renamed = app.put(&path, json!({"name": "lease-1-renamed"})).await;
     assert_eq!(renamed.status, StatusCode::OK);
     assert_eq!(renamed.body["lease"]["name"], "lease-1-renamed");
+    assert_eq!(
+        app.get(&path).await.body["lease"]["name"],
+        "lease-1-renamed",
+        "the rename is stored"
+    );
 
     let extended = app
         .put(&path, json!({"end_date": "2030-01-01 13:00"}))
@@ -668,7 +772,7 @@ async fn update_changes_reservation_min_max_and_properties() {
         (
             json!({"end_date": "2030-01-01 09:00"}),
             StatusCode::BAD_REQUEST,
-            "End date must be later than start date",
+            "End date must be later than current and start date",
         ),
         (
             json!({"end_date": "garbage"}),

@@ -1,0 +1,126 @@
+//! The HTTP side: one client for the public v1 API of any Blazar-compatible server, acting as
+//! the admin or as a member of the benchmark's project.
+//!
+//! Identity is sent both ways a server may read it: blazar-rs in noauth mode takes the
+//! `X-Project-Id`/`X-User-Id`/`X-Roles` headers; the Blazar reference peer strips those and maps
+//! an `X-Auth-Token` of the form `peer:<user>:<project>:<roles>` to that identity.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+/// Project whose leases the "lease list for one project" operation reads.
+pub const BENCH_PROJECT: &str = "bench-project";
+const BENCH_USER: &str = "bench-user";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who {
+    Admin,
+    /// A member of [`BENCH_PROJECT`].
+    Member,
+}
+
+#[derive(Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    base: String,
+}
+
+/// What a request returned: the status and the raw body (parsed only when needed, so that
+/// timing a list of 100,000 allocations does not time the driver's JSON parser).
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn json(&self) -> anyhow::Result<Value> {
+        serde_json::from_slice(&self.body).context("response body is not JSON")
+    }
+
+    pub fn text(&self) -> String {
+        let text = String::from_utf8_lossy(&self.body);
+        text.chars().take(300).collect()
+    }
+
+    pub fn is_success(&self) -> bool {
+        self.status.is_success()
+    }
+}
+
+impl Api {
+    /// `fresh_connections` opens a new TCP connection per request, as python-blazarclient does
+    /// against Blazar (whose WSGI server answers `Connection: close`); otherwise connections
+    /// are kept alive and reused.
+    pub fn new(base: &str, fresh_connections: bool, timeout: Duration) -> anyhow::Result<Api> {
+        let url = reqwest::Url::parse(base).with_context(|| format!("parsing --url {base}"))?;
+        let host = url.host_str().unwrap_or_default();
+        let loopback = host == "localhost"
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            bail!("blazar-bench only targets loopback servers, not {base}");
+        }
+        let mut builder = reqwest::Client::builder()
+            .timeout(timeout)
+            .tcp_nodelay(true);
+        builder = if fresh_connections {
+            builder.pool_max_idle_per_host(0)
+        } else {
+            builder.pool_max_idle_per_host(256)
+        };
+        Ok(Api {
+            http: builder.build().context("building the HTTP client")?,
+            base: base.trim_end_matches('/').to_string(),
+        })
+    }
+
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        who: Who,
+        body: Option<&Value>,
+    ) -> anyhow::Result<Reply> {
+        let url = format!("{}/v1{path}", self.base);
+        let mut request = self
+            .http
+            .request(method.clone(), &url)
+            .header("Accept", "application/json")
+            .header("User-Agent", "blazar-bench");
+        request = match who {
+            Who::Admin => request.header("X-Auth-Token", "admin"),
+            Who::Member => request
+                .header(
+                    "X-Auth-Token",
+                    format!("peer:{BENCH_USER}:{BENCH_PROJECT}:member"),
+                )
+                .header("X-Project-Id", BENCH_PROJECT)
+                .header("X-User-Id", BENCH_USER)
+                .header("X-Roles", "member"),
+        };
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("{method} {path}"))?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .with_context(|| format!("reading the body of {method} {path}"))?
+            .to_vec();
+        Ok(Reply { status, body })
+    }
+
+    pub async fn get(&self, path: &str, who: Who) -> anyhow::Result<Reply> {
+        self.call(Method::GET, path, who, None).await
+    }
+}
