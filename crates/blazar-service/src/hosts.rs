@@ -7,7 +7,7 @@ use blazar_core::{HostFacts, HostRecord, PHYSICAL_HOST, PropertyQuery};
 use blazar_db::{AllocationView, HandoverRow, NewHost, PropertyRow};
 use serde_json::{Map, Value};
 
-use crate::{Identity, Service, ServiceError, ServiceResult, policy_denied};
+use crate::{Identity, Service, ServiceError, ServiceResult};
 
 /// Keys of a host body that are never written by a request.
 const PROTECTED_HOST_FIELDS: &[&str] = &["id", "trust_id", "status", "created_at", "updated_at"];
@@ -122,20 +122,12 @@ fn check_capability_key(key: &str) -> ServiceResult<()> {
 }
 
 impl Service {
-    fn require_admin(&self, identity: &Identity, rule: &str) -> ServiceResult<()> {
-        if identity.is_admin() {
-            Ok(())
-        } else {
-            Err(policy_denied(rule))
-        }
-    }
-
     pub async fn create_host(
         &self,
         identity: &Identity,
         body: &Map<String, Value>,
     ) -> ServiceResult<HostRecord> {
-        self.require_admin(identity, "blazar:oshosts:post")?;
+        self.authorize_own("blazar:oshosts:post", identity)?;
         let name = match body.get("name").or_else(|| body.get("hypervisor_hostname")) {
             Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
             Some(Value::String(_)) | None | Some(Value::Null) => {
@@ -201,7 +193,7 @@ impl Service {
     }
 
     pub async fn get_host(&self, identity: &Identity, id: &str) -> ServiceResult<HostRecord> {
-        self.require_admin(identity, "blazar:oshosts:get")?;
+        self.authorize_own("blazar:oshosts:get", identity)?;
         let host_id = parse_host_id(id)?;
         in_tx!(self, read, |tx| {
             tx.get_host(host_id)
@@ -211,7 +203,7 @@ impl Service {
     }
 
     pub async fn list_hosts(&self, identity: &Identity) -> ServiceResult<Vec<HostRecord>> {
-        self.require_admin(identity, "blazar:oshosts:get")?;
+        self.authorize_own("blazar:oshosts:get", identity)?;
         in_tx!(self, read, |tx| { Ok(tx.list_hosts().await?) })
     }
 
@@ -223,7 +215,7 @@ impl Service {
         id: &str,
         body: &Map<String, Value>,
     ) -> ServiceResult<HostRecord> {
-        self.require_admin(identity, "blazar:oshosts:put")?;
+        self.authorize_own("blazar:oshosts:put", identity)?;
         let host_id = parse_host_id(id)?;
         let host = in_tx!(self, write, |tx| {
             let mut host = tx
@@ -349,7 +341,7 @@ impl Service {
     }
 
     pub async fn delete_host(&self, identity: &Identity, id: &str) -> ServiceResult<()> {
-        self.require_admin(identity, "blazar:oshosts:delete")?;
+        self.authorize_own("blazar:oshosts:delete", identity)?;
         let host_id = parse_host_id(id)?;
         in_tx!(self, write, |tx| {
             if !tx.lock_host(host_id).await? {
@@ -378,8 +370,8 @@ impl Service {
         detail: bool,
         all: bool,
     ) -> ServiceResult<PropertyListing> {
-        self.require_admin(identity, "blazar:oshosts:get_resource_properties")?;
-        let show_private = all && identity.is_admin();
+        self.authorize_own("blazar:oshosts:get_resource_properties", identity)?;
+        let show_private = all && self.is_admin(identity);
         let properties = in_tx!(self, read, |tx| {
             Ok(tx.list_properties(PHYSICAL_HOST).await?)
         })?
@@ -399,7 +391,7 @@ impl Service {
         name: &str,
         body: &Map<String, Value>,
     ) -> ServiceResult<PropertyRow> {
-        self.require_admin(identity, "blazar:oshosts:update_resource_properties")?;
+        self.authorize_own("blazar:oshosts:update_resource_properties", identity)?;
         let unknown: Vec<&str> = body
             .keys()
             .map(String::as_str)
@@ -437,7 +429,7 @@ impl Service {
         lease_id: Option<&str>,
         reservation_id: Option<&str>,
     ) -> ServiceResult<Vec<AllocationEntry>> {
-        self.require_admin(identity, "blazar:oshosts:get_allocations")?;
+        self.authorize_own("blazar:oshosts:get_allocations", identity)?;
         let host_id = host.map(parse_host_id).transpose()?;
         in_tx!(self, read, |tx| {
             let ids: Vec<i64> = match host_id {
@@ -474,15 +466,14 @@ impl Service {
         lease_id: Option<&str>,
         include_ended: bool,
     ) -> ServiceResult<Vec<HandoverRow>> {
-        if !identity.is_reader() {
-            return Err(policy_denied("blazar:leases:get"));
-        }
+        self.authorize_own("blazar:handovers:get", identity)?;
+        let admin = self.is_admin(identity);
         let rows = in_tx!(self, read, |tx| {
             Ok(tx.handovers(PHYSICAL_HOST, lease_id, include_ended).await?)
         })?;
         Ok(rows
             .into_iter()
-            .filter(|h| identity.is_admin() || h.project_id == identity.project_id)
+            .filter(|h| admin || h.project_id == identity.project_id)
             .collect())
     }
 }

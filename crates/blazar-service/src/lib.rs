@@ -37,6 +37,7 @@ macro_rules! in_tx {
 mod backend;
 mod hosts;
 mod leases;
+mod policy;
 mod resources;
 mod scheduler;
 
@@ -50,6 +51,7 @@ pub use backend::{Backend, StandaloneBackend};
 pub use blazar_core::time::truncate_to_minute;
 pub use hosts::{AllocationEntry, PropertyListing};
 pub use leases::{LeaseUpdate, LeaseView, NewLease, When};
+pub use policy::{Authorizer, DefaultPolicy, Target, policy_denied};
 pub use resources::{PhysicalHostType, ResourceType};
 pub use scheduler::TickReport;
 
@@ -109,11 +111,6 @@ impl Identity {
     fn has_role(&self, role: &str) -> bool {
         self.roles.iter().any(|r| r.eq_ignore_ascii_case(role))
     }
-}
-
-/// The 403 Blazar answers when a policy rule refuses an action.
-pub fn policy_denied(rule: &str) -> ServiceError {
-    ServiceError::Forbidden(format!("Policy doesn't allow {rule} to be performed"))
 }
 
 /// Where the current time comes from; tests inject a fixed clock.
@@ -185,6 +182,7 @@ pub struct Service {
     settings: Settings,
     backend: Arc<dyn Backend>,
     resource_types: Arc<Vec<Arc<dyn ResourceType>>>,
+    authorizer: Arc<dyn Authorizer>,
     wake: Arc<Notify>,
 }
 
@@ -205,8 +203,15 @@ impl Service {
             settings,
             backend,
             resource_types: Arc::new(vec![host_type]),
+            authorizer: Arc::new(DefaultPolicy),
             wake: Arc::new(Notify::new()),
         }
+    }
+
+    /// Replaces Blazar's default policy rules.
+    pub fn with_authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Self {
+        self.authorizer = authorizer;
+        self
     }
 
     pub fn store(&self) -> &Store {
