@@ -56,6 +56,69 @@ pub fn pick(
     Ok(chosen)
 }
 
+/// Resource usage in the dimensions instance capacity is counted in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub vcpus: i64,
+    pub memory_mb: i64,
+    pub disk_gb: i64,
+}
+
+impl Usage {
+    pub fn times(self, n: i64) -> Usage {
+        Usage {
+            vcpus: self.vcpus * n,
+            memory_mb: self.memory_mb * n,
+            disk_gb: self.disk_gb * n,
+        }
+    }
+}
+
+/// The highest concurrent use of each dimension inside `window`, given the intervals during
+/// which other reservations use a resource. Exact over time: usage outside the window, or in
+/// parts of it where reservations do not overlap each other, does not add up (Blazar sums the
+/// whole lifetimes of every overlapping reservation instead). Intervals are half-open, so one
+/// that ends when another starts never counts twice.
+pub fn peak_usage(intervals: &[(TimeWindow, Usage)], window: &TimeWindow) -> Usage {
+    // (time, is_start, usage): at one instant ends sort before starts.
+    let mut points: Vec<(chrono::DateTime<chrono::Utc>, bool, Usage)> =
+        Vec::with_capacity(intervals.len() * 2);
+    for (w, usage) in intervals {
+        if !w.overlaps(window) {
+            continue;
+        }
+        points.push((w.start().max(window.start()), true, *usage));
+        points.push((w.end().min(window.end()), false, *usage));
+    }
+    points.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut current = Usage::default();
+    let mut peak = Usage::default();
+    for (_, is_start, usage) in points {
+        let sign = if is_start { 1 } else { -1 };
+        current.vcpus += sign * usage.vcpus;
+        current.memory_mb += sign * usage.memory_mb;
+        current.disk_gb += sign * usage.disk_gb;
+        peak.vcpus = peak.vcpus.max(current.vcpus);
+        peak.memory_mb = peak.memory_mb.max(current.memory_mb);
+        peak.disk_gb = peak.disk_gb.max(current.disk_gb);
+    }
+    peak
+}
+
+/// How many more slots of size `slot` fit under `capacity` on top of `peak`.
+pub fn free_slots(capacity: Usage, peak: Usage, slot: Usage) -> i64 {
+    let fit = |cap: i64, used: i64, need: i64| -> i64 {
+        if need <= 0 {
+            i64::MAX
+        } else {
+            ((cap - used) / need).max(0)
+        }
+    };
+    fit(capacity.vcpus, peak.vcpus, slot.vcpus)
+        .min(fit(capacity.memory_mb, peak.memory_mb, slot.memory_mb))
+        .min(fit(capacity.disk_gb, peak.disk_gb, slot.disk_gb))
+}
+
 /// Blocked windows per resource, for checking and for fast candidate search in memory.
 #[derive(Debug, Default, Clone)]
 pub struct Ledger {
@@ -141,6 +204,85 @@ mod tests {
             assert_eq!(
                 got, expected,
                 "matching={matching:?} busy={busy:?} keep={keep:?} {min}-{max}"
+            );
+        }
+    }
+
+    fn u(vcpus: i64, memory_mb: i64, disk_gb: i64) -> Usage {
+        Usage {
+            vcpus,
+            memory_mb,
+            disk_gb,
+        }
+    }
+
+    fn w(start_h: i64, end_h: i64) -> TimeWindow {
+        let base = Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap();
+        TimeWindow::new(
+            base + Duration::hours(start_h),
+            base + Duration::hours(end_h),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn peak_usage_table() {
+        type Row = (Vec<(TimeWindow, Usage)>, TimeWindow, Usage);
+        let rows: Vec<Row> = vec![
+            (vec![], w(0, 10), u(0, 0, 0)),
+            (vec![(w(0, 10), u(2, 1024, 10))], w(2, 4), u(2, 1024, 10)),
+            // Two reservations that never overlap each other: the peak is the larger one.
+            (
+                vec![(w(0, 5), u(4, 0, 0)), (w(5, 10), u(6, 0, 0))],
+                w(0, 10),
+                u(6, 0, 0),
+            ),
+            // Overlapping ones add up where they overlap.
+            (
+                vec![(w(0, 6), u(4, 100, 0)), (w(5, 10), u(6, 50, 0))],
+                w(0, 10),
+                u(10, 150, 0),
+            ),
+            // ... but not when the overlap lies outside the window.
+            (
+                vec![(w(0, 6), u(4, 0, 0)), (w(5, 10), u(6, 0, 0))],
+                w(6, 10),
+                u(6, 0, 0),
+            ),
+            // Outside the window entirely: nothing.
+            (vec![(w(0, 2), u(8, 8, 8))], w(2, 4), u(0, 0, 0)),
+            // Dimensions peak at different instants; each is its own maximum.
+            (
+                vec![(w(0, 2), u(8, 1, 0)), (w(2, 4), u(1, 8, 0))],
+                w(0, 4),
+                u(8, 8, 0),
+            ),
+        ];
+        for (intervals, window, expected) in rows {
+            assert_eq!(
+                peak_usage(&intervals, &window),
+                expected,
+                "{intervals:?} in {window:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn free_slots_table() {
+        let rows = [
+            (u(16, 65536, 500), u(0, 0, 0), u(2, 4096, 20), 8),
+            (u(16, 65536, 500), u(10, 0, 0), u(2, 4096, 20), 3),
+            (u(16, 8192, 500), u(0, 0, 0), u(2, 4096, 20), 2),
+            (u(16, 65536, 30), u(0, 0, 0), u(2, 4096, 20), 1),
+            (u(16, 65536, 500), u(16, 0, 0), u(1, 1, 1), 0),
+            (u(16, 65536, 500), u(20, 0, 0), u(1, 1, 1), 0),
+            (u(4, 0, 0), u(0, 0, 0), u(1, 0, 0), 4),
+        ];
+        for (capacity, peak, slot, expected) in rows {
+            assert_eq!(
+                free_slots(capacity, peak, slot),
+                expected,
+                "{capacity:?} {peak:?} {slot:?}"
             );
         }
     }

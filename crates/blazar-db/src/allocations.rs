@@ -19,6 +19,40 @@ pub struct NewAllocation {
     pub end: DateTime<Utc>,
     /// End of the time nobody else may use the resource: `end` plus the cleaning margin.
     pub blocked_until: DateTime<Utc>,
+    /// Exclusive allocations (a whole host, an address) conflict with any other allocation of
+    /// the resource; shared ones (instance slots on a host) only with exclusive ones.
+    pub exclusive: bool,
+    /// For shared allocations: how many slots, and the size of one slot.
+    pub units: i64,
+    pub vcpus: i64,
+    pub memory_mb: i64,
+    pub disk_gb: i64,
+}
+
+impl NewAllocation {
+    /// An exclusive allocation of a whole resource.
+    pub fn whole(
+        reservation_id: &str,
+        lease_id: &str,
+        resource_type: &str,
+        resource_id: i64,
+        window: (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>),
+    ) -> NewAllocation {
+        NewAllocation {
+            reservation_id: reservation_id.to_string(),
+            lease_id: lease_id.to_string(),
+            resource_type: resource_type.to_string(),
+            resource_id,
+            start: window.0,
+            end: window.1,
+            blocked_until: window.2,
+            exclusive: true,
+            units: 1,
+            vcpus: 0,
+            memory_mb: 0,
+            disk_gb: 0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +65,11 @@ pub struct AllocationRow {
     pub start: DateTime<Utc>,
     pub end: DateTime<Utc>,
     pub blocked_until: DateTime<Utc>,
+    pub exclusive: bool,
+    pub units: i64,
+    pub vcpus: i64,
+    pub memory_mb: i64,
+    pub disk_gb: i64,
 }
 
 /// An allocation as the allocations API shows it: with its lease's dates.
@@ -41,6 +80,17 @@ pub struct AllocationView {
     pub lease_id: String,
     pub lease_start: DateTime<Utc>,
     pub lease_end: DateTime<Utc>,
+}
+
+/// What a reservation was granted, with the resource's API id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GrantRow {
+    pub reservation_id: String,
+    pub resource_type: String,
+    pub resource_id: String,
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub units: i64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +104,15 @@ pub struct HandoverRow {
     pub ended_at: Option<DateTime<Utc>>,
 }
 
+/// A random key that keeps shared allocations apart in PostgreSQL's exclusion constraint.
+fn share_key() -> i64 {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    let mut key = [0u8; 8];
+    key.copy_from_slice(&bytes[..8]);
+    // Positive and below i64::MAX, so `share_key + 1` cannot overflow.
+    (i64::from_le_bytes(key) & 0x3fff_ffff_ffff_ffff) + 1
+}
+
 fn allocation_from_row(row: &AnyRow) -> DbResult<AllocationRow> {
     Ok(AllocationRow {
         id: row.try_get("id")?,
@@ -64,18 +123,24 @@ fn allocation_from_row(row: &AnyRow) -> DbResult<AllocationRow> {
         start: from_secs(row.try_get("start_at")?)?,
         end: from_secs(row.try_get("end_at")?)?,
         blocked_until: from_secs(row.try_get("blocked_until")?)?,
+        exclusive: row.try_get::<i64, _>("exclusive")? != 0,
+        units: row.try_get("units")?,
+        vcpus: row.try_get("vcpus")?,
+        memory_mb: row.try_get("memory_mb")?,
+        disk_gb: row.try_get("disk_gb")?,
     })
 }
 
-const ALLOCATION_COLUMNS: &str =
-    "id, reservation_id, lease_id, resource_type, resource_id, start_at, end_at, blocked_until";
+const ALLOCATION_COLUMNS: &str = "id, reservation_id, lease_id, resource_type, resource_id, \
+    start_at, end_at, blocked_until, exclusive, units, vcpus, memory_mb, disk_gb";
 
 impl Tx {
     pub async fn insert_allocation(&mut self, a: &NewAllocation) -> DbResult<String> {
         let id = uuid::Uuid::new_v4().to_string();
         sqlx::query(
             "INSERT INTO allocations (id, reservation_id, lease_id, resource_type, resource_id, \
-             start_at, end_at, blocked_until) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+             start_at, end_at, blocked_until, exclusive, share_key, units, vcpus, memory_mb, \
+             disk_gb) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         )
         .bind(&id)
         .bind(&a.reservation_id)
@@ -85,6 +150,25 @@ impl Tx {
         .bind(to_secs(a.start))
         .bind(to_secs(a.end))
         .bind(to_secs(a.blocked_until))
+        .bind(i64::from(a.exclusive))
+        .bind(share_key())
+        .bind(a.units)
+        .bind(a.vcpus)
+        .bind(a.memory_mb)
+        .bind(a.disk_gb)
+        .execute(self.conn())
+        .await?;
+        let greatest = match self.backend {
+            crate::Backend::Postgres => "GREATEST",
+            crate::Backend::Sqlite => "MAX",
+        };
+        sqlx::query(&format!(
+            "INSERT INTO allocation_spans (resource_type, max_span) VALUES ($1, $2) \
+             ON CONFLICT (resource_type) DO UPDATE SET \
+             max_span = {greatest}(allocation_spans.max_span, excluded.max_span)"
+        ))
+        .bind(&a.resource_type)
+        .bind(to_secs(a.blocked_until) - to_secs(a.start))
         .execute(self.conn())
         .await?;
         Ok(id)
@@ -112,6 +196,81 @@ impl Tx {
         rows.iter().map(allocation_from_row).collect()
     }
 
+    /// Allocations of `resource_type` overlapping `[start, blocked_until)`.
+    pub async fn overlapping_allocations(
+        &mut self,
+        resource_type: &str,
+        start: DateTime<Utc>,
+        blocked_until: DateTime<Utc>,
+    ) -> DbResult<Vec<AllocationRow>> {
+        let sql = format!(
+            "SELECT {ALLOCATION_COLUMNS} FROM allocations \
+             WHERE resource_type = $1 AND blocked_until > $2 AND start_at < $3 \
+             AND start_at >= $2 - COALESCE((SELECT max_span FROM allocation_spans \
+                                            WHERE resource_type = $1), 0)"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(resource_type)
+            .bind(to_secs(start))
+            .bind(to_secs(blocked_until))
+            .fetch_all(self.conn())
+            .await?;
+        rows.iter().map(allocation_from_row).collect()
+    }
+
+    /// Allocations held by a resource that have not ended by `now`, with their reservations.
+    pub async fn unended_allocations_of_resource(
+        &mut self,
+        resource_type: &str,
+        resource_id: i64,
+        now: DateTime<Utc>,
+    ) -> DbResult<Vec<AllocationRow>> {
+        let sql = format!(
+            "SELECT {ALLOCATION_COLUMNS} FROM allocations \
+             WHERE resource_type = $1 AND resource_id = $2 AND end_at > $3 ORDER BY start_at"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(resource_type)
+            .bind(resource_id)
+            .bind(to_secs(now))
+            .fetch_all(self.conn())
+            .await?;
+        rows.iter().map(allocation_from_row).collect()
+    }
+
+    pub async fn delete_allocation(&mut self, id: &str) -> DbResult<()> {
+        sqlx::query("DELETE FROM allocations WHERE id = $1")
+            .bind(id)
+            .execute(self.conn())
+            .await?;
+        Ok(())
+    }
+
+    /// Everything a lease was granted, with API ids (host ids, or the uid of other resources).
+    pub async fn grants_of_lease(&mut self, lease_id: &str) -> DbResult<Vec<GrantRow>> {
+        let rows = sqlx::query(
+            "SELECT a.reservation_id, a.resource_type, \
+             COALESCE(r.uid, CAST(a.resource_id AS TEXT)) AS api_id, a.start_at, a.end_at, a.units \
+             FROM allocations a LEFT JOIN resources r ON r.kind = a.resource_type AND r.id = a.resource_id \
+             WHERE a.lease_id = $1 ORDER BY a.reservation_id, a.start_at, a.resource_id",
+        )
+        .bind(lease_id)
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(GrantRow {
+                    reservation_id: row.try_get("reservation_id")?,
+                    resource_type: row.try_get("resource_type")?,
+                    resource_id: row.try_get("api_id")?,
+                    start: from_secs(row.try_get("start_at")?)?,
+                    end: from_secs(row.try_get("end_at")?)?,
+                    units: row.try_get("units")?,
+                })
+            })
+            .collect()
+    }
+
     /// Resources of `resource_type` blocked at any instant of `[start, blocked_until)`.
     pub async fn busy_resources(
         &mut self,
@@ -121,7 +280,9 @@ impl Tx {
     ) -> DbResult<HashSet<i64>> {
         let rows = sqlx::query(
             "SELECT DISTINCT resource_id FROM allocations \
-             WHERE resource_type = $1 AND blocked_until > $2 AND start_at < $3",
+             WHERE resource_type = $1 AND blocked_until > $2 AND start_at < $3 \
+             AND start_at >= $2 - COALESCE((SELECT max_span FROM allocation_spans \
+                                            WHERE resource_type = $1), 0)",
         )
         .bind(resource_type)
         .bind(to_secs(start))
@@ -227,7 +388,9 @@ impl Tx {
     pub async fn start_handover(&mut self, h: &HandoverRow) -> DbResult<()> {
         sqlx::query(
             "INSERT INTO handovers (id, resource_type, resource_id, project_id, lease_id, \
-             reservation_id, started_at, ended_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)",
+             reservation_id, started_at, ended_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL) \
+             ON CONFLICT (reservation_id, resource_type, resource_id) DO UPDATE SET \
+             project_id = excluded.project_id, started_at = excluded.started_at, ended_at = NULL",
         )
         .bind(uuid::Uuid::new_v4().to_string())
         .bind(&h.resource_type)
@@ -262,27 +425,33 @@ impl Tx {
         Ok(())
     }
 
-    /// Hand-overs of a resource type; only the open ones unless `include_ended`.
+    /// Hand-overs (of one resource type, or all); only the open ones unless `include_ended`.
     pub async fn handovers(
         &mut self,
-        resource_type: &str,
+        resource_type: Option<&str>,
         lease_id: Option<&str>,
         include_ended: bool,
     ) -> DbResult<Vec<HandoverRow>> {
         let mut sql = String::from(
             "SELECT resource_type, resource_id, project_id, lease_id, reservation_id, started_at, \
-             ended_at FROM handovers WHERE resource_type = $1",
+             ended_at FROM handovers WHERE 1 = 1",
         );
+        let mut texts: Vec<&str> = Vec::new();
+        if let Some(t) = resource_type {
+            texts.push(t);
+            sql.push_str(&format!(" AND resource_type = ${}", texts.len()));
+        }
+        if let Some(l) = lease_id {
+            texts.push(l);
+            sql.push_str(&format!(" AND lease_id = ${}", texts.len()));
+        }
         if !include_ended {
             sql.push_str(" AND ended_at IS NULL");
         }
-        if lease_id.is_some() {
-            sql.push_str(" AND lease_id = $2");
-        }
-        sql.push_str(" ORDER BY resource_id, started_at");
-        let mut query = sqlx::query(&sql).bind(resource_type);
-        if let Some(l) = lease_id {
-            query = query.bind(l);
+        sql.push_str(" ORDER BY resource_type, resource_id, started_at");
+        let mut query = sqlx::query(&sql);
+        for t in texts {
+            query = query.bind(t);
         }
         let rows = query.fetch_all(self.conn()).await?;
         rows.iter()

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::{Backend, DbResult, LeaseFilter, Tx, from_opt_secs, from_secs, to_secs};
+use crate::{DbResult, LeaseFilter, Tx, from_opt_secs, from_secs, to_secs};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventRow {
@@ -100,16 +100,14 @@ impl Tx {
         rows.iter().map(event_from_row).collect()
     }
 
-    /// The earliest undone event due at `now`, claimed for this transaction: on PostgreSQL the
-    /// row stays locked (other schedulers skip it) until commit or rollback.
+    /// The earliest undone event due at `now`. Callers hold the scheduler lock, so no other
+    /// scheduler claims it meanwhile; the row is not locked here, so that a lease update that
+    /// holds the lease and moves its events never waits on the scheduler while the scheduler
+    /// waits on the lease.
     pub async fn claim_due_event(&mut self, now: DateTime<Utc>) -> DbResult<Option<EventRow>> {
-        let lock = match self.backend {
-            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
-            Backend::Sqlite => "",
-        };
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events e WHERE e.status = 'UNDONE' AND e.event_time <= $1 \
-             ORDER BY e.event_time, e.rank, e.id LIMIT 1{lock}"
+             ORDER BY e.event_time, e.rank, e.id LIMIT 1"
         );
         let row = sqlx::query(&sql)
             .bind(to_secs(now))

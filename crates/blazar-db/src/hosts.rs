@@ -99,6 +99,7 @@ impl Tx {
             self.set_host_capability(id, key, value, host.created_at)
                 .await?;
         }
+        self.bump_inventory(blazar_core::PHYSICAL_HOST).await?;
         Ok(id)
     }
 
@@ -122,6 +123,7 @@ impl Tx {
         .bind(value)
         .execute(self.conn())
         .await?;
+        self.bump_inventory(blazar_core::PHYSICAL_HOST).await?;
         Ok(())
     }
 
@@ -135,10 +137,11 @@ impl Tx {
         .bind(key)
         .execute(self.conn())
         .await?;
+        self.bump_inventory(blazar_core::PHYSICAL_HOST).await?;
         Ok(done.rows_affected() > 0)
     }
 
-    async fn ensure_property(
+    pub(crate) async fn ensure_property(
         &mut self,
         resource_type: &str,
         name: &str,
@@ -254,18 +257,6 @@ impl Tx {
         group_capabilities(&rows)
     }
 
-    /// A change token for the host inventory: it moves whenever a host or capability changes.
-    pub async fn host_inventory_token(&mut self) -> DbResult<(i64, i64, i64)> {
-        let row = sqlx::query(
-            "SELECT (SELECT COUNT(*) FROM hosts) AS n, \
-             (SELECT COALESCE(MAX(COALESCE(updated_at, created_at)), 0) FROM hosts) AS t, \
-             (SELECT COUNT(*) FROM host_capabilities) AS c",
-        )
-        .fetch_one(self.conn())
-        .await?;
-        Ok((row.try_get("n")?, row.try_get("t")?, row.try_get("c")?))
-    }
-
     pub async fn update_host_facts(
         &mut self,
         id: i64,
@@ -291,6 +282,7 @@ impl Tx {
         .bind(id)
         .execute(self.conn())
         .await?;
+        self.bump_inventory(blazar_core::PHYSICAL_HOST).await?;
         Ok(())
     }
 
@@ -303,6 +295,7 @@ impl Tx {
             .bind(id)
             .execute(self.conn())
             .await?;
+        self.bump_inventory(blazar_core::PHYSICAL_HOST).await?;
         Ok(())
     }
 
@@ -319,21 +312,7 @@ impl Tx {
         .bind(resource_type)
         .fetch_all(self.conn())
         .await?;
-        let mut out: Vec<PropertyWithValues> = Vec::new();
-        for row in rows {
-            let name: String = row.try_get("property_name")?;
-            let private = row.try_get::<i64, _>("private")? != 0;
-            let value: String = row.try_get("value")?;
-            match out.last_mut() {
-                Some(last) if last.property_name == name => last.values.push(value),
-                _ => out.push(PropertyWithValues {
-                    property_name: name,
-                    private,
-                    values: vec![value],
-                }),
-            }
-        }
-        Ok(out)
+        group_property_values(&rows)
     }
 
     pub async fn get_property(
@@ -366,6 +345,25 @@ impl Tx {
             .await?;
         Ok(())
     }
+}
+
+/// Rows of (property_name, private, value), ordered by name, folded into one entry per name.
+pub(crate) fn group_property_values(rows: &[AnyRow]) -> DbResult<Vec<PropertyWithValues>> {
+    let mut out: Vec<PropertyWithValues> = Vec::new();
+    for row in rows {
+        let name: String = row.try_get("property_name")?;
+        let private = row.try_get::<i64, _>("private")? != 0;
+        let value: String = row.try_get("value")?;
+        match out.last_mut() {
+            Some(last) if last.property_name == name => last.values.push(value),
+            _ => out.push(PropertyWithValues {
+                property_name: name,
+                private,
+                values: vec![value],
+            }),
+        }
+    }
+    Ok(out)
 }
 
 fn group_capabilities(rows: &[AnyRow]) -> DbResult<HashMap<i64, BTreeMap<String, String>>> {

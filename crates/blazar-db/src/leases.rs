@@ -34,6 +34,8 @@ pub struct ReservationRow {
     pub resources_changed: bool,
     /// The type-specific fields of the request, as shown in the reservation object.
     pub params: Map<String, Value>,
+    /// How many units (hosts, slots, addresses) the reservation was granted.
+    pub granted_units: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: Option<DateTime<Utc>>,
 }
@@ -51,7 +53,8 @@ const LEASE_COLUMNS: &str = "id, name, user_id, project_id, trust_id, start_at, 
     degraded, created_at, updated_at";
 
 const RESERVATION_COLUMNS: &str = "r.id, r.lease_id, r.ordinal, r.resource_id, r.resource_type, \
-    r.status, r.missing_resources, r.resources_changed, r.params, r.created_at, r.updated_at";
+    r.status, r.missing_resources, r.resources_changed, r.params, r.granted_units, r.created_at, \
+    r.updated_at";
 
 fn lease_from_row(row: &AnyRow) -> DbResult<LeaseRow> {
     Ok(LeaseRow {
@@ -89,6 +92,7 @@ fn reservation_from_row(row: &AnyRow) -> DbResult<ReservationRow> {
         missing_resources: row.try_get::<i64, _>("missing_resources")? != 0,
         resources_changed: row.try_get::<i64, _>("resources_changed")? != 0,
         params,
+        granted_units: row.try_get("granted_units")?,
         created_at: from_secs(row.try_get("created_at")?)?,
         updated_at: from_opt_secs(row.try_get("updated_at")?)?,
     })
@@ -209,8 +213,8 @@ impl Tx {
     pub async fn insert_reservation(&mut self, r: &ReservationRow) -> DbResult<()> {
         sqlx::query(
             "INSERT INTO reservations (id, lease_id, ordinal, resource_id, resource_type, status, \
-             missing_resources, resources_changed, params, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+             missing_resources, resources_changed, params, created_at, updated_at, granted_units) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         )
         .bind(&r.id)
         .bind(&r.lease_id)
@@ -223,6 +227,7 @@ impl Tx {
         .bind(Value::Object(r.params.clone()).to_string())
         .bind(to_secs(r.created_at))
         .bind(r.updated_at.map(to_secs))
+        .bind(r.granted_units)
         .execute(self.conn())
         .await?;
         Ok(())
@@ -231,13 +236,14 @@ impl Tx {
     pub async fn update_reservation(&mut self, r: &ReservationRow) -> DbResult<()> {
         sqlx::query(
             "UPDATE reservations SET status = $1, missing_resources = $2, resources_changed = $3, \
-             params = $4, updated_at = $5 WHERE id = $6",
+             params = $4, updated_at = $5, granted_units = $6 WHERE id = $7",
         )
         .bind(&r.status)
         .bind(i64::from(r.missing_resources))
         .bind(i64::from(r.resources_changed))
         .bind(Value::Object(r.params.clone()).to_string())
         .bind(r.updated_at.map(to_secs))
+        .bind(r.granted_units)
         .bind(&r.id)
         .execute(self.conn())
         .await?;
@@ -271,6 +277,25 @@ impl Tx {
         }
         let rows = query.fetch_all(self.conn()).await?;
         rows.iter().map(reservation_from_row).collect()
+    }
+
+    /// Reservations that hold fewer units than they were granted (healing fills them).
+    pub async fn reservations_missing_resources(&mut self) -> DbResult<Vec<ReservationRow>> {
+        let sql = format!(
+            "SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.missing_resources = 1 \
+             AND r.status IN ('pending', 'active') ORDER BY r.lease_id, r.ordinal"
+        );
+        let rows = sqlx::query(&sql).fetch_all(self.conn()).await?;
+        rows.iter().map(reservation_from_row).collect()
+    }
+
+    pub async fn get_reservation(&mut self, id: &str) -> DbResult<Option<ReservationRow>> {
+        let sql = format!("SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.id = $1");
+        let row = sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(self.conn())
+            .await?;
+        row.as_ref().map(reservation_from_row).transpose()
     }
 
     pub(crate) fn lease_clause(filter: &LeaseFilter) -> (String, Vec<String>) {

@@ -85,7 +85,7 @@ pub fn lease(v: LeaseView) -> Lease {
 
 pub fn allocation(a: AllocationEntry) -> Allocation {
     Allocation {
-        resource_id: a.resource_id.to_string(),
+        resource_id: a.resource_id,
         reservations: a
             .reservations
             .into_iter()

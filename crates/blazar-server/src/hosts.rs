@@ -13,7 +13,7 @@ use crate::state::AppState;
 
 /// Blazar treats any non-empty value of `detail`/`all` as true; so do we, except the
 /// explicit negatives a user would expect to mean false.
-fn flag(query: &std::collections::HashMap<String, String>, key: &str) -> bool {
+pub(crate) fn flag(query: &std::collections::HashMap<String, String>, key: &str) -> bool {
     query.get(key).is_some_and(|v| {
         !v.is_empty() && !matches!(v.to_ascii_lowercase().as_str(), "false" | "0" | "no")
     })
@@ -128,14 +128,20 @@ pub async fn list_host_properties(
         .service
         .list_host_properties(&identity, flag(&query, "detail"), flag(&query, "all"))
         .await?;
-    let properties: Vec<Value> = match listing {
+    Ok(Json(
+        json!({ "resource_properties": property_listing(listing) }),
+    ))
+}
+
+/// The `resource_properties` list: names, or names with values in detail mode.
+pub(crate) fn property_listing(listing: PropertyListing) -> Vec<Value> {
+    match listing {
         PropertyListing::Names(names) => names.into_iter().map(|n| json!({ "property": n })).collect(),
         PropertyListing::Detail(details) => details
             .into_iter()
             .map(|p| json!({ "property": p.property_name, "private": p.private, "values": p.values }))
             .collect(),
-    };
-    Ok(Json(json!({ "resource_properties": properties })))
+    }
 }
 
 pub async fn update_host_property(
@@ -153,7 +159,8 @@ pub async fn update_host_property(
     ))
 }
 
-/// `GET /v1/handovers`: who holds which host now (`?all=true` includes past hand-overs).
+/// `GET /v1/handovers[?resource_type=..][&lease_id=..][&all=true]`: who holds which resource
+/// now (`all` includes past hand-overs).
 pub async fn list_handovers(
     State(state): State<AppState>,
     Caller(identity): Caller,
@@ -161,8 +168,9 @@ pub async fn list_handovers(
 ) -> ApiResult<Json<Value>> {
     let rows = state
         .service
-        .host_handovers(
+        .handovers(
             &identity,
+            query.get("resource_type").map(String::as_str),
             query.get("lease_id").map(String::as_str),
             flag(&query, "all"),
         )

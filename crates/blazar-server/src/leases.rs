@@ -211,13 +211,43 @@ pub async fn create_lease(
     ))
 }
 
+/// `GET /v1/leases/{id}`; with `?allocations=true` each reservation also lists what it was
+/// granted (`allocations`: resource type and id, dates, units), which Blazar's object lacks.
 pub async fn show_lease(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(id): Path<String>,
+    Query(query): Query,
 ) -> ApiResult<Json<Value>> {
     let lease = state.service.get_lease(&identity, &id).await?;
-    Ok(Json(json!({ "lease": convert::lease(lease) })))
+    let mut body =
+        serde_json::to_value(convert::lease(lease)).map_err(|e| crate::error::ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: e.to_string(),
+        })?;
+    if crate::hosts::flag(&query, "allocations") {
+        let grants = state.service.lease_grants(&identity, &id).await?;
+        if let Some(reservations) = body.get_mut("reservations").and_then(Value::as_array_mut) {
+            for reservation in reservations {
+                let rid = reservation["id"].as_str().unwrap_or_default().to_string();
+                let granted: Vec<Value> = grants
+                    .iter()
+                    .filter(|g| g.reservation_id == rid)
+                    .map(|g| {
+                        json!({
+                            "resource_type": g.resource_type,
+                            "resource_id": g.resource_id,
+                            "start_date": blazar_api::dates::format_t(g.start),
+                            "end_date": blazar_api::dates::format_t(g.end),
+                            "units": g.units,
+                        })
+                    })
+                    .collect();
+                reservation["allocations"] = Value::Array(granted);
+            }
+        }
+    }
+    Ok(Json(json!({ "lease": body })))
 }
 
 pub async fn update_lease(

@@ -30,7 +30,8 @@ fn default_facts(name: &str) -> HostFacts {
 /// One resource's allocations, as `/allocations` lists them.
 #[derive(Debug, Clone)]
 pub struct AllocationEntry {
-    pub resource_id: i64,
+    /// The id the API shows for the resource.
+    pub resource_id: String,
     pub reservations: Vec<AllocationView>,
 }
 
@@ -48,7 +49,7 @@ fn parse_host_id(id: &str) -> ServiceResult<i64> {
     id.parse::<i64>().map_err(|_| host_not_found(id))
 }
 
-fn as_text(key: &str, value: &Value) -> ServiceResult<String> {
+pub(crate) fn as_text(key: &str, value: &Value) -> ServiceResult<String> {
     match value {
         Value::String(s) => Ok(s.clone()),
         Value::Number(n) => Ok(n.to_string()),
@@ -73,7 +74,7 @@ fn as_int(key: &str, value: &Value) -> ServiceResult<i64> {
     }
 }
 
-fn as_bool(key: &str, value: &Value) -> ServiceResult<bool> {
+pub(crate) fn as_bool(key: &str, value: &Value) -> ServiceResult<bool> {
     match value {
         Value::Bool(b) => Ok(*b),
         Value::String(s) => match s.to_ascii_lowercase().as_str() {
@@ -106,7 +107,7 @@ fn set_fact(facts: &mut HostFacts, key: &str, value: &Value) -> ServiceResult<()
     Ok(())
 }
 
-fn check_capability_key(key: &str) -> ServiceResult<()> {
+pub(crate) fn check_capability_key(key: &str) -> ServiceResult<()> {
     if key.is_empty() {
         return Err(ServiceError::BadRequest(
             "An extra capability needs a non-empty name".into(),
@@ -204,7 +205,8 @@ impl Service {
 
     pub async fn list_hosts(&self, identity: &Identity) -> ServiceResult<Vec<HostRecord>> {
         self.authorize_own("blazar:oshosts:get", identity)?;
-        in_tx!(self, read, |tx| { Ok(tx.list_hosts().await?) })
+        let inventory = in_tx!(self, read, |tx| { self.host_cache.inventory(tx).await })?;
+        Ok(inventory.hosts.clone())
     }
 
     /// Sets extra capabilities (a `null` value removes one), hypervisor facts, and
@@ -275,6 +277,11 @@ impl Service {
             if row_changed {
                 tx.update_host_facts(host_id, &facts, reservable, now)
                     .await?;
+            }
+            if reservable && !host.reservable {
+                self.fill_missing(tx, now).await?;
+            } else if !reservable && host.reservable {
+                self.heal_resource(tx, PHYSICAL_HOST, host_id, now).await?;
             }
             host = tx
                 .get_host(host_id)
@@ -392,33 +399,7 @@ impl Service {
         body: &Map<String, Value>,
     ) -> ServiceResult<PropertyRow> {
         self.authorize_own("blazar:oshosts:update_resource_properties", identity)?;
-        let unknown: Vec<&str> = body
-            .keys()
-            .map(String::as_str)
-            .filter(|k| *k != "private")
-            .collect();
-        if !unknown.is_empty() {
-            return Err(ServiceError::BadRequest(format!(
-                "Only \"private\" can be updated on a resource property; got {}",
-                unknown.join(", ")
-            )));
-        }
-        let private = match body.get("private") {
-            Some(v) => as_bool("private", v)?,
-            None => return Err(ServiceError::BadRequest("Missing parameter private".into())),
-        };
-        in_tx!(self, write, |tx| {
-            let property = tx.get_property(PHYSICAL_HOST, name).await?.ok_or_else(|| {
-                ServiceError::NotFound(format!(
-                    "Resource property {name} not found for physical:host"
-                ))
-            })?;
-            tx.set_property_private(&property.id, private, self.now())
-                .await?;
-            tx.get_property(PHYSICAL_HOST, name)
-                .await?
-                .ok_or_else(|| ServiceError::Internal(format!("property {name} vanished")))
-        })
+        self.set_property_private(PHYSICAL_HOST, name, body).await
     }
 
     /// Allocations of every host (hosts without any included), or of one host.
@@ -439,7 +420,14 @@ impl Service {
                         .ok_or_else(|| host_not_found(host.unwrap_or_default()))?;
                     vec![id]
                 }
-                None => tx.list_hosts().await?.into_iter().map(|h| h.id).collect(),
+                None => self
+                    .host_cache
+                    .inventory(tx)
+                    .await?
+                    .hosts
+                    .iter()
+                    .map(|h| h.id)
+                    .collect(),
             };
             let views = tx
                 .allocation_views(PHYSICAL_HOST, host_id, lease_id, reservation_id, self.now())
@@ -451,25 +439,26 @@ impl Service {
             Ok(ids
                 .into_iter()
                 .map(|id| AllocationEntry {
-                    resource_id: id,
+                    resource_id: id.to_string(),
                     reservations: by_host.remove(&id).unwrap_or_default(),
                 })
                 .collect())
         })
     }
 
-    /// Who holds which host now (or ever, with `include_ended`), as the standalone backend
-    /// recorded at lease start and end. Admins see all; others their project's.
-    pub async fn host_handovers(
+    /// Who holds which resource now (or ever, with `include_ended`), as the standalone
+    /// backend recorded at lease start and end. Admins see all; others their project's.
+    pub async fn handovers(
         &self,
         identity: &Identity,
+        resource_type: Option<&str>,
         lease_id: Option<&str>,
         include_ended: bool,
     ) -> ServiceResult<Vec<HandoverRow>> {
         self.authorize_own("blazar:handovers:get", identity)?;
         let admin = self.is_admin(identity);
         let rows = in_tx!(self, read, |tx| {
-            Ok(tx.handovers(PHYSICAL_HOST, lease_id, include_ended).await?)
+            Ok(tx.handovers(resource_type, lease_id, include_ended).await?)
         })?;
         Ok(rows
             .into_iter()

@@ -242,8 +242,11 @@ impl Service {
             };
             tx.insert_lease(&lease).await?;
             for (i, (resource_type, params)) in requests.iter().enumerate() {
-                let reservation = ReservationRow {
-                    id: new_id(),
+                let id = new_id();
+                let mut params = resource_type.resolve(tx, params.clone()).await?;
+                resource_type.finish_params(&mut params, &id);
+                let mut reservation = ReservationRow {
+                    id,
                     lease_id: lease.id.clone(),
                     ordinal: i as i64,
                     resource_id: new_id(),
@@ -251,7 +254,8 @@ impl Service {
                     status: ReservationStatus::Pending.as_str().to_string(),
                     missing_resources: false,
                     resources_changed: false,
-                    params: params.clone(),
+                    params,
+                    granted_units: 0,
                     created_at: created,
                     updated_at: Some(created),
                 };
@@ -264,7 +268,11 @@ impl Service {
                     blocked_until,
                     keep: &[],
                 };
-                resource_type.allocate(tx, params, &allocation).await?;
+                let grant = resource_type
+                    .allocate(tx, &reservation.params, &allocation)
+                    .await?;
+                reservation.granted_units = grant.units;
+                tx.update_reservation(&reservation).await?;
             }
             tx.insert_event(&new_event(
                 &lease.id,
@@ -296,6 +304,19 @@ impl Service {
             let lease = tx.get_lease(id).await?.ok_or_else(|| lease_not_found(id))?;
             self.check_visible(identity, &lease)?;
             load_view(tx, lease).await
+        })
+    }
+
+    /// What each reservation of a lease was granted (for `?allocations=true`).
+    pub async fn lease_grants(
+        &self,
+        identity: &Identity,
+        id: &str,
+    ) -> ServiceResult<Vec<blazar_db::GrantRow>> {
+        in_tx!(self, read, |tx| {
+            let lease = tx.get_lease(id).await?.ok_or_else(|| lease_not_found(id))?;
+            self.check_visible(identity, &lease)?;
+            Ok(tx.grants_of_lease(id).await?)
         })
     }
 
@@ -451,14 +472,18 @@ impl Service {
         let blocked_until = new_end + self.settings().cleaning();
         let allocations = tx.allocations_of_lease(&lease.id).await?;
         for (i, reservation) in reservations.iter().enumerate() {
-            let params = changes
-                .get(&reservation.id)
-                .cloned()
-                .unwrap_or_else(|| reservation.params.clone());
+            let resource_type = self.resource_type(&reservation.resource_type)?;
+            let params = match changes.get(&reservation.id) {
+                Some(changed) => {
+                    let mut params = resource_type.resolve(tx, changed.clone()).await?;
+                    resource_type.finish_params(&mut params, &reservation.id);
+                    params
+                }
+                None => reservation.params.clone(),
+            };
             if !window_changed && params == reservation.params {
                 continue;
             }
-            let resource_type = self.resource_type(&reservation.resource_type)?;
             let held: Vec<i64> = allocations
                 .iter()
                 .filter(|a| a.reservation_id == reservation.id)
@@ -474,9 +499,9 @@ impl Service {
                 blocked_until,
                 keep: &held,
             };
-            let chosen = resource_type.allocate(tx, &params, &request).await?;
+            let grant = resource_type.allocate(tx, &params, &request).await?;
             if reservation.status == ReservationStatus::Active.as_str() {
-                let chosen_set: HashSet<i64> = chosen.iter().copied().collect();
+                let chosen_set: HashSet<i64> = grant.resources.iter().copied().collect();
                 let lost: Vec<String> = held
                     .iter()
                     .filter(|h| !chosen_set.contains(h))
@@ -506,6 +531,7 @@ impl Service {
             }
             let mut changed = reservation.clone();
             changed.params = params;
+            changed.granted_units = grant.units;
             changed.updated_at = Some(stamp);
             tx.update_reservation(&changed).await?;
         }

@@ -35,9 +35,13 @@ macro_rules! in_tx {
 }
 
 mod backend;
+mod healing;
 mod hosts;
+mod instance;
+mod inventory;
 mod leases;
 mod policy;
+mod pool;
 mod resources;
 mod scheduler;
 
@@ -50,9 +54,12 @@ use tokio::sync::Notify;
 pub use backend::{Backend, StandaloneBackend};
 pub use blazar_core::time::truncate_to_minute;
 pub use hosts::{AllocationEntry, PropertyListing};
+pub use instance::{FlavorInstanceType, InstanceType, Ratios};
+pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
 pub use leases::{LeaseUpdate, LeaseView, NewLease, When};
 pub use policy::{Authorizer, DefaultPolicy, Target, policy_denied};
-pub use resources::{PhysicalHostType, ResourceType};
+pub use pool::PoolType;
+pub use resources::{Grant, PhysicalHostType, ResourceType};
 pub use scheduler::TickReport;
 
 /// Errors a use case reports. Each maps to one HTTP status; the message is for the user.
@@ -157,6 +164,8 @@ pub struct Settings {
     pub cleaning_minutes: i64,
     /// Default offset of the `before_end_lease` event; 0 disables it.
     pub minutes_before_end_lease: i64,
+    /// Allocation ratios of hosts that set none (`cpu_allocation_ratio`, ... capabilities).
+    pub ratios: Ratios,
 }
 
 impl Default for Settings {
@@ -164,6 +173,7 @@ impl Default for Settings {
         Settings {
             cleaning_minutes: 0,
             minutes_before_end_lease: 60,
+            ratios: Ratios::default(),
         }
     }
 }
@@ -183,6 +193,7 @@ pub struct Service {
     backend: Arc<dyn Backend>,
     resource_types: Arc<Vec<Arc<dyn ResourceType>>>,
     authorizer: Arc<dyn Authorizer>,
+    host_cache: Arc<resources::HostCache>,
     wake: Arc<Notify>,
 }
 
@@ -196,14 +207,32 @@ impl Service {
         settings: Settings,
         backend: Arc<dyn Backend>,
     ) -> Self {
-        let host_type: Arc<dyn ResourceType> = Arc::new(PhysicalHostType);
+        let ratios = settings.ratios;
+        let cache = Arc::new(resources::HostCache::default());
+        let resource_types: Vec<Arc<dyn ResourceType>> = vec![
+            Arc::new(PhysicalHostType {
+                cache: cache.clone(),
+            }),
+            Arc::new(InstanceType {
+                ratios,
+                cache: cache.clone(),
+            }),
+            Arc::new(FlavorInstanceType {
+                ratios,
+                cache: cache.clone(),
+            }),
+            Arc::new(PoolType::floating_ips()),
+            Arc::new(PoolType::networks()),
+            Arc::new(PoolType::devices()),
+        ];
         Service {
             store,
             clock,
             settings,
             backend,
-            resource_types: Arc::new(vec![host_type]),
+            resource_types: Arc::new(resource_types),
             authorizer: Arc::new(DefaultPolicy),
+            host_cache: cache,
             wake: Arc::new(Notify::new()),
         }
     }

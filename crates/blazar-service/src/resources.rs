@@ -2,7 +2,8 @@
 //! chosen for it. `physical:host` is the first; instances, floating IPs, network segments and
 //! devices implement the same trait.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use blazar_core::host::HostRecord;
@@ -26,10 +27,36 @@ pub struct AllocationRequest<'a> {
     pub keep: &'a [i64],
 }
 
+/// What an allocation granted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grant {
+    /// The resources allocated (host ids for instance slots).
+    pub resources: Vec<i64>,
+    /// Units granted: hosts, devices, addresses, segments, or instance slots.
+    pub units: i64,
+}
+
 #[async_trait]
 pub trait ResourceType: Send + Sync {
     /// The `resource_type` string of the API.
     fn name(&self) -> &'static str;
+
+    /// The inventory kind whose allocations this type writes (instance slots are allocations
+    /// of hosts).
+    fn kind(&self) -> &'static str;
+
+    /// Checks that need the database (a named flavor exists, required addresses are
+    /// registered) and completes the fields from it.
+    async fn resolve(
+        &self,
+        _tx: &mut Tx,
+        params: Map<String, Value>,
+    ) -> ServiceResult<Map<String, Value>> {
+        Ok(params)
+    }
+
+    /// Adds the fields known once the reservation has an id.
+    fn finish_params(&self, _params: &mut Map<String, Value>, _reservation_id: &str) {}
 
     /// Validates a reservation request and returns the type-specific fields to store and show.
     /// For an update, `current` holds the stored fields and `request` only what changes.
@@ -40,16 +67,188 @@ pub trait ResourceType: Send + Sync {
     ) -> ServiceResult<Map<String, Value>>;
 
     /// Chooses resources for the window and writes the allocations, in the caller's
-    /// transaction. Returns the chosen resource ids.
+    /// transaction.
     async fn allocate(
         &self,
         tx: &mut Tx,
         params: &Map<String, Value>,
         request: &AllocationRequest<'_>,
-    ) -> ServiceResult<Vec<i64>>;
+    ) -> ServiceResult<Grant>;
+
+    /// Allocates `missing` more units over the window for a reservation that lost some
+    /// (healing), avoiding what it holds. Returns the units added, which may be fewer.
+    async fn refill(
+        &self,
+        tx: &mut Tx,
+        params: &Map<String, Value>,
+        request: &AllocationRequest<'_>,
+        missing: i64,
+    ) -> ServiceResult<i64>;
 }
 
-pub struct PhysicalHostType;
+/// Allocates up to `missing` whole resources of `kind` among `matching`, for healing.
+pub(crate) async fn refill_whole(
+    tx: &mut Tx,
+    kind: &str,
+    matching: &[i64],
+    request: &AllocationRequest<'_>,
+    missing: i64,
+) -> ServiceResult<i64> {
+    let busy = tx
+        .busy_resources(kind, request.window.start(), request.blocked_until)
+        .await?;
+    let free: Vec<i64> = matching
+        .iter()
+        .copied()
+        .filter(|id| !busy.contains(id))
+        .collect();
+    let take = usize::try_from(missing).unwrap_or(0).min(free.len());
+    let chosen = &free[..take];
+    let still_there = lock_reservable(tx, kind, chosen).await?;
+    if still_there.len() != chosen.len() {
+        return Err(ServiceError::Retry(
+            "a chosen resource changed concurrently".into(),
+        ));
+    }
+    for id in chosen {
+        tx.insert_allocation(&whole_allocation(request, kind, *id))
+            .await?;
+    }
+    Ok(take as i64)
+}
+
+pub(crate) fn whole_allocation(
+    request: &AllocationRequest<'_>,
+    kind: &str,
+    id: i64,
+) -> NewAllocation {
+    NewAllocation::whole(
+        request.reservation_id,
+        request.lease_id,
+        kind,
+        id,
+        (
+            request.window.start(),
+            request.window.end(),
+            request.blocked_until,
+        ),
+    )
+}
+
+/// Share-locks the chosen resources of a kind; returns those still present and reservable.
+pub(crate) async fn lock_reservable(
+    tx: &mut Tx,
+    kind: &str,
+    ids: &[i64],
+) -> ServiceResult<Vec<i64>> {
+    Ok(if kind == PHYSICAL_HOST {
+        tx.lock_reservable_hosts(ids).await?
+    } else {
+        tx.lock_reservable_resources(ids).await?
+    })
+}
+
+/// The host inventory as of one inventory version, with an index by id.
+pub struct Inventory {
+    pub hosts: Vec<HostRecord>,
+    index: HashMap<i64, usize>,
+}
+
+impl Inventory {
+    pub fn get(&self, id: i64) -> Option<&HostRecord> {
+        self.index.get(&id).map(|i| &self.hosts[*i])
+    }
+}
+
+struct Snapshot {
+    version: i64,
+    inventory: Arc<Inventory>,
+    /// Matching host ids per query text: most requests repeat a few filters.
+    matches: HashMap<String, Arc<Vec<i64>>>,
+}
+
+/// Largest number of distinct filters remembered per inventory version.
+const MAX_CACHED_FILTERS: usize = 1024;
+
+/// The host inventory kept in memory between requests. Every change to hosts moves a version
+/// counter in the database (in the changing transaction); a request reads the counter in its
+/// own transaction and reloads when it moved, so a copy is never used once stale, whichever
+/// process changed the hosts. This turns the per-request cost of candidate search from
+/// "read every host and capability" into one indexed read.
+#[derive(Default)]
+pub struct HostCache {
+    state: std::sync::Mutex<Option<Snapshot>>,
+}
+
+impl HostCache {
+    /// The hosts matching `queries` (keyed by `key`, the query texts), and the inventory.
+    pub async fn matching(
+        &self,
+        tx: &mut Tx,
+        queries: &[(&str, &Option<PropertyQuery>)],
+        key: &str,
+    ) -> ServiceResult<(Arc<Inventory>, Arc<Vec<i64>>)> {
+        let (version, inventory, cached) = self.snapshot(tx, Some(key)).await?;
+        if let Some(matching) = cached {
+            return Ok((inventory, matching));
+        }
+        let matching = Arc::new(matching_hosts(&inventory.hosts, queries)?);
+        if let Some(snapshot) = self.lock().as_mut().filter(|s| s.version == version) {
+            if snapshot.matches.len() >= MAX_CACHED_FILTERS {
+                snapshot.matches.clear();
+            }
+            snapshot.matches.insert(key.to_string(), matching.clone());
+        }
+        Ok((inventory, matching))
+    }
+
+    /// The current inventory.
+    pub async fn inventory(&self, tx: &mut Tx) -> ServiceResult<Arc<Inventory>> {
+        Ok(self.snapshot(tx, None).await?.1)
+    }
+
+    /// The inventory of the database's current version (reloaded if the copy is stale), and
+    /// the cached matches of `key` if any.
+    async fn snapshot(
+        &self,
+        tx: &mut Tx,
+        key: Option<&str>,
+    ) -> ServiceResult<(i64, Arc<Inventory>, Option<Arc<Vec<i64>>>)> {
+        let version = tx.inventory_version(PHYSICAL_HOST).await?;
+        let cached = self
+            .lock()
+            .as_ref()
+            .filter(|s| s.version == version)
+            .map(|s| {
+                (
+                    s.inventory.clone(),
+                    key.and_then(|k| s.matches.get(k).cloned()),
+                )
+            });
+        if let Some((inventory, matching)) = cached {
+            return Ok((version, inventory, matching));
+        }
+        let hosts = tx.list_hosts().await?;
+        let index = hosts.iter().enumerate().map(|(i, h)| (h.id, i)).collect();
+        let inventory = Arc::new(Inventory { hosts, index });
+        *self.lock() = Some(Snapshot {
+            version,
+            inventory: inventory.clone(),
+            matches: HashMap::new(),
+        });
+        Ok((version, inventory, None))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Snapshot>> {
+        // A panic while holding the lock cannot leave the snapshot half-written (it is
+        // replaced whole), so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub struct PhysicalHostType {
+    pub cache: Arc<HostCache>,
+}
 
 const HOST_FIELDS: &[&str] = &[
     "min",
@@ -60,7 +259,7 @@ const HOST_FIELDS: &[&str] = &[
 ];
 const BEFORE_END_ACTIONS: &[&str] = &["default", "", "snapshot"];
 
-fn int_field(map: &Map<String, Value>, key: &str) -> ServiceResult<i64> {
+pub(crate) fn int_field(map: &Map<String, Value>, key: &str) -> ServiceResult<i64> {
     match map.get(key) {
         None | Some(Value::Null) => {
             Err(ServiceError::BadRequest(format!("Missing parameter {key}")))
@@ -78,7 +277,7 @@ fn int_field(map: &Map<String, Value>, key: &str) -> ServiceResult<i64> {
     }
 }
 
-fn query_field(
+pub(crate) fn query_field(
     map: &Map<String, Value>,
     key: &str,
 ) -> ServiceResult<(String, Option<PropertyQuery>)> {
@@ -100,39 +299,84 @@ fn query_field(
     Ok((text, query))
 }
 
-/// Refuses queries on properties no host has: Blazar answers those with a 500.
-fn check_known_properties(
-    hosts: &[HostRecord],
+/// Refuses queries on properties no resource has: Blazar answers those with a 500.
+/// `is_column` tells the fixed fields every resource of the kind has.
+pub(crate) fn check_known_properties<'a>(
     field: &str,
     query: &PropertyQuery,
+    is_column: impl Fn(&str) -> bool,
+    capabilities: impl Iterator<Item = &'a BTreeMap<String, String>> + Clone,
+    noun: &str,
 ) -> ServiceResult<()> {
     for key in query.keys() {
-        if HostRecord::is_column(key) || hosts.iter().any(|h| h.capabilities.contains_key(key)) {
+        if is_column(key) || capabilities.clone().any(|c| c.contains_key(key)) {
             continue;
         }
-        let mut known: Vec<&str> = hosts
-            .iter()
-            .flat_map(|h| h.capabilities.keys().map(String::as_str))
+        let mut known: Vec<&str> = capabilities
+            .clone()
+            .flat_map(|c| c.keys().map(String::as_str))
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
         known.sort_unstable();
         let known = if known.is_empty() {
-            "no host has extra capabilities".to_string()
+            format!("no {noun} has extra capabilities")
         } else {
             format!("known extra capabilities: {}", known.join(", "))
         };
         return Err(ServiceError::BadRequest(format!(
-            "Unknown property ${key} in {field}: no host has it ({known}; columns such as \
-             $vcpus or $memory_mb can be used too)"
+            "Unknown property ${key} in {field}: no {noun} has it ({known})"
         )));
     }
     Ok(())
 }
 
+/// Hosts that are reservable and match both property queries, in id order.
+/// The cache key of a host reservation's filters.
+fn host_filter_key(params: &Map<String, Value>) -> String {
+    let text = |k: &str| params.get(k).map(Value::to_string).unwrap_or_default();
+    format!(
+        "{}\u{1}{}",
+        text("hypervisor_properties"),
+        text("resource_properties")
+    )
+}
+
+pub(crate) fn matching_hosts(
+    hosts: &[HostRecord],
+    queries: &[(&str, &Option<PropertyQuery>)],
+) -> ServiceResult<Vec<i64>> {
+    for (field, query) in queries {
+        if let Some(q) = query {
+            check_known_properties(
+                field,
+                q,
+                HostRecord::is_column,
+                hosts.iter().map(|h| &h.capabilities),
+                "host",
+            )?;
+        }
+    }
+    Ok(hosts
+        .iter()
+        .filter(|h| h.reservable)
+        .filter(|h| {
+            let lookup = |k: &str| h.property(k);
+            queries
+                .iter()
+                .all(|(_, q)| q.as_ref().is_none_or(|q| q.matches(&lookup)))
+        })
+        .map(|h| h.id)
+        .collect())
+}
+
 #[async_trait]
 impl ResourceType for PhysicalHostType {
     fn name(&self) -> &'static str {
+        PHYSICAL_HOST
+    }
+
+    fn kind(&self) -> &'static str {
         PHYSICAL_HOST
     }
 
@@ -199,33 +443,24 @@ impl ResourceType for PhysicalHostType {
         tx: &mut Tx,
         params: &Map<String, Value>,
         request: &AllocationRequest<'_>,
-    ) -> ServiceResult<Vec<i64>> {
+    ) -> ServiceResult<Grant> {
         let min = int_field(params, "min")? as usize;
         let max = int_field(params, "max")? as usize;
         let (_, hypervisor_query) = query_field(params, "hypervisor_properties")?;
         let (_, resource_query) = query_field(params, "resource_properties")?;
 
         tx.lock_allocations().await?;
-        let hosts = tx.list_hosts().await?;
-        for (field, query) in [
-            ("hypervisor_properties", &hypervisor_query),
-            ("resource_properties", &resource_query),
-        ] {
-            if let Some(q) = query {
-                check_known_properties(&hosts, field, q)?;
-            }
-        }
-        let matching: Vec<i64> = hosts
-            .iter()
-            .filter(|h| h.reservable)
-            .filter(|h| {
-                let lookup = |k: &str| h.property(k);
-                [&hypervisor_query, &resource_query]
-                    .iter()
-                    .all(|q| q.as_ref().is_none_or(|q| q.matches(&lookup)))
-            })
-            .map(|h| h.id)
-            .collect();
+        let (_, matching) = self
+            .cache
+            .matching(
+                tx,
+                &[
+                    ("hypervisor_properties", &hypervisor_query),
+                    ("resource_properties", &resource_query),
+                ],
+                &host_filter_key(params),
+            )
+            .await?;
         let busy = tx
             .busy_resources(PHYSICAL_HOST, request.window.start(), request.blocked_until)
             .await?;
@@ -243,25 +478,44 @@ impl ResourceType for PhysicalHostType {
         })?;
         // A host deleted or put in maintenance by a concurrent transaction since we read the
         // inventory: start over with a fresh view.
-        let still_there = tx.lock_reservable_hosts(&chosen).await?;
+        let still_there = lock_reservable(tx, PHYSICAL_HOST, &chosen).await?;
         if still_there.len() != chosen.len() {
             return Err(ServiceError::Retry(
                 "a chosen host changed concurrently".into(),
             ));
         }
         for host_id in &chosen {
-            tx.insert_allocation(&NewAllocation {
-                reservation_id: request.reservation_id.to_string(),
-                lease_id: request.lease_id.to_string(),
-                resource_type: PHYSICAL_HOST.to_string(),
-                resource_id: *host_id,
-                start: request.window.start(),
-                end: request.window.end(),
-                blocked_until: request.blocked_until,
-            })
-            .await?;
+            tx.insert_allocation(&whole_allocation(request, PHYSICAL_HOST, *host_id))
+                .await?;
         }
-        Ok(chosen)
+        Ok(Grant {
+            units: chosen.len() as i64,
+            resources: chosen,
+        })
+    }
+
+    async fn refill(
+        &self,
+        tx: &mut Tx,
+        params: &Map<String, Value>,
+        request: &AllocationRequest<'_>,
+        missing: i64,
+    ) -> ServiceResult<i64> {
+        let (_, hypervisor_query) = query_field(params, "hypervisor_properties")?;
+        let (_, resource_query) = query_field(params, "resource_properties")?;
+        tx.lock_allocations().await?;
+        let (_, matching) = self
+            .cache
+            .matching(
+                tx,
+                &[
+                    ("hypervisor_properties", &hypervisor_query),
+                    ("resource_properties", &resource_query),
+                ],
+                &host_filter_key(params),
+            )
+            .await?;
+        refill_whole(tx, PHYSICAL_HOST, &matching, request, missing).await
     }
 }
 
@@ -274,7 +528,10 @@ mod tests {
         let Value::Object(map) = v else {
             panic!("object")
         };
-        PhysicalHostType.validate(&map, None)
+        PhysicalHostType {
+            cache: Default::default(),
+        }
+        .validate(&map, None)
     }
 
     #[test]
@@ -330,7 +587,11 @@ mod tests {
         let Value::Object(change) = change else {
             unreachable!()
         };
-        let merged = PhysicalHostType.validate(&change, Some(&stored)).unwrap();
+        let merged = PhysicalHostType {
+            cache: Default::default(),
+        }
+        .validate(&change, Some(&stored))
+        .unwrap();
         assert_eq!(merged["max"], json!(1));
         assert_eq!(
             merged["resource_properties"],

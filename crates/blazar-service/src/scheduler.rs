@@ -1,10 +1,11 @@
 //! The event scheduler: runs due `start_lease`, `end_lease` and `before_end_lease` events.
 //!
-//! Each event runs in its own write transaction that claims it (a row lock on PostgreSQL, the
-//! single writer on SQLite), applies its effects and marks it done, so an event runs exactly
-//! once even with several manager processes or a crash half-way: a rolled-back event is still
-//! due and runs again. On PostgreSQL a transaction-scoped advisory lock keeps events in global
-//! time order across processes, so back-to-back leases hand a resource over end-before-start.
+//! Each event runs in its own write transaction that claims it, applies its effects and marks
+//! it done, so an event runs exactly once even with several manager processes or a crash
+//! half-way: a rolled-back event is still due and runs again. One scheduler at a time runs
+//! events (a transaction-scoped advisory lock on PostgreSQL, the single writer on SQLite),
+//! which keeps them in global time order across processes, so back-to-back leases hand a
+//! resource over end-before-start.
 
 use std::future::Future;
 
@@ -38,14 +39,16 @@ impl Service {
             })?;
             match outcome {
                 None => break,
-                Some(true) => report.executed += 1,
-                Some(false) => report.failed += 1,
+                Some(None) => {}
+                Some(Some(true)) => report.executed += 1,
+                Some(Some(false)) => report.failed += 1,
             }
         }
         Ok(report)
     }
 
-    /// Applies one event inside the transaction that claimed it. Returns whether it succeeded;
+    /// Applies one event inside the transaction that claimed it. Returns whether it succeeded
+    /// (`None` when it turned out not to be due any more);
     /// a failure of the outside world marks the event and the lease ERROR, a database failure
     /// rolls everything back so the event runs again later.
     async fn run_event(
@@ -53,10 +56,21 @@ impl Service {
         tx: &mut Tx,
         mut event: EventRow,
         now: DateTime<Utc>,
-    ) -> ServiceResult<bool> {
+    ) -> ServiceResult<Option<bool>> {
         let Some(mut lease) = tx.lock_lease(&event.lease_id).await? else {
-            return Ok(false);
+            return Ok(None);
         };
+        // Read again under the lease lock: an update that committed meanwhile may have moved
+        // the event or the lease may have changed; then it is not ours to run now.
+        let current = tx
+            .events_of(&lease.id)
+            .await?
+            .into_iter()
+            .find(|e| e.id == event.id);
+        match current {
+            Some(e) if e.status == EventStatus::Undone.as_str() && e.time <= now => event = e,
+            _ => return Ok(None),
+        }
         let kind: EventType = event.event_type.parse().map_err(|_| {
             ServiceError::Internal(format!("unknown event type {}", event.event_type))
         })?;
@@ -161,7 +175,7 @@ impl Service {
                 lease.id = %lease.id, event.type = %kind, reason = %reason, "event failed"
             ),
         }
-        Ok(failure.is_none())
+        Ok(Some(failure.is_none()))
     }
 
     /// Runs the scheduler until `shutdown` completes: a tick whenever an event falls due,
@@ -177,6 +191,9 @@ impl Service {
             let now = self.now();
             if let Err(e) = self.tick(now).await {
                 tracing::error!(error = %e, "scheduler tick failed; retrying at the next poll");
+            }
+            if let Err(e) = self.heal_pending(now).await {
+                tracing::error!(error = %e, "healing failed; retrying at the next poll");
             }
             let next = match in_tx!(self, read, |tx| { Ok(tx.next_event_time().await?) }) {
                 Ok(next) => next,

@@ -258,3 +258,49 @@ async fn sigterm_shuts_down_gracefully() {
         .unwrap();
     assert!(exit.success(), "{exit:?}");
 }
+
+/// A process keeps the host inventory in memory; a change made through another process is
+/// seen by its next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inventory_changes_reach_every_process() {
+    let db = TestDatabase::new().await;
+    let a = start(&db, "api").await;
+    let b = start(&db, "api").await;
+    let (_, host) = call(
+        reqwest::Method::POST,
+        format!("{}/v1/os-hosts", a.base),
+        Some(json!({"name": "h", "gpu": "false"})),
+    )
+    .await;
+    let gpu_lease = json!({
+        "name": "g", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+        "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
+                          "resource_properties": "[\"==\", \"$gpu\", \"true\"]"}],
+    });
+    let (status, _) = call(
+        reqwest::Method::POST,
+        format!("{}/v1/leases", b.base),
+        Some(gpu_lease.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "no GPU host yet");
+    let id = host["host"]["id"].as_str().unwrap();
+    let (status, _) = call(
+        reqwest::Method::PUT,
+        format!("{}/v1/os-hosts/{id}", a.base),
+        Some(json!({"gpu": "true"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = call(
+        reqwest::Method::POST,
+        format!("{}/v1/leases", b.base),
+        Some(gpu_lease),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "the other process sees the new capability: {body}"
+    );
+}

@@ -1,0 +1,461 @@
+//! The inventory besides hosts: floating IPs, network segments and devices in one table
+//! (`kind` tells them apart, type-specific fields live in `attrs`), their extra
+//! capabilities, flavors, and the notification outbox.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::{DbError, DbResult, Tx, from_opt_secs, from_secs, placeholders, to_secs};
+
+/// A floating IP, network segment or device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceRecord {
+    /// Internal id, the key of allocations.
+    pub id: i64,
+    /// The id the API shows.
+    pub uid: String,
+    pub kind: String,
+    pub uniq: String,
+    pub attrs: Map<String, Value>,
+    pub reservable: bool,
+    pub capabilities: BTreeMap<String, String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewResource {
+    pub uid: String,
+    pub kind: String,
+    pub uniq: String,
+    pub attrs: Map<String, Value>,
+    pub reservable: bool,
+    pub capabilities: BTreeMap<String, String>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlavorRow {
+    pub id: String,
+    pub name: String,
+    pub vcpus: i64,
+    pub ram: i64,
+    pub disk: i64,
+    pub ephemeral: i64,
+    pub extra_specs: Map<String, Value>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotificationRow {
+    pub id: String,
+    pub event_type: String,
+    pub lease_id: Option<String>,
+    pub payload: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+const RESOURCE_COLUMNS: &str = "id, uid, kind, uniq, attrs, reservable, created_at, updated_at";
+
+fn json_object(text: &str, what: &str) -> DbResult<Map<String, Value>> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        _ => Err(DbError::Corrupt(format!("{what} {text:?}"))),
+    }
+}
+
+fn resource_from_row(row: &AnyRow) -> DbResult<ResourceRecord> {
+    let attrs: String = row.try_get("attrs")?;
+    Ok(ResourceRecord {
+        id: row.try_get("id")?,
+        uid: row.try_get("uid")?,
+        kind: row.try_get("kind")?,
+        uniq: row.try_get("uniq")?,
+        attrs: json_object(&attrs, "resource attrs")?,
+        reservable: row.try_get::<i64, _>("reservable")? != 0,
+        capabilities: BTreeMap::new(),
+        created_at: from_secs(row.try_get("created_at")?)?,
+        updated_at: from_opt_secs(row.try_get("updated_at")?)?,
+    })
+}
+
+fn flavor_from_row(row: &AnyRow) -> DbResult<FlavorRow> {
+    let specs: String = row.try_get("extra_specs")?;
+    Ok(FlavorRow {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        vcpus: row.try_get("vcpus")?,
+        ram: row.try_get("ram")?,
+        disk: row.try_get("disk")?,
+        ephemeral: row.try_get("ephemeral")?,
+        extra_specs: json_object(&specs, "flavor extra specs")?,
+        created_at: from_secs(row.try_get("created_at")?)?,
+        updated_at: from_opt_secs(row.try_get("updated_at")?)?,
+    })
+}
+
+impl Tx {
+    pub async fn insert_resource(&mut self, r: &NewResource) -> DbResult<i64> {
+        let row = sqlx::query(
+            "INSERT INTO resources (uid, kind, uniq, attrs, reservable, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, NULL) RETURNING id",
+        )
+        .bind(&r.uid)
+        .bind(&r.kind)
+        .bind(&r.uniq)
+        .bind(Value::Object(r.attrs.clone()).to_string())
+        .bind(i64::from(r.reservable))
+        .bind(to_secs(r.created_at))
+        .fetch_one(self.conn())
+        .await?;
+        let id: i64 = row.try_get("id")?;
+        for (key, value) in &r.capabilities {
+            self.set_resource_capability(&r.kind, id, key, value, r.created_at)
+                .await?;
+        }
+        self.bump_inventory(&r.kind).await?;
+        Ok(id)
+    }
+
+    pub async fn set_resource_capability(
+        &mut self,
+        kind: &str,
+        resource_id: i64,
+        key: &str,
+        value: &str,
+        now: DateTime<Utc>,
+    ) -> DbResult<()> {
+        let property_id = self.ensure_property(kind, key, now).await?;
+        sqlx::query(
+            "INSERT INTO resource_capabilities (resource_id, property_id, value) VALUES ($1, $2, $3) \
+             ON CONFLICT (resource_id, property_id) DO UPDATE SET value = excluded.value",
+        )
+        .bind(resource_id)
+        .bind(&property_id)
+        .bind(value)
+        .execute(self.conn())
+        .await?;
+        self.bump_inventory(kind).await?;
+        Ok(())
+    }
+
+    pub async fn remove_resource_capability(
+        &mut self,
+        kind: &str,
+        resource_id: i64,
+        key: &str,
+    ) -> DbResult<()> {
+        sqlx::query(
+            "DELETE FROM resource_capabilities WHERE resource_id = $1 AND property_id IN \
+             (SELECT id FROM resource_properties WHERE resource_type = $2 AND property_name = $3)",
+        )
+        .bind(resource_id)
+        .bind(kind)
+        .bind(key)
+        .execute(self.conn())
+        .await?;
+        self.bump_inventory(kind).await?;
+        Ok(())
+    }
+
+    pub async fn get_resource(
+        &mut self,
+        kind: &str,
+        uid: &str,
+    ) -> DbResult<Option<ResourceRecord>> {
+        let sql = format!("SELECT {RESOURCE_COLUMNS} FROM resources WHERE kind = $1 AND uid = $2");
+        let Some(row) = sqlx::query(&sql)
+            .bind(kind)
+            .bind(uid)
+            .fetch_optional(self.conn())
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut record = resource_from_row(&row)?;
+        record.capabilities = self
+            .resource_capabilities(&[record.id])
+            .await?
+            .remove(&record.id)
+            .unwrap_or_default();
+        Ok(Some(record))
+    }
+
+    /// Locks a resource row (PostgreSQL) and tells whether it exists.
+    pub async fn lock_resource(&mut self, id: i64) -> DbResult<bool> {
+        let sql = format!(
+            "SELECT id FROM resources WHERE id = $1{}",
+            self.for_update()
+        );
+        Ok(sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(self.conn())
+            .await?
+            .is_some())
+    }
+
+    /// Of `ids`, the resources that still exist and are reservable, share-locked on PostgreSQL.
+    pub async fn lock_reservable_resources(&mut self, ids: &[i64]) -> DbResult<Vec<i64>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lock = match self.backend {
+            crate::Backend::Postgres => " FOR SHARE",
+            crate::Backend::Sqlite => "",
+        };
+        let sql = format!(
+            "SELECT id FROM resources WHERE reservable = 1 AND id IN ({}){lock}",
+            placeholders(1, ids.len())
+        );
+        let mut query = sqlx::query(&sql);
+        for id in ids {
+            query = query.bind(*id);
+        }
+        let rows = query.fetch_all(self.conn()).await?;
+        rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
+    }
+
+    pub async fn list_resources(&mut self, kind: &str) -> DbResult<Vec<ResourceRecord>> {
+        let sql = format!("SELECT {RESOURCE_COLUMNS} FROM resources WHERE kind = $1 ORDER BY id");
+        let rows = sqlx::query(&sql).bind(kind).fetch_all(self.conn()).await?;
+        let mut records = rows
+            .iter()
+            .map(resource_from_row)
+            .collect::<DbResult<Vec<_>>>()?;
+        let ids: Vec<i64> = records.iter().map(|r| r.id).collect();
+        if !ids.is_empty() {
+            let mut caps = self.kind_capabilities(kind).await?;
+            for r in records.iter_mut() {
+                r.capabilities = caps.remove(&r.id).unwrap_or_default();
+            }
+        }
+        Ok(records)
+    }
+
+    async fn kind_capabilities(
+        &mut self,
+        kind: &str,
+    ) -> DbResult<HashMap<i64, BTreeMap<String, String>>> {
+        let rows = sqlx::query(
+            "SELECT c.resource_id, p.property_name, c.value FROM resource_capabilities c \
+             JOIN resource_properties p ON p.id = c.property_id WHERE p.resource_type = $1",
+        )
+        .bind(kind)
+        .fetch_all(self.conn())
+        .await?;
+        group(&rows)
+    }
+
+    async fn resource_capabilities(
+        &mut self,
+        ids: &[i64],
+    ) -> DbResult<HashMap<i64, BTreeMap<String, String>>> {
+        let sql = format!(
+            "SELECT c.resource_id, p.property_name, c.value FROM resource_capabilities c \
+             JOIN resource_properties p ON p.id = c.property_id WHERE c.resource_id IN ({})",
+            placeholders(1, ids.len())
+        );
+        let mut query = sqlx::query(&sql);
+        for id in ids {
+            query = query.bind(*id);
+        }
+        let rows = query.fetch_all(self.conn()).await?;
+        group(&rows)
+    }
+
+    /// The kind of a resource, for bumping its inventory version.
+    async fn kind_of(&mut self, id: i64) -> DbResult<Option<String>> {
+        let row = sqlx::query("SELECT kind FROM resources WHERE id = $1")
+            .bind(id)
+            .fetch_optional(self.conn())
+            .await?;
+        Ok(match row {
+            Some(r) => Some(r.try_get("kind")?),
+            None => None,
+        })
+    }
+
+    pub async fn update_resource(
+        &mut self,
+        id: i64,
+        attrs: &Map<String, Value>,
+        uniq: &str,
+        reservable: bool,
+        now: DateTime<Utc>,
+    ) -> DbResult<()> {
+        let kind = self.kind_of(id).await?;
+        sqlx::query("UPDATE resources SET attrs = $1, uniq = $2, reservable = $3, updated_at = $4 WHERE id = $5")
+            .bind(Value::Object(attrs.clone()).to_string())
+            .bind(uniq)
+            .bind(i64::from(reservable))
+            .bind(to_secs(now))
+            .bind(id)
+            .execute(self.conn())
+            .await?;
+        if let Some(kind) = kind {
+            self.bump_inventory(&kind).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn delete_resource(&mut self, id: i64) -> DbResult<()> {
+        let kind = self.kind_of(id).await?;
+        sqlx::query("DELETE FROM resource_capabilities WHERE resource_id = $1")
+            .bind(id)
+            .execute(self.conn())
+            .await?;
+        sqlx::query("DELETE FROM resources WHERE id = $1")
+            .bind(id)
+            .execute(self.conn())
+            .await?;
+        if let Some(kind) = kind {
+            self.bump_inventory(&kind).await?;
+        }
+        Ok(())
+    }
+
+    /// Property names of a non-host kind with their distinct values.
+    pub async fn list_resource_properties(
+        &mut self,
+        kind: &str,
+    ) -> DbResult<Vec<crate::PropertyWithValues>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT p.property_name, p.private, c.value FROM resource_properties p \
+             JOIN resource_capabilities c ON c.property_id = p.id \
+             WHERE p.resource_type = $1 ORDER BY p.property_name, c.value",
+        )
+        .bind(kind)
+        .fetch_all(self.conn())
+        .await?;
+        crate::hosts::group_property_values(&rows)
+    }
+
+    pub async fn insert_flavor(&mut self, f: &FlavorRow) -> DbResult<()> {
+        sqlx::query(
+            "INSERT INTO flavors (id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, \
+             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(&f.id)
+        .bind(&f.name)
+        .bind(f.vcpus)
+        .bind(f.ram)
+        .bind(f.disk)
+        .bind(f.ephemeral)
+        .bind(Value::Object(f.extra_specs.clone()).to_string())
+        .bind(to_secs(f.created_at))
+        .bind(f.updated_at.map(to_secs))
+        .execute(self.conn())
+        .await?;
+        Ok(())
+    }
+
+    pub async fn update_flavor(&mut self, f: &FlavorRow) -> DbResult<()> {
+        sqlx::query(
+            "UPDATE flavors SET name = $1, vcpus = $2, ram = $3, disk = $4, ephemeral = $5, \
+             extra_specs = $6, updated_at = $7 WHERE id = $8",
+        )
+        .bind(&f.name)
+        .bind(f.vcpus)
+        .bind(f.ram)
+        .bind(f.disk)
+        .bind(f.ephemeral)
+        .bind(Value::Object(f.extra_specs.clone()).to_string())
+        .bind(f.updated_at.map(to_secs))
+        .bind(&f.id)
+        .execute(self.conn())
+        .await?;
+        Ok(())
+    }
+
+    /// A flavor by id, or else by name.
+    pub async fn find_flavor(&mut self, id_or_name: &str) -> DbResult<Option<FlavorRow>> {
+        let row = sqlx::query(
+            "SELECT id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, updated_at \
+             FROM flavors WHERE id = $1 OR name = $1 ORDER BY CASE WHEN id = $1 THEN 0 ELSE 1 END LIMIT 1",
+        )
+        .bind(id_or_name)
+        .fetch_optional(self.conn())
+        .await?;
+        row.as_ref().map(flavor_from_row).transpose()
+    }
+
+    pub async fn list_flavors(&mut self) -> DbResult<Vec<FlavorRow>> {
+        let rows = sqlx::query(
+            "SELECT id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, updated_at \
+             FROM flavors ORDER BY name",
+        )
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter().map(flavor_from_row).collect()
+    }
+
+    pub async fn delete_flavor(&mut self, id: &str) -> DbResult<()> {
+        sqlx::query("DELETE FROM flavors WHERE id = $1")
+            .bind(id)
+            .execute(self.conn())
+            .await?;
+        Ok(())
+    }
+
+    pub async fn insert_notification(&mut self, n: &NotificationRow) -> DbResult<()> {
+        sqlx::query(
+            "INSERT INTO notifications (id, seq, event_type, lease_id, payload, created_at) \
+             VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM notifications), $2, $3, $4, $5)",
+        )
+        .bind(&n.id)
+        .bind(&n.event_type)
+        .bind(n.lease_id.as_deref())
+        .bind(n.payload.to_string())
+        .bind(to_secs(n.created_at))
+        .execute(self.conn())
+        .await?;
+        Ok(())
+    }
+
+    pub async fn list_notifications(
+        &mut self,
+        lease_id: Option<&str>,
+    ) -> DbResult<Vec<NotificationRow>> {
+        let mut sql =
+            String::from("SELECT id, event_type, lease_id, payload, created_at FROM notifications");
+        if lease_id.is_some() {
+            sql.push_str(" WHERE lease_id = $1");
+        }
+        sql.push_str(" ORDER BY seq");
+        let mut query = sqlx::query(&sql);
+        if let Some(l) = lease_id {
+            query = query.bind(l);
+        }
+        let rows = query.fetch_all(self.conn()).await?;
+        rows.iter()
+            .map(|row| {
+                let payload: String = row.try_get("payload")?;
+                Ok(NotificationRow {
+                    id: row.try_get("id")?,
+                    event_type: row.try_get("event_type")?,
+                    lease_id: row.try_get("lease_id")?,
+                    payload: serde_json::from_str(&payload).map_err(|_| {
+                        DbError::Corrupt(format!("notification payload {payload:?}"))
+                    })?,
+                    created_at: from_secs(row.try_get("created_at")?)?,
+                })
+            })
+            .collect()
+    }
+}
+
+fn group(rows: &[AnyRow]) -> DbResult<HashMap<i64, BTreeMap<String, String>>> {
+    let mut out: HashMap<i64, BTreeMap<String, String>> = HashMap::new();
+    for row in rows {
+        let id: i64 = row.try_get("resource_id")?;
+        let name: String = row.try_get("property_name")?;
+        let value: String = row.try_get("value")?;
+        out.entry(id).or_default().insert(name, value);
+    }
+    Ok(out)
+}

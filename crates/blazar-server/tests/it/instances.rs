@@ -1,0 +1,724 @@
+//! Instance capacity (`virtual:instance`, `flavor:instance`), mixed leases, healing, and
+//! races for every type.
+
+use futures::future::join_all;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::harness::{TestApp, t};
+use crate::inventory::{device, fip, segment};
+
+fn lease(name: &str, start: &str, end: &str, reservations: Value) -> Value {
+    json!({"name": name, "start_date": start, "end_date": end, "events": [], "reservations": reservations})
+}
+
+fn instances(amount: i64, vcpus: i64, memory_mb: i64, disk_gb: i64, affinity: Value) -> Value {
+    json!([{"resource_type": "virtual:instance", "amount": amount, "vcpus": vcpus, "memory_mb": memory_mb,
+            "disk_gb": disk_gb, "affinity": affinity, "resource_properties": ""}])
+}
+
+async fn slots_of(app: &TestApp, lease_id: &str) -> Vec<String> {
+    let r = app
+        .get(&format!("/v1/os-hosts/allocations?lease_id={lease_id}"))
+        .await;
+    r.body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["reservations"] != json!([]))
+        .map(|a| a["resource_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn instance_capacity_is_counted_exactly_over_time() {
+    let app = TestApp::spawn().await;
+    // One host: 8 vCPUs, 16 GB, 100 GB.
+    app.create_host(
+        "c1",
+        json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100}),
+    )
+    .await;
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "a",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                instances(3, 2, 4096, 10, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let res = &r.body["lease"]["reservations"][0];
+    assert_eq!(res["resource_type"], "virtual:instance");
+    assert_eq!(
+        res["flavor_id"], res["id"],
+        "the granted flavor is named after the reservation"
+    );
+    assert_eq!(res["affinity"], json!(null));
+    assert_eq!(res["server_group_id"], json!(null));
+    // 2 vCPUs left in 10:00-12:00: one more instance fits, two do not.
+    let two = app
+        .post(
+            "/v1/leases",
+            lease(
+                "b",
+                "2030-01-01 11:00",
+                "2030-01-01 13:00",
+                instances(2, 2, 1024, 1, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(two.status, StatusCode::CONFLICT, "{}", two.body);
+    assert!(two.message().contains("free slot"), "{}", two.message());
+    let one = app
+        .post(
+            "/v1/leases",
+            lease(
+                "b",
+                "2030-01-01 11:00",
+                "2030-01-01 13:00",
+                instances(1, 2, 1024, 1, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(one.status, StatusCode::CREATED, "{}", one.body);
+    // After 12:00 only lease b uses the host: 3 instances of 2 vCPUs fit in 12:00-13:00.
+    let later = app
+        .post(
+            "/v1/leases",
+            lease(
+                "c",
+                "2030-01-01 12:00",
+                "2030-01-01 13:00",
+                instances(3, 2, 1024, 1, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(
+        later.status,
+        StatusCode::CREATED,
+        "usage outside the window does not count: {}",
+        later.body
+    );
+    // Memory runs out before vCPUs do.
+    let big = app
+        .post(
+            "/v1/leases",
+            lease(
+                "d",
+                "2030-01-02 10:00",
+                "2030-01-02 12:00",
+                instances(2, 1, 9000, 1, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(big.status, StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn affinity_places_instances_on_one_or_distinct_hosts() {
+    let app = TestApp::spawn().await;
+    app.create_host(
+        "c1",
+        json!({"vcpus": 4, "memory_mb": 8192, "local_gb": 100}),
+    )
+    .await;
+    app.create_host(
+        "c2",
+        json!({"vcpus": 4, "memory_mb": 8192, "local_gb": 100}),
+    )
+    .await;
+    let same = app
+        .post(
+            "/v1/leases",
+            lease(
+                "s",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                instances(2, 2, 1024, 10, json!(true)),
+            ),
+        )
+        .await;
+    assert_eq!(same.status, StatusCode::CREATED, "{}", same.body);
+    assert_eq!(
+        slots_of(&app, same.body["lease"]["id"].as_str().unwrap())
+            .await
+            .len(),
+        1
+    );
+    assert!(same.body["lease"]["reservations"][0]["server_group_id"].is_string());
+    let too_many = app
+        .post(
+            "/v1/leases",
+            lease(
+                "x",
+                "2030-01-02 10:00",
+                "2030-01-02 12:00",
+                instances(3, 2, 1024, 10, json!("True")),
+            ),
+        )
+        .await;
+    assert_eq!(
+        too_many.status,
+        StatusCode::CONFLICT,
+        "three of 2 vCPUs never fit on one 4-vCPU host"
+    );
+    let apart = app
+        .post(
+            "/v1/leases",
+            lease(
+                "d",
+                "2030-01-03 10:00",
+                "2030-01-03 12:00",
+                instances(2, 1, 1024, 10, json!(false)),
+            ),
+        )
+        .await;
+    assert_eq!(apart.status, StatusCode::CREATED, "{}", apart.body);
+    assert_eq!(
+        slots_of(&app, apart.body["lease"]["id"].as_str().unwrap())
+            .await
+            .len(),
+        2
+    );
+    let three_apart = app
+        .post(
+            "/v1/leases",
+            lease(
+                "d3",
+                "2030-01-04 10:00",
+                "2030-01-04 12:00",
+                instances(3, 1, 1024, 10, json!("false")),
+            ),
+        )
+        .await;
+    assert_eq!(three_apart.status, StatusCode::CONFLICT);
+    let bad = app
+        .post(
+            "/v1/leases",
+            lease(
+                "b",
+                "2030-01-05 10:00",
+                "2030-01-05 12:00",
+                instances(1, 1, 1, 1, json!("sometimes")),
+            ),
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn allocation_ratios_multiply_capacity() {
+    let app = TestApp::spawn().await;
+    let id = app
+        .create_host(
+            "c1",
+            json!({"vcpus": 2, "memory_mb": 8192, "local_gb": 100}),
+        )
+        .await;
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "a",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                instances(4, 1, 1024, 1, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::CONFLICT,
+        "2 vCPUs hold 2 instances at ratio 1"
+    );
+    app.put(
+        &format!("/v1/os-hosts/{id}"),
+        json!({"cpu_allocation_ratio": "2.0"}),
+    )
+    .await;
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "a",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                instances(4, 1, 1024, 1, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+}
+
+#[tokio::test]
+async fn host_and_instance_reservations_exclude_each_other() {
+    let app = TestApp::spawn().await;
+    app.create_host(
+        "c1",
+        json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100}),
+    )
+    .await;
+    let host = json!([{"resource_type": "physical:host", "min": 1, "max": 1}]);
+    let whole = app
+        .post(
+            "/v1/leases",
+            lease("h", "2030-01-01 10:00", "2030-01-01 12:00", host.clone()),
+        )
+        .await;
+    assert_eq!(whole.status, StatusCode::CREATED);
+    let inst = app
+        .post(
+            "/v1/leases",
+            lease(
+                "i",
+                "2030-01-01 11:00",
+                "2030-01-01 13:00",
+                instances(1, 1, 512, 1, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(
+        inst.status,
+        StatusCode::CONFLICT,
+        "a host held whole has no instance capacity"
+    );
+    let inst = app
+        .post(
+            "/v1/leases",
+            lease(
+                "i",
+                "2030-01-01 12:00",
+                "2030-01-01 13:00",
+                instances(1, 1, 512, 1, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(inst.status, StatusCode::CREATED, "{}", inst.body);
+    let host_again = app
+        .post(
+            "/v1/leases",
+            lease("h2", "2030-01-01 12:30", "2030-01-01 14:00", host),
+        )
+        .await;
+    assert_eq!(
+        host_again.status,
+        StatusCode::CONFLICT,
+        "a host with instances cannot be held whole"
+    );
+}
+
+#[tokio::test]
+async fn flavor_instance_reservations() {
+    let app = TestApp::spawn().await;
+    app.create_host(
+        "c1",
+        json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100}),
+    )
+    .await;
+    app.create_host(
+        "c2",
+        json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100, "ssd": "true"}),
+    )
+    .await;
+    app.post(
+        "/v1/flavors",
+        json!({"name": "m1.large", "vcpus": 4, "ram": 8192, "disk": 40, "ephemeral": 10}),
+    )
+    .await;
+    app.post("/v1/flavors", json!({"name": "ssd.small", "vcpus": 1, "ram": 1024, "disk": 10, "extra_specs": {"trait:ssd": "required"}})).await;
+    let flavor = |name: &str, amount: i64| json!([{"resource_type": "flavor:instance", "flavor_id": name, "amount": amount, "affinity": "None"}]);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "f",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                flavor("m1.large", 3),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let res = &r.body["lease"]["reservations"][0];
+    assert_eq!(res["vcpus"], 4);
+    assert_eq!(res["memory_mb"], 8192);
+    assert_eq!(res["disk_gb"], 50, "disk plus ephemeral");
+    let source: Value = serde_json::from_str(res["resource_properties"].as_str().unwrap()).unwrap();
+    assert_eq!(source["name"], "m1.large");
+    let full = app
+        .post(
+            "/v1/leases",
+            lease(
+                "g",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                flavor("m1.large", 2),
+            ),
+        )
+        .await;
+    assert_eq!(full.status, StatusCode::CONFLICT, "one 4-vCPU slot is left");
+    let ssd = app
+        .post(
+            "/v1/leases",
+            lease(
+                "s",
+                "2030-01-02 10:00",
+                "2030-01-02 12:00",
+                flavor("ssd.small", 2),
+            ),
+        )
+        .await;
+    assert_eq!(ssd.status, StatusCode::CREATED, "{}", ssd.body);
+    assert_eq!(
+        slots_of(&app, ssd.body["lease"]["id"].as_str().unwrap()).await,
+        vec!["2".to_string()]
+    );
+    let missing = app
+        .post(
+            "/v1/leases",
+            lease(
+                "m",
+                "2030-01-02 10:00",
+                "2030-01-02 12:00",
+                flavor("nope", 1),
+            ),
+        )
+        .await;
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
+    // Updates work (Blazar refuses them for flavor leases).
+    let lid = r.body["lease"]["id"].as_str().unwrap();
+    let rid = res["id"].as_str().unwrap();
+    let shrunk = app
+        .put(
+            &format!("/v1/leases/{lid}"),
+            json!({"reservations": [{"id": rid, "amount": 1}]}),
+        )
+        .await;
+    assert_eq!(shrunk.status, StatusCode::OK, "{}", shrunk.body);
+    assert_eq!(shrunk.body["lease"]["reservations"][0]["amount"], 1);
+    let more = app
+        .post(
+            "/v1/leases",
+            lease(
+                "g",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                flavor("m1.large", 2),
+            ),
+        )
+        .await;
+    assert_eq!(
+        more.status,
+        StatusCode::CREATED,
+        "capacity freed by the update: {}",
+        more.body
+    );
+}
+
+#[tokio::test]
+async fn a_mixed_lease_is_granted_whole_or_refused_whole() {
+    let app = TestApp::spawn().await;
+    app.create_host(
+        "c1",
+        json!({"vcpus": 16, "memory_mb": 65536, "local_gb": 500}),
+    )
+    .await;
+    app.create_host(
+        "c2",
+        json!({"vcpus": 16, "memory_mb": 65536, "local_gb": 500}),
+    )
+    .await;
+    fip(&app, "public", "172.24.4.10").await;
+    segment(&app, 200, json!({})).await;
+    device(&app, "gpu-1", json!({"gpu_model": "A100"})).await;
+    let everything = json!([
+        {"resource_type": "physical:host", "min": 1, "max": 1},
+        {"resource_type": "virtual:instance", "amount": 2, "vcpus": 2, "memory_mb": 2048, "disk_gb": 20, "affinity": null},
+        {"resource_type": "virtual:floatingip", "network_id": "public", "amount": 1},
+        {"resource_type": "network", "network_name": "lab"},
+        {"resource_type": "device", "min": 1, "max": 1, "resource_properties": "[\"==\", \"$gpu_model\", \"A100\"]"},
+    ]);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "all",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                everything.clone(),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["lease"]["reservations"].as_array().unwrap().len(), 5);
+    let lid = r.body["lease"]["id"].as_str().unwrap();
+    let shown = app
+        .get(&format!("/v1/leases/{lid}?allocations=true"))
+        .await
+        .body;
+    let units: Vec<i64> = shown["lease"]["reservations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r["allocations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a["units"].as_i64().unwrap())
+                .sum()
+        })
+        .collect();
+    assert_eq!(units, [1, 2, 1, 1, 1], "what each reservation was granted");
+    let fip_grant = &shown["lease"]["reservations"][2]["allocations"][0];
+    assert_eq!(fip_grant["resource_type"], "virtual:floatingip");
+    assert_eq!(fip_grant["resource_id"].as_str().unwrap().len(), 36);
+    assert!(
+        app.get(&format!("/v1/leases/{lid}")).await.body["lease"]["reservations"][0]
+            .get("allocations")
+            .is_none()
+    );
+    // The same again: the floating IP is gone, so nothing at all is granted.
+    let again = app
+        .post(
+            "/v1/leases",
+            lease("again", "2030-01-01 11:00", "2030-01-01 12:00", everything),
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.body);
+    assert!(
+        again.message().contains("reservation 1"),
+        "names the first unmet reservation: {}",
+        again.message()
+    );
+    assert_eq!(
+        app.get("/v1/leases").await.body["leases"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // Start and end hand everything over and back.
+    let lid = r.body["lease"]["id"].as_str().unwrap().to_string();
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let l = app.get(&format!("/v1/leases/{lid}")).await.body;
+    assert_eq!(l["lease"]["status"], "ACTIVE");
+    assert!(
+        l["lease"]["reservations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["status"] == "active")
+    );
+    app.tick_at(t(2030, 1, 1, 12, 0)).await;
+    assert_eq!(
+        app.get(&format!("/v1/leases/{lid}")).await.body["lease"]["status"],
+        "TERMINATED"
+    );
+}
+
+async fn held_devices(app: &TestApp, lid: &str) -> Vec<String> {
+    let r = app
+        .get(&format!("/v1/devices/allocations?lease_id={lid}"))
+        .await;
+    r.body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["reservations"] != json!([]))
+        .map(|a| a["resource_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn healing_replaces_a_failed_resource_or_degrades_the_lease() {
+    let app = TestApp::spawn().await;
+    let gpu1 = device(&app, "gpu-1", json!({"gpu_model": "A100"})).await;
+    let gpu2 = device(&app, "gpu-2", json!({"gpu_model": "A100"})).await;
+    let dev = json!([{"resource_type": "device", "min": 1, "max": 1, "resource_properties": "[\"==\", \"$gpu_model\", \"A100\"]"}]);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("g", "2030-01-01 10:00", "2030-01-01 12:00", dev),
+        )
+        .await;
+    let lid = r.body["lease"]["id"].as_str().unwrap().to_string();
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    assert_eq!(held_devices(&app, &lid).await, vec![gpu1.clone()]);
+
+    // The granted GPU fails while a second one is free: the lease keeps a GPU.
+    app.set_time(t(2030, 1, 1, 10, 30));
+    let r = app
+        .put(&format!("/v1/devices/{gpu1}"), json!({"reservable": false}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(held_devices(&app, &lid).await, vec![gpu2.clone()]);
+    let l = app.get(&format!("/v1/leases/{lid}")).await.body["lease"].clone();
+    assert_eq!(l["reservations"][0]["resources_changed"], true);
+    assert_eq!(l["reservations"][0]["missing_resources"], false);
+    assert_eq!(l["degraded"], false);
+
+    // Now the replacement fails too, with no spare: degraded.
+    let r = app
+        .put(&format!("/v1/devices/{gpu2}"), json!({"reservable": false}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let l = app.get(&format!("/v1/leases/{lid}")).await.body["lease"].clone();
+    assert_eq!(l["reservations"][0]["missing_resources"], true);
+    assert_eq!(l["degraded"], true);
+    assert!(held_devices(&app, &lid).await.is_empty());
+
+    // A GPU comes back: the lease gets it and the flags clear.
+    let r = app
+        .put(&format!("/v1/devices/{gpu1}"), json!({"reservable": true}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    let l = app.get(&format!("/v1/leases/{lid}")).await.body["lease"].clone();
+    assert_eq!(l["reservations"][0]["missing_resources"], false);
+    assert_eq!(l["degraded"], false);
+    assert_eq!(held_devices(&app, &lid).await, vec![gpu1]);
+    let notes = app.get(&format!("/v1/notifications?lease_id={lid}")).await;
+    let kinds: Vec<&str> = notes.body["notifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["event_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "reservation.resources_changed",
+            "lease.degraded",
+            "lease.healed"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn healing_moves_host_reservations_and_instance_slots() {
+    let app = TestApp::spawn().await;
+    let h1 = app
+        .create_host(
+            "c1",
+            json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100}),
+        )
+        .await;
+    let h2 = app
+        .create_host(
+            "c2",
+            json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100}),
+        )
+        .await;
+    let whole = app
+        .post(
+            "/v1/leases",
+            lease(
+                "h",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([{"resource_type": "physical:host", "min": 1, "max": 1}]),
+            ),
+        )
+        .await;
+    let slots = app
+        .post(
+            "/v1/leases",
+            lease(
+                "i",
+                "2030-01-02 10:00",
+                "2030-01-02 12:00",
+                instances(2, 2, 1024, 10, json!(true)),
+            ),
+        )
+        .await;
+    assert_eq!(slots.status, StatusCode::CREATED);
+    let wid = whole.body["lease"]["id"].as_str().unwrap().to_string();
+    let sid = slots.body["lease"]["id"].as_str().unwrap().to_string();
+    assert_eq!(slots_of(&app, &wid).await, vec![h1.clone()]);
+    assert_eq!(slots_of(&app, &sid).await, vec![h1.clone()]);
+    let r = app
+        .put(&format!("/v1/os-hosts/{h1}"), json!({"reservable": false}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(slots_of(&app, &wid).await, vec![h2.clone()]);
+    assert_eq!(slots_of(&app, &sid).await, vec![h2.clone()]);
+    let l = app.get(&format!("/v1/leases/{sid}")).await.body["lease"].clone();
+    assert_eq!(l["reservations"][0]["resources_changed"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_instance_reservations_never_oversubscribe_a_host() {
+    let app = TestApp::spawn().await;
+    app.create_host(
+        "c1",
+        json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100}),
+    )
+    .await;
+    let requests = (0..30).map(|i| {
+        app.post(
+            "/v1/leases",
+            lease(
+                &format!("r{i}"),
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                instances(1, 1, 1024, 1, json!(null)),
+            ),
+        )
+    });
+    let responses = join_all(requests).await;
+    let created = responses
+        .iter()
+        .filter(|r| r.status == StatusCode::CREATED)
+        .count();
+    assert_eq!(
+        created, 8,
+        "exactly as many 1-vCPU instances as the host has vCPUs"
+    );
+    assert!(
+        responses
+            .iter()
+            .all(|r| r.status == StatusCode::CREATED || r.status == StatusCode::CONFLICT)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_pool_reservations_grant_each_unit_once() {
+    let app = TestApp::spawn().await;
+    fip(&app, "public", "172.24.4.10").await;
+    segment(&app, 300, json!({})).await;
+    device(&app, "gpu-1", json!({})).await;
+    for reservations in [
+        json!([{"resource_type": "virtual:floatingip", "network_id": "public", "amount": 1}]),
+        json!([{"resource_type": "network", "network_name": "n"}]),
+        json!([{"resource_type": "device", "min": 1, "max": 1}]),
+    ] {
+        let requests = (0..20).map(|i| {
+            app.post(
+                "/v1/leases",
+                lease(
+                    &format!("r{i}"),
+                    "2030-01-01 10:00",
+                    "2030-01-01 12:00",
+                    reservations.clone(),
+                ),
+            )
+        });
+        let responses = join_all(requests).await;
+        let created = responses
+            .iter()
+            .filter(|r| r.status == StatusCode::CREATED)
+            .count();
+        assert_eq!(created, 1, "{reservations}");
+        assert_eq!(
+            responses
+                .iter()
+                .filter(|r| r.status == StatusCode::CONFLICT)
+                .count(),
+            19
+        );
+    }
+}

@@ -1,0 +1,483 @@
+//! Floating IPs, network segments, devices and flavors: inventory endpoints and their
+//! reservations.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::harness::{TestApp, t};
+
+pub async fn fip(app: &TestApp, network: &str, address: &str) -> String {
+    let r = app
+        .post(
+            "/v1/floatingips",
+            json!({"floating_network_id": network, "floating_ip_address": address}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    r.body["floatingip"]["id"].as_str().unwrap().to_string()
+}
+
+pub async fn segment(app: &TestApp, vlan: i64, extra: Value) -> String {
+    let mut body =
+        json!({"network_type": "vlan", "physical_network": "physnet1", "segment_id": vlan});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let r = app.post("/v1/networks", body).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    r.body["network"]["id"].as_str().unwrap().to_string()
+}
+
+pub async fn device(app: &TestApp, name: &str, extra: Value) -> String {
+    let mut body = json!({"name": name, "device_type": "gpu", "device_driver": "k8s"});
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let r = app.post("/v1/devices", body).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    r.body["device"]["id"].as_str().unwrap().to_string()
+}
+
+fn lease(name: &str, start: &str, end: &str, reservations: Value) -> Value {
+    json!({"name": name, "start_date": start, "end_date": end, "events": [], "reservations": reservations})
+}
+
+#[tokio::test]
+async fn floating_ip_inventory() {
+    let app = TestApp::spawn().await;
+    let r = app
+        .post(
+            "/v1/floatingips",
+            json!({"floating_network_id": "net-1", "floating_ip_address": "172.24.4.101"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let f = &r.body["floatingip"];
+    let keys: Vec<&str> = f.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "id",
+            "floating_network_id",
+            "subnet_id",
+            "floating_ip_address",
+            "reservable",
+            "created_at",
+            "updated_at"
+        ]
+    );
+    assert!(
+        f["created_at"].as_str().unwrap().contains('T'),
+        "create answers raw timestamps"
+    );
+    let id = f["id"].as_str().unwrap();
+    let cases = [
+        (
+            json!({"floating_network_id": "net-1"}),
+            StatusCode::BAD_REQUEST,
+            "Missing parameter floating_ip_address",
+        ),
+        (
+            json!({}),
+            StatusCode::BAD_REQUEST,
+            "Missing parameter floating_network_id,floating_ip_address",
+        ),
+        (
+            json!({"floating_network_id": "net-1", "floating_ip_address": "300.1.1.1"}),
+            StatusCode::BAD_REQUEST,
+            "IP address 300.1.1.1 is invalid form.",
+        ),
+        (
+            json!({"floating_network_id": "net-1", "floating_ip_address": "172.24.4.101"}),
+            StatusCode::CONFLICT,
+            "already registered",
+        ),
+        (
+            json!({"floating_network_id": "net-1", "floating_ip_address": "172.24.4.102", "colour": "red"}),
+            StatusCode::BAD_REQUEST,
+            "Unknown field colour",
+        ),
+    ];
+    for (body, status, message) in cases {
+        let r = app.post("/v1/floatingips", body.clone()).await;
+        assert_eq!(r.status, status, "{body}: {}", r.body);
+        assert!(r.message().contains(message), "{body}: {}", r.message());
+    }
+    let listed = app.get("/v1/floatingips").await;
+    assert_eq!(listed.body["floatingips"].as_array().unwrap().len(), 1);
+    let shown = app.get(&format!("/v1/floatingips/{id}")).await;
+    assert_eq!(
+        shown.body["floatingip"]["floating_ip_address"],
+        "172.24.4.101"
+    );
+    assert!(
+        !shown.body["floatingip"]["created_at"]
+            .as_str()
+            .unwrap()
+            .contains('T')
+    );
+    let missing = app.get("/v1/floatingips/nope").await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert_eq!(missing.message(), "Floating IP nope not found.");
+    // Readers may list floating IPs; only admins register them.
+    let mut member = TestApp::spawn().await;
+    member.act_as("demo", "alice", "reader");
+    assert_eq!(member.get("/v1/floatingips").await.status, StatusCode::OK);
+    assert_eq!(
+        member
+            .post(
+                "/v1/floatingips",
+                json!({"floating_network_id": "n", "floating_ip_address": "10.0.0.1"})
+            )
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        app.delete(&format!("/v1/floatingips/{id}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+}
+
+#[tokio::test]
+async fn floating_ip_reservations() {
+    let app = TestApp::spawn().await;
+    let a = fip(&app, "net-1", "172.24.4.101").await;
+    let _b = fip(&app, "net-1", "172.24.4.102").await;
+    fip(&app, "net-2", "10.0.0.5").await;
+    let fip_res = |amount: i64, required: Value| json!([{"resource_type": "virtual:floatingip", "network_id": "net-1", "amount": amount, "required_floatingips": required}]);
+    let one = app
+        .post(
+            "/v1/leases",
+            lease(
+                "one",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                fip_res(1, json!(["172.24.4.102"])),
+            ),
+        )
+        .await;
+    assert_eq!(one.status, StatusCode::CREATED, "{}", one.body);
+    let res = &one.body["lease"]["reservations"][0];
+    assert_eq!(res["network_id"], "net-1");
+    assert_eq!(res["amount"], 1);
+    assert_eq!(res["required_floatingips"], json!(["172.24.4.102"]));
+    let two = app
+        .post(
+            "/v1/leases",
+            lease(
+                "two",
+                "2030-01-01 11:00",
+                "2030-01-01 13:00",
+                fip_res(1, json!([])),
+            ),
+        )
+        .await;
+    assert_eq!(two.status, StatusCode::CREATED, "{}", two.body);
+    let three = app
+        .post(
+            "/v1/leases",
+            lease(
+                "three",
+                "2030-01-01 11:00",
+                "2030-01-01 13:00",
+                fip_res(1, json!([])),
+            ),
+        )
+        .await;
+    assert_eq!(three.status, StatusCode::CONFLICT);
+    assert!(
+        three
+            .message()
+            .contains("Not enough floating IPs available"),
+        "{}",
+        three.message()
+    );
+    let bad = [
+        (
+            fip_res(1, json!(["172.24.4.101", "172.24.4.102"])),
+            StatusCode::BAD_REQUEST,
+            "Invalid values for required_floatingips and amount",
+        ),
+        (
+            fip_res(1, json!(["nonsense"])),
+            StatusCode::BAD_REQUEST,
+            "is invalid form",
+        ),
+        (
+            fip_res(0, json!([])),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter amount",
+        ),
+        (
+            fip_res(1, json!(["10.0.0.5"])),
+            StatusCode::CONFLICT,
+            "not a reservable floating IP of network net-1",
+        ),
+        (
+            json!([{"resource_type": "virtual:floatingip", "amount": 1}]),
+            StatusCode::BAD_REQUEST,
+            "Missing parameter network_id",
+        ),
+    ];
+    for (reservations, status, message) in bad {
+        let r = app
+            .post(
+                "/v1/leases",
+                lease(
+                    "bad",
+                    "2030-02-01 10:00",
+                    "2030-02-01 12:00",
+                    reservations.clone(),
+                ),
+            )
+            .await;
+        assert_eq!(r.status, status, "{reservations}: {}", r.body);
+        assert!(
+            r.message().contains(message),
+            "{reservations}: {}",
+            r.message()
+        );
+    }
+    // Allocations per floating IP; a reserved one cannot be deleted.
+    let allocations = app.get("/v1/floatingips/allocations").await;
+    assert_eq!(allocations.body["allocations"].as_array().unwrap().len(), 3);
+    let r = app.delete(&format!("/v1/floatingips/{a}")).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(r.message().starts_with("Can't delete floating IP"));
+    // At start the address is handed to the project; at end it returns.
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let held = app
+        .get("/v1/handovers?resource_type=virtual:floatingip")
+        .await
+        .body["handovers"]
+        .clone();
+    assert_eq!(held.as_array().unwrap().len(), 1, "{held}");
+    assert_eq!(held[0]["lease_id"], one.body["lease"]["id"]);
+    app.tick_at(t(2030, 1, 1, 12, 0)).await;
+    let held = app
+        .get("/v1/handovers?resource_type=virtual:floatingip")
+        .await
+        .body["handovers"]
+        .clone();
+    assert_eq!(
+        held.as_array().unwrap().len(),
+        1,
+        "lease two holds its address until 13:00: {held}"
+    );
+    app.tick_at(t(2030, 1, 1, 13, 0)).await;
+    assert_eq!(
+        app.get("/v1/handovers").await.body["handovers"],
+        json!([]),
+        "every address returned"
+    );
+}
+
+#[tokio::test]
+async fn network_segments() {
+    let app = TestApp::spawn().await;
+    let n1 = segment(&app, 100, json!({"tier": "gold"})).await;
+    segment(&app, 101, json!({"tier": "silver"})).await;
+    let shown = app.get(&format!("/v1/networks/{n1}")).await;
+    assert_eq!(shown.body["network"]["segment_id"], 100);
+    assert_eq!(shown.body["network"]["tier"], "gold");
+    let dup = app
+        .post(
+            "/v1/networks",
+            json!({"network_type": "vlan", "physical_network": "physnet1", "segment_id": 100}),
+        )
+        .await;
+    assert_eq!(dup.status, StatusCode::CONFLICT, "{}", dup.body);
+    let out_of_range = app
+        .post(
+            "/v1/networks",
+            json!({"network_type": "vlan", "physical_network": "physnet1", "segment_id": 5000}),
+        )
+        .await;
+    assert_eq!(out_of_range.status, StatusCode::BAD_REQUEST);
+    let other_physnet = app
+        .post(
+            "/v1/networks",
+            json!({"network_type": "vlan", "physical_network": "physnet2", "segment_id": 100}),
+        )
+        .await;
+    assert_eq!(
+        other_physnet.status,
+        StatusCode::CREATED,
+        "VLAN ids are unique per physical network"
+    );
+    let props = app.get("/v1/networks/properties?detail=True").await;
+    assert_eq!(props.body["resource_properties"][0]["property"], "tier");
+
+    let net = |name: &str, props: &str| json!([{"resource_type": "network", "network_name": name, "resource_properties": props}]);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "n",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                net("my-net", r#"["==", "$tier", "gold"]"#),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["lease"]["reservations"][0]["network_name"], "my-net");
+    let lid = r.body["lease"]["id"].as_str().unwrap();
+    let mine = app
+        .get(&format!("/v1/networks/allocations?lease_id={lid}"))
+        .await;
+    let granted: Vec<&Value> = mine.body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["reservations"] != json!([]))
+        .collect();
+    assert_eq!(granted.len(), 1);
+    assert_eq!(granted[0]["resource_id"], n1.as_str());
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "n2",
+                "2030-01-01 11:00",
+                "2030-01-01 12:00",
+                net("x", r#"["==", "$tier", "gold"]"#),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "n3",
+                "2030-01-01 11:00",
+                "2030-01-01 12:00",
+                json!([{"resource_type": "network"}]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.message().contains("Missing parameter network_name"));
+    assert_eq!(
+        app.delete(&format!("/v1/networks/{n1}")).await.status,
+        StatusCode::CONFLICT
+    );
+}
+
+#[tokio::test]
+async fn devices() {
+    let app = TestApp::spawn().await;
+    device(
+        &app,
+        "gpu-a100-1",
+        json!({"gpu_model": "A100", "vendor_id": "10de"}),
+    )
+    .await;
+    device(&app, "gpu-a100-2", json!({"gpu_model": "A100"})).await;
+    device(&app, "gpu-v100-1", json!({"gpu_model": "V100"})).await;
+    let dup = app.post("/v1/devices", json!({"name": "gpu-a100-1"})).await;
+    assert_eq!(dup.status, StatusCode::CONFLICT);
+    let listed = app.get("/v1/devices").await;
+    assert_eq!(listed.body["devices"].as_array().unwrap().len(), 3);
+    assert_eq!(listed.body["devices"][0]["gpu_model"], "A100");
+    assert_eq!(listed.body["devices"][0]["vendor_id"], "10de");
+    let dev = |min: i64, max: i64, props: &str| json!([{"resource_type": "device", "min": min, "max": max, "resource_properties": props}]);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "d",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                dev(1, 5, r#"["==", "$gpu_model", "A100"]"#),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lid = r.body["lease"]["id"].as_str().unwrap();
+    let mine = app
+        .get(&format!("/v1/devices/allocations?lease_id={lid}"))
+        .await;
+    let granted = mine.body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["reservations"] != json!([]))
+        .count();
+    assert_eq!(granted, 2, "greedy toward max among the A100s");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "d2",
+                "2030-01-01 11:00",
+                "2030-01-01 12:00",
+                dev(1, 1, r#"["==", "$gpu_model", "A100"]"#),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert!(
+        r.message().contains("2 match the request"),
+        "{}",
+        r.message()
+    );
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "d3",
+                "2030-01-01 11:00",
+                "2030-01-01 12:00",
+                dev(1, 1, r#"["==", "$colour", "red"]"#),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn flavors() {
+    let app = TestApp::spawn().await;
+    let r = app
+        .post("/v1/flavors", json!({"name": "m1.small", "vcpus": 2, "ram": 4096, "disk": 20, "extra_specs": {"hw:cpu_policy": "shared"}}))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["flavor"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        app.get("/v1/flavors").await.body["flavors"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        app.get("/v1/flavors/m1.small").await.body["flavor"]["id"],
+        id.as_str()
+    );
+    assert_eq!(
+        app.post(
+            "/v1/flavors",
+            json!({"name": "m1.small", "vcpus": 1, "ram": 1})
+        )
+        .await
+        .status,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(
+        app.post("/v1/flavors", json!({"name": "x", "vcpus": 0, "ram": 1}))
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        app.delete(&format!("/v1/flavors/{id}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.get(&format!("/v1/flavors/{id}")).await.status,
+        StatusCode::NOT_FOUND
+    );
+}

@@ -1,0 +1,287 @@
+//! Healing: when a resource goes out of service, every pending or active reservation holding
+//! it for the future gets a replacement that matches its request; where none is free the
+//! reservation is flagged `missing_resources` and its lease `degraded`. Reservations missing
+//! resources are filled again when a resource comes back or a replacement frees up, and the
+//! flags clear. Every change is recorded in the notification outbox.
+
+use std::collections::HashSet;
+
+use blazar_core::time::truncate_to_minute;
+use blazar_core::{ReservationStatus, TimeWindow};
+use blazar_db::{AllocationRow, LeaseRow, NotificationRow, ReservationRow, Tx};
+use chrono::{DateTime, Utc};
+use serde_json::json;
+
+use crate::resources::AllocationRequest;
+use crate::{Service, ServiceError, ServiceResult, new_id};
+
+fn is_live(r: &ReservationRow) -> bool {
+    r.status == ReservationStatus::Pending.as_str()
+        || r.status == ReservationStatus::Active.as_str()
+}
+
+impl Service {
+    async fn notify(
+        &self,
+        tx: &mut Tx,
+        event_type: &str,
+        lease: &LeaseRow,
+        reservation: &ReservationRow,
+        detail: serde_json::Value,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<()> {
+        tx.insert_notification(&NotificationRow {
+            id: new_id(),
+            event_type: event_type.to_string(),
+            lease_id: Some(lease.id.clone()),
+            payload: json!({
+                "lease_id": lease.id,
+                "project_id": lease.project_id,
+                "reservation_id": reservation.id,
+                "resource_type": reservation.resource_type,
+                "detail": detail,
+            }),
+            created_at: now,
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Allocations of a reservation added since `before` was read, for hand-over.
+    async fn new_allocations(
+        &self,
+        tx: &mut Tx,
+        lease: &LeaseRow,
+        reservation: &ReservationRow,
+        before: &HashSet<String>,
+    ) -> ServiceResult<Vec<AllocationRow>> {
+        Ok(tx
+            .allocations_of_lease(&lease.id)
+            .await?
+            .into_iter()
+            .filter(|a| a.reservation_id == reservation.id && !before.contains(&a.id))
+            .collect())
+    }
+
+    /// Tries to give `reservation` `missing` more units over what is left of `[start, end)`.
+    async fn refill_reservation(
+        &self,
+        tx: &mut Tx,
+        lease: &LeaseRow,
+        reservation: &ReservationRow,
+        window: (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>),
+        missing: i64,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<i64> {
+        let start = window.0.max(truncate_to_minute(now));
+        let Ok(window_left) = TimeWindow::new(start, window.1) else {
+            return Ok(0);
+        };
+        let resource_type = self.resource_type(&reservation.resource_type)?;
+        let existing: Vec<AllocationRow> = tx
+            .allocations_of_lease(&lease.id)
+            .await?
+            .into_iter()
+            .filter(|a| a.reservation_id == reservation.id)
+            .collect();
+        let before: HashSet<String> = existing.iter().map(|a| a.id.clone()).collect();
+        let held: Vec<i64> = existing.iter().map(|a| a.resource_id).collect();
+        let request = AllocationRequest {
+            lease_id: &lease.id,
+            reservation_id: &reservation.id,
+            ordinal: 1,
+            window: window_left,
+            blocked_until: window.2,
+            keep: &held,
+        };
+        let added = match resource_type
+            .refill(tx, &reservation.params, &request, missing)
+            .await
+        {
+            Ok(n) => n,
+            // No replacement is not an error of the operation that triggered healing.
+            Err(ServiceError::Conflict(_)) | Err(ServiceError::BadRequest(_)) => 0,
+            Err(other) => return Err(other),
+        };
+        if added > 0 && reservation.status == ReservationStatus::Active.as_str() {
+            let fresh = self
+                .new_allocations(tx, lease, reservation, &before)
+                .await?;
+            if !fresh.is_empty() {
+                self.backend
+                    .on_start(tx, lease, reservation, &fresh, now)
+                    .await?;
+            }
+        }
+        Ok(added)
+    }
+
+    /// A resource went out of service: replace it in every reservation that holds it.
+    pub(crate) async fn heal_resource(
+        &self,
+        tx: &mut Tx,
+        kind: &str,
+        resource_id: i64,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<()> {
+        for allocation in tx
+            .unended_allocations_of_resource(kind, resource_id, now)
+            .await?
+        {
+            let Some(mut reservation) = tx.get_reservation(&allocation.reservation_id).await?
+            else {
+                continue;
+            };
+            if !is_live(&reservation) {
+                continue;
+            }
+            let Some(mut lease) = tx.lock_lease(&reservation.lease_id).await? else {
+                continue;
+            };
+            tx.delete_allocation(&allocation.id).await?;
+            if reservation.status == ReservationStatus::Active.as_str() {
+                self.backend
+                    .on_end(
+                        tx,
+                        &lease,
+                        &reservation,
+                        std::slice::from_ref(&allocation),
+                        now,
+                    )
+                    .await?;
+            }
+            let wanted = allocation.units;
+            let added = self
+                .refill_reservation(
+                    tx,
+                    &lease,
+                    &reservation,
+                    (allocation.start, allocation.end, allocation.blocked_until),
+                    wanted,
+                    now,
+                )
+                .await?;
+            let detail = json!({"resource_id": resource_id, "kind": kind, "replaced": added, "lost": wanted});
+            if added >= wanted {
+                reservation.resources_changed = true;
+                self.notify(
+                    tx,
+                    "reservation.resources_changed",
+                    &lease,
+                    &reservation,
+                    detail,
+                    now,
+                )
+                .await?;
+            } else {
+                reservation.missing_resources = true;
+                if added > 0 {
+                    reservation.resources_changed = true;
+                }
+                lease.degraded = true;
+                self.notify(tx, "lease.degraded", &lease, &reservation, detail, now)
+                    .await?;
+            }
+            reservation.updated_at = Some(now);
+            tx.update_reservation(&reservation).await?;
+            lease.updated_at = Some(now);
+            tx.update_lease(&lease).await?;
+            tracing::warn!(
+                lease.id = %lease.id, reservation.id = %reservation.id, resource.kind = kind,
+                resource.id = resource_id, replaced = added, "reservation healed"
+            );
+        }
+        Ok(())
+    }
+
+    /// Fills reservations that are missing resources, where resources are free again; clears
+    /// their flags, and a lease's `degraded` once none of its reservations is missing any.
+    pub(crate) async fn fill_missing(
+        &self,
+        tx: &mut Tx,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<usize> {
+        let mut healed = 0;
+        for mut reservation in tx.reservations_missing_resources().await? {
+            let Some(mut lease) = tx.lock_lease(&reservation.lease_id).await? else {
+                continue;
+            };
+            if lease.end <= now {
+                continue;
+            }
+            let held: i64 = tx
+                .allocations_of_lease(&lease.id)
+                .await?
+                .iter()
+                .filter(|a| a.reservation_id == reservation.id && a.end > now)
+                .map(|a| a.units)
+                .sum();
+            let missing = reservation.granted_units - held;
+            let blocked_until = lease.end + self.settings().cleaning();
+            let added = if missing > 0 {
+                self.refill_reservation(
+                    tx,
+                    &lease,
+                    &reservation,
+                    (lease.start, lease.end, blocked_until),
+                    missing,
+                    now,
+                )
+                .await?
+            } else {
+                0
+            };
+            if added < missing {
+                continue;
+            }
+            reservation.missing_resources = false;
+            reservation.resources_changed = true;
+            reservation.updated_at = Some(now);
+            tx.update_reservation(&reservation).await?;
+            let others = tx.reservations_of(&lease.id).await?;
+            if !others
+                .iter()
+                .any(|r| r.id != reservation.id && r.missing_resources)
+            {
+                lease.degraded = false;
+                lease.updated_at = Some(now);
+                tx.update_lease(&lease).await?;
+            }
+            self.notify(
+                tx,
+                "lease.healed",
+                &lease,
+                &reservation,
+                json!({"added": added}),
+                now,
+            )
+            .await?;
+            healed += 1;
+        }
+        Ok(healed)
+    }
+
+    /// Periodic healing from the scheduler: a cheap read first, a write only when some
+    /// reservation is missing resources.
+    pub(crate) async fn heal_pending(&self, now: DateTime<Utc>) -> ServiceResult<usize> {
+        let waiting = in_tx!(self, read, |tx| {
+            Ok(!tx.reservations_missing_resources().await?.is_empty())
+        })?;
+        if !waiting {
+            return Ok(0);
+        }
+        in_tx!(self, write, |tx| { self.fill_missing(tx, now).await })
+    }
+
+    /// The notification outbox, oldest first.
+    pub async fn notifications(
+        &self,
+        identity: &crate::Identity,
+        lease_id: Option<&str>,
+    ) -> ServiceResult<Vec<NotificationRow>> {
+        self.authorize_own("admin", identity)?;
+        in_tx!(self, read, |tx| {
+            Ok(tx.list_notifications(lease_id).await?)
+        })
+    }
+}

@@ -1,0 +1,618 @@
+//! Inventory use cases besides hosts: floating IPs, network segments, devices (one generic
+//! implementation over a per-kind description) and standalone flavors.
+
+use std::collections::{BTreeMap, HashMap};
+
+use blazar_db::{AllocationView, FlavorRow, NewResource, PropertyRow, ResourceRecord};
+use serde_json::{Map, Value};
+
+use crate::hosts::{AllocationEntry, PropertyListing, as_bool, as_text, check_capability_key};
+use crate::pool::{DEVICE, FLOATINGIP, NETWORK};
+use crate::{Identity, Service, ServiceError, ServiceResult, new_id};
+
+/// How one kind of pool resource is described on the API.
+#[derive(Debug, Clone, Copy)]
+pub struct KindSpec {
+    pub kind: &'static str,
+    /// The policy rule prefix (`blazar:floatingips`).
+    pub rules: &'static str,
+    /// Name of the id in "not found" messages (`floatingip_id`).
+    pub id_param: &'static str,
+    /// Fixed fields, in output order.
+    pub fields: &'static [&'static str],
+    /// Fields a create must give.
+    pub required: &'static [&'static str],
+    /// Whether other keys become extra capabilities.
+    pub capabilities: bool,
+}
+
+pub const FLOATINGIPS: KindSpec = KindSpec {
+    kind: FLOATINGIP,
+    rules: "blazar:floatingips",
+    id_param: "floatingip_id",
+    fields: &["floating_network_id", "subnet_id", "floating_ip_address"],
+    required: &["floating_network_id", "floating_ip_address"],
+    capabilities: false,
+};
+
+pub const NETWORKS: KindSpec = KindSpec {
+    kind: NETWORK,
+    rules: "blazar:networks",
+    id_param: "network_id",
+    fields: &["network_type", "physical_network", "segment_id"],
+    required: &["network_type", "segment_id"],
+    capabilities: true,
+};
+
+pub const DEVICES: KindSpec = KindSpec {
+    kind: DEVICE,
+    rules: "blazar:devices",
+    id_param: "device_id",
+    fields: &[
+        "name",
+        "device_type",
+        "device_driver",
+        "vendor_id",
+        "product_id",
+    ],
+    required: &["name"],
+    capabilities: true,
+};
+
+/// Fields of every resource the server manages.
+const PROTECTED: &[&str] = &[
+    "id",
+    "reservable_since",
+    "created_at",
+    "updated_at",
+    "status",
+];
+
+fn not_found(spec: &KindSpec, id: &str) -> ServiceError {
+    if spec.kind == FLOATINGIP {
+        ServiceError::NotFound(format!("Floating IP {id} not found."))
+    } else {
+        ServiceError::NotFound(format!(
+            "Object with {{'{}': '{id}'}} not found",
+            spec.id_param
+        ))
+    }
+}
+
+/// Checks a kind's fixed fields and computes what must be unique.
+fn check_fields(spec: &KindSpec, attrs: &mut Map<String, Value>) -> ServiceResult<String> {
+    match spec.kind {
+        FLOATINGIP => {
+            let address = attrs
+                .get("floating_ip_address")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let parsed: std::net::IpAddr = address.parse().map_err(|_| {
+                ServiceError::BadRequest(format!("IP address {address} is invalid form."))
+            })?;
+            let network = attrs
+                .get("floating_network_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            if network.trim().is_empty() {
+                return Err(ServiceError::BadRequest(
+                    "Missing parameter floating_network_id".into(),
+                ));
+            }
+            attrs.insert(
+                "floating_ip_address".into(),
+                Value::from(parsed.to_string()),
+            );
+            attrs.entry("subnet_id").or_insert(Value::Null);
+            Ok(format!("{network}/{parsed}"))
+        }
+        NETWORK => {
+            let network_type = attrs
+                .get("network_type")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let physical = attrs
+                .get("physical_network")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let segment = match attrs.get("segment_id") {
+                Some(Value::Number(n)) => n.as_i64(),
+                Some(Value::String(s)) => s.trim().parse::<i64>().ok(),
+                _ => None,
+            }
+            .ok_or_else(|| {
+                ServiceError::BadRequest(format!(
+                    "Malformed parameter segment_id: expected an integer, got {}",
+                    attrs
+                        .get("segment_id")
+                        .map(Value::to_string)
+                        .unwrap_or_default()
+                ))
+            })?;
+            if network_type == "vlan" && !(1..=4094).contains(&segment) {
+                return Err(ServiceError::BadRequest(format!(
+                    "Malformed parameter segment_id: a VLAN id is from 1 to 4094, got {segment}"
+                )));
+            }
+            if segment < 0 {
+                return Err(ServiceError::BadRequest(format!(
+                    "Malformed parameter segment_id: got {segment}"
+                )));
+            }
+            attrs.insert("segment_id".into(), Value::from(segment));
+            attrs.entry("physical_network").or_insert(Value::Null);
+            Ok(format!(
+                "{network_type}/{}/{segment}",
+                physical.unwrap_or_default()
+            ))
+        }
+        _ => {
+            let name = attrs
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            if name.is_empty() {
+                return Err(ServiceError::BadRequest("Missing parameter name".into()));
+            }
+            for field in ["device_type", "device_driver", "vendor_id", "product_id"] {
+                attrs.entry(field).or_insert(Value::Null);
+            }
+            Ok(name)
+        }
+    }
+}
+
+fn duplicate(spec: &KindSpec, attrs: &Map<String, Value>) -> ServiceError {
+    let show = |k: &str| {
+        attrs
+            .get(k)
+            .map(|v| v.as_str().map(str::to_string).unwrap_or(v.to_string()))
+            .unwrap_or_default()
+    };
+    ServiceError::Conflict(match spec.kind {
+        FLOATINGIP => format!(
+            "Floating IP {} is already registered on network {}",
+            show("floating_ip_address"),
+            show("floating_network_id")
+        ),
+        NETWORK => format!(
+            "Segment {} of physical network {} is already registered",
+            show("segment_id"),
+            show("physical_network")
+        ),
+        _ => format!("Device '{}' is already registered", show("name")),
+    })
+}
+
+impl Service {
+    pub async fn create_resource(
+        &self,
+        identity: &Identity,
+        spec: &KindSpec,
+        body: &Map<String, Value>,
+    ) -> ServiceResult<ResourceRecord> {
+        self.authorize_own(&format!("{}:post", spec.rules), identity)?;
+        let missing: Vec<&str> = spec
+            .required
+            .iter()
+            .copied()
+            .filter(|k| body.get(*k).is_none_or(Value::is_null))
+            .collect();
+        if !missing.is_empty() {
+            return Err(ServiceError::BadRequest(format!(
+                "Missing parameter {}",
+                missing.join(",")
+            )));
+        }
+        let mut attrs = Map::new();
+        let mut capabilities = BTreeMap::new();
+        let mut reservable = true;
+        for (key, value) in body {
+            match key.as_str() {
+                k if PROTECTED.contains(&k) => {
+                    return Err(ServiceError::BadRequest(format!(
+                        "{k} is set by the server and cannot be given"
+                    )));
+                }
+                "reservable" => reservable = as_bool(key, value)?,
+                k if spec.fields.contains(&k) => {
+                    attrs.insert(k.to_string(), value.clone());
+                }
+                k if spec.capabilities => {
+                    check_capability_key(k)?;
+                    if !value.is_null() {
+                        capabilities.insert(k.to_string(), as_text(k, value)?);
+                    }
+                }
+                k => {
+                    return Err(ServiceError::BadRequest(format!(
+                        "Unknown field {k}; accepted fields: {}",
+                        spec.fields.join(", ")
+                    )));
+                }
+            }
+        }
+        // Keep the fields in their documented order.
+        let mut ordered = Map::new();
+        for field in spec.fields {
+            if let Some(v) = attrs.remove(*field) {
+                ordered.insert(field.to_string(), v);
+            }
+        }
+        let uniq = check_fields(spec, &mut ordered)?;
+        let mut ordered_out = Map::new();
+        for field in spec.fields {
+            ordered_out.insert(
+                field.to_string(),
+                ordered.remove(*field).unwrap_or(Value::Null),
+            );
+        }
+        let record = in_tx!(self, write, |tx| {
+            let new = NewResource {
+                uid: new_id(),
+                kind: spec.kind.to_string(),
+                uniq: uniq.clone(),
+                attrs: ordered_out.clone(),
+                reservable,
+                capabilities: capabilities.clone(),
+                created_at: self.now(),
+            };
+            match tx.insert_resource(&new).await {
+                Err(blazar_db::DbError::Duplicate(_)) => return Err(duplicate(spec, &ordered_out)),
+                other => other?,
+            };
+            tx.get_resource(spec.kind, &new.uid)
+                .await?
+                .ok_or_else(|| ServiceError::Internal("resource vanished after insert".into()))
+        })?;
+        tracing::info!(resource.kind = spec.kind, resource.id = %record.uid, "resource registered");
+        Ok(record)
+    }
+
+    pub async fn list_resources(
+        &self,
+        identity: &Identity,
+        spec: &KindSpec,
+    ) -> ServiceResult<Vec<ResourceRecord>> {
+        self.authorize_own(&format!("{}:get", spec.rules), identity)?;
+        in_tx!(self, read, |tx| { Ok(tx.list_resources(spec.kind).await?) })
+    }
+
+    pub async fn get_resource(
+        &self,
+        identity: &Identity,
+        spec: &KindSpec,
+        id: &str,
+    ) -> ServiceResult<ResourceRecord> {
+        self.authorize_own(&format!("{}:get", spec.rules), identity)?;
+        in_tx!(self, read, |tx| {
+            tx.get_resource(spec.kind, id)
+                .await?
+                .ok_or_else(|| not_found(spec, id))
+        })
+    }
+
+    /// Changes extra capabilities (`null` removes one) and `reservable`; taking a resource
+    /// out of service heals the reservations that hold it, bringing it back fills those that
+    /// are missing resources.
+    pub async fn update_resource(
+        &self,
+        identity: &Identity,
+        spec: &KindSpec,
+        id: &str,
+        body: &Map<String, Value>,
+    ) -> ServiceResult<ResourceRecord> {
+        self.authorize_own(&format!("{}:put", spec.rules), identity)?;
+        in_tx!(self, write, |tx| {
+            let record = tx
+                .get_resource(spec.kind, id)
+                .await?
+                .ok_or_else(|| not_found(spec, id))?;
+            if body.is_empty() {
+                return Err(ServiceError::BadRequest("No data to update".into()));
+            }
+            tx.lock_resource(record.id).await?;
+            let now = self.now();
+            let mut reservable = record.reservable;
+            for (key, value) in body {
+                match key.as_str() {
+                    "reservable" => reservable = as_bool(key, value)?,
+                    k if spec.fields.contains(&k) || PROTECTED.contains(&k) => {
+                        return Err(ServiceError::BadRequest(format!("{k} cannot be updated")));
+                    }
+                    k if spec.capabilities => {
+                        check_capability_key(k)?;
+                        if value.is_null() {
+                            tx.remove_resource_capability(spec.kind, record.id, k)
+                                .await?;
+                        } else {
+                            tx.set_resource_capability(
+                                spec.kind,
+                                record.id,
+                                k,
+                                &as_text(k, value)?,
+                                now,
+                            )
+                            .await?;
+                        }
+                    }
+                    k => {
+                        return Err(ServiceError::BadRequest(format!(
+                            "Unknown field {k}: only reservable can be updated"
+                        )));
+                    }
+                }
+            }
+            if reservable != record.reservable {
+                tx.update_resource(record.id, &record.attrs, &record.uniq, reservable, now)
+                    .await?;
+                if reservable {
+                    self.fill_missing(tx, now).await?;
+                } else {
+                    self.heal_resource(tx, spec.kind, record.id, now).await?;
+                }
+            }
+            tx.get_resource(spec.kind, id)
+                .await?
+                .ok_or_else(|| not_found(spec, id))
+        })
+    }
+
+    pub async fn delete_resource(
+        &self,
+        identity: &Identity,
+        spec: &KindSpec,
+        id: &str,
+    ) -> ServiceResult<()> {
+        self.authorize_own(&format!("{}:delete", spec.rules), identity)?;
+        in_tx!(self, write, |tx| {
+            let record = tx
+                .get_resource(spec.kind, id)
+                .await?
+                .ok_or_else(|| not_found(spec, id))?;
+            tx.lock_resource(record.id).await?;
+            if tx
+                .has_unended_allocation(spec.kind, record.id, self.now())
+                .await?
+            {
+                return Err(ServiceError::Conflict(if spec.kind == FLOATINGIP {
+                    format!(
+                        "Can't delete floating IP {id}. Floating IP id {id} is allocated by reservations."
+                    )
+                } else {
+                    format!("Can't delete {} {id}. It is reserved.", spec.kind)
+                }));
+            }
+            tx.delete_allocations_of_resource(spec.kind, record.id)
+                .await?;
+            tx.delete_resource(record.id).await?;
+            Ok(())
+        })
+    }
+
+    /// Allocations of every resource of a kind, or of one.
+    pub async fn resource_allocations(
+        &self,
+        identity: &Identity,
+        spec: &KindSpec,
+        resource: Option<&str>,
+        lease_id: Option<&str>,
+        reservation_id: Option<&str>,
+    ) -> ServiceResult<Vec<AllocationEntry>> {
+        self.authorize_own(&format!("{}:get_allocations", spec.rules), identity)?;
+        in_tx!(self, read, |tx| {
+            let records: Vec<ResourceRecord> = match resource {
+                Some(uid) => vec![
+                    tx.get_resource(spec.kind, uid)
+                        .await?
+                        .ok_or_else(|| not_found(spec, uid))?,
+                ],
+                None => tx.list_resources(spec.kind).await?,
+            };
+            let one = match resource {
+                Some(_) => records.first().map(|r| r.id),
+                None => None,
+            };
+            let views = tx
+                .allocation_views(spec.kind, one, lease_id, reservation_id, self.now())
+                .await?;
+            let mut by_id: HashMap<i64, Vec<AllocationView>> = HashMap::new();
+            for v in views {
+                by_id.entry(v.resource_id).or_default().push(v);
+            }
+            Ok(records
+                .into_iter()
+                .map(|r| AllocationEntry {
+                    resource_id: r.uid.clone(),
+                    reservations: by_id.remove(&r.id).unwrap_or_default(),
+                })
+                .collect())
+        })
+    }
+
+    pub async fn list_resource_properties(
+        &self,
+        identity: &Identity,
+        spec: &KindSpec,
+        detail: bool,
+        all: bool,
+    ) -> ServiceResult<PropertyListing> {
+        self.authorize_own(&format!("{}:get_resource_properties", spec.rules), identity)?;
+        let show_private = all && self.is_admin(identity);
+        let properties = in_tx!(self, read, |tx| {
+            Ok(tx.list_resource_properties(spec.kind).await?)
+        })?
+        .into_iter()
+        .filter(|p| show_private || !p.private)
+        .collect::<Vec<_>>();
+        Ok(if detail {
+            PropertyListing::Detail(properties)
+        } else {
+            PropertyListing::Names(properties.into_iter().map(|p| p.property_name).collect())
+        })
+    }
+
+    pub async fn update_resource_property(
+        &self,
+        identity: &Identity,
+        spec: &KindSpec,
+        name: &str,
+        body: &Map<String, Value>,
+    ) -> ServiceResult<PropertyRow> {
+        self.authorize_own(
+            &format!("{}:update_resource_properties", spec.rules),
+            identity,
+        )?;
+        self.set_property_private(spec.kind, name, body).await
+    }
+
+    pub async fn create_flavor(
+        &self,
+        identity: &Identity,
+        body: &Map<String, Value>,
+    ) -> ServiceResult<FlavorRow> {
+        self.authorize_own("blazar:flavors:post", identity)?;
+        const FIELDS: &[&str] = &[
+            "id",
+            "name",
+            "vcpus",
+            "ram",
+            "disk",
+            "OS-FLV-EXT-DATA:ephemeral",
+            "ephemeral",
+            "extra_specs",
+        ];
+        if let Some(k) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(ServiceError::BadRequest(format!(
+                "Unknown field {k}; accepted fields: {}",
+                FIELDS.join(", ")
+            )));
+        }
+        let name = match body.get("name") {
+            Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
+            _ => return Err(ServiceError::BadRequest("Missing parameter name".into())),
+        };
+        let number = |key: &str, min: i64, default: Option<i64>| -> ServiceResult<i64> {
+            match body.get(key) {
+                None | Some(Value::Null) => default
+                    .ok_or_else(|| ServiceError::BadRequest(format!("Missing parameter {key}"))),
+                Some(Value::Number(n)) if n.as_i64().is_some_and(|v| v >= min) => {
+                    Ok(n.as_i64().unwrap_or(min))
+                }
+                Some(other) => Err(ServiceError::BadRequest(format!(
+                    "Malformed parameter {key}: must be an integer of at least {min}, got {other}"
+                ))),
+            }
+        };
+        let ephemeral = match body.get("OS-FLV-EXT-DATA:ephemeral") {
+            Some(_) => number("OS-FLV-EXT-DATA:ephemeral", 0, Some(0))?,
+            None => number("ephemeral", 0, Some(0))?,
+        };
+        let extra_specs = match body.get("extra_specs") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(other) => {
+                return Err(ServiceError::BadRequest(format!(
+                    "Malformed parameter extra_specs: expected an object, got {other}"
+                )));
+            }
+        };
+        let id = match body.get("id") {
+            Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
+            None | Some(Value::Null) => new_id(),
+            Some(other) => {
+                return Err(ServiceError::BadRequest(format!(
+                    "Malformed parameter id: got {other}"
+                )));
+            }
+        };
+        let flavor = FlavorRow {
+            id,
+            name,
+            vcpus: number("vcpus", 1, None)?,
+            ram: number("ram", 1, None)?,
+            disk: number("disk", 0, Some(0))?,
+            ephemeral,
+            extra_specs,
+            created_at: self.now(),
+            updated_at: None,
+        };
+        in_tx!(self, write, |tx| {
+            match tx.insert_flavor(&flavor).await {
+                Err(blazar_db::DbError::Duplicate(_)) => Err(ServiceError::Conflict(format!(
+                    "Flavor {} already exists",
+                    flavor.name
+                ))),
+                other => Ok(other?),
+            }
+        })?;
+        Ok(flavor)
+    }
+
+    pub async fn list_flavors(&self, identity: &Identity) -> ServiceResult<Vec<FlavorRow>> {
+        self.authorize_own("blazar:flavors:get", identity)?;
+        in_tx!(self, read, |tx| { Ok(tx.list_flavors().await?) })
+    }
+
+    pub async fn get_flavor(&self, identity: &Identity, id: &str) -> ServiceResult<FlavorRow> {
+        self.authorize_own("blazar:flavors:get", identity)?;
+        in_tx!(self, read, |tx| {
+            tx.find_flavor(id).await?.ok_or_else(|| {
+                ServiceError::NotFound(format!("Object with {{'flavor_id': '{id}'}} not found"))
+            })
+        })
+    }
+
+    pub async fn delete_flavor(&self, identity: &Identity, id: &str) -> ServiceResult<()> {
+        self.authorize_own("blazar:flavors:delete", identity)?;
+        in_tx!(self, write, |tx| {
+            let flavor = tx.find_flavor(id).await?.ok_or_else(|| {
+                ServiceError::NotFound(format!("Object with {{'flavor_id': '{id}'}} not found"))
+            })?;
+            // Reservations keep a copy of the flavor they were made from, so deleting it
+            // changes nothing already granted.
+            tx.delete_flavor(&flavor.id).await?;
+            Ok(())
+        })
+    }
+}
+
+/// Shared by the host and pool property endpoints.
+impl Service {
+    pub(crate) async fn set_property_private(
+        &self,
+        kind: &str,
+        name: &str,
+        body: &Map<String, Value>,
+    ) -> ServiceResult<PropertyRow> {
+        let unknown: Vec<&str> = body
+            .keys()
+            .map(String::as_str)
+            .filter(|k| *k != "private")
+            .collect();
+        if !unknown.is_empty() {
+            return Err(ServiceError::BadRequest(format!(
+                "Only \"private\" can be updated on a resource property; got {}",
+                unknown.join(", ")
+            )));
+        }
+        let private = match body.get("private") {
+            Some(v) => as_bool("private", v)?,
+            None => return Err(ServiceError::BadRequest("Missing parameter private".into())),
+        };
+        in_tx!(self, write, |tx| {
+            let property = tx.get_property(kind, name).await?.ok_or_else(|| {
+                ServiceError::NotFound(format!("Resource property {name} not found for {kind}"))
+            })?;
+            tx.set_property_private(&property.id, private, self.now())
+                .await?;
+            tx.get_property(kind, name)
+                .await?
+                .ok_or_else(|| ServiceError::Internal(format!("property {name} vanished")))
+        })
+    }
+}
