@@ -9,7 +9,9 @@
 mod allocations;
 mod events;
 mod hosts;
+mod inventory;
 mod leases;
+mod tokens;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -20,10 +22,12 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{Any, AnyPool, Executor};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-pub use allocations::{AllocationRow, AllocationView, HandoverRow, NewAllocation};
+pub use allocations::{AllocationRow, AllocationView, GrantRow, HandoverRow, NewAllocation};
 pub use events::EventRow;
 pub use hosts::{NewHost, PropertyRow, PropertyWithValues};
+pub use inventory::{FlavorRow, NewResource, NotificationRow, ResourceRecord};
 pub use leases::{LeaseFilter, LeaseRow, ReservationRow};
+pub use tokens::ApiTokenRow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -239,6 +243,30 @@ impl Tx {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Moves the version of an inventory kind; called by every write to that inventory.
+    pub(crate) async fn bump_inventory(&mut self, kind: &str) -> DbResult<()> {
+        sqlx::query(
+            "INSERT INTO inventory_versions (kind, version) VALUES ($1, 1) \
+             ON CONFLICT (kind) DO UPDATE SET version = inventory_versions.version + 1",
+        )
+        .bind(kind)
+        .execute(self.conn())
+        .await?;
+        Ok(())
+    }
+
+    /// The current version of an inventory kind (0 before any change).
+    pub async fn inventory_version(&mut self, kind: &str) -> DbResult<i64> {
+        let row = sqlx::query("SELECT version FROM inventory_versions WHERE kind = $1")
+            .bind(kind)
+            .fetch_optional(self.conn())
+            .await?;
+        Ok(match row {
+            Some(r) => sqlx::Row::try_get(&r, "version")?,
+            None => 0,
+        })
     }
 
     /// `FOR UPDATE` where the backend has row locks.

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::error::{framework_error, method_not_allowed_fallback, not_found_fallback};
 use crate::state::AppState;
-use crate::{hosts, leases};
+use crate::{hosts, inventory, leases};
 
 /// Largest request body accepted; a lease request is a few kilobytes.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -46,9 +46,20 @@ pub fn router(state: AppState) -> Router {
             get(hosts::show_host_allocation),
         )
         .route("/handovers", get(hosts::list_handovers))
+        .route("/notifications", get(inventory::list_notifications))
+        .nest("/floatingips", inventory::floatingip_routes())
+        .nest("/networks", inventory::network_routes())
+        .nest("/devices", inventory::device_routes())
+        .nest("/flavors", inventory::flavor_routes())
         .fallback(not_found_fallback)
         .method_not_allowed_fallback(method_not_allowed_fallback)
-        .layer(middleware::from_fn(microversion));
+        .layer(middleware::from_fn(microversion))
+        // Outside the microversion check, as keystonemiddleware wraps Blazar's app; inside
+        // request ids, so a 401 carries one too. `/`, `/versions` and `/healthz` stay open.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::authenticate,
+        ));
 
     Router::new()
         .route("/", get(versions))

@@ -1,21 +1,88 @@
-//! Authentication: who a request acts as.
+//! Authentication: who a request acts as, in one of three modes (noauth for development,
+//! Keystone tokens, standalone tokens), and the middleware that refuses unauthenticated
+//! requests with Keystone's 401.
 
-use axum::http::request::Parts;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use blazar_service::Identity;
+use serde_json::json;
 
-use crate::error::ApiError;
+use crate::keystone::{Keystone, KeystoneError, Verdict};
+use crate::state::AppState;
+use crate::tokens::TokenAuth;
 
 /// How requests are authenticated.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum Auth {
     /// Development mode: every request acts as an admin of a default project unless the
     /// `X-Project-Id`, `X-User-Id` and `X-Roles` headers say otherwise.
     NoAuth { default: Identity },
+    /// `X-Auth-Token` validated by Keystone.
+    Keystone(Arc<Keystone>),
+    /// `X-Auth-Token` made by `blazar-server token create`.
+    Tokens(TokenAuth),
 }
 
-fn header(parts: &Parts, name: &str) -> Option<String> {
-    parts
-        .headers
+/// Why a request is not let through.
+#[derive(Debug)]
+pub enum AuthFailure {
+    /// No token, or one that is unknown, revoked or expired: Keystone's 401.
+    Unauthorized { www_authenticate: Option<String> },
+    /// A valid Keystone token not scoped to a project.
+    NotProjectScoped,
+    /// The token could not be checked (Keystone or the database is down): 503.
+    Unavailable,
+}
+
+impl IntoResponse for AuthFailure {
+    fn into_response(self) -> Response {
+        match self {
+            // keystonemiddleware's body, which OpenStack clients recognise.
+            AuthFailure::Unauthorized { www_authenticate } => {
+                let mut response = (
+                    StatusCode::UNAUTHORIZED,
+                    Json(json!({"error": {
+                        "code": 401,
+                        "title": "Unauthorized",
+                        "message": "The request you have made requires authentication.",
+                    }})),
+                )
+                    .into_response();
+                if let Some(value) = www_authenticate.and_then(|v| HeaderValue::from_str(&v).ok()) {
+                    response.headers_mut().insert("www-authenticate", value);
+                }
+                response
+            }
+            AuthFailure::NotProjectScoped => (
+                StatusCode::FORBIDDEN,
+                Json(json!({
+                    "error_code": 403,
+                    "error_message": "The token is not scoped to a project; Blazar needs a \
+                                      project-scoped token",
+                    "error_name": 403,
+                })),
+            )
+                .into_response(),
+            AuthFailure::Unavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"error": {
+                    "code": 503,
+                    "title": "Service Unavailable",
+                    "message": "The token could not be validated; try again later.",
+                }})),
+            )
+                .into_response(),
+        }
+    }
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
@@ -67,19 +134,77 @@ impl Auth {
         }
     }
 
-    pub fn identify(&self, parts: &Parts) -> Result<Identity, ApiError> {
+    pub fn keystone(keystone: Keystone) -> Auth {
+        Auth::Keystone(Arc::new(keystone))
+    }
+
+    pub fn tokens(tokens: TokenAuth) -> Auth {
+        Auth::Tokens(tokens)
+    }
+
+    /// The mode's name, as in the configuration.
+    pub fn mode(&self) -> &'static str {
         match self {
+            Auth::NoAuth { .. } => "noauth",
+            Auth::Keystone(_) => "keystone",
+            Auth::Tokens(_) => "tokens",
+        }
+    }
+
+    /// Who the request acts as. In the token modes the identity headers of noauth are
+    /// ignored: only the token speaks.
+    pub async fn identify(&self, headers: &HeaderMap) -> Result<Identity, AuthFailure> {
+        match self {
+            Auth::Keystone(keystone) => {
+                let token = header(headers, "x-auth-token").ok_or_else(|| self.unauthorized())?;
+                match keystone.validate(&token).await {
+                    Ok(Verdict::Valid(principal)) => {
+                        tracing::debug!(
+                            user.id = %principal.user_id,
+                            user.domain = %principal.user_domain_id,
+                            project.id = %principal.project_id,
+                            project.domain = %principal.project_domain_id,
+                            "authenticated by Keystone"
+                        );
+                        Ok(principal.identity())
+                    }
+                    Ok(Verdict::Invalid) => Err(self.unauthorized()),
+                    Ok(Verdict::NotProjectScoped) => Err(AuthFailure::NotProjectScoped),
+                    Err(e) => {
+                        match &e {
+                            KeystoneError::Refused(_) => {
+                                tracing::error!(error = %e, "cannot validate tokens")
+                            }
+                            KeystoneError::Unavailable(_) => {
+                                tracing::warn!(error = %e, "cannot validate a token")
+                            }
+                        }
+                        Err(AuthFailure::Unavailable)
+                    }
+                }
+            }
+            Auth::Tokens(tokens) => {
+                let token = header(headers, "x-auth-token").ok_or_else(|| self.unauthorized())?;
+                match tokens.identify(&token).await {
+                    Ok(Some(identity)) => Ok(identity),
+                    Ok(None) => Err(self.unauthorized()),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read API tokens");
+                        Err(AuthFailure::Unavailable)
+                    }
+                }
+            }
             Auth::NoAuth { default } => {
-                let mut identity = header(parts, "x-auth-token")
+                let mut identity = header(headers, "x-auth-token")
                     .and_then(|token| identity_from_token(&token))
                     .unwrap_or_else(|| default.clone());
-                if let Some(project) = header(parts, "x-project-id") {
+                if let Some(project) = header(headers, "x-project-id") {
                     identity.project_id = project;
                 }
-                if let Some(user) = header(parts, "x-user-id") {
+                if let Some(user) = header(headers, "x-user-id") {
                     identity.user_id = user;
                 }
-                if let Some(roles) = header(parts, "x-roles") {
+                if let Some(roles) = header(headers, "x-roles") {
                     identity.roles = roles
                         .split(',')
                         .map(|r| r.trim().to_string())
@@ -88,6 +213,50 @@ impl Auth {
                 }
                 Ok(identity)
             }
+        }
+    }
+
+    fn unauthorized(&self) -> AuthFailure {
+        AuthFailure::Unauthorized {
+            www_authenticate: match self {
+                Auth::Keystone(keystone) => {
+                    Some(format!("Keystone uri=\"{}\"", keystone.public_uri()))
+                }
+                Auth::Tokens(_) | Auth::NoAuth { .. } => None,
+            },
+        }
+    }
+}
+
+/// Middleware: establishes who the request acts as before any handler runs, or answers 401.
+/// The identity travels in the request's extensions, where `Caller` finds it.
+pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    // Marked sensitive, the token shows as "Sensitive" in any debug output of the headers.
+    for name in ["x-auth-token", "x-subject-token"] {
+        if let Some(value) = req.headers_mut().get_mut(name) {
+            value.set_sensitive(true);
+        }
+    }
+    match state.auth.identify(req.headers()).await {
+        Ok(identity) => {
+            req.extensions_mut().insert(identity);
+            next.run(req).await
+        }
+        Err(failure) => {
+            // Inside a nested router the URI has lost its prefix; the original keeps it.
+            let path = req
+                .extensions()
+                .get::<axum::extract::OriginalUri>()
+                .map_or_else(
+                    || req.uri().path().to_string(),
+                    |uri| uri.path().to_string(),
+                );
+            tracing::debug!(
+                auth.mode = state.auth.mode(),
+                http.path = %path,
+                "request not authenticated"
+            );
+            failure.into_response()
         }
     }
 }

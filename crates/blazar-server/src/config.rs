@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -24,6 +24,40 @@ pub enum AuthMode {
     /// No authentication: every request acts as an admin of the default project unless the
     /// X-Project-Id, X-User-Id and X-Roles headers say otherwise. For development only.
     Noauth,
+    /// X-Auth-Token validated against Keystone v3 (an OpenStack cloud).
+    Keystone,
+    /// X-Auth-Token checked against tokens made by `blazar-server token create` (no Keystone).
+    Tokens,
+}
+
+/// A secret from the configuration (a password): never shown by `Debug`, so it cannot reach
+/// a log line by accident.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_string()))
+    }
 }
 
 const AFTER_HELP: &str = "\
@@ -34,13 +68,19 @@ Precedence: command line, then environment, then file, then default.
 Examples:
   blazar-server                                   # API + scheduler on 127.0.0.1:1234, SQLite blazar.db
   blazar-server --database-url postgres://blazar@db/blazar --role api --listen 0.0.0.0:1234
-  BLAZAR_ROLE=manager blazar-server --config /etc/blazar/blazar.toml";
+  BLAZAR_ROLE=manager blazar-server --config /etc/blazar/blazar.toml
+  BLAZAR_KEYSTONE_PASSWORD=... blazar-server --auth keystone --keystone-url http://keystone:5000/v3 \\
+      --keystone-username blazar --listen 0.0.0.0:1234
+  blazar-server --auth tokens token create --project demo --role member
+  blazar-server --policy-file /etc/blazar/policy.yaml policy show";
 
 #[derive(Debug, Clone, Parser)]
 #[command(name = "blazar-server", version, about = "Blazar-compatible reservation service: v1 API and lease event scheduler", after_help = AFTER_HELP)]
 pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// TOML configuration file.
-    #[arg(long, env = "BLAZAR_CONFIG")]
+    #[arg(long, env = "BLAZAR_CONFIG", global = true)]
     pub config: Option<PathBuf>,
     /// What this process does [default: all].
     #[arg(long, env = "BLAZAR_ROLE", value_enum)]
@@ -49,7 +89,7 @@ pub struct Cli {
     #[arg(long, env = "BLAZAR_LISTEN")]
     pub listen: Option<SocketAddr>,
     /// Database: a SQLite file path or sqlite:// URL, or a postgres:// URL [default: blazar.db].
-    #[arg(long, env = "BLAZAR_DATABASE_URL")]
+    #[arg(long, env = "BLAZAR_DATABASE_URL", global = true)]
     pub database_url: Option<String>,
     /// Database connections per process [default: 16].
     #[arg(long, env = "BLAZAR_MAX_CONNECTIONS")]
@@ -57,6 +97,37 @@ pub struct Cli {
     /// Authentication mode [default: noauth].
     #[arg(long, env = "BLAZAR_AUTH", value_enum)]
     pub auth: Option<AuthMode>,
+    /// Allow noauth on an address other than loopback (anyone who reaches it is admin).
+    #[arg(long, env = "BLAZAR_INSECURE_NOAUTH")]
+    pub insecure_noauth: bool,
+    /// Policy file in oslo.policy's YAML format overriding Blazar's default rules.
+    #[arg(long, env = "BLAZAR_POLICY_FILE", global = true)]
+    pub policy_file: Option<PathBuf>,
+    /// Keystone identity API, e.g. http://keystone:5000/v3 (auth keystone).
+    #[arg(long, env = "BLAZAR_KEYSTONE_URL")]
+    pub keystone_url: Option<String>,
+    /// The service user that validates tokens; needs the service role (auth keystone).
+    #[arg(long, env = "BLAZAR_KEYSTONE_USERNAME")]
+    pub keystone_username: Option<String>,
+    /// Its password; prefer the environment variable or the file to the command line.
+    #[arg(long, env = "BLAZAR_KEYSTONE_PASSWORD", hide_env_values = true)]
+    pub keystone_password: Option<Secret>,
+    /// Domain of the service user [default: Default].
+    #[arg(long, env = "BLAZAR_KEYSTONE_USER_DOMAIN")]
+    pub keystone_user_domain: Option<String>,
+    /// Project the service user logs in to [default: service].
+    #[arg(long, env = "BLAZAR_KEYSTONE_PROJECT")]
+    pub keystone_project: Option<String>,
+    /// Domain of that project [default: Default].
+    #[arg(long, env = "BLAZAR_KEYSTONE_PROJECT_DOMAIN")]
+    pub keystone_project_domain: Option<String>,
+    /// Most validated Keystone tokens kept in memory [default: 10000].
+    #[arg(long, env = "BLAZAR_TOKEN_CACHE_SIZE")]
+    pub token_cache_size: Option<usize>,
+    /// Seconds a Keystone validation is trusted before asking again: the longest a revoked
+    /// token keeps working [default: 60].
+    #[arg(long, env = "BLAZAR_TOKEN_REVALIDATE_SECONDS")]
+    pub token_revalidate_seconds: Option<u64>,
     /// Project id of noauth requests without X-Project-Id [default: the id derived from "admin"].
     #[arg(long, env = "BLAZAR_NOAUTH_PROJECT_ID")]
     pub noauth_project_id: Option<String>,
@@ -73,8 +144,56 @@ pub struct Cli {
     #[arg(long, env = "BLAZAR_MINUTES_BEFORE_END_LEASE")]
     pub minutes_before_end_lease: Option<i64>,
     /// Log filter, as RUST_LOG [default: info].
-    #[arg(long, env = "BLAZAR_LOG")]
+    #[arg(long, env = "BLAZAR_LOG", global = true)]
     pub log: Option<String>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Serve the API and/or run the scheduler, as --role says (what runs without a command).
+    Serve,
+    /// Manage the API tokens of auth mode "tokens" (in the database).
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Inspect the authorization policy.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token; it is printed once, on standard output.
+    Create {
+        /// Project the token acts in.
+        #[arg(long)]
+        project: String,
+        /// Role(s) the token holds (repeat, or separate with commas): reader, member, admin.
+        #[arg(long = "role", required = true, value_delimiter = ',')]
+        roles: Vec<String>,
+        /// User id the token acts as [default: token-<id>].
+        #[arg(long)]
+        user: Option<String>,
+        /// Lifetime such as 90d, 12h or 30m [default: never expires].
+        #[arg(long)]
+        expires_in: Option<String>,
+        /// Free text shown by `token list`.
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// List tokens (never their secrets).
+    List,
+    /// Revoke a token by id; it stops working at once.
+    Revoke {
+        /// The token's id (as `token list` shows it), or the token itself.
+        id: String,
+    },
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum PolicyCommand {
+    /// Print the effective rules (the defaults with the policy file's overrides), as a
+    /// policy file.
+    Show,
 }
 
 /// The file's keys: the same names as the long options.
@@ -86,12 +205,35 @@ pub struct FileConfig {
     pub database_url: Option<String>,
     pub max_connections: Option<u32>,
     pub auth: Option<AuthMode>,
+    pub insecure_noauth: Option<bool>,
+    pub policy_file: Option<PathBuf>,
+    pub keystone_url: Option<String>,
+    pub keystone_username: Option<String>,
+    pub keystone_password: Option<Secret>,
+    pub keystone_user_domain: Option<String>,
+    pub keystone_project: Option<String>,
+    pub keystone_project_domain: Option<String>,
+    pub token_cache_size: Option<usize>,
+    pub token_revalidate_seconds: Option<u64>,
     pub noauth_project_id: Option<String>,
     pub noauth_user_id: Option<String>,
     pub poll_interval: Option<f64>,
     pub cleaning_minutes: Option<i64>,
     pub minutes_before_end_lease: Option<i64>,
     pub log: Option<String>,
+}
+
+/// Keystone settings as configured (checked when the server starts in keystone mode).
+#[derive(Debug, Clone)]
+pub struct KeystoneConfig {
+    pub url: Option<String>,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+    pub user_domain: String,
+    pub project: String,
+    pub project_domain: String,
+    pub token_cache_size: usize,
+    pub token_revalidate_seconds: u64,
 }
 
 /// The effective configuration.
@@ -102,6 +244,9 @@ pub struct Config {
     pub database_url: String,
     pub max_connections: u32,
     pub auth: AuthMode,
+    pub insecure_noauth: bool,
+    pub policy_file: Option<PathBuf>,
+    pub keystone: KeystoneConfig,
     pub noauth_project_id: String,
     pub noauth_user_id: String,
     pub poll_interval: std::time::Duration,
@@ -152,6 +297,33 @@ impl Config {
                 .unwrap_or_else(|| "blazar.db".into()),
             max_connections: cli.max_connections.or(file.max_connections).unwrap_or(16),
             auth: cli.auth.or(file.auth).unwrap_or(AuthMode::Noauth),
+            insecure_noauth: cli.insecure_noauth || file.insecure_noauth.unwrap_or(false),
+            policy_file: cli.policy_file.or(file.policy_file),
+            keystone: KeystoneConfig {
+                url: cli.keystone_url.or(file.keystone_url),
+                username: cli.keystone_username.or(file.keystone_username),
+                password: cli.keystone_password.or(file.keystone_password),
+                user_domain: cli
+                    .keystone_user_domain
+                    .or(file.keystone_user_domain)
+                    .unwrap_or_else(|| "Default".into()),
+                project: cli
+                    .keystone_project
+                    .or(file.keystone_project)
+                    .unwrap_or_else(|| "service".into()),
+                project_domain: cli
+                    .keystone_project_domain
+                    .or(file.keystone_project_domain)
+                    .unwrap_or_else(|| "Default".into()),
+                token_cache_size: cli
+                    .token_cache_size
+                    .or(file.token_cache_size)
+                    .unwrap_or(10_000),
+                token_revalidate_seconds: cli
+                    .token_revalidate_seconds
+                    .or(file.token_revalidate_seconds)
+                    .unwrap_or(60),
+            },
             noauth_project_id: cli
                 .noauth_project_id
                 .or(file.noauth_project_id)
@@ -165,5 +337,152 @@ impl Config {
             minutes_before_end_lease,
             log: cli.log.or(file.log).unwrap_or_else(|| "info".into()),
         })
+    }
+}
+
+impl Config {
+    /// Whether this process serves the API.
+    pub fn serves_api(&self) -> bool {
+        self.role != Role::Manager
+    }
+
+    /// Refuses to serve without authentication on an address other machines can reach,
+    /// unless the operator said so explicitly.
+    pub fn check_noauth_exposure(&self) -> anyhow::Result<()> {
+        if self.auth == AuthMode::Noauth
+            && self.serves_api()
+            && !self.listen.ip().is_loopback()
+            && !self.insecure_noauth
+        {
+            anyhow::bail!(
+                "refusing to serve without authentication (auth = noauth) on {}, which is not a \
+                 loopback address: anyone who can reach it could act as any project, admin \
+                 included. Use --auth keystone or --auth tokens, listen on 127.0.0.1, or pass \
+                 --insecure-noauth to accept the risk",
+                self.listen
+            );
+        }
+        Ok(())
+    }
+
+    /// The Keystone client settings; fails if a required one is missing.
+    pub fn keystone_settings(&self) -> anyhow::Result<crate::keystone::KeystoneSettings> {
+        let k = &self.keystone;
+        let missing: Vec<&str> = [
+            ("keystone_url", k.url.is_none()),
+            ("keystone_username", k.username.is_none()),
+            ("keystone_password", k.password.is_none()),
+        ]
+        .into_iter()
+        .filter(|(_, absent)| *absent)
+        .map(|(name, _)| name)
+        .collect();
+        if !missing.is_empty() {
+            anyhow::bail!(
+                "auth = keystone needs {} (options --keystone-url, --keystone-username and the \
+                 BLAZAR_KEYSTONE_PASSWORD environment variable, or the same keys in the file)",
+                missing.join(", ")
+            );
+        }
+        Ok(crate::keystone::KeystoneSettings {
+            auth_url: k.url.clone().unwrap_or_default(),
+            username: k.username.clone().unwrap_or_default(),
+            password: k.password.clone().unwrap_or_default(),
+            user_domain_name: k.user_domain.clone(),
+            project_name: k.project.clone(),
+            project_domain_name: k.project_domain.clone(),
+            cache_size: k.token_cache_size,
+            revalidate_after: chrono::Duration::seconds(
+                i64::try_from(k.token_revalidate_seconds).unwrap_or(i64::MAX / 1000),
+            ),
+            timeout: std::time::Duration::from_secs(10),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(args: &[&str]) -> Config {
+        let mut argv = vec!["blazar-server"];
+        argv.extend_from_slice(args);
+        Config::resolve(Cli::parse_from(argv)).unwrap()
+    }
+
+    #[test]
+    fn noauth_is_refused_beyond_loopback_unless_insecure() {
+        let rows: &[(&[&str], bool)] = &[
+            (&["--listen", "127.0.0.1:1234"], true),
+            (&["--listen", "[::1]:1234"], true),
+            (&["--listen", "0.0.0.0:1234"], false),
+            (&["--listen", "192.0.2.10:1234"], false),
+            (&["--listen", "0.0.0.0:1234", "--insecure-noauth"], true),
+            (&["--listen", "0.0.0.0:1234", "--auth", "tokens"], true),
+            (&["--listen", "0.0.0.0:1234", "--role", "manager"], true),
+        ];
+        for (args, ok) in rows {
+            let result = config(args).check_noauth_exposure();
+            assert_eq!(result.is_ok(), *ok, "{args:?}: {result:?}");
+        }
+        let err = config(&["--listen", "0.0.0.0:1234"])
+            .check_noauth_exposure()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--insecure-noauth"), "{err}");
+    }
+
+    #[test]
+    fn keystone_settings_need_url_user_and_password() {
+        let err = config(&["--auth", "keystone", "--keystone-url", "http://k:5000"])
+            .keystone_settings()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("keystone_username, keystone_password"),
+            "{err}"
+        );
+        let settings = config(&[
+            "--auth",
+            "keystone",
+            "--keystone-url",
+            "http://k:5000",
+            "--keystone-username",
+            "blazar",
+            "--keystone-password",
+            "s3cret",
+        ])
+        .keystone_settings()
+        .unwrap();
+        assert_eq!(settings.project_name, "service");
+        assert_eq!(settings.user_domain_name, "Default");
+        assert_eq!(settings.revalidate_after, chrono::Duration::seconds(60));
+        // The password never shows in debug output, hence in no log line.
+        assert!(!format!("{settings:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn token_subcommands_parse_with_global_options_anywhere() {
+        let cli = Cli::parse_from([
+            "blazar-server",
+            "token",
+            "create",
+            "--project",
+            "p",
+            "--role",
+            "member,reader",
+            "--role",
+            "admin",
+            "--database-url",
+            "x.db",
+        ]);
+        assert_eq!(cli.database_url.as_deref(), Some("x.db"));
+        match cli.command {
+            Some(Command::Token(TokenCommand::Create { project, roles, .. })) => {
+                assert_eq!(project, "p");
+                assert_eq!(roles, vec!["member", "reader", "admin"]);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -68,17 +68,21 @@ fn kind_of(v: &Value) -> &'static str {
     }
 }
 
-/// The caller's identity, as the authentication layer established it.
+/// The caller's identity, as the authentication middleware established it (or, on a route
+/// outside it, as the configured authentication says now).
 pub struct Caller(pub Identity);
 
 impl FromRequestParts<AppState> for Caller {
-    type Rejection = ApiError;
+    type Rejection = crate::auth::AuthFailure;
 
     async fn from_request_parts(
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        state.auth.identify(parts).map(Caller)
+        if let Some(identity) = parts.extensions.get::<Identity>() {
+            return Ok(Caller(identity.clone()));
+        }
+        state.auth.identify(&parts.headers).await.map(Caller)
     }
 }
 

@@ -3,13 +3,18 @@
 
 pub mod app;
 pub mod auth;
+pub mod commands;
 pub mod config;
 pub mod convert;
 pub mod error;
 pub mod extract;
 pub mod hosts;
+pub mod inventory;
+pub mod keystone;
 pub mod leases;
+pub mod policy;
 pub mod state;
+pub mod tokens;
 
 use std::sync::Arc;
 
@@ -26,24 +31,37 @@ use crate::state::AppState;
 
 /// Builds the application state from a configuration.
 pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
+    // The policy first: a bad file stops the start before anything else is touched.
+    let policy = policy::Policy::load(config.policy_file.as_deref())?;
+    if let Some(path) = policy.path() {
+        tracing::info!(policy.file = %path.display(), "policy file loaded");
+    }
     let store = Store::connect(&StoreOptions {
         url: config.database_url.clone(),
         max_connections: config.max_connections,
     })
     .await
     .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", redact(&config.database_url)))?;
+    let auth = match config.auth {
+        AuthMode::Noauth => Auth::noauth(&config.noauth_project_id, &config.noauth_user_id),
+        AuthMode::Tokens => {
+            Auth::tokens(tokens::TokenAuth::new(store.clone(), Arc::new(SystemClock)))
+        }
+        AuthMode::Keystone => Auth::keystone(
+            keystone::Keystone::connect(config.keystone_settings()?, Arc::new(SystemClock)).await?,
+        ),
+    };
     let service = Service::new(
         store,
         Arc::new(SystemClock),
         Settings {
             cleaning_minutes: config.cleaning_minutes,
             minutes_before_end_lease: config.minutes_before_end_lease,
+            ratios: blazar_service::Ratios::default(),
         },
         Arc::new(StandaloneBackend),
-    );
-    let auth = match config.auth {
-        AuthMode::Noauth => Auth::noauth(&config.noauth_project_id, &config.noauth_user_id),
-    };
+    )
+    .with_authorizer(Arc::new(policy));
     Ok(AppState {
         service,
         auth: Arc::new(auth),
@@ -66,9 +84,11 @@ pub fn redact(url: &str) -> String {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    config.check_noauth_exposure()?;
     let state = build_state(&config).await?;
-    if config.auth == AuthMode::Noauth {
+    if config.auth == AuthMode::Noauth && config.serves_api() {
         tracing::warn!(
+            listen = %config.listen,
             "authentication is off (noauth): every request may act as any project, admin included"
         );
     }
@@ -101,6 +121,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             listen = %config.listen,
             database = %redact(&config.database_url),
             role = ?config.role,
+            auth = state.auth.mode(),
             "blazar-server ready"
         );
         serve(listener, state.clone(), wait_stop(stop_rx.clone())).await?;

@@ -4,10 +4,18 @@
 // Tests fail loudly on anything unexpected; that is what unwrap and expect are for here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod auth_modes;
 mod basics;
 mod concurrency;
 mod harness;
 mod hosts;
+mod instances;
+mod inventory;
+mod keystone;
 mod leases;
 mod lifecycle;
+mod matrix;
+mod policy_file;
 mod processes;
+mod support;
+mod tokens;

@@ -1,0 +1,97 @@
+//! Standalone API tokens: who each token acts as, and a digest of its secret (never the
+//! secret itself).
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::{DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiTokenRow {
+    /// The public part of the token, used to find it.
+    pub id: String,
+    /// Hex SHA-256 digest of the token's secret part.
+    pub secret_sha256: String,
+    pub user_id: String,
+    pub project_id: String,
+    pub roles: Vec<String>,
+    pub description: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+const COLUMNS: &str = "id, secret_sha256, user_id, project_id, roles, description, created_at, \
+    expires_at, revoked_at";
+
+fn token_from_row(row: &AnyRow) -> DbResult<ApiTokenRow> {
+    let id: String = row.try_get("id")?;
+    let roles_text: String = row.try_get("roles")?;
+    let roles = serde_json::from_str::<Vec<String>>(&roles_text).map_err(|e| {
+        DbError::Corrupt(format!("roles of API token {id} are not a JSON list: {e}"))
+    })?;
+    Ok(ApiTokenRow {
+        secret_sha256: row.try_get("secret_sha256")?,
+        user_id: row.try_get("user_id")?,
+        project_id: row.try_get("project_id")?,
+        roles,
+        description: row.try_get("description")?,
+        created_at: from_secs(row.try_get("created_at")?)?,
+        expires_at: from_opt_secs(row.try_get("expires_at")?)?,
+        revoked_at: from_opt_secs(row.try_get("revoked_at")?)?,
+        id,
+    })
+}
+
+impl Tx {
+    pub async fn insert_api_token(&mut self, token: &ApiTokenRow) -> DbResult<()> {
+        let roles = serde_json::Value::from(token.roles.clone()).to_string();
+        sqlx::query(&format!(
+            "INSERT INTO api_tokens ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        ))
+        .bind(&token.id)
+        .bind(&token.secret_sha256)
+        .bind(&token.user_id)
+        .bind(&token.project_id)
+        .bind(roles)
+        .bind(&token.description)
+        .bind(to_secs(token.created_at))
+        .bind(token.expires_at.map(to_secs))
+        .bind(token.revoked_at.map(to_secs))
+        .execute(self.conn())
+        .await?;
+        Ok(())
+    }
+
+    pub async fn api_token(&mut self, id: &str) -> DbResult<Option<ApiTokenRow>> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM api_tokens WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(self.conn())
+            .await?;
+        row.as_ref().map(token_from_row).transpose()
+    }
+
+    /// Every token, oldest first.
+    pub async fn list_api_tokens(&mut self) -> DbResult<Vec<ApiTokenRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM api_tokens ORDER BY created_at, id"
+        ))
+        .fetch_all(self.conn())
+        .await?;
+        rows.iter().map(token_from_row).collect()
+    }
+
+    /// Marks a token revoked at `at`. False if there is no such token or it was revoked
+    /// already.
+    pub async fn revoke_api_token(&mut self, id: &str, at: DateTime<Utc>) -> DbResult<bool> {
+        let done = sqlx::query(
+            "UPDATE api_tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
+        )
+        .bind(to_secs(at))
+        .bind(id)
+        .execute(self.conn())
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+}

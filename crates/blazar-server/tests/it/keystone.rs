@@ -1,0 +1,307 @@
+//! Auth mode `keystone` against a real Keystone (installed, bootstrapped and served on
+//! loopback by `scripts/keystone/test.sh`, which sets the variables below). Without them
+//! these tests say so and pass: `cargo test` alone needs no Keystone.
+
+use std::sync::Arc;
+
+use blazar_server::auth::Auth;
+use blazar_server::config::Secret;
+use blazar_server::keystone::{Keystone, KeystoneSettings};
+use blazar_server::policy::Policy;
+use blazar_service::ManualClock;
+use chrono::{DateTime, Duration, Utc};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::harness::TestDatabase;
+use crate::matrix::{Actor, AuthApp, Cast, run_policy_matrix};
+use crate::support::{ServerProcess, free_port};
+
+/// Where the test Keystone is and how to log in to it.
+struct Env {
+    /// Identity API, ending in /v3.
+    url: String,
+    service_user: String,
+    service_password: String,
+    /// Password of the users alpha-admin, alpha-member, alpha-reader, beta-*.
+    user_password: String,
+}
+
+fn env() -> Option<Env> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let Some(url) = var("BLAZAR_TEST_KEYSTONE_URL") else {
+        eprintln!(
+            "skipping: BLAZAR_TEST_KEYSTONE_URL is not set (scripts/keystone/test.sh runs these \
+             tests against a real Keystone)"
+        );
+        return None;
+    };
+    let required = |name: &str| var(name).unwrap_or_else(|| panic!("{name} is not set"));
+    Some(Env {
+        url,
+        service_user: required("BLAZAR_TEST_KEYSTONE_SERVICE_USER"),
+        service_password: required("BLAZAR_TEST_KEYSTONE_SERVICE_PASSWORD"),
+        user_password: required("BLAZAR_TEST_KEYSTONE_USER_PASSWORD"),
+    })
+}
+
+/// A token Keystone issued.
+struct Issued {
+    token: String,
+    user_id: String,
+    project_id: String,
+    expires_at: DateTime<Utc>,
+}
+
+/// Logs in as `user`, scoped to `project` (or unscoped).
+async fn issue(env: &Env, user: &str, project: Option<&str>) -> Issued {
+    let mut auth = json!({"identity": {"methods": ["password"], "password": {"user": {
+        "name": user, "domain": {"id": "default"}, "password": env.user_password,
+    }}}});
+    if let Some(project) = project {
+        auth["scope"] = json!({"project": {"name": project, "domain": {"id": "default"}}});
+    }
+    let resp = reqwest::Client::new()
+        .post(format!("{}/auth/tokens?nocatalog", env.url))
+        .json(&json!({ "auth": auth }))
+        .send()
+        .await
+        .expect("Keystone answers");
+    assert_eq!(resp.status(), StatusCode::CREATED, "login as {user}");
+    let token = resp.headers()["x-subject-token"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let body: Value = resp.json().await.unwrap();
+    Issued {
+        token,
+        user_id: body["token"]["user"]["id"].as_str().unwrap().to_string(),
+        project_id: body["token"]["project"]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        expires_at: DateTime::parse_from_rfc3339(body["token"]["expires_at"].as_str().unwrap())
+            .unwrap()
+            .with_timezone(&Utc),
+    }
+}
+
+/// Revokes a token (its holder may).
+async fn revoke(env: &Env, token: &str) {
+    let resp = reqwest::Client::new()
+        .delete(format!("{}/auth/tokens", env.url))
+        .header("X-Auth-Token", token)
+        .header("X-Subject-Token", token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+}
+
+fn settings(env: &Env, revalidate_seconds: i64) -> KeystoneSettings {
+    KeystoneSettings {
+        auth_url: env.url.clone(),
+        username: env.service_user.clone(),
+        password: Secret::new(env.service_password.clone()),
+        user_domain_name: "Default".into(),
+        project_name: "service".into(),
+        project_domain_name: "Default".into(),
+        cache_size: 100,
+        revalidate_after: Duration::seconds(revalidate_seconds),
+        timeout: std::time::Duration::from_secs(10),
+    }
+}
+
+/// A server validating tokens with this Keystone, on a clock the test moves.
+async fn app(env: &Env, revalidate_seconds: i64, clock: Arc<ManualClock>) -> AuthApp {
+    let keystone = Keystone::connect(settings(env, revalidate_seconds), clock)
+        .await
+        .expect("the service credentials work");
+    AuthApp::spawn(move |_| Auth::keystone(keystone), Policy::defaults()).await
+}
+
+async fn actor(env: &Env, user: &str, project: &str) -> Actor {
+    let issued = issue(env, user, Some(project)).await;
+    Actor {
+        name: user.into(),
+        token: issued.token,
+        user_id: issued.user_id,
+        project_id: issued.project_id,
+    }
+}
+
+#[tokio::test]
+async fn keystone_tokens_pass_the_policy_matrix() {
+    let Some(env) = env() else { return };
+    let app = app(&env, 60, Arc::new(ManualClock::new(Utc::now()))).await;
+    let cast = Cast {
+        alpha_admin: actor(&env, "alpha-admin", "alpha").await,
+        alpha_member: actor(&env, "alpha-member", "alpha").await,
+        alpha_reader: actor(&env, "alpha-reader", "alpha").await,
+        beta_admin: actor(&env, "beta-admin", "beta").await,
+        beta_member: actor(&env, "beta-member", "beta").await,
+        beta_reader: actor(&env, "beta-reader", "beta").await,
+    };
+    assert_ne!(cast.alpha_member.project_id, cast.beta_member.project_id);
+    run_policy_matrix(&app, &cast).await;
+}
+
+#[tokio::test]
+async fn a_revoked_token_stops_working_within_the_revalidation_interval() {
+    let Some(env) = env() else { return };
+    let now = Utc::now();
+    let clock = Arc::new(ManualClock::new(now));
+    let app = app(&env, 60, clock.clone()).await;
+    let member = actor(&env, "alpha-member", "alpha").await;
+    let get = || app.as_actor(&member, Method::GET, "/v1/leases", None);
+    get().await.assert_status(StatusCode::OK);
+    revoke(&env, &member.token).await;
+    // Within the interval the cached validation still holds: that is the cache working...
+    clock.set(now + Duration::seconds(59));
+    get().await.assert_status(StatusCode::OK);
+    // ...and once it has passed, Keystone is asked again and says the token is gone.
+    clock.set(now + Duration::seconds(60));
+    get().await.assert_unauthorized();
+    get().await.assert_unauthorized();
+
+    // With an interval of 0 every request asks Keystone: revocation is immediate.
+    let strict = self::app(&env, 0, Arc::new(ManualClock::new(Utc::now()))).await;
+    let member = actor(&env, "alpha-member", "alpha").await;
+    strict
+        .as_actor(&member, Method::GET, "/v1/leases", None)
+        .await
+        .assert_status(StatusCode::OK);
+    revoke(&env, &member.token).await;
+    strict
+        .as_actor(&member, Method::GET, "/v1/leases", None)
+        .await
+        .assert_unauthorized();
+}
+
+#[tokio::test]
+async fn an_expired_token_is_refused() {
+    let Some(env) = env() else { return };
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    let app = app(&env, 3600, clock.clone()).await;
+    let issued = issue(&env, "beta-reader", Some("beta")).await;
+    let member = Actor {
+        name: "beta-reader".into(),
+        token: issued.token.clone(),
+        user_id: issued.user_id,
+        project_id: issued.project_id,
+    };
+    app.as_actor(&member, Method::GET, "/v1/leases", None)
+        .await
+        .assert_status(StatusCode::OK);
+    // From the cache: expiry is honoured even inside the revalidation interval.
+    clock.set(issued.expires_at);
+    app.as_actor(&member, Method::GET, "/v1/leases", None)
+        .await
+        .assert_unauthorized();
+    // Not cached: Keystone's answer carries the expiry, and it has passed.
+    let fresh = self::app(&env, 3600, Arc::new(ManualClock::new(issued.expires_at))).await;
+    fresh
+        .as_actor(&member, Method::GET, "/v1/leases", None)
+        .await
+        .assert_unauthorized();
+}
+
+#[tokio::test]
+async fn a_token_not_scoped_to_a_project_is_refused() {
+    let Some(env) = env() else { return };
+    let app = app(&env, 60, Arc::new(ManualClock::new(Utc::now()))).await;
+    let unscoped = issue(&env, "alpha-member", None).await;
+    let r = app
+        .call(Some(&unscoped.token), Method::GET, "/v1/leases", None, &[])
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert!(
+        r.body["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("not scoped to a project")
+    );
+}
+
+#[tokio::test]
+async fn wrong_service_credentials_stop_the_start() {
+    let Some(env) = env() else { return };
+    let mut wrong = settings(&env, 60);
+    wrong.password = Secret::new("not-the-password");
+    let err = Keystone::connect(wrong, Arc::new(ManualClock::new(Utc::now())))
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("could not log in"), "{err}");
+    assert!(!err.contains("not-the-password"), "{err}");
+}
+
+#[tokio::test]
+async fn the_binary_validates_real_tokens_and_logs_no_secret() {
+    let Some(env) = env() else { return };
+    let db = TestDatabase::new().await;
+    let port = free_port();
+    let server = ServerProcess::start_with_env(
+        &[
+            "--auth",
+            "keystone",
+            "--keystone-url",
+            &env.url,
+            "--keystone-username",
+            &env.service_user,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--database-url",
+            &db.url,
+            "--log",
+            "trace",
+        ],
+        &[("BLAZAR_KEYSTONE_PASSWORD", &env.service_password)],
+    )
+    .await;
+    let base = format!("http://127.0.0.1:{port}");
+    let member = issue(&env, "alpha-member", Some("alpha")).await;
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(format!("{base}/v1/leases"))
+        .header("X-Auth-Token", &member.token)
+        .json(
+            &json!({"name": "via-binary", "start_date": "2030-01-01 10:00",
+                      "end_date": "2030-01-01 12:00", "reservations": []}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["lease"]["project_id"], member.project_id.as_str());
+    assert_eq!(body["lease"]["user_id"], member.user_id.as_str());
+    let resp = client
+        .get(format!("{base}/v1/os-hosts"))
+        .header("X-Auth-Token", &member.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    let resp = client
+        .get(format!("{base}/v1/leases"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    let logs = server.stop().await;
+    assert!(
+        logs.contains("Keystone accepted the service credentials"),
+        "{logs}"
+    );
+    assert!(logs.contains("authenticated by Keystone"), "{logs}");
+    assert!(
+        !logs.contains(&member.token),
+        "a user's token is in the logs"
+    );
+    assert!(
+        !logs.contains(&env.service_password),
+        "the service password is in the logs"
+    );
+}
