@@ -224,7 +224,9 @@ pub async fn authenticate(
                 "; check the user name, password (or token, application credential), \
                  project and domains"
             }
-            404 => "; check OS_AUTH_URL: it should be Keystone's URL, such as http://keystone:5000/v3",
+            404 => {
+                "; check OS_AUTH_URL: it should be Keystone's URL, such as http://keystone:5000/v3"
+            }
             _ => "",
         };
         return Err(Error::Auth(format!(
@@ -298,7 +300,9 @@ pub fn find_endpoint(
             Error::Auth(format!(
                 "the {service_type:?} service has no {interface} endpoint{}; it has: {}. Set \
                  OS_INTERFACE or OS_REGION_NAME accordingly",
-                region.map(|r| format!(" in region {r}")).unwrap_or_default(),
+                region
+                    .map(|r| format!(" in region {r}"))
+                    .unwrap_or_default(),
                 if available.is_empty() {
                     "none".to_string()
                 } else {
@@ -327,20 +331,45 @@ mod tests {
     #[test]
     fn catalog_lookup() {
         let c = catalog();
-        assert_eq!(find_endpoint(&c, "reservation", "public", None).unwrap(), "http://pub/v1");
-        assert_eq!(find_endpoint(&c, "reservation", "publicURL", Some("r2")).unwrap(), "http://pub2/v1");
-        assert_eq!(find_endpoint(&c, "reservation", "internal", None).unwrap(), "http://int/v1");
-        let missing = find_endpoint(&c, "reservation", "admin", None).unwrap_err().to_string();
+        assert_eq!(
+            find_endpoint(&c, "reservation", "public", None).unwrap(),
+            "http://pub/v1"
+        );
+        assert_eq!(
+            find_endpoint(&c, "reservation", "publicURL", Some("r2")).unwrap(),
+            "http://pub2/v1"
+        );
+        assert_eq!(
+            find_endpoint(&c, "reservation", "internal", None).unwrap(),
+            "http://int/v1"
+        );
+        let missing = find_endpoint(&c, "reservation", "admin", None)
+            .unwrap_err()
+            .to_string();
         assert!(missing.contains("no admin endpoint"), "{missing}");
-        let no_service = find_endpoint(&c, "compute", "public", None).unwrap_err().to_string();
-        assert!(no_service.contains("it has: identity, reservation"), "{no_service}");
+        let no_service = find_endpoint(&c, "compute", "public", None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            no_service.contains("it has: identity, reservation"),
+            "{no_service}"
+        );
     }
 
     #[test]
     fn token_urls() {
-        assert_eq!(tokens_url("http://ks:5000"), "http://ks:5000/v3/auth/tokens");
-        assert_eq!(tokens_url("http://ks:5000/v3/"), "http://ks:5000/v3/auth/tokens");
-        assert_eq!(tokens_url("https://c/identity/v3"), "https://c/identity/v3/auth/tokens");
+        assert_eq!(
+            tokens_url("http://ks:5000"),
+            "http://ks:5000/v3/auth/tokens"
+        );
+        assert_eq!(
+            tokens_url("http://ks:5000/v3/"),
+            "http://ks:5000/v3/auth/tokens"
+        );
+        assert_eq!(
+            tokens_url("https://c/identity/v3"),
+            "https://c/identity/v3/auth/tokens"
+        );
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub struct Client {
     http: reqwest::Client,
     endpoint: String,
     token: Option<String>,
+    /// Trace each request and response status on stderr (the CLI's `--debug`).
+    debug: bool,
 }
 
 impl fmt::Debug for Client {
@@ -97,7 +99,10 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for Envelope<'_, T> {
         write!(f, "a JSON object with the key {:?}", self.key)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
         let mut found = None;
         while let Some(key) = map.next_key::<String>()? {
             if key == self.key {
@@ -138,12 +143,24 @@ impl Client {
     }
 
     /// Like [`Client::new`] with a prepared `reqwest::Client` (custom CA, proxy, timeouts).
-    pub fn with_http(http: reqwest::Client, endpoint: &str, token: Option<String>) -> Result<Client> {
+    pub fn with_http(
+        http: reqwest::Client,
+        endpoint: &str,
+        token: Option<String>,
+    ) -> Result<Client> {
         Ok(Client {
             http,
             endpoint: normalize_endpoint(endpoint)?,
             token,
+            debug: false,
         })
+    }
+
+    /// Traces every request (method, URL, body) and response (status, body) on stderr; the
+    /// token is never shown.
+    pub fn with_debug(mut self, debug: bool) -> Client {
+        self.debug = debug;
+        self
     }
 
     /// The Blazar endpoint requests go to, e.g. `http://127.0.0.1:1234/v1`.
@@ -155,11 +172,18 @@ impl Client {
     /// [`Error::Api`] with the server's message.
     pub async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Vec<u8>> {
         let url = format!("{}{}", self.endpoint, path);
+        if self.debug {
+            let body = body.map(|b| format!(" {b}")).unwrap_or_default();
+            eprintln!("REQ: {method} {url}{body}");
+        }
         let mut request = self
             .http
             .request(method, &url)
             .header("Accept", "application/json")
-            .header("X-Auth-Token", self.token.as_deref().unwrap_or(NOAUTH_TOKEN));
+            .header(
+                "X-Auth-Token",
+                self.token.as_deref().unwrap_or(NOAUTH_TOKEN),
+            );
         if let Some(body) = body {
             request = request.json(body);
         }
@@ -172,6 +196,13 @@ impl Client {
             .bytes()
             .await
             .map_err(|e| Error::unreachable(&url, &e))?;
+        if self.debug {
+            eprintln!(
+                "RESP: [{}] {}",
+                status.as_u16(),
+                String::from_utf8_lossy(&bytes)
+            );
+        }
         if status.is_client_error() || status.is_server_error() {
             let text = String::from_utf8_lossy(&bytes);
             let mut message = error_message(&text);
@@ -190,7 +221,12 @@ impl Client {
     }
 
     /// `POST` a JSON body and return the value under `key` of the answer.
-    pub async fn post<T: DeserializeOwned>(&self, path: &str, key: &str, body: &Value) -> Result<T> {
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        key: &str,
+        body: &Value,
+    ) -> Result<T> {
         let answer = self.send(Method::POST, path, Some(body)).await?;
         unwrap_envelope(&self.url(path), &answer, key)
     }
@@ -202,7 +238,12 @@ impl Client {
     }
 
     /// `PATCH` a JSON body and return the value under `key` of the answer.
-    pub async fn patch<T: DeserializeOwned>(&self, path: &str, key: &str, body: &Value) -> Result<T> {
+    pub async fn patch<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        key: &str,
+        body: &Value,
+    ) -> Result<T> {
         let answer = self.send(Method::PATCH, path, Some(body)).await?;
         unwrap_envelope(&self.url(path), &answer, key)
     }
@@ -222,7 +263,8 @@ impl Client {
     }
 
     pub async fn get_lease(&self, lease_id: &str) -> Result<Lease> {
-        self.get(&format!("/leases/{}", segment(lease_id)), "lease").await
+        self.get(&format!("/leases/{}", segment(lease_id)), "lease")
+            .await
     }
 
     pub async fn create_lease(&self, lease: &NewLease) -> Result<Lease> {
@@ -232,7 +274,11 @@ impl Client {
 
     /// `PUT /v1/leases/{id}` with any of `name`, `start_date`, `end_date`,
     /// `before_end_date`, `reservations`.
-    pub async fn update_lease(&self, lease_id: &str, changes: &Map<String, Value>) -> Result<Lease> {
+    pub async fn update_lease(
+        &self,
+        lease_id: &str,
+        changes: &Map<String, Value>,
+    ) -> Result<Lease> {
         let body = Value::Object(changes.clone());
         self.put(&format!("/leases/{}", segment(lease_id)), "lease", &body)
             .await
@@ -247,7 +293,8 @@ impl Client {
     }
 
     pub async fn get_host(&self, host_id: &str) -> Result<Host> {
-        self.get(&format!("/os-hosts/{}", segment(host_id)), "host").await
+        self.get(&format!("/os-hosts/{}", segment(host_id)), "host")
+            .await
     }
 
     /// Enrols a host: `name` plus hypervisor facts and extra capabilities as flat keys.
@@ -266,7 +313,8 @@ impl Client {
     }
 
     pub async fn delete_host(&self, host_id: &str) -> Result<()> {
-        self.delete(&format!("/os-hosts/{}", segment(host_id))).await
+        self.delete(&format!("/os-hosts/{}", segment(host_id)))
+            .await
     }
 
     pub async fn host_allocations(&self) -> Result<Vec<Allocation>> {
@@ -283,8 +331,11 @@ impl Client {
 
     pub async fn host_property_names(&self, all: bool) -> Result<Vec<PropertyName>> {
         let query = if all { "?all=True" } else { "" };
-        self.get(&format!("/os-hosts/properties{query}"), "resource_properties")
-            .await
+        self.get(
+            &format!("/os-hosts/properties{query}"),
+            "resource_properties",
+        )
+        .await
     }
 
     pub async fn host_property_details(&self, all: bool) -> Result<Vec<PropertyDetail>> {
@@ -296,7 +347,11 @@ impl Client {
         .await
     }
 
-    pub async fn set_host_property_private(&self, name: &str, private: bool) -> Result<ResourceProperty> {
+    pub async fn set_host_property_private(
+        &self,
+        name: &str,
+        private: bool,
+    ) -> Result<ResourceProperty> {
         self.patch(
             &format!("/os-hosts/properties/{}", segment(name)),
             "resource_property",
@@ -364,7 +419,10 @@ mod tests {
             ("http://127.0.0.1:1234/", "http://127.0.0.1:1234/v1"),
             ("http://127.0.0.1:1234/v1", "http://127.0.0.1:1234/v1"),
             ("http://127.0.0.1:1234/v1/", "http://127.0.0.1:1234/v1"),
-            ("https://cloud/reservation/v1", "https://cloud/reservation/v1"),
+            (
+                "https://cloud/reservation/v1",
+                "https://cloud/reservation/v1",
+            ),
         ];
         for (given, expected) in cases {
             assert_eq!(normalize_endpoint(given).unwrap(), expected, "{given}");

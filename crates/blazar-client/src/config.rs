@@ -294,7 +294,10 @@ impl ConnectOptions {
         };
         match auth_type {
             AuthType::None => {
-                let endpoint = self.endpoint.as_deref().ok_or_else(|| need_endpoint("none"))?;
+                let endpoint = self
+                    .endpoint
+                    .as_deref()
+                    .ok_or_else(|| need_endpoint("none"))?;
                 Client::with_http(http, endpoint, None)
             }
             AuthType::AdminToken => {
@@ -457,7 +460,10 @@ mod tests {
             ..password
         };
         assert_eq!(explicit.auth_type().unwrap(), AuthType::None);
-        let nothing = ConnectOptions::default().auth_type().unwrap_err().to_string();
+        let nothing = ConnectOptions::default()
+            .auth_type()
+            .unwrap_err()
+            .to_string();
         assert!(nothing.contains("--os-endpoint"), "{nothing}");
     }
 

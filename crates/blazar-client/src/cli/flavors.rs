@@ -1,0 +1,154 @@
+//! `flavor-*` commands: standalone flavors (`/v1/flavors`) that `flavor:instance`
+//! reservations name by `flavor_id` on sites without Nova. The object follows Nova's
+//! flavor: `id`, `name`, `vcpus`, `ram` (MB), `disk` (GB), `extra_specs`.
+
+use clap::Args;
+use serde_json::{Map, Value};
+
+use super::leases::show_object;
+use super::output::{ListOutput, ShowOutput, render_list, sort_objects};
+use super::resolve::{IdShape, Lookup, find_id};
+use super::{CliResult, Context, Failure, emit};
+use blazar_client::client::segment;
+
+const LIST_COLUMNS: &[&str] = &["id", "name", "vcpus", "ram", "disk"];
+
+const FLAVORS: Lookup<'static> = Lookup {
+    resource: "flavor",
+    list_path: "/flavors",
+    list_key: "flavors",
+    name_keys: &["name"],
+    shape: IdShape::Uuid,
+    list_command: "flavor-list",
+};
+
+/// Print a list of flavors
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar flavor-list
+  blazar flavor-list --sort-by vcpus -f value -c name")]
+pub struct ListArgs {
+    /// Column name used to sort result
+    #[arg(long, value_name = "COLUMN", default_value = "name")]
+    sort_by: String,
+    #[command(flatten)]
+    out: ListOutput,
+}
+
+/// Show flavor details
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar flavor-show m1.large")]
+pub struct ShowArgs {
+    /// ID or name of flavor to look up
+    #[arg(value_name = "FLAVOR")]
+    id: String,
+    #[command(flatten)]
+    out: ShowOutput,
+}
+
+/// Create a flavor
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar flavor-create --vcpus 4 --ram 8192 --disk 40 m1.large
+  blazar flavor-create --vcpus 8 --ram 16384 --disk 80 --extra-spec hw:cpu_policy=dedicated pinned")]
+pub struct CreateArgs {
+    /// Name of the flavor
+    #[arg(value_name = "FLAVOR")]
+    name: String,
+    /// Virtual CPUs
+    #[arg(long)]
+    vcpus: u32,
+    /// Memory in MB
+    #[arg(long)]
+    ram: u64,
+    /// Disk in GB
+    #[arg(long, default_value_t = 0)]
+    disk: u64,
+    /// Ephemeral disk in GB
+    #[arg(long)]
+    ephemeral: Option<u64>,
+    /// Id to give the flavor (default: chosen by the server)
+    #[arg(long)]
+    id: Option<String>,
+    /// Extra spec key/value pairs (repeatable)
+    #[arg(long = "extra-spec", value_name = "KEY=VALUE")]
+    extra_specs: Vec<String>,
+    #[command(flatten)]
+    out: ShowOutput,
+}
+
+/// Delete a flavor
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar flavor-delete m1.large")]
+pub struct DeleteArgs {
+    /// ID or name of flavor to delete
+    #[arg(value_name = "FLAVOR")]
+    id: String,
+}
+
+pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
+    if !LIST_COLUMNS.contains(&args.sort_by.as_str()) {
+        return Err(Failure::plain(format!(
+            "Invalid sort option {}; use one of {}",
+            args.sort_by,
+            LIST_COLUMNS.join(", ")
+        )));
+    }
+    let mut items: Vec<Map<String, Value>> = ctx.client.get("/flavors", "flavors").await?;
+    sort_objects(&mut items, &args.sort_by);
+    emit(&render_list(&items, LIST_COLUMNS, &args.out)?);
+    Ok(())
+}
+
+pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {
+    let id = find_id(ctx, &FLAVORS, &args.id).await?;
+    let object: Map<String, Value> = ctx
+        .client
+        .get(&format!("/flavors/{}", segment(&id)), "flavor")
+        .await?;
+    emit(&show_object(ctx, object, &args.out)?);
+    Ok(())
+}
+
+pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {
+    let mut specs = Map::new();
+    for pair in &args.extra_specs {
+        let (key, value) = pair.split_once('=').unwrap_or((pair.as_str(), ""));
+        specs.insert(key.to_string(), Value::String(value.to_string()));
+    }
+    let mut body = serde_json::json!({
+        "name": args.name,
+        "vcpus": args.vcpus,
+        "ram": args.ram,
+        "disk": args.disk,
+        "extra_specs": specs,
+    });
+    if let Some(object) = body.as_object_mut() {
+        if let Some(ephemeral) = args.ephemeral {
+            // Nova's name for it, which the server accepts as is.
+            object.insert("OS-FLV-EXT-DATA:ephemeral".into(), Value::from(ephemeral));
+        }
+        if let Some(id) = &args.id {
+            object.insert("id".into(), Value::String(id.clone()));
+        }
+    }
+    let object: Map<String, Value> = ctx.client.post("/flavors", "flavor", &body).await?;
+    let table = show_object(ctx, object, &args.out)?;
+    emit(&format!("Created a new flavor:\n{table}"));
+    Ok(())
+}
+
+pub async fn delete(ctx: &Context, args: DeleteArgs) -> CliResult {
+    let id = find_id(ctx, &FLAVORS, &args.id).await?;
+    ctx.client
+        .delete(&format!("/flavors/{}", segment(&id)))
+        .await?;
+    emit(&format!("Deleted flavor: {}\n", args.id));
+    Ok(())
+}

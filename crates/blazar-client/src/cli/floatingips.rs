@@ -1,0 +1,108 @@
+//! `floatingip-*` commands (`/v1/floatingips`). Floating IPs are named by id only, as in
+//! python-blazarclient.
+
+use clap::Args;
+use serde_json::{Map, Value};
+
+use super::leases::show_object;
+use super::output::{ListOutput, ShowOutput, render_list, sort_objects};
+use super::{CliResult, Context, Failure, emit};
+use blazar_client::client::segment;
+
+const LIST_COLUMNS: &[&str] = &["id", "floating_ip_address", "floating_network_id"];
+
+/// Print a list of floating IPs
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar floatingip-list
+  blazar floatingip-list -f value -c id -c floating_ip_address")]
+pub struct ListArgs {
+    /// Column name used to sort result
+    #[arg(long, value_name = "COLUMN", default_value = "id")]
+    sort_by: String,
+    #[command(flatten)]
+    out: ListOutput,
+}
+
+/// Show floating IP details
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar floatingip-show 7ce5d3e9-8920-4c5c-97d8-3b3504c7f9d8")]
+pub struct ShowArgs {
+    /// ID of floatingip to look up
+    #[arg(value_name = "FLOATINGIP")]
+    id: String,
+    #[command(flatten)]
+    out: ShowOutput,
+}
+
+/// Create a floating IP
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar floatingip-create 2b1a7f3c-5d3e-4a43-9a1e-3f7d7c0d9a01 172.24.4.200")]
+pub struct CreateArgs {
+    /// External network ID to which the floating IP belongs
+    #[arg(value_name = "NETWORK_ID")]
+    network_id: String,
+    /// Floating IP address to add to Blazar
+    #[arg(value_name = "FLOATING_IP_ADDRESS")]
+    floating_ip_address: String,
+    #[command(flatten)]
+    out: ShowOutput,
+}
+
+/// Delete a floating IP
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar floatingip-delete 7ce5d3e9-8920-4c5c-97d8-3b3504c7f9d8")]
+pub struct DeleteArgs {
+    /// ID of floatingip to delete
+    #[arg(value_name = "FLOATINGIP")]
+    id: String,
+}
+
+pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
+    if !LIST_COLUMNS.contains(&args.sort_by.as_str()) {
+        return Err(Failure::plain(format!(
+            "Invalid sort option {}; use one of {}",
+            args.sort_by,
+            LIST_COLUMNS.join(", ")
+        )));
+    }
+    let mut items: Vec<Map<String, Value>> = ctx.client.get("/floatingips", "floatingips").await?;
+    sort_objects(&mut items, &args.sort_by);
+    emit(&render_list(&items, LIST_COLUMNS, &args.out)?);
+    Ok(())
+}
+
+pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {
+    let object: Map<String, Value> = ctx
+        .client
+        .get(&format!("/floatingips/{}", segment(&args.id)), "floatingip")
+        .await?;
+    emit(&show_object(ctx, object, &args.out)?);
+    Ok(())
+}
+
+pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {
+    let body = serde_json::json!({
+        "floating_network_id": args.network_id,
+        "floating_ip_address": args.floating_ip_address,
+    });
+    let object: Map<String, Value> = ctx.client.post("/floatingips", "floatingip", &body).await?;
+    let table = show_object(ctx, object, &args.out)?;
+    emit(&format!("Created a new floatingip:\n{table}"));
+    Ok(())
+}
+
+pub async fn delete(ctx: &Context, args: DeleteArgs) -> CliResult {
+    ctx.client
+        .delete(&format!("/floatingips/{}", segment(&args.id)))
+        .await?;
+    emit(&format!("Deleted floatingip: {}\n", args.id));
+    Ok(())
+}

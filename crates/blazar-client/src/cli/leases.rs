@@ -1,0 +1,630 @@
+//! `lease-*` commands: list, show, create (with `--wait`), update, delete, and `lease-wait`.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use blazar_client::NewLease;
+use blazar_client::time::{
+    DateInput, describe_duration, floor_minute, format_minute, parse_date, parse_duration,
+    parse_wire,
+};
+use blazar_client::wait::{WaitOutcome, status_of, wait_for_lease};
+use chrono::{TimeDelta, Utc};
+use clap::{ArgGroup, Args};
+use serde_json::{Map, Value};
+
+use super::human::{describe_date, localize};
+use super::output::{ListOutput, ShowOutput, render_list, render_show, show_fields, sort_objects};
+use super::reservations::{parse_create, parse_physical, parse_update};
+use super::resolve::{IdShape, Lookup, find_id};
+use super::{CliResult, Context, EXIT_TIMEOUT, EXIT_UNREACHABLE, Failure, emit};
+
+const LIST_COLUMNS: &[&str] = &["id", "name", "start_date", "end_date"];
+
+const LEASES: Lookup<'static> = Lookup {
+    resource: "lease",
+    list_path: "/leases",
+    list_key: "leases",
+    name_keys: &["name"],
+    shape: IdShape::Uuid,
+    list_command: "lease-list",
+};
+
+/// Print a list of leases
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar lease-list
+  blazar lease-list --sort-by start_date -f value -c id -c name
+  blazar lease-list -f json")]
+pub struct ListArgs {
+    /// Column name used to sort result
+    #[arg(long, value_name = "COLUMN", default_value = "name")]
+    sort_by: String,
+    #[command(flatten)]
+    out: ListOutput,
+}
+
+/// Show details about the given lease
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar lease-show my-lease
+  blazar lease-show -f value -c status 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40
+  blazar lease-show -f json -c reservations my-lease")]
+pub struct ShowArgs {
+    /// ID or name of lease to look up
+    #[arg(value_name = "LEASE")]
+    id: String,
+    #[command(flatten)]
+    out: ShowOutput,
+}
+
+/// Create a lease
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Dates are YYYY-MM-DD HH:MM in UTC (as python-blazarclient), or carry an offset
+(2026-12-01 18:00+01:00) or the word local, or are relative: now, now+2m, now+1h30m.
+
+Examples:
+  blazar lease-create --physical-reservation min=1,max=1,hypervisor_properties=,resource_properties= \\
+      --start-date '2030-01-01 10:00' --end-date '2030-01-01 12:00' my-lease
+  blazar lease-create --physical-reservation 'min=1,max=2,resource_properties=[\"==\", \"$gpu\", \"true\"]' \\
+      --start-date now+2m --duration 3h --wait gpu-lease
+  blazar lease-create --reservation resource_type=virtual:floatingip,network_id=NET_ID,amount=1 \\
+      --end-date '2030-01-05 12:00' fip-lease")]
+pub struct CreateArgs {
+    /// Name for the lease
+    #[arg(value_name = "LEASE")]
+    name: String,
+    /// Create a reservation for physical compute hosts. Specify option multiple times to
+    /// create multiple reservations. min: minimum number of hosts to reserve. max: maximum
+    /// number of hosts to reserve. hypervisor_properties: JSON string, see doc.
+    /// resource_properties: JSON string, see doc. before_end: JSON string, see doc
+    #[arg(
+        long = "physical-reservation",
+        value_name = "min=INT,max=INT,hypervisor_properties=STR,resource_properties=STR,before_end=STR"
+    )]
+    physical_reservations: Vec<String>,
+    /// Key/value pairs for creating a generic reservation. Specify option multiple times to
+    /// create multiple reservations
+    #[arg(long = "reservation", value_name = "KEY=VALUE,...")]
+    reservations: Vec<String>,
+    /// Start of the lease (default: now, the server's current minute)
+    #[arg(long = "start-date", value_name = "DATE")]
+    start: Option<String>,
+    /// End of the lease (default: 24h after now)
+    #[arg(long = "end-date", value_name = "DATE", conflicts_with = "duration")]
+    end: Option<String>,
+    /// Length of the lease instead of --end-date, e.g. 3h, 1d12h
+    #[arg(long, value_name = "DURATION")]
+    duration: Option<String>,
+    /// Time for taking an action before the end of the lease (default: depends on system
+    /// default)
+    #[arg(long = "before-end-date", value_name = "DATE")]
+    before_end: Option<String>,
+    /// Creates an event with key/value pairs for the lease. Specify option multiple times to
+    /// create multiple events. event_type: type of event (e.g. notification). event_date:
+    /// Time for event (YYYY-MM-DD HH:MM) UTC TZ
+    #[arg(long = "event", value_name = "event_type=STR,event_date=TIME")]
+    events: Vec<String>,
+    /// After creating it, wait until the lease is ACTIVE (exit code 3 on timeout, 4 if it
+    /// fails)
+    #[arg(long, help_heading = "Waiting")]
+    wait: bool,
+    /// Give up waiting after this long, e.g. 10m (default: no limit)
+    #[arg(
+        long,
+        value_name = "DURATION",
+        requires = "wait",
+        help_heading = "Waiting"
+    )]
+    timeout: Option<String>,
+    /// Time between two looks at the lease
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "2s",
+        help_heading = "Waiting"
+    )]
+    poll_interval: String,
+    #[command(flatten)]
+    out: ShowOutput,
+}
+
+/// Update a lease
+#[derive(Debug, Args)]
+#[command(
+    group(ArgGroup::new("end_change").args(["prolong_for", "prolong_for_legacy", "reduce_by", "end_date"])),
+    group(ArgGroup::new("start_change").args(["defer_by", "advance_by", "start_date"])),
+    after_help = "\
+Durations are a number and a unit (s, m, h, d, w), combinable: 30m, 1h30m, 2d.
+
+Examples:
+  blazar lease-update --prolong-for 1h my-lease
+  blazar lease-update --end-date '2030-01-01 15:00' --defer-by 30m my-lease
+  blazar lease-update --name new-name 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40
+  blazar lease-update --reservation id=2852eded-93ec-4feb-a13e-fe756f7e33d7,max=1 my-lease"
+)]
+pub struct UpdateArgs {
+    /// ID or name of lease to update
+    #[arg(value_name = "LEASE")]
+    id: String,
+    /// New name for the lease
+    #[arg(long)]
+    name: Option<String>,
+    /// Reservation values to update. The reservation must be selected with the
+    /// id=<reservation-id> key-value pair
+    #[arg(long = "reservation", value_name = "KEY=VALUE,...")]
+    reservations: Vec<String>,
+    /// Time to prolong lease for
+    #[arg(long, value_name = "DURATION")]
+    prolong_for: Option<String>,
+    #[arg(long = "prolong_for", hide = true)]
+    prolong_for_legacy: Option<String>,
+    /// Time to reduce lease by
+    #[arg(long, value_name = "DURATION")]
+    reduce_by: Option<String>,
+    /// End date of the lease
+    #[arg(long, value_name = "DATE")]
+    end_date: Option<String>,
+    /// Time to defer the lease start
+    #[arg(long, value_name = "DURATION")]
+    defer_by: Option<String>,
+    /// Time to advance the lease start
+    #[arg(long, value_name = "DURATION")]
+    advance_by: Option<String>,
+    /// Start date of the lease
+    #[arg(long, value_name = "DATE")]
+    start_date: Option<String>,
+    /// Time of the before-end action
+    #[arg(long, value_name = "DATE")]
+    before_end_date: Option<String>,
+}
+
+/// Delete a lease
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar lease-delete my-lease
+  blazar lease-delete 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40")]
+pub struct DeleteArgs {
+    /// ID or name of lease to delete
+    #[arg(value_name = "LEASE")]
+    id: String,
+}
+
+/// Wait until a lease reaches a status
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Exit codes: 0 the lease reached the status; 3 the timeout passed first; 4 the lease cannot
+reach it any more (it is in ERROR, already past it, or was deleted); 1 any other error.
+Progress is shown on stderr when it is a terminal.
+
+Examples:
+  blazar lease-wait my-lease --status ACTIVE --timeout 10m
+  blazar lease-wait my-lease --status TERMINATED && echo 'lease over'")]
+pub struct WaitArgs {
+    /// ID or name of lease to wait for
+    #[arg(value_name = "LEASE")]
+    id: String,
+    /// Status to wait for: PENDING, ACTIVE, TERMINATED or ERROR
+    #[arg(long, default_value = "ACTIVE", value_parser = ["PENDING", "ACTIVE", "TERMINATED", "ERROR"], ignore_case = true)]
+    status: String,
+    /// Give up after this long, e.g. 10m, 1h30m (default: no limit)
+    #[arg(long, value_name = "DURATION")]
+    timeout: Option<String>,
+    /// Time between two looks at the lease
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    poll_interval: String,
+}
+
+pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
+    if !LIST_COLUMNS.contains(&args.sort_by.as_str()) {
+        return Err(Failure::plain(format!(
+            "Invalid sort option {}; use one of {}",
+            args.sort_by,
+            LIST_COLUMNS.join(", ")
+        )));
+    }
+    let mut leases: Vec<Map<String, Value>> = ctx.client.get("/leases", "leases").await?;
+    sort_objects(&mut leases, &args.sort_by);
+    if args.out.is_human() {
+        for lease in &mut leases {
+            let mut value = Value::Object(std::mem::take(lease));
+            localize(&mut value, ctx.utc);
+            if let Value::Object(map) = value {
+                *lease = map;
+            }
+        }
+    }
+    emit(&render_list(&leases, LIST_COLUMNS, &args.out)?);
+    Ok(())
+}
+
+/// Renders one object for a show-type command.
+pub fn show_object(
+    ctx: &Context,
+    object: Map<String, Value>,
+    out: &ShowOutput,
+) -> CliResult<String> {
+    let mut value = Value::Object(object);
+    if out.is_human() {
+        localize(&mut value, ctx.utc);
+    }
+    let Value::Object(object) = value else {
+        return Ok(String::new());
+    };
+    render_show(show_fields(&object, true), out)
+}
+
+pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {
+    let id = find_id(ctx, &LEASES, &args.id).await?;
+    let lease: Map<String, Value> = ctx
+        .client
+        .get(
+            &format!("/leases/{}", blazar_client::client::segment(&id)),
+            "lease",
+        )
+        .await?;
+    emit(&show_object(ctx, lease, &args.out)?);
+    Ok(())
+}
+
+fn incorrect(detail: impl std::fmt::Display) -> Failure {
+    Failure::plain(format!("The lease parameters are incorrect: {detail}"))
+}
+
+fn duration_arg(option: &str, text: &str) -> CliResult<TimeDelta> {
+    parse_duration(text).map_err(|e| Failure::plain(format!("{option}: {e}")))
+}
+
+fn std_duration(option: &str, text: &str) -> CliResult<Duration> {
+    let delta = duration_arg(option, text)?;
+    delta
+        .to_std()
+        .map_err(|_| Failure::plain(format!("{option}: the duration must be positive")))
+}
+
+fn parse_event(argument: &str) -> CliResult<Value> {
+    let err_msg = format!(
+        "Invalid event argument '{argument}'. Event arguments must be of the form --event \
+         <event_type=str,event_date=time>"
+    );
+    let mut event_type = String::new();
+    let mut event_date = String::new();
+    for pair in argument.split(',') {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(Failure::plain(err_msg));
+        };
+        match key {
+            "event_type" => event_type = value.to_string(),
+            "event_date" => event_date = value.to_string(),
+            _ => return Err(Failure::plain(err_msg)),
+        }
+    }
+    if event_type.is_empty() && event_date.is_empty() {
+        return Err(Failure::plain(err_msg));
+    }
+    let date = parse_date(&event_date, Utc::now()).map_err(incorrect)?;
+    Ok(serde_json::json!({ "event_type": event_type, "event_date": date.to_wire() }))
+}
+
+pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
+    let now = Utc::now();
+    let start = match &args.start {
+        Some(text) => parse_date(text, now).map_err(incorrect)?,
+        None => DateInput::Now,
+    };
+    // The server reads `now` as its current minute; the client's clock stands in for it.
+    let start_at = start.instant(floor_minute(now));
+    let end = match (&args.end, &args.duration) {
+        (Some(text), _) => parse_date(text, now).map_err(incorrect)?,
+        (None, Some(duration)) => DateInput::At(start_at + duration_arg("--duration", duration)?),
+        (None, None) => DateInput::At(floor_minute(now) + TimeDelta::days(1)),
+    };
+    let end_at = end.instant(floor_minute(now));
+    if start_at > end_at {
+        let which = if args.end.is_none() && args.duration.is_none() {
+            "the default end, 24h from now,"
+        } else {
+            "the end"
+        };
+        return Err(incorrect(format!(
+            "the start ({}) is after {which} ({}); give a later --end-date, or --duration",
+            format_minute(start_at),
+            format_minute(end_at)
+        )));
+    }
+    let before_end = match &args.before_end {
+        Some(text) => {
+            let at = parse_date(text, now).map_err(incorrect)?.instant(now);
+            if at < start_at || at > end_at {
+                return Err(incorrect(format!(
+                    "--before-end-date {} is outside the lease ({} to {})",
+                    format_minute(at),
+                    format_minute(start_at),
+                    format_minute(end_at)
+                )));
+            }
+            Some(format_minute(at))
+        }
+        None => None,
+    };
+    let mut reservations = Vec::new();
+    for argument in &args.physical_reservations {
+        reservations.push(parse_physical(argument)?);
+    }
+    for argument in &args.reservations {
+        reservations.push(parse_create(argument)?);
+    }
+    if reservations.is_empty() {
+        return Err(incorrect(
+            "a lease needs at least one --physical-reservation or --reservation",
+        ));
+    }
+    let events = args
+        .events
+        .iter()
+        .map(|e| parse_event(e))
+        .collect::<CliResult<Vec<_>>>()?;
+    let request = NewLease {
+        name: args.name.clone(),
+        start_date: start.to_wire(),
+        end_date: end.to_wire(),
+        before_end_date: before_end,
+        reservations,
+        events,
+    };
+    let timeout = args
+        .timeout
+        .as_deref()
+        .map(|t| std_duration("--timeout", t))
+        .transpose()?;
+    let poll = std_duration("--poll-interval", &args.poll_interval)?;
+    let body = serde_json::to_value(&request).map_err(|e| Failure::plain(e.to_string()))?;
+    let lease: Map<String, Value> = ctx.client.post("/leases", "lease", &body).await?;
+    let id = lease
+        .get("id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if lease.is_empty() {
+        emit(&render_show(
+            vec![(String::new(), super::python::Py::Str(String::new()))],
+            &args.out,
+        )?);
+    } else {
+        let table = show_object(ctx, lease, &args.out)?;
+        emit(&format!("Created a new lease:\n{table}"));
+    }
+    if !args.wait {
+        return Ok(0);
+    }
+    wait_for(ctx, &id, &args.name, "ACTIVE", timeout, poll).await
+}
+
+/// Moves one of the lease's dates by `delta`, as the Python client does for
+/// `--prolong-for` and friends: from the date Blazar holds, to the minute.
+fn shifted(
+    lease: &Map<String, Value>,
+    key: &str,
+    option: &str,
+    delta: TimeDelta,
+) -> CliResult<String> {
+    let current = lease
+        .get(key)
+        .and_then(Value::as_str)
+        .and_then(parse_wire)
+        .ok_or_else(|| {
+            Failure::plain(format!(
+                "the lease has no readable {key} to shift with {option}"
+            ))
+        })?;
+    Ok(format_minute(current + delta))
+}
+
+pub async fn update(ctx: &Context, args: UpdateArgs) -> CliResult {
+    let now = Utc::now();
+    let mut values = Map::new();
+    if let Some(name) = &args.name {
+        values.insert("name".into(), Value::String(name.clone()));
+    }
+    // Every option is checked before the first request, so a typo costs no round trip.
+    let prolong = args
+        .prolong_for
+        .as_ref()
+        .or(args.prolong_for_legacy.as_ref());
+    let end_shift = match (prolong, &args.reduce_by) {
+        (Some(text), _) => Some(("--prolong-for", duration_arg("--prolong-for", text)?)),
+        (None, Some(text)) => Some(("--reduce-by", -duration_arg("--reduce-by", text)?)),
+        (None, None) => None,
+    };
+    let start_shift = match (&args.defer_by, &args.advance_by) {
+        (Some(text), _) => Some(("--defer-by", duration_arg("--defer-by", text)?)),
+        (None, Some(text)) => Some(("--advance-by", -duration_arg("--advance-by", text)?)),
+        (None, None) => None,
+    };
+    let absolute = |option: &str, text: &Option<String>| -> CliResult<Option<String>> {
+        text.as_deref()
+            .map(|t| {
+                parse_date(t, now)
+                    .map(DateInput::to_wire)
+                    .map_err(|e| Failure::plain(format!("{option}: {e}")))
+            })
+            .transpose()
+    };
+    let end_date = absolute("--end-date", &args.end_date)?;
+    let start_date = absolute("--start-date", &args.start_date)?;
+    let before_end_date = absolute("--before-end-date", &args.before_end_date)?;
+    let reservations = args
+        .reservations
+        .iter()
+        .map(|r| parse_update(r).map(Value::Object))
+        .collect::<CliResult<Vec<_>>>()?;
+
+    let id = find_id(ctx, &LEASES, &args.id).await?;
+    let path = format!("/leases/{}", blazar_client::client::segment(&id));
+    let lease: Map<String, Value> = if end_shift.is_some() || start_shift.is_some() {
+        ctx.client.get(&path, "lease").await?
+    } else {
+        Map::new()
+    };
+    let end = match (end_date, end_shift) {
+        (Some(date), _) => Some(date),
+        (None, Some((option, delta))) => Some(shifted(&lease, "end_date", option, delta)?),
+        (None, None) => None,
+    };
+    let start = match (start_date, start_shift) {
+        (Some(date), _) => Some(date),
+        (None, Some((option, delta))) => Some(shifted(&lease, "start_date", option, delta)?),
+        (None, None) => None,
+    };
+    if let Some(end) = end {
+        values.insert("end_date".into(), Value::String(end));
+    }
+    if let Some(start) = start {
+        values.insert("start_date".into(), Value::String(start));
+    }
+    if let Some(date) = before_end_date {
+        values.insert("before_end_date".into(), Value::String(date));
+    }
+    if !reservations.is_empty() {
+        values.insert("reservations".into(), Value::Array(reservations));
+    }
+    if values.is_empty() {
+        return Err(Failure::plain(
+            "No values to update passed: give --name, --end-date, --prolong-for, --reduce-by, \
+             --start-date, --defer-by, --advance-by, --before-end-date or --reservation",
+        ));
+    }
+    let _: Value = ctx
+        .client
+        .put(&path, "lease", &Value::Object(values))
+        .await?;
+    emit(&format!("Updated lease: {}\n", args.id));
+    Ok(())
+}
+
+pub async fn delete(ctx: &Context, args: DeleteArgs) -> CliResult {
+    let id = find_id(ctx, &LEASES, &args.id).await?;
+    ctx.client
+        .delete(&format!("/leases/{}", blazar_client::client::segment(&id)))
+        .await?;
+    emit(&format!("Deleted lease: {}\n", args.id));
+    Ok(())
+}
+
+pub async fn wait(ctx: &Context, args: WaitArgs) -> CliResult<u8> {
+    let id = find_id(ctx, &LEASES, &args.id).await?;
+    let timeout = args
+        .timeout
+        .as_deref()
+        .map(|t| std_duration("--timeout", t))
+        .transpose()?;
+    let poll = std_duration("--poll-interval", &args.poll_interval)?;
+    wait_for(
+        ctx,
+        &id,
+        &args.id,
+        &args.status.to_ascii_uppercase(),
+        timeout,
+        poll,
+    )
+    .await
+}
+
+/// When the lease starts (or ends, when waiting for its end), relative to now.
+fn timing(lease: &Map<String, Value>, target: &str, utc: bool) -> String {
+    let (key, verb) = if target == "TERMINATED" {
+        ("end_date", "ends")
+    } else {
+        ("start_date", "starts")
+    };
+    lease
+        .get(key)
+        .and_then(Value::as_str)
+        .and_then(parse_wire)
+        .map(|at| {
+            let left = at - Utc::now();
+            if left > TimeDelta::zero() {
+                format!(
+                    "{verb} in {} ({})",
+                    describe_duration(left),
+                    describe_date(at, utc)
+                )
+            } else {
+                format!(
+                    "{verb} at {}, {} ago",
+                    describe_date(at, utc),
+                    describe_duration(-left)
+                )
+            }
+        })
+        .unwrap_or_default()
+}
+
+/// Waits and turns the outcome into an exit code and message; progress goes to stderr
+/// only when a person is watching it.
+async fn wait_for(
+    ctx: &Context,
+    id: &str,
+    label: &str,
+    target: &str,
+    timeout: Option<Duration>,
+    poll: Duration,
+) -> CliResult<u8> {
+    let tty = std::io::stderr().is_terminal();
+    let outcome = wait_for_lease(&ctx.client, id, target, timeout, poll, |lease| {
+        if tty {
+            eprint!(
+                "\r\x1b[KWaiting for lease {label} to be {target}: {}, {}",
+                status_of(lease),
+                timing(lease, target, ctx.utc)
+            );
+        }
+    })
+    .await;
+    if tty {
+        eprint!("\r\x1b[K");
+    }
+    match outcome? {
+        WaitOutcome::Reached(_) => {
+            if tty {
+                eprintln!("Lease {label} is {target}");
+            }
+            Ok(0)
+        }
+        WaitOutcome::Unreachable(lease) => {
+            let status = status_of(&lease);
+            let why = if status == "ERROR" {
+                format!("; `blazar lease-show {id}` shows which reservation or event failed")
+            } else {
+                " any more".to_string()
+            };
+            Err(Failure::with_code(
+                format!("ERROR: lease {label} is {status} and cannot become {target}{why}"),
+                EXIT_UNREACHABLE,
+            ))
+        }
+        WaitOutcome::Deleted => Err(Failure::with_code(
+            format!("ERROR: lease {label} was deleted while waiting for it to be {target}"),
+            EXIT_UNREACHABLE,
+        )),
+        WaitOutcome::TimedOut(lease) => {
+            let limit = timeout
+                .and_then(|t| TimeDelta::from_std(t).ok())
+                .map(describe_duration)
+                .unwrap_or_default();
+            Err(Failure::with_code(
+                format!(
+                    "ERROR: lease {label} is still {} after {limit} (it {}); wait longer with \
+                     `blazar lease-wait {id} --status {target} --timeout 1h`",
+                    status_of(&lease),
+                    timing(&lease, target, ctx.utc)
+                ),
+                EXIT_TIMEOUT,
+            ))
+        }
+    }
+}

@@ -1,0 +1,561 @@
+//! The `blazar` command line: global options, the command table, and running one command
+//! to an exit code.
+
+mod allocations;
+mod flavors;
+mod floatingips;
+mod human;
+mod inventory;
+mod leases;
+mod output;
+mod python;
+mod reservations;
+mod resolve;
+mod table;
+mod yaml;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use blazar_client::{Client, ConnectOptions, Error};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+
+/// Exit codes: 0 success, 1 an error, 2 a usage error (clap's, like argparse's); `lease-wait`
+/// and `lease-create --wait` add 3 and 4.
+pub const EXIT_ERROR: u8 = 1;
+/// The wait ran out of time.
+pub const EXIT_TIMEOUT: u8 = 3;
+/// The lease can no longer reach the awaited status (ERROR, ended, or deleted).
+pub const EXIT_UNREACHABLE: u8 = 4;
+
+/// A command that did not succeed: what to print on stderr, and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub message: String,
+    pub code: u8,
+}
+
+impl Failure {
+    /// A problem found before asking the server; printed as is, as python-blazarclient
+    /// prints its own checks.
+    pub fn plain(message: impl Into<String>) -> Failure {
+        Failure {
+            message: message.into(),
+            code: EXIT_ERROR,
+        }
+    }
+
+    pub fn with_code(message: impl Into<String>, code: u8) -> Failure {
+        Failure {
+            message: message.into(),
+            code,
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    /// Anything the server (or the network) said: `ERROR: <message>`, as python-blazarclient
+    /// prints Blazar's `error_message`.
+    fn from(e: Error) -> Failure {
+        let message = match &e {
+            Error::Unreachable { .. } => format!(
+                "ERROR: {e}. Is the server running, and is the endpoint right (--os-endpoint, \
+                 BLAZAR_URL, or the Keystone catalog)?"
+            ),
+            _ => format!("ERROR: {e}"),
+        };
+        Failure::plain(message)
+    }
+}
+
+pub type CliResult<T = ()> = Result<T, Failure>;
+
+const AFTER_HELP: &str = "\
+Connection (every option also reads the variable in brackets):
+  blazar --os-endpoint http://127.0.0.1:1234/v1 --os-auth-type none lease-list
+  BLAZAR_URL=http://127.0.0.1:1234 blazar host-list         # noauth blazar-server
+  OS_CLOUD=mycloud blazar lease-list                        # clouds.yaml
+  source openrc.sh && blazar lease-list                     # OS_AUTH_URL, OS_USERNAME, ...
+
+Dates: tables show dates in the local time zone with their offset (unless --utc, or the
+zone is UTC); -f json/yaml/value/csv/shell always print Blazar's own UTC values. Dates you
+type are UTC unless they carry an offset or the word `local`; `now+1h30m` counts from now.
+
+Exit codes: 0 success, 1 error, 2 bad usage, 3 lease-wait timed out, 4 the lease can no
+longer reach the awaited status (ERROR, already ended, deleted).";
+
+/// Command-line interface to Blazar, the OpenStack reservation service.
+#[derive(Debug, Parser)]
+#[command(name = "blazar", version, after_help = AFTER_HELP, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes, before or after its name.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection and authentication")]
+pub struct GlobalArgs {
+    /// Cloud name in clouds.yaml [OS_CLOUD]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub os_cloud: Option<String>,
+    /// none, admin_token, password, token or v3applicationcredential; guessed from what is
+    /// given when absent [OS_AUTH_TYPE]
+    #[arg(long, global = true, value_name = "TYPE")]
+    pub os_auth_type: Option<String>,
+    /// Keystone URL, e.g. http://keystone:5000/v3 [OS_AUTH_URL]
+    #[arg(long, global = true, value_name = "URL")]
+    pub os_auth_url: Option<String>,
+    /// Blazar URL, skipping the catalog, e.g. http://127.0.0.1:1234/v1 [OS_ENDPOINT,
+    /// BLAZAR_URL]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        alias = "os-endpoint-override"
+    )]
+    pub os_endpoint: Option<String>,
+    /// Token: sent as is with admin_token, exchanged with token [OS_TOKEN]
+    #[arg(long, global = true, value_name = "TOKEN")]
+    pub os_token: Option<String>,
+    /// [OS_USERNAME]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub os_username: Option<String>,
+    /// [OS_USER_ID]
+    #[arg(long, global = true, value_name = "ID")]
+    pub os_user_id: Option<String>,
+    /// [OS_PASSWORD]
+    #[arg(long, global = true, value_name = "PASSWORD")]
+    pub os_password: Option<String>,
+    /// [OS_PROJECT_NAME]
+    #[arg(long, global = true, value_name = "NAME", alias = "os-tenant-name")]
+    pub os_project_name: Option<String>,
+    /// [OS_PROJECT_ID]
+    #[arg(long, global = true, value_name = "ID", alias = "os-tenant-id")]
+    pub os_project_id: Option<String>,
+    /// [OS_USER_DOMAIN_NAME]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub os_user_domain_name: Option<String>,
+    /// [OS_USER_DOMAIN_ID]
+    #[arg(long, global = true, value_name = "ID")]
+    pub os_user_domain_id: Option<String>,
+    /// [OS_PROJECT_DOMAIN_NAME]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub os_project_domain_name: Option<String>,
+    /// [OS_PROJECT_DOMAIN_ID]
+    #[arg(long, global = true, value_name = "ID")]
+    pub os_project_domain_id: Option<String>,
+    /// [OS_APPLICATION_CREDENTIAL_ID]
+    #[arg(long, global = true, value_name = "ID")]
+    pub os_application_credential_id: Option<String>,
+    /// [OS_APPLICATION_CREDENTIAL_NAME]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub os_application_credential_name: Option<String>,
+    /// [OS_APPLICATION_CREDENTIAL_SECRET]
+    #[arg(long, global = true, value_name = "SECRET")]
+    pub os_application_credential_secret: Option<String>,
+    /// Region of the catalog endpoint [OS_REGION_NAME]
+    #[arg(long, global = true, value_name = "REGION")]
+    pub os_region_name: Option<String>,
+    /// Catalog interface: public (default), internal or admin [OS_INTERFACE]
+    #[arg(long, global = true, value_name = "INTERFACE", alias = "endpoint-type")]
+    pub os_interface: Option<String>,
+    /// CA bundle to trust besides the system's [OS_CACERT]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub os_cacert: Option<PathBuf>,
+    /// Do not verify TLS certificates [OS_INSECURE]
+    #[arg(long, global = true)]
+    pub insecure: bool,
+    /// Accepted for compatibility; only 1 exists
+    #[arg(long, global = true, hide = true, value_name = "VERSION")]
+    pub os_reservation_api_version: Option<String>,
+
+    /// Show dates in UTC as Blazar sends them, not in the local time zone
+    #[arg(long, global = true, help_heading = "Display")]
+    pub utc: bool,
+    /// Print each HTTP request and response status on stderr
+    #[arg(long, global = true, help_heading = "Display")]
+    pub debug: bool,
+    /// Accepted for compatibility (python-blazarclient's log verbosity)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, hide = true)]
+    pub verbose: u8,
+    /// Accepted for compatibility (python-blazarclient's log verbosity)
+    #[arg(short, long, global = true, hide = true)]
+    pub quiet: bool,
+}
+
+impl GlobalArgs {
+    fn connect_options(&self) -> ConnectOptions {
+        ConnectOptions {
+            cloud: self.os_cloud.clone(),
+            auth_type: self.os_auth_type.clone(),
+            auth_url: self.os_auth_url.clone(),
+            endpoint: self.os_endpoint.clone(),
+            token: self.os_token.clone(),
+            username: self.os_username.clone(),
+            user_id: self.os_user_id.clone(),
+            password: self.os_password.clone(),
+            project_name: self.os_project_name.clone(),
+            project_id: self.os_project_id.clone(),
+            user_domain_name: self.os_user_domain_name.clone(),
+            user_domain_id: self.os_user_domain_id.clone(),
+            project_domain_name: self.os_project_domain_name.clone(),
+            project_domain_id: self.os_project_domain_id.clone(),
+            application_credential_id: self.os_application_credential_id.clone(),
+            application_credential_name: self.os_application_credential_name.clone(),
+            application_credential_secret: self.os_application_credential_secret.clone(),
+            region_name: self.os_region_name.clone(),
+            interface: self.os_interface.clone(),
+            cacert: self.os_cacert.clone(),
+            insecure: self.insecure.then_some(true),
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    #[command(name = "lease-list")]
+    LeaseList(leases::ListArgs),
+    #[command(name = "lease-show")]
+    LeaseShow(leases::ShowArgs),
+    #[command(name = "lease-create")]
+    LeaseCreate(leases::CreateArgs),
+    #[command(name = "lease-update")]
+    LeaseUpdate(leases::UpdateArgs),
+    #[command(name = "lease-delete")]
+    LeaseDelete(leases::DeleteArgs),
+    #[command(name = "lease-wait")]
+    LeaseWait(leases::WaitArgs),
+
+    /// Print a list of hosts
+    #[command(
+        name = "host-list",
+        after_help = "Examples:\n  blazar host-list\n  blazar host-list -f value -c id -c hypervisor_hostname"
+    )]
+    HostList(inventory::ListArgs),
+    /// Show host details
+    #[command(
+        name = "host-show",
+        after_help = "Examples:\n  blazar host-show compute-2\n  blazar host-show -f json 2"
+    )]
+    HostShow(inventory::ShowArgs),
+    #[command(name = "host-create")]
+    HostCreate(inventory::HostCreateArgs),
+    /// Update attributes of a host
+    #[command(
+        name = "host-update",
+        after_help = "Examples:\n  blazar host-update --extra rack=r9 --extra owner=team-a compute-2"
+    )]
+    HostUpdate(inventory::UpdateArgs),
+    /// Unset attributes of a host
+    #[command(
+        name = "host-unset",
+        after_help = "Examples:\n  blazar host-unset --extra owner compute-2"
+    )]
+    HostUnset(inventory::UnsetArgs),
+    /// Delete a host
+    #[command(
+        name = "host-delete",
+        after_help = "Examples:\n  blazar host-delete compute-1"
+    )]
+    HostDelete(inventory::DeleteArgs),
+    /// List host properties
+    #[command(
+        name = "host-property-list",
+        after_help = "Examples:\n  blazar host-property-list\n  blazar host-property-list --detail --all"
+    )]
+    HostPropertyList(inventory::PropertyListArgs),
+    /// Show host property
+    #[command(
+        name = "host-property-show",
+        after_help = "Examples:\n  blazar host-property-show rack"
+    )]
+    HostPropertyShow(inventory::PropertyShowArgs),
+    /// Update attributes of a host property
+    #[command(
+        name = "host-property-set",
+        after_help = "Examples:\n  blazar host-property-set --private rack\n  blazar host-property-set --public rack"
+    )]
+    HostPropertySet(inventory::PropertySetArgs),
+
+    /// Print a list of network segments
+    #[command(
+        name = "network-list",
+        after_help = "Examples:\n  blazar network-list\n  blazar network-list -f value -c id -c segment_id"
+    )]
+    NetworkList(inventory::ListArgs),
+    /// Show network segment details
+    #[command(
+        name = "network-show",
+        after_help = "Examples:\n  blazar network-show 1001\n  blazar network-show 3f5a3c4e-1a1b-4c1d-9e2f-0a1b2c3d4e5f"
+    )]
+    NetworkShow(inventory::ShowArgs),
+    #[command(name = "network-create")]
+    NetworkCreate(inventory::NetworkCreateArgs),
+    /// Update attributes of a network segment
+    #[command(
+        name = "network-update",
+        after_help = "Examples:\n  blazar network-update --extra stitchable=false 1001"
+    )]
+    NetworkUpdate(inventory::UpdateArgs),
+    /// Unset attributes of a network segment
+    #[command(
+        name = "network-unset",
+        after_help = "Examples:\n  blazar network-unset --extra stitchable 1001"
+    )]
+    NetworkUnset(inventory::UnsetArgs),
+    /// Delete a network segment
+    #[command(
+        name = "network-delete",
+        after_help = "Examples:\n  blazar network-delete 1001"
+    )]
+    NetworkDelete(inventory::DeleteArgs),
+    /// List network properties
+    #[command(
+        name = "network-property-list",
+        after_help = "Examples:\n  blazar network-property-list --detail"
+    )]
+    NetworkPropertyList(inventory::PropertyListArgs),
+    /// Show network property
+    #[command(
+        name = "network-property-show",
+        after_help = "Examples:\n  blazar network-property-show stitchable"
+    )]
+    NetworkPropertyShow(inventory::PropertyShowArgs),
+    /// Update attributes of a network property
+    #[command(
+        name = "network-property-set",
+        after_help = "Examples:\n  blazar network-property-set --private stitchable"
+    )]
+    NetworkPropertySet(inventory::PropertySetArgs),
+
+    /// Print a list of devices
+    #[command(
+        name = "device-list",
+        after_help = "Examples:\n  blazar device-list\n  blazar device-list -f value -c id -c name"
+    )]
+    DeviceList(inventory::ListArgs),
+    /// Show device details
+    #[command(
+        name = "device-show",
+        after_help = "Examples:\n  blazar device-show edge-1"
+    )]
+    DeviceShow(inventory::ShowArgs),
+    #[command(name = "device-create")]
+    DeviceCreate(inventory::DeviceCreateArgs),
+    #[command(name = "device-update")]
+    DeviceUpdate(inventory::DeviceUpdateArgs),
+    /// Unset attributes of a device
+    #[command(
+        name = "device-unset",
+        after_help = "Examples:\n  blazar device-unset --extra machine edge-1"
+    )]
+    DeviceUnset(inventory::UnsetArgs),
+    /// Delete a device
+    #[command(
+        name = "device-delete",
+        after_help = "Examples:\n  blazar device-delete edge-1"
+    )]
+    DeviceDelete(inventory::DeleteArgs),
+    #[command(name = "device-reallocate")]
+    DeviceReallocate(inventory::ReallocateArgs),
+    /// List device properties
+    #[command(
+        name = "device-property-list",
+        after_help = "Examples:\n  blazar device-property-list --detail"
+    )]
+    DevicePropertyList(inventory::PropertyListArgs),
+    /// Show device property
+    #[command(
+        name = "device-property-show",
+        after_help = "Examples:\n  blazar device-property-show machine"
+    )]
+    DevicePropertyShow(inventory::PropertyShowArgs),
+    /// Update attributes of a device property
+    #[command(
+        name = "device-property-set",
+        after_help = "Examples:\n  blazar device-property-set --public machine"
+    )]
+    DevicePropertySet(inventory::PropertySetArgs),
+
+    #[command(name = "floatingip-list")]
+    FloatingipList(floatingips::ListArgs),
+    #[command(name = "floatingip-show")]
+    FloatingipShow(floatingips::ShowArgs),
+    #[command(name = "floatingip-create")]
+    FloatingipCreate(floatingips::CreateArgs),
+    #[command(name = "floatingip-delete")]
+    FloatingipDelete(floatingips::DeleteArgs),
+
+    #[command(name = "flavor-list")]
+    FlavorList(flavors::ListArgs),
+    #[command(name = "flavor-show")]
+    FlavorShow(flavors::ShowArgs),
+    #[command(name = "flavor-create")]
+    FlavorCreate(flavors::CreateArgs),
+    #[command(name = "flavor-delete")]
+    FlavorDelete(flavors::DeleteArgs),
+
+    #[command(name = "allocation-list")]
+    AllocationList(allocations::ListArgs),
+    #[command(name = "allocation-show")]
+    AllocationShow(allocations::ShowArgs),
+
+    /// Print a shell completion script
+    #[command(after_help = "\
+Examples:
+  blazar completion bash > /etc/bash_completion.d/blazar
+  blazar completion zsh > \"${fpath[1]}/_blazar\"
+  blazar completion fish > ~/.config/fish/completions/blazar.fish")]
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// What commands get: the connection and display settings.
+pub struct Context {
+    pub client: Client,
+    pub utc: bool,
+}
+
+/// Writes to stdout; a closed pipe (`blazar lease-list | head -1`) ends quietly.
+pub fn emit(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(text.as_bytes());
+    let _ = stdout.flush();
+}
+
+async fn connect(global: &GlobalArgs) -> CliResult<Client> {
+    let options = global
+        .connect_options()
+        .or(ConnectOptions::from_env())
+        .with_clouds_yaml()?;
+    let client = options.connect().await?;
+    Ok(client.with_debug(global.debug))
+}
+
+async fn dispatch(command: Command, global: &GlobalArgs) -> CliResult<u8> {
+    use inventory::Kind;
+    if let Command::Completion { shell } = command {
+        let mut buffer = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "blazar", &mut buffer);
+        emit(&String::from_utf8_lossy(&buffer));
+        return Ok(0);
+    }
+    let ctx = Context {
+        client: connect(global).await?,
+        utc: global.utc,
+    };
+    let ok = |r: CliResult| r.map(|()| 0);
+    match command {
+        Command::LeaseList(a) => ok(leases::list(&ctx, a).await),
+        Command::LeaseShow(a) => ok(leases::show(&ctx, a).await),
+        Command::LeaseCreate(a) => leases::create(&ctx, a).await,
+        Command::LeaseUpdate(a) => ok(leases::update(&ctx, a).await),
+        Command::LeaseDelete(a) => ok(leases::delete(&ctx, a).await),
+        Command::LeaseWait(a) => leases::wait(&ctx, a).await,
+
+        Command::HostList(a) => ok(inventory::list(&ctx, &Kind::HOST, a).await),
+        Command::HostShow(a) => ok(inventory::show(&ctx, &Kind::HOST, a).await),
+        Command::HostCreate(a) => ok(inventory::create_host(&ctx, a).await),
+        Command::HostUpdate(a) => ok(inventory::update(&ctx, &Kind::HOST, a).await),
+        Command::HostUnset(a) => ok(inventory::unset(&ctx, &Kind::HOST, a).await),
+        Command::HostDelete(a) => ok(inventory::delete(&ctx, &Kind::HOST, a).await),
+        Command::HostPropertyList(a) => ok(inventory::property_list(&ctx, &Kind::HOST, a).await),
+        Command::HostPropertyShow(a) => ok(inventory::property_show(&ctx, &Kind::HOST, a).await),
+        Command::HostPropertySet(a) => ok(inventory::property_set(&ctx, &Kind::HOST, a).await),
+
+        Command::NetworkList(a) => ok(inventory::list(&ctx, &Kind::NETWORK, a).await),
+        Command::NetworkShow(a) => ok(inventory::show(&ctx, &Kind::NETWORK, a).await),
+        Command::NetworkCreate(a) => ok(inventory::create_network(&ctx, a).await),
+        Command::NetworkUpdate(a) => ok(inventory::update(&ctx, &Kind::NETWORK, a).await),
+        Command::NetworkUnset(a) => ok(inventory::unset(&ctx, &Kind::NETWORK, a).await),
+        Command::NetworkDelete(a) => ok(inventory::delete(&ctx, &Kind::NETWORK, a).await),
+        Command::NetworkPropertyList(a) => {
+            ok(inventory::property_list(&ctx, &Kind::NETWORK, a).await)
+        }
+        Command::NetworkPropertyShow(a) => {
+            ok(inventory::property_show(&ctx, &Kind::NETWORK, a).await)
+        }
+        Command::NetworkPropertySet(a) => {
+            ok(inventory::property_set(&ctx, &Kind::NETWORK, a).await)
+        }
+
+        Command::DeviceList(a) => ok(inventory::list(&ctx, &Kind::DEVICE, a).await),
+        Command::DeviceShow(a) => ok(inventory::show(&ctx, &Kind::DEVICE, a).await),
+        Command::DeviceCreate(a) => ok(inventory::create_device(&ctx, a).await),
+        Command::DeviceUpdate(a) => ok(inventory::update_device(&ctx, a).await),
+        Command::DeviceUnset(a) => ok(inventory::unset(&ctx, &Kind::DEVICE, a).await),
+        Command::DeviceDelete(a) => ok(inventory::delete(&ctx, &Kind::DEVICE, a).await),
+        Command::DeviceReallocate(a) => ok(inventory::reallocate(&ctx, a).await),
+        Command::DevicePropertyList(a) => {
+            ok(inventory::property_list(&ctx, &Kind::DEVICE, a).await)
+        }
+        Command::DevicePropertyShow(a) => {
+            ok(inventory::property_show(&ctx, &Kind::DEVICE, a).await)
+        }
+        Command::DevicePropertySet(a) => ok(inventory::property_set(&ctx, &Kind::DEVICE, a).await),
+
+        Command::FloatingipList(a) => ok(floatingips::list(&ctx, a).await),
+        Command::FloatingipShow(a) => ok(floatingips::show(&ctx, a).await),
+        Command::FloatingipCreate(a) => ok(floatingips::create(&ctx, a).await),
+        Command::FloatingipDelete(a) => ok(floatingips::delete(&ctx, a).await),
+
+        Command::FlavorList(a) => ok(flavors::list(&ctx, a).await),
+        Command::FlavorShow(a) => ok(flavors::show(&ctx, a).await),
+        Command::FlavorCreate(a) => ok(flavors::create(&ctx, a).await),
+        Command::FlavorDelete(a) => ok(flavors::delete(&ctx, a).await),
+
+        Command::AllocationList(a) => ok(allocations::list(&ctx, a).await),
+        Command::AllocationShow(a) => ok(allocations::show(&ctx, a).await),
+
+        Command::Completion { .. } => Ok(0),
+    }
+}
+
+/// Parses the command line, runs the command, prints any failure; returns the exit code.
+pub async fn main() -> u8 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = e.exit_code();
+            let _ = e.print();
+            return u8::try_from(code).unwrap_or(EXIT_ERROR);
+        }
+    };
+    match dispatch(cli.command, &cli.global).await {
+        Ok(code) => code,
+        Err(failure) => {
+            eprintln!("{}", failure.message);
+            failure.code
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_command_has_an_example() {
+        for command in Cli::command().get_subcommands() {
+            let help = command
+                .get_after_help()
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            assert!(
+                help.contains("Examples:") && help.contains("blazar "),
+                "{} has no example",
+                command.get_name()
+            );
+        }
+    }
+}

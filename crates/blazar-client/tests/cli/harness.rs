@@ -1,0 +1,188 @@
+//! A real blazar-server on a loopback port over a temporary SQLite database, with a clock
+//! the test moves, and the real `blazar` binary run against it as a user would run it.
+
+use std::sync::Arc;
+
+use blazar_db::{Store, StoreOptions};
+use blazar_server::auth::Auth;
+use blazar_server::state::AppState;
+use blazar_service::{ManualClock, Service, Settings, StandaloneBackend};
+use chrono::{DateTime, TimeZone, Utc};
+use tokio::sync::oneshot;
+
+pub fn t(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).unwrap()
+}
+
+/// The time the server's clock starts at: leases in 2030 are in its future.
+pub fn epoch() -> DateTime<Utc> {
+    t(2029, 12, 31, 8, 0)
+}
+
+pub struct Server {
+    /// `http://127.0.0.1:PORT`, without `/v1`.
+    pub base: String,
+    pub clock: Arc<ManualClock>,
+    pub service: Service,
+    /// The HOME and working directory of every `blazar` run: no clouds.yaml of the
+    /// developer's leaks in.
+    pub home: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    // The CLI's tests exercise HTTP, not storage: SQLite is enough (the server's own suite
+    // runs on PostgreSQL too).
+    _db: tempfile::TempDir,
+}
+
+/// One run of the binary.
+#[derive(Debug)]
+pub struct Run {
+    pub args: Vec<String>,
+    pub stdout: String,
+    pub stderr: String,
+    pub code: i32,
+}
+
+impl Run {
+    /// The run as the Python client's transcript shows one: command, stdout, stderr, exit
+    /// code; what the snapshots store.
+    pub fn transcript(&self) -> String {
+        let mut text = format!("$ blazar {}\n{}", shell_words(&self.args), self.stdout);
+        if !self.stderr.is_empty() {
+            text.push_str("--- stderr ---\n");
+            text.push_str(&self.stderr);
+        }
+        text.push_str(&format!("[exit {}]\n", self.code));
+        text
+    }
+
+    /// Asserts success and returns stdout.
+    pub fn ok(&self) -> &str {
+        assert_eq!(self.code, 0, "{}", self.transcript());
+        &self.stdout
+    }
+}
+
+fn shell_words(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if a.is_empty() || a.contains([' ', '"', '[', ']', '$']) {
+                format!("'{a}'")
+            } else {
+                a.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Server {
+    pub async fn start() -> Server {
+        let db = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", db.path().join("blazar.db").display());
+        let store = Store::connect(&StoreOptions {
+            url,
+            max_connections: 4,
+        })
+        .await
+        .expect("open test database");
+        let clock = Arc::new(ManualClock::new(epoch()));
+        let service = Service::new(
+            store,
+            clock.clone(),
+            Settings::default(),
+            Arc::new(StandaloneBackend),
+        );
+        let state = AppState {
+            service: service.clone(),
+            auth: Arc::new(Auth::noauth("admin-project", "admin-user")),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = blazar_server::serve(listener, state, async move {
+                let _ = stopped.await;
+            })
+            .await;
+        });
+        Server {
+            base: format!("http://{addr}"),
+            clock,
+            service,
+            home: tempfile::tempdir().expect("home dir"),
+            stop: Some(stop),
+            _db: db,
+        }
+    }
+
+    /// Runs `blazar ARGS` with `BLAZAR_URL` pointing here, in UTC, nothing else from the
+    /// environment.
+    pub async fn blazar(&self, args: &[&str]) -> Run {
+        self.blazar_with(args, &[("BLAZAR_URL", &self.base)]).await
+    }
+
+    /// Runs `blazar ARGS` with exactly `env` (plus TZ=UTC and a private HOME).
+    pub async fn blazar_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        run_blazar(args, env, self.home.path()).await
+    }
+
+    /// Moves the clock to `t` and runs the events due then.
+    pub async fn tick_at(&self, t: DateTime<Utc>) {
+        self.clock.set(t);
+        self.service.tick(t).await.expect("tick");
+    }
+}
+
+pub async fn run_blazar(args: &[&str], env: &[(&str, &str)], home: &std::path::Path) -> Run {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_blazar"));
+    command
+        .args(args)
+        .env_clear()
+        .env("HOME", home)
+        .env("TZ", "UTC")
+        .current_dir(home)
+        .stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let output = command.output().await.expect("run blazar");
+    Run {
+        args: args.iter().map(|a| a.to_string()).collect(),
+        stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
+        stderr: String::from_utf8(output.stderr).expect("utf-8 stderr"),
+        code: output.status.code().unwrap_or(-1),
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Snapshot settings: ids and trust ids vary per run and are replaced by placeholders of
+/// the same width, so tables stay aligned; everything else is fixed by the clock.
+pub fn redactions() -> insta::Settings {
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(
+        r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
+    );
+    settings.add_filter(r"\b[0-9a-f]{32}\b", "x".repeat(32));
+    settings.add_filter(r"127\.0\.0\.1:[0-9]+", "127.0.0.1:PORT");
+    settings.set_prepend_module_to_snapshot(false);
+    settings
+}
+
+/// Snapshots a sequence of runs as one transcript.
+#[macro_export]
+macro_rules! assert_transcript {
+    ($name:expr, $runs:expr) => {{
+        let text: String = $runs.iter().map(|r| r.transcript() + "\n").collect();
+        $crate::harness::redactions().bind(|| insta::assert_snapshot!($name, text));
+    }};
+}

@@ -1,0 +1,321 @@
+//! Leases from creation to deletion, allocations, and the client-side checks, as in the
+//! Python client's transcript.
+
+use crate::assert_transcript;
+use crate::harness::{Run, Server};
+
+async fn three_hosts(s: &Server) {
+    for args in [
+        ["--extra", "memory_mb=16384", "compute-1"].as_slice(),
+        ["--extra", "gpu=true", "--extra", "rack=r1", "compute-2"].as_slice(),
+        ["--extra", "gpu=false", "--extra", "rack=r2", "compute-3"].as_slice(),
+    ] {
+        let mut argv = vec!["host-create"];
+        argv.extend(args);
+        s.blazar(&argv).await.ok();
+    }
+}
+
+fn id_of(run: &Run) -> String {
+    run.ok().trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_lifecycle() {
+    let s = Server::start().await;
+    three_hosts(&s).await;
+    let mut runs = vec![
+        s.blazar(&[
+            "lease-create",
+            "--physical-reservation",
+            r#"min=1,max=2,hypervisor_properties=[">=", "$memory_mb", "32768"],resource_properties=["==", "$gpu", "true"]"#,
+            "--start-date", "2030-01-01 10:00", "--end-date", "2030-01-01 12:00", "lease-1",
+        ])
+        .await,
+    ];
+    let id = id_of(
+        &s.blazar(&["lease-show", "-f", "value", "-c", "id", "lease-1"])
+            .await,
+    );
+    runs.extend([
+        s.blazar(&[
+            "lease-create",
+            "--physical-reservation",
+            r#"min=1,max=1,hypervisor_properties=,resource_properties=["==", "$gpu", "true"]"#,
+            "--start-date",
+            "2030-01-01 11:00",
+            "--end-date",
+            "2030-01-01 13:00",
+            "lease-2",
+        ])
+        .await,
+        s.blazar(&[
+            "lease-create",
+            "--physical-reservation",
+            "min=2,max=2,hypervisor_properties=,resource_properties=",
+            "--start-date",
+            "2030-01-01 11:00",
+            "--end-date",
+            "2030-01-01 13:00",
+            "lease-3",
+        ])
+        .await,
+        s.blazar(&[
+            "lease-create",
+            "--physical-reservation",
+            "min=1,max=1,hypervisor_properties=,resource_properties=",
+            "--start-date",
+            "2020-01-01 10:00",
+            "--end-date",
+            "2030-01-02 10:00",
+            "lease-past",
+        ])
+        .await,
+        // A minute later, so that the two leases named lease-3 list in a fixed order.
+        {
+            s.clock
+                .set(crate::harness::epoch() + chrono::TimeDelta::minutes(1));
+            s.blazar(&["lease-list", "-f", "value", "-c", "name"]).await
+        },
+        s.blazar(&[
+            "lease-create",
+            "--reservation",
+            r#"resource_type=physical:host,min=1,max=1,resource_properties=["==", "$gpu", "true"]"#,
+            "--start-date",
+            "2030-01-03 10:00",
+            "--end-date",
+            "2030-01-03 12:00",
+            "lease-3",
+        ])
+        .await,
+        s.blazar(&["lease-list"]).await,
+        s.blazar(&[
+            "lease-list",
+            "--sort-by",
+            "start_date",
+            "-f",
+            "value",
+            "-c",
+            "name",
+            "-c",
+            "start_date",
+        ])
+        .await,
+        s.blazar(&["lease-show", "lease-3"]).await,
+        s.blazar(&["lease-show", "lease-9"]).await,
+        s.blazar(&["lease-show", "00000000-0000-0000-0000-000000000000"])
+            .await,
+        s.blazar(&["lease-show", "-f", "json", &id]).await,
+        s.blazar(&["allocation-list", "host"]).await,
+        s.blazar(&["allocation-list", "host", "--lease-id", &id])
+            .await,
+        s.blazar(&["allocation-show", "host", "compute-2"]).await,
+        s.blazar(&["lease-update", "--prolong-for", "1h", "lease-1"])
+            .await,
+        s.blazar(&["lease-update", "--end-date", "2030-01-01 15:00", "lease-1"])
+            .await,
+        s.blazar(&["lease-update", "--defer-by", "30m", "lease-1"])
+            .await,
+        s.blazar(&["lease-update", "--name", "lease-1-renamed", &id])
+            .await,
+        s.blazar(&[
+            "lease-update",
+            "--end-date",
+            "2030-01-03 11:00",
+            "lease-1-renamed",
+        ])
+        .await,
+        s.blazar(&["lease-update", "lease-1-renamed"]).await,
+        s.blazar(&[
+            "lease-show",
+            "-c",
+            "start_date",
+            "-c",
+            "end_date",
+            "-c",
+            "name",
+            &id,
+        ])
+        .await,
+    ]);
+    let reservation = {
+        let out = s
+            .blazar(&["lease-show", "-f", "json", "-c", "reservations", &id])
+            .await;
+        let json: serde_json::Value = serde_json::from_str(out.ok()).unwrap();
+        let text = json["reservations"].as_str().unwrap().to_string();
+        let reservation: serde_json::Value = serde_json::from_str(&text).unwrap();
+        reservation["id"].as_str().unwrap().to_string()
+    };
+    runs.extend([
+        s.blazar(&[
+            "lease-update",
+            "--reservation",
+            &format!("id={reservation},max=1"),
+            &id,
+        ])
+        .await,
+        s.blazar(&["lease-update", "--reservation", "max=1", &id])
+            .await,
+        s.blazar(&["lease-delete", "lease-1-renamed"]).await,
+        s.blazar(&["lease-delete", "lease-3"]).await,
+        s.blazar(&["lease-delete", "00000000-0000-0000-0000-000000000000"])
+            .await,
+        s.blazar(&["host-delete", "compute-2"]).await,
+        s.blazar(&["lease-list"]).await,
+    ]);
+    assert_transcript!("lease_lifecycle", runs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_side_checks() {
+    let s = Server::start().await;
+    let physical = "min=1,max=1,hypervisor_properties=,resource_properties=";
+    let runs = vec![
+        s.blazar(&[
+            "lease-create",
+            "--physical-reservation",
+            physical,
+            "--start-date",
+            "2030-01-02 12:00",
+            "--end-date",
+            "2030-01-02 10:00",
+            "bad",
+        ])
+        .await,
+        s.blazar(&[
+            "lease-create",
+            "--physical-reservation",
+            physical,
+            "--start-date",
+            "tomorrow",
+            "bad",
+        ])
+        .await,
+        s.blazar(&[
+            "lease-create",
+            "--physical-reservation",
+            physical,
+            "--start-date",
+            "2030-01-02 12:00:30",
+            "bad",
+        ])
+        .await,
+        s.blazar(&[
+            "lease-create",
+            "--physical-reservation",
+            "min=2,max=1",
+            "bad",
+        ])
+        .await,
+        s.blazar(&["lease-create", "--physical-reservation", "max=1", "bad"])
+            .await,
+        s.blazar(&[
+            "lease-create",
+            "--start-date",
+            "2030-01-02 10:00",
+            "--end-date",
+            "2030-01-02 12:00",
+            "bad",
+        ])
+        .await,
+        s.blazar(&[
+            "lease-create",
+            "--reservation",
+            "resource_type=virtual:floatingip,required_floatingips=[oops",
+            "bad",
+        ])
+        .await,
+        s.blazar(&[
+            "lease-create",
+            "--physical-reservation",
+            physical,
+            "--end-date",
+            "2030-01-02 10:00",
+            "--duration",
+            "1h",
+            "bad",
+        ])
+        .await,
+        s.blazar(&[
+            "lease-update",
+            "--prolong-for",
+            "1y",
+            "00000000-0000-0000-0000-000000000000",
+        ])
+        .await,
+        s.blazar(&[
+            "lease-update",
+            "--prolong-for",
+            "1h",
+            "--end-date",
+            "2030-01-02 10:00",
+            "x",
+        ])
+        .await,
+        s.blazar(&["lease-list", "--sort-by", "status"]).await,
+    ];
+    assert_transcript!("client_side_checks", runs);
+
+    // Without --end-date the end is 24h from now, which the message says (the date itself
+    // depends on the real clock, so it stays out of the snapshot).
+    let run = s
+        .blazar(&[
+            "lease-create",
+            "--physical-reservation",
+            physical,
+            "--start-date",
+            "2030-01-02 10:00",
+            "bad",
+        ])
+        .await;
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.starts_with(
+            "The lease parameters are incorrect: the start (2030-01-02 10:00) is after the \
+             default end, 24h from now, ("
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generic_reservations_reach_the_server_with_python_types() {
+    // What the server receives is what python-blazarclient would send: ints as JSON ints,
+    // defaults filled in (a floating IP reservation with no floating IP enrolled gets the
+    // server's shortfall message, which names the defaults it was given).
+    let s = Server::start().await;
+    three_hosts(&s).await;
+    let runs = [
+        s.blazar(&[
+            "lease-create",
+            "--reservation",
+            "resource_type=physical:host,min=1,max=1",
+            "--start-date",
+            "2030-02-01 10:00",
+            "--duration",
+            "2h",
+            "-f",
+            "value",
+            "-c",
+            "end_date",
+            "-c",
+            "reservations",
+            "typed",
+        ])
+        .await,
+        s.blazar(&[
+            "lease-create",
+            "--reservation",
+            "resource_type=virtual:floatingip,network_id=net-1,amount=1",
+            "--start-date",
+            "2030-02-01 10:00",
+            "--end-date",
+            "2030-02-01 12:00",
+            "fip",
+        ])
+        .await,
+    ];
+    assert_transcript!("generic_reservations", runs);
+}

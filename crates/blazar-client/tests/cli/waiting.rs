@@ -1,0 +1,155 @@
+//! `lease-create --wait`, `lease-wait` and relative dates, with the server's clock set to
+//! the real time so that `now+2m` means the same to both sides.
+
+use std::time::Duration;
+
+use chrono::{TimeDelta, Utc};
+
+use crate::harness::Server;
+
+/// The real current minute, on the server's clock too.
+fn sync_clock(s: &Server) -> chrono::DateTime<Utc> {
+    let now = blazar_client::time::floor_minute(Utc::now());
+    s.clock.set(now);
+    now
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_with_wait_returns_once_the_lease_is_active() {
+    let s = Server::start().await;
+    s.blazar(&["host-create", "compute-1"]).await.ok();
+    let now = sync_clock(&s);
+    let base = s.base.clone();
+    let home = s.home.path().to_path_buf();
+    let create = tokio::spawn(async move {
+        crate::harness::run_blazar(
+            &[
+                "lease-create",
+                "--physical-reservation",
+                "min=1,max=1,hypervisor_properties=,resource_properties=",
+                "--start-date",
+                "now+2m",
+                "--duration",
+                "1h",
+                "--wait",
+                "--poll-interval",
+                "100ms",
+                "-f",
+                "value",
+                "-c",
+                "name",
+                "-c",
+                "start_date",
+                "-c",
+                "end_date",
+                "soon",
+            ],
+            &[("BLAZAR_URL", &base)],
+            &home,
+        )
+        .await
+    });
+    // Wait until the lease exists, then let its start come.
+    let mut listed = String::new();
+    for _ in 0..100 {
+        listed = s
+            .blazar(&["lease-list", "-f", "value", "-c", "name"])
+            .await
+            .stdout;
+        if listed.contains("soon") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(listed.contains("soon"), "the lease was not created");
+    s.tick_at(now + TimeDelta::minutes(2)).await;
+    let run = tokio::time::timeout(Duration::from_secs(20), create)
+        .await
+        .expect("--wait returned")
+        .unwrap();
+    let start = (now + TimeDelta::minutes(2)).format("%Y-%m-%dT%H:%M:%S.000000");
+    let end = (now + TimeDelta::minutes(62)).format("%Y-%m-%dT%H:%M:%S.000000");
+    assert_eq!(
+        run.ok(),
+        format!("Created a new lease:\n{end}\nsoon\n{start}\n")
+    );
+    assert_eq!(
+        run.stderr, "",
+        "no progress output when stderr is not a terminal"
+    );
+    let status = s
+        .blazar(&["lease-show", "-f", "value", "-c", "status", "soon"])
+        .await;
+    assert_eq!(status.ok(), "ACTIVE\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_wait_exit_codes() {
+    let s = Server::start().await;
+    s.blazar(&["host-create", "compute-1"]).await.ok();
+    let now = sync_clock(&s);
+    s.blazar(&[
+        "lease-create",
+        "--physical-reservation",
+        "min=1,max=1,hypervisor_properties=,resource_properties=",
+        "--start-date",
+        "now+5m",
+        "--end-date",
+        "now+65m",
+        "later",
+    ])
+    .await
+    .ok();
+
+    // Not started yet: a short timeout ends with 3 and says where the lease is.
+    let timed_out = s
+        .blazar(&[
+            "lease-wait",
+            "later",
+            "--timeout",
+            "300ms",
+            "--poll-interval",
+            "100ms",
+        ])
+        .await;
+    assert_eq!(timed_out.code, 3, "{}", timed_out.transcript());
+    assert!(
+        timed_out
+            .stderr
+            .starts_with("ERROR: lease later is still PENDING after 300ms (it starts in 4m"),
+        "{}",
+        timed_out.stderr
+    );
+    assert!(
+        timed_out.stderr.contains("blazar lease-wait"),
+        "{}",
+        timed_out.stderr
+    );
+
+    // Once it starts, waiting for ACTIVE succeeds at once, and waiting for PENDING can
+    // never succeed.
+    s.tick_at(now + TimeDelta::minutes(5)).await;
+    let active = s
+        .blazar(&["lease-wait", "later", "--status", "active"])
+        .await;
+    assert_eq!(active.code, 0, "{}", active.transcript());
+    let pending = s
+        .blazar(&["lease-wait", "later", "--status", "PENDING"])
+        .await;
+    assert_eq!(pending.code, 4, "{}", pending.transcript());
+    assert_eq!(
+        pending.stderr,
+        "ERROR: lease later is ACTIVE and cannot become PENDING any more\n"
+    );
+
+    s.tick_at(now + TimeDelta::minutes(65)).await;
+    let ended = s
+        .blazar(&["lease-wait", "later", "--status", "TERMINATED"])
+        .await;
+    assert_eq!(ended.code, 0, "{}", ended.transcript());
+
+    let usage = s.blazar(&["lease-wait", "later", "--status", "SOON"]).await;
+    assert_eq!(usage.code, 2, "{}", usage.transcript());
+    let missing = s.blazar(&["lease-wait", "nope"]).await;
+    assert_eq!(missing.code, 1, "{}", missing.transcript());
+}
