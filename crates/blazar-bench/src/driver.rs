@@ -9,7 +9,8 @@
 //!   that every rack gets the same number of leases; a lease fills `--seed-fill` of its slot at
 //!   a pseudo-random offset. Racks take slots in a scattered order, so any prefix of the
 //!   seeding is spread over the whole year, and scale steps can seed incrementally;
-//! * `--project-leases` one-host leases of the project `bench-project`, for the project list.
+//! * `--project-leases` one-host leases of the project `bench-project` (in the year after, out
+//!   of the seeded leases' way), for the project's lease list.
 //!
 //! Measured leases take random one-hour windows in the same year, so they compete with the
 //! seeded allocations; every lease a step creates is deleted before the next step.
@@ -27,7 +28,7 @@ use serde_json::{Value, json};
 
 use crate::client::{Api, Who};
 use crate::model::{
-    LagStats, OpStats, OverlapCheck, SeedReport, StepReport, percentile, rss_mb,
+    LagStats, OpStats, OverlapCheck, SeedReport, StepReport, load_avg, percentile, rss_mb,
 };
 
 /// The operations the driver measures, in the order it runs them at each step. Reads come
@@ -100,7 +101,11 @@ pub fn parse_steps(text: &str) -> anyhow::Result<Vec<Step>> {
         if let Some(prev) = steps.last()
             && (step.hosts < prev.hosts || step.allocations < prev.allocations)
         {
-            bail!("steps must not shrink: {item} follows {}:{}", prev.hosts, prev.allocations);
+            bail!(
+                "steps must not shrink: {item} follows {}:{}",
+                prev.hosts,
+                prev.allocations
+            );
         }
         steps.push(step);
     }
@@ -266,15 +271,15 @@ impl Driver {
     /// A random one-hour window in the benchmark year, minute-aligned.
     fn random_window(&self, salt: u64) -> (NaiveDateTime, NaiveDateTime) {
         let r = mix64(self.cfg.seed ^ salt);
-        let start = self.year_start
-            + TimeDelta::minutes((r % (self.year_minutes - 60) as u64) as i64);
+        let start =
+            self.year_start + TimeDelta::minutes((r % (self.year_minutes - 60) as u64) as i64);
         (start, start + TimeDelta::hours(1))
     }
 
     fn host_body(&self, i: usize) -> Value {
         json!({
             "name": format!("bench-h{i:05}"),
-            "gpu": if i % 4 == 0 { "true" } else { "false" },
+            "gpu": if i.is_multiple_of(4) { "true" } else { "false" },
             "rack": format!("r{:04}", i / self.cfg.rack_size),
         })
     }
@@ -295,6 +300,7 @@ impl Driver {
         if let Some(pid) = self.cfg.server_pid {
             report.rss_after_seed_mb = rss_mb(pid).map(|(rss, _)| rss);
         }
+        report.load_avg_start = load_avg();
         log(&format!(
             "step {}:{}: {} hosts, {} standing allocations, RSS {}",
             step.hosts,
@@ -349,17 +355,26 @@ impl Driver {
                 };
                 log(&format!(
                     "  {op:<20} c={c:<3} ok {:>5} err {:>4}  p50 {:>8.2} ms  p95 {:>8.2} ms  p99 {:>8.2} ms  {:>8.1}/s",
-                    stats.ok, stats.errors, stats.p50_ms, stats.p95_ms, stats.p99_ms, stats.throughput_per_s
+                    stats.ok,
+                    stats.errors,
+                    stats.p50_ms,
+                    stats.p95_ms,
+                    stats.p99_ms,
+                    stats.throughput_per_s
                 ));
                 if let Some(e) = stats.error_examples.first() {
                     log(&format!("    first error: {e}"));
                 }
                 report.ops.push(stats);
                 if *op == "lease_create" && c == max_c {
-                    let check = self.overlap_check().await?;
+                    let winners = self.race_round(c).await;
+                    let mut check = self.overlap_check().await?;
+                    check.race_clients = c;
+                    check.race_winners = winners.len();
+                    leftovers.extend(winners);
                     log(&format!(
-                        "  overlap check after c={c} creates: {} allocations on {} hosts, {} overlapping pairs",
-                        check.allocations, check.hosts, check.overlapping_pairs
+                        "  race: {} of {c} clients got the one contested host; overlap check after c={c} creates: {} allocations on {} hosts, {} overlapping pairs",
+                        check.race_winners, check.allocations, check.hosts, check.overlapping_pairs
                     ));
                     report.overlap_check = Some(check);
                 }
@@ -381,6 +396,7 @@ impl Driver {
             report.rss_end_mb = Some(rss);
             report.peak_rss_mb = Some(peak);
         }
+        report.load_avg_end = load_avg();
         report.seconds = t0.elapsed().as_secs_f64();
         Ok(report)
     }
@@ -408,21 +424,27 @@ impl Driver {
                 }
             }
         }
-        let missing: Vec<usize> = (0..target).filter(|i| !self.hosts.contains_key(i)).collect();
+        let missing: Vec<usize> = (0..target)
+            .filter(|i| !self.hosts.contains_key(i))
+            .collect();
         if missing.is_empty() {
             return Ok(());
         }
         let t0 = Instant::now();
-        let bodies: Arc<Vec<(usize, Value)>> =
-            Arc::new(missing.iter().map(|&i| (i, self.host_body(i))).collect());
-        let api = self.api.clone();
+        // The first host alone: it creates the capability properties, which Blazar does not
+        // do safely under concurrency (409 "Can't add extracapabilities").
+        let split = usize::from(self.hosts.is_empty()).min(missing.len());
+        let batches = [
+            (&missing[..split], 1),
+            (&missing[split..], self.cfg.seed_concurrency),
+        ];
         let created: Arc<Mutex<Vec<(usize, String)>>> = Arc::default();
-        let sink = created.clone();
-        let results = run_concurrently(
-            self.cfg.seed_concurrency,
-            bodies.len(),
-            f64::INFINITY,
-            move |k| {
+        for (batch, concurrency) in batches {
+            let bodies: Arc<Vec<(usize, Value)>> =
+                Arc::new(batch.iter().map(|&i| (i, self.host_body(i))).collect());
+            let api = self.api.clone();
+            let sink = created.clone();
+            let results = run_concurrently(concurrency, bodies.len(), f64::INFINITY, move |k| {
                 let api = api.clone();
                 let bodies = bodies.clone();
                 let sink = sink.clone();
@@ -445,12 +467,12 @@ impl Driver {
                     }
                     Ok(Outcome::Ok)
                 }
-            },
-        )
-        .await;
-        let failures: Vec<String> = results.samples.into_iter().filter_map(|s| s.1).collect();
-        if let Some(first) = failures.first() {
-            bail!("{} host creates failed, first: {first}", failures.len());
+            })
+            .await;
+            let failures: Vec<String> = results.samples.into_iter().filter_map(|s| s.1).collect();
+            if let Some(first) = failures.first() {
+                bail!("{} host creates failed, first: {first}", failures.len());
+            }
         }
         if let Ok(v) = created.lock() {
             self.hosts.extend(v.iter().cloned());
@@ -489,7 +511,8 @@ impl Driver {
             return Ok(());
         }
         let racks = step.hosts / self.cfg.rack_size;
-        self.rack_rounds.resize(racks.max(self.rack_rounds.len()), 0);
+        self.rack_rounds
+            .resize(racks.max(self.rack_rounds.len()), 0);
         let leases_needed =
             (step.allocations - self.seeded_allocations).div_ceil(self.cfg.rack_size);
         // Balanced over racks: always the rack with the fewest seeded leases.
@@ -521,7 +544,10 @@ impl Driver {
                         &format!("bench-seed-{rack_name}-s{slot}"),
                         &fmt_minute(start),
                         &fmt_minute(end),
-                        vec![(self.cfg.rack_size as u32, Some(("rack", rack_name.as_str())))],
+                        vec![(
+                            self.cfg.rack_size as u32,
+                            Some(("rack", rack_name.as_str())),
+                        )],
                     )
                 })
                 .collect(),
@@ -531,28 +557,23 @@ impl Driver {
         let done = Arc::new(AtomicUsize::new(0));
         let total = bodies.len();
         let progress = done.clone();
-        let results = run_concurrently(
-            self.cfg.seed_concurrency,
-            total,
-            f64::INFINITY,
-            move |k| {
-                let api = api.clone();
-                let bodies = bodies.clone();
-                let progress = progress.clone();
-                async move {
-                    let reply = api
-                        .call(Method::POST, "/leases", Who::Admin, Some(&bodies[k]))
-                        .await
-                        .map_err(|e| format!("{e:#}"))?;
-                    progress.fetch_add(1, Ordering::Relaxed);
-                    if reply.is_success() {
-                        Ok(Outcome::Ok)
-                    } else {
-                        Err(format!("seed lease: {} {}", reply.status, reply.text()))
-                    }
+        let results = run_concurrently(self.cfg.seed_concurrency, total, f64::INFINITY, move |k| {
+            let api = api.clone();
+            let bodies = bodies.clone();
+            let progress = progress.clone();
+            async move {
+                let reply = api
+                    .call(Method::POST, "/leases", Who::Admin, Some(&bodies[k]))
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                progress.fetch_add(1, Ordering::Relaxed);
+                if reply.is_success() {
+                    Ok(Outcome::Ok)
+                } else {
+                    Err(format!("seed lease: {} {}", reply.status, reply.text()))
                 }
-            },
-        )
+            }
+        })
         .await;
         let failures: Vec<String> = results.samples.into_iter().filter_map(|s| s.1).collect();
         let ok = total - failures.len();
@@ -580,7 +601,9 @@ impl Driver {
         let bodies: Arc<Vec<Value>> = Arc::new(
             (0..self.cfg.project_leases)
                 .map(|i| {
+                    // The year after the benchmark year: never in the way of seeded leases.
                     let (start, end) = self.random_window(0x5052_4f4a_0000_0000 | i as u64);
+                    let (start, end) = (start + TimeDelta::days(366), end + TimeDelta::days(366));
                     lease_body(
                         &format!("bench-project-{i:04}"),
                         &fmt_minute(start),
@@ -614,7 +637,10 @@ impl Driver {
         .await;
         let failures: Vec<String> = results.samples.into_iter().filter_map(|s| s.1).collect();
         if let Some(first) = failures.first() {
-            log(&format!("{} project lease creates failed, first: {first}", failures.len()));
+            log(&format!(
+                "{} project lease creates failed, first: {first}",
+                failures.len()
+            ));
         }
         self.project_allocations = self.cfg.project_leases - failures.len();
         self.project_ready = true;
@@ -800,11 +826,60 @@ impl Driver {
         (results.stats(op, c), kept)
     }
 
+    /// `c` clients at once ask for the same host (`bench-h00000`, by hypervisor properties)
+    /// for the same hour, in a year no other lease uses; a correct server lets exactly one
+    /// win. Returns the winners.
+    async fn race_round(&self, c: usize) -> Vec<Created> {
+        let start = self.year_start + TimeDelta::days(2 * 366) + TimeDelta::hours(self.race_hour());
+        let end = start + TimeDelta::hours(1);
+        let mut body = lease_body(
+            "bench-race",
+            &fmt_minute(start),
+            &fmt_minute(end),
+            vec![(1, None)],
+        );
+        body["reservations"][0]["hypervisor_properties"] =
+            json!(json!(["==", "$hypervisor_hostname", "bench-h00000"]).to_string());
+        let body = Arc::new(body);
+        let api = self.api.clone();
+        let barrier = Arc::new(tokio::sync::Barrier::new(c.max(1)));
+        let results = run_concurrently(c, c, f64::INFINITY, move |_| {
+            let api = api.clone();
+            let body = body.clone();
+            let barrier = barrier.clone();
+            async move {
+                barrier.wait().await;
+                let reply = api
+                    .call(Method::POST, "/leases", Who::Admin, Some(&body))
+                    .await
+                    .map_err(|e| format!("{e:#}"))?;
+                if !reply.is_success() {
+                    return Err(format!("{} {}", reply.status, reply.text()));
+                }
+                Ok(Outcome::Created(Created {
+                    id: lease_id_of(&reply)?,
+                    end,
+                }))
+            }
+        })
+        .await;
+        results.created
+    }
+
+    /// A different hour for each step's race round, so rounds never meet.
+    fn race_hour(&self) -> i64 {
+        (self.hosts.len() as i64 + self.seeded_allocations as i64 / 10) % (24 * 300)
+    }
+
     /// Reads every allocation and counts pairs of one host whose lease windows overlap.
     async fn overlap_check(&self) -> anyhow::Result<OverlapCheck> {
         let reply = self.api.get("/os-hosts/allocations", Who::Admin).await?;
         if !reply.is_success() {
-            bail!("GET /v1/os-hosts/allocations: {} {}", reply.status, reply.text());
+            bail!(
+                "GET /v1/os-hosts/allocations: {} {}",
+                reply.status,
+                reply.text()
+            );
         }
         count_overlaps(&reply.json()?)
     }
@@ -912,9 +987,13 @@ impl Driver {
 
 /// A date as Blazar's API writes it (`2031-01-01T10:00:00.000000`, or with a space).
 pub fn parse_wire(text: &str) -> Option<NaiveDateTime> {
-    ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M"]
-        .iter()
-        .find_map(|f| NaiveDateTime::parse_from_str(text, f).ok())
+    [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+    ]
+    .iter()
+    .find_map(|f| NaiveDateTime::parse_from_str(text, f).ok())
 }
 
 /// Counts overlapping allocation pairs in a `GET /v1/os-hosts/allocations` body.
@@ -932,7 +1011,11 @@ pub fn count_overlaps(body: &Value) -> anyhow::Result<OverlapCheck> {
                 parse_wire(text)
                     .with_context(|| format!("bad {key} {text:?} in the allocations response"))
             };
-            windows.push((parse("start_date")?, parse("end_date")?, r["id"].as_str().unwrap_or("")));
+            windows.push((
+                parse("start_date")?,
+                parse("end_date")?,
+                r["id"].as_str().unwrap_or(""),
+            ));
         }
         check.allocations += windows.len();
         windows.sort();
@@ -1071,8 +1154,14 @@ mod tests {
         assert_eq!(
             parse_steps("100:0, 1000:10_000").unwrap(),
             vec![
-                Step { hosts: 100, allocations: 0 },
-                Step { hosts: 1000, allocations: 10_000 }
+                Step {
+                    hosts: 100,
+                    allocations: 0
+                },
+                Step {
+                    hosts: 1000,
+                    allocations: 10_000
+                }
             ]
         );
         assert!(parse_steps("1000:0,100:0").is_err());
@@ -1086,8 +1175,14 @@ mod tests {
         assert_eq!(
             parse_mix("2@gpu=true,1").unwrap(),
             vec![
-                MixPart { count: 2, filter: Some(("gpu".into(), "true".into())) },
-                MixPart { count: 1, filter: None }
+                MixPart {
+                    count: 2,
+                    filter: Some(("gpu".into(), "true".into()))
+                },
+                MixPart {
+                    count: 1,
+                    filter: None
+                }
             ]
         );
         assert!(parse_mix("0").is_err());
@@ -1109,7 +1204,10 @@ mod tests {
             {"resource_id": "3", "reservations": []}
         ]});
         let check = count_overlaps(&body).unwrap();
-        assert_eq!((check.hosts, check.allocations, check.overlapping_pairs), (3, 4, 2));
+        assert_eq!(
+            (check.hosts, check.allocations, check.overlapping_pairs),
+            (3, 4, 2)
+        );
     }
 
     fn config(steps: &str) -> Config {

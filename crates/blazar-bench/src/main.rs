@@ -35,7 +35,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Seed the server to each scale step and measure every operation there.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Render saved runs as markdown: their tables, targets, or two runs side by side.
     Report(ReportArgs),
 }
@@ -130,7 +130,8 @@ fn log(line: &str) {
 }
 
 fn read_run(path: &PathBuf) -> anyhow::Result<RunReport> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
@@ -180,17 +181,24 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut report = RunReport {
         label: args.label.clone(),
         url: args.url.clone(),
-        started: chrono::Local::now().format("%Y-%m-%d %H:%M:%S %Z").to_string(),
+        started: chrono::Local::now()
+            .format("%Y-%m-%d %H:%M:%S %Z")
+            .to_string(),
         finished: String::new(),
         machine: Machine::detect(),
         settings,
         steps: Vec::new(),
     };
-    log(&format!("{} at {}: steps {}", args.label, args.url, args.steps));
+    log(&format!(
+        "{} at {}: steps {}",
+        args.label, args.url, args.steps
+    ));
     for step in steps {
         let result = driver.run_step(step, &log).await?;
         report.steps.push(result);
-        report.finished = chrono::Local::now().format("%Y-%m-%d %H:%M:%S %Z").to_string();
+        report.finished = chrono::Local::now()
+            .format("%Y-%m-%d %H:%M:%S %Z")
+            .to_string();
         // Written after every step, so a long run that fails later keeps what it measured.
         if let Some(path) = &args.out {
             let json = serde_json::to_string_pretty(&report)?;
@@ -228,7 +236,7 @@ fn report_cmd(args: ReportArgs) -> anyhow::Result<()> {
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => run(args).await,
+        Command::Run(args) => run(*args).await,
         Command::Report(args) => report_cmd(args),
     };
     match result {

@@ -80,6 +80,12 @@ pub struct StepReport {
     pub start_lag: Option<LagStats>,
     pub overlap_check: Option<OverlapCheck>,
     pub seconds: f64,
+    /// The machine's 1-minute load average when the measurements began and ended: on a
+    /// 2-core machine anything well above 2 means something else competed for the CPU.
+    #[serde(default)]
+    pub load_avg_start: Option<f64>,
+    #[serde(default)]
+    pub load_avg_end: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -133,6 +139,22 @@ pub struct OverlapCheck {
     /// Pairs of allocations of one host whose lease windows overlap. Must be 0.
     pub overlapping_pairs: usize,
     pub examples: Vec<String>,
+    /// The race round before the check: this many clients at once asked for the same host
+    /// and hour; exactly one may win.
+    #[serde(default)]
+    pub race_clients: usize,
+    #[serde(default)]
+    pub race_winners: usize,
+}
+
+/// The 1-minute load average (/proc/loadavg).
+pub fn load_avg() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Nearest-rank percentile of sorted values.

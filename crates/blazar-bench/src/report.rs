@@ -28,7 +28,10 @@ fn mb(v: Option<f64>) -> String {
 }
 
 pub fn scale(step: &StepReport) -> String {
-    format!("{} hosts / {} allocations", step.hosts, step.standing_allocations)
+    format!(
+        "{} hosts / {} allocations",
+        step.hosts, step.standing_allocations
+    )
 }
 
 fn short_scale(step: &StepReport) -> String {
@@ -36,7 +39,7 @@ fn short_scale(step: &StepReport) -> String {
 }
 
 fn thousands(n: usize) -> String {
-    if n >= 1000 && n % 1000 == 0 {
+    if n >= 1000 && n.is_multiple_of(1000) {
         format!("{}k", n / 1000)
     } else {
         n.to_string()
@@ -82,6 +85,12 @@ pub fn render_run(run: &RunReport) -> String {
             mb(step.peak_rss_mb)
         ));
         if let Some(check) = &step.overlap_check {
+            if check.race_clients > 0 {
+                notes.push(format!(
+                    "race: {} clients at once asked for the same host and hour, {} got it (1 is right)",
+                    check.race_clients, check.race_winners
+                ));
+            }
             notes.push(format!(
                 "overlapping allocation pairs after the concurrent creates: **{}** (of {} allocations on {} hosts)",
                 check.overlapping_pairs, check.allocations, check.hosts
@@ -96,7 +105,14 @@ pub fn render_run(run: &RunReport) -> String {
                 lag.timeouts
             ));
         }
-        notes.push(format!("step took {:.0} s", step.seconds));
+        notes.push(format!(
+            "step took {:.0} s; machine load average {} at the start, {} at the end",
+            step.seconds,
+            step.load_avg_start
+                .map_or("n/a".into(), |l| format!("{l:.1}")),
+            step.load_avg_end
+                .map_or("n/a".into(), |l| format!("{l:.1}"))
+        ));
         for n in notes {
             let _ = writeln!(out, "* {n}");
         }
@@ -124,7 +140,11 @@ pub fn render_run(run: &RunReport) -> String {
         let errors: Vec<String> = step
             .ops
             .iter()
-            .filter_map(|o| o.error_examples.first().map(|e| format!("{} c={}: {e}", o.op, o.concurrency)))
+            .filter_map(|o| {
+                o.error_examples
+                    .first()
+                    .map(|e| format!("{} c={}: {e}", o.op, o.concurrency))
+            })
             .collect();
         if !errors.is_empty() {
             let _ = writeln!(out, "\nFirst error of each phase with errors:\n");
@@ -143,7 +163,11 @@ pub fn render_run(run: &RunReport) -> String {
 /// p50 of each operation at each scale step.
 pub fn render_growth(run: &RunReport) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "#### How cost grows: p50 ms per scale step ({})\n", run.label);
+    let _ = writeln!(
+        out,
+        "#### How cost grows: p50 ms per scale step ({})\n",
+        run.label
+    );
     let mut header = String::from("| operation | c |");
     let mut rule = String::from("| --- | ---: |");
     for step in &run.steps {
@@ -170,7 +194,12 @@ pub fn render_growth(run: &RunReport) -> String {
     }
     let mut rss = String::from("| server RSS after seeding (MB) | |");
     for step in &run.steps {
-        let _ = write!(rss, " {} |", step.rss_after_seed_mb.map_or("".into(), |m| format!("{m:.0}")));
+        let _ = write!(
+            rss,
+            " {} |",
+            step.rss_after_seed_mb
+                .map_or("".into(), |m| format!("{m:.0}"))
+        );
     }
     let _ = writeln!(out, "{rss}\n");
     out
@@ -241,6 +270,19 @@ pub fn render_compare(base: &RunReport, other: &RunReport) -> String {
                 }
             );
         }
+        if let (Some(bc), Some(oc)) = (&bs.overlap_check, &os.overlap_check)
+            && bc.race_clients > 0
+            && oc.race_clients > 0
+        {
+            let _ = writeln!(
+                out,
+                "| {} | race winners ({} clients, one host, 1 is right) | | {} | {} | | | | |",
+                short_scale(bs),
+                bc.race_clients,
+                bc.race_winners,
+                oc.race_winners
+            );
+        }
         if let (Some(bc), Some(oc)) = (&bs.overlap_check, &os.overlap_check) {
             let _ = writeln!(
                 out,
@@ -278,8 +320,16 @@ pub fn render_targets(run: &RunReport, postgres: bool) -> String {
             "(the run has no 10,000 hosts / 100,000 allocations step; its largest step is shown)\n"
         );
     }
-    let _ = writeln!(out, "| target | limit | measured | verdict |\n| --- | ---: | ---: | --- |");
-    let mut row = |name: &str, limit: String, measured: Option<f64>, unit: &str, at_most: bool, bound: f64| {
+    let _ = writeln!(
+        out,
+        "| target | limit | measured | verdict |\n| --- | ---: | ---: | --- |"
+    );
+    let mut row = |name: &str,
+                   limit: String,
+                   measured: Option<f64>,
+                   unit: &str,
+                   at_most: bool,
+                   bound: f64| {
         let (value, verdict) = match measured {
             None => ("not measured".to_string(), "n/a".to_string()),
             Some(v) => {
@@ -289,11 +339,26 @@ pub fn render_targets(run: &RunReport, postgres: bool) -> String {
                 } else if bound == 0.0 {
                     "missed".to_string()
                 } else if at_most {
-                    format!("missed by {}{unit} ({:.1}x the limit)", ms(v - bound), v / bound)
+                    format!(
+                        "missed by {}{unit} ({:.1}x the limit)",
+                        ms(v - bound),
+                        v / bound
+                    )
                 } else {
-                    format!("missed by {}{unit} ({:.2}x the target)", rate(bound - v), v / bound)
+                    format!(
+                        "missed by {}{unit} ({:.2}x the target)",
+                        rate(bound - v),
+                        v / bound
+                    )
                 };
-                (format!("{}{unit}", if unit == "/s" { rate(v) } else { ms(v) }), verdict)
+                (
+                    match unit {
+                        "/s" => format!("{}/s", rate(v)),
+                        "" => format!("{v:.0}"),
+                        _ => format!("{}{unit}", ms(v)),
+                    },
+                    verdict,
+                )
             }
         };
         let _ = writeln!(out, "| {name} | {limit} | {value} | {verdict} |");
@@ -305,10 +370,31 @@ pub fn render_targets(run: &RunReport, postgres: bool) -> String {
         .filter(|o| o.op == "lease_create")
         .max_by_key(|o| o.concurrency);
     if postgres {
-        row("lease create p50, c=1", "<= 10 ms".into(), c1.map(|o| o.p50_ms), " ms", true, 10.0);
+        row(
+            "lease create p50, c=1",
+            "<= 10 ms".into(),
+            c1.map(|o| o.p50_ms),
+            " ms",
+            true,
+            10.0,
+        );
     } else {
-        row("lease create p50, c=1", "<= 5 ms".into(), c1.map(|o| o.p50_ms), " ms", true, 5.0);
-        row("lease create p99, c=1", "<= 25 ms".into(), c1.map(|o| o.p99_ms), " ms", true, 25.0);
+        row(
+            "lease create p50, c=1",
+            "<= 5 ms".into(),
+            c1.map(|o| o.p50_ms),
+            " ms",
+            true,
+            5.0,
+        );
+        row(
+            "lease create p99, c=1",
+            "<= 25 ms".into(),
+            c1.map(|o| o.p99_ms),
+            " ms",
+            true,
+            25.0,
+        );
         row(
             &format!(
                 "successful creates/s, c={}",
@@ -324,10 +410,23 @@ pub fn render_targets(run: &RunReport, postgres: bool) -> String {
     row(
         "overlapping allocations after concurrent creates",
         "0".into(),
-        step.overlap_check.as_ref().map(|c| c.overlapping_pairs as f64),
+        step.overlap_check
+            .as_ref()
+            .map(|c| c.overlapping_pairs as f64),
         "",
         true,
         0.0,
+    );
+    row(
+        "race winners for one host and hour (1 is right)",
+        "1".into(),
+        step.overlap_check
+            .as_ref()
+            .filter(|c| c.race_clients > 0)
+            .map(|c| c.race_winners as f64),
+        "",
+        true,
+        1.0,
     );
     row(
         "lease list of one project (100 leases) p50, c=1",
@@ -356,7 +455,10 @@ pub fn render_targets(run: &RunReport, postgres: bool) -> String {
     row(
         "start lag of a lease starting now (max)",
         "<= 1000 ms".into(),
-        step.start_lag.as_ref().filter(|l| l.samples > 0).map(|l| l.max_ms),
+        step.start_lag
+            .as_ref()
+            .filter(|l| l.samples > 0)
+            .map(|l| l.max_ms),
         " ms",
         true,
         1000.0,

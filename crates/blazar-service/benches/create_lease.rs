@@ -1,0 +1,194 @@
+//! Store-level benchmark (issue 6): `Service::create_lease` against a SQLite temp database,
+//! at 100, 1,000 and 10,000 hosts with 0 and 10,000 existing allocations spread over a year
+//! (`BLAZAR_BENCH_ALLOCATIONS=0,10000,100000` adds or removes allocation counts;
+//! `BLAZAR_BENCH_HOSTS=100,1000` the host counts).
+//!
+//! The database is seeded through the Service API (`create_host`, `create_lease`), not HTTP:
+//! hosts carry `gpu` (every fourth) and `rack` capabilities, and the existing allocations are
+//! whole-rack leases, one per rack and slot of the year. Each measured iteration creates a
+//! lease of 1..10 `gpu` hosts for one hour somewhere in that year; it is deleted again outside
+//! the timed part, so every iteration sees the same state.
+//!
+//! Run: `cargo bench -p blazar-service --bench create_lease`.
+
+// A benchmark is a test harness: a broken fixture should stop it loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use blazar_db::{Store, StoreOptions};
+use blazar_service::{Identity, NewLease, Service, Settings, StandaloneBackend, SystemClock, When};
+use chrono::{DateTime, TimeZone, Utc};
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use serde_json::{Map, Value, json};
+
+const YEAR_MINUTES: i64 = 365 * 24 * 60;
+
+fn counts(var: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(var)
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| default.to_vec())
+}
+
+fn mix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn year_start() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2031, 1, 1, 0, 0, 0).unwrap()
+}
+
+fn admin() -> Identity {
+    Identity {
+        user_id: "admin".into(),
+        project_id: "admin".into(),
+        roles: vec!["admin".into(), "member".into(), "reader".into()],
+    }
+}
+
+fn reservation(count: usize, key: &str, value: &str) -> Map<String, Value> {
+    let Value::Object(map) = json!({
+        "resource_type": "physical:host",
+        "min": count,
+        "max": count,
+        "hypervisor_properties": "",
+        "resource_properties": json!(["==", format!("${key}"), value]).to_string(),
+    }) else {
+        unreachable!()
+    };
+    map
+}
+
+fn lease(
+    name: String,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+    r: Map<String, Value>,
+) -> NewLease {
+    NewLease {
+        name,
+        start: When::At(start),
+        end: When::At(end),
+        before_end: None,
+        reservations: vec![r],
+    }
+}
+
+struct Fixture {
+    service: Service,
+    _dir: tempfile::TempDir,
+}
+
+/// A service over a fresh SQLite file with `hosts` hosts and `allocations` allocations.
+async fn fixture(hosts: usize, allocations: usize) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::connect(&StoreOptions {
+        url: dir.path().join("bench.db").display().to_string(),
+        max_connections: 4,
+    })
+    .await
+    .unwrap();
+    let service = Service::new(
+        store,
+        Arc::new(SystemClock),
+        Settings::default(),
+        Arc::new(StandaloneBackend),
+    );
+    // Racks of 10 hosts, or of 1 % of the hosts: fewer, larger seed leases at scale.
+    let rack_size = (hosts / 100).max(10);
+    let who = admin();
+    for i in 0..hosts {
+        let Value::Object(body) = json!({
+            "name": format!("bench-h{i:05}"),
+            "gpu": if i % 4 == 0 { "true" } else { "false" },
+            "rack": format!("r{:04}", i / rack_size),
+        }) else {
+            unreachable!()
+        };
+        service.create_host(&who, &body).await.unwrap();
+    }
+    let racks = hosts / rack_size;
+    let leases = allocations.div_ceil(rack_size);
+    let slots = leases.div_ceil(racks).max(1);
+    let slot_minutes = YEAR_MINUTES / slots as i64;
+    for n in 0..leases {
+        let (rack, round) = (n % racks, n / racks);
+        let slot = (rack * 7919 + round) % slots;
+        let h = mix64(((rack as u64) << 32) ^ slot as u64);
+        let duration =
+            ((slot_minutes as f64 * 0.5 * (0.75 + (h % 1000) as f64 / 2000.0)) as i64).max(1);
+        let offset = (mix64(h) % (slot_minutes - duration + 1) as u64) as i64;
+        let start = year_start() + chrono::Duration::minutes(slot as i64 * slot_minutes + offset);
+        let request = lease(
+            format!("seed-{n}"),
+            start,
+            start + chrono::Duration::minutes(duration),
+            reservation(rack_size, "rack", &format!("r{rack:04}")),
+        );
+        service.create_lease(&who, &request).await.unwrap();
+    }
+    Fixture { service, _dir: dir }
+}
+
+fn bench_create_lease(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let who = admin();
+    let mut group = c.benchmark_group("create_lease");
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(5));
+    for hosts in counts("BLAZAR_BENCH_HOSTS", &[100, 1_000, 10_000]) {
+        for allocations in counts("BLAZAR_BENCH_ALLOCATIONS", &[0, 10_000]) {
+            let t = Instant::now();
+            let fx = runtime.block_on(fixture(hosts, allocations));
+            eprintln!(
+                "seeded {hosts} hosts / {allocations} allocations in {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+            let mut i = 0u64;
+            group.bench_function(
+                BenchmarkId::new("sqlite", format!("{hosts}/{allocations}")),
+                |b| {
+                    b.iter_custom(|iters| {
+                        runtime.block_on(async {
+                            let mut timed = Duration::ZERO;
+                            for _ in 0..iters {
+                                i += 1;
+                                let start = year_start()
+                                    + chrono::Duration::minutes(
+                                        (mix64(i) % (YEAR_MINUTES as u64 - 60)) as i64,
+                                    );
+                                let k = (i % 10 + 1) as usize;
+                                let request = lease(
+                                    format!("bench-{i}"),
+                                    start,
+                                    start + chrono::Duration::hours(1),
+                                    reservation(k, "gpu", "true"),
+                                );
+                                let t = Instant::now();
+                                let created = fx.service.create_lease(&who, &request).await;
+                                timed += t.elapsed();
+                                if let Ok(view) = created {
+                                    fx.service.delete_lease(&who, &view.lease.id).await.unwrap();
+                                }
+                            }
+                            timed
+                        })
+                    })
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_create_lease);
+criterion_main!(benches);
