@@ -271,24 +271,34 @@ impl Tx {
             .collect()
     }
 
-    /// Resources of `resource_type` blocked at any instant of `[start, blocked_until)`.
-    pub async fn busy_resources(
+    /// Of `ids`, the resources of `resource_type` blocked at any instant of
+    /// `[start, blocked_until)`. One index probe per resource, bounded below by the longest
+    /// allocation, so neither other resources nor past allocations add to its cost.
+    pub async fn busy_among(
         &mut self,
         resource_type: &str,
+        ids: &[i64],
         start: DateTime<Utc>,
         blocked_until: DateTime<Utc>,
     ) -> DbResult<HashSet<i64>> {
-        let rows = sqlx::query(
+        if ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let sql = format!(
             "SELECT DISTINCT resource_id FROM allocations \
-             WHERE resource_type = $1 AND blocked_until > $2 AND start_at < $3 \
-             AND start_at >= $2 - COALESCE((SELECT max_span FROM allocation_spans \
-                                            WHERE resource_type = $1), 0)",
-        )
-        .bind(resource_type)
-        .bind(to_secs(start))
-        .bind(to_secs(blocked_until))
-        .fetch_all(self.conn())
-        .await?;
+             WHERE resource_type = $1 AND resource_id IN ({}) AND blocked_until > $2 \
+             AND start_at < $3 AND start_at >= $2 - COALESCE((SELECT max_span FROM \
+             allocation_spans WHERE resource_type = $1), 0)",
+            crate::placeholders(4, ids.len())
+        );
+        let mut query = sqlx::query(&sql)
+            .bind(resource_type)
+            .bind(to_secs(start))
+            .bind(to_secs(blocked_until));
+        for id in ids {
+            query = query.bind(*id);
+        }
+        let rows = query.fetch_all(self.conn()).await?;
         rows.iter().map(|r| Ok(r.try_get("resource_id")?)).collect()
     }
 

@@ -132,9 +132,13 @@ impl Store {
                         // WAL lets readers proceed while one writer commits; NORMAL sync is
                         // durable across application crashes; the busy timeout makes other
                         // processes wait for the write lock instead of failing.
+                        // A 64 MiB page cache and memory-mapped reads keep a large
+                        // allocation history off the read() path.
                         conn.execute(
                             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                             PRAGMA busy_timeout = 30000; PRAGMA foreign_keys = ON;",
+                             PRAGMA busy_timeout = 30000; PRAGMA foreign_keys = ON; \
+                             PRAGMA cache_size = -65536; PRAGMA mmap_size = 268435456; \
+                             PRAGMA temp_store = MEMORY;",
                         )
                         .await?;
                     }

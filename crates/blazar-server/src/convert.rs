@@ -1,5 +1,18 @@
 //! Domain to wire: the one place where stored rows become Blazar's JSON objects.
 
+/// A body with one key, `{"<key>": value}`, serialized straight to bytes: large lists (10,000
+/// hosts) never go through an intermediate `serde_json::Value` tree.
+pub struct Envelope<T>(pub &'static str, pub T);
+
+impl<T: serde::Serialize> serde::Serialize for Envelope<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry(self.0, &self.1)?;
+        map.end()
+    }
+}
+
 use std::collections::BTreeMap;
 
 use blazar_api::dates::{format_space, format_t};

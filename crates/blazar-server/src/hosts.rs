@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use blazar_service::PropertyListing;
 use serde_json::{Value, json};
 
@@ -23,7 +24,7 @@ pub async fn list_hosts(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Query(query): Query,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let name = query
         .get("hypervisor_hostname")
         .or_else(|| query.get("name"));
@@ -39,18 +40,18 @@ pub async fn list_hosts(
         .filter(|h| reservable.is_none_or(|r| h.reservable == r))
         .map(convert::host)
         .collect();
-    Ok(Json(json!({ "hosts": hosts })))
+    Ok(Json(convert::Envelope("hosts", hosts)))
 }
 
 pub async fn create_host(
     State(state): State<AppState>,
     Caller(identity): Caller,
     JsonObject(body): JsonObject,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<impl IntoResponse> {
     let host = state.service.create_host(&identity, &body).await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({ "host": convert::host(host) })),
+        Json(convert::Envelope("host", convert::host(host))),
     ))
 }
 
@@ -58,9 +59,9 @@ pub async fn show_host(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let host = state.service.get_host(&identity, &id).await?;
-    Ok(Json(json!({ "host": convert::host(host) })))
+    Ok(Json(convert::Envelope("host", convert::host(host))))
 }
 
 pub async fn update_host(
@@ -68,9 +69,9 @@ pub async fn update_host(
     Caller(identity): Caller,
     Path(id): Path<String>,
     JsonObject(body): JsonObject,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let host = state.service.update_host(&identity, &id, &body).await?;
-    Ok(Json(json!({ "host": convert::host(host) })))
+    Ok(Json(convert::Envelope("host", convert::host(host))))
 }
 
 pub async fn delete_host(
@@ -86,7 +87,7 @@ pub async fn list_host_allocations(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Query(query): Query,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let entries = state
         .service
         .host_allocations(
@@ -97,7 +98,7 @@ pub async fn list_host_allocations(
         )
         .await?;
     let allocations: Vec<_> = entries.into_iter().map(convert::allocation).collect();
-    Ok(Json(json!({ "allocations": allocations })))
+    Ok(Json(convert::Envelope("allocations", allocations)))
 }
 
 pub async fn show_host_allocation(

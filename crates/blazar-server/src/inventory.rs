@@ -3,6 +3,7 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{get, patch};
 use axum::{Json, Router};
@@ -182,7 +183,7 @@ async fn allocations(
     Caller(identity): Caller,
     Query(query): Query,
     spec: &'static KindSpec,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let entries = state
         .service
         .resource_allocations(
@@ -194,7 +195,7 @@ async fn allocations(
         )
         .await?;
     let allocations: Vec<_> = entries.into_iter().map(convert::allocation).collect();
-    Ok(Json(json!({ "allocations": allocations })))
+    Ok(Json(convert::Envelope("allocations", allocations)))
 }
 
 async fn allocation(

@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use blazar_api::dates::{InputDate, parse_input, parse_minute};
 use blazar_core::LeaseStatus;
 use blazar_db::LeaseFilter;
@@ -177,7 +178,7 @@ pub async fn list_leases(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Query(query): Query,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     if let Some(status) = query.get("status")
         && status.parse::<LeaseStatus>().is_err()
     {
@@ -195,19 +196,19 @@ pub async fn list_leases(
     };
     let leases = state.service.list_leases(&identity, &filter).await?;
     let leases: Vec<_> = leases.into_iter().map(convert::lease).collect();
-    Ok(Json(json!({ "leases": leases })))
+    Ok(Json(convert::Envelope("leases", leases)))
 }
 
 pub async fn create_lease(
     State(state): State<AppState>,
     Caller(identity): Caller,
     JsonObject(body): JsonObject,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<impl IntoResponse> {
     let request = parse_new_lease(&body)?;
     let lease = state.service.create_lease(&identity, &request).await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({ "lease": convert::lease(lease) })),
+        Json(convert::Envelope("lease", convert::lease(lease))),
     ))
 }
 
@@ -218,7 +219,7 @@ pub async fn show_lease(
     Caller(identity): Caller,
     Path(id): Path<String>,
     Query(query): Query,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let lease = state.service.get_lease(&identity, &id).await?;
     let mut body =
         serde_json::to_value(convert::lease(lease)).map_err(|e| crate::error::ApiError {
@@ -247,7 +248,7 @@ pub async fn show_lease(
             }
         }
     }
-    Ok(Json(json!({ "lease": body })))
+    Ok(Json(convert::Envelope("lease", body)))
 }
 
 pub async fn update_lease(
@@ -255,10 +256,10 @@ pub async fn update_lease(
     Caller(identity): Caller,
     Path(id): Path<String>,
     JsonObject(body): JsonObject,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let update = parse_lease_update(&body)?;
     let lease = state.service.update_lease(&identity, &id, &update).await?;
-    Ok(Json(json!({ "lease": convert::lease(lease) })))
+    Ok(Json(convert::Envelope("lease", convert::lease(lease))))
 }
 
 pub async fn delete_lease(

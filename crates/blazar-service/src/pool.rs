@@ -5,13 +5,13 @@
 use std::borrow::Cow;
 
 use async_trait::async_trait;
-use blazar_core::{PropertyQuery, engine};
+use blazar_core::PropertyQuery;
 use blazar_db::{ResourceRecord, Tx};
 use serde_json::{Map, Value};
 
 use crate::resources::{
     AllocationRequest, Grant, ResourceType, check_known_properties, int_field, lock_reservable,
-    query_field, refill_whole, whole_allocation,
+    pick_free, query_field, refill_whole, whole_allocation,
 };
 use crate::{ServiceError, ServiceResult};
 
@@ -324,7 +324,12 @@ impl ResourceType for PoolType {
         let (min, max) = self.count(params)?;
         let (matching, required) = self.matching(tx, params).await?;
         let busy = tx
-            .busy_resources(self.kind, request.window.start(), request.blocked_until)
+            .busy_among(
+                self.kind,
+                &required,
+                request.window.start(),
+                request.blocked_until,
+            )
             .await?;
         if required.iter().any(|id| busy.contains(id)) {
             return Err(ServiceError::Conflict(format!(
@@ -338,7 +343,17 @@ impl ResourceType for PoolType {
             .chain(request.keep.iter())
             .copied()
             .collect();
-        let chosen = engine::pick(&matching, &busy, &keep, min as usize, max as usize).map_err(|s| {
+        let chosen = pick_free(
+            tx,
+            self.kind,
+            &matching,
+            &keep,
+            request,
+            min as usize,
+            max as usize,
+        )
+        .await?
+        .map_err(|s| {
             ServiceError::Conflict(format!(
                 "Not enough {}s available for reservation {} ({}, {} wanted): {} match the request \
                  and are reservable, {} of them free from {} to {}",

@@ -86,6 +86,50 @@ pub trait ResourceType: Send + Sync {
     ) -> ServiceResult<i64>;
 }
 
+/// How many candidates one query checks for availability.
+const PROBE_BATCH: usize = 128;
+
+/// Picks between `min` and `max` free resources of `kind` among `matching` (those in `keep`
+/// first), checking availability batch by batch in preference order and stopping as soon as
+/// `max` are free: on a large inventory most candidates are never looked at.
+pub(crate) async fn pick_free(
+    tx: &mut Tx,
+    kind: &str,
+    matching: &[i64],
+    keep: &[i64],
+    request: &AllocationRequest<'_>,
+    min: usize,
+    max: usize,
+) -> ServiceResult<Result<Vec<i64>, engine::Shortfall>> {
+    let matching_set: HashSet<i64> = matching.iter().copied().collect();
+    let mut order: Vec<i64> = keep
+        .iter()
+        .copied()
+        .filter(|id| matching_set.contains(id))
+        .collect();
+    let kept: HashSet<i64> = order.iter().copied().collect();
+    order.extend(matching.iter().copied().filter(|id| !kept.contains(id)));
+    let mut busy = HashSet::new();
+    let mut probed = 0;
+    let mut free = 0;
+    while probed < order.len() && free < max {
+        let batch = &order[probed..(probed + PROBE_BATCH).min(order.len())];
+        let taken = tx
+            .busy_among(kind, batch, request.window.start(), request.blocked_until)
+            .await?;
+        free += batch.iter().filter(|id| !taken.contains(id)).count();
+        busy.extend(taken);
+        probed += batch.len();
+    }
+    // Candidates not probed are never reached by `pick`: it stops at `max` free ones.
+    Ok(
+        engine::pick(&order[..probed], &busy, keep, min, max).map_err(|s| engine::Shortfall {
+            matching: matching.len(),
+            ..s
+        }),
+    )
+}
+
 /// Allocates up to `missing` whole resources of `kind` among `matching`, for healing.
 pub(crate) async fn refill_whole(
     tx: &mut Tx,
@@ -94,15 +138,11 @@ pub(crate) async fn refill_whole(
     request: &AllocationRequest<'_>,
     missing: i64,
 ) -> ServiceResult<i64> {
-    let busy = tx
-        .busy_resources(kind, request.window.start(), request.blocked_until)
-        .await?;
-    let free: Vec<i64> = matching
-        .iter()
-        .copied()
-        .filter(|id| !busy.contains(id))
-        .collect();
-    let take = usize::try_from(missing).unwrap_or(0).min(free.len());
+    let wanted = usize::try_from(missing).unwrap_or(0);
+    let free: Vec<i64> = pick_free(tx, kind, matching, &[], request, 0, wanted)
+        .await?
+        .unwrap_or_default();
+    let take = wanted.min(free.len());
     let chosen = &free[..take];
     let still_there = lock_reservable(tx, kind, chosen).await?;
     if still_there.len() != chosen.len() {
@@ -461,10 +501,17 @@ impl ResourceType for PhysicalHostType {
                 &host_filter_key(params),
             )
             .await?;
-        let busy = tx
-            .busy_resources(PHYSICAL_HOST, request.window.start(), request.blocked_until)
-            .await?;
-        let chosen = engine::pick(&matching, &busy, request.keep, min, max).map_err(|s| {
+        let chosen = pick_free(
+            tx,
+            PHYSICAL_HOST,
+            &matching,
+            request.keep,
+            request,
+            min,
+            max,
+        )
+        .await?
+        .map_err(|s| {
             ServiceError::Conflict(format!(
                 "Not enough hosts available for reservation {} (physical:host, min {}): {} host(s) \
                  match the filters and are reservable, {} of them free from {} to {}",
