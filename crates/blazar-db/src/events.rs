@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::{DbResult, LeaseFilter, Tx, from_opt_secs, from_secs, to_secs};
+use crate::{DbResult, Tx, from_opt_secs, from_secs, to_secs};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventRow {
@@ -86,18 +86,24 @@ impl Tx {
         rows.iter().map(event_from_row).collect()
     }
 
-    pub async fn events_for(&mut self, filter: &LeaseFilter) -> DbResult<Vec<EventRow>> {
-        let (clause, values) = Tx::lease_clause(filter);
-        let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events e JOIN leases l ON l.id = e.lease_id{clause} \
-             ORDER BY e.lease_id, e.event_time, e.rank"
-        );
-        let mut query = sqlx::query(&sql);
-        for v in &values {
-            query = query.bind(v.as_str());
+    /// Events of the given leases (an indexed lookup per lease, in chunks).
+    pub async fn events_of_leases(&mut self, ids: &[String]) -> DbResult<Vec<EventRow>> {
+        let mut out = Vec::new();
+        for chunk in ids.chunks(500) {
+            let sql = format!(
+                "SELECT {EVENT_COLUMNS} FROM events e WHERE e.lease_id IN ({}) \
+                 ORDER BY e.lease_id, e.event_time, e.rank",
+                crate::placeholders(1, chunk.len())
+            );
+            let mut query = sqlx::query(&sql);
+            for id in chunk {
+                query = query.bind(id.as_str());
+            }
+            for row in query.fetch_all(self.conn()).await? {
+                out.push(event_from_row(&row)?);
+            }
         }
-        let rows = query.fetch_all(self.conn()).await?;
-        rows.iter().map(event_from_row).collect()
+        Ok(out)
     }
 
     /// The earliest undone event due at `now`. Callers hold the scheduler lock, so no other

@@ -261,22 +261,27 @@ impl Tx {
         rows.iter().map(reservation_from_row).collect()
     }
 
-    /// Reservations of every lease the filter selects.
-    pub async fn reservations_for(
+    /// Reservations of the given leases (an indexed lookup per lease, in chunks).
+    pub async fn reservations_of_leases(
         &mut self,
-        filter: &LeaseFilter,
+        ids: &[String],
     ) -> DbResult<Vec<ReservationRow>> {
-        let (clause, values) = filter.clause();
-        let sql = format!(
-            "SELECT {RESERVATION_COLUMNS} FROM reservations r JOIN leases l ON l.id = r.lease_id\
-             {clause} ORDER BY r.lease_id, r.ordinal"
-        );
-        let mut query = sqlx::query(&sql);
-        for v in &values {
-            query = query.bind(v.as_str());
+        let mut out = Vec::new();
+        for chunk in ids.chunks(500) {
+            let sql = format!(
+                "SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.lease_id IN ({}) \
+                 ORDER BY r.lease_id, r.ordinal",
+                crate::placeholders(1, chunk.len())
+            );
+            let mut query = sqlx::query(&sql);
+            for id in chunk {
+                query = query.bind(id.as_str());
+            }
+            for row in query.fetch_all(self.conn()).await? {
+                out.push(reservation_from_row(&row)?);
+            }
         }
-        let rows = query.fetch_all(self.conn()).await?;
-        rows.iter().map(reservation_from_row).collect()
+        Ok(out)
     }
 
     /// Reservations that hold fewer units than they were granted (healing fills them).
@@ -296,9 +301,5 @@ impl Tx {
             .fetch_optional(self.conn())
             .await?;
         row.as_ref().map(reservation_from_row).transpose()
-    }
-
-    pub(crate) fn lease_clause(filter: &LeaseFilter) -> (String, Vec<String>) {
-        filter.clause()
     }
 }

@@ -336,12 +336,13 @@ impl Service {
         }
         in_tx!(self, read, |tx| {
             let leases = tx.list_leases(&filter).await?;
+            let ids: Vec<String> = leases.iter().map(|l| l.id.clone()).collect();
             let mut reservations: HashMap<String, Vec<ReservationRow>> = HashMap::new();
-            for r in tx.reservations_for(&filter).await? {
+            for r in tx.reservations_of_leases(&ids).await? {
                 reservations.entry(r.lease_id.clone()).or_default().push(r);
             }
             let mut events: HashMap<String, Vec<EventRow>> = HashMap::new();
-            for e in tx.events_for(&filter).await? {
+            for e in tx.events_of_leases(&ids).await? {
                 events.entry(e.lease_id.clone()).or_default().push(e);
             }
             Ok(leases
