@@ -187,34 +187,13 @@ impl Tx {
 
     /// Locks a host row against concurrent changes (PostgreSQL) for the rest of the transaction.
     pub async fn lock_host(&mut self, id: i64) -> DbResult<bool> {
-        let sql = format!("SELECT id FROM hosts WHERE id = $1{}", self.for_update());
-        Ok(sqlx::query(&sql)
-            .bind(id)
-            .fetch_optional(self.conn())
-            .await?
-            .is_some())
+        self.lock_row("hosts", id).await
     }
 
     /// Of `ids`, the hosts that still exist and are reservable, share-locked on PostgreSQL so a
     /// concurrent delete or maintenance switch waits for this transaction.
     pub async fn lock_reservable_hosts(&mut self, ids: &[i64]) -> DbResult<Vec<i64>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let lock = match self.backend {
-            crate::Backend::Postgres => " FOR SHARE",
-            crate::Backend::Sqlite => "",
-        };
-        let sql = format!(
-            "SELECT id FROM hosts WHERE reservable = 1 AND id IN ({}){lock}",
-            placeholders(1, ids.len())
-        );
-        let mut query = sqlx::query(&sql);
-        for id in ids {
-            query = query.bind(*id);
-        }
-        let rows = query.fetch_all(self.conn()).await?;
-        rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
+        self.lock_reservable_rows("hosts", ids).await
     }
 
     pub async fn list_hosts(&mut self) -> DbResult<Vec<HostRecord>> {

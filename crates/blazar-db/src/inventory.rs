@@ -188,36 +188,12 @@ impl Tx {
 
     /// Locks a resource row (PostgreSQL) and tells whether it exists.
     pub async fn lock_resource(&mut self, id: i64) -> DbResult<bool> {
-        let sql = format!(
-            "SELECT id FROM resources WHERE id = $1{}",
-            self.for_update()
-        );
-        Ok(sqlx::query(&sql)
-            .bind(id)
-            .fetch_optional(self.conn())
-            .await?
-            .is_some())
+        self.lock_row("resources", id).await
     }
 
     /// Of `ids`, the resources that still exist and are reservable, share-locked on PostgreSQL.
     pub async fn lock_reservable_resources(&mut self, ids: &[i64]) -> DbResult<Vec<i64>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let lock = match self.backend {
-            crate::Backend::Postgres => " FOR SHARE",
-            crate::Backend::Sqlite => "",
-        };
-        let sql = format!(
-            "SELECT id FROM resources WHERE reservable = 1 AND id IN ({}){lock}",
-            placeholders(1, ids.len())
-        );
-        let mut query = sqlx::query(&sql);
-        for id in ids {
-            query = query.bind(*id);
-        }
-        let rows = query.fetch_all(self.conn()).await?;
-        rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
+        self.lock_reservable_rows("resources", ids).await
     }
 
     pub async fn list_resources(&mut self, kind: &str) -> DbResult<Vec<ResourceRecord>> {

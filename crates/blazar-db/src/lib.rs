@@ -273,6 +273,44 @@ impl Tx {
         })
     }
 
+    /// Locks one row of `table` by id (PostgreSQL) and tells whether it exists.
+    pub(crate) async fn lock_row(&mut self, table: &'static str, id: i64) -> DbResult<bool> {
+        let sql = format!("SELECT id FROM {table} WHERE id = $1{}", self.for_update());
+        Ok(sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(self.conn())
+            .await?
+            .is_some())
+    }
+
+    /// Of `ids`, the rows of `table` that still exist and are reservable, share-locked on
+    /// PostgreSQL so that a concurrent delete or maintenance switch waits for this transaction.
+    pub(crate) async fn lock_reservable_rows(
+        &mut self,
+        table: &'static str,
+        ids: &[i64],
+    ) -> DbResult<Vec<i64>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lock = match self.backend {
+            Backend::Postgres => " FOR SHARE",
+            Backend::Sqlite => "",
+        };
+        let sql = format!(
+            "SELECT id FROM {table} WHERE reservable = 1 AND id IN ({}){lock}",
+            placeholders(1, ids.len())
+        );
+        let mut query = sqlx::query(&sql);
+        for id in ids {
+            query = query.bind(*id);
+        }
+        let rows = query.fetch_all(self.conn()).await?;
+        rows.iter()
+            .map(|r| Ok(sqlx::Row::try_get(r, "id")?))
+            .collect()
+    }
+
     /// `FOR UPDATE` where the backend has row locks.
     fn for_update(&self) -> &'static str {
         match self.backend {

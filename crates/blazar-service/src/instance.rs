@@ -16,6 +16,7 @@ use serde_json::{Map, Value, json};
 use crate::resources::{
     AllocationRequest, Grant, HostCache, ResourceType, int_field, lock_reservable, query_field,
 };
+use crate::resources::{check_fields, merge_fields};
 use crate::{ServiceError, ServiceResult};
 
 pub const VIRTUAL_INSTANCE: &str = "virtual:instance";
@@ -363,23 +364,6 @@ fn size_field(map: &Map<String, Value>, key: &str, min: i64) -> ServiceResult<i6
     }
 }
 
-fn check_unknown(request: &Map<String, Value>, fields: &[&str], kind: &str) -> ServiceResult<()> {
-    let unknown: Vec<&str> = request
-        .keys()
-        .map(String::as_str)
-        .filter(|k| !fields.contains(k) && *k != "resource_type" && *k != "id")
-        .collect();
-    if unknown.is_empty() {
-        Ok(())
-    } else {
-        Err(ServiceError::BadRequest(format!(
-            "Unknown field(s) {} in a {kind} reservation; accepted fields: {}",
-            unknown.join(", "),
-            fields.join(", ")
-        )))
-    }
-}
-
 /// The output fields both instance types add once the reservation has an id: the flavor it
 /// grants is named after the reservation, and an affinity rule gets a server group.
 fn finish(params: &mut Map<String, Value>, reservation_id: &str) {
@@ -448,13 +432,8 @@ impl ResourceType for InstanceType {
         request: &Map<String, Value>,
         current: Option<&Map<String, Value>>,
     ) -> ServiceResult<Map<String, Value>> {
-        check_unknown(request, INSTANCE_FIELDS, VIRTUAL_INSTANCE)?;
-        let mut merged = current.cloned().unwrap_or_default();
-        for (k, v) in request {
-            if INSTANCE_FIELDS.contains(&k.as_str()) {
-                merged.insert(k.clone(), v.clone());
-            }
-        }
+        check_fields(request, INSTANCE_FIELDS, VIRTUAL_INSTANCE)?;
+        let merged = merge_fields(request, current, INSTANCE_FIELDS);
         let shape = Self::shape(&merged)?;
         let (properties, _) = query_field(&merged, "resource_properties")?;
         let mut out = Map::new();
@@ -653,7 +632,7 @@ impl ResourceType for FlavorInstanceType {
         request: &Map<String, Value>,
         current: Option<&Map<String, Value>>,
     ) -> ServiceResult<Map<String, Value>> {
-        check_unknown(request, FLAVOR_FIELDS, FLAVOR_INSTANCE)?;
+        check_fields(request, FLAVOR_FIELDS, FLAVOR_INSTANCE)?;
         let mut out = current.cloned().unwrap_or_default();
         match request.get("flavor_id") {
             Some(Value::String(f)) if !f.trim().is_empty() => {

@@ -13,6 +13,7 @@ use crate::resources::{
     AllocationRequest, Grant, ResourceType, check_known_properties, int_field, lock_reservable,
     pick_free, query_field, refill_whole, whole_allocation,
 };
+use crate::resources::{check_fields, merge_fields};
 use crate::{ServiceError, ServiceResult};
 
 pub const FLOATINGIP: &str = "virtual:floatingip";
@@ -221,19 +222,7 @@ impl ResourceType for PoolType {
         current: Option<&Map<String, Value>>,
     ) -> ServiceResult<Map<String, Value>> {
         let fields = self.fields();
-        let unknown: Vec<&str> = request
-            .keys()
-            .map(String::as_str)
-            .filter(|k| !fields.contains(k) && *k != "resource_type" && *k != "id")
-            .collect();
-        if !unknown.is_empty() {
-            return Err(ServiceError::BadRequest(format!(
-                "Unknown field(s) {} in a {} reservation; accepted fields: {}",
-                unknown.join(", "),
-                self.kind,
-                fields.join(", ")
-            )));
-        }
+        check_fields(request, fields, self.kind)?;
         if let (Some(current), FLOATINGIP) = (current, self.kind)
             && let Some(new) = request.get("network_id")
             && Some(new) != current.get("network_id")
@@ -244,12 +233,7 @@ impl ResourceType for PoolType {
                     .into(),
             ));
         }
-        let mut merged = current.cloned().unwrap_or_default();
-        for (k, v) in request {
-            if fields.contains(&k.as_str()) {
-                merged.insert(k.clone(), v.clone());
-            }
-        }
+        let merged = merge_fields(request, current, fields);
         let mut out = Map::new();
         match self.kind {
             FLOATINGIP => {

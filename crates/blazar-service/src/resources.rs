@@ -299,6 +299,43 @@ const HOST_FIELDS: &[&str] = &[
 ];
 const BEFORE_END_ACTIONS: &[&str] = &["default", "", "snapshot"];
 
+/// Refuses fields a reservation type does not know (besides `resource_type`, and `id` in an
+/// update).
+pub(crate) fn check_fields(
+    request: &Map<String, Value>,
+    fields: &[&str],
+    kind: &str,
+) -> ServiceResult<()> {
+    let unknown: Vec<&str> = request
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !fields.contains(k) && *k != "resource_type" && *k != "id")
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(ServiceError::BadRequest(format!(
+        "Unknown field(s) {} in a {kind} reservation; accepted fields: {}",
+        unknown.join(", "),
+        fields.join(", ")
+    )))
+}
+
+/// The stored fields of a reservation (none for a create) with the request's changes on top.
+pub(crate) fn merge_fields(
+    request: &Map<String, Value>,
+    current: Option<&Map<String, Value>>,
+    fields: &[&str],
+) -> Map<String, Value> {
+    let mut merged = current.cloned().unwrap_or_default();
+    for (k, v) in request {
+        if fields.contains(&k.as_str()) {
+            merged.insert(k.clone(), v.clone());
+        }
+    }
+    merged
+}
+
 pub(crate) fn int_field(map: &Map<String, Value>, key: &str) -> ServiceResult<i64> {
     match map.get(key) {
         None | Some(Value::Null) => {
@@ -425,24 +462,8 @@ impl ResourceType for PhysicalHostType {
         request: &Map<String, Value>,
         current: Option<&Map<String, Value>>,
     ) -> ServiceResult<Map<String, Value>> {
-        let unknown: Vec<&str> = request
-            .keys()
-            .map(String::as_str)
-            .filter(|k| !HOST_FIELDS.contains(k) && *k != "resource_type" && *k != "id")
-            .collect();
-        if !unknown.is_empty() {
-            return Err(ServiceError::BadRequest(format!(
-                "Unknown field(s) {} in a physical:host reservation; accepted fields: {}",
-                unknown.join(", "),
-                HOST_FIELDS.join(", ")
-            )));
-        }
-        let mut merged = current.cloned().unwrap_or_default();
-        for (k, v) in request {
-            if HOST_FIELDS.contains(&k.as_str()) {
-                merged.insert(k.clone(), v.clone());
-            }
-        }
+        check_fields(request, HOST_FIELDS, PHYSICAL_HOST)?;
+        let merged = merge_fields(request, current, HOST_FIELDS);
         let min = int_field(&merged, "min")?;
         let max = int_field(&merged, "max")?;
         if max < min {
