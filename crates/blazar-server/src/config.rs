@@ -327,11 +327,11 @@ impl Config {
             noauth_project_id: cli
                 .noauth_project_id
                 .or(file.noauth_project_id)
-                .unwrap_or_else(|| "admin".into()),
+                .unwrap_or_else(|| crate::auth::keystone_like_id("project", "admin")),
             noauth_user_id: cli
                 .noauth_user_id
                 .or(file.noauth_user_id)
-                .unwrap_or_else(|| "admin".into()),
+                .unwrap_or_else(|| crate::auth::keystone_like_id("user", "admin")),
             poll_interval: std::time::Duration::from_secs_f64(poll),
             cleaning_minutes,
             minutes_before_end_lease,
