@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Compatibility with the real clients: installs python-blazarclient 4.6.0, python-openstackclient
+# and python-chi from PyPI into .venv/clients (pinned in requirements.txt; reused while that file
+# is unchanged), builds blazar-server, and runs compat.py, which drives every command of
+# `blazar` and of `openstack reservation` and python-chi's lease helpers against fresh noauth
+# servers on loopback, comparing the outputs with the ones recorded against the real Blazar
+# (reference/client-transcript.md). No Keystone is needed: both CLIs take
+# --os-auth-type none/admin_token with --os-endpoint, and python-chi takes OS_AUTH_TYPE=none
+# with OS_ENDPOINT_OVERRIDE. The network is used only by pip, and only when installing.
+#
+#   scripts/client-compat/run.sh                   # everything (about 4 minutes, plus the install)
+#   scripts/client-compat/run.sh --parts blazar    # one part: blazar, openstack, chi
+#   scripts/client-compat/run.sh --steps 22-45     # some steps of the recording (debugging)
+#
+# Exits non-zero when a check fails; each failure names the command and shows the expected and
+# actual outputs and the HTTP exchanges.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+venv="${BLAZAR_CLIENTS_VENV:-$root/.venv/clients}"
+started=$SECONDS
+
+if cmp -s "$here/requirements.txt" "$venv/.requirements.txt"; then
+    echo "== clients: reusing $venv"
+else
+    echo "== clients: installing into $venv"
+    t0=$SECONDS
+    rm -rf "$venv"
+    "${PYTHON:-python3}" -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --prefer-binary \
+        -r "$here/requirements.txt"
+    cp "$here/requirements.txt" "$venv/.requirements.txt"
+    echo "== clients: installed in $((SECONDS - t0)) s"
+fi
+
+echo "== building blazar-server"
+(cd "$root" && cargo build --quiet -p blazar-server --bin blazar-server)
+server="${CARGO_TARGET_DIR:-$root/target}/debug/blazar-server"
+
+t0=$SECONDS
+set +e
+"$venv/bin/python" "$here/compat.py" --venv "$venv" --server "$server" "$@"
+status=$?
+set -e
+echo "== client compatibility: $((SECONDS - t0)) s (whole script $((SECONDS - started)) s)"
+exit "$status"
