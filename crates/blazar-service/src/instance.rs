@@ -364,6 +364,33 @@ fn size_field(map: &Map<String, Value>, key: &str, min: i64) -> ServiceResult<i6
     }
 }
 
+/// The fields of an instance reservation, in Blazar's order, keeping the granted flavor,
+/// server group and aggregate ids of `carried` (the stored reservation on an update).
+fn instance_fields(
+    size: Usage,
+    amount: Value,
+    affinity: Value,
+    resource_properties: String,
+    carried: Option<&Map<String, Value>>,
+) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("vcpus".into(), Value::from(size.vcpus));
+    out.insert("memory_mb".into(), Value::from(size.memory_mb));
+    out.insert("disk_gb".into(), Value::from(size.disk_gb));
+    out.insert("amount".into(), amount);
+    out.insert("affinity".into(), affinity);
+    out.insert(
+        "resource_properties".into(),
+        Value::from(resource_properties),
+    );
+    for key in ["flavor_id", "server_group_id", "aggregate_id"] {
+        if let Some(v) = carried.and_then(|c| c.get(key)) {
+            out.insert(key.into(), v.clone());
+        }
+    }
+    out
+}
+
 /// The output fields both instance types add once the reservation has an id: the flavor it
 /// grants is named after the reservation, and an affinity rule gets a server group.
 fn finish(params: &mut Map<String, Value>, reservation_id: &str) {
@@ -436,19 +463,13 @@ impl ResourceType for InstanceType {
         let merged = merge_fields(request, current, INSTANCE_FIELDS);
         let shape = Self::shape(&merged)?;
         let (properties, _) = query_field(&merged, "resource_properties")?;
-        let mut out = Map::new();
-        out.insert("vcpus".into(), Value::from(shape.slot.vcpus));
-        out.insert("memory_mb".into(), Value::from(shape.slot.memory_mb));
-        out.insert("disk_gb".into(), Value::from(shape.slot.disk_gb));
-        out.insert("amount".into(), Value::from(shape.amount));
-        out.insert("affinity".into(), shape.affinity.to_value());
-        out.insert("resource_properties".into(), Value::from(properties));
-        for key in ["flavor_id", "server_group_id", "aggregate_id"] {
-            if let Some(v) = current.and_then(|c| c.get(key)) {
-                out.insert(key.into(), v.clone());
-            }
-        }
-        Ok(out)
+        Ok(instance_fields(
+            shape.slot,
+            Value::from(shape.amount),
+            shape.affinity.to_value(),
+            properties,
+            current,
+        ))
     }
 
     fn finish_params(&self, params: &mut Map<String, Value>, reservation_id: &str) {
@@ -682,22 +703,13 @@ impl ResourceType for FlavorInstanceType {
         flavor_traits(&flavor)?;
         let amount = params.get("amount").cloned().unwrap_or(Value::from(1));
         let affinity = params.get("affinity").cloned().unwrap_or(Value::Null);
-        let mut out = Map::new();
-        out.insert("vcpus".into(), Value::from(size.vcpus));
-        out.insert("memory_mb".into(), Value::from(size.memory_mb));
-        out.insert("disk_gb".into(), Value::from(size.disk_gb));
-        out.insert("amount".into(), amount);
-        out.insert("affinity".into(), affinity);
-        out.insert(
-            "resource_properties".into(),
-            Value::from(flavor_json(&flavor).to_string()),
-        );
-        for key in ["flavor_id", "server_group_id", "aggregate_id"] {
-            if let Some(v) = params.get(key) {
-                out.insert(key.into(), v.clone());
-            }
-        }
-        Ok(out)
+        Ok(instance_fields(
+            size,
+            amount,
+            affinity,
+            flavor_json(&flavor).to_string(),
+            Some(&params),
+        ))
     }
 
     fn finish_params(&self, params: &mut Map<String, Value>, reservation_id: &str) {
