@@ -10,8 +10,8 @@ use blazar_db::{ResourceRecord, Tx};
 use serde_json::{Map, Value};
 
 use crate::resources::{
-    AllocationRequest, Grant, ResourceType, check_known_properties, int_field, lock_reservable,
-    pick_free, query_field, refill_whole, whole_allocation,
+    AllocationRequest, Grant, ResourceType, check_known_properties, grant_whole, int_field,
+    pick_free, query_field, refill_whole,
 };
 use crate::resources::{check_fields, merge_fields};
 use crate::{ServiceError, ServiceResult};
@@ -351,20 +351,7 @@ impl ResourceType for PoolType {
                 request.window.end().format("%Y-%m-%d %H:%M"),
             ))
         })?;
-        let still_there = lock_reservable(tx, self.kind, &chosen).await?;
-        if still_there.len() != chosen.len() {
-            return Err(ServiceError::Retry(
-                "a chosen resource changed concurrently".into(),
-            ));
-        }
-        for id in &chosen {
-            tx.insert_allocation(&whole_allocation(request, self.kind, *id))
-                .await?;
-        }
-        Ok(Grant {
-            units: chosen.len() as i64,
-            resources: chosen,
-        })
+        grant_whole(tx, self.kind, request, chosen).await
     }
 
     async fn refill(

@@ -143,18 +143,33 @@ pub(crate) async fn refill_whole(
         .await?
         .unwrap_or_default();
     let take = wanted.min(free.len());
-    let chosen = &free[..take];
-    let still_there = lock_reservable(tx, kind, chosen).await?;
+    let grant = grant_whole(tx, kind, request, free[..take].to_vec()).await?;
+    Ok(grant.units)
+}
+
+/// Writes exclusive allocations of the chosen resources, after share-locking them: a resource
+/// deleted or put out of service by a concurrent transaction since the inventory was read
+/// sends the whole transaction round again with a fresh view.
+pub(crate) async fn grant_whole(
+    tx: &mut Tx,
+    kind: &str,
+    request: &AllocationRequest<'_>,
+    chosen: Vec<i64>,
+) -> ServiceResult<Grant> {
+    let still_there = lock_reservable(tx, kind, &chosen).await?;
     if still_there.len() != chosen.len() {
-        return Err(ServiceError::Retry(
-            "a chosen resource changed concurrently".into(),
-        ));
+        return Err(ServiceError::Retry(format!(
+            "a chosen {kind} resource changed concurrently"
+        )));
     }
-    for id in chosen {
+    for id in &chosen {
         tx.insert_allocation(&whole_allocation(request, kind, *id))
             .await?;
     }
-    Ok(take as i64)
+    Ok(Grant {
+        units: chosen.len() as i64,
+        resources: chosen,
+    })
 }
 
 pub(crate) fn whole_allocation(
@@ -544,22 +559,7 @@ impl ResourceType for PhysicalHostType {
                 request.window.end().format("%Y-%m-%d %H:%M"),
             ))
         })?;
-        // A host deleted or put in maintenance by a concurrent transaction since we read the
-        // inventory: start over with a fresh view.
-        let still_there = lock_reservable(tx, PHYSICAL_HOST, &chosen).await?;
-        if still_there.len() != chosen.len() {
-            return Err(ServiceError::Retry(
-                "a chosen host changed concurrently".into(),
-            ));
-        }
-        for host_id in &chosen {
-            tx.insert_allocation(&whole_allocation(request, PHYSICAL_HOST, *host_id))
-                .await?;
-        }
-        Ok(Grant {
-            units: chosen.len() as i64,
-            resources: chosen,
-        })
+        grant_whole(tx, PHYSICAL_HOST, request, chosen).await
     }
 
     async fn refill(
