@@ -134,6 +134,7 @@ pub struct Config {
     pub server_pid: Option<u32>,
     pub only: Option<Vec<String>>,
     pub seed: u64,
+    pub already_seeded: bool,
 }
 
 /// SplitMix64: a small deterministic generator, so that a run can be repeated exactly.
@@ -292,6 +293,11 @@ impl Driver {
             ..StepReport::default()
         };
         self.ensure_hosts(step.hosts, &mut report.seed, log).await?;
+        if self.cfg.already_seeded {
+            self.seeded_allocations = step.allocations;
+            self.project_allocations = self.cfg.project_leases;
+            self.project_ready = true;
+        }
         self.seed_allocations(step, &mut report.seed, log).await?;
         if !self.project_ready {
             self.create_project_leases(log).await?;
@@ -1229,6 +1235,7 @@ mod tests {
             server_pid: None,
             only: None,
             seed: 7,
+            already_seeded: false,
         }
     }
 

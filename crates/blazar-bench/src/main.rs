@@ -105,6 +105,10 @@ struct RunArgs {
     /// Seed of the pseudo-random windows.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// The server already holds the state of the (single) step, seeded by an earlier run with
+    /// the same settings (a copy of its database): measure without seeding.
+    #[arg(long)]
+    already_seeded: bool,
     /// Write the results as JSON here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -154,6 +158,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         server_pid: args.server_pid,
         only: args.only.clone(),
         seed: args.seed,
+        already_seeded: args.already_seeded,
     };
     let settings = serde_json::json!({
         "steps": args.steps,

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::{DbResult, Tx, from_opt_secs, from_secs, to_secs};
+use crate::{Arg, DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewAllocation {
@@ -136,53 +136,85 @@ const ALLOCATION_COLUMNS: &str = "id, reservation_id, lease_id, resource_type, r
 
 impl Tx {
     pub async fn insert_allocation(&mut self, a: &NewAllocation) -> DbResult<String> {
-        let id = uuid::Uuid::new_v4().to_string();
-        sqlx::query(
-            "INSERT INTO allocations (id, reservation_id, lease_id, resource_type, resource_id, \
-             start_at, end_at, blocked_until, exclusive, share_key, units, vcpus, memory_mb, \
-             disk_gb) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-        )
-        .bind(&id)
-        .bind(&a.reservation_id)
-        .bind(&a.lease_id)
-        .bind(&a.resource_type)
-        .bind(a.resource_id)
-        .bind(to_secs(a.start))
-        .bind(to_secs(a.end))
-        .bind(to_secs(a.blocked_until))
-        .bind(i64::from(a.exclusive))
-        .bind(share_key())
-        .bind(a.units)
-        .bind(a.vcpus)
-        .bind(a.memory_mb)
-        .bind(a.disk_gb)
-        .execute(self.conn())
-        .await?;
+        let mut ids = self.insert_allocations(std::slice::from_ref(a)).await?;
+        ids.pop()
+            .ok_or_else(|| DbError::Corrupt("no allocation id".into()))
+    }
+
+    /// Inserts allocations in one statement and widens each resource type's longest span.
+    pub async fn insert_allocations(&mut self, all: &[NewAllocation]) -> DbResult<Vec<String>> {
+        let mut ids = Vec::with_capacity(all.len());
+        // Bounded so that one statement stays under the backends' limits on bound values.
+        for chunk in all.chunks(500) {
+            let mut sql = String::from(
+                "INSERT INTO allocations (id, reservation_id, lease_id, resource_type, \
+                 resource_id, start_at, end_at, blocked_until, exclusive, share_key, units, vcpus, \
+                 memory_mb, disk_gb) VALUES ",
+            );
+            let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 14);
+            for (i, a) in chunk.iter().enumerate() {
+                let id = uuid::Uuid::new_v4().to_string();
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push('(');
+                sql.push_str(&crate::placeholders(args.len() + 1, 14));
+                sql.push(')');
+                args.extend([
+                    Arg::from(&id),
+                    (&a.reservation_id).into(),
+                    (&a.lease_id).into(),
+                    (&a.resource_type).into(),
+                    a.resource_id.into(),
+                    a.start.into(),
+                    a.end.into(),
+                    a.blocked_until.into(),
+                    a.exclusive.into(),
+                    share_key().into(),
+                    a.units.into(),
+                    a.vcpus.into(),
+                    a.memory_mb.into(),
+                    a.disk_gb.into(),
+                ]);
+                ids.push(id);
+            }
+            self.write(&sql, args).await?;
+        }
+        let mut spans: Vec<(&str, i64)> = Vec::new();
+        for a in all {
+            let span = to_secs(a.blocked_until) - to_secs(a.start);
+            match spans.iter_mut().find(|(t, _)| *t == a.resource_type) {
+                Some((_, longest)) => *longest = (*longest).max(span),
+                None => spans.push((&a.resource_type, span)),
+            }
+        }
         let greatest = match self.backend {
             crate::Backend::Postgres => "GREATEST",
             crate::Backend::Sqlite => "MAX",
         };
-        sqlx::query(&format!(
-            "INSERT INTO allocation_spans (resource_type, max_span) VALUES ($1, $2) \
-             ON CONFLICT (resource_type) DO UPDATE SET \
-             max_span = {greatest}(allocation_spans.max_span, excluded.max_span)"
-        ))
-        .bind(&a.resource_type)
-        .bind(to_secs(a.blocked_until) - to_secs(a.start))
-        .execute(self.conn())
-        .await?;
-        Ok(id)
+        for (resource_type, span) in spans {
+            self.write(
+                &format!(
+                    "INSERT INTO allocation_spans (resource_type, max_span) VALUES ($1, $2) \
+                     ON CONFLICT (resource_type) DO UPDATE SET \
+                     max_span = {greatest}(allocation_spans.max_span, excluded.max_span)"
+                ),
+                vec![resource_type.into(), span.into()],
+            )
+            .await?;
+        }
+        Ok(ids)
     }
 
     pub async fn delete_allocations_of_reservation(
         &mut self,
         reservation_id: &str,
     ) -> DbResult<()> {
-        sqlx::query("DELETE FROM allocations WHERE reservation_id = $1")
-            .bind(reservation_id)
-            .execute(self.conn())
-            .await?;
-        Ok(())
+        self.write(
+            "DELETE FROM allocations WHERE reservation_id = $1",
+            vec![reservation_id.into()],
+        )
+        .await
     }
 
     pub async fn allocations_of_lease(&mut self, lease_id: &str) -> DbResult<Vec<AllocationRow>> {
@@ -191,7 +223,7 @@ impl Tx {
         );
         let rows = sqlx::query(&sql)
             .bind(lease_id)
-            .fetch_all(self.conn())
+            .fetch_all(self.conn().await?)
             .await?;
         rows.iter().map(allocation_from_row).collect()
     }
@@ -213,7 +245,7 @@ impl Tx {
             .bind(resource_type)
             .bind(to_secs(start))
             .bind(to_secs(blocked_until))
-            .fetch_all(self.conn())
+            .fetch_all(self.conn().await?)
             .await?;
         rows.iter().map(allocation_from_row).collect()
     }
@@ -233,17 +265,14 @@ impl Tx {
             .bind(resource_type)
             .bind(resource_id)
             .bind(to_secs(now))
-            .fetch_all(self.conn())
+            .fetch_all(self.conn().await?)
             .await?;
         rows.iter().map(allocation_from_row).collect()
     }
 
     pub async fn delete_allocation(&mut self, id: &str) -> DbResult<()> {
-        sqlx::query("DELETE FROM allocations WHERE id = $1")
-            .bind(id)
-            .execute(self.conn())
-            .await?;
-        Ok(())
+        self.write("DELETE FROM allocations WHERE id = $1", vec![id.into()])
+            .await
     }
 
     /// Everything a lease was granted, with API ids (host ids, or the uid of other resources).
@@ -255,7 +284,7 @@ impl Tx {
              WHERE a.lease_id = $1 ORDER BY a.reservation_id, a.start_at, a.resource_id",
         )
         .bind(lease_id)
-        .fetch_all(self.conn())
+        .fetch_all(self.conn().await?)
         .await?;
         rows.iter()
             .map(|row| {
@@ -298,7 +327,7 @@ impl Tx {
         for id in ids {
             query = query.bind(*id);
         }
-        let rows = query.fetch_all(self.conn()).await?;
+        let rows = query.fetch_all(self.conn().await?).await?;
         rows.iter().map(|r| Ok(r.try_get("resource_id")?)).collect()
     }
 
@@ -348,7 +377,7 @@ impl Tx {
         if let Some(id) = resource_id {
             query = query.bind(id);
         }
-        let rows = query.fetch_all(self.conn()).await?;
+        let rows = query.fetch_all(self.conn().await?).await?;
         rows.iter()
             .map(|row| {
                 Ok(AllocationView {
@@ -376,7 +405,7 @@ impl Tx {
         .bind(resource_type)
         .bind(resource_id)
         .bind(to_secs(now))
-        .fetch_optional(self.conn())
+        .fetch_optional(self.conn().await?)
         .await?;
         Ok(row.is_some())
     }
@@ -390,7 +419,7 @@ impl Tx {
         sqlx::query("DELETE FROM allocations WHERE resource_type = $1 AND resource_id = $2")
             .bind(resource_type)
             .bind(resource_id)
-            .execute(self.conn())
+            .execute(self.conn().await?)
             .await?;
         Ok(())
     }
@@ -409,7 +438,7 @@ impl Tx {
         .bind(&h.lease_id)
         .bind(&h.reservation_id)
         .bind(to_secs(h.started_at))
-        .execute(self.conn())
+        .execute(self.conn().await?)
         .await?;
         Ok(())
     }
@@ -431,7 +460,7 @@ impl Tx {
         if let Some(id) = resource_id {
             query = query.bind(id);
         }
-        query.execute(self.conn()).await?;
+        query.execute(self.conn().await?).await?;
         Ok(())
     }
 
@@ -463,7 +492,7 @@ impl Tx {
         for t in texts {
             query = query.bind(t);
         }
-        let rows = query.fetch_all(self.conn()).await?;
+        let rows = query.fetch_all(self.conn().await?).await?;
         rows.iter()
             .map(|row| {
                 Ok(HandoverRow {

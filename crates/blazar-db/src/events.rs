@@ -37,42 +37,39 @@ fn event_from_row(row: &AnyRow) -> DbResult<EventRow> {
 
 impl Tx {
     pub async fn insert_event(&mut self, e: &EventRow) -> DbResult<()> {
-        sqlx::query(
+        self.write(
             "INSERT INTO events (id, lease_id, event_type, event_time, rank, status, created_at, \
              updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            vec![
+                (&e.id).into(),
+                (&e.lease_id).into(),
+                (&e.event_type).into(),
+                e.time.into(),
+                e.rank.into(),
+                (&e.status).into(),
+                e.created_at.into(),
+                e.updated_at.into(),
+            ],
         )
-        .bind(&e.id)
-        .bind(&e.lease_id)
-        .bind(&e.event_type)
-        .bind(to_secs(e.time))
-        .bind(e.rank)
-        .bind(&e.status)
-        .bind(to_secs(e.created_at))
-        .bind(e.updated_at.map(to_secs))
-        .execute(self.conn())
-        .await?;
-        Ok(())
+        .await
     }
 
     pub async fn update_event(&mut self, e: &EventRow) -> DbResult<()> {
-        sqlx::query(
+        self.write(
             "UPDATE events SET event_time = $1, status = $2, updated_at = $3 WHERE id = $4",
+            vec![
+                e.time.into(),
+                (&e.status).into(),
+                e.updated_at.into(),
+                (&e.id).into(),
+            ],
         )
-        .bind(to_secs(e.time))
-        .bind(&e.status)
-        .bind(e.updated_at.map(to_secs))
-        .bind(&e.id)
-        .execute(self.conn())
-        .await?;
-        Ok(())
+        .await
     }
 
     pub async fn delete_event(&mut self, id: &str) -> DbResult<()> {
-        sqlx::query("DELETE FROM events WHERE id = $1")
-            .bind(id)
-            .execute(self.conn())
-            .await?;
-        Ok(())
+        self.write("DELETE FROM events WHERE id = $1", vec![id.into()])
+            .await
     }
 
     pub async fn events_of(&mut self, lease_id: &str) -> DbResult<Vec<EventRow>> {
@@ -81,29 +78,9 @@ impl Tx {
         );
         let rows = sqlx::query(&sql)
             .bind(lease_id)
-            .fetch_all(self.conn())
+            .fetch_all(self.conn().await?)
             .await?;
         rows.iter().map(event_from_row).collect()
-    }
-
-    /// Events of the given leases (an indexed lookup per lease, in chunks).
-    pub async fn events_of_leases(&mut self, ids: &[String]) -> DbResult<Vec<EventRow>> {
-        let mut out = Vec::new();
-        for chunk in ids.chunks(500) {
-            let sql = format!(
-                "SELECT {EVENT_COLUMNS} FROM events e WHERE e.lease_id IN ({}) \
-                 ORDER BY e.lease_id, e.event_time, e.rank",
-                crate::placeholders(1, chunk.len())
-            );
-            let mut query = sqlx::query(&sql);
-            for id in chunk {
-                query = query.bind(id.as_str());
-            }
-            for row in query.fetch_all(self.conn()).await? {
-                out.push(event_from_row(&row)?);
-            }
-        }
-        Ok(out)
     }
 
     /// The earliest undone event due at `now`. Callers hold the scheduler lock, so no other
@@ -117,7 +94,7 @@ impl Tx {
         );
         let row = sqlx::query(&sql)
             .bind(to_secs(now))
-            .fetch_optional(self.conn())
+            .fetch_optional(self.conn().await?)
             .await?;
         row.as_ref().map(event_from_row).transpose()
     }
@@ -125,7 +102,7 @@ impl Tx {
     /// When the next undone event is due, if any.
     pub async fn next_event_time(&mut self) -> DbResult<Option<DateTime<Utc>>> {
         let row = sqlx::query("SELECT MIN(event_time) AS t FROM events WHERE status = 'UNDONE'")
-            .fetch_one(self.conn())
+            .fetch_one(self.conn().await?)
             .await?;
         let t: Option<i64> = row.try_get("t")?;
         t.map(from_secs).transpose()

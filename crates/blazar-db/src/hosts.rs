@@ -92,7 +92,7 @@ impl Tx {
         .bind(&f.availability_zone)
         .bind(&host.trust_id)
         .bind(to_secs(host.created_at))
-        .fetch_one(self.conn())
+        .fetch_one(self.conn().await?)
         .await?;
         let id: i64 = row.try_get("id")?;
         for (key, value) in &host.capabilities {
@@ -121,7 +121,7 @@ impl Tx {
         .bind(host_id)
         .bind(&property_id)
         .bind(value)
-        .execute(self.conn())
+        .execute(self.conn().await?)
         .await?;
         self.bump_inventory(blazar_core::PHYSICAL_HOST).await?;
         Ok(())
@@ -135,7 +135,7 @@ impl Tx {
         .bind(host_id)
         .bind(blazar_core::PHYSICAL_HOST)
         .bind(key)
-        .execute(self.conn())
+        .execute(self.conn().await?)
         .await?;
         self.bump_inventory(blazar_core::PHYSICAL_HOST).await?;
         Ok(done.rows_affected() > 0)
@@ -155,14 +155,14 @@ impl Tx {
         .bind(resource_type)
         .bind(name)
         .bind(to_secs(now))
-        .execute(self.conn())
+        .execute(self.conn().await?)
         .await?;
         let row = sqlx::query(
             "SELECT id FROM resource_properties WHERE resource_type = $1 AND property_name = $2",
         )
         .bind(resource_type)
         .bind(name)
-        .fetch_one(self.conn())
+        .fetch_one(self.conn().await?)
         .await?;
         Ok(row.try_get("id")?)
     }
@@ -171,7 +171,7 @@ impl Tx {
         let sql = format!("SELECT {HOST_COLUMNS} FROM hosts WHERE id = $1");
         let Some(row) = sqlx::query(&sql)
             .bind(id)
-            .fetch_optional(self.conn())
+            .fetch_optional(self.conn().await?)
             .await?
         else {
             return Ok(None);
@@ -198,7 +198,7 @@ impl Tx {
 
     pub async fn list_hosts(&mut self) -> DbResult<Vec<HostRecord>> {
         let sql = format!("SELECT {HOST_COLUMNS} FROM hosts ORDER BY id");
-        let rows = sqlx::query(&sql).fetch_all(self.conn()).await?;
+        let rows = sqlx::query(&sql).fetch_all(self.conn().await?).await?;
         let mut caps = self.all_host_capabilities().await?;
         rows.iter()
             .map(|row| {
@@ -214,7 +214,7 @@ impl Tx {
             "SELECT c.host_id, p.property_name, c.value FROM host_capabilities c \
              JOIN resource_properties p ON p.id = c.property_id",
         )
-        .fetch_all(self.conn())
+        .fetch_all(self.conn().await?)
         .await?;
         group_capabilities(&rows)
     }
@@ -232,7 +232,7 @@ impl Tx {
         for id in ids {
             query = query.bind(*id);
         }
-        let rows = query.fetch_all(self.conn()).await?;
+        let rows = query.fetch_all(self.conn().await?).await?;
         group_capabilities(&rows)
     }
 
@@ -259,7 +259,7 @@ impl Tx {
         .bind(i64::from(reservable))
         .bind(to_secs(now))
         .bind(id)
-        .execute(self.conn())
+        .execute(self.conn().await?)
         .await?;
         self.bump_inventory(blazar_core::PHYSICAL_HOST).await?;
         Ok(())
@@ -268,11 +268,11 @@ impl Tx {
     pub async fn delete_host(&mut self, id: i64) -> DbResult<()> {
         sqlx::query("DELETE FROM host_capabilities WHERE host_id = $1")
             .bind(id)
-            .execute(self.conn())
+            .execute(self.conn().await?)
             .await?;
         sqlx::query("DELETE FROM hosts WHERE id = $1")
             .bind(id)
-            .execute(self.conn())
+            .execute(self.conn().await?)
             .await?;
         self.bump_inventory(blazar_core::PHYSICAL_HOST).await?;
         Ok(())
@@ -289,7 +289,7 @@ impl Tx {
              WHERE p.resource_type = $1 ORDER BY p.property_name, c.value",
         )
         .bind(resource_type)
-        .fetch_all(self.conn())
+        .fetch_all(self.conn().await?)
         .await?;
         group_property_values(&rows)
     }
@@ -305,7 +305,7 @@ impl Tx {
         )
         .bind(resource_type)
         .bind(name)
-        .fetch_optional(self.conn())
+        .fetch_optional(self.conn().await?)
         .await?;
         row.as_ref().map(property_from_row).transpose()
     }
@@ -320,7 +320,7 @@ impl Tx {
             .bind(i64::from(private))
             .bind(to_secs(now))
             .bind(id)
-            .execute(self.conn())
+            .execute(self.conn().await?)
             .await?;
         Ok(())
     }

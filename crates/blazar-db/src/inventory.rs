@@ -111,7 +111,7 @@ impl Tx {
         .bind(Value::Object(r.attrs.clone()).to_string())
         .bind(i64::from(r.reservable))
         .bind(to_secs(r.created_at))
-        .fetch_one(self.conn())
+        .fetch_one(self.conn().await?)
         .await?;
         let id: i64 = row.try_get("id")?;
         for (key, value) in &r.capabilities {
@@ -138,7 +138,7 @@ impl Tx {
         .bind(resource_id)
         .bind(&property_id)
         .bind(value)
-        .execute(self.conn())
+        .execute(self.conn().await?)
         .await?;
         self.bump_inventory(kind).await?;
         Ok(())
@@ -157,7 +157,7 @@ impl Tx {
         .bind(resource_id)
         .bind(kind)
         .bind(key)
-        .execute(self.conn())
+        .execute(self.conn().await?)
         .await?;
         self.bump_inventory(kind).await?;
         Ok(())
@@ -172,7 +172,7 @@ impl Tx {
         let Some(row) = sqlx::query(&sql)
             .bind(kind)
             .bind(uid)
-            .fetch_optional(self.conn())
+            .fetch_optional(self.conn().await?)
             .await?
         else {
             return Ok(None);
@@ -198,7 +198,10 @@ impl Tx {
 
     pub async fn list_resources(&mut self, kind: &str) -> DbResult<Vec<ResourceRecord>> {
         let sql = format!("SELECT {RESOURCE_COLUMNS} FROM resources WHERE kind = $1 ORDER BY id");
-        let rows = sqlx::query(&sql).bind(kind).fetch_all(self.conn()).await?;
+        let rows = sqlx::query(&sql)
+            .bind(kind)
+            .fetch_all(self.conn().await?)
+            .await?;
         let mut records = rows
             .iter()
             .map(resource_from_row)
@@ -222,7 +225,7 @@ impl Tx {
              JOIN resource_properties p ON p.id = c.property_id WHERE p.resource_type = $1",
         )
         .bind(kind)
-        .fetch_all(self.conn())
+        .fetch_all(self.conn().await?)
         .await?;
         group(&rows)
     }
@@ -240,7 +243,7 @@ impl Tx {
         for id in ids {
             query = query.bind(*id);
         }
-        let rows = query.fetch_all(self.conn()).await?;
+        let rows = query.fetch_all(self.conn().await?).await?;
         group(&rows)
     }
 
@@ -248,7 +251,7 @@ impl Tx {
     async fn kind_of(&mut self, id: i64) -> DbResult<Option<String>> {
         let row = sqlx::query("SELECT kind FROM resources WHERE id = $1")
             .bind(id)
-            .fetch_optional(self.conn())
+            .fetch_optional(self.conn().await?)
             .await?;
         Ok(match row {
             Some(r) => Some(r.try_get("kind")?),
@@ -271,7 +274,7 @@ impl Tx {
             .bind(i64::from(reservable))
             .bind(to_secs(now))
             .bind(id)
-            .execute(self.conn())
+            .execute(self.conn().await?)
             .await?;
         if let Some(kind) = kind {
             self.bump_inventory(&kind).await?;
@@ -283,11 +286,11 @@ impl Tx {
         let kind = self.kind_of(id).await?;
         sqlx::query("DELETE FROM resource_capabilities WHERE resource_id = $1")
             .bind(id)
-            .execute(self.conn())
+            .execute(self.conn().await?)
             .await?;
         sqlx::query("DELETE FROM resources WHERE id = $1")
             .bind(id)
-            .execute(self.conn())
+            .execute(self.conn().await?)
             .await?;
         if let Some(kind) = kind {
             self.bump_inventory(&kind).await?;
@@ -306,7 +309,7 @@ impl Tx {
              WHERE p.resource_type = $1 ORDER BY p.property_name, c.value",
         )
         .bind(kind)
-        .fetch_all(self.conn())
+        .fetch_all(self.conn().await?)
         .await?;
         crate::hosts::group_property_values(&rows)
     }
@@ -325,7 +328,7 @@ impl Tx {
         .bind(Value::Object(f.extra_specs.clone()).to_string())
         .bind(to_secs(f.created_at))
         .bind(f.updated_at.map(to_secs))
-        .execute(self.conn())
+        .execute(self.conn().await?)
         .await?;
         Ok(())
     }
@@ -343,7 +346,7 @@ impl Tx {
         .bind(Value::Object(f.extra_specs.clone()).to_string())
         .bind(f.updated_at.map(to_secs))
         .bind(&f.id)
-        .execute(self.conn())
+        .execute(self.conn().await?)
         .await?;
         Ok(())
     }
@@ -355,7 +358,7 @@ impl Tx {
              FROM flavors WHERE id = $1 OR name = $1 ORDER BY CASE WHEN id = $1 THEN 0 ELSE 1 END LIMIT 1",
         )
         .bind(id_or_name)
-        .fetch_optional(self.conn())
+        .fetch_optional(self.conn().await?)
         .await?;
         row.as_ref().map(flavor_from_row).transpose()
     }
@@ -365,7 +368,7 @@ impl Tx {
             "SELECT id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, updated_at \
              FROM flavors ORDER BY name",
         )
-        .fetch_all(self.conn())
+        .fetch_all(self.conn().await?)
         .await?;
         rows.iter().map(flavor_from_row).collect()
     }
@@ -373,7 +376,7 @@ impl Tx {
     pub async fn delete_flavor(&mut self, id: &str) -> DbResult<()> {
         sqlx::query("DELETE FROM flavors WHERE id = $1")
             .bind(id)
-            .execute(self.conn())
+            .execute(self.conn().await?)
             .await?;
         Ok(())
     }
@@ -388,7 +391,7 @@ impl Tx {
         .bind(n.lease_id.as_deref())
         .bind(n.payload.to_string())
         .bind(to_secs(n.created_at))
-        .execute(self.conn())
+        .execute(self.conn().await?)
         .await?;
         Ok(())
     }
@@ -407,7 +410,7 @@ impl Tx {
         if let Some(l) = lease_id {
             query = query.bind(l);
         }
-        let rows = query.fetch_all(self.conn()).await?;
+        let rows = query.fetch_all(self.conn().await?).await?;
         rows.iter()
             .map(|row| {
                 let payload: String = row.try_get("payload")?;

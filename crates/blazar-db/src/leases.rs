@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::{DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
+use crate::{DbError, DbResult, EventRow, Tx, from_opt_secs, from_secs};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaseRow {
@@ -43,6 +43,7 @@ pub struct ReservationRow {
 /// Which leases a list returns. Every field narrows the result.
 #[derive(Debug, Clone, Default)]
 pub struct LeaseFilter {
+    pub id: Option<String>,
     pub project_id: Option<String>,
     pub user_id: Option<String>,
     pub status: Option<String>,
@@ -104,6 +105,7 @@ impl LeaseFilter {
         let mut conditions = Vec::new();
         let mut values = Vec::new();
         for (column, value) in [
+            ("l.id", &self.id),
             ("l.project_id", &self.project_id),
             ("l.user_id", &self.user_id),
             ("l.status", &self.status),
@@ -124,49 +126,49 @@ impl LeaseFilter {
 
 impl Tx {
     pub async fn insert_lease(&mut self, lease: &LeaseRow) -> DbResult<()> {
-        sqlx::query(
+        self.write(
             "INSERT INTO leases (id, name, user_id, project_id, trust_id, start_at, end_at, status, \
              degraded, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            vec![
+                (&lease.id).into(),
+                (&lease.name).into(),
+                (&lease.user_id).into(),
+                (&lease.project_id).into(),
+                (&lease.trust_id).into(),
+                lease.start.into(),
+                lease.end.into(),
+                (&lease.status).into(),
+                lease.degraded.into(),
+                lease.created_at.into(),
+                lease.updated_at.into(),
+            ],
         )
-        .bind(&lease.id)
-        .bind(&lease.name)
-        .bind(&lease.user_id)
-        .bind(&lease.project_id)
-        .bind(&lease.trust_id)
-        .bind(to_secs(lease.start))
-        .bind(to_secs(lease.end))
-        .bind(&lease.status)
-        .bind(i64::from(lease.degraded))
-        .bind(to_secs(lease.created_at))
-        .bind(lease.updated_at.map(to_secs))
-        .execute(self.conn())
-        .await?;
-        Ok(())
+        .await
     }
 
     /// Rewrites the mutable columns of a lease.
     pub async fn update_lease(&mut self, lease: &LeaseRow) -> DbResult<()> {
-        sqlx::query(
+        self.write(
             "UPDATE leases SET name = $1, start_at = $2, end_at = $3, status = $4, degraded = $5, \
              updated_at = $6 WHERE id = $7",
+            vec![
+                (&lease.name).into(),
+                lease.start.into(),
+                lease.end.into(),
+                (&lease.status).into(),
+                lease.degraded.into(),
+                lease.updated_at.into(),
+                (&lease.id).into(),
+            ],
         )
-        .bind(&lease.name)
-        .bind(to_secs(lease.start))
-        .bind(to_secs(lease.end))
-        .bind(&lease.status)
-        .bind(i64::from(lease.degraded))
-        .bind(lease.updated_at.map(to_secs))
-        .bind(&lease.id)
-        .execute(self.conn())
-        .await?;
-        Ok(())
+        .await
     }
 
     pub async fn get_lease(&mut self, id: &str) -> DbResult<Option<LeaseRow>> {
         let sql = format!("SELECT {LEASE_COLUMNS} FROM leases WHERE id = $1");
         let row = sqlx::query(&sql)
             .bind(id)
-            .fetch_optional(self.conn())
+            .fetch_optional(self.conn().await?)
             .await?;
         row.as_ref().map(lease_from_row).transpose()
     }
@@ -180,21 +182,9 @@ impl Tx {
         );
         let row = sqlx::query(&sql)
             .bind(id)
-            .fetch_optional(self.conn())
+            .fetch_optional(self.conn().await?)
             .await?;
         row.as_ref().map(lease_from_row).transpose()
-    }
-
-    pub async fn list_leases(&mut self, filter: &LeaseFilter) -> DbResult<Vec<LeaseRow>> {
-        let (clause, values) = filter.clause();
-        let sql =
-            format!("SELECT {LEASE_COLUMNS} FROM leases l{clause} ORDER BY l.created_at, l.id");
-        let mut query = sqlx::query(&sql);
-        for v in &values {
-            query = query.bind(v.as_str());
-        }
-        let rows = query.fetch_all(self.conn()).await?;
-        rows.iter().map(lease_from_row).collect()
     }
 
     pub async fn delete_lease(&mut self, id: &str) -> DbResult<()> {
@@ -205,49 +195,49 @@ impl Tx {
             "DELETE FROM reservations WHERE lease_id = $1",
             "DELETE FROM leases WHERE id = $1",
         ] {
-            sqlx::query(sql).bind(id).execute(self.conn()).await?;
+            self.write(sql, vec![id.into()]).await?;
         }
         Ok(())
     }
 
     pub async fn insert_reservation(&mut self, r: &ReservationRow) -> DbResult<()> {
-        sqlx::query(
+        self.write(
             "INSERT INTO reservations (id, lease_id, ordinal, resource_id, resource_type, status, \
              missing_resources, resources_changed, params, created_at, updated_at, granted_units) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            vec![
+                (&r.id).into(),
+                (&r.lease_id).into(),
+                r.ordinal.into(),
+                (&r.resource_id).into(),
+                (&r.resource_type).into(),
+                (&r.status).into(),
+                r.missing_resources.into(),
+                r.resources_changed.into(),
+                Value::Object(r.params.clone()).to_string().into(),
+                r.created_at.into(),
+                r.updated_at.into(),
+                r.granted_units.into(),
+            ],
         )
-        .bind(&r.id)
-        .bind(&r.lease_id)
-        .bind(r.ordinal)
-        .bind(&r.resource_id)
-        .bind(&r.resource_type)
-        .bind(&r.status)
-        .bind(i64::from(r.missing_resources))
-        .bind(i64::from(r.resources_changed))
-        .bind(Value::Object(r.params.clone()).to_string())
-        .bind(to_secs(r.created_at))
-        .bind(r.updated_at.map(to_secs))
-        .bind(r.granted_units)
-        .execute(self.conn())
-        .await?;
-        Ok(())
+        .await
     }
 
     pub async fn update_reservation(&mut self, r: &ReservationRow) -> DbResult<()> {
-        sqlx::query(
+        self.write(
             "UPDATE reservations SET status = $1, missing_resources = $2, resources_changed = $3, \
              params = $4, updated_at = $5, granted_units = $6 WHERE id = $7",
+            vec![
+                (&r.status).into(),
+                r.missing_resources.into(),
+                r.resources_changed.into(),
+                Value::Object(r.params.clone()).to_string().into(),
+                r.updated_at.into(),
+                r.granted_units.into(),
+                (&r.id).into(),
+            ],
         )
-        .bind(&r.status)
-        .bind(i64::from(r.missing_resources))
-        .bind(i64::from(r.resources_changed))
-        .bind(Value::Object(r.params.clone()).to_string())
-        .bind(r.updated_at.map(to_secs))
-        .bind(r.granted_units)
-        .bind(&r.id)
-        .execute(self.conn())
-        .await?;
-        Ok(())
+        .await
     }
 
     pub async fn reservations_of(&mut self, lease_id: &str) -> DbResult<Vec<ReservationRow>> {
@@ -256,32 +246,9 @@ impl Tx {
         );
         let rows = sqlx::query(&sql)
             .bind(lease_id)
-            .fetch_all(self.conn())
+            .fetch_all(self.conn().await?)
             .await?;
         rows.iter().map(reservation_from_row).collect()
-    }
-
-    /// Reservations of the given leases (an indexed lookup per lease, in chunks).
-    pub async fn reservations_of_leases(
-        &mut self,
-        ids: &[String],
-    ) -> DbResult<Vec<ReservationRow>> {
-        let mut out = Vec::new();
-        for chunk in ids.chunks(500) {
-            let sql = format!(
-                "SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.lease_id IN ({}) \
-                 ORDER BY r.lease_id, r.ordinal",
-                crate::placeholders(1, chunk.len())
-            );
-            let mut query = sqlx::query(&sql);
-            for id in chunk {
-                query = query.bind(id.as_str());
-            }
-            for row in query.fetch_all(self.conn()).await? {
-                out.push(reservation_from_row(&row)?);
-            }
-        }
-        Ok(out)
     }
 
     /// Reservations that hold fewer units than they were granted (healing fills them).
@@ -290,7 +257,7 @@ impl Tx {
             "SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.missing_resources = 1 \
              AND r.status IN ('pending', 'active') ORDER BY r.lease_id, r.ordinal"
         );
-        let rows = sqlx::query(&sql).fetch_all(self.conn()).await?;
+        let rows = sqlx::query(&sql).fetch_all(self.conn().await?).await?;
         rows.iter().map(reservation_from_row).collect()
     }
 
@@ -298,8 +265,124 @@ impl Tx {
         let sql = format!("SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.id = $1");
         let row = sqlx::query(&sql)
             .bind(id)
-            .fetch_optional(self.conn())
+            .fetch_optional(self.conn().await?)
             .await?;
         row.as_ref().map(reservation_from_row).transpose()
+    }
+}
+
+/// A lease with its reservations (by ordinal) and events (in time order).
+pub type LeaseTree = (LeaseRow, Vec<ReservationRow>, Vec<EventRow>);
+
+/// Reservation columns as one JSON array each (see [`Tx::lease_trees`]).
+type ReservationTuple = (
+    String,
+    String,
+    i64,
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    String,
+    i64,
+    i64,
+    Option<i64>,
+);
+
+/// Event columns as one JSON array each.
+type EventTuple = (String, String, String, i64, i64, String, i64, Option<i64>);
+
+fn reservations_from_json(text: Option<String>) -> DbResult<Vec<ReservationRow>> {
+    let tuples: Vec<ReservationTuple> = match text {
+        Some(text) => serde_json::from_str(&text)
+            .map_err(|e| DbError::Corrupt(format!("reservations of a lease: {e}")))?,
+        None => Vec::new(),
+    };
+    tuples
+        .into_iter()
+        .map(|t| {
+            let params = match serde_json::from_str(&t.8) {
+                Ok(Value::Object(map)) => map,
+                _ => return Err(DbError::Corrupt(format!("reservation params {:?}", t.8))),
+            };
+            Ok(ReservationRow {
+                id: t.0,
+                lease_id: t.1,
+                ordinal: t.2,
+                resource_id: t.3,
+                resource_type: t.4,
+                status: t.5,
+                missing_resources: t.6 != 0,
+                resources_changed: t.7 != 0,
+                params,
+                granted_units: t.9,
+                created_at: from_secs(t.10)?,
+                updated_at: from_opt_secs(t.11)?,
+            })
+        })
+        .collect()
+}
+
+fn events_from_json(text: Option<String>) -> DbResult<Vec<EventRow>> {
+    let tuples: Vec<EventTuple> = match text {
+        Some(text) => serde_json::from_str(&text)
+            .map_err(|e| DbError::Corrupt(format!("events of a lease: {e}")))?,
+        None => Vec::new(),
+    };
+    tuples
+        .into_iter()
+        .map(|t| {
+            Ok(EventRow {
+                id: t.0,
+                lease_id: t.1,
+                event_type: t.2,
+                time: from_secs(t.3)?,
+                rank: t.4,
+                status: t.5,
+                created_at: from_secs(t.6)?,
+                updated_at: from_opt_secs(t.7)?,
+            })
+        })
+        .collect()
+}
+
+impl Tx {
+    /// Leases matching `filter` with their reservations and events, in one query that returns
+    /// one row per lease (the children aggregated as JSON arrays): a lease list costs one
+    /// round trip and a row per lease rather than one per child.
+    pub async fn lease_trees(&mut self, filter: &LeaseFilter) -> DbResult<Vec<LeaseTree>> {
+        let (clause, values) = filter.clause();
+        let (agg, array) = match self.backend {
+            crate::Backend::Sqlite => ("json_group_array", "json_array"),
+            crate::Backend::Postgres => ("json_agg", "json_build_array"),
+        };
+        // CAST(... AS TEXT): PostgreSQL's json comes back as text for the Any driver.
+        let sql = format!(
+            "SELECT l.id, l.name, l.user_id, l.project_id, l.trust_id, l.start_at, l.end_at, \
+             l.status, l.degraded, l.created_at, l.updated_at, \
+             (SELECT CAST({agg}({array}(r.id, r.lease_id, r.ordinal, r.resource_id, \
+                r.resource_type, r.status, r.missing_resources, r.resources_changed, r.params, \
+                r.granted_units, r.created_at, r.updated_at) ORDER BY r.ordinal) AS TEXT) \
+              FROM reservations r WHERE r.lease_id = l.id) AS reservations, \
+             (SELECT CAST({agg}({array}(e.id, e.lease_id, e.event_type, e.event_time, e.rank, \
+                e.status, e.created_at, e.updated_at) ORDER BY e.event_time, e.rank) AS TEXT) \
+              FROM events e WHERE e.lease_id = l.id) AS events \
+             FROM leases l{clause} ORDER BY l.created_at, l.id"
+        );
+        let mut query = sqlx::query(&sql);
+        for v in &values {
+            query = query.bind(v.as_str());
+        }
+        let rows = query.fetch_all(self.conn().await?).await?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    lease_from_row(row)?,
+                    reservations_from_json(row.try_get("reservations")?)?,
+                    events_from_json(row.try_get("events")?)?,
+                ))
+            })
+            .collect()
     }
 }

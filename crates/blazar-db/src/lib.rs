@@ -26,7 +26,7 @@ pub use allocations::{AllocationRow, AllocationView, GrantRow, HandoverRow, NewA
 pub use events::EventRow;
 pub use hosts::{NewHost, PropertyRow, PropertyWithValues};
 pub use inventory::{FlavorRow, NewResource, NotificationRow, ResourceRecord};
-pub use leases::{LeaseFilter, LeaseRow, ReservationRow};
+pub use leases::{LeaseFilter, LeaseRow, LeaseTree, ReservationRow};
 pub use tokens::ApiTokenRow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +93,38 @@ pub struct Store {
     /// SQLite has one writer at a time; queueing writers here avoids busy-waiting inside
     /// SQLite. Other processes on the same file are still serialised by BEGIN IMMEDIATE.
     write_lock: Arc<Mutex<()>>,
+    _checkpointer: Option<Arc<Checkpointer>>,
+}
+
+/// Copies SQLite's write-ahead log back into the database file every half second, on a
+/// connection of its own. Left to SQLite, the commit that crosses the log's size limit does it
+/// (with an fsync) while holding the write lock, and every writer queued behind it waits.
+/// Passive checkpoints never wait for readers or writers. Stops when the last clone of the
+/// store is dropped.
+struct Checkpointer(tokio::task::JoinHandle<()>);
+
+impl Checkpointer {
+    fn start(pool: AnyPool) -> Checkpointer {
+        Checkpointer(tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(500));
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !pool.is_closed() {
+                every.tick().await;
+                if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                    .execute(&pool)
+                    .await
+                {
+                    tracing::debug!(error = %e, "background checkpoint failed; retrying");
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Turns the configured database into a URL sqlx understands.
@@ -126,6 +158,9 @@ impl Store {
         let pool = AnyPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(Duration::from_secs(30))
+            // A ping before each use costs SQLite a round trip to its worker thread and finds
+            // nothing a local file could lose; a PostgreSQL connection can drop, so keep it.
+            .test_before_acquire(backend == Backend::Postgres)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if backend == Backend::Sqlite {
@@ -133,12 +168,13 @@ impl Store {
                         // durable across application crashes; the busy timeout makes other
                         // processes wait for the write lock instead of failing.
                         // A 64 MiB page cache and memory-mapped reads keep a large
-                        // allocation history off the read() path.
+                        // allocation history off the read() path. Checkpoints run in the
+                        // background (see `Checkpointer`); the in-line one is a safety net.
                         conn.execute(
                             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
                              PRAGMA busy_timeout = 30000; PRAGMA foreign_keys = ON; \
                              PRAGMA cache_size = -65536; PRAGMA mmap_size = 268435456; \
-                             PRAGMA temp_store = MEMORY;",
+                             PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 20000;",
                         )
                         .await?;
                     }
@@ -147,10 +183,15 @@ impl Store {
             })
             .connect_with(connect_options)
             .await?;
+        let checkpointer = match backend {
+            Backend::Sqlite => Some(Arc::new(Checkpointer::start(pool.clone()))),
+            Backend::Postgres => None,
+        };
         let store = Store {
             pool,
             backend,
             write_lock: Arc::new(Mutex::new(())),
+            _checkpointer: checkpointer,
         };
         store.migrate().await?;
         Ok(store)
@@ -185,6 +226,8 @@ impl Store {
         Ok(Tx {
             inner,
             backend: self.backend,
+            pending: Deferred::default(),
+            writer: true,
             _guard: guard,
         })
     }
@@ -195,6 +238,8 @@ impl Store {
         Ok(Tx {
             inner,
             backend: self.backend,
+            pending: Deferred::default(),
+            writer: false,
             _guard: None,
         })
     }
@@ -208,11 +253,127 @@ impl Store {
 pub struct Tx {
     inner: sqlx::Transaction<'static, Any>,
     backend: Backend,
+    /// Writes not sent yet (SQLite): they go out together before the next read or the commit.
+    pending: Deferred,
+    writer: bool,
     _guard: Option<OwnedMutexGuard<()>>,
 }
 
+/// A value bound to a deferred statement.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Arg {
+    Int(Option<i64>),
+    Text(Option<String>),
+}
+
+impl From<i64> for Arg {
+    fn from(v: i64) -> Arg {
+        Arg::Int(Some(v))
+    }
+}
+
+impl From<Option<i64>> for Arg {
+    fn from(v: Option<i64>) -> Arg {
+        Arg::Int(v)
+    }
+}
+
+impl From<bool> for Arg {
+    fn from(v: bool) -> Arg {
+        Arg::Int(Some(i64::from(v)))
+    }
+}
+
+impl From<&str> for Arg {
+    fn from(v: &str) -> Arg {
+        Arg::Text(Some(v.to_string()))
+    }
+}
+
+impl From<&String> for Arg {
+    fn from(v: &String) -> Arg {
+        Arg::Text(Some(v.clone()))
+    }
+}
+
+impl From<String> for Arg {
+    fn from(v: String) -> Arg {
+        Arg::Text(Some(v))
+    }
+}
+
+impl From<DateTime<Utc>> for Arg {
+    fn from(v: DateTime<Utc>) -> Arg {
+        Arg::Int(Some(to_secs(v)))
+    }
+}
+
+impl From<Option<DateTime<Utc>>> for Arg {
+    fn from(v: Option<DateTime<Utc>>) -> Arg {
+        Arg::Int(v.map(to_secs))
+    }
+}
+
+fn bind_all<'q>(
+    mut query: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>,
+    args: Vec<Arg>,
+) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
+    for arg in args {
+        query = match arg {
+            Arg::Int(v) => query.bind(v),
+            Arg::Text(v) => query.bind(v),
+        };
+    }
+    query
+}
+
+/// Statements that return nothing, queued to be sent as one multi-statement script.
+///
+/// sqlx runs each SQLite statement on the connection's worker thread and hands the result
+/// back to the async task: every statement costs two thread wake-ups, which dominate a lease
+/// create (a few dozen statements of a few microseconds each). Queued writes cost one round
+/// trip in all. SQLite binds `$N` by number in every statement of a script, so each queued
+/// statement's placeholders are shifted past those before it.
+#[derive(Default)]
+struct Deferred {
+    script: String,
+    args: Vec<Arg>,
+}
+
+/// SQLite's default limit on bound values in one script is 32766; stay well below it.
+const MAX_DEFERRED_ARGS: usize = 16_000;
+
+impl Deferred {
+    fn push(&mut self, sql: &str, args: Vec<Arg>) {
+        let offset = self.args.len();
+        let mut chars = sql.char_indices().peekable();
+        while let Some((_, c)) = chars.next() {
+            self.script.push(c);
+            if c != '$' {
+                continue;
+            }
+            let mut number = String::new();
+            while let Some((_, d)) = chars.peek().filter(|(_, d)| d.is_ascii_digit()) {
+                number.push(*d);
+                chars.next();
+            }
+            match number.parse::<usize>() {
+                Ok(n) => self.script.push_str(&(n + offset).to_string()),
+                Err(_) => self.script.push_str(&number),
+            }
+        }
+        self.script.push_str(";\n");
+        self.args.extend(args);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.script.is_empty()
+    }
+}
+
 impl Tx {
-    pub async fn commit(self) -> DbResult<()> {
+    pub async fn commit(mut self) -> DbResult<()> {
+        self.flush().await?;
         self.inner.commit().await?;
         Ok(())
     }
@@ -221,8 +382,47 @@ impl Tx {
         self.backend
     }
 
-    fn conn(&mut self) -> &mut sqlx::AnyConnection {
-        &mut self.inner
+    /// Whether this transaction was opened by [`Store::write`]: on SQLite it then holds the
+    /// database's write lock, so nothing it read can change before it commits.
+    pub fn is_writer(&self) -> bool {
+        self.writer
+    }
+
+    /// The connection, with every queued write sent: reads see what this transaction wrote.
+    async fn conn(&mut self) -> DbResult<&mut sqlx::AnyConnection> {
+        self.flush().await?;
+        Ok(&mut self.inner)
+    }
+
+    /// A write whose outcome nobody waits for (an insert or update that returns nothing): on
+    /// SQLite it is queued until the next read or the commit; a failure (a refused overlap,
+    /// say) surfaces there and fails the transaction as a whole.
+    pub(crate) async fn write(&mut self, sql: &str, args: Vec<Arg>) -> DbResult<()> {
+        match self.backend {
+            Backend::Postgres => {
+                bind_all(sqlx::query(sql), args)
+                    .execute(&mut *self.inner)
+                    .await?;
+            }
+            Backend::Sqlite => {
+                self.pending.push(sql, args);
+                if self.pending.args.len() > MAX_DEFERRED_ARGS {
+                    self.flush().await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> DbResult<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let Deferred { script, args } = std::mem::take(&mut self.pending);
+        bind_all(sqlx::query(&script), args)
+            .execute(&mut *self.inner)
+            .await?;
+        Ok(())
     }
 
     /// Serialises the event scheduler across processes on PostgreSQL (SQLite writers are
@@ -230,7 +430,7 @@ impl Tx {
     pub async fn lock_scheduler(&mut self) -> DbResult<()> {
         if self.backend == Backend::Postgres {
             sqlx::query("SELECT pg_advisory_xact_lock(7355608)")
-                .execute(self.conn())
+                .execute(self.conn().await?)
                 .await?;
         }
         Ok(())
@@ -243,7 +443,7 @@ impl Tx {
     pub async fn lock_allocations(&mut self) -> DbResult<()> {
         if self.backend == Backend::Postgres {
             sqlx::query("SELECT pg_advisory_xact_lock(7355609)")
-                .execute(self.conn())
+                .execute(self.conn().await?)
                 .await?;
         }
         Ok(())
@@ -256,7 +456,7 @@ impl Tx {
              ON CONFLICT (kind) DO UPDATE SET version = inventory_versions.version + 1",
         )
         .bind(kind)
-        .execute(self.conn())
+        .execute(self.conn().await?)
         .await?;
         Ok(())
     }
@@ -265,7 +465,7 @@ impl Tx {
     pub async fn inventory_version(&mut self, kind: &str) -> DbResult<i64> {
         let row = sqlx::query("SELECT version FROM inventory_versions WHERE kind = $1")
             .bind(kind)
-            .fetch_optional(self.conn())
+            .fetch_optional(self.conn().await?)
             .await?;
         Ok(match row {
             Some(r) => sqlx::Row::try_get(&r, "version")?,
@@ -278,7 +478,7 @@ impl Tx {
         let sql = format!("SELECT id FROM {table} WHERE id = $1{}", self.for_update());
         Ok(sqlx::query(&sql)
             .bind(id)
-            .fetch_optional(self.conn())
+            .fetch_optional(self.conn().await?)
             .await?
             .is_some())
     }
@@ -305,7 +505,7 @@ impl Tx {
         for id in ids {
             query = query.bind(*id);
         }
-        let rows = query.fetch_all(self.conn()).await?;
+        let rows = query.fetch_all(self.conn().await?).await?;
         rows.iter()
             .map(|r| Ok(sqlx::Row::try_get(r, "id")?))
             .collect()

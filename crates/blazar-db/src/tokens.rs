@@ -59,7 +59,7 @@ impl Tx {
         .bind(to_secs(token.created_at))
         .bind(token.expires_at.map(to_secs))
         .bind(token.revoked_at.map(to_secs))
-        .execute(self.conn())
+        .execute(self.conn().await?)
         .await?;
         Ok(())
     }
@@ -67,7 +67,7 @@ impl Tx {
     pub async fn api_token(&mut self, id: &str) -> DbResult<Option<ApiTokenRow>> {
         let row = sqlx::query(&format!("SELECT {COLUMNS} FROM api_tokens WHERE id = $1"))
             .bind(id)
-            .fetch_optional(self.conn())
+            .fetch_optional(self.conn().await?)
             .await?;
         row.as_ref().map(token_from_row).transpose()
     }
@@ -77,7 +77,7 @@ impl Tx {
         let rows = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM api_tokens ORDER BY created_at, id"
         ))
-        .fetch_all(self.conn())
+        .fetch_all(self.conn().await?)
         .await?;
         rows.iter().map(token_from_row).collect()
     }
@@ -90,7 +90,7 @@ impl Tx {
         )
         .bind(to_secs(at))
         .bind(id)
-        .execute(self.conn())
+        .execute(self.conn().await?)
         .await?;
         Ok(done.rows_affected() > 0)
     }

@@ -189,6 +189,7 @@ pub async fn list_leases(
         )));
     }
     let filter = LeaseFilter {
+        id: None,
         project_id: query.get("project_id").cloned(),
         user_id: query.get("user_id").cloned(),
         status: query.get("status").cloned(),

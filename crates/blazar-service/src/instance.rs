@@ -244,8 +244,9 @@ async fn write_slots(
             "a chosen host changed concurrently".into(),
         ));
     }
-    for (host, units) in placement {
-        tx.insert_allocation(&NewAllocation {
+    let rows: Vec<NewAllocation> = placement
+        .iter()
+        .map(|(host, units)| NewAllocation {
             exclusive: false,
             units: *units,
             vcpus: shape.slot.vcpus,
@@ -253,8 +254,8 @@ async fn write_slots(
             disk_gb: shape.slot.disk_gb,
             ..crate::resources::whole_allocation(request, PHYSICAL_HOST, *host)
         })
-        .await?;
-    }
+        .collect();
+    tx.insert_allocations(&rows).await?;
     Ok(())
 }
 

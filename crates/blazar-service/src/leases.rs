@@ -157,6 +157,19 @@ pub(crate) async fn load_view(tx: &mut Tx, lease: LeaseRow) -> ServiceResult<Lea
 }
 
 impl Service {
+    /// Wakes the scheduler if the lease has an event due before it would look anyway.
+    fn wake_for(&self, view: &LeaseView) {
+        let pending = view
+            .events
+            .iter()
+            .filter(|e| e.status == EventStatus::Undone.as_str())
+            .map(|e| e.time)
+            .min();
+        if let Some(due) = pending {
+            self.wake_scheduler_for(due);
+        }
+    }
+
     fn check_visible(&self, identity: &Identity, lease: &LeaseRow) -> ServiceResult<()> {
         self.authorize("blazar:leases:get", identity, &lease_target(lease))
     }
@@ -226,6 +239,7 @@ impl Service {
         let blocked_until = window.end() + self.settings().cleaning();
 
         let view = in_tx!(self, write, |tx| {
+            // Whole seconds (Service::now), as stored: the view built here equals a read.
             let created = self.now();
             let lease = LeaseRow {
                 id: new_id(),
@@ -241,6 +255,7 @@ impl Service {
                 updated_at: Some(created),
             };
             tx.insert_lease(&lease).await?;
+            let mut reservations = Vec::with_capacity(requests.len());
             for (i, (resource_type, params)) in requests.iter().enumerate() {
                 let id = new_id();
                 let mut params = resource_type.resolve(tx, params.clone()).await?;
@@ -273,37 +288,47 @@ impl Service {
                     .await?;
                 reservation.granted_units = grant.units;
                 tx.update_reservation(&reservation).await?;
+                reservations.push(reservation);
             }
-            tx.insert_event(&new_event(
-                &lease.id,
-                EventType::StartLease,
-                window.start(),
-                created,
-            ))
-            .await?;
-            tx.insert_event(&new_event(
-                &lease.id,
-                EventType::EndLease,
-                window.end(),
-                created,
-            ))
-            .await?;
+            let mut events = vec![
+                new_event(&lease.id, EventType::StartLease, window.start(), created),
+                new_event(&lease.id, EventType::EndLease, window.end(), created),
+            ];
             if let Some(t) = before_end {
-                tx.insert_event(&new_event(&lease.id, EventType::BeforeEndLease, t, created))
-                    .await?;
+                events.push(new_event(&lease.id, EventType::BeforeEndLease, t, created));
             }
-            load_view(tx, lease).await
+            for event in &events {
+                tx.insert_event(event).await?;
+            }
+            // The order a read returns them in (events_of).
+            events.sort_by_key(|e| (e.time, e.rank));
+            // Built from what was written rather than read back: the writes stay queued until
+            // the commit, one round trip for all of them.
+            Ok(LeaseView {
+                lease,
+                reservations,
+                events,
+            })
         })?;
         tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
-        self.wake.notify_one();
+        self.wake_for(&view);
         Ok(view)
     }
 
     pub async fn get_lease(&self, identity: &Identity, id: &str) -> ServiceResult<LeaseView> {
-        in_tx!(self, read, |tx| {
-            let lease = tx.get_lease(id).await?.ok_or_else(|| lease_not_found(id))?;
-            self.check_visible(identity, &lease)?;
-            load_view(tx, lease).await
+        let filter = LeaseFilter {
+            id: Some(id.to_string()),
+            ..LeaseFilter::default()
+        };
+        let (lease, reservations, events) = in_tx!(self, read, |tx| {
+            Ok(tx.lease_trees(&filter).await?.pop())
+        })?
+        .ok_or_else(|| lease_not_found(id))?;
+        self.check_visible(identity, &lease)?;
+        Ok(LeaseView {
+            lease,
+            reservations,
+            events,
         })
     }
 
@@ -335,22 +360,14 @@ impl Service {
             }
         }
         in_tx!(self, read, |tx| {
-            let leases = tx.list_leases(&filter).await?;
-            let ids: Vec<String> = leases.iter().map(|l| l.id.clone()).collect();
-            let mut reservations: HashMap<String, Vec<ReservationRow>> = HashMap::new();
-            for r in tx.reservations_of_leases(&ids).await? {
-                reservations.entry(r.lease_id.clone()).or_default().push(r);
-            }
-            let mut events: HashMap<String, Vec<EventRow>> = HashMap::new();
-            for e in tx.events_of_leases(&ids).await? {
-                events.entry(e.lease_id.clone()).or_default().push(e);
-            }
-            Ok(leases
+            Ok(tx
+                .lease_trees(&filter)
+                .await?
                 .into_iter()
-                .map(|lease| LeaseView {
-                    reservations: reservations.remove(&lease.id).unwrap_or_default(),
-                    events: events.remove(&lease.id).unwrap_or_default(),
+                .map(|(lease, reservations, events)| LeaseView {
                     lease,
+                    reservations,
+                    events,
                 })
                 .collect())
         })
@@ -385,7 +402,7 @@ impl Service {
             self.reschedule(tx, lease, update, stamp).await
         })?;
         tracing::info!(lease.id = %view.lease.id, "lease updated");
-        self.wake.notify_one();
+        self.wake_for(&view);
         Ok(view)
     }
 

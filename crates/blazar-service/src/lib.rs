@@ -45,6 +45,7 @@ mod pool;
 mod resources;
 mod scheduler;
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use blazar_db::{DbError, Store};
@@ -195,6 +196,9 @@ pub struct Service {
     authorizer: Arc<dyn Authorizer>,
     host_cache: Arc<resources::HostCache>,
     wake: Arc<Notify>,
+    /// When the scheduler next looks at the events (epoch seconds; `i64::MIN` while it is
+    /// looking): a write wakes it only for an event due before then.
+    scheduler_plan: Arc<AtomicI64>,
 }
 
 /// How many times a use case is re-run after losing a race to a concurrent transaction.
@@ -234,6 +238,7 @@ impl Service {
             authorizer: Arc::new(DefaultPolicy),
             host_cache: cache,
             wake: Arc::new(Notify::new()),
+            scheduler_plan: Arc::new(AtomicI64::new(i64::MIN)),
         }
     }
 
@@ -259,6 +264,15 @@ impl Service {
     }
 
     /// Woken whenever a lease gets an event that may already be due.
+    /// Wakes the scheduler if an event at `due` comes before its next planned look. Waking it
+    /// for nothing would cost a pass over the events for every write.
+    pub(crate) fn wake_scheduler_for(&self, due: DateTime<Utc>) {
+        let plan = self.scheduler_plan.load(Ordering::SeqCst);
+        if plan == i64::MIN || due.timestamp() < plan {
+            self.wake.notify_one();
+        }
+    }
+
     pub fn wake_signal(&self) -> Arc<Notify> {
         self.wake.clone()
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use blazar_core::host::HostRecord;
 use blazar_core::{PHYSICAL_HOST, PropertyQuery, TimeWindow, engine};
-use blazar_db::{NewAllocation, Tx};
+use blazar_db::{Backend, NewAllocation, Tx};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
@@ -162,10 +162,11 @@ pub(crate) async fn grant_whole(
             "a chosen {kind} resource changed concurrently"
         )));
     }
-    for id in &chosen {
-        tx.insert_allocation(&whole_allocation(request, kind, *id))
-            .await?;
-    }
+    let rows: Vec<NewAllocation> = chosen
+        .iter()
+        .map(|id| whole_allocation(request, kind, *id))
+        .collect();
+    tx.insert_allocations(&rows).await?;
     Ok(Grant {
         units: chosen.len() as i64,
         resources: chosen,
@@ -197,6 +198,12 @@ pub(crate) async fn lock_reservable(
     ids: &[i64],
 ) -> ServiceResult<Vec<i64>> {
     Ok(if kind == PHYSICAL_HOST {
+        if tx.backend() == Backend::Sqlite && tx.is_writer() {
+            // Host candidates come from the inventory version read in this transaction, and
+            // a SQLite writer holds the database's only write lock from its first statement:
+            // no host can have changed since.
+            return Ok(ids.to_vec());
+        }
         tx.lock_reservable_hosts(ids).await?
     } else {
         tx.lock_reservable_resources(ids).await?

@@ -8,6 +8,7 @@
 //! resource over end-before-start.
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 
 use blazar_core::{EventStatus, EventType, LeaseStatus, ReservationStatus};
 use blazar_db::{AllocationRow, EventRow, Tx};
@@ -181,6 +182,18 @@ impl Service {
     /// Runs the scheduler until `shutdown` completes: a tick whenever an event falls due,
     /// when woken by a new lease, and at least every `poll` (events written by other
     /// processes are seen at the next poll).
+    /// The time of the earliest event not run yet (`None` if there is none or on a read
+    /// failure, which is logged; the next poll tries again).
+    async fn next_event_time(&self) -> Option<DateTime<Utc>> {
+        match in_tx!(self, read, |tx| { Ok(tx.next_event_time().await?) }) {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::error!(error = %e, "could not read the next event time");
+                None
+            }
+        }
+    }
+
     pub async fn run_scheduler(
         &self,
         poll: std::time::Duration,
@@ -188,25 +201,35 @@ impl Service {
     ) {
         tokio::pin!(shutdown);
         loop {
+            // Writes committed from here on wake the scheduler again, whatever their time.
+            self.scheduler_plan.store(i64::MIN, Ordering::SeqCst);
             let now = self.now();
-            if let Err(e) = self.tick(now).await {
-                tracing::error!(error = %e, "scheduler tick failed; retrying at the next poll");
+            let mut next = self.next_event_time().await;
+            let mut backlog = false;
+            // The write lock only when an event is due: on SQLite every writer waits for it.
+            if next.is_some_and(|t| t <= now) {
+                match self.tick(now).await {
+                    Ok(report) => {
+                        backlog = report.executed + report.failed >= MAX_EVENTS_PER_TICK;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "scheduler tick failed; retrying at the next poll");
+                    }
+                }
+                next = self.next_event_time().await;
             }
             if let Err(e) = self.heal_pending(now).await {
                 tracing::error!(error = %e, "healing failed; retrying at the next poll");
             }
-            let next = match in_tx!(self, read, |tx| { Ok(tx.next_event_time().await?) }) {
-                Ok(next) => next,
-                Err(e) => {
-                    tracing::error!(error = %e, "could not read the next event time");
-                    None
-                }
-            };
             let now = self.now();
             let wait = match next {
                 Some(t) if t > now => (t - now).to_std().unwrap_or(poll).min(poll),
+                _ if backlog => std::time::Duration::ZERO,
                 _ => poll,
             };
+            let plan = now + chrono::Duration::from_std(wait).unwrap_or_default();
+            self.scheduler_plan
+                .store(plan.timestamp(), Ordering::SeqCst);
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.wake.notified() => {}

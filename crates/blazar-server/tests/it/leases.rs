@@ -847,3 +847,40 @@ async fn explicit_before_end_date_moves_its_event() {
         .await;
     assert_eq!(before_end(&set.body), "2030-01-01T12:00:00.000000");
 }
+
+/// A create answers with the lease it wrote without reading it back; a show and a list must
+/// return exactly that object (key order included), even when the clock has sub-second digits.
+#[tokio::test]
+async fn create_answer_equals_show_and_list() {
+    let app = TestApp::spawn().await;
+    three_hosts(&app).await;
+    app.set_time(crate::harness::t(2029, 12, 31, 8, 0) + chrono::Duration::microseconds(123_456));
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({
+                "name": "same-everywhere", "start_date": "2030-01-01 10:00",
+                "end_date": "2030-01-01 12:00", "before_end_date": "2030-01-01 11:00",
+                "reservations": [
+                    {"resource_type": "physical:host", "min": 1, "max": 1, "resource_properties": GPU},
+                    {"resource_type": "physical:host", "min": 1, "max": 2,
+                     "hypervisor_properties": "", "resource_properties": ""},
+                ],
+            }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let created = serde_json::to_string(&r.body["lease"]).unwrap();
+    let shown = app.get(&format!("/v1/leases/{}", id(&r))).await;
+    assert_eq!(
+        serde_json::to_string(&shown.body["lease"]).unwrap(),
+        created
+    );
+    let listed = app.get("/v1/leases").await;
+    assert_eq!(
+        serde_json::to_string(&listed.body["leases"][0]).unwrap(),
+        created
+    );
+    assert_eq!(r.body["lease"]["events"].as_array().unwrap().len(), 3);
+    assert_eq!(r.body["lease"]["reservations"].as_array().unwrap().len(), 2);
+}
