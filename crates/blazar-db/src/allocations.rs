@@ -320,14 +320,9 @@ impl Tx {
              allocation_spans WHERE resource_type = $1), 0)",
             crate::placeholders(4, ids.len())
         );
-        let mut query = sqlx::query(&sql)
-            .bind(resource_type)
-            .bind(to_secs(start))
-            .bind(to_secs(blocked_until));
-        for id in ids {
-            query = query.bind(*id);
-        }
-        let rows = query.fetch_all(self.conn().await?).await?;
+        let mut args: Vec<Arg> = vec![resource_type.into(), start.into(), blocked_until.into()];
+        args.extend(ids.iter().map(|id| Arg::from(*id)));
+        let rows = self.fetch_rows(&sql, args).await?;
         rows.iter().map(|r| Ok(r.try_get("resource_id")?)).collect()
     }
 

@@ -174,7 +174,7 @@ impl Store {
                             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
                              PRAGMA busy_timeout = 30000; PRAGMA foreign_keys = ON; \
                              PRAGMA cache_size = -65536; PRAGMA mmap_size = 268435456; \
-                             PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 20000;",
+                             PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4000;",
                         )
                         .await?;
                     }
@@ -227,6 +227,9 @@ impl Store {
             inner,
             backend: self.backend,
             pending: Deferred::default(),
+            flushes: 0,
+            versions: Default::default(),
+            bumped: Default::default(),
             writer: true,
             _guard: guard,
         })
@@ -239,6 +242,9 @@ impl Store {
             inner,
             backend: self.backend,
             pending: Deferred::default(),
+            flushes: 0,
+            versions: Default::default(),
+            bumped: Default::default(),
             writer: false,
             _guard: None,
         })
@@ -255,8 +261,23 @@ pub struct Tx {
     backend: Backend,
     /// Writes not sent yet (SQLite): they go out together before the next read or the commit.
     pending: Deferred,
+    /// How many times queued writes were sent.
+    flushes: u64,
+    /// Inventory versions read by this transaction, kept while it holds SQLite's write lock
+    /// (nobody else can move them then).
+    versions: std::collections::HashMap<String, i64>,
+    /// Inventory kinds this transaction changed.
+    bumped: std::collections::HashSet<String>,
     writer: bool,
     _guard: Option<OwnedMutexGuard<()>>,
+}
+
+/// A point in a transaction that [`Tx::rollback_to`] returns to.
+#[derive(Debug, Clone, Copy)]
+pub struct Savepoint {
+    script: usize,
+    args: usize,
+    flushes: u64,
 }
 
 /// A value bound to a deferred statement.
@@ -414,10 +435,68 @@ impl Tx {
         Ok(())
     }
 
+    /// Runs a query that returns rows. On SQLite the queued writes travel in front of it in
+    /// the same script: one round trip for both.
+    pub(crate) async fn fetch_rows(
+        &mut self,
+        sql: &str,
+        args: Vec<Arg>,
+    ) -> DbResult<Vec<sqlx::any::AnyRow>> {
+        if self.pending.is_empty() {
+            return Ok(bind_all(sqlx::query(sql), args)
+                .fetch_all(&mut *self.inner)
+                .await?);
+        }
+        self.flushes += 1;
+        let mut script = std::mem::take(&mut self.pending);
+        script.push(sql, args);
+        Ok(bind_all(sqlx::query(&script.script), script.args)
+            .fetch_all(&mut *self.inner)
+            .await?)
+    }
+
+    /// Opens a savepoint (queued like a write). Savepoints do not nest.
+    pub async fn savepoint(&mut self) -> DbResult<Savepoint> {
+        let mark = Savepoint {
+            script: self.pending.script.len(),
+            args: self.pending.args.len(),
+            flushes: self.flushes,
+        };
+        self.write("SAVEPOINT batch_item", Vec::new()).await?;
+        Ok(mark)
+    }
+
+    /// Ends `savepoint`, keeping its writes (queued like a write: a write the database
+    /// refuses may then fail in whatever is sent next).
+    pub async fn release(&mut self, _savepoint: Savepoint) -> DbResult<()> {
+        self.write("RELEASE batch_item", Vec::new()).await
+    }
+
+    /// Undoes everything written since `savepoint` and ends it.
+    pub async fn rollback_to(&mut self, savepoint: Savepoint) -> DbResult<()> {
+        self.versions.clear();
+        if self.flushes == savepoint.flushes {
+            // Nothing since the savepoint reached the database: forget the queued writes.
+            self.pending.script.truncate(savepoint.script);
+            self.pending.args.truncate(savepoint.args);
+            return Ok(());
+        }
+        // Everything queued now came after the savepoint.
+        self.pending = Deferred::default();
+        sqlx::query("ROLLBACK TO batch_item")
+            .execute(&mut *self.inner)
+            .await?;
+        sqlx::query("RELEASE batch_item")
+            .execute(&mut *self.inner)
+            .await?;
+        Ok(())
+    }
+
     async fn flush(&mut self) -> DbResult<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
+        self.flushes += 1;
         let Deferred { script, args } = std::mem::take(&mut self.pending);
         bind_all(sqlx::query(&script), args)
             .execute(&mut *self.inner)
@@ -451,6 +530,8 @@ impl Tx {
 
     /// Moves the version of an inventory kind; called by every write to that inventory.
     pub(crate) async fn bump_inventory(&mut self, kind: &str) -> DbResult<()> {
+        self.versions.remove(kind);
+        self.bumped.insert(kind.to_string());
         sqlx::query(
             "INSERT INTO inventory_versions (kind, version) VALUES ($1, 1) \
              ON CONFLICT (kind) DO UPDATE SET version = inventory_versions.version + 1",
@@ -461,16 +542,29 @@ impl Tx {
         Ok(())
     }
 
+    /// Whether this transaction changed the inventory of `kind`: what it reads of that kind
+    /// is not committed, so nothing may keep it beyond the transaction.
+    pub fn changed_inventory(&self, kind: &str) -> bool {
+        self.bumped.contains(kind)
+    }
+
     /// The current version of an inventory kind (0 before any change).
     pub async fn inventory_version(&mut self, kind: &str) -> DbResult<i64> {
+        if let Some(version) = self.versions.get(kind) {
+            return Ok(*version);
+        }
         let row = sqlx::query("SELECT version FROM inventory_versions WHERE kind = $1")
             .bind(kind)
             .fetch_optional(self.conn().await?)
             .await?;
-        Ok(match row {
+        let version = match row {
             Some(r) => sqlx::Row::try_get(&r, "version")?,
             None => 0,
-        })
+        };
+        if self.writer && self.backend == Backend::Sqlite {
+            self.versions.insert(kind.to_string(), version);
+        }
+        Ok(version)
     }
 
     /// Locks one row of `table` by id (PostgreSQL) and tells whether it exists.

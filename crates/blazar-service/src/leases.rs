@@ -71,6 +71,16 @@ pub struct LeaseView {
 /// A reservation request checked by its resource type: the type and the fields to store.
 type ValidatedRequest = (std::sync::Arc<dyn crate::ResourceType>, Map<String, Value>);
 
+/// A lease create that passed validation: everything its transaction needs.
+pub(crate) struct LeasePlan {
+    identity: Identity,
+    name: String,
+    window: TimeWindow,
+    before_end: Option<DateTime<Utc>>,
+    requests: Vec<ValidatedRequest>,
+    blocked_until: DateTime<Utc>,
+}
+
 /// `before_end_date` must fall strictly inside the lease.
 fn check_before_end(
     t: DateTime<Utc>,
@@ -235,84 +245,105 @@ impl Service {
             }
             None => self.default_before_end(&window),
         };
-        let requests = self.validated_requests(&request.reservations)?;
-        let blocked_until = window.end() + self.settings().cleaning();
-
-        let view = in_tx!(self, write, |tx| {
-            // Whole seconds (Service::now), as stored: the view built here equals a read.
-            let created = self.now();
-            let lease = LeaseRow {
-                id: new_id(),
-                name: request.name.clone(),
-                user_id: identity.user_id.clone(),
-                project_id: identity.project_id.clone(),
-                trust_id: new_trust_id(),
-                start: window.start(),
-                end: window.end(),
-                status: LeaseStatus::Pending.as_str().to_string(),
-                degraded: false,
-                created_at: created,
-                updated_at: Some(created),
-            };
-            tx.insert_lease(&lease).await?;
-            let mut reservations = Vec::with_capacity(requests.len());
-            for (i, (resource_type, params)) in requests.iter().enumerate() {
-                let id = new_id();
-                let mut params = resource_type.resolve(tx, params.clone()).await?;
-                resource_type.finish_params(&mut params, &id);
-                let mut reservation = ReservationRow {
-                    id,
-                    lease_id: lease.id.clone(),
-                    ordinal: i as i64,
-                    resource_id: new_id(),
-                    resource_type: resource_type.name().to_string(),
-                    status: ReservationStatus::Pending.as_str().to_string(),
-                    missing_resources: false,
-                    resources_changed: false,
-                    params,
-                    granted_units: 0,
-                    created_at: created,
-                    updated_at: Some(created),
-                };
-                tx.insert_reservation(&reservation).await?;
-                let allocation = AllocationRequest {
-                    lease_id: &lease.id,
-                    reservation_id: &reservation.id,
-                    ordinal: i + 1,
-                    window,
-                    blocked_until,
-                    keep: &[],
-                };
-                let grant = resource_type
-                    .allocate(tx, &reservation.params, &allocation)
-                    .await?;
-                reservation.granted_units = grant.units;
-                tx.update_reservation(&reservation).await?;
-                reservations.push(reservation);
-            }
-            let mut events = vec![
-                new_event(&lease.id, EventType::StartLease, window.start(), created),
-                new_event(&lease.id, EventType::EndLease, window.end(), created),
-            ];
-            if let Some(t) = before_end {
-                events.push(new_event(&lease.id, EventType::BeforeEndLease, t, created));
-            }
-            for event in &events {
-                tx.insert_event(event).await?;
-            }
-            // The order a read returns them in (events_of).
-            events.sort_by_key(|e| (e.time, e.rank));
-            // Built from what was written rather than read back: the writes stay queued until
-            // the commit, one round trip for all of them.
-            Ok(LeaseView {
-                lease,
-                reservations,
-                events,
-            })
-        })?;
+        let plan = LeasePlan {
+            identity: identity.clone(),
+            name: request.name.clone(),
+            window,
+            before_end,
+            requests: self.validated_requests(&request.reservations)?,
+            blocked_until: window.end() + self.settings().cleaning(),
+        };
+        let view = match &self.batcher {
+            Some(batcher) => batcher.create(self, plan).await?,
+            None => in_tx!(self, write, |tx| { self.write_new_lease(tx, &plan).await })?,
+        };
         tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
         self.wake_for(&view);
         Ok(view)
+    }
+
+    /// Writes a validated new lease, its reservations with their allocations, and its events,
+    /// in `tx`. Returns the lease as written.
+    pub(crate) async fn write_new_lease(
+        &self,
+        tx: &mut Tx,
+        plan: &LeasePlan,
+    ) -> ServiceResult<LeaseView> {
+        // Whole seconds (Service::now), as stored: the view built here equals a read.
+        let created = self.now();
+        let lease = LeaseRow {
+            id: new_id(),
+            name: plan.name.clone(),
+            user_id: plan.identity.user_id.clone(),
+            project_id: plan.identity.project_id.clone(),
+            trust_id: new_trust_id(),
+            start: plan.window.start(),
+            end: plan.window.end(),
+            status: LeaseStatus::Pending.as_str().to_string(),
+            degraded: false,
+            created_at: created,
+            updated_at: Some(created),
+        };
+        tx.insert_lease(&lease).await?;
+        let mut reservations = Vec::with_capacity(plan.requests.len());
+        for (i, (resource_type, params)) in plan.requests.iter().enumerate() {
+            let id = new_id();
+            let mut params = resource_type.resolve(tx, params.clone()).await?;
+            resource_type.finish_params(&mut params, &id);
+            let mut reservation = ReservationRow {
+                id,
+                lease_id: lease.id.clone(),
+                ordinal: i as i64,
+                resource_id: new_id(),
+                resource_type: resource_type.name().to_string(),
+                status: ReservationStatus::Pending.as_str().to_string(),
+                missing_resources: false,
+                resources_changed: false,
+                params,
+                granted_units: 0,
+                created_at: created,
+                updated_at: Some(created),
+            };
+            tx.insert_reservation(&reservation).await?;
+            let allocation = AllocationRequest {
+                lease_id: &lease.id,
+                reservation_id: &reservation.id,
+                ordinal: i + 1,
+                window: plan.window,
+                blocked_until: plan.blocked_until,
+                keep: &[],
+            };
+            let grant = resource_type
+                .allocate(tx, &reservation.params, &allocation)
+                .await?;
+            reservation.granted_units = grant.units;
+            tx.update_reservation(&reservation).await?;
+            reservations.push(reservation);
+        }
+        let mut events = vec![
+            new_event(
+                &lease.id,
+                EventType::StartLease,
+                plan.window.start(),
+                created,
+            ),
+            new_event(&lease.id, EventType::EndLease, plan.window.end(), created),
+        ];
+        if let Some(t) = plan.before_end {
+            events.push(new_event(&lease.id, EventType::BeforeEndLease, t, created));
+        }
+        for event in &events {
+            tx.insert_event(event).await?;
+        }
+        // The order a read returns them in (events_of).
+        events.sort_by_key(|e| (e.time, e.rank));
+        // Built from what was written rather than read back: the writes stay queued until
+        // the commit, one round trip for all of them.
+        Ok(LeaseView {
+            lease,
+            reservations,
+            events,
+        })
     }
 
     pub async fn get_lease(&self, identity: &Identity, id: &str) -> ServiceResult<LeaseView> {

@@ -35,6 +35,7 @@ macro_rules! in_tx {
 }
 
 mod backend;
+mod batch;
 mod healing;
 mod hosts;
 mod instance;
@@ -48,7 +49,7 @@ mod scheduler;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use blazar_db::{DbError, Store};
+use blazar_db::{Backend as StoreBackend, DbError, Store};
 use chrono::{DateTime, Duration, Timelike, Utc};
 use tokio::sync::Notify;
 
@@ -199,6 +200,8 @@ pub struct Service {
     /// When the scheduler next looks at the events (epoch seconds; `i64::MIN` while it is
     /// looking): a write wakes it only for an event due before then.
     scheduler_plan: Arc<AtomicI64>,
+    /// Group commit of lease creates (SQLite only; see `batch`).
+    batcher: Option<Arc<batch::CreateBatcher>>,
 }
 
 /// How many times a use case is re-run after losing a race to a concurrent transaction.
@@ -212,6 +215,7 @@ impl Service {
         backend: Arc<dyn Backend>,
     ) -> Self {
         let ratios = settings.ratios;
+        let store_backend = store.backend();
         let cache = Arc::new(resources::HostCache::default());
         let resource_types: Vec<Arc<dyn ResourceType>> = vec![
             Arc::new(PhysicalHostType {
@@ -239,6 +243,17 @@ impl Service {
             host_cache: cache,
             wake: Arc::new(Notify::new()),
             scheduler_plan: Arc::new(AtomicI64::new(i64::MIN)),
+            // PostgreSQL runs writers side by side; SQLite queues them, so batch there.
+            batcher: (store_backend == StoreBackend::Sqlite
+                && tokio::runtime::Handle::try_current().is_ok())
+            .then(batch::CreateBatcher::start)
+            .and_then(|started| match started {
+                Ok(batcher) => Some(Arc::new(batcher)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no create batching: could not start its thread");
+                    None
+                }
+            }),
         }
     }
 

@@ -101,25 +101,30 @@ pub(crate) async fn pick_free(
     min: usize,
     max: usize,
 ) -> ServiceResult<Result<Vec<i64>, engine::Shortfall>> {
-    let matching_set: HashSet<i64> = matching.iter().copied().collect();
-    let mut order: Vec<i64> = keep
-        .iter()
-        .copied()
-        .filter(|id| matching_set.contains(id))
-        .collect();
-    let kept: HashSet<i64> = order.iter().copied().collect();
-    order.extend(matching.iter().copied().filter(|id| !kept.contains(id)));
+    let mut order: Vec<i64> = Vec::with_capacity(matching.len());
+    if keep.is_empty() {
+        order.extend_from_slice(matching);
+    } else {
+        let matching_set: HashSet<i64> = matching.iter().copied().collect();
+        order.extend(keep.iter().copied().filter(|id| matching_set.contains(id)));
+        let kept: HashSet<i64> = order.iter().copied().collect();
+        order.extend(matching.iter().copied().filter(|id| !kept.contains(id)));
+    }
     let mut busy = HashSet::new();
     let mut probed = 0;
     let mut free = 0;
+    // A first batch sized to the request (most candidates are free at most times), then
+    // larger ones while too few turn out free.
+    let mut batch_size = (4 * max + 8).min(PROBE_BATCH);
     while probed < order.len() && free < max {
-        let batch = &order[probed..(probed + PROBE_BATCH).min(order.len())];
+        let batch = &order[probed..(probed + batch_size).min(order.len())];
         let taken = tx
             .busy_among(kind, batch, request.window.start(), request.blocked_until)
             .await?;
         free += batch.iter().filter(|id| !taken.contains(id)).count();
         busy.extend(taken);
         probed += batch.len();
+        batch_size = PROBE_BATCH;
     }
     // Candidates not probed are never reached by `pick`: it stops at `max` free ones.
     Ok(
@@ -293,11 +298,14 @@ impl HostCache {
         let hosts = tx.list_hosts().await?;
         let index = hosts.iter().enumerate().map(|(i, h)| (h.id, i)).collect();
         let inventory = Arc::new(Inventory { hosts, index });
-        *self.lock() = Some(Snapshot {
-            version,
-            inventory: inventory.clone(),
-            matches: HashMap::new(),
-        });
+        // A transaction that changed the hosts sees what may never commit: keep it to itself.
+        if !tx.changed_inventory(PHYSICAL_HOST) {
+            *self.lock() = Some(Snapshot {
+                version,
+                inventory: inventory.clone(),
+                matches: HashMap::new(),
+            });
+        }
         Ok((version, inventory, None))
     }
 
