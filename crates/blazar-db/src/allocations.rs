@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
+use futures::TryStreamExt;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -372,18 +373,20 @@ impl Tx {
         if let Some(id) = resource_id {
             query = query.bind(id);
         }
-        let rows = query.fetch_all(self.conn().await?).await?;
-        rows.iter()
-            .map(|row| {
-                Ok(AllocationView {
-                    resource_id: row.try_get("resource_id")?,
-                    reservation_id: row.try_get("reservation_id")?,
-                    lease_id: row.try_get("lease_id")?,
-                    lease_start: from_secs(row.try_get("start_at")?)?,
-                    lease_end: from_secs(row.try_get("end_at")?)?,
-                })
-            })
-            .collect()
+        // Converted row by row as they arrive: a list of every allocation never holds the
+        // driver's rows and the views at once.
+        let mut rows = query.fetch(self.conn().await?);
+        let mut views = Vec::new();
+        while let Some(row) = rows.try_next().await? {
+            views.push(AllocationView {
+                resource_id: row.try_get("resource_id")?,
+                reservation_id: row.try_get("reservation_id")?,
+                lease_id: row.try_get("lease_id")?,
+                lease_start: from_secs(row.try_get("start_at")?)?,
+                lease_end: from_secs(row.try_get("end_at")?)?,
+            });
+        }
+        Ok(views)
     }
 
     /// Whether the resource is held by an allocation still blocked at or after `now`.

@@ -450,7 +450,10 @@ impl Tx {
         self.flushes += 1;
         let mut script = std::mem::take(&mut self.pending);
         script.push(sql, args);
+        // Scripts are rarely the same twice: kept prepared, they would fill every
+        // connection's statement cache (and the process's memory) with one-offs.
         Ok(bind_all(sqlx::query(&script.script), script.args)
+            .persistent(false)
             .fetch_all(&mut *self.inner)
             .await?)
     }
@@ -499,6 +502,7 @@ impl Tx {
         self.flushes += 1;
         let Deferred { script, args } = std::mem::take(&mut self.pending);
         bind_all(sqlx::query(&script), args)
+            .persistent(false)
             .execute(&mut *self.inner)
             .await?;
         Ok(())

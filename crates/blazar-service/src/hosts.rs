@@ -412,6 +412,13 @@ impl Service {
     ) -> ServiceResult<Vec<AllocationEntry>> {
         self.authorize_own("blazar:oshosts:get_allocations", identity)?;
         let host_id = host.map(parse_host_id).transpose()?;
+        // Every allocation of every host can be a large answer: a few at a time keep the
+        // server's memory bounded however many clients ask at once.
+        let _permit = self
+            .large_reads
+            .acquire()
+            .await
+            .map_err(|_| ServiceError::Internal("the server is shutting down".into()))?;
         in_tx!(self, read, |tx| {
             let ids: Vec<i64> = match host_id {
                 Some(id) => {

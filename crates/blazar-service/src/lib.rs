@@ -202,6 +202,8 @@ pub struct Service {
     scheduler_plan: Arc<AtomicI64>,
     /// Group commit of lease creates (SQLite only; see `batch`).
     batcher: Option<Arc<batch::CreateBatcher>>,
+    /// Permits for reads whose answer grows with the whole history (allocation lists).
+    large_reads: Arc<tokio::sync::Semaphore>,
 }
 
 /// How many times a use case is re-run after losing a race to a concurrent transaction.
@@ -243,6 +245,7 @@ impl Service {
             host_cache: cache,
             wake: Arc::new(Notify::new()),
             scheduler_plan: Arc::new(AtomicI64::new(i64::MIN)),
+            large_reads: Arc::new(tokio::sync::Semaphore::new(2)),
             // PostgreSQL runs writers side by side; SQLite queues them, so batch there.
             batcher: (store_backend == StoreBackend::Sqlite
                 && tokio::runtime::Handle::try_current().is_ok())
