@@ -8,7 +8,7 @@ use futures::TryStreamExt;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::{Arg, DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
+use crate::{Arg, DbResult, Tx, from_opt_secs, from_secs, to_secs};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewAllocation {
@@ -136,12 +136,6 @@ const ALLOCATION_COLUMNS: &str = "id, reservation_id, lease_id, resource_type, r
     start_at, end_at, blocked_until, exclusive, units, vcpus, memory_mb, disk_gb";
 
 impl Tx {
-    pub async fn insert_allocation(&mut self, a: &NewAllocation) -> DbResult<String> {
-        let mut ids = self.insert_allocations(std::slice::from_ref(a)).await?;
-        ids.pop()
-            .ok_or_else(|| DbError::Corrupt("no allocation id".into()))
-    }
-
     /// Inserts allocations in one statement and widens each resource type's longest span.
     pub async fn insert_allocations(&mut self, all: &[NewAllocation]) -> DbResult<Vec<String>> {
         let mut ids = Vec::with_capacity(all.len());

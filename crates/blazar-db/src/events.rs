@@ -22,16 +22,32 @@ pub struct EventRow {
 const EVENT_COLUMNS: &str =
     "e.id, e.lease_id, e.event_type, e.event_time, e.rank, e.status, e.created_at, e.updated_at";
 
+/// Event columns in table order, as a row or as a JSON array holds them.
+pub(crate) type EventTuple = (String, String, String, i64, i64, String, i64, Option<i64>);
+
 fn event_from_row(row: &AnyRow) -> DbResult<EventRow> {
+    event_from_tuple((
+        row.try_get("id")?,
+        row.try_get("lease_id")?,
+        row.try_get("event_type")?,
+        row.try_get("event_time")?,
+        row.try_get("rank")?,
+        row.try_get("status")?,
+        row.try_get("created_at")?,
+        row.try_get("updated_at")?,
+    ))
+}
+
+pub(crate) fn event_from_tuple(t: EventTuple) -> DbResult<EventRow> {
     Ok(EventRow {
-        id: row.try_get("id")?,
-        lease_id: row.try_get("lease_id")?,
-        event_type: row.try_get("event_type")?,
-        time: from_secs(row.try_get("event_time")?)?,
-        rank: row.try_get("rank")?,
-        status: row.try_get("status")?,
-        created_at: from_secs(row.try_get("created_at")?)?,
-        updated_at: from_opt_secs(row.try_get("updated_at")?)?,
+        id: t.0,
+        lease_id: t.1,
+        event_type: t.2,
+        time: from_secs(t.3)?,
+        rank: t.4,
+        status: t.5,
+        created_at: from_secs(t.6)?,
+        updated_at: from_opt_secs(t.7)?,
     })
 }
 

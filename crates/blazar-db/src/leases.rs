@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use crate::events::{EventTuple, event_from_tuple};
 use crate::{DbError, DbResult, EventRow, Tx, from_opt_secs, from_secs};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -74,28 +75,41 @@ fn lease_from_row(row: &AnyRow) -> DbResult<LeaseRow> {
 }
 
 fn reservation_from_row(row: &AnyRow) -> DbResult<ReservationRow> {
-    let params_text: String = row.try_get("params")?;
-    let params = match serde_json::from_str(&params_text) {
+    reservation_from_tuple((
+        row.try_get("id")?,
+        row.try_get("lease_id")?,
+        row.try_get("ordinal")?,
+        row.try_get("resource_id")?,
+        row.try_get("resource_type")?,
+        row.try_get("status")?,
+        row.try_get("missing_resources")?,
+        row.try_get("resources_changed")?,
+        row.try_get("params")?,
+        row.try_get("granted_units")?,
+        row.try_get("created_at")?,
+        row.try_get("updated_at")?,
+    ))
+}
+
+/// A reservation from its columns in table order, as a row or as a JSON array holds them.
+fn reservation_from_tuple(t: ReservationTuple) -> DbResult<ReservationRow> {
+    let params = match serde_json::from_str(&t.8) {
         Ok(Value::Object(map)) => map,
-        _ => {
-            return Err(DbError::Corrupt(format!(
-                "reservation params {params_text:?}"
-            )));
-        }
+        _ => return Err(DbError::Corrupt(format!("reservation params {:?}", t.8))),
     };
     Ok(ReservationRow {
-        id: row.try_get("id")?,
-        lease_id: row.try_get("lease_id")?,
-        ordinal: row.try_get("ordinal")?,
-        resource_id: row.try_get("resource_id")?,
-        resource_type: row.try_get("resource_type")?,
-        status: row.try_get("status")?,
-        missing_resources: row.try_get::<i64, _>("missing_resources")? != 0,
-        resources_changed: row.try_get::<i64, _>("resources_changed")? != 0,
+        id: t.0,
+        lease_id: t.1,
+        ordinal: t.2,
+        resource_id: t.3,
+        resource_type: t.4,
+        status: t.5,
+        missing_resources: t.6 != 0,
+        resources_changed: t.7 != 0,
         params,
-        granted_units: row.try_get("granted_units")?,
-        created_at: from_secs(row.try_get("created_at")?)?,
-        updated_at: from_opt_secs(row.try_get("updated_at")?)?,
+        granted_units: t.9,
+        created_at: from_secs(t.10)?,
+        updated_at: from_opt_secs(t.11)?,
     })
 }
 
@@ -290,38 +304,13 @@ type ReservationTuple = (
     Option<i64>,
 );
 
-/// Event columns as one JSON array each.
-type EventTuple = (String, String, String, i64, i64, String, i64, Option<i64>);
-
 fn reservations_from_json(text: Option<String>) -> DbResult<Vec<ReservationRow>> {
     let tuples: Vec<ReservationTuple> = match text {
         Some(text) => serde_json::from_str(&text)
             .map_err(|e| DbError::Corrupt(format!("reservations of a lease: {e}")))?,
         None => Vec::new(),
     };
-    tuples
-        .into_iter()
-        .map(|t| {
-            let params = match serde_json::from_str(&t.8) {
-                Ok(Value::Object(map)) => map,
-                _ => return Err(DbError::Corrupt(format!("reservation params {:?}", t.8))),
-            };
-            Ok(ReservationRow {
-                id: t.0,
-                lease_id: t.1,
-                ordinal: t.2,
-                resource_id: t.3,
-                resource_type: t.4,
-                status: t.5,
-                missing_resources: t.6 != 0,
-                resources_changed: t.7 != 0,
-                params,
-                granted_units: t.9,
-                created_at: from_secs(t.10)?,
-                updated_at: from_opt_secs(t.11)?,
-            })
-        })
-        .collect()
+    tuples.into_iter().map(reservation_from_tuple).collect()
 }
 
 fn events_from_json(text: Option<String>) -> DbResult<Vec<EventRow>> {
@@ -330,21 +319,7 @@ fn events_from_json(text: Option<String>) -> DbResult<Vec<EventRow>> {
             .map_err(|e| DbError::Corrupt(format!("events of a lease: {e}")))?,
         None => Vec::new(),
     };
-    tuples
-        .into_iter()
-        .map(|t| {
-            Ok(EventRow {
-                id: t.0,
-                lease_id: t.1,
-                event_type: t.2,
-                time: from_secs(t.3)?,
-                rank: t.4,
-                status: t.5,
-                created_at: from_secs(t.6)?,
-                updated_at: from_opt_secs(t.7)?,
-            })
-        })
-        .collect()
+    tuples.into_iter().map(event_from_tuple).collect()
 }
 
 impl Tx {

@@ -11,8 +11,6 @@
 //! before it in the batch, so no two creates in a batch can take the same resource; the
 //! database's overlap trigger stays the last line of defence.
 
-use std::sync::Arc;
-
 use tokio::sync::{mpsc, oneshot};
 
 use crate::leases::{LeasePlan, LeaseView};
@@ -23,7 +21,7 @@ const MAX_BATCH: usize = 64;
 
 struct Job {
     service: Service,
-    plan: Arc<LeasePlan>,
+    plan: LeasePlan,
     reply: oneshot::Sender<ServiceResult<LeaseView>>,
 }
 
@@ -60,23 +58,17 @@ impl CreateBatcher {
         let (reply, answer) = oneshot::channel();
         let job = Job {
             service: service.clone(),
-            plan: Arc::new(plan),
+            plan,
             reply,
         };
         if let Err(mpsc::error::SendError(job)) = self.queue.send(job) {
             // The writer is gone (the runtime is shutting down): write it alone.
-            return alone(&job.service, &job.plan).await;
+            return job.service.write_new_lease_alone(&job.plan).await;
         }
         answer
             .await
             .map_err(|_| ServiceError::Internal("the lease writer stopped".into()))?
     }
-}
-
-async fn alone(service: &Service, plan: &LeasePlan) -> ServiceResult<LeaseView> {
-    in_tx!(service, write, |tx| {
-        service.write_new_lease(tx, plan).await
-    })
 }
 
 async fn write_batches(mut jobs: mpsc::UnboundedReceiver<Job>) {
@@ -90,13 +82,10 @@ async fn write_batches(mut jobs: mpsc::UnboundedReceiver<Job>) {
         }
         if batch.len() == 1 {
             // Nobody to share a transaction with: the plain path, retries included.
-            for job in batch {
-                let result = alone(&job.service, &job.plan).await;
-                let _ = job.reply.send(result);
-            }
-            continue;
+            one_by_one(batch).await;
+        } else {
+            write_batch(batch).await;
         }
-        write_batch(batch).await;
     }
 }
 
@@ -143,7 +132,7 @@ async fn write_batch(batch: Vec<Job>) {
 
 async fn one_by_one(jobs: Vec<Job>) {
     for job in jobs {
-        let result = alone(&job.service, &job.plan).await;
+        let result = job.service.write_new_lease_alone(&job.plan).await;
         let _ = job.reply.send(result);
     }
 }

@@ -255,11 +255,16 @@ impl Service {
         };
         let view = match &self.batcher {
             Some(batcher) => batcher.create(self, plan).await?,
-            None => in_tx!(self, write, |tx| { self.write_new_lease(tx, &plan).await })?,
+            None => self.write_new_lease_alone(&plan).await?,
         };
         tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
         self.wake_for(&view);
         Ok(view)
+    }
+
+    /// Writes a validated new lease in a transaction of its own (re-run if it lost a race).
+    pub(crate) async fn write_new_lease_alone(&self, plan: &LeasePlan) -> ServiceResult<LeaseView> {
+        in_tx!(self, write, |tx| { self.write_new_lease(tx, plan).await })
     }
 
     /// Writes a validated new lease, its reservations with their allocations, and its events,
