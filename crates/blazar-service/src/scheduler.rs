@@ -26,6 +26,11 @@ pub struct TickReport {
 /// Upper bound of events run by one tick, so a flood of due events cannot starve shutdown.
 const MAX_EVENTS_PER_TICK: usize = 10_000;
 
+/// How often the scheduler looks for tables whose planner statistics went stale
+/// (`Store::refresh_statistics`): much sooner than autovacuum's minute, because a burst of
+/// allocations slows every create until the planner knows about it.
+const STATISTICS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Service {
     /// Runs every event due at `now`, in time order (ends before starts at the same instant).
     pub async fn tick(&self, now: DateTime<Utc>) -> ServiceResult<TickReport> {
@@ -200,6 +205,7 @@ impl Service {
         shutdown: impl Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
+        let mut statistics_checked = std::time::Instant::now();
         loop {
             // Writes committed from here on wake the scheduler again, whatever their time.
             self.scheduler_plan.store(i64::MIN, Ordering::SeqCst);
@@ -220,6 +226,16 @@ impl Service {
             }
             if let Err(e) = self.heal_pending(now).await {
                 tracing::error!(error = %e, "healing failed; retrying at the next poll");
+            }
+            if statistics_checked.elapsed() >= STATISTICS_INTERVAL {
+                statistics_checked = std::time::Instant::now();
+                match self.store.refresh_statistics().await {
+                    Ok(tables) if !tables.is_empty() => {
+                        tracing::debug!(?tables, "refreshed planner statistics");
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "could not refresh planner statistics"),
+                }
             }
             let now = self.now();
             let wait = match next {

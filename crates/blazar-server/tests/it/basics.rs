@@ -146,3 +146,49 @@ async fn delete_answers_204_with_an_empty_body() {
     assert!(r.body.is_null());
     assert_eq!(r.headers["content-type"], "application/json");
 }
+
+/// After a burst of allocations the planner statistics are refreshed without waiting for
+/// autovacuum (PostgreSQL), and not again until enough changes again; SQLite has none to keep.
+#[tokio::test]
+async fn planner_statistics_follow_a_burst_of_allocations() {
+    let app = TestApp::spawn().await;
+    for i in 0..25 {
+        app.create_host(&format!("stats-{i:02}"), json!({})).await;
+    }
+    // 41 leases of every host: 1,025 allocations, more than the refresh threshold.
+    let first = chrono::NaiveDate::from_ymd_opt(2031, 1, 1).unwrap();
+    for day in 0..41 {
+        let date = first + chrono::Days::new(day);
+        let r = app
+            .host_lease(
+                &format!("burst-{day}"),
+                &format!("{date} 10:00"),
+                &format!("{date} 11:00"),
+                25,
+                25,
+                "",
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    }
+    let store = app.service.store();
+    if store.backend() == blazar_db::Backend::Sqlite {
+        assert!(store.refresh_statistics().await.unwrap().is_empty());
+        return;
+    }
+    // PostgreSQL publishes table statistics within a second or so of the commits.
+    let mut analyzed = Vec::new();
+    for _ in 0..100 {
+        analyzed = store.refresh_statistics().await.unwrap();
+        if analyzed.contains(&"allocations") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        analyzed.contains(&"allocations"),
+        "analyzed only {analyzed:?}"
+    );
+    let again = store.refresh_statistics().await.unwrap();
+    assert!(!again.contains(&"allocations"), "analyzed twice: {again:?}");
+}
