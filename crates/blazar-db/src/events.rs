@@ -53,6 +53,7 @@ pub(crate) fn event_from_tuple(t: EventTuple) -> DbResult<EventRow> {
 
 impl Tx {
     pub async fn insert_event(&mut self, e: &EventRow) -> DbResult<()> {
+        self.revise_lease(&e.lease_id);
         self.write(
             "INSERT INTO events (id, lease_id, event_type, event_time, rank, status, created_at, \
              updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -71,6 +72,7 @@ impl Tx {
     }
 
     pub async fn update_event(&mut self, e: &EventRow) -> DbResult<()> {
+        self.revise_lease(&e.lease_id);
         self.write(
             "UPDATE events SET event_time = $1, status = $2, updated_at = $3 WHERE id = $4",
             vec![
@@ -81,11 +83,6 @@ impl Tx {
             ],
         )
         .await
-    }
-
-    pub async fn delete_event(&mut self, id: &str) -> DbResult<()> {
-        self.write("DELETE FROM events WHERE id = $1", vec![id.into()])
-            .await
     }
 
     pub async fn events_of(&mut self, lease_id: &str) -> DbResult<Vec<EventRow>> {

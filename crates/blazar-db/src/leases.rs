@@ -45,6 +45,8 @@ pub struct ReservationRow {
 #[derive(Debug, Clone, Default)]
 pub struct LeaseFilter {
     pub id: Option<String>,
+    /// Any of these leases.
+    pub ids: Option<Vec<String>>,
     pub project_id: Option<String>,
     pub user_id: Option<String>,
     pub status: Option<String>,
@@ -130,6 +132,17 @@ impl LeaseFilter {
                 conditions.push(format!("{column} = ${}", values.len()));
             }
         }
+        if let Some(ids) = &self.ids {
+            if ids.is_empty() {
+                conditions.push("1 = 0".to_string());
+            } else {
+                conditions.push(format!(
+                    "l.id IN ({})",
+                    crate::placeholders(values.len() + 1, ids.len())
+                ));
+                values.extend(ids.iter().cloned());
+            }
+        }
         if conditions.is_empty() {
             (String::new(), values)
         } else {
@@ -140,6 +153,7 @@ impl LeaseFilter {
 
 impl Tx {
     pub async fn insert_lease(&mut self, lease: &LeaseRow) -> DbResult<()> {
+        self.lease_revised(&lease.id);
         self.write(
             "INSERT INTO leases (id, name, user_id, project_id, trust_id, start_at, end_at, status, \
              degraded, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
@@ -162,9 +176,10 @@ impl Tx {
 
     /// Rewrites the mutable columns of a lease.
     pub async fn update_lease(&mut self, lease: &LeaseRow) -> DbResult<()> {
+        self.lease_revised(&lease.id);
         self.write(
             "UPDATE leases SET name = $1, start_at = $2, end_at = $3, status = $4, degraded = $5, \
-             updated_at = $6 WHERE id = $7",
+             updated_at = $6, revision = revision + 1 WHERE id = $7",
             vec![
                 (&lease.name).into(),
                 lease.start.into(),
@@ -215,6 +230,7 @@ impl Tx {
     }
 
     pub async fn insert_reservation(&mut self, r: &ReservationRow) -> DbResult<()> {
+        self.revise_lease(&r.lease_id);
         self.write(
             "INSERT INTO reservations (id, lease_id, ordinal, resource_id, resource_type, status, \
              missing_resources, resources_changed, params, created_at, updated_at, granted_units) \
@@ -238,6 +254,7 @@ impl Tx {
     }
 
     pub async fn update_reservation(&mut self, r: &ReservationRow) -> DbResult<()> {
+        self.revise_lease(&r.lease_id);
         self.write(
             "UPDATE reservations SET status = $1, missing_resources = $2, resources_changed = $3, \
              params = $4, updated_at = $5, granted_units = $6 WHERE id = $7",
@@ -304,60 +321,143 @@ type ReservationTuple = (
     Option<i64>,
 );
 
-fn reservations_from_json(text: Option<String>) -> DbResult<Vec<ReservationRow>> {
-    let tuples: Vec<ReservationTuple> = match text {
-        Some(text) => serde_json::from_str(&text)
-            .map_err(|e| DbError::Corrupt(format!("reservations of a lease: {e}")))?,
-        None => Vec::new(),
-    };
-    tuples.into_iter().map(reservation_from_tuple).collect()
-}
+/// A lease with its reservations and events, as one element of the array
+/// [`Tx::lease_trees`] reads: the lease columns in table order, then the children.
+type LeaseTuple = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    String,
+    i64,
+    i64,
+    Option<i64>,
+    Option<Vec<ReservationTuple>>,
+    Option<Vec<EventTuple>>,
+    i64,
+);
 
-fn events_from_json(text: Option<String>) -> DbResult<Vec<EventRow>> {
-    let tuples: Vec<EventTuple> = match text {
-        Some(text) => serde_json::from_str(&text)
-            .map_err(|e| DbError::Corrupt(format!("events of a lease: {e}")))?,
-        None => Vec::new(),
+fn lease_tree_from_tuple(t: LeaseTuple) -> DbResult<(i64, LeaseTree)> {
+    let lease = LeaseRow {
+        id: t.0,
+        name: t.1,
+        user_id: t.2,
+        project_id: t.3,
+        trust_id: t.4,
+        start: from_secs(t.5)?,
+        end: from_secs(t.6)?,
+        status: t.7,
+        degraded: t.8 != 0,
+        created_at: from_secs(t.9)?,
+        updated_at: from_opt_secs(t.10)?,
     };
-    tuples.into_iter().map(event_from_tuple).collect()
+    let reservations =
+        t.11.unwrap_or_default()
+            .into_iter()
+            .map(reservation_from_tuple)
+            .collect::<DbResult<_>>()?;
+    let events =
+        t.12.unwrap_or_default()
+            .into_iter()
+            .map(event_from_tuple)
+            .collect::<DbResult<_>>()?;
+    Ok((t.13, (lease, reservations, events)))
 }
 
 impl Tx {
-    /// Leases matching `filter` with their reservations and events, in one query that returns
-    /// one row per lease (the children aggregated as JSON arrays): a lease list costs one
-    /// round trip and a row per lease rather than one per child.
+    /// Leases matching `filter` with their reservations and events, in one query that
+    /// returns one row: the whole list as a JSON array, each lease with its children nested.
+    /// Rows cost more than their bytes here (sqlx hands each SQLite row from the
+    /// connection's thread to the task on its own), so a list of a hundred leases is one row
+    /// rather than a hundred, or the thousand its children would be.
     pub async fn lease_trees(&mut self, filter: &LeaseFilter) -> DbResult<Vec<LeaseTree>> {
+        Ok(self
+            .revised_lease_trees(filter)
+            .await?
+            .into_iter()
+            .map(|(_, tree)| tree)
+            .collect())
+    }
+
+    /// [`Tx::lease_trees`], each with the lease's revision as this transaction read it.
+    pub async fn revised_lease_trees(
+        &mut self,
+        filter: &LeaseFilter,
+    ) -> DbResult<Vec<(i64, LeaseTree)>> {
         let (clause, values) = filter.clause();
-        let (agg, array) = match self.backend {
-            crate::Backend::Sqlite => ("json_group_array", "json_array"),
-            crate::Backend::Postgres => ("json_agg", "json_build_array"),
+        // The children come out of their subqueries as text; json() and the cast nest them
+        // as JSON rather than as strings.
+        let (agg, array, reservations, events) = match self.backend {
+            crate::Backend::Sqlite => (
+                "json_group_array",
+                "json_array",
+                "json(t.reservations)",
+                "json(t.events)",
+            ),
+            crate::Backend::Postgres => (
+                "json_agg",
+                "json_build_array",
+                "CAST(t.reservations AS JSON)",
+                "CAST(t.events AS JSON)",
+            ),
         };
         // CAST(... AS TEXT): PostgreSQL's json comes back as text for the Any driver.
         let sql = format!(
-            "SELECT l.id, l.name, l.user_id, l.project_id, l.trust_id, l.start_at, l.end_at, \
-             l.status, l.degraded, l.created_at, l.updated_at, \
-             (SELECT CAST({agg}({array}(r.id, r.lease_id, r.ordinal, r.resource_id, \
-                r.resource_type, r.status, r.missing_resources, r.resources_changed, r.params, \
-                r.granted_units, r.created_at, r.updated_at) ORDER BY r.ordinal) AS TEXT) \
-              FROM reservations r WHERE r.lease_id = l.id) AS reservations, \
-             (SELECT CAST({agg}({array}(e.id, e.lease_id, e.event_type, e.event_time, e.rank, \
-                e.status, e.created_at, e.updated_at) ORDER BY e.event_time, e.rank) AS TEXT) \
-              FROM events e WHERE e.lease_id = l.id) AS events \
-             FROM leases l{clause} ORDER BY l.created_at, l.id"
+            "SELECT CAST({agg}({array}(t.id, t.name, t.user_id, t.project_id, t.trust_id, \
+                t.start_at, t.end_at, t.status, t.degraded, t.created_at, t.updated_at, \
+                {reservations}, {events}, t.revision) ORDER BY t.created_at, t.id) AS TEXT) \
+                AS leases \
+             FROM (SELECT l.id, l.name, l.user_id, l.project_id, l.trust_id, l.start_at, \
+               l.end_at, l.status, l.degraded, l.created_at, l.updated_at, l.revision, \
+               (SELECT CAST({agg}({array}(r.id, r.lease_id, r.ordinal, r.resource_id, \
+                  r.resource_type, r.status, r.missing_resources, r.resources_changed, \
+                  r.params, r.granted_units, r.created_at, r.updated_at) ORDER BY r.ordinal) \
+                  AS TEXT) FROM reservations r WHERE r.lease_id = l.id) AS reservations, \
+               (SELECT CAST({agg}({array}(e.id, e.lease_id, e.event_type, e.event_time, \
+                  e.rank, e.status, e.created_at, e.updated_at) ORDER BY e.event_time, e.rank) \
+                  AS TEXT) FROM events e WHERE e.lease_id = l.id) AS events \
+               FROM leases l{clause}) t"
         );
         let mut query = sqlx::query(&sql);
         for v in &values {
             query = query.bind(v.as_str());
         }
-        let rows = query.fetch_all(self.conn().await?).await?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    lease_from_row(row)?,
-                    reservations_from_json(row.try_get("reservations")?)?,
-                    events_from_json(row.try_get("events")?)?,
-                ))
-            })
-            .collect()
+        let row = query.fetch_one(self.conn().await?).await?;
+        let text: Option<String> = row.try_get("leases")?;
+        let Some(text) = text else {
+            return Ok(Vec::new());
+        };
+        let tuples: Vec<LeaseTuple> =
+            serde_json::from_str(&text).map_err(|e| DbError::Corrupt(format!("leases: {e}")))?;
+        tuples.into_iter().map(lease_tree_from_tuple).collect()
+    }
+
+    /// The ids and revisions of the leases matching `filter`, in list order: what a reader
+    /// that keeps rendered leases needs to tell which it can reuse. One row (a JSON array),
+    /// for the same reason as [`Tx::lease_trees`].
+    pub async fn lease_revisions(&mut self, filter: &LeaseFilter) -> DbResult<Vec<(String, i64)>> {
+        let (clause, values) = filter.clause();
+        let (agg, array) = match self.backend {
+            crate::Backend::Sqlite => ("json_group_array", "json_array"),
+            crate::Backend::Postgres => ("json_agg", "json_build_array"),
+        };
+        let sql = format!(
+            "SELECT CAST({agg}({array}(l.id, l.revision) ORDER BY l.created_at, l.id) AS TEXT) \
+             AS leases FROM leases l{clause}"
+        );
+        let mut query = sqlx::query(&sql);
+        for v in &values {
+            query = query.bind(v.as_str());
+        }
+        let row = query.fetch_one(self.conn().await?).await?;
+        let text: Option<String> = row.try_get("leases")?;
+        match text {
+            Some(text) => serde_json::from_str(&text)
+                .map_err(|e| DbError::Corrupt(format!("lease revisions: {e}"))),
+            None => Ok(Vec::new()),
+        }
     }
 }

@@ -235,6 +235,8 @@ impl Store {
             flushes: 0,
             versions: Default::default(),
             bumped: Default::default(),
+            revise: Default::default(),
+            revised: Default::default(),
             writer: true,
             _guard: guard,
         })
@@ -250,6 +252,8 @@ impl Store {
             flushes: 0,
             versions: Default::default(),
             bumped: Default::default(),
+            revise: Default::default(),
+            revised: Default::default(),
             writer: false,
             _guard: None,
         })
@@ -320,6 +324,12 @@ pub struct Tx {
     versions: std::collections::HashMap<String, i64>,
     /// Inventory kinds this transaction changed.
     bumped: std::collections::HashSet<String>,
+    /// Leases whose revision must move when this transaction commits, because it changed
+    /// them or their reservations or events.
+    revise: std::collections::HashSet<String>,
+    /// Leases whose revision this transaction moved already, or that it created: either
+    /// way, no reader has seen the state it commits.
+    revised: std::collections::HashSet<String>,
     writer: bool,
     _guard: Option<OwnedMutexGuard<()>>,
 }
@@ -446,6 +456,7 @@ impl Deferred {
 
 impl Tx {
     pub async fn commit(mut self) -> DbResult<()> {
+        self.write_revisions().await?;
         self.flush().await?;
         self.inner.commit().await?;
         Ok(())
@@ -530,6 +541,10 @@ impl Tx {
     /// Undoes everything written since `savepoint` and ends it.
     pub async fn rollback_to(&mut self, savepoint: Savepoint) -> DbResult<()> {
         self.versions.clear();
+        // A revision moved after the savepoint is moved no more; what changed before it
+        // still needs one. Extra moves are harmless, missing ones are not.
+        let revised = std::mem::take(&mut self.revised);
+        self.revise.extend(revised);
         if self.flushes == savepoint.flushes {
             // Nothing since the savepoint reached the database: forget the queued writes.
             self.pending.script.truncate(savepoint.script);
@@ -595,6 +610,39 @@ impl Tx {
         .bind(kind)
         .execute(self.conn().await?)
         .await?;
+        Ok(())
+    }
+
+    /// Records that this transaction changed lease `id` (or its reservations or events):
+    /// its revision moves at commit.
+    pub(crate) fn revise_lease(&mut self, id: &str) {
+        if !self.revised.contains(id) {
+            self.revise.insert(id.to_string());
+        }
+    }
+
+    /// Records that lease `id` is new, or that the statement just queued moved its revision.
+    pub(crate) fn lease_revised(&mut self, id: &str) {
+        self.revise.remove(id);
+        self.revised.insert(id.to_string());
+    }
+
+    /// Moves the revision of every lease this transaction changed without moving it yet: one
+    /// statement, queued in front of the commit on SQLite.
+    async fn write_revisions(&mut self) -> DbResult<()> {
+        if self.revise.is_empty() {
+            return Ok(());
+        }
+        let mut ids: Vec<String> = std::mem::take(&mut self.revise).into_iter().collect();
+        ids.sort();
+        for chunk in ids.chunks(1_000) {
+            let sql = format!(
+                "UPDATE leases SET revision = revision + 1 WHERE id IN ({})",
+                placeholders(1, chunk.len())
+            );
+            self.write(&sql, chunk.iter().map(Arg::from).collect())
+                .await?;
+        }
         Ok(())
     }
 

@@ -11,6 +11,7 @@ pub mod extract;
 pub mod hosts;
 pub mod inventory;
 pub mod keystone;
+pub mod lease_cache;
 pub mod leases;
 pub mod policy;
 pub mod state;
@@ -62,10 +63,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         Arc::new(StandaloneBackend),
     )
     .with_authorizer(Arc::new(policy));
-    Ok(AppState {
-        service,
-        auth: Arc::new(auth),
-    })
+    Ok(AppState::new(service, auth))
 }
 
 /// A database URL without its password, for logs and errors.

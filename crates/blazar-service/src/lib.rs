@@ -58,7 +58,7 @@ pub use blazar_core::time::truncate_to_minute;
 pub use hosts::{AllocationEntry, PropertyListing};
 pub use instance::{FlavorInstanceType, InstanceType, Ratios};
 pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
-pub use leases::{LeaseUpdate, LeaseView, NewLease, When};
+pub use leases::{LeaseUpdate, LeaseView, Listed, NewLease, When};
 pub use policy::{Authorizer, DefaultPolicy, Target, policy_denied};
 pub use pool::PoolType;
 pub use resources::{Grant, PhysicalHostType, ResourceType};

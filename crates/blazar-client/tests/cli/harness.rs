@@ -92,10 +92,7 @@ impl Server {
             Settings::default(),
             Arc::new(StandaloneBackend),
         );
-        let state = AppState {
-            service: service.clone(),
-            auth: Arc::new(Auth::noauth("admin-project", "admin-user")),
-        };
+        let state = AppState::new(service.clone(), Auth::noauth("admin-project", "admin-user"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");

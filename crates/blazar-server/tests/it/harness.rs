@@ -146,10 +146,7 @@ impl TestApp {
         .expect("open test database");
         let clock = Arc::new(ManualClock::new(epoch()));
         let service = Service::new(store, clock.clone(), settings, Arc::new(StandaloneBackend));
-        let state = AppState {
-            service: service.clone(),
-            auth: Arc::new(Auth::noauth("admin-project", "admin-user")),
-        };
+        let state = AppState::new(service.clone(), Auth::noauth("admin-project", "admin-user"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -173,6 +170,17 @@ impl TestApp {
             stop: Some(stop),
             _db: db,
         }
+    }
+
+    /// Another server on this app's database, as a second replica would be (it neither
+    /// owns nor cleans up the database; drop it first).
+    pub async fn replica(&self) -> TestApp {
+        let db = TestDatabase {
+            url: self._db.url.clone(),
+            _dir: None,
+            schema: None,
+        };
+        Self::spawn_on(db, Settings::default()).await
     }
 
     /// Requests from now on act as this project, user and roles.

@@ -884,3 +884,98 @@ async fn create_answer_equals_show_and_list() {
     assert_eq!(r.body["lease"]["events"].as_array().unwrap().len(), 3);
     assert_eq!(r.body["lease"]["reservations"].as_array().unwrap().len(), 2);
 }
+
+/// The listed lease `lease_id` (None when the list lacks it), checked to be exactly what a
+/// show returns: lists reuse rendered leases, shows never do.
+async fn listed_as_shown(app: &TestApp, lease_id: &str) -> Option<Value> {
+    let listed = app.get("/v1/leases").await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
+    let found = listed.body["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["id"] == lease_id)
+        .cloned();
+    let shown = app.get(&format!("/v1/leases/{lease_id}")).await;
+    match &found {
+        Some(lease) => assert_eq!(
+            serde_json::to_string(lease).unwrap(),
+            serde_json::to_string(&shown.body["lease"]).unwrap(),
+            "list and show differ"
+        ),
+        None => assert_eq!(shown.status, StatusCode::NOT_FOUND, "{}", shown.body),
+    }
+    found
+}
+
+/// Lists keep rendered leases between requests; every kind of change, made by this server or
+/// by another one on the same database, shows in the next list.
+#[tokio::test]
+async fn lists_follow_every_change_of_a_lease() {
+    let app = TestApp::spawn().await;
+    let other = app.replica().await;
+    three_hosts(&app).await;
+    let r = app
+        .host_lease("followed", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = id(&r);
+    let bystander = app
+        .host_lease(
+            "bystander",
+            "2030-02-01 10:00",
+            "2030-02-01 12:00",
+            1,
+            1,
+            "",
+        )
+        .await;
+    assert_eq!(bystander.status, StatusCode::CREATED, "{}", bystander.body);
+    for server in [&app, &other] {
+        let lease = listed_as_shown(server, &lease_id).await.unwrap();
+        assert_eq!(lease["end_date"], "2030-01-01T12:00:00.000000");
+    }
+
+    // Changed by the other replica: name and dates, events moved.
+    let r = other
+        .put(
+            &format!("/v1/leases/{lease_id}"),
+            json!({"name": "renamed", "end_date": "2030-01-01 13:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let lease = listed_as_shown(&app, &lease_id).await.unwrap();
+    assert_eq!(lease["name"], "renamed");
+    assert_eq!(lease["end_date"], "2030-01-01T13:00:00.000000");
+
+    // The scheduler starts it: lease, reservation and event statuses.
+    app.tick_at(crate::harness::t(2030, 1, 1, 10, 0)).await;
+    for server in [&app, &other] {
+        let lease = listed_as_shown(server, &lease_id).await.unwrap();
+        assert_eq!(lease["status"], "ACTIVE");
+        assert_eq!(lease["reservations"][0]["status"], "active");
+    }
+
+    // Its host goes out of service: healing swaps it and flags the reservation.
+    let held = app.hosts_of(&lease_id).await;
+    let r = other
+        .put(
+            &format!("/v1/os-hosts/{}", held[0]),
+            json!({"reservable": false}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let shown = app.get(&format!("/v1/leases/{lease_id}")).await;
+    let flags = &shown.body["lease"]["reservations"][0];
+    assert!(
+        flags["resources_changed"] == true || flags["missing_resources"] == true,
+        "healing left no mark: {flags}"
+    );
+    listed_as_shown(&app, &lease_id).await.unwrap();
+
+    // Deleted by the other replica: gone from every list; the bystander is untouched.
+    let r = other.delete(&format!("/v1/leases/{lease_id}")).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    assert!(listed_as_shown(&app, &lease_id).await.is_none());
+    assert!(listed_as_shown(&app, &id(&bystander)).await.is_some());
+}

@@ -40,10 +40,7 @@ impl AuthApp {
             Arc::new(StandaloneBackend),
         )
         .with_authorizer(Arc::new(policy));
-        let state = AppState {
-            service,
-            auth: Arc::new(auth(&store)),
-        };
+        let state = AppState::new(service, auth(&store));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
