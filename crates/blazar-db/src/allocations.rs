@@ -8,7 +8,7 @@ use futures::TryStreamExt;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::{Arg, DbResult, Tx, from_opt_secs, from_secs, to_secs};
+use crate::{Arg, DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewAllocation {
@@ -331,9 +331,17 @@ impl Tx {
         reservation_id: Option<&str>,
         now: DateTime<Utc>,
     ) -> DbResult<Vec<AllocationView>> {
-        let mut sql = String::from(
-            "SELECT a.resource_id, a.reservation_id, a.lease_id, l.start_at, l.end_at \
-             FROM allocations a JOIN leases l ON l.id = a.lease_id WHERE a.resource_type = $1",
+        // One row per resource, its allocations aggregated as JSON: sqlx hands SQLite rows
+        // from the connection's thread to the task one at a time, and with one row per
+        // allocation a list of the whole history was mostly thread switches.
+        let (agg, array) = match self.backend {
+            crate::Backend::Sqlite => ("json_group_array", "json_array"),
+            crate::Backend::Postgres => ("json_agg", "json_build_array"),
+        };
+        let mut sql = format!(
+            "SELECT a.resource_id, CAST({agg}({array}(a.reservation_id, a.lease_id, l.start_at, \
+             l.end_at)) AS TEXT) AS held \
+             FROM allocations a JOIN leases l ON l.id = a.lease_id WHERE a.resource_type = $1"
         );
         let mut texts: Vec<String> = Vec::new();
         let mut n = 1;
@@ -356,7 +364,7 @@ impl Tx {
             n += 1;
             sql.push_str(&format!(" AND a.resource_id = ${n}"));
         }
-        sql.push_str(" ORDER BY a.resource_id, l.start_at, a.reservation_id");
+        sql.push_str(" GROUP BY a.resource_id");
         let mut query = sqlx::query(&sql).bind(resource_type);
         for t in &texts {
             query = query.bind(t.as_str());
@@ -372,14 +380,30 @@ impl Tx {
         let mut rows = query.fetch(self.conn().await?);
         let mut views = Vec::new();
         while let Some(row) = rows.try_next().await? {
-            views.push(AllocationView {
-                resource_id: row.try_get("resource_id")?,
-                reservation_id: row.try_get("reservation_id")?,
-                lease_id: row.try_get("lease_id")?,
-                lease_start: from_secs(row.try_get("start_at")?)?,
-                lease_end: from_secs(row.try_get("end_at")?)?,
-            });
+            let resource_id: i64 = row.try_get("resource_id")?;
+            let held: String = row.try_get("held")?;
+            let held: Vec<(String, String, i64, i64)> = serde_json::from_str(&held)
+                .map_err(|e| DbError::Corrupt(format!("allocations of {resource_id}: {e}")))?;
+            for (reservation_id, lease_id, start, end) in held {
+                views.push(AllocationView {
+                    resource_id,
+                    reservation_id,
+                    lease_id,
+                    lease_start: from_secs(start)?,
+                    lease_end: from_secs(end)?,
+                });
+            }
         }
+        drop(rows);
+        // Sorted here: the database would sort every allocation, and SQLite spills a sort
+        // larger than its page cache.
+        views.sort_unstable_by(|a, b| {
+            (a.resource_id, a.lease_start, &a.reservation_id).cmp(&(
+                b.resource_id,
+                b.lease_start,
+                &b.reservation_id,
+            ))
+        });
         Ok(views)
     }
 
