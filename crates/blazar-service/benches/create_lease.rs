@@ -1,13 +1,15 @@
 //! Store-level benchmark (issue 6): `Service::create_lease` against a SQLite temp database,
-//! at 100, 1,000 and 10,000 hosts with 0 and 10,000 existing allocations spread over a year
-//! (`BLAZAR_BENCH_ALLOCATIONS=0,10000,100000` adds or removes allocation counts;
-//! `BLAZAR_BENCH_HOSTS=100,1000` the host counts).
+//! at 100, 1,000 and 10,000 hosts with 0, 10,000 and 100,000 existing allocations spread over
+//! a year (`BLAZAR_BENCH_ALLOCATIONS=0,10000` and `BLAZAR_BENCH_HOSTS=100,1000` choose
+//! others; seeding 100,000 allocations takes about a minute per host count).
 //!
 //! The database is seeded through the Service API (`create_host`, `create_lease`), not HTTP:
-//! hosts carry `gpu` (every fourth) and `rack` capabilities, and the existing allocations are
-//! whole-rack leases, one per rack and slot of the year. Each measured iteration creates a
-//! lease of 1..10 `gpu` hosts for one hour somewhere in that year; it is deleted again outside
-//! the timed part, so every iteration sees the same state.
+//! hosts carry `gpu` (every fourth) and `rack` capabilities and 32 vCPUs, and the existing
+//! allocations are whole-rack leases, one per rack and slot of the year. Each measured
+//! iteration creates, for one hour somewhere in that year, either a `physical:host` lease of
+//! 1..10 `gpu` hosts (`sqlite-host`) or a `virtual:instance` lease of 1..4 instances of 4
+//! vCPUs (`sqlite-instance`: capacity counted over the window on every candidate host); it is
+//! deleted again outside the timed part, so every iteration sees the same state.
 //!
 //! Run: `cargo bench -p blazar-service --bench create_lease`.
 
@@ -64,6 +66,21 @@ fn reservation(count: usize, key: &str, value: &str) -> Map<String, Value> {
     map
 }
 
+fn instances(count: usize) -> Map<String, Value> {
+    let Value::Object(map) = json!({
+        "resource_type": "virtual:instance",
+        "amount": count,
+        "vcpus": 4,
+        "memory_mb": 8_192,
+        "disk_gb": 40,
+        "affinity": null,
+        "resource_properties": "",
+    }) else {
+        unreachable!()
+    };
+    map
+}
+
 fn lease(
     name: String,
     start: DateTime<Utc>,
@@ -106,6 +123,9 @@ async fn fixture(hosts: usize, allocations: usize) -> Fixture {
         let Value::Object(body) = json!({
             "name": format!("bench-h{i:05}"),
             "gpu": if i % 4 == 0 { "true" } else { "false" },
+            "vcpus": 32,
+            "memory_mb": 131_072,
+            "local_gb": 2_000,
             "rack": format!("r{:04}", i / rack_size),
         }) else {
             unreachable!()
@@ -146,45 +166,70 @@ fn bench_create_lease(c: &mut Criterion) {
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(5));
     for hosts in counts("BLAZAR_BENCH_HOSTS", &[100, 1_000, 10_000]) {
-        for allocations in counts("BLAZAR_BENCH_ALLOCATIONS", &[0, 10_000]) {
+        for allocations in counts("BLAZAR_BENCH_ALLOCATIONS", &[0, 10_000, 100_000]) {
             let t = Instant::now();
             let fx = runtime.block_on(fixture(hosts, allocations));
             eprintln!(
                 "seeded {hosts} hosts / {allocations} allocations in {:.1} s",
                 t.elapsed().as_secs_f64()
             );
+            // Both requests must be grantable, or the benchmark would time refusals.
+            runtime.block_on(async {
+                for (n, wanted) in [reservation(1, "gpu", "true"), instances(1)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let start = year_start() + chrono::Duration::days(180);
+                    let request = lease(
+                        format!("check-{n}"),
+                        start,
+                        start + chrono::Duration::hours(1),
+                        wanted,
+                    );
+                    let view = fx.service.create_lease(&who, &request).await.unwrap();
+                    fx.service.delete_lease(&who, &view.lease.id).await.unwrap();
+                }
+            });
             let mut i = 0u64;
-            group.bench_function(
-                BenchmarkId::new("sqlite", format!("{hosts}/{allocations}")),
-                |b| {
-                    b.iter_custom(|iters| {
-                        runtime.block_on(async {
-                            let mut timed = Duration::ZERO;
-                            for _ in 0..iters {
-                                i += 1;
-                                let start = year_start()
-                                    + chrono::Duration::minutes(
-                                        (mix64(i) % (YEAR_MINUTES as u64 - 60)) as i64,
+            for kind in ["host", "instance"] {
+                group.bench_function(
+                    BenchmarkId::new(format!("sqlite-{kind}"), format!("{hosts}/{allocations}")),
+                    |b| {
+                        b.iter_custom(|iters| {
+                            runtime.block_on(async {
+                                let mut timed = Duration::ZERO;
+                                for _ in 0..iters {
+                                    i += 1;
+                                    let start = year_start()
+                                        + chrono::Duration::minutes(
+                                            (mix64(i) % (YEAR_MINUTES as u64 - 60)) as i64,
+                                        );
+                                    let wanted = match kind {
+                                        "host" => reservation((i % 10 + 1) as usize, "gpu", "true"),
+                                        _ => instances((i % 4 + 1) as usize),
+                                    };
+                                    let request = lease(
+                                        format!("bench-{i}"),
+                                        start,
+                                        start + chrono::Duration::hours(1),
+                                        wanted,
                                     );
-                                let k = (i % 10 + 1) as usize;
-                                let request = lease(
-                                    format!("bench-{i}"),
-                                    start,
-                                    start + chrono::Duration::hours(1),
-                                    reservation(k, "gpu", "true"),
-                                );
-                                let t = Instant::now();
-                                let created = fx.service.create_lease(&who, &request).await;
-                                timed += t.elapsed();
-                                if let Ok(view) = created {
-                                    fx.service.delete_lease(&who, &view.lease.id).await.unwrap();
+                                    let t = Instant::now();
+                                    let created = fx.service.create_lease(&who, &request).await;
+                                    timed += t.elapsed();
+                                    if let Ok(view) = created {
+                                        fx.service
+                                            .delete_lease(&who, &view.lease.id)
+                                            .await
+                                            .unwrap();
+                                    }
                                 }
-                            }
-                            timed
+                                timed
+                            })
                         })
-                    })
-                },
-            );
+                    },
+                );
+            }
         }
     }
     group.finish();
