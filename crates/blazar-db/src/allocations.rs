@@ -73,6 +73,19 @@ pub struct AllocationRow {
     pub disk_gb: i64,
 }
 
+/// What one allocation holds of its resource, and when: all an instance search needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocationUsage {
+    pub resource_id: i64,
+    pub exclusive: bool,
+    pub start: DateTime<Utc>,
+    pub blocked_until: DateTime<Utc>,
+    pub units: i64,
+    pub vcpus: i64,
+    pub memory_mb: i64,
+    pub disk_gb: i64,
+}
+
 /// An allocation as the allocations API shows it: with its lease's dates.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AllocationView {
@@ -223,26 +236,53 @@ impl Tx {
         rows.iter().map(allocation_from_row).collect()
     }
 
-    /// Allocations of `resource_type` overlapping `[start, blocked_until)`.
-    pub async fn overlapping_allocations(
+    /// What the allocations of `resource_type` overlapping `[start, blocked_until)` use, in
+    /// one row (a JSON array): an instance search reads every host's allocations in the
+    /// window, thousands at a large site, and sqlx hands each SQLite row over on its own.
+    pub async fn usage_overlapping(
         &mut self,
         resource_type: &str,
         start: DateTime<Utc>,
         blocked_until: DateTime<Utc>,
-    ) -> DbResult<Vec<AllocationRow>> {
+    ) -> DbResult<Vec<AllocationUsage>> {
+        let (agg, array) = match self.backend {
+            crate::Backend::Sqlite => ("json_group_array", "json_array"),
+            crate::Backend::Postgres => ("json_agg", "json_build_array"),
+        };
         let sql = format!(
-            "SELECT {ALLOCATION_COLUMNS} FROM allocations \
+            "SELECT CAST({agg}({array}(resource_id, exclusive, start_at, blocked_until, units, \
+             vcpus, memory_mb, disk_gb)) AS TEXT) AS usage FROM allocations \
              WHERE resource_type = $1 AND blocked_until > $2 AND start_at < $3 \
              AND start_at >= $2 - COALESCE((SELECT max_span FROM allocation_spans \
                                             WHERE resource_type = $1), 0)"
         );
-        let rows = sqlx::query(&sql)
+        let row = sqlx::query(&sql)
             .bind(resource_type)
             .bind(to_secs(start))
             .bind(to_secs(blocked_until))
-            .fetch_all(self.conn().await?)
+            .fetch_one(self.conn().await?)
             .await?;
-        rows.iter().map(allocation_from_row).collect()
+        let Some(text) = row.try_get::<Option<String>, _>("usage")? else {
+            return Ok(Vec::new());
+        };
+        type Tuple = (i64, i64, i64, i64, i64, i64, i64, i64);
+        let tuples: Vec<Tuple> = serde_json::from_str(&text)
+            .map_err(|e| DbError::Corrupt(format!("allocation usage: {e}")))?;
+        tuples
+            .into_iter()
+            .map(|t| {
+                Ok(AllocationUsage {
+                    resource_id: t.0,
+                    exclusive: t.1 != 0,
+                    start: from_secs(t.2)?,
+                    blocked_until: from_secs(t.3)?,
+                    units: t.4,
+                    vcpus: t.5,
+                    memory_mb: t.6,
+                    disk_gb: t.7,
+                })
+            })
+            .collect()
     }
 
     /// Allocations held by a resource that have not ended by `now`, with their reservations.

@@ -22,7 +22,9 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{Any, AnyPool, Executor};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-pub use allocations::{AllocationRow, AllocationView, GrantRow, HandoverRow, NewAllocation};
+pub use allocations::{
+    AllocationRow, AllocationUsage, AllocationView, GrantRow, HandoverRow, NewAllocation,
+};
 pub use events::EventRow;
 pub use hosts::{NewHost, PropertyRow, PropertyWithValues};
 pub use inventory::{FlavorRow, NewResource, NotificationRow, ResourceRecord};

@@ -181,7 +181,7 @@ async fn host_slots(
     let window = TimeWindow::new(request.window.start(), request.blocked_until)
         .map_err(|e| ServiceError::Internal(e.to_string()))?;
     let overlapping = tx
-        .overlapping_allocations(PHYSICAL_HOST, request.window.start(), request.blocked_until)
+        .usage_overlapping(PHYSICAL_HOST, request.window.start(), request.blocked_until)
         .await?;
     let mut exclusive = std::collections::HashSet::new();
     let mut shared: HashMap<i64, Vec<(TimeWindow, Usage)>> = HashMap::new();
