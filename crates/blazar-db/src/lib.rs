@@ -131,6 +131,20 @@ impl Drop for Checkpointer {
     }
 }
 
+/// The settings of every SQLite connection, with a page cache of `cache_kib` KiB. WAL lets
+/// readers proceed while one writer commits; NORMAL sync is durable across application
+/// crashes; the busy timeout makes other processes wait for the write lock instead of
+/// failing. No memory-mapped reads: every connection maps the file separately, and a pool
+/// scanning a large history held the file many times over in resident memory. Checkpoints
+/// run in the background (see `Checkpointer`); the in-line one is a safety net.
+fn sqlite_pragmas(cache_kib: u32) -> String {
+    format!(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 30000; \
+         PRAGMA foreign_keys = ON; PRAGMA cache_size = -{cache_kib}; PRAGMA mmap_size = 0; \
+         PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4000;"
+    )
+}
+
 /// Turns the configured database into a URL sqlx understands.
 pub fn normalise_url(url: &str) -> String {
     if url.starts_with("sqlite:") || url.starts_with("postgres:") || url.starts_with("postgresql:")
@@ -168,24 +182,11 @@ impl Store {
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if backend == Backend::Sqlite {
-                        // WAL lets readers proceed while one writer commits; NORMAL sync is
-                        // durable across application crashes; the busy timeout makes other
-                        // processes wait for the write lock instead of failing.
                         // Each connection keeps a page cache of its own, so its size is
                         // multiplied by the pool: SQLite's default 2 MiB holds the hot index
                         // pages, and the OS page cache holds the rest once for everyone
-                        // (larger caches measured no faster). No memory-mapped reads: every
-                        // connection maps the file separately, and a pool scanning a large
-                        // history held the file sixteen times over in resident memory.
-                        // Checkpoints run in the background (see `Checkpointer`); the
-                        // in-line one is a safety net.
-                        conn.execute(
-                            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                             PRAGMA busy_timeout = 30000; PRAGMA foreign_keys = ON; \
-                             PRAGMA cache_size = -2048; PRAGMA mmap_size = 0; \
-                             PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4000;",
-                        )
-                        .await?;
+                        // (larger caches measured no faster for readers).
+                        conn.execute(sqlite_pragmas(2_048).as_str()).await?;
                     }
                     Ok(())
                 })
@@ -207,13 +208,7 @@ impl Store {
                     .test_before_acquire(false)
                     .after_connect(|conn, _meta| {
                         Box::pin(async move {
-                            conn.execute(
-                                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                                 PRAGMA busy_timeout = 30000; PRAGMA foreign_keys = ON; \
-                                 PRAGMA cache_size = -16384; PRAGMA mmap_size = 0; \
-                                 PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4000;",
-                            )
-                            .await?;
+                            conn.execute(sqlite_pragmas(16_384).as_str()).await?;
                             Ok(())
                         })
                     })

@@ -390,20 +390,33 @@ impl Service {
         })
     }
 
+    /// `filter` narrowed to what the caller may list (`None`: nothing). Non-admins only ever
+    /// see their project.
+    fn visible_leases(
+        &self,
+        identity: &Identity,
+        filter: &LeaseFilter,
+    ) -> ServiceResult<Option<LeaseFilter>> {
+        self.authorize_own("blazar:leases:get", identity)?;
+        let mut filter = filter.clone();
+        if !self.is_admin(identity) {
+            match &filter.project_id {
+                Some(p) if *p != identity.project_id => return Ok(None),
+                _ => filter.project_id = Some(identity.project_id.clone()),
+            }
+        }
+        Ok(Some(filter))
+    }
+
     /// Leases the caller may see, narrowed by `filter`. Non-admins only ever see their project.
     pub async fn list_leases(
         &self,
         identity: &Identity,
         filter: &LeaseFilter,
     ) -> ServiceResult<Vec<LeaseView>> {
-        self.authorize_own("blazar:leases:get", identity)?;
-        let mut filter = filter.clone();
-        if !self.is_admin(identity) {
-            match &filter.project_id {
-                Some(p) if *p != identity.project_id => return Ok(Vec::new()),
-                _ => filter.project_id = Some(identity.project_id.clone()),
-            }
-        }
+        let Some(filter) = self.visible_leases(identity, filter)? else {
+            return Ok(Vec::new());
+        };
         in_tx!(self, read, |tx| {
             Ok(tx
                 .lease_trees(&filter)
@@ -429,14 +442,9 @@ impl Service {
         filter: &LeaseFilter,
         kept: impl Fn(&str, i64) -> Option<T>,
     ) -> ServiceResult<Vec<Listed<T>>> {
-        self.authorize_own("blazar:leases:get", identity)?;
-        let mut filter = filter.clone();
-        if !self.is_admin(identity) {
-            match &filter.project_id {
-                Some(p) if *p != identity.project_id => return Ok(Vec::new()),
-                _ => filter.project_id = Some(identity.project_id.clone()),
-            }
-        }
+        let Some(filter) = self.visible_leases(identity, filter)? else {
+            return Ok(Vec::new());
+        };
         in_tx!(self, read, |tx| {
             let revisions = tx.lease_revisions(&filter).await?;
             let mut listed: Vec<Option<Listed<T>>> = Vec::with_capacity(revisions.len());
