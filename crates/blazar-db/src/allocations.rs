@@ -245,29 +245,19 @@ impl Tx {
         start: DateTime<Utc>,
         blocked_until: DateTime<Utc>,
     ) -> DbResult<Vec<AllocationUsage>> {
-        let (agg, array) = match self.backend {
-            crate::Backend::Sqlite => ("json_group_array", "json_array"),
-            crate::Backend::Postgres => ("json_agg", "json_build_array"),
-        };
+        let (agg, array) = self.json_functions();
         let sql = format!(
             "SELECT CAST({agg}({array}(resource_id, exclusive, start_at, blocked_until, units, \
-             vcpus, memory_mb, disk_gb)) AS TEXT) AS usage FROM allocations \
+             vcpus, memory_mb, disk_gb)) AS TEXT) AS json FROM allocations \
              WHERE resource_type = $1 AND blocked_until > $2 AND start_at < $3 \
              AND start_at >= $2 - COALESCE((SELECT max_span FROM allocation_spans \
                                             WHERE resource_type = $1), 0)"
         );
-        let row = sqlx::query(&sql)
-            .bind(resource_type)
-            .bind(to_secs(start))
-            .bind(to_secs(blocked_until))
-            .fetch_one(self.conn().await?)
-            .await?;
-        let Some(text) = row.try_get::<Option<String>, _>("usage")? else {
-            return Ok(Vec::new());
-        };
+        let args = vec![resource_type.into(), start.into(), blocked_until.into()];
         type Tuple = (i64, i64, i64, i64, i64, i64, i64, i64);
-        let tuples: Vec<Tuple> = serde_json::from_str(&text)
-            .map_err(|e| DbError::Corrupt(format!("allocation usage: {e}")))?;
+        let tuples: Vec<Tuple> = self
+            .fetch_json_array(&sql, args, "allocation usage")
+            .await?;
         tuples
             .into_iter()
             .map(|t| {
@@ -374,10 +364,7 @@ impl Tx {
         // One row per resource, its allocations aggregated as JSON: sqlx hands SQLite rows
         // from the connection's thread to the task one at a time, and with one row per
         // allocation a list of the whole history was mostly thread switches.
-        let (agg, array) = match self.backend {
-            crate::Backend::Sqlite => ("json_group_array", "json_array"),
-            crate::Backend::Postgres => ("json_agg", "json_build_array"),
-        };
+        let (agg, array) = self.json_functions();
         let mut sql = format!(
             "SELECT a.resource_id, CAST({agg}({array}(a.reservation_id, a.lease_id, l.start_at, \
              l.end_at)) AS TEXT) AS held \
@@ -434,7 +421,6 @@ impl Tx {
                 });
             }
         }
-        drop(rows);
         // Sorted here: the database would sort every allocation, and SQLite spills a sort
         // larger than its page cache.
         views.sort_unstable_by(|a, b| {

@@ -6,7 +6,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::events::{EventTuple, event_from_tuple};
-use crate::{DbError, DbResult, EventRow, Tx, from_opt_secs, from_secs};
+use crate::{Arg, DbError, DbResult, EventRow, Tx, from_opt_secs, from_secs};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaseRow {
@@ -390,26 +390,17 @@ impl Tx {
         let (clause, values) = filter.clause();
         // The children come out of their subqueries as text; json() and the cast nest them
         // as JSON rather than as strings.
-        let (agg, array, reservations, events) = match self.backend {
-            crate::Backend::Sqlite => (
-                "json_group_array",
-                "json_array",
-                "json(t.reservations)",
-                "json(t.events)",
-            ),
-            crate::Backend::Postgres => (
-                "json_agg",
-                "json_build_array",
-                "CAST(t.reservations AS JSON)",
-                "CAST(t.events AS JSON)",
-            ),
+        let (agg, array) = self.json_functions();
+        let (reservations, events) = match self.backend {
+            crate::Backend::Sqlite => ("json(t.reservations)", "json(t.events)"),
+            crate::Backend::Postgres => ("CAST(t.reservations AS JSON)", "CAST(t.events AS JSON)"),
         };
         // CAST(... AS TEXT): PostgreSQL's json comes back as text for the Any driver.
         let sql = format!(
             "SELECT CAST({agg}({array}(t.id, t.name, t.user_id, t.project_id, t.trust_id, \
                 t.start_at, t.end_at, t.status, t.degraded, t.created_at, t.updated_at, \
                 {reservations}, {events}, t.revision) ORDER BY t.created_at, t.id) AS TEXT) \
-                AS leases \
+                AS json \
              FROM (SELECT l.id, l.name, l.user_id, l.project_id, l.trust_id, l.start_at, \
                l.end_at, l.status, l.degraded, l.created_at, l.updated_at, l.revision, \
                (SELECT CAST({agg}({array}(r.id, r.lease_id, r.ordinal, r.resource_id, \
@@ -421,17 +412,8 @@ impl Tx {
                   AS TEXT) FROM events e WHERE e.lease_id = l.id) AS events \
                FROM leases l{clause}) t"
         );
-        let mut query = sqlx::query(&sql);
-        for v in &values {
-            query = query.bind(v.as_str());
-        }
-        let row = query.fetch_one(self.conn().await?).await?;
-        let text: Option<String> = row.try_get("leases")?;
-        let Some(text) = text else {
-            return Ok(Vec::new());
-        };
-        let tuples: Vec<LeaseTuple> =
-            serde_json::from_str(&text).map_err(|e| DbError::Corrupt(format!("leases: {e}")))?;
+        let args = values.into_iter().map(Arg::from).collect();
+        let tuples: Vec<LeaseTuple> = self.fetch_json_array(&sql, args, "leases").await?;
         tuples.into_iter().map(lease_tree_from_tuple).collect()
     }
 
@@ -440,24 +422,12 @@ impl Tx {
     /// for the same reason as [`Tx::lease_trees`].
     pub async fn lease_revisions(&mut self, filter: &LeaseFilter) -> DbResult<Vec<(String, i64)>> {
         let (clause, values) = filter.clause();
-        let (agg, array) = match self.backend {
-            crate::Backend::Sqlite => ("json_group_array", "json_array"),
-            crate::Backend::Postgres => ("json_agg", "json_build_array"),
-        };
+        let (agg, array) = self.json_functions();
         let sql = format!(
             "SELECT CAST({agg}({array}(l.id, l.revision) ORDER BY l.created_at, l.id) AS TEXT) \
-             AS leases FROM leases l{clause}"
+             AS json FROM leases l{clause}"
         );
-        let mut query = sqlx::query(&sql);
-        for v in &values {
-            query = query.bind(v.as_str());
-        }
-        let row = query.fetch_one(self.conn().await?).await?;
-        let text: Option<String> = row.try_get("leases")?;
-        match text {
-            Some(text) => serde_json::from_str(&text)
-                .map_err(|e| DbError::Corrupt(format!("lease revisions: {e}"))),
-            None => Ok(Vec::new()),
-        }
+        let args = values.into_iter().map(Arg::from).collect();
+        self.fetch_json_array(&sql, args, "lease revisions").await
     }
 }

@@ -91,7 +91,8 @@ pub struct StoreOptions {
 #[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
-    /// SQLite's write transactions (see `Store::connect`); PostgreSQL writes use `pool`.
+    /// SQLite's write transactions (see `Store::connect`); always set on SQLite, never on
+    /// PostgreSQL, whose writes use `pool`.
     writer: Option<AnyPool>,
     backend: Backend,
     /// SQLite has one writer at a time; queueing writers here avoids busy-waiting inside
@@ -250,10 +251,9 @@ impl Store {
             Backend::Sqlite => Some(self.write_lock.clone().lock_owned().await),
             Backend::Postgres => None,
         };
-        let inner = match (&self.writer, self.backend) {
-            (Some(writer), _) => writer.begin_with("BEGIN IMMEDIATE").await?,
-            (None, Backend::Sqlite) => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            (None, Backend::Postgres) => self.pool.begin().await?,
+        let inner = match &self.writer {
+            Some(writer) => writer.begin_with("BEGIN IMMEDIATE").await?,
+            None => self.pool.begin().await?,
         };
         Ok(Tx {
             inner,
@@ -549,6 +549,37 @@ impl Tx {
             .persistent(false)
             .fetch_all(&mut *self.inner)
             .await?)
+    }
+
+    /// The backend's JSON functions: (the aggregate, the array constructor).
+    pub(crate) fn json_functions(&self) -> (&'static str, &'static str) {
+        match self.backend {
+            Backend::Sqlite => ("json_group_array", "json_array"),
+            Backend::Postgres => ("json_agg", "json_build_array"),
+        }
+    }
+
+    /// Runs `sql`, which answers one row whose column `json` is a JSON array aggregated by
+    /// the database (NULL when nothing matched; on PostgreSQL cast to TEXT, which is how
+    /// the Any driver reads it), and parses its elements. Reading many items as one row
+    /// spares a thread hand-off per row: sqlx passes each SQLite row over on its own.
+    pub(crate) async fn fetch_json_array<T: serde::de::DeserializeOwned>(
+        &mut self,
+        sql: &str,
+        args: Vec<Arg>,
+        what: &str,
+    ) -> DbResult<Vec<T>> {
+        let rows = self.fetch_rows(sql, args).await?;
+        let text: Option<String> = match rows.first() {
+            Some(row) => sqlx::Row::try_get(row, "json")?,
+            None => None,
+        };
+        match text {
+            Some(text) => {
+                serde_json::from_str(&text).map_err(|e| DbError::Corrupt(format!("{what}: {e}")))
+            }
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Opens a savepoint (queued like a write). Savepoints do not nest.

@@ -390,61 +390,26 @@ impl Service {
         })
     }
 
-    /// `filter` narrowed to what the caller may list (`None`: nothing). Non-admins only ever
-    /// see their project.
-    fn visible_leases(
-        &self,
-        identity: &Identity,
-        filter: &LeaseFilter,
-    ) -> ServiceResult<Option<LeaseFilter>> {
-        self.authorize_own("blazar:leases:get", identity)?;
-        let mut filter = filter.clone();
-        if !self.is_admin(identity) {
-            match &filter.project_id {
-                Some(p) if *p != identity.project_id => return Ok(None),
-                _ => filter.project_id = Some(identity.project_id.clone()),
-            }
-        }
-        Ok(Some(filter))
-    }
-
-    /// Leases the caller may see, narrowed by `filter`. Non-admins only ever see their project.
-    pub async fn list_leases(
-        &self,
-        identity: &Identity,
-        filter: &LeaseFilter,
-    ) -> ServiceResult<Vec<LeaseView>> {
-        let Some(filter) = self.visible_leases(identity, filter)? else {
-            return Ok(Vec::new());
-        };
-        in_tx!(self, read, |tx| {
-            Ok(tx
-                .lease_trees(&filter)
-                .await?
-                .into_iter()
-                .map(|(lease, reservations, events)| LeaseView {
-                    lease,
-                    reservations,
-                    events,
-                })
-                .collect())
-        })
-    }
-
-    /// [`Service::list_leases`] for a caller that keeps what it rendered of each lease:
-    /// `kept(id, revision)` returns the caller's rendering of that lease at that revision, if
-    /// it has one. Only the other leases are read whole. A lease's revision moves with every
-    /// committed change to it, its reservations or its events, so a kept rendering is never
-    /// stale. One read transaction.
+    /// Leases the caller may see, narrowed by `filter`; non-admins only ever see their
+    /// project. For a caller that keeps what it rendered of each lease: `kept(id, revision)`
+    /// returns the caller's rendering of that lease at that revision, if it has one, and only
+    /// the other leases are read whole. A lease's revision moves with every committed change
+    /// to it, its reservations or its events, so a kept rendering is never stale. One read
+    /// transaction.
     pub async fn list_leases_reusing<T>(
         &self,
         identity: &Identity,
         filter: &LeaseFilter,
         kept: impl Fn(&str, i64) -> Option<T>,
     ) -> ServiceResult<Vec<Listed<T>>> {
-        let Some(filter) = self.visible_leases(identity, filter)? else {
-            return Ok(Vec::new());
-        };
+        self.authorize_own("blazar:leases:get", identity)?;
+        let mut filter = filter.clone();
+        if !self.is_admin(identity) {
+            match &filter.project_id {
+                Some(p) if *p != identity.project_id => return Ok(Vec::new()),
+                _ => filter.project_id = Some(identity.project_id.clone()),
+            }
+        }
         in_tx!(self, read, |tx| {
             let revisions = tx.lease_revisions(&filter).await?;
             let mut listed: Vec<Option<Listed<T>>> = Vec::with_capacity(revisions.len());
