@@ -21,10 +21,17 @@ pub fn parse_input(text: &str) -> Option<InputDate> {
     parse_minute(text).map(InputDate::At)
 }
 
-/// Parses `YYYY-MM-DD HH:MM` only.
+/// Parses `YYYY-MM-DD HH:MM` only, with a year of exactly four digits from 0001 to 9999, as
+/// Python's `strptime` (chrono alone would take a sign and any number of digits, and a lease
+/// ending in year 262142 breaks every Python client that lists leases).
 pub fn parse_minute(text: &str) -> Option<DateTime<Utc>> {
+    let bytes = text.as_bytes();
+    if bytes.len() < 5 || !bytes[..4].iter().all(u8::is_ascii_digit) || bytes[4] != b'-' {
+        return None;
+    }
     NaiveDateTime::parse_from_str(text, INPUT_FORMAT)
         .ok()
+        .filter(|naive| (1..=9999).contains(&naive.year()))
         .map(|naive| naive.and_utc())
 }
 
@@ -78,12 +85,23 @@ mod tests {
         let t = Utc.with_ymd_and_hms(2030, 1, 1, 10, 5, 0).unwrap();
         assert_eq!(parse_input("2030-01-01 10:05"), Some(InputDate::At(t)));
         assert_eq!(parse_input("now"), Some(InputDate::Now));
+        let last = Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 0).unwrap();
+        assert_eq!(parse_input("9999-12-31 23:59"), Some(InputDate::At(last)));
+        let first = Utc.with_ymd_and_hms(1, 1, 1, 0, 0, 0).unwrap();
+        assert_eq!(parse_input("0001-01-01 00:00"), Some(InputDate::At(first)));
         for bad in [
             "2030-01-01 10:05:00",
             "2030-01-01T10:05",
             "tomorrow",
             "",
             "2030-13-01 10:00",
+            "+262142-12-31 23:59",
+            "262142-12-31 23:59",
+            "10000-01-01 00:00",
+            "-2030-01-01 10:00",
+            "0000-01-01 00:00",
+            "+2030-01-01 10:00",
+            " 2030-01-01 10:00",
         ] {
             assert_eq!(parse_input(bad), None, "{bad}");
         }

@@ -180,6 +180,16 @@ async fn lease_creation_errors_are_4xx_and_write_nothing() {
             "tomorrow is an invalid date. Required format: %Y-%m-%d %H:%M",
         ),
         (
+            lease("2030-01-01 10:00", "+262142-12-31 23:59", good.clone()),
+            StatusCode::BAD_REQUEST,
+            "+262142-12-31 23:59 is an invalid date. Required format: %Y-%m-%d %H:%M",
+        ),
+        (
+            lease("2030-01-01 10:00", "10000-01-01 00:00", good.clone()),
+            StatusCode::BAD_REQUEST,
+            "10000-01-01 00:00 is an invalid date",
+        ),
+        (
             lease("2020-01-01 10:00", "2030-01-01 12:00", good.clone()),
             StatusCode::BAD_REQUEST,
             "Start date must be later than current date",
@@ -778,6 +788,11 @@ async fn update_changes_reservation_min_max_and_properties() {
             json!({"end_date": "garbage"}),
             StatusCode::BAD_REQUEST,
             "garbage is an invalid date",
+        ),
+        (
+            json!({"end_date": "12030-01-01 09:00"}),
+            StatusCode::BAD_REQUEST,
+            "12030-01-01 09:00 is an invalid date",
         ),
         (
             json!({"before_end_date": "2030-01-01 09:00"}),
