@@ -385,7 +385,8 @@ impl Tx {
         let time_filter = lease_id.is_none() && reservation_id.is_none();
         if time_filter {
             n += 1;
-            sql.push_str(&format!(" AND l.end_at >= ${n}"));
+            // Half-open windows: a lease ending at T is over at T.
+            sql.push_str(&format!(" AND l.end_at > ${n}"));
         }
         if resource_id.is_some() {
             n += 1;

@@ -360,3 +360,44 @@ async fn hosts_are_admin_only() {
         StatusCode::FORBIDDEN
     );
 }
+
+#[tokio::test]
+async fn an_allocation_is_over_at_its_lease_end() {
+    let app = TestApp::spawn().await;
+    let host = app.create_host("compute-1", json!({})).await;
+    let lease = app
+        .host_lease("a", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let lease_id = lease.body["lease"]["id"].as_str().unwrap().to_string();
+    let end = crate::harness::t(2030, 1, 1, 12, 0);
+    let shown = |body: &serde_json::Value| {
+        body["allocations"][0]["reservations"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    // Half-open windows: held until the instant before the end, free from the end on,
+    // whatever fraction of a second the clock shows.
+    for (at, held) in [
+        (end - chrono::Duration::seconds(1), 1),
+        (end - chrono::Duration::milliseconds(500), 1),
+        (end, 0),
+        (end + chrono::Duration::milliseconds(500), 0),
+    ] {
+        app.set_time(at);
+        let all = app.get("/v1/os-hosts/allocations").await;
+        assert_eq!(shown(&all.body), held, "at {at}: {}", all.body);
+        let one = app.get(&format!("/v1/os-hosts/{host}/allocation")).await;
+        assert_eq!(
+            one.body["allocation"]["reservations"]
+                .as_array()
+                .unwrap()
+                .len(),
+            held,
+            "at {at}: {}",
+            one.body
+        );
+    }
+    // Asking for the lease itself still shows it, as Blazar does.
+    assert_eq!(app.hosts_of(&lease_id).await, vec![host]);
+}
