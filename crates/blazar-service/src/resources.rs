@@ -366,22 +366,41 @@ pub(crate) fn merge_fields(
     merged
 }
 
+/// A count from 1 to 2^31-1: a JSON integer, or a string holding one (`"2"`, as Chameleon's
+/// clients send and its fork accepts; Blazar meant to and answers 500). Callers store the
+/// integer, so a string never reaches the database.
 pub(crate) fn int_field(map: &Map<String, Value>, key: &str) -> ServiceResult<i64> {
+    let out_of_range = |shown: &dyn std::fmt::Display| {
+        ServiceError::BadRequest(format!(
+            "Malformed parameter {key}: must be an integer from 1 to {}, got {shown}",
+            i32::MAX
+        ))
+    };
+    let in_range = |v: i64| (1..=i64::from(i32::MAX)).contains(&v);
     match map.get(key) {
         None | Some(Value::Null) => {
             Err(ServiceError::BadRequest(format!("Missing parameter {key}")))
         }
         Some(Value::Number(n)) => match n.as_i64() {
-            Some(v) if (1..=i64::from(i32::MAX)).contains(&v) => Ok(v),
-            _ => Err(ServiceError::BadRequest(format!(
-                "Malformed parameter {key}: must be an integer from 1 to {}, got {n}",
-                i32::MAX
-            ))),
+            Some(v) if in_range(v) => Ok(v),
+            _ => Err(out_of_range(n)),
+        },
+        Some(Value::String(s)) if integer_like(s) => match s.trim().parse::<i64>() {
+            Ok(v) if in_range(v) => Ok(v),
+            _ => Err(out_of_range(&Value::from(s.as_str()))),
         },
         Some(other) => Err(ServiceError::BadRequest(format!(
             "Malformed parameter {key}: must be a JSON integer of at least 1, got {other}"
         ))),
     }
+}
+
+/// Decimal digits with an optional sign, surrounded by optional blanks: what Python's `int()`
+/// takes from a string (but for digit-group underscores).
+fn integer_like(text: &str) -> bool {
+    let t = text.trim();
+    let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 pub(crate) fn query_field(
@@ -624,13 +643,31 @@ mod tests {
             json!({"min": 1, "max": 1}),
             json!({"min": 2, "max": 2, "resource_properties": "[\"==\", \"$gpu\", \"true\"]", "before_end": "snapshot"}),
             json!({"min": 1, "max": 1, "resource_properties": ["or", ["==", "$a", "1"], ["==", "$a", "2"]]}),
+            json!({"min": "1", "max": " 2 "}),
+            json!({"min": "+1", "max": "2147483647"}),
         ];
         for v in ok {
             assert!(validate(v.clone()).is_ok(), "{v}");
         }
+        // Integer-like strings are stored as integers.
+        let stored = validate(json!({"min": "1", "max": "02"})).unwrap();
+        assert_eq!((&stored["min"], &stored["max"]), (&json!(1), &json!(2)));
         let bad = [
             (json!({"max": 1}), "Missing parameter min"),
-            (json!({"min": "1", "max": 1}), "Malformed parameter min"),
+            (json!({"min": "1.5", "max": 1}), "Malformed parameter min"),
+            (json!({"min": "one", "max": 1}), "Malformed parameter min"),
+            (json!({"min": "0", "max": 1}), "Malformed parameter min"),
+            (json!({"min": "-1", "max": 1}), "Malformed parameter min"),
+            (
+                json!({"min": "2147483648", "max": 1}),
+                "Malformed parameter min",
+            ),
+            (
+                json!({"min": "99999999999999999999", "max": 1}),
+                "Malformed parameter min",
+            ),
+            (json!({"min": "1e3", "max": 1}), "Malformed parameter min"),
+            (json!({"min": 1, "max": "0x10"}), "Malformed parameter max"),
             (json!({"min": "", "max": ""}), "Malformed parameter min"),
             (json!({"min": 0, "max": 1}), "Malformed parameter min"),
             (json!({"min": 1.5, "max": 2}), "Malformed parameter min"),

@@ -162,6 +162,29 @@ async fn floating_ip_reservations() {
     assert_eq!(res["network_id"], "net-1");
     assert_eq!(res["amount"], 1);
     assert_eq!(res["required_floatingips"], json!(["172.24.4.102"]));
+    // An integer-like string is taken and stored as an integer.
+    let string_amount = app
+        .post(
+            "/v1/leases",
+            lease(
+                "string-amount",
+                "2030-02-01 10:00",
+                "2030-02-01 12:00",
+                json!([{"resource_type": "virtual:floatingip", "network_id": "net-1",
+                        "amount": "1", "required_floatingips": []}]),
+            ),
+        )
+        .await;
+    assert_eq!(
+        string_amount.status,
+        StatusCode::CREATED,
+        "{}",
+        string_amount.body
+    );
+    assert_eq!(
+        string_amount.body["lease"]["reservations"][0]["amount"],
+        json!(1)
+    );
     let two = app
         .post(
             "/v1/leases",

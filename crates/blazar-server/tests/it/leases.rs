@@ -226,10 +226,19 @@ async fn lease_creation_errors_are_4xx_and_write_nothing() {
             lease(
                 "2030-01-01 10:00",
                 "2030-01-01 12:00",
-                host(json!("1"), json!("2"), ""),
+                host(json!("1.5"), json!("2"), ""),
             ),
             StatusCode::BAD_REQUEST,
             "Malformed parameter min",
+        ),
+        (
+            lease(
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                host(json!("1"), json!("two"), ""),
+            ),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter max",
         ),
         (
             lease(
@@ -993,4 +1002,36 @@ async fn lists_follow_every_change_of_a_lease() {
     assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
     assert!(listed_as_shown(&app, &lease_id).await.is_none());
     assert!(listed_as_shown(&app, &id(&bystander)).await.is_some());
+}
+
+#[tokio::test]
+async fn integer_like_strings_are_taken_and_stored_as_integers() {
+    let app = TestApp::spawn().await;
+    three_hosts(&app).await;
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "strings", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+                   "reservations": [{"resource_type": "physical:host", "min": "1", "max": " 2",
+                                     "hypervisor_properties": "", "resource_properties": ""}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let reservation = &r.body["lease"]["reservations"][0];
+    assert_eq!(reservation["min"], json!(1));
+    assert_eq!(reservation["max"], json!(2));
+    let lease_id = id(&r);
+    let path = format!("/v1/leases/{lease_id}");
+    let rid = reservation["id"].as_str().unwrap().to_string();
+    let updated = app
+        .put(
+            &path,
+            json!({"reservations": [{"id": rid, "min": "1", "max": "1"}]}),
+        )
+        .await;
+    assert_eq!(updated.status, StatusCode::OK, "{}", updated.body);
+    assert_eq!(updated.body["lease"]["reservations"][0]["max"], json!(1));
+    let shown = app.get(&path).await;
+    assert_eq!(shown.body["lease"]["reservations"][0]["min"], json!(1));
+    assert_eq!(shown.body["lease"]["reservations"][0]["max"], json!(1));
 }
