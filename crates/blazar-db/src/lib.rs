@@ -86,6 +86,39 @@ pub struct StoreOptions {
     /// `sqlite://path` or `postgres://...`. A bare path is taken as a SQLite file.
     pub url: String,
     pub max_connections: u32,
+    /// How SQLite syncs commits to disk (ignored on PostgreSQL).
+    pub sqlite_sync: SqliteSync,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            url: "blazar.db".into(),
+            max_connections: 16,
+            sqlite_sync: SqliteSync::default(),
+        }
+    }
+}
+
+/// SQLite's `synchronous` setting in WAL mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SqliteSync {
+    /// Each commit is synced to disk before it returns: an acknowledged change survives a
+    /// power loss. Group commit of lease creates amortises the sync.
+    #[default]
+    Full,
+    /// The log is synced at checkpoints only: commits survive a crash of the process but the
+    /// last ones can be lost with the machine's power.
+    Normal,
+}
+
+impl SqliteSync {
+    fn pragma(self) -> &'static str {
+        match self {
+            SqliteSync::Full => "FULL",
+            SqliteSync::Normal => "NORMAL",
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -133,16 +166,17 @@ impl Drop for Checkpointer {
 }
 
 /// The settings of every SQLite connection, with a page cache of `cache_kib` KiB. WAL lets
-/// readers proceed while one writer commits; NORMAL sync is durable across application
-/// crashes; the busy timeout makes other processes wait for the write lock instead of
-/// failing. No memory-mapped reads: every connection maps the file separately, and a pool
-/// scanning a large history held the file many times over in resident memory. Checkpoints
-/// run in the background (see `Checkpointer`); the in-line one is a safety net.
-fn sqlite_pragmas(cache_kib: u32) -> String {
+/// readers proceed while one writer commits; `sync` says whether a commit waits for the
+/// disk (see [`SqliteSync`]); the busy timeout makes other processes wait for the write lock
+/// instead of failing. No memory-mapped reads: every connection maps the file separately,
+/// and a pool scanning a large history held the file many times over in resident memory.
+/// Checkpoints run in the background (see `Checkpointer`); the in-line one is a safety net.
+fn sqlite_pragmas(cache_kib: u32, sync: SqliteSync) -> String {
     format!(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 30000; \
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {}; PRAGMA busy_timeout = 30000; \
          PRAGMA foreign_keys = ON; PRAGMA cache_size = -{cache_kib}; PRAGMA mmap_size = 0; \
-         PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4000;"
+         PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4000;",
+        sync.pragma()
     )
 }
 
@@ -174,6 +208,7 @@ impl Store {
             _ => url,
         };
         let connect_options = AnyConnectOptions::from_str(&url)?;
+        let sync = options.sqlite_sync;
         let pool = AnyPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(Duration::from_secs(30))
@@ -187,7 +222,7 @@ impl Store {
                         // multiplied by the pool: SQLite's default 2 MiB holds the hot index
                         // pages, and the OS page cache holds the rest once for everyone
                         // (larger caches measured no faster for readers).
-                        conn.execute(sqlite_pragmas(2_048).as_str()).await?;
+                        conn.execute(sqlite_pragmas(2_048, sync).as_str()).await?;
                     }
                     Ok(())
                 })
@@ -207,9 +242,9 @@ impl Store {
                     .max_connections(1)
                     .acquire_timeout(Duration::from_secs(30))
                     .test_before_acquire(false)
-                    .after_connect(|conn, _meta| {
+                    .after_connect(move |conn, _meta| {
                         Box::pin(async move {
-                            conn.execute(sqlite_pragmas(16_384).as_str()).await?;
+                            conn.execute(sqlite_pragmas(16_384, sync).as_str()).await?;
                             Ok(())
                         })
                     })
@@ -802,7 +837,40 @@ pub(crate) fn placeholders(start: usize, count: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::stale_statistics;
+    use super::*;
+    use sqlx::Row;
+
+    /// `PRAGMA synchronous` as every kind of connection of the store sees it.
+    async fn synchronous_levels(sqlite_sync: SqliteSync) -> Vec<i64> {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::connect(&StoreOptions {
+            url: dir.path().join("t.db").display().to_string(),
+            max_connections: 2,
+            sqlite_sync,
+        })
+        .await
+        .unwrap();
+        let mut levels = Vec::new();
+        for pool in [Some(&store.pool), store.writer.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            let row = sqlx::query("PRAGMA synchronous")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            levels.push(row.try_get::<i64, _>(0).unwrap());
+        }
+        store.close().await;
+        levels
+    }
+
+    #[tokio::test]
+    async fn sqlite_commits_are_durable_unless_configured_otherwise() {
+        // FULL is 2 and NORMAL 1, on the readers' and the writer's connections alike.
+        assert_eq!(synchronous_levels(SqliteSync::default()).await, vec![2, 2]);
+        assert_eq!(synchronous_levels(SqliteSync::Normal).await, vec![1, 1]);
+    }
 
     #[test]
     fn statistics_go_stale_after_a_tenth_and_a_thousand_changes() {

@@ -13,6 +13,7 @@ async fn open_store(config: &Config) -> anyhow::Result<Store> {
     Store::connect(&StoreOptions {
         url: config.database_url.clone(),
         max_connections: 2,
+        sqlite_sync: config.sqlite_sync(),
     })
     .await
     .map_err(|e| {

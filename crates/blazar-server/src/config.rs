@@ -143,9 +143,45 @@ pub struct Cli {
     /// Minutes before the end of a lease its before_end_lease event runs; 0 disables [default: 60].
     #[arg(long, env = "BLAZAR_MINUTES_BEFORE_END_LEASE")]
     pub minutes_before_end_lease: Option<i64>,
+    /// SQLite durability: `full` syncs every commit to disk, so an acknowledged change
+    /// survives a power loss; `normal` survives a crash of the process only [default: full].
+    #[arg(long, env = "BLAZAR_SQLITE_SYNCHRONOUS", value_enum, global = true)]
+    pub sqlite_synchronous: Option<SqliteSynchronous>,
+    /// Virtual CPUs per physical CPU for instance reservations on hosts that set no
+    /// `cpu_allocation_ratio` [default: 1.0, as Blazar's instance plugin].
+    #[arg(long, env = "BLAZAR_CPU_ALLOCATION_RATIO")]
+    pub cpu_allocation_ratio: Option<f64>,
+    /// The same for memory (`ram_allocation_ratio`) [default: 1.0].
+    #[arg(long, env = "BLAZAR_RAM_ALLOCATION_RATIO")]
+    pub ram_allocation_ratio: Option<f64>,
+    /// The same for disk (`disk_allocation_ratio`) [default: 1.0].
+    #[arg(long, env = "BLAZAR_DISK_ALLOCATION_RATIO")]
+    pub disk_allocation_ratio: Option<f64>,
+    /// Most client connections open at once; at the bound, a new connection replaces the one
+    /// that has waited longest without a request [default: 4096].
+    #[arg(long, env = "BLAZAR_MAX_CLIENT_CONNECTIONS")]
+    pub max_client_connections: Option<usize>,
+    /// Seconds a new connection has to send its first request's headers [default: 10].
+    #[arg(long, env = "BLAZAR_HEADER_READ_TIMEOUT")]
+    pub header_read_timeout: Option<f64>,
+    /// Seconds an idle keep-alive connection stays open [default: 60].
+    #[arg(long, env = "BLAZAR_IDLE_TIMEOUT")]
+    pub idle_timeout: Option<f64>,
+    /// Seconds one request may take, body upload included (then 408) [default: 300].
+    #[arg(long, env = "BLAZAR_REQUEST_TIMEOUT")]
+    pub request_timeout: Option<f64>,
     /// Log filter, as RUST_LOG [default: info].
     #[arg(long, env = "BLAZAR_LOG", global = true)]
     pub log: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SqliteSynchronous {
+    /// Every commit is on disk before it is acknowledged (survives a power loss).
+    Full,
+    /// Commits survive a crash of the process, not of the machine (faster).
+    Normal,
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -220,6 +256,14 @@ pub struct FileConfig {
     pub poll_interval: Option<f64>,
     pub cleaning_minutes: Option<i64>,
     pub minutes_before_end_lease: Option<i64>,
+    pub sqlite_synchronous: Option<SqliteSynchronous>,
+    pub cpu_allocation_ratio: Option<f64>,
+    pub ram_allocation_ratio: Option<f64>,
+    pub disk_allocation_ratio: Option<f64>,
+    pub max_client_connections: Option<usize>,
+    pub header_read_timeout: Option<f64>,
+    pub idle_timeout: Option<f64>,
+    pub request_timeout: Option<f64>,
     pub log: Option<String>,
 }
 
@@ -252,7 +296,26 @@ pub struct Config {
     pub poll_interval: std::time::Duration,
     pub cleaning_minutes: i64,
     pub minutes_before_end_lease: i64,
+    pub sqlite_synchronous: SqliteSynchronous,
+    pub ratios: blazar_service::Ratios,
+    pub connections: crate::listener::ConnectionLimits,
     pub log: String,
+}
+
+/// A number of seconds from the configuration, checked to lie in `(0, max]`.
+fn seconds(name: &str, value: f64, max: f64) -> anyhow::Result<std::time::Duration> {
+    if !(value.is_finite() && value > 0.0 && value <= max) {
+        anyhow::bail!("{name} must be more than 0 and at most {max} seconds, got {value}");
+    }
+    Ok(std::time::Duration::from_secs_f64(value))
+}
+
+/// An allocation ratio: positive and finite (Nova's go up to a few dozen).
+fn ratio(name: &str, value: f64) -> anyhow::Result<f64> {
+    if !(value.is_finite() && value > 0.0 && value <= 1000.0) {
+        anyhow::bail!("{name} must be more than 0 and at most 1000, got {value}");
+    }
+    Ok(value)
 }
 
 impl Config {
@@ -285,6 +348,57 @@ impl Config {
         if cleaning_minutes < 0 {
             anyhow::bail!("cleaning_minutes must be 0 or more, got {cleaning_minutes}");
         }
+        let defaults = crate::listener::ConnectionLimits::default();
+        let connections = crate::listener::ConnectionLimits {
+            max_connections: cli
+                .max_client_connections
+                .or(file.max_client_connections)
+                .unwrap_or(defaults.max_connections),
+            header_read_timeout: seconds(
+                "header_read_timeout",
+                cli.header_read_timeout
+                    .or(file.header_read_timeout)
+                    .unwrap_or(defaults.header_read_timeout.as_secs_f64()),
+                3600.0,
+            )?,
+            idle_timeout: seconds(
+                "idle_timeout",
+                cli.idle_timeout
+                    .or(file.idle_timeout)
+                    .unwrap_or(defaults.idle_timeout.as_secs_f64()),
+                86_400.0,
+            )?,
+            request_timeout: seconds(
+                "request_timeout",
+                cli.request_timeout
+                    .or(file.request_timeout)
+                    .unwrap_or(defaults.request_timeout.as_secs_f64()),
+                86_400.0,
+            )?,
+        };
+        if connections.max_connections == 0 {
+            anyhow::bail!("max_client_connections must be at least 1");
+        }
+        let ratios = blazar_service::Ratios {
+            cpu: ratio(
+                "cpu_allocation_ratio",
+                cli.cpu_allocation_ratio
+                    .or(file.cpu_allocation_ratio)
+                    .unwrap_or(1.0),
+            )?,
+            ram: ratio(
+                "ram_allocation_ratio",
+                cli.ram_allocation_ratio
+                    .or(file.ram_allocation_ratio)
+                    .unwrap_or(1.0),
+            )?,
+            disk: ratio(
+                "disk_allocation_ratio",
+                cli.disk_allocation_ratio
+                    .or(file.disk_allocation_ratio)
+                    .unwrap_or(1.0),
+            )?,
+        };
         Ok(Config {
             role: cli.role.or(file.role).unwrap_or(Role::All),
             listen: cli
@@ -335,12 +449,26 @@ impl Config {
             poll_interval: std::time::Duration::from_secs_f64(poll),
             cleaning_minutes,
             minutes_before_end_lease,
+            sqlite_synchronous: cli
+                .sqlite_synchronous
+                .or(file.sqlite_synchronous)
+                .unwrap_or(SqliteSynchronous::Full),
+            ratios,
+            connections,
             log: cli.log.or(file.log).unwrap_or_else(|| "info".into()),
         })
     }
 }
 
 impl Config {
+    /// The store's SQLite durability setting.
+    pub fn sqlite_sync(&self) -> blazar_db::SqliteSync {
+        match self.sqlite_synchronous {
+            SqliteSynchronous::Full => blazar_db::SqliteSync::Full,
+            SqliteSynchronous::Normal => blazar_db::SqliteSync::Normal,
+        }
+    }
+
     /// Whether this process serves the API.
     pub fn serves_api(&self) -> bool {
         self.role != Role::Manager
@@ -459,6 +587,55 @@ mod tests {
         assert_eq!(settings.revalidate_after, chrono::Duration::seconds(60));
         // The password never shows in debug output, hence in no log line.
         assert!(!format!("{settings:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn durability_ratios_and_connection_limits_have_safe_defaults() {
+        let c = config(&[]);
+        assert_eq!(c.sqlite_synchronous, SqliteSynchronous::Full);
+        assert_eq!(c.sqlite_sync(), blazar_db::SqliteSync::Full);
+        assert_eq!(c.ratios, blazar_service::Ratios::default());
+        assert_eq!(c.connections, crate::listener::ConnectionLimits::default());
+        let c = config(&[
+            "--sqlite-synchronous",
+            "normal",
+            "--cpu-allocation-ratio",
+            "16",
+            "--ram-allocation-ratio",
+            "1.5",
+            "--max-client-connections",
+            "100",
+            "--header-read-timeout",
+            "2.5",
+            "--idle-timeout",
+            "30",
+        ]);
+        assert_eq!(c.sqlite_sync(), blazar_db::SqliteSync::Normal);
+        assert_eq!(
+            (c.ratios.cpu, c.ratios.ram, c.ratios.disk),
+            (16.0, 1.5, 1.0)
+        );
+        assert_eq!(c.connections.max_connections, 100);
+        assert_eq!(
+            c.connections.header_read_timeout,
+            std::time::Duration::from_millis(2_500)
+        );
+        assert_eq!(
+            c.connections.idle_timeout,
+            std::time::Duration::from_secs(30)
+        );
+        for bad in [
+            &["--cpu-allocation-ratio", "0"][..],
+            &["--ram-allocation-ratio=-1"],
+            &["--disk-allocation-ratio", "NaN"],
+            &["--max-client-connections", "0"],
+            &["--header-read-timeout", "0"],
+            &["--idle-timeout=-5"],
+        ] {
+            let mut argv = vec!["blazar-server"];
+            argv.extend_from_slice(bad);
+            assert!(Config::resolve(Cli::parse_from(argv)).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -13,14 +13,13 @@ pub mod inventory;
 pub mod keystone;
 pub mod lease_cache;
 pub mod leases;
+pub mod listener;
 pub mod policy;
 pub mod state;
 pub mod tokens;
 
 use std::sync::Arc;
 
-use axum::ServiceExt;
-use axum::extract::Request;
 use blazar_db::{Store, StoreOptions};
 use blazar_service::{Service, Settings, StandaloneBackend, SystemClock};
 use tokio::sync::watch;
@@ -40,6 +39,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     let store = Store::connect(&StoreOptions {
         url: config.database_url.clone(),
         max_connections: config.max_connections,
+        sqlite_sync: config.sqlite_sync(),
     })
     .await
     .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", redact(&config.database_url)))?;
@@ -58,7 +58,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         Settings {
             cleaning_minutes: config.cleaning_minutes,
             minutes_before_end_lease: config.minutes_before_end_lease,
-            ratios: blazar_service::Ratios::default(),
+            ratios: config.ratios,
         },
         Arc::new(StandaloneBackend),
     )
@@ -78,6 +78,35 @@ pub fn redact(url: &str) -> String {
         }
         _ => url.to_string(),
     }
+}
+
+/// Descriptors kept for everything but client connections: the database pool, log files,
+/// outbound calls.
+const RESERVED_FILES: u64 = 256;
+
+/// The configured connection limits, with the bound lowered if the process may not open
+/// that many files (after raising its soft limit to the hard one).
+fn connection_limits(config: &Config) -> listener::ConnectionLimits {
+    let mut limits = config.connections;
+    if let Some(files) = listener::raise_open_file_limit() {
+        let room = files
+            .saturating_sub(RESERVED_FILES + u64::from(config.max_connections))
+            .max(1);
+        if (limits.max_connections as u64) > room {
+            tracing::warn!(
+                max_client_connections = limits.max_connections,
+                open_file_limit = files,
+                "the open-file limit is too low for max_client_connections; using {room}"
+            );
+            limits.max_connections = usize::try_from(room).unwrap_or(1);
+        }
+        tracing::debug!(
+            open_file_limit = files,
+            max_client_connections = limits.max_connections,
+            "connection bound"
+        );
+    }
+    limits
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -122,7 +151,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             auth = state.auth.mode(),
             "blazar-server ready"
         );
-        serve(listener, state.clone(), wait_stop(stop_rx.clone())).await?;
+        let limits = connection_limits(&config);
+        serve_with_limits(listener, state.clone(), limits, wait_stop(stop_rx.clone())).await?;
     } else {
         tracing::info!(database = %redact(&config.database_url), "blazar-server ready (manager only)");
         wait_stop(stop_rx.clone()).await;
@@ -135,16 +165,31 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves the API on `listener` until `shutdown` completes, letting requests in flight finish.
+/// Serves the API on `listener` with the default connection limits until `shutdown`
+/// completes, letting requests in flight finish.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with_limits(
+        listener,
+        state,
+        listener::ConnectionLimits::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// Serves the API on `listener` under `limits` until `shutdown` completes.
+pub async fn serve_with_limits(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    limits: listener::ConnectionLimits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let app = tower::util::MapRequestLayer::new(app::strip_json_suffix).layer(app::router(state));
-    axum::serve(listener, ServiceExt::<Request>::into_make_service(app))
-        .with_graceful_shutdown(shutdown)
-        .await
+    listener::serve(listener, app, limits, shutdown).await
 }
 
 async fn shutdown_signal() {

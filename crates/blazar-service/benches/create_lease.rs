@@ -107,6 +107,7 @@ async fn fixture(hosts: usize, allocations: usize) -> Fixture {
     let store = Store::connect(&StoreOptions {
         url: dir.path().join("bench.db").display().to_string(),
         max_connections: 4,
+        ..Default::default()
     })
     .await
     .unwrap();

@@ -82,6 +82,7 @@ impl Server {
         let store = Store::connect(&StoreOptions {
             url,
             max_connections: 4,
+            ..Default::default()
         })
         .await
         .expect("open test database");

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use blazar_db::{Store, StoreOptions};
 use blazar_server::auth::Auth;
+use blazar_server::listener::ConnectionLimits;
 use blazar_server::state::AppState;
 use blazar_service::{ManualClock, Service, Settings, StandaloneBackend, TickReport};
 use chrono::{DateTime, TimeZone, Utc};
@@ -138,9 +139,19 @@ impl TestApp {
     }
 
     pub async fn spawn_on(db: TestDatabase, settings: Settings) -> TestApp {
+        Self::spawn_limited(db, settings, ConnectionLimits::default()).await
+    }
+
+    /// A server whose connection loop runs under `limits`.
+    pub async fn spawn_limited(
+        db: TestDatabase,
+        settings: Settings,
+        limits: ConnectionLimits,
+    ) -> TestApp {
         let store = Store::connect(&StoreOptions {
             url: db.url.clone(),
             max_connections: 16,
+            ..Default::default()
         })
         .await
         .expect("open test database");
@@ -153,7 +164,7 @@ impl TestApp {
         let addr = listener.local_addr().expect("addr");
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(async move {
-            let _ = blazar_server::serve(listener, state, async move {
+            let _ = blazar_server::serve_with_limits(listener, state, limits, async move {
                 let _ = stopped.await;
             })
             .await;

@@ -255,6 +255,68 @@ async fn allocation_ratios_multiply_capacity() {
 }
 
 #[tokio::test]
+async fn server_wide_ratios_apply_to_hosts_that_set_none() {
+    async fn four(app: &TestApp) -> crate::harness::Response {
+        app.post(
+            "/v1/leases",
+            lease(
+                "a",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                instances(4, 1, 2048, 10, json!(null)),
+            ),
+        )
+        .await
+    }
+    let host = json!({"vcpus": 2, "memory_mb": 4096, "local_gb": 40});
+    // Blazar's default: raw totals, so 2 vCPUs hold 2 instances.
+    let app = TestApp::spawn().await;
+    app.create_host("c1", host.clone()).await;
+    assert_eq!(four(&app).await.status, StatusCode::CONFLICT);
+    // CPU alone is not enough: memory is full at 2 instances too.
+    let cpu_only = blazar_service::Settings {
+        ratios: blazar_service::Ratios {
+            cpu: 16.0,
+            ram: 1.0,
+            disk: 1.0,
+        },
+        ..Default::default()
+    };
+    let app = TestApp::spawn_with(cpu_only.clone()).await;
+    app.create_host("c1", host.clone()).await;
+    assert_eq!(four(&app).await.status, StatusCode::CONFLICT);
+    let app = TestApp::spawn_with(blazar_service::Settings {
+        ratios: blazar_service::Ratios {
+            ram: 2.0,
+            ..cpu_only.ratios
+        },
+        ..cpu_only
+    })
+    .await;
+    let id = app.create_host("c1", host.clone()).await;
+    let r = four(&app).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    // A host's own ratio still wins over the server's.
+    app.put(
+        &format!("/v1/os-hosts/{id}"),
+        json!({"ram_allocation_ratio": "1.0"}),
+    )
+    .await;
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "b",
+                "2030-02-01 10:00",
+                "2030-02-01 12:00",
+                instances(4, 1, 2048, 10, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+}
+
+#[tokio::test]
 async fn host_and_instance_reservations_exclude_each_other() {
     let app = TestApp::spawn().await;
     app.create_host(

@@ -7,6 +7,7 @@
 mod auth_modes;
 mod basics;
 mod concurrency;
+mod connections;
 mod harness;
 mod hosts;
 mod instances;

@@ -30,6 +30,7 @@ impl AuthApp {
         let store = Store::connect(&StoreOptions {
             url: db.url.clone(),
             max_connections: 8,
+            ..Default::default()
         })
         .await
         .expect("open test database");

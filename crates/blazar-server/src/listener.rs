@@ -1,0 +1,378 @@
+//! The HTTP connection loop: accepts connections, bounds how many are open and how long one
+//! may hold a slot without a request in progress, and shuts down gracefully.
+//!
+//! axum's own `serve` keeps every connection until its client closes it, so idle and
+//! "slowloris" connections (a request line, then a header byte now and then) pile up until
+//! the process runs out of file descriptors and nobody is served. Hyper's header-read
+//! timeout alone does not separate a slow first request from an idle keep-alive, and nothing
+//! in axum or hyper bounds the number of connections, so this loop keeps a registry:
+//!
+//! * a connection that has not completed its first request within `header_read_timeout`,
+//!   or has been idle between requests for `idle_timeout`, is closed by a sweeper;
+//! * at `max_connections`, a new connection takes the slot of the connection that has waited
+//!   longest without a request in progress (idle or slow), so that clients holding many
+//!   useless connections cannot lock others out; if every connection is busy serving a
+//!   request, the new one is closed at once;
+//! * accept errors (out of file descriptors) pause the loop briefly instead of spinning.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::Response;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, watch};
+use tower::{Service, ServiceExt};
+
+/// How the server treats its clients' connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Most connections open at once.
+    pub max_connections: usize,
+    /// Longest a new connection may take to send its first request's headers.
+    pub header_read_timeout: Duration,
+    /// Longest a connection may stay open between requests (keep-alive).
+    pub idle_timeout: Duration,
+    /// Longest one request may take, body upload included (then 408).
+    pub request_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: 4096,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Raises this process's soft limit of open files to its hard limit, so that the connection
+/// bound, not the default soft limit (often 1,024), is what stops new connections. Answers
+/// the limit in force.
+pub fn raise_open_file_limit() -> Option<u64> {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => Some(limit),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the open-file limit");
+            rlimit::getrlimit(rlimit::Resource::NOFILE)
+                .ok()
+                .map(|(soft, _)| soft)
+        }
+    }
+}
+
+struct Tracked {
+    accepted: Instant,
+    /// When the last response was sent; `None` before the first.
+    last_done: Option<Instant>,
+    /// Requests in progress.
+    busy: usize,
+    close: Arc<Notify>,
+}
+
+impl Tracked {
+    /// Since when the connection has been waiting for a request, if it is.
+    fn waiting_since(&self) -> Option<Instant> {
+        (self.busy == 0).then(|| self.last_done.unwrap_or(self.accepted))
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    connections: Mutex<HashMap<u64, Tracked>>,
+    next_id: AtomicU64,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Tracked>> {
+        // A panic while holding this lock leaves plain bookkeeping behind; keep serving.
+        self.connections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers a new connection, making room if needed. `None` when every slot is busy.
+    fn admit(&self, max: usize) -> Option<(u64, Arc<Notify>)> {
+        let mut connections = self.lock();
+        if connections.len() >= max {
+            let oldest = connections
+                .iter()
+                .filter_map(|(id, c)| c.waiting_since().map(|t| (t, *id)))
+                .min();
+            let (_, victim) = oldest?;
+            if let Some(c) = connections.remove(&victim) {
+                c.close.notify_one();
+            }
+            tracing::debug!(
+                connection.id = victim,
+                "connection bound reached: closed the longest-waiting connection"
+            );
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let close = Arc::new(Notify::new());
+        connections.insert(
+            id,
+            Tracked {
+                accepted: Instant::now(),
+                last_done: None,
+                busy: 0,
+                close: close.clone(),
+            },
+        );
+        Some((id, close))
+    }
+
+    fn forget(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    fn request_started(&self, id: u64) {
+        if let Some(c) = self.lock().get_mut(&id) {
+            c.busy += 1;
+        }
+    }
+
+    fn request_done(&self, id: u64) {
+        if let Some(c) = self.lock().get_mut(&id) {
+            c.busy = c.busy.saturating_sub(1);
+            c.last_done = Some(Instant::now());
+        }
+    }
+
+    /// Closes the connections that waited too long for a request.
+    fn sweep(&self, limits: &ConnectionLimits) {
+        let now = Instant::now();
+        let mut connections = self.lock();
+        connections.retain(|_, c| {
+            let Some(since) = c.waiting_since() else {
+                return true;
+            };
+            let limit = if c.last_done.is_none() {
+                limits.header_read_timeout
+            } else {
+                limits.idle_timeout
+            };
+            if now.duration_since(since) >= limit {
+                c.close.notify_one();
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// Marks a request finished however its future ends (completed or dropped).
+struct InFlight {
+    registry: Arc<Registry>,
+    id: u64,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.registry.request_done(self.id);
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then lets requests in flight finish.
+pub async fn serve<S>(
+    listener: TcpListener,
+    app: S,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let registry = Arc::new(Registry::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let sweeper = {
+        let registry = registry.clone();
+        let every = (limits.header_read_timeout.min(limits.idle_timeout) / 4)
+            .clamp(Duration::from_millis(50), Duration::from_secs(1));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                registry.sweep(&limits);
+            }
+        })
+    };
+    let mut connections = tokio::task::JoinSet::new();
+    let mut stop = stop_rx.clone();
+    let mut last_accept_error: Option<Instant> = None;
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stopped(&mut stop) => break,
+        };
+        // Reap finished connection tasks so the set stays as large as what is open.
+        while connections.try_join_next().is_some() {}
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors, or a connection reset before accept: pause rather
+                // than spin, and log once a second at most.
+                if last_accept_error.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    tracing::warn!(error = %e, open = registry.len(), "accept failed");
+                    last_accept_error = Some(Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Some((id, close)) = registry.admit(limits.max_connections) else {
+            tracing::warn!(
+                peer = %peer,
+                max_connections = limits.max_connections,
+                "every connection is busy: refused a new one"
+            );
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let registry = registry.clone();
+        let app = app.clone();
+        let mut stop = stop_rx.clone();
+        connections.spawn(async move {
+            let tracker = registry.clone();
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                tracker.request_started(id);
+                let guard = InFlight {
+                    registry: tracker.clone(),
+                    id,
+                };
+                let app = app.clone();
+                async move {
+                    let _guard = guard;
+                    let request = request.map(Body::new);
+                    let response =
+                        tokio::time::timeout(limits.request_timeout, app.oneshot(request)).await;
+                    Ok::<_, Infallible>(match response {
+                        Ok(Ok(response)) => response,
+                        Ok(Err(never)) => match never {},
+                        Err(_) => request_timeout(),
+                    })
+                }
+            });
+            let builder = Builder::new(TokioExecutor::new());
+            let connection =
+                builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(connection.id = id, error = %e, "connection ended with an error");
+                    }
+                }
+                _ = close.notified() => {
+                    tracing::debug!(connection.id = id, "connection closed: waited too long for a request");
+                }
+                () = stopped(&mut stop) => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.as_mut().await;
+                }
+            }
+            registry.forget(id);
+        });
+    }
+    sweeper.abort();
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Completes once shutdown is asked for (the watch's guard is not held across awaits).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
+}
+
+fn request_timeout() -> Response {
+    use axum::response::IntoResponse;
+    crate::error::ApiError {
+        status: axum::http::StatusCode::REQUEST_TIMEOUT,
+        message: "The request took too long to arrive or to be served".into(),
+    }
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry_with(waiting: &[(u64, u64)]) -> Registry {
+        let registry = Registry::default();
+        let now = Instant::now();
+        for (age_ms, busy) in waiting {
+            let (id, _) = registry.admit(usize::MAX).unwrap();
+            let mut connections = registry.lock();
+            let c = connections.get_mut(&id).unwrap();
+            c.accepted = now - Duration::from_millis(*age_ms);
+            c.busy = *busy as usize;
+        }
+        registry
+    }
+
+    #[test]
+    fn at_the_bound_the_longest_waiting_connection_makes_room() {
+        let registry = registry_with(&[(100, 0), (500, 1), (300, 0)]);
+        // Connection 1 is older but busy; 2 has waited longest.
+        assert!(registry.admit(3).is_some());
+        let open: Vec<u64> = {
+            let mut ids: Vec<u64> = registry.lock().keys().copied().collect();
+            ids.sort_unstable();
+            ids
+        };
+        assert_eq!(open, vec![0, 1, 3]);
+    }
+
+    #[test]
+    fn when_every_connection_is_busy_the_new_one_is_refused() {
+        let registry = registry_with(&[(100, 1), (200, 2)]);
+        assert!(registry.admit(2).is_none());
+        assert_eq!(registry.len(), 2);
+        assert!(registry.admit(3).is_some());
+    }
+
+    #[test]
+    fn the_sweeper_closes_slow_and_idle_connections_only() {
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_millis(200),
+            idle_timeout: Duration::from_millis(1_000),
+            ..ConnectionLimits::default()
+        };
+        let registry = registry_with(&[(300, 0), (100, 0), (5_000, 1)]);
+        {
+            // Connection 3 answered a request 500 ms ago: idle, but within its timeout.
+            let (id, _) = registry.admit(usize::MAX).unwrap();
+            let mut connections = registry.lock();
+            let c = connections.get_mut(&id).unwrap();
+            c.last_done = Some(Instant::now() - Duration::from_millis(500));
+        }
+        registry.sweep(&limits);
+        let mut open: Vec<u64> = registry.lock().keys().copied().collect();
+        open.sort_unstable();
+        // 0 never finished its headers in time; 2 is busy however old; 3 is idle briefly.
+        assert_eq!(open, vec![1, 2, 3]);
+    }
+}

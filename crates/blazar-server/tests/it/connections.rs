@@ -1,0 +1,131 @@
+//! The connection loop under abuse: idle and slow ("slowloris") clients cannot hold the
+//! server's connection slots against others, and slow connections are closed.
+
+use std::time::{Duration, Instant};
+
+use blazar_server::listener::ConnectionLimits;
+use blazar_service::Settings;
+use reqwest::StatusCode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::harness::{TestApp, TestDatabase};
+
+async fn limited(max_connections: usize) -> TestApp {
+    TestApp::spawn_limited(
+        TestDatabase::new().await,
+        Settings::default(),
+        ConnectionLimits {
+            max_connections,
+            header_read_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_millis(2_500),
+            request_timeout: Duration::from_secs(30),
+        },
+    )
+    .await
+}
+
+fn addr(app: &TestApp) -> String {
+    app.base.trim_start_matches("http://").to_string()
+}
+
+/// Whether the server closed the connection (EOF or reset) within `within`.
+async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 512];
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            // Whatever the server wrote (a 408 or nothing), keep reading until it closes.
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+#[tokio::test]
+async fn idle_and_slow_clients_cannot_lock_others_out() {
+    let app = limited(16).await;
+    let target = addr(&app);
+    let mut held = Vec::new();
+    // More idle connections than the bound, then more slowloris ones.
+    for _ in 0..24 {
+        held.push(TcpStream::connect(&target).await.unwrap());
+    }
+    for _ in 0..24 {
+        let mut s = TcpStream::connect(&target).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A")
+            .await
+            .unwrap();
+        held.push(s);
+    }
+    // Another client is served at once, repeatedly, while all of them are held open.
+    for _ in 0..5 {
+        let started = Instant::now();
+        let r = app.get("/healthz").await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "served only after {:?}",
+            started.elapsed()
+        );
+        let r = app.get("/v1/leases").await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    }
+    // The oldest held connections gave their slots up: the server closed them.
+    let mut closed = 0;
+    for s in held.iter_mut().take(8) {
+        if closed_within(s, Duration::from_millis(200)).await {
+            closed += 1;
+        }
+    }
+    assert!(closed > 0, "no held connection was closed to make room");
+}
+
+#[tokio::test]
+async fn slow_headers_and_idle_keep_alives_are_closed() {
+    let app = limited(64).await;
+    let target = addr(&app);
+    // A request line, then one header byte now and then: closed after the header timeout
+    // (1 s) however it trickles.
+    let mut slow = TcpStream::connect(&target).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+    let started = Instant::now();
+    let mut closed = false;
+    for byte in b"Host: example.org".iter().cycle().take(40) {
+        if slow.write_all(&[*byte]).await.is_err() {
+            closed = true;
+            break;
+        }
+        if closed_within(&mut slow, Duration::from_millis(250)).await {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "a slowloris connection stayed open");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "closed only after {:?}",
+        started.elapsed()
+    );
+
+    // A connection that never sends anything: closed after the header timeout too.
+    let mut silent = TcpStream::connect(&target).await.unwrap();
+    assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
+
+    // A keep-alive connection after a complete request: kept past the header timeout,
+    // closed after the idle timeout (2.5 s).
+    let mut kept = TcpStream::connect(&target).await.unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = kept.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    assert!(!closed_within(&mut kept, Duration::from_millis(1_500)).await);
+    assert!(closed_within(&mut kept, Duration::from_secs(3)).await);
+}
