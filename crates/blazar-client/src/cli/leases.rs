@@ -389,19 +389,34 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    if !args.wait || lease.is_empty() {
+        print_created(ctx, lease, &args.out)?;
+        return Ok(0);
+    }
+    // With --wait the lease is printed as it is when the wait ends (ACTIVE, or the state
+    // that ended the wait), not as it was created.
+    let outcome = wait_outcome(ctx, &id, &args.name, "ACTIVE", timeout, poll).await?;
+    let last = match &outcome {
+        WaitOutcome::Reached(l) | WaitOutcome::Unreachable(l) | WaitOutcome::TimedOut(l) => {
+            l.clone()
+        }
+        WaitOutcome::Deleted => lease,
+    };
+    print_created(ctx, last, &args.out)?;
+    conclude_wait(ctx, &id, &args.name, "ACTIVE", timeout, outcome)
+}
+
+fn print_created(ctx: &Context, lease: Map<String, Value>, out: &ShowOutput) -> CliResult<()> {
     if lease.is_empty() {
         emit(&render_show(
             vec![(String::new(), super::python::Py::Str(String::new()))],
-            &args.out,
+            out,
         )?);
     } else {
-        let table = show_object(ctx, lease, &args.out)?;
+        let table = show_object(ctx, lease, out)?;
         emit(&format!("Created a new lease:\n{table}"));
     }
-    if !args.wait {
-        return Ok(0);
-    }
-    wait_for(ctx, &id, &args.name, "ACTIVE", timeout, poll).await
+    Ok(())
 }
 
 /// Moves one of the lease's dates by `delta`, as the Python client does for
@@ -574,6 +589,19 @@ async fn wait_for(
     timeout: Option<Duration>,
     poll: Duration,
 ) -> CliResult<u8> {
+    let outcome = wait_outcome(ctx, id, label, target, timeout, poll).await?;
+    conclude_wait(ctx, id, label, target, timeout, outcome)
+}
+
+/// Waits, showing progress on a terminal.
+async fn wait_outcome(
+    ctx: &Context,
+    id: &str,
+    label: &str,
+    target: &str,
+    timeout: Option<Duration>,
+    poll: Duration,
+) -> CliResult<WaitOutcome> {
     let tty = std::io::stderr().is_terminal();
     let outcome = wait_for_lease(&ctx.client, id, target, timeout, poll, |lease| {
         if tty {
@@ -588,7 +616,20 @@ async fn wait_for(
     if tty {
         eprint!("\r\x1b[K");
     }
-    match outcome? {
+    Ok(outcome?)
+}
+
+/// The exit code or error a wait ends with.
+fn conclude_wait(
+    ctx: &Context,
+    id: &str,
+    label: &str,
+    target: &str,
+    timeout: Option<Duration>,
+    outcome: WaitOutcome,
+) -> CliResult<u8> {
+    let tty = std::io::stderr().is_terminal();
+    match outcome {
         WaitOutcome::Reached(_) => {
             if tty {
                 eprintln!("Lease {label} is {target}");

@@ -42,6 +42,8 @@ async fn create_with_wait_returns_once_the_lease_is_active() {
                 "start_date",
                 "-c",
                 "end_date",
+                "-c",
+                "status",
                 "soon",
             ],
             &[("BLAZAR_URL", &base)],
@@ -69,9 +71,10 @@ async fn create_with_wait_returns_once_the_lease_is_active() {
         .unwrap();
     let start = (now + TimeDelta::minutes(2)).format("%Y-%m-%dT%H:%M:%S.000000");
     let end = (now + TimeDelta::minutes(62)).format("%Y-%m-%dT%H:%M:%S.000000");
+    // Printed as it is once the wait is over, not as it was created (PENDING).
     assert_eq!(
         run.ok(),
-        format!("Created a new lease:\n{end}\nsoon\n{start}\n")
+        format!("Created a new lease:\n{end}\nsoon\n{start}\nACTIVE\n")
     );
     assert_eq!(
         run.stderr, "",
