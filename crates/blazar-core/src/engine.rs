@@ -65,12 +65,19 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// `n` times this usage. Saturating: sizes and counts come from requests, and an
+    /// overflow must read as "too much", never wrap to a small or negative number.
     pub fn times(self, n: i64) -> Usage {
         Usage {
-            vcpus: self.vcpus * n,
-            memory_mb: self.memory_mb * n,
-            disk_gb: self.disk_gb * n,
+            vcpus: self.vcpus.saturating_mul(n),
+            memory_mb: self.memory_mb.saturating_mul(n),
+            disk_gb: self.disk_gb.saturating_mul(n),
         }
+    }
+
+    /// Whether it asks for anything at all (a slot of size zero would fit without end).
+    pub fn is_positive(self) -> bool {
+        self.vcpus > 0 || self.memory_mb > 0 || self.disk_gb > 0
     }
 }
 
@@ -94,10 +101,16 @@ pub fn peak_usage(intervals: &[(TimeWindow, Usage)], window: &TimeWindow) -> Usa
     let mut current = Usage::default();
     let mut peak = Usage::default();
     for (_, is_start, usage) in points {
-        let sign = if is_start { 1 } else { -1 };
-        current.vcpus += sign * usage.vcpus;
-        current.memory_mb += sign * usage.memory_mb;
-        current.disk_gb += sign * usage.disk_gb;
+        let step = |now: i64, by: i64| {
+            if is_start {
+                now.saturating_add(by)
+            } else {
+                now.saturating_sub(by)
+            }
+        };
+        current.vcpus = step(current.vcpus, usage.vcpus);
+        current.memory_mb = step(current.memory_mb, usage.memory_mb);
+        current.disk_gb = step(current.disk_gb, usage.disk_gb);
         peak.vcpus = peak.vcpus.max(current.vcpus);
         peak.memory_mb = peak.memory_mb.max(current.memory_mb);
         peak.disk_gb = peak.disk_gb.max(current.disk_gb);
@@ -105,13 +118,17 @@ pub fn peak_usage(intervals: &[(TimeWindow, Usage)], window: &TimeWindow) -> Usa
     peak
 }
 
-/// How many more slots of size `slot` fit under `capacity` on top of `peak`.
+/// How many more slots of size `slot` fit under `capacity` on top of `peak`; none for a slot
+/// that asks for nothing (requests are validated against that; this is the backstop).
 pub fn free_slots(capacity: Usage, peak: Usage, slot: Usage) -> i64 {
+    if !slot.is_positive() {
+        return 0;
+    }
     let fit = |cap: i64, used: i64, need: i64| -> i64 {
         if need <= 0 {
             i64::MAX
         } else {
-            ((cap - used) / need).max(0)
+            (cap.saturating_sub(used) / need).max(0)
         }
     };
     fit(capacity.vcpus, peak.vcpus, slot.vcpus)
@@ -268,6 +285,18 @@ mod tests {
     }
 
     #[test]
+    fn usage_arithmetic_saturates() {
+        let big = u(i64::MAX / 2, 3, i64::MAX);
+        assert_eq!(big.times(4), u(i64::MAX, 12, i64::MAX));
+        assert_eq!(u(-3, 0, 1).times(i64::MAX), u(i64::MIN, 0, i64::MAX));
+        let peak = peak_usage(
+            &[(w(0, 10), u(i64::MAX, 1, 1)), (w(5, 15), u(i64::MAX, 1, 1))],
+            &w(0, 20),
+        );
+        assert_eq!(peak, u(i64::MAX, 2, 2));
+    }
+
+    #[test]
     fn free_slots_table() {
         let rows = [
             (u(16, 65536, 500), u(0, 0, 0), u(2, 4096, 20), 8),
@@ -277,6 +306,16 @@ mod tests {
             (u(16, 65536, 500), u(16, 0, 0), u(1, 1, 1), 0),
             (u(16, 65536, 500), u(20, 0, 0), u(1, 1, 1), 0),
             (u(4, 0, 0), u(0, 0, 0), u(1, 0, 0), 4),
+            // A slot of size zero fits nowhere rather than everywhere.
+            (u(4, 4096, 40), u(0, 0, 0), u(0, 0, 0), 0),
+            // Extreme sizes and usages neither overflow nor wrap.
+            (u(4, 4096, 40), u(i64::MIN, 0, 0), u(1, 1, 1), 40),
+            (
+                u(i64::MAX, i64::MAX, i64::MAX),
+                u(-5, 0, 0),
+                u(1, i64::MAX, 1),
+                1,
+            ),
         ];
         for (capacity, peak, slot, expected) in rows {
             assert_eq!(

@@ -269,7 +269,9 @@ async fn allocate_shape(
 ) -> ServiceResult<Grant> {
     let (slots, fitting) = host_slots(tx, shape, request, ratios, cache).await?;
     let placement = place(&slots, request.keep, shape.amount, shape.affinity).ok_or_else(|| {
-        let free: i64 = slots.iter().map(|s| s.slots).sum();
+        let free = slots
+            .iter()
+            .fold(0i64, |total, s| total.saturating_add(s.slots));
         let placement_rule = match shape.affinity {
             Affinity::Same => ", all on one host",
             Affinity::Different => ", each on a different host",
@@ -522,23 +524,26 @@ const FLAVOR_FIELDS: &[&str] = &["flavor_id", "amount", "affinity"];
 
 /// The instance size a flavor asks for: its vcpus, RAM and disk plus ephemeral disk, with
 /// `resources:VCPU|MEMORY_MB|DISK_GB` extra specs overriding them.
-fn flavor_size(flavor: &FlavorRow) -> ServiceResult<Usage> {
+pub(crate) fn flavor_size(flavor: &FlavorRow) -> ServiceResult<Usage> {
     let mut size = Usage {
         vcpus: flavor.vcpus,
         memory_mb: flavor.ram,
-        disk_gb: flavor.disk + flavor.ephemeral,
+        disk_gb: flavor.disk.saturating_add(flavor.ephemeral),
     };
     for (key, value) in &flavor.extra_specs {
         let Some(class) = key.strip_prefix("resources:") else {
             continue;
         };
+        // Placement's bounds for an amount of a resource class.
         let amount = value
             .as_str()
-            .and_then(|v| v.parse::<i64>().ok())
+            .and_then(|v| v.trim().parse::<i64>().ok())
             .or_else(|| value.as_i64())
+            .filter(|v| (0..=MAX_FLAVOR_SIZE).contains(v))
             .ok_or_else(|| {
                 ServiceError::BadRequest(format!(
-                    "Malformed extra spec {key}={value} in flavor {}",
+                    "Malformed extra spec {key}={value} in flavor {}: a resource amount is an \
+                     integer from 0 to {MAX_FLAVOR_SIZE}",
                     flavor.name
                 ))
             })?;
@@ -549,12 +554,22 @@ fn flavor_size(flavor: &FlavorRow) -> ServiceResult<Usage> {
             _ => {}
         }
     }
+    if !size.is_positive() {
+        return Err(ServiceError::BadRequest(format!(
+            "Flavor {} asks for no vCPU, memory or disk: an instance of it would fit anywhere \
+             without end",
+            flavor.name
+        )));
+    }
     Ok(size)
 }
 
+/// Largest vCPU, RAM (MB) or disk (GB) size of a flavor, as Nova's API bounds them.
+pub(crate) const MAX_FLAVOR_SIZE: i64 = i32::MAX as i64;
+
 /// `trait:<NAME>=required|forbidden` extra specs: a host has a trait when its extra
 /// capability `<NAME>` is `true` (any case). Returns (name, required).
-fn flavor_traits(flavor: &FlavorRow) -> ServiceResult<Vec<(String, bool)>> {
+pub(crate) fn flavor_traits(flavor: &FlavorRow) -> ServiceResult<Vec<(String, bool)>> {
     let mut traits = Vec::new();
     for (key, value) in &flavor.extra_specs {
         let Some(name) = key.strip_prefix("trait:") else {

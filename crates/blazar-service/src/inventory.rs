@@ -496,15 +496,17 @@ impl Service {
             Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
             _ => return Err(ServiceError::BadRequest("Missing parameter name".into())),
         };
+        // Nova's bounds: vCPUs and RAM from 1, disks from 0, all at most 2^31-1.
+        let max = crate::instance::MAX_FLAVOR_SIZE;
         let number = |key: &str, min: i64, default: Option<i64>| -> ServiceResult<i64> {
             match body.get(key) {
                 None | Some(Value::Null) => default
                     .ok_or_else(|| ServiceError::BadRequest(format!("Missing parameter {key}"))),
-                Some(Value::Number(n)) if n.as_i64().is_some_and(|v| v >= min) => {
+                Some(Value::Number(n)) if n.as_i64().is_some_and(|v| (min..=max).contains(&v)) => {
                     Ok(n.as_i64().unwrap_or(min))
                 }
                 Some(other) => Err(ServiceError::BadRequest(format!(
-                    "Malformed parameter {key}: must be an integer of at least {min}, got {other}"
+                    "Malformed parameter {key}: must be an integer from {min} to {max}, got {other}"
                 ))),
             }
         };
@@ -541,6 +543,10 @@ impl Service {
             created_at: self.now(),
             updated_at: None,
         };
+        // The size an instance of it takes (extra specs included) and its traits must make
+        // sense now, not when a lease first uses it.
+        crate::instance::flavor_size(&flavor)?;
+        crate::instance::flavor_traits(&flavor)?;
         in_tx!(self, write, |tx| {
             match tx.insert_flavor(&flavor).await {
                 Err(blazar_db::DbError::Duplicate(_)) => Err(ServiceError::Conflict(format!(

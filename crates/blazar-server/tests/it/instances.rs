@@ -784,3 +784,99 @@ async fn concurrent_pool_reservations_grant_each_unit_once() {
         );
     }
 }
+
+#[tokio::test]
+async fn flavor_sizes_are_bounded_and_never_overflow() {
+    let app = TestApp::spawn().await;
+    app.create_host(
+        "c1",
+        json!({"vcpus": 4, "memory_mb": 8192, "local_gb": 100}),
+    )
+    .await;
+    let max = i64::from(i32::MAX);
+    let refused = [
+        (
+            json!({"name": "a", "vcpus": -100, "ram": 1024}),
+            "Malformed parameter vcpus",
+        ),
+        (
+            json!({"name": "a", "vcpus": 1, "ram": -1}),
+            "Malformed parameter ram",
+        ),
+        (
+            json!({"name": "a", "vcpus": 1, "ram": 1, "disk": -2}),
+            "Malformed parameter disk",
+        ),
+        (
+            json!({"name": "a", "vcpus": i64::MAX, "ram": 1024}),
+            "Malformed parameter vcpus",
+        ),
+        (
+            json!({"name": "a", "vcpus": 1, "ram": max + 1}),
+            "Malformed parameter ram",
+        ),
+        (
+            json!({"name": "a", "vcpus": 1, "ram": 1, "OS-FLV-EXT-DATA:ephemeral": -1}),
+            "Malformed parameter OS-FLV-EXT-DATA:ephemeral",
+        ),
+        (
+            json!({"name": "a", "vcpus": 1, "ram": 1024, "extra_specs": {"resources:VCPU": "-100"}}),
+            "Malformed extra spec resources:VCPU",
+        ),
+        (
+            json!({"name": "a", "vcpus": 1, "ram": 1024, "extra_specs": {"resources:MEMORY_MB": "9223372036854775807"}}),
+            "Malformed extra spec resources:MEMORY_MB",
+        ),
+        (
+            json!({"name": "zero", "vcpus": 1, "ram": 1, "extra_specs":
+                   {"resources:VCPU": "0", "resources:MEMORY_MB": "0", "resources:DISK_GB": "0"}}),
+            "asks for no vCPU, memory or disk",
+        ),
+        (
+            json!({"name": "a", "vcpus": 1, "ram": 1024, "extra_specs": {"trait:ssd": "maybe"}}),
+            "Malformed parameter trait:ssd",
+        ),
+    ];
+    for (body, message) in refused {
+        let r = app.post("/v1/flavors", body.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.body);
+        assert!(r.message().contains(message), "{body}: {}", r.message());
+    }
+    let listed = app.get("/v1/flavors").await;
+    assert_eq!(listed.body["flavors"], json!([]), "nothing was stored");
+
+    // The largest sizes Nova allows are taken, and their sums do not wrap: a huge flavor is
+    // simply too large for the host, and the message shows its true size.
+    let huge = app
+        .post(
+            "/v1/flavors",
+            json!({"name": "huge", "vcpus": 1, "ram": 1024, "disk": max,
+                   "OS-FLV-EXT-DATA:ephemeral": max}),
+        )
+        .await;
+    assert_eq!(huge.status, StatusCode::CREATED, "{}", huge.body);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "h",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([{"resource_type": "flavor:instance", "flavor_id": "huge",
+                        "amount": max, "affinity": "None"}]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        r.message().contains(&format!("{} GB disk", 2 * max)),
+        "{}",
+        r.message()
+    );
+    assert!(
+        !r.message().contains(" -"),
+        "no negative size: {}",
+        r.message()
+    );
+    assert_eq!(app.get("/v1/leases").await.body["leases"], json!([]));
+}
