@@ -294,6 +294,23 @@ impl Tx {
         group_property_values(&rows)
     }
 
+    /// The names of a resource type's private properties.
+    pub async fn private_property_names(
+        &mut self,
+        resource_type: &str,
+    ) -> DbResult<std::collections::HashSet<String>> {
+        let rows = sqlx::query(
+            "SELECT property_name FROM resource_properties \
+             WHERE resource_type = $1 AND private <> 0",
+        )
+        .bind(resource_type)
+        .fetch_all(self.conn().await?)
+        .await?;
+        rows.iter()
+            .map(|r| Ok(r.try_get::<String, _>("property_name")?))
+            .collect()
+    }
+
     pub async fn get_property(
         &mut self,
         resource_type: &str,

@@ -120,13 +120,15 @@ impl PoolType {
         };
         if let Some(q) = &query {
             let columns = columns(self.kind);
-            check_known_properties(
+            if let Err(unknown) = check_known_properties(
                 "resource_properties",
                 q,
                 |k| columns.contains(&k),
                 pool.iter().map(|r| &r.capabilities),
                 self.noun(),
-            )?;
+            ) {
+                return Err(unknown.into_error(tx, self.kind).await);
+            }
         }
         let network = params.get("network_id").and_then(Value::as_str);
         let matching: Vec<&ResourceRecord> = pool

@@ -259,7 +259,10 @@ impl HostCache {
         if let Some(matching) = cached {
             return Ok((inventory, matching));
         }
-        let matching = Arc::new(matching_hosts(&inventory.hosts, queries)?);
+        let matching = match matching_hosts(&inventory.hosts, queries) {
+            Ok(matching) => Arc::new(matching),
+            Err(unknown) => return Err(unknown.into_error(tx, PHYSICAL_HOST).await),
+        };
         if let Some(snapshot) = self.lock().as_mut().filter(|s| s.version == version) {
             if snapshot.matches.len() >= MAX_CACHED_FILTERS {
                 snapshot.matches.clear();
@@ -425,34 +428,68 @@ pub(crate) fn query_field(
     Ok((text, query))
 }
 
-/// Refuses queries on properties no resource has: Blazar answers those with a 500.
+/// A query on a property no resource of the kind has (Blazar answers those with a 500).
+#[derive(Debug)]
+pub(crate) struct UnknownProperty {
+    field: String,
+    key: String,
+    noun: &'static str,
+    /// Every capability name the resources have, private ones included.
+    known: Vec<String>,
+}
+
+impl UnknownProperty {
+    /// The 400 a caller sees. Private property names are never listed (the caller may not be
+    /// allowed to know them; admins list them with the properties API).
+    pub(crate) async fn into_error(self, tx: &mut Tx, resource_type: &str) -> ServiceError {
+        let private = match tx.private_property_names(resource_type).await {
+            Ok(names) => names,
+            Err(e) => return e.into(),
+        };
+        let shown: Vec<&str> = self
+            .known
+            .iter()
+            .map(String::as_str)
+            .filter(|k| !private.contains(*k))
+            .collect();
+        let known = if shown.is_empty() {
+            format!("no {} has public extra capabilities", self.noun)
+        } else {
+            format!("known extra capabilities: {}", shown.join(", "))
+        };
+        ServiceError::BadRequest(format!(
+            "Unknown property ${} in {}: no {} has it ({known})",
+            self.key, self.field, self.noun
+        ))
+    }
+}
+
+/// Finds a query key that names no column and no capability of any resource.
 /// `is_column` tells the fixed fields every resource of the kind has.
 pub(crate) fn check_known_properties<'a>(
     field: &str,
     query: &PropertyQuery,
     is_column: impl Fn(&str) -> bool,
     capabilities: impl Iterator<Item = &'a BTreeMap<String, String>> + Clone,
-    noun: &str,
-) -> ServiceResult<()> {
+    noun: &'static str,
+) -> Result<(), UnknownProperty> {
     for key in query.keys() {
         if is_column(key) || capabilities.clone().any(|c| c.contains_key(key)) {
             continue;
         }
-        let mut known: Vec<&str> = capabilities
+        let mut known: Vec<String> = capabilities
             .clone()
-            .flat_map(|c| c.keys().map(String::as_str))
+            .flat_map(|c| c.keys().cloned())
             .collect::<HashSet<_>>()
             .into_iter()
             .collect();
         known.sort_unstable();
-        let known = if known.is_empty() {
-            format!("no {noun} has extra capabilities")
-        } else {
-            format!("known extra capabilities: {}", known.join(", "))
-        };
-        return Err(ServiceError::BadRequest(format!(
-            "Unknown property ${key} in {field}: no {noun} has it ({known})"
-        )));
+        return Err(UnknownProperty {
+            field: field.to_string(),
+            key: key.to_string(),
+            noun,
+            known,
+        });
     }
     Ok(())
 }
@@ -471,7 +508,7 @@ fn host_filter_key(params: &Map<String, Value>) -> String {
 pub(crate) fn matching_hosts(
     hosts: &[HostRecord],
     queries: &[(&str, &Option<PropertyQuery>)],
-) -> ServiceResult<Vec<i64>> {
+) -> Result<Vec<i64>, UnknownProperty> {
     for (field, query) in queries {
         if let Some(q) = query {
             check_known_properties(

@@ -504,3 +504,57 @@ async fn flavors() {
         StatusCode::NOT_FOUND
     );
 }
+
+#[tokio::test]
+async fn unknown_property_messages_never_name_private_properties() {
+    let mut app = TestApp::spawn().await;
+    app.create_host("c1", json!({"gpu": "true", "secret_rack": "r7"}))
+        .await;
+    segment(&app, 100, json!({"secret_net": "x", "zone": "a"})).await;
+    device(&app, "d1", json!({"secret_dev": "y", "vendor": "v"})).await;
+    for (path, name) in [
+        ("/v1/os-hosts/properties/secret_rack", "secret_rack"),
+        ("/v1/networks/properties/secret_net", "secret_net"),
+        ("/v1/devices/properties/secret_dev", "secret_dev"),
+    ] {
+        let r = app.patch(path, json!({"private": true})).await;
+        assert_eq!(r.status, StatusCode::OK, "{name}: {}", r.body);
+    }
+    let cases = [
+        (
+            json!([{"resource_type": "physical:host", "min": 1, "max": 1,
+                    "hypervisor_properties": "", "resource_properties": "[\"==\", \"$nope\", \"1\"]"}]),
+            ["secret_rack", "gpu"],
+        ),
+        (
+            json!([{"resource_type": "network", "network_name": "n",
+                    "resource_properties": "[\"==\", \"$nope\", \"1\"]"}]),
+            ["secret_net", "zone"],
+        ),
+        (
+            json!([{"resource_type": "device", "min": 1, "max": 1,
+                    "resource_properties": "[\"==\", \"$nope\", \"1\"]"}]),
+            ["secret_dev", "vendor"],
+        ),
+    ];
+    for roles in ["member", "admin"] {
+        if roles == "admin" {
+            app.act_as_admin();
+        } else {
+            app.act_as("demo", "alice", "member");
+        }
+        for (reservations, [private, public]) in &cases {
+            let r = app
+                .post(
+                    "/v1/leases",
+                    lease("l", "2030-01-01 10:00", "2030-01-01 12:00", reservations.clone()),
+                )
+                .await;
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+            let message = r.message();
+            assert!(message.contains("Unknown property $nope"), "{message}");
+            assert!(message.contains(public), "{roles}: {message}");
+            assert!(!message.contains(private), "{roles}: {message}");
+        }
+    }
+}
