@@ -44,6 +44,10 @@ const DEFAULT_RULES: &[(&str, &str)] = &[
     ("blazar:leases:post", "rule:project_member_or_admin"),
     ("blazar:leases:put", "rule:project_member_or_admin"),
     ("blazar:leases:delete", "rule:project_member_or_admin"),
+    // Whether a refused lease create or update says why (how many resources match, how many
+    // are free, that a required address is taken) or gives Blazar's bare message. Whatever
+    // it says, a non-admin whose query names a private property gets the bare message.
+    ("blazar:leases:explain_refusal", "@"),
     ("blazar:oshosts:get", "rule:admin"),
     ("blazar:oshosts:post", "rule:admin"),
     ("blazar:oshosts:put", "rule:admin"),

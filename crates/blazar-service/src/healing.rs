@@ -93,6 +93,8 @@ impl Service {
             window: window_left,
             blocked_until: window.2,
             keep: &held,
+            // Healing's outcome is recorded for operators, never shown to a caller.
+            explain: true,
         };
         let added = match resource_type
             .refill(tx, &reservation.params, &request, missing)

@@ -269,6 +269,9 @@ async fn allocate_shape(
 ) -> ServiceResult<Grant> {
     let (slots, fitting) = host_slots(tx, shape, request, ratios, cache).await?;
     let placement = place(&slots, request.keep, shape.amount, shape.affinity).ok_or_else(|| {
+        if !request.explain {
+            return ServiceError::Conflict(crate::resources::NOT_ENOUGH_HOSTS.into());
+        }
         let free = slots
             .iter()
             .fold(0i64, |total, s| total.saturating_add(s.slots));

@@ -12,6 +12,9 @@ use crate::policy::Target;
 use crate::resources::AllocationRequest;
 use crate::{Identity, Service, ServiceError, ServiceResult, new_id};
 
+/// The policy rule deciding whether a refused create or update says why.
+pub const EXPLAIN_REFUSAL: &str = "blazar:leases:explain_refusal";
+
 /// Longest lease name Blazar's schema holds.
 pub const MAX_LEASE_NAME_LEN: usize = 80;
 
@@ -319,6 +322,14 @@ impl Service {
                 updated_at: Some(created),
             };
             tx.insert_reservation(&reservation).await?;
+            let explain = self
+                .may_explain(
+                    tx,
+                    &plan.identity,
+                    resource_type.as_ref(),
+                    &reservation.params,
+                )
+                .await?;
             let allocation = AllocationRequest {
                 lease_id: &lease.id,
                 reservation_id: &reservation.id,
@@ -326,6 +337,7 @@ impl Service {
                 window: plan.window,
                 blocked_until: plan.blocked_until,
                 keep: &[],
+                explain,
             };
             let grant = resource_type
                 .allocate(tx, &reservation.params, &allocation)
@@ -358,6 +370,33 @@ impl Service {
             reservations,
             events,
         })
+    }
+
+    /// Whether refusals of this reservation may carry counts and reasons for `identity`:
+    /// the `blazar:leases:explain_refusal` rule allows it, and a non-admin's queries name no
+    /// private property (a count would tell which resources have it).
+    async fn may_explain(
+        &self,
+        tx: &mut Tx,
+        identity: &Identity,
+        resource_type: &dyn crate::ResourceType,
+        params: &Map<String, Value>,
+    ) -> ServiceResult<bool> {
+        if !self
+            .authorizer
+            .allows(EXPLAIN_REFUSAL, identity, &Target::own(identity))
+        {
+            return Ok(false);
+        }
+        if self.is_admin(identity) {
+            return Ok(true);
+        }
+        let keys = crate::resources::query_keys(params)?;
+        if keys.is_empty() {
+            return Ok(true);
+        }
+        let private = tx.private_property_names(resource_type.kind()).await?;
+        Ok(!keys.iter().any(|k| private.contains(k)))
     }
 
     pub async fn get_lease(&self, identity: &Identity, id: &str) -> ServiceResult<LeaseView> {
@@ -477,7 +516,7 @@ impl Service {
                 tx.update_lease(&lease).await?;
                 return load_view(tx, lease).await;
             }
-            self.reschedule(tx, lease, update, stamp).await
+            self.reschedule(tx, identity, lease, update, stamp).await
         })?;
         tracing::info!(lease.id = %view.lease.id, "lease updated");
         self.wake_for(&view);
@@ -488,6 +527,7 @@ impl Service {
     async fn reschedule(
         &self,
         tx: &mut Tx,
+        identity: &Identity,
         mut lease: LeaseRow,
         update: &LeaseUpdate,
         stamp: DateTime<Utc>,
@@ -587,6 +627,9 @@ impl Service {
                 .collect();
             tx.delete_allocations_of_reservation(&reservation.id)
                 .await?;
+            let explain = self
+                .may_explain(tx, identity, resource_type.as_ref(), &params)
+                .await?;
             let request = AllocationRequest {
                 lease_id: &lease.id,
                 reservation_id: &reservation.id,
@@ -594,6 +637,7 @@ impl Service {
                 window,
                 blocked_until,
                 keep: &held,
+                explain,
             };
             let grant = resource_type.allocate(tx, &params, &request).await?;
             if reservation.status == ReservationStatus::Active.as_str() {

@@ -52,6 +52,8 @@ impl Authorizer for DefaultPolicy {
             "blazar:leases:post" | "blazar:leases:put" | "blazar:leases:delete" => {
                 Self::project_member_or_admin(caller, target)
             }
+            // Counts in refusals are for everyone; private properties are guarded apart.
+            crate::leases::EXPLAIN_REFUSAL => true,
             r if r.starts_with("blazar:oshosts:")
                 || r.starts_with("blazar:floatingips:")
                 || r.starts_with("blazar:networks:")

@@ -111,6 +111,7 @@ impl PoolType {
         &self,
         tx: &mut Tx,
         params: &Map<String, Value>,
+        explain: bool,
     ) -> ServiceResult<(Vec<i64>, Vec<i64>)> {
         let pool = tx.list_resources(self.kind).await?;
         let (_, query) = if self.kind == FLOATINGIP {
@@ -155,6 +156,9 @@ impl PoolType {
                 match found {
                     Some(r) => required.push(r.id),
                     None => {
+                        if !explain {
+                            return Err(ServiceError::Conflict(self.bare_refusal()));
+                        }
                         return Err(ServiceError::Conflict(format!(
                             "Not enough floating IPs available: the required floating IP {address} is \
                              not a reservable floating IP of network {}",
@@ -165,6 +169,11 @@ impl PoolType {
             }
         }
         Ok((matching.iter().map(|r| r.id).collect(), required))
+    }
+
+    /// Blazar's refusal when units are short, without the reasons.
+    fn bare_refusal(&self) -> String {
+        format!("Not enough {}s available", self.noun())
     }
 
     fn noun(&self) -> &'static str {
@@ -308,7 +317,7 @@ impl ResourceType for PoolType {
     ) -> ServiceResult<Grant> {
         tx.lock_allocations().await?;
         let (min, max) = self.count(params)?;
-        let (matching, required) = self.matching(tx, params).await?;
+        let (matching, required) = self.matching(tx, params, request.explain).await?;
         let busy = tx
             .busy_among(
                 self.kind,
@@ -318,6 +327,9 @@ impl ResourceType for PoolType {
             )
             .await?;
         if required.iter().any(|id| busy.contains(id)) {
+            if !request.explain {
+                return Err(ServiceError::Conflict(self.bare_refusal()));
+            }
             return Err(ServiceError::Conflict(format!(
                 "Not enough floating IPs available for reservation {}: a required floating IP is \
                  reserved by another lease in that window",
@@ -340,6 +352,9 @@ impl ResourceType for PoolType {
         )
         .await?
         .map_err(|s| {
+            if !request.explain {
+                return ServiceError::Conflict(self.bare_refusal());
+            }
             ServiceError::Conflict(format!(
                 "Not enough {}s available for reservation {} ({}, {} wanted): {} match the request \
                  and are reservable, {} of them free from {} to {}",
@@ -368,7 +383,7 @@ impl ResourceType for PoolType {
         // failed).
         let mut loose = params.clone();
         loose.remove("required_floatingips");
-        let (matching, _) = self.matching(tx, &loose).await?;
+        let (matching, _) = self.matching(tx, &loose, request.explain).await?;
         refill_whole(tx, self.kind, &matching, request, missing).await
     }
 }

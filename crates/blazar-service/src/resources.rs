@@ -25,6 +25,10 @@ pub struct AllocationRequest<'a> {
     pub blocked_until: DateTime<Utc>,
     /// Resources the reservation holds already; kept when possible.
     pub keep: &'a [i64],
+    /// Whether a refusal may say why (counts, which address is taken) or must be Blazar's
+    /// bare message: the `blazar:leases:explain_refusal` rule, and never when a non-admin's
+    /// query names a private property.
+    pub explain: bool,
 }
 
 /// What an allocation granted.
@@ -428,6 +432,20 @@ pub(crate) fn query_field(
     Ok((text, query))
 }
 
+/// Blazar's refusal when hosts (or instance slots) are short, without the reasons.
+pub(crate) const NOT_ENOUGH_HOSTS: &str = "Not enough hosts available";
+
+/// The property names a reservation's queries use.
+pub(crate) fn query_keys(params: &Map<String, Value>) -> ServiceResult<Vec<String>> {
+    let mut keys = Vec::new();
+    for field in ["hypervisor_properties", "resource_properties"] {
+        if let (_, Some(query)) = query_field(params, field)? {
+            keys.extend(query.keys().into_iter().map(str::to_string));
+        }
+    }
+    Ok(keys)
+}
+
 /// A query on a property no resource of the kind has (Blazar answers those with a 500).
 #[derive(Debug)]
 pub(crate) struct UnknownProperty {
@@ -619,6 +637,9 @@ impl ResourceType for PhysicalHostType {
         )
         .await?
         .map_err(|s| {
+            if !request.explain {
+                return ServiceError::Conflict(NOT_ENOUGH_HOSTS.into());
+            }
             ServiceError::Conflict(format!(
                 "Not enough hosts available for reservation {} (physical:host, min {}): {} host(s) \
                  match the filters and are reservable, {} of them free from {} to {}",

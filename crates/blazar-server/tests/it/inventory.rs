@@ -547,7 +547,12 @@ async fn unknown_property_messages_never_name_private_properties() {
             let r = app
                 .post(
                     "/v1/leases",
-                    lease("l", "2030-01-01 10:00", "2030-01-01 12:00", reservations.clone()),
+                    lease(
+                        "l",
+                        "2030-01-01 10:00",
+                        "2030-01-01 12:00",
+                        reservations.clone(),
+                    ),
                 )
                 .await;
             assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);

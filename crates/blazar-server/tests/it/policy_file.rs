@@ -253,3 +253,108 @@ async fn policy_show_prints_the_effective_rules_as_a_policy_file() {
     };
     assert_eq!(rules(&shown.stdout), rules(&again.stdout));
 }
+
+fn host_lease(props: &str) -> Value {
+    json!({
+        "name": "l", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+        "reservations": [{"resource_type": "physical:host", "min": 3, "max": 3,
+                          "hypervisor_properties": "", "resource_properties": props}],
+    })
+}
+
+fn fip_lease(address: &str) -> Value {
+    json!({
+        "name": "f", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+        "reservations": [{"resource_type": "virtual:floatingip", "network_id": "net-1",
+                          "amount": 1, "required_floatingips": [address]}],
+    })
+}
+
+/// Two hosts with a private property, and an address that project beta holds.
+async fn refusal_setup(app: &AuthApp) {
+    let calls = [
+        (
+            Method::POST,
+            "/v1/os-hosts",
+            json!({"name": "h1", "secret_rack": "r1"}),
+            StatusCode::CREATED,
+        ),
+        (
+            Method::POST,
+            "/v1/os-hosts",
+            json!({"name": "h2", "secret_rack": "r2"}),
+            StatusCode::CREATED,
+        ),
+        (
+            Method::PATCH,
+            "/v1/os-hosts/properties/secret_rack",
+            json!({"private": true}),
+            StatusCode::OK,
+        ),
+        (
+            Method::POST,
+            "/v1/floatingips",
+            json!({"floating_network_id": "net-1", "floating_ip_address": "10.0.0.5"}),
+            StatusCode::CREATED,
+        ),
+    ];
+    for (method, path, body, status) in calls {
+        let r = app.call(None, method, path, Some(body), ADMIN).await;
+        assert_eq!(r.status, status, "{path}: {}", r.body);
+    }
+    let r = app
+        .call(
+            None,
+            Method::POST,
+            "/v1/leases",
+            Some(fip_lease("10.0.0.5")),
+            BETA_MEMBER,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+}
+
+async fn refusal(app: &AuthApp, body: Value, who: &[(&str, &str)]) -> String {
+    let r = app
+        .call(None, Method::POST, "/v1/leases", Some(body), who)
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    r.body["error_message"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn refusals_explain_by_policy_and_never_through_private_properties() {
+    let private_query = r#"["==", "$secret_rack", "r1"]"#;
+
+    // Blazar's default rules: counts for everyone...
+    let app = AuthApp::spawn(noauth(), Policy::load(None).unwrap()).await;
+    refusal_setup(&app).await;
+    let m = refusal(&app, host_lease(""), ALPHA_MEMBER).await;
+    assert!(m.contains("2 host(s) match the filters"), "{m}");
+    let m = refusal(&app, fip_lease("10.0.0.5"), ALPHA_MEMBER).await;
+    assert!(m.contains("reserved by another lease"), "{m}");
+    // ...but a count over a private property would tell a member which hosts have it.
+    let m = refusal(&app, host_lease(private_query), ALPHA_MEMBER).await;
+    assert_eq!(m, "Not enough hosts available");
+    let m = refusal(&app, host_lease(private_query), ADMIN).await;
+    assert!(m.contains("1 host(s) match the filters"), "{m}");
+
+    // An operator who wants Blazar's bare messages for members says so.
+    let policy = Policy::from_yaml("\"blazar:leases:explain_refusal\": \"rule:admin\"\n").unwrap();
+    let app = AuthApp::spawn(noauth(), policy).await;
+    refusal_setup(&app).await;
+    assert_eq!(
+        refusal(&app, host_lease(""), ALPHA_MEMBER).await,
+        "Not enough hosts available"
+    );
+    assert_eq!(
+        refusal(&app, fip_lease("10.0.0.5"), ALPHA_MEMBER).await,
+        "Not enough floating IPs available"
+    );
+    assert_eq!(
+        refusal(&app, fip_lease("10.9.9.9"), ALPHA_MEMBER).await,
+        "Not enough floating IPs available"
+    );
+    let m = refusal(&app, host_lease(""), ADMIN).await;
+    assert!(m.contains("2 host(s) match the filters"), "{m}");
+}
