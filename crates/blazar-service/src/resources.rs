@@ -236,10 +236,38 @@ struct Snapshot {
     inventory: Arc<Inventory>,
     /// Matching host ids per query text: most requests repeat a few filters.
     matches: HashMap<String, Arc<Vec<i64>>>,
+    /// What `matches` holds, in bytes (see `filter_weight`).
+    matches_bytes: usize,
 }
 
-/// Largest number of distinct filters remembered per inventory version.
-const MAX_CACHED_FILTERS: usize = 1024;
+/// Most memory the remembered filters may take per inventory version. Bounded by bytes, not
+/// entries: keys are request text, and a count bound let large distinct queries (each
+/// refused, nothing stored) grow the server by a gigabyte.
+pub(crate) const MAX_CACHED_FILTER_BYTES: usize = 16 * 1024 * 1024;
+
+/// The memory one remembered filter takes: its key, its host ids, and the map's overhead.
+fn filter_weight(key: &str, matching: &[i64]) -> usize {
+    key.len() + std::mem::size_of_val(matching) + 64
+}
+
+impl Snapshot {
+    /// Remembers a filter's matches within the byte budget. When it would overflow, the
+    /// remembered filters are dropped at once (cheap, and the common ones come back first).
+    fn remember(&mut self, key: &str, matching: &Arc<Vec<i64>>) {
+        let weight = filter_weight(key, matching);
+        if weight > MAX_CACHED_FILTER_BYTES / 4 {
+            return;
+        }
+        if self.matches_bytes + weight > MAX_CACHED_FILTER_BYTES {
+            self.matches.clear();
+            self.matches_bytes = 0;
+        }
+        if let Some(old) = self.matches.insert(key.to_string(), matching.clone()) {
+            self.matches_bytes -= filter_weight(key, &old);
+        }
+        self.matches_bytes += weight;
+    }
+}
 
 /// The host inventory kept in memory between requests. Every change to hosts moves a version
 /// counter in the database (in the changing transaction); a request reads the counter in its
@@ -268,10 +296,7 @@ impl HostCache {
             Err(unknown) => return Err(unknown.into_error(tx, PHYSICAL_HOST).await),
         };
         if let Some(snapshot) = self.lock().as_mut().filter(|s| s.version == version) {
-            if snapshot.matches.len() >= MAX_CACHED_FILTERS {
-                snapshot.matches.clear();
-            }
-            snapshot.matches.insert(key.to_string(), matching.clone());
+            snapshot.remember(key, &matching);
         }
         Ok((inventory, matching))
     }
@@ -311,6 +336,7 @@ impl HostCache {
                 version,
                 inventory: inventory.clone(),
                 matches: HashMap::new(),
+                matches_bytes: 0,
             });
         }
         Ok((version, inventory, None))
@@ -410,6 +436,10 @@ fn integer_like(text: &str) -> bool {
     !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// Longest property query taken (`hypervisor_properties`, `resource_properties`): real
+/// queries are a few hundred bytes.
+pub const MAX_QUERY_BYTES: usize = 64 * 1024;
+
 pub(crate) fn query_field(
     map: &Map<String, Value>,
     key: &str,
@@ -426,6 +456,12 @@ pub(crate) fn query_field(
             )));
         }
     };
+    if text.len() > MAX_QUERY_BYTES {
+        return Err(ServiceError::BadRequest(format!(
+            "Malformed requirements {key}: the query is {} bytes long; the limit is {MAX_QUERY_BYTES}",
+            text.len()
+        )));
+    }
     let query = PropertyQuery::parse(&text).map_err(|e| {
         ServiceError::BadRequest(format!("Malformed requirements {key} {text}: {e}"))
     })?;
@@ -753,6 +789,38 @@ mod tests {
                 "{v}: {err:?}"
             );
         }
+    }
+
+    #[test]
+    fn remembered_filters_stay_within_their_byte_budget() {
+        let mut snapshot = Snapshot {
+            version: 1,
+            inventory: Arc::new(Inventory {
+                hosts: Vec::new(),
+                index: HashMap::new(),
+            }),
+            matches: HashMap::new(),
+            matches_bytes: 0,
+        };
+        let ids = Arc::new((0..1_000).collect::<Vec<i64>>());
+        for i in 0..2_000 {
+            // Distinct keys of 64 kB each, the largest query taken.
+            let key = format!("{i}{}", "x".repeat(65_530));
+            snapshot.remember(&key, &ids);
+            let held: usize = snapshot
+                .matches
+                .iter()
+                .map(|(k, v)| filter_weight(k, v))
+                .sum();
+            assert_eq!(held, snapshot.matches_bytes);
+            assert!(held <= MAX_CACHED_FILTER_BYTES, "{held} bytes after {i}");
+        }
+        assert!(!snapshot.matches.is_empty());
+        // Remembering a key again replaces it without counting it twice.
+        let before = snapshot.matches_bytes;
+        let key = snapshot.matches.keys().next().cloned().unwrap();
+        snapshot.remember(&key, &ids);
+        assert_eq!(snapshot.matches_bytes, before);
     }
 
     #[test]

@@ -1035,3 +1035,40 @@ async fn integer_like_strings_are_taken_and_stored_as_integers() {
     assert_eq!(shown.body["lease"]["reservations"][0]["min"], json!(1));
     assert_eq!(shown.body["lease"]["reservations"][0]["max"], json!(1));
 }
+
+#[tokio::test]
+async fn oversized_property_queries_are_refused_and_write_nothing() {
+    let app = TestApp::spawn().await;
+    three_hosts(&app).await;
+    // A valid query of just over 64 kB: an "or" of many conditions.
+    let conditions: Vec<String> = (0..2_000)
+        .map(|i| format!(r#"["==", "$gpu", "value-{i:>20}"]"#))
+        .collect();
+    let query = format!(r#"["or", {}]"#, conditions.join(", "));
+    assert!(query.len() > 64 * 1024);
+    for field in ["resource_properties", "hypervisor_properties"] {
+        let mut reservation = json!({"resource_type": "physical:host", "min": 1, "max": 1,
+                                     "hypervisor_properties": "", "resource_properties": ""});
+        reservation[field] = json!(query);
+        let r = app
+            .post(
+                "/v1/leases",
+                json!({"name": "big", "start_date": "2030-01-01 10:00",
+                       "end_date": "2030-01-01 12:00", "reservations": [reservation]}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+        assert!(
+            r.message()
+                .contains(&format!("Malformed requirements {field}: the query is")),
+            "{}",
+            r.message()
+        );
+        assert!(
+            r.message().contains("the limit is 65536"),
+            "{}",
+            r.message()
+        );
+    }
+    assert_eq!(app.get("/v1/leases").await.body["leases"], json!([]));
+}
