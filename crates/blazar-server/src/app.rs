@@ -43,7 +43,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/os-hosts/{host_id}/allocation",
-            get(hosts::show_host_allocation),
+            get(hosts::show_host_allocation).put(hosts::reallocate_host),
         )
         .route("/handovers", get(hosts::list_handovers))
         .route("/notifications", get(inventory::list_notifications))

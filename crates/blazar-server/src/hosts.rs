@@ -120,6 +120,48 @@ pub async fn show_host_allocation(
     Ok(Json(json!({ "allocation": entry })))
 }
 
+/// The body of Chameleon's re-allocation: which reservations of the resource to move.
+pub(crate) fn reallocation_filter(
+    body: &serde_json::Map<String, Value>,
+) -> ApiResult<blazar_service::ReallocationFilter> {
+    let text = |key: &str| -> ApiResult<Option<String>> {
+        match body.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_string())),
+            Some(other) => Err(crate::error::ApiError::bad_request(format!(
+                "Malformed parameter {key}: expected an id, got {other}"
+            ))),
+        }
+    };
+    if let Some(key) = body
+        .keys()
+        .find(|k| k.as_str() != "lease_id" && k.as_str() != "reservation_id")
+    {
+        return Err(crate::error::ApiError::bad_request(format!(
+            "Unknown field {key}; a re-allocation takes lease_id and reservation_id"
+        )));
+    }
+    Ok(blazar_service::ReallocationFilter {
+        lease_id: text("lease_id")?,
+        reservation_id: text("reservation_id")?,
+    })
+}
+
+/// `PUT /v1/os-hosts/{id}/allocation` (Chameleon): moves reservations off the host.
+pub async fn reallocate_host(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Path(id): Path<String>,
+    JsonObject(body): JsonObject,
+) -> ApiResult<Json<Value>> {
+    let filter = reallocation_filter(&body)?;
+    let entry = state
+        .service
+        .reallocate_host(&identity, &id, &filter)
+        .await?;
+    Ok(Json(json!({ "allocation": convert::allocation(entry) })))
+}
+
 pub async fn list_host_properties(
     State(state): State<AppState>,
     Caller(identity): Caller,

@@ -94,10 +94,30 @@ pub fn routes(spec: &'static KindSpec) -> Router<AppState> {
                 .put(move |s, c, p, b| update(s, c, p, b, spec))
                 .delete(move |s, c, p| delete(s, c, p, spec)),
         )
-        .route(
-            "/{id}/allocation",
-            get(move |s, c, p, q| allocation(s, c, p, q, spec)),
-        )
+        .route("/{id}/allocation", {
+            let route = get(move |s, c, p, q| allocation(s, c, p, q, spec));
+            // Chameleon re-allocates devices (and hosts, in hosts.rs) only.
+            if spec.kind == DEVICES.kind {
+                route.put(reallocate_device)
+            } else {
+                route
+            }
+        })
+}
+
+/// `PUT /v1/devices/{id}/allocation` (Chameleon): moves reservations off the device.
+async fn reallocate_device(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Path(id): Path<String>,
+    JsonObject(body): JsonObject,
+) -> ApiResult<Json<Value>> {
+    let filter = crate::hosts::reallocation_filter(&body)?;
+    let entry = state
+        .service
+        .reallocate_device(&identity, &id, &filter)
+        .await?;
+    Ok(Json(json!({ "allocation": convert::allocation(entry) })))
 }
 
 pub fn floatingip_routes() -> Router<AppState> {

@@ -48,6 +48,9 @@ const DEFAULT_RULES: &[(&str, &str)] = &[
     // are free, that a required address is taken) or gives Blazar's bare message. Whatever
     // it says, a non-admin whose query names a private property gets the bare message.
     ("blazar:leases:explain_refusal", "@"),
+    // Chameleon: the owner of a lease may move it off a host (PUT os-hosts/{id}/allocation
+    // with a lease_id); without one it is blazar:oshosts:reallocate.
+    ("blazar:leases:reallocate", "rule:project_member_or_admin"),
     ("blazar:oshosts:get", "rule:admin"),
     ("blazar:oshosts:post", "rule:admin"),
     ("blazar:oshosts:put", "rule:admin"),
@@ -55,6 +58,7 @@ const DEFAULT_RULES: &[(&str, &str)] = &[
     ("blazar:oshosts:get_allocations", "rule:admin"),
     ("blazar:oshosts:get_resource_properties", "rule:admin"),
     ("blazar:oshosts:update_resource_properties", "rule:admin"),
+    ("blazar:oshosts:reallocate", "rule:admin"),
     ("blazar:floatingips:get", "rule:project_reader_or_admin"),
     ("blazar:floatingips:post", "rule:admin"),
     ("blazar:floatingips:delete", "rule:admin"),

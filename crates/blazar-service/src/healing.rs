@@ -130,70 +130,87 @@ impl Service {
             .unended_allocations_of_resource(kind, resource_id, now)
             .await?
         {
-            let Some(mut reservation) = tx.get_reservation(&allocation.reservation_id).await?
-            else {
-                continue;
-            };
-            if !is_live(&reservation) {
-                continue;
-            }
-            let Some(mut lease) = tx.lock_lease(&reservation.lease_id).await? else {
-                continue;
-            };
-            tx.delete_allocation(&allocation.id).await?;
-            if reservation.status == ReservationStatus::Active.as_str() {
-                self.backend
-                    .on_end(
-                        tx,
-                        &lease,
-                        &reservation,
-                        std::slice::from_ref(&allocation),
-                        now,
-                    )
-                    .await?;
-            }
-            let wanted = allocation.units;
-            let added = self
-                .refill_reservation(
-                    tx,
-                    &lease,
-                    &reservation,
-                    (allocation.start, allocation.end, allocation.blocked_until),
-                    wanted,
-                    now,
-                )
-                .await?;
-            let detail = json!({"resource_id": resource_id, "kind": kind, "replaced": added, "lost": wanted});
-            if added >= wanted {
-                reservation.resources_changed = true;
-                self.notify(
-                    tx,
-                    "reservation.resources_changed",
-                    &lease,
-                    &reservation,
-                    detail,
-                    now,
-                )
-                .await?;
-            } else {
-                reservation.missing_resources = true;
-                if added > 0 {
-                    reservation.resources_changed = true;
-                }
-                lease.degraded = true;
-                self.notify(tx, "lease.degraded", &lease, &reservation, detail, now)
-                    .await?;
-            }
-            reservation.updated_at = Some(now);
-            tx.update_reservation(&reservation).await?;
-            lease.updated_at = Some(now);
-            tx.update_lease(&lease).await?;
-            tracing::warn!(
-                lease.id = %lease.id, reservation.id = %reservation.id, resource.kind = kind,
-                resource.id = resource_id, replaced = added, "reservation healed"
-            );
+            self.move_allocation(tx, kind, &allocation, now).await?;
         }
         Ok(())
+    }
+
+    /// Moves one allocation of a live reservation off its resource: a replacement matching
+    /// the reservation is searched while the allocation still holds the resource (so the
+    /// resource itself is never the replacement), then the allocation goes. Without a
+    /// replacement the reservation is flagged `missing_resources` and its lease `degraded`.
+    /// Returns whether the reservation was live (and so was changed).
+    pub(crate) async fn move_allocation(
+        &self,
+        tx: &mut Tx,
+        kind: &str,
+        allocation: &AllocationRow,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<bool> {
+        let Some(mut reservation) = tx.get_reservation(&allocation.reservation_id).await? else {
+            return Ok(false);
+        };
+        if !is_live(&reservation) {
+            return Ok(false);
+        }
+        let Some(mut lease) = tx.lock_lease(&reservation.lease_id).await? else {
+            return Ok(false);
+        };
+        let resource_id = allocation.resource_id;
+        let wanted = allocation.units;
+        let added = self
+            .refill_reservation(
+                tx,
+                &lease,
+                &reservation,
+                (allocation.start, allocation.end, allocation.blocked_until),
+                wanted,
+                now,
+            )
+            .await?;
+        tx.delete_allocation(&allocation.id).await?;
+        if reservation.status == ReservationStatus::Active.as_str() {
+            self.backend
+                .on_end(
+                    tx,
+                    &lease,
+                    &reservation,
+                    std::slice::from_ref(allocation),
+                    now,
+                )
+                .await?;
+        }
+        let detail =
+            json!({"resource_id": resource_id, "kind": kind, "replaced": added, "lost": wanted});
+        if added >= wanted {
+            reservation.resources_changed = true;
+            self.notify(
+                tx,
+                "reservation.resources_changed",
+                &lease,
+                &reservation,
+                detail,
+                now,
+            )
+            .await?;
+        } else {
+            reservation.missing_resources = true;
+            if added > 0 {
+                reservation.resources_changed = true;
+            }
+            lease.degraded = true;
+            self.notify(tx, "lease.degraded", &lease, &reservation, detail, now)
+                .await?;
+        }
+        reservation.updated_at = Some(now);
+        tx.update_reservation(&reservation).await?;
+        lease.updated_at = Some(now);
+        tx.update_lease(&lease).await?;
+        tracing::warn!(
+            lease.id = %lease.id, reservation.id = %reservation.id, resource.kind = kind,
+            resource.id = resource_id, replaced = added, "reservation moved off a resource"
+        );
+        Ok(true)
     }
 
     /// Fills reservations that are missing resources, where resources are free again; clears

@@ -41,11 +41,11 @@ pub enum PropertyListing {
     Detail(Vec<blazar_db::PropertyWithValues>),
 }
 
-fn host_not_found(id: &str) -> ServiceError {
+pub(crate) fn host_not_found(id: &str) -> ServiceError {
     ServiceError::NotFound(format!("Object with {{'host_id': '{id}'}} not found"))
 }
 
-fn parse_host_id(id: &str) -> ServiceResult<i64> {
+pub(crate) fn parse_host_id(id: &str) -> ServiceResult<i64> {
     id.parse::<i64>().map_err(|_| host_not_found(id))
 }
 

@@ -68,7 +68,7 @@ const PROTECTED: &[&str] = &[
     "status",
 ];
 
-fn not_found(spec: &KindSpec, id: &str) -> ServiceError {
+pub(crate) fn not_found(spec: &KindSpec, id: &str) -> ServiceError {
     if spec.kind == FLOATINGIP {
         ServiceError::NotFound(format!("Floating IP {id} not found."))
     } else {

@@ -125,14 +125,14 @@ pub(crate) fn check_name(name: &str) -> ServiceResult<()> {
     Ok(())
 }
 
-fn lease_target(lease: &LeaseRow) -> Target<'_> {
+pub(crate) fn lease_target(lease: &LeaseRow) -> Target<'_> {
     Target {
         project_id: &lease.project_id,
         user_id: &lease.user_id,
     }
 }
 
-fn lease_not_found(id: &str) -> ServiceError {
+pub(crate) fn lease_not_found(id: &str) -> ServiceError {
     ServiceError::NotFound(format!("Object with {{'lease_id': '{id}'}} not found"))
 }
 

@@ -43,6 +43,7 @@ mod inventory;
 mod leases;
 mod policy;
 mod pool;
+mod reallocation;
 mod resources;
 mod scheduler;
 
@@ -61,6 +62,7 @@ pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
 pub use leases::{LeaseUpdate, LeaseView, Listed, NewLease, When};
 pub use policy::{Authorizer, DefaultPolicy, Target, policy_denied};
 pub use pool::PoolType;
+pub use reallocation::ReallocationFilter;
 pub use resources::{Grant, PhysicalHostType, ResourceType};
 pub use scheduler::TickReport;
 

@@ -49,9 +49,10 @@ impl Authorizer for DefaultPolicy {
             "blazar:leases:get" | "blazar:floatingips:get" | "blazar:handovers:get" => {
                 Self::project_reader_or_admin(caller, target)
             }
-            "blazar:leases:post" | "blazar:leases:put" | "blazar:leases:delete" => {
-                Self::project_member_or_admin(caller, target)
-            }
+            "blazar:leases:post"
+            | "blazar:leases:put"
+            | "blazar:leases:delete"
+            | "blazar:leases:reallocate" => Self::project_member_or_admin(caller, target),
             // Counts in refusals are for everyone; private properties are guarded apart.
             crate::leases::EXPLAIN_REFUSAL => true,
             r if r.starts_with("blazar:oshosts:")

@@ -214,22 +214,17 @@ pub struct DeleteArgs {
     id: String,
 }
 
-/// Reallocate a device from its current allocations
+/// Move the reservations holding a resource onto another matching one
 #[derive(Debug, Args)]
-#[command(
-    group(ArgGroup::new("from").args(["lease_id", "reservation_id"]).required(true)),
-    after_help = "\
-Examples:
-  blazar device-reallocate --lease-id 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40 edge-1"
-)]
+#[command(group(ArgGroup::new("from").args(["lease_id", "reservation_id"]).required(true)))]
 pub struct ReallocateArgs {
-    /// ID or name of the device
-    #[arg(value_name = "DEVICE")]
+    /// ID or name of the device or host
+    #[arg(value_name = "RESOURCE")]
     id: String,
-    /// Lease ID to reallocate device from
+    /// Lease ID to reallocate the resource from
     #[arg(long)]
     lease_id: Option<String>,
-    /// Reservation ID to reallocate device from
+    /// Reservation ID to reallocate the resource from
     #[arg(long)]
     reservation_id: Option<String>,
 }
@@ -445,8 +440,7 @@ pub async fn delete(ctx: &Context, kind: &Kind, args: DeleteArgs) -> CliResult {
     Ok(())
 }
 
-pub async fn reallocate(ctx: &Context, args: ReallocateArgs) -> CliResult {
-    let kind = &Kind::DEVICE;
+pub async fn reallocate(ctx: &Context, kind: &Kind, args: ReallocateArgs) -> CliResult {
     let id = find_id(ctx, &kind.lookup(), &args.id).await?;
     let mut body = Map::new();
     if let Some(reservation) = &args.reservation_id {
@@ -461,7 +455,7 @@ pub async fn reallocate(ctx: &Context, args: ReallocateArgs) -> CliResult {
             Some(&Value::Object(body)),
         )
         .await?;
-    emit(&format!("Reallocated device: {}\n", args.id));
+    emit(&format!("Reallocated {}: {}\n", kind.resource, args.id));
     Ok(())
 }
 

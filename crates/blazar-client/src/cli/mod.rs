@@ -241,6 +241,12 @@ pub enum Command {
         after_help = "Examples:\n  blazar host-show compute-2\n  blazar host-show -f json 2"
     )]
     HostShow(inventory::ShowArgs),
+    /// Move a host's reservations onto other matching hosts (for the rest of their leases)
+    #[command(
+        name = "host-reallocate",
+        after_help = "Examples:\n  blazar host-reallocate --lease-id 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40 compute-2"
+    )]
+    HostReallocate(inventory::ReallocateArgs),
     #[command(name = "host-create")]
     HostCreate(inventory::HostCreateArgs),
     /// Update attributes of a host
@@ -359,7 +365,11 @@ pub enum Command {
         after_help = "Examples:\n  blazar device-delete edge-1"
     )]
     DeviceDelete(inventory::DeleteArgs),
-    #[command(name = "device-reallocate")]
+    /// Move a device's reservations onto other matching devices
+    #[command(
+        name = "device-reallocate",
+        after_help = "Examples:\n  blazar device-reallocate --lease-id 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40 edge-1"
+    )]
     DeviceReallocate(inventory::ReallocateArgs),
     /// List device properties
     #[command(
@@ -490,7 +500,8 @@ async fn dispatch(command: Command, global: &GlobalArgs) -> CliResult<u8> {
         Command::DeviceUpdate(a) => ok(inventory::update_device(&ctx, a).await),
         Command::DeviceUnset(a) => ok(inventory::unset(&ctx, &Kind::DEVICE, a).await),
         Command::DeviceDelete(a) => ok(inventory::delete(&ctx, &Kind::DEVICE, a).await),
-        Command::DeviceReallocate(a) => ok(inventory::reallocate(&ctx, a).await),
+        Command::DeviceReallocate(a) => ok(inventory::reallocate(&ctx, &Kind::DEVICE, a).await),
+        Command::HostReallocate(a) => ok(inventory::reallocate(&ctx, &Kind::HOST, a).await),
         Command::DevicePropertyList(a) => {
             ok(inventory::property_list(&ctx, &Kind::DEVICE, a).await)
         }

@@ -174,3 +174,185 @@ async fn floating_ips_networks_devices_and_flavors() {
     ]);
     assert_transcript!("floating_ips_networks_devices_and_flavors", runs);
 }
+
+/// The resource ids a lease holds, as the API lists them (`os-hosts` or `devices`).
+async fn held_by(s: &Server, kind: &str, lease_id: &str) -> Vec<String> {
+    let body: serde_json::Value = reqwest::get(format!(
+        "{}/v1/{kind}/allocations?lease_id={lease_id}",
+        s.base
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["reservations"] != serde_json::json!([]))
+        .map(|a| a["resource_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reallocate_moves_a_lease_off_a_host_or_a_device() {
+    let s = Server::start().await;
+    for name in ["compute-1", "compute-2"] {
+        s.blazar(&["host-create", "--extra", "rack=a", name])
+            .await
+            .ok();
+    }
+    let lease = s
+        .blazar(&[
+            "lease-create",
+            "--physical-reservation",
+            r#"min=1,max=1,hypervisor_properties=,resource_properties=["==","$rack","a"]"#,
+            "--start-date",
+            "2030-01-01 10:00",
+            "--end-date",
+            "2030-01-01 12:00",
+            "-f",
+            "value",
+            "-c",
+            "id",
+            "hosts",
+        ])
+        .await;
+    let lease_id = lease.ok().lines().last().unwrap().trim().to_string();
+    let before = held_by(&s, "os-hosts", &lease_id).await;
+    assert_eq!(before.len(), 1, "{}", lease.transcript());
+    let name = if before[0] == "1" {
+        "compute-1"
+    } else {
+        "compute-2"
+    };
+    let run = s
+        .blazar(&["host-reallocate", "--lease-id", &lease_id, name])
+        .await;
+    assert_eq!(run.ok(), format!("Reallocated host: {name}\n"));
+    let after = held_by(&s, "os-hosts", &lease_id).await;
+    assert_eq!(after.len(), 1);
+    assert_ne!(after, before, "the lease moved to the other host");
+
+    for name in ["edge-1", "edge-2"] {
+        s.blazar(&[
+            "device-create",
+            "--device-type",
+            "container",
+            "--device-driver",
+            "k8s",
+            "--extra",
+            "machine=rpi4",
+            name,
+        ])
+        .await
+        .ok();
+    }
+    let lease = s
+        .blazar(&[
+            "lease-create",
+            "--reservation",
+            "resource_type=device,min=1,max=1,resource_properties=",
+            "--start-date",
+            "2030-01-01 10:00",
+            "--end-date",
+            "2030-01-01 12:00",
+            "-f",
+            "value",
+            "-c",
+            "id",
+            "devices",
+        ])
+        .await;
+    let lease_id = lease.ok().lines().last().unwrap().trim().to_string();
+    let before = held_by(&s, "devices", &lease_id).await;
+    assert_eq!(before.len(), 1);
+    let run = s
+        .blazar(&["device-reallocate", "--lease-id", &lease_id, &before[0]])
+        .await;
+    assert_eq!(run.ok(), format!("Reallocated device: {}\n", before[0]));
+    let after = held_by(&s, "devices", &lease_id).await;
+    assert_eq!(after.len(), 1);
+    assert_ne!(after, before);
+    // Neither --lease-id nor --reservation-id: refused before any request.
+    let run = s.blazar(&["device-reallocate", &after[0]]).await;
+    assert_ne!(run.code, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_and_device_properties_and_unset() {
+    let s = Server::start().await;
+    s.blazar(&[
+        "network-create",
+        "--network-type",
+        "vlan",
+        "--physical-network",
+        "physnet1",
+        "--segment",
+        "1001",
+        "--extra",
+        "stitchable=true",
+        "--extra",
+        "zone=a",
+    ])
+    .await
+    .ok();
+    let run = s
+        .blazar(&["network-unset", "--extra", "zone", "1001"])
+        .await;
+    run.ok();
+    let shown = s.blazar(&["network-show", "-f", "json", "1001"]).await;
+    let network: serde_json::Value = serde_json::from_str(shown.ok()).unwrap();
+    assert!(network.get("zone").is_none(), "{network}");
+    assert_eq!(network["stitchable"], "true");
+    let shown = s
+        .blazar(&["network-property-show", "-f", "json", "stitchable"])
+        .await;
+    let property: serde_json::Value = serde_json::from_str(shown.ok()).unwrap();
+    assert_eq!(property["private"], false, "{property}");
+    s.blazar(&["network-property-set", "--private", "stitchable"])
+        .await
+        .ok();
+    // As with the Python client, a private property is shown only by listings with --all.
+    let shown = s
+        .blazar(&["network-property-show", "-f", "json", "stitchable"])
+        .await;
+    assert_ne!(shown.code, 0, "{}", shown.transcript());
+
+    s.blazar(&[
+        "device-create",
+        "--device-type",
+        "container",
+        "--device-driver",
+        "k8s",
+        "--extra",
+        "machine=rpi4",
+        "edge-1",
+    ])
+    .await
+    .ok();
+    let listed = s
+        .blazar(&["device-property-list", "-f", "value", "-c", "property"])
+        .await;
+    assert!(
+        listed.ok().lines().any(|l| l == "machine"),
+        "{}",
+        listed.ok()
+    );
+    s.blazar(&["device-property-set", "--private", "machine"])
+        .await
+        .ok();
+    let shown = s
+        .blazar(&["device-property-show", "-f", "json", "machine"])
+        .await;
+    assert_ne!(shown.code, 0, "{}", shown.transcript());
+    s.blazar(&["device-property-set", "--public", "machine"])
+        .await
+        .ok();
+    let shown = s
+        .blazar(&["device-property-show", "-f", "json", "machine"])
+        .await;
+    let property: serde_json::Value = serde_json::from_str(shown.ok()).unwrap();
+    assert_eq!(property["private"], false, "{property}");
+}

@@ -401,3 +401,100 @@ async fn an_allocation_is_over_at_its_lease_end() {
     // Asking for the lease itself still shows it, as Blazar does.
     assert_eq!(app.hosts_of(&lease_id).await, vec![host]);
 }
+
+#[tokio::test]
+async fn reallocation_moves_reservations_off_a_host() {
+    let mut app = TestApp::spawn().await;
+    let h1 = app.create_host("compute-1", json!({"rack": "a"})).await;
+    let h2 = app.create_host("compute-2", json!({"rack": "a"})).await;
+    let h3 = app.create_host("compute-3", json!({"rack": "b"})).await;
+    app.act_as("alpha", "alice", "member");
+    let rack_a = r#"["==", "$rack", "a"]"#;
+    let lease = app
+        .host_lease("a", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, rack_a)
+        .await;
+    assert_eq!(lease.status, StatusCode::CREATED, "{}", lease.body);
+    let lease_id = lease.body["lease"]["id"].as_str().unwrap().to_string();
+    app.act_as_admin();
+    let held = app.hosts_of(&lease_id).await;
+    assert_eq!(held.len(), 1);
+    let (from, to) = if held[0] == h1 {
+        (&h1, &h2)
+    } else {
+        (&h2, &h1)
+    };
+
+    // The owner moves its own lease off the host; another project may not.
+    app.act_as("beta", "bob", "member");
+    let path = format!("/v1/os-hosts/{from}/allocation");
+    let r = app.put(&path, json!({"lease_id": lease_id})).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let r = app.put(&path, json!({})).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    app.act_as("alpha", "alice", "member");
+    let r = app.put(&path, json!({"lease_id": lease_id})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        r.body,
+        json!({"allocation": {"resource_id": from, "reservations": []}})
+    );
+    app.act_as_admin();
+    assert_eq!(app.hosts_of(&lease_id).await, vec![to.clone()]);
+    let shown = app.get(&format!("/v1/leases/{lease_id}")).await;
+    assert_eq!(
+        shown.body["lease"]["reservations"][0]["resources_changed"],
+        true
+    );
+    assert_eq!(shown.body["lease"]["degraded"], false);
+
+    // Another lease takes the freed host; then no other host matches: the reservation loses
+    // its host and its lease is degraded.
+    let other = app
+        .host_lease("b", "2030-01-01 09:00", "2030-01-01 13:00", 1, 1, rack_a)
+        .await;
+    assert_eq!(other.status, StatusCode::CREATED, "{}", other.body);
+    let r = app
+        .put(
+            &format!("/v1/os-hosts/{to}/allocation"),
+            json!({"lease_id": lease_id}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let shown = app.get(&format!("/v1/leases/{lease_id}")).await;
+    assert_eq!(
+        shown.body["lease"]["reservations"][0]["missing_resources"],
+        true
+    );
+    assert_eq!(shown.body["lease"]["degraded"], true);
+    assert!(app.hosts_of(&lease_id).await.is_empty());
+    // The host of another rack was never a candidate.
+    let r = app.get(&format!("/v1/os-hosts/{h3}/allocation")).await;
+    assert_eq!(r.body["allocation"]["reservations"], json!([]));
+
+    // Bad requests.
+    for (path, body, status) in [
+        (
+            "/v1/os-hosts/999/allocation",
+            json!({}),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            "/v1/os-hosts/1/allocation",
+            json!({"lease": "x"}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/v1/os-hosts/1/allocation",
+            json!({"lease_id": 7}),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "/v1/os-hosts/1/allocation",
+            json!({"lease_id": "no-such-lease"}),
+            StatusCode::NOT_FOUND,
+        ),
+    ] {
+        let r = app.put(path, body.clone()).await;
+        assert_eq!(r.status, status, "{path} {body}: {}", r.body);
+    }
+}

@@ -563,3 +563,58 @@ async fn unknown_property_messages_never_name_private_properties() {
         }
     }
 }
+
+#[tokio::test]
+async fn reallocation_moves_reservations_off_a_device() {
+    let app = TestApp::spawn().await;
+    let d1 = device(&app, "edge-1", json!({"model": "x"})).await;
+    let d2 = device(&app, "edge-2", json!({"model": "x"})).await;
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "d",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([{"resource_type": "device", "min": 1, "max": 1,
+                        "resource_properties": "[\"==\", \"$model\", \"x\"]"}]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let holder = |body: &Value| -> Vec<String> {
+        body["allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["reservations"] != json!([]))
+            .map(|a| a["resource_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let before = holder(&app.get("/v1/devices/allocations").await.body);
+    assert_eq!(before.len(), 1);
+    let (from, to) = if before[0] == d1 {
+        (&d1, &d2)
+    } else {
+        (&d2, &d1)
+    };
+    let r = app
+        .put(
+            &format!("/v1/devices/{from}/allocation"),
+            json!({"lease_id": lease_id}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["allocation"]["reservations"], json!([]));
+    assert_eq!(
+        holder(&app.get("/v1/devices/allocations").await.body),
+        vec![to.clone()]
+    );
+    // Only devices and hosts are re-allocated.
+    let net = segment(&app, 5, json!({})).await;
+    let r = app
+        .put(&format!("/v1/networks/{net}/allocation"), json!({}))
+        .await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED, "{}", r.body);
+}

@@ -1,0 +1,148 @@
+//! Re-allocation (Chameleon's `PUT /v1/os-hosts/{id}/allocation` and
+//! `PUT /v1/devices/{id}/allocation`): moves the reservations holding a host or a device onto
+//! another one that matches them, for what is left of their leases, as healing does for a
+//! resource that went out of service, but on demand and while the resource stays reservable.
+
+use blazar_core::time::truncate_to_minute;
+
+use crate::hosts::{AllocationEntry, host_not_found, parse_host_id};
+use crate::inventory::{DEVICES, not_found};
+use crate::leases::{lease_not_found, lease_target};
+use crate::pool::DEVICE;
+use crate::{Identity, Service, ServiceResult};
+use blazar_core::PHYSICAL_HOST;
+
+/// Which reservations of the resource to move: all of them, one lease's, or one reservation.
+#[derive(Debug, Clone, Default)]
+pub struct ReallocationFilter {
+    pub lease_id: Option<String>,
+    pub reservation_id: Option<String>,
+}
+
+impl Service {
+    /// Moves the matching reservations off host `host` (its id). With a `lease_id`, the
+    /// lease's owner may ask (`blazar:leases:reallocate`); otherwise it is an operator's
+    /// action (`blazar:oshosts:reallocate`).
+    pub async fn reallocate_host(
+        &self,
+        identity: &Identity,
+        host: &str,
+        filter: &ReallocationFilter,
+    ) -> ServiceResult<AllocationEntry> {
+        let host_id = parse_host_id(host)?;
+        match &filter.lease_id {
+            Some(lease_id) => {
+                let lease = in_tx!(self, read, |tx| {
+                    tx.get_lease(lease_id)
+                        .await?
+                        .ok_or_else(|| lease_not_found(lease_id))
+                })?;
+                self.authorize("blazar:leases:reallocate", identity, &lease_target(&lease))?;
+            }
+            None => self.authorize_own("blazar:oshosts:reallocate", identity)?,
+        }
+        let entry = in_tx!(self, write, |tx| {
+            if !tx.lock_host(host_id).await? {
+                return Err(host_not_found(host));
+            }
+            self.move_reservations(tx, PHYSICAL_HOST, host_id, filter)
+                .await?;
+            self.allocation_entry(tx, PHYSICAL_HOST, host_id, host.to_string(), filter)
+                .await
+        })?;
+        Ok(entry)
+    }
+
+    /// Moves the matching reservations off device `device` (its id); an operator's action
+    /// (`blazar:devices:reallocate`).
+    pub async fn reallocate_device(
+        &self,
+        identity: &Identity,
+        device: &str,
+        filter: &ReallocationFilter,
+    ) -> ServiceResult<AllocationEntry> {
+        self.authorize_own("blazar:devices:reallocate", identity)?;
+        let entry = in_tx!(self, write, |tx| {
+            let record = tx
+                .get_resource(DEVICE, device)
+                .await?
+                .ok_or_else(|| not_found(&DEVICES, device))?;
+            if !tx.lock_resource(record.id).await? {
+                return Err(not_found(&DEVICES, device));
+            }
+            self.move_reservations(tx, DEVICE, record.id, filter)
+                .await?;
+            self.allocation_entry(tx, DEVICE, record.id, record.uid.clone(), filter)
+                .await
+        })?;
+        Ok(entry)
+    }
+
+    /// Moves every live reservation of type `kind` that holds the resource for the future and
+    /// passes the filter. Instance slots on a host are not moved: they share the host with
+    /// others and heal on their own when it goes out of service.
+    async fn move_reservations(
+        &self,
+        tx: &mut blazar_db::Tx,
+        kind: &str,
+        resource_id: i64,
+        filter: &ReallocationFilter,
+    ) -> ServiceResult<usize> {
+        let now = self.now();
+        let mut moved = 0;
+        for allocation in tx
+            .unended_allocations_of_resource(kind, resource_id, now)
+            .await?
+        {
+            if filter
+                .lease_id
+                .as_deref()
+                .is_some_and(|l| l != allocation.lease_id)
+                || filter
+                    .reservation_id
+                    .as_deref()
+                    .is_some_and(|r| r != allocation.reservation_id)
+            {
+                continue;
+            }
+            let Some(reservation) = tx.get_reservation(&allocation.reservation_id).await? else {
+                continue;
+            };
+            if reservation.resource_type != kind {
+                continue;
+            }
+            if self
+                .move_allocation(tx, kind, &allocation, truncate_to_minute(now))
+                .await?
+            {
+                moved += 1;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// The resource's allocations after the move, as `GET .../allocation` with the same
+    /// filters shows them.
+    async fn allocation_entry(
+        &self,
+        tx: &mut blazar_db::Tx,
+        kind: &str,
+        resource_id: i64,
+        shown_id: String,
+        filter: &ReallocationFilter,
+    ) -> ServiceResult<AllocationEntry> {
+        let reservations = tx
+            .allocation_views(
+                kind,
+                Some(resource_id),
+                filter.lease_id.as_deref(),
+                filter.reservation_id.as_deref(),
+                self.now(),
+            )
+            .await?;
+        Ok(AllocationEntry {
+            resource_id: shown_id,
+            reservations,
+        })
+    }
+}
