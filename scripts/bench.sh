@@ -8,7 +8,8 @@
 #
 # Options:
 #   --quick             small scales and few requests
-#   --backends LIST     sqlite,postgres (default both)
+#   --backends LIST     sqlite,postgres (default both); sqlite-normal is SQLite with
+#                       --sqlite-synchronous normal, to measure what durability costs
 #   --steps LIST        scale steps HOSTS:ALLOCATIONS,... (default: see below)
 #   --results DIR       where to write (default bench-results/<date>-<mode>)
 #   --pg-url URL        PostgreSQL server to create the throwaway database on
@@ -92,7 +93,7 @@ FILES=()
 IFS=',' read -r -a BACKEND_LIST <<<"$BACKENDS"
 for backend in "${BACKEND_LIST[@]}"; do
     case "$backend" in
-        sqlite)
+        sqlite|sqlite-normal)
             TMPDIR_SQLITE="$(mktemp -d)"
             URL="$TMPDIR_SQLITE/blazar.db"
             ;;
@@ -103,8 +104,14 @@ for backend in "${BACKEND_LIST[@]}"; do
             ;;
         *) echo "unknown backend $backend" >&2; exit 2 ;;
     esac
+    SERVER_ARGS=()
+    LABEL="blazar-rs $backend"
+    if [ "$backend" = sqlite-normal ]; then
+        SERVER_ARGS=(--sqlite-synchronous normal)
+        LABEL="blazar-rs sqlite (synchronous=normal)"
+    fi
     PORT="$(free_port)"
-    "$SERVER" --listen "127.0.0.1:$PORT" --database-url "$URL" --log warn \
+    "$SERVER" --listen "127.0.0.1:$PORT" --database-url "$URL" --log warn ${SERVER_ARGS[@]+"${SERVER_ARGS[@]}"} \
         >"$RESULTS/server-$backend.log" 2>&1 &
     SERVER_PID=$!
     for _ in $(seq 1 100); do
@@ -113,7 +120,7 @@ for backend in "${BACKEND_LIST[@]}"; do
         sleep 0.1
     done
     echo "$backend: blazar-server pid $SERVER_PID on 127.0.0.1:$PORT, steps $STEPS" >&2
-    "$BENCH" run --url "http://127.0.0.1:$PORT" --label "blazar-rs $backend" \
+    "$BENCH" run --url "http://127.0.0.1:$PORT" --label "$LABEL" \
         --steps "$STEPS" --server-pid "$SERVER_PID" "${DRIVER_ARGS[@]}" ${EXTRA[@]+"${EXTRA[@]}"} \
         --out "$RESULTS/$backend.json" --markdown "$RESULTS/$backend.md" \
         >/dev/null 2> >(tee "$RESULTS/driver-$backend.log" >&2)
