@@ -9,7 +9,10 @@ pub mod time;
 
 pub use host::{HostFacts, HostRecord};
 pub use query::{PropertyQuery, QueryError};
-pub use status::{EventStatus, EventType, LeaseStatus, ReservationStatus};
+pub use status::{
+    ActionKind, ActionPurpose, ActionStatus, EventStatus, EventType, LeaseStatus,
+    ReservationStatus, action_backoff,
+};
 pub use time::{TimeWindow, WindowError};
 
 /// The resource type string Blazar uses for whole-host reservations.

@@ -4,10 +4,10 @@ use std::fmt;
 use std::str::FromStr;
 
 macro_rules! wire_enum {
-    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name { $($variant),+ }
+        pub enum $name { $($(#[$vmeta])* $variant),+ }
 
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
@@ -40,8 +40,9 @@ macro_rules! wire_enum {
 pub struct UnknownStatus(pub String);
 
 wire_enum!(
-    /// Lease statuses. Only the stable ones are ever committed by blazar-rs: every transition
-    /// happens inside one transaction, so the transitional states of Blazar are never visible.
+    /// Lease statuses. blazar-rs commits the stable ones and two transitional ones: `STARTING`
+    /// while the outside-world actions of a lease start are carried out, `TERMINATING` while
+    /// those of its end are.
     LeaseStatus {
         Pending => "PENDING",
         Active => "ACTIVE",
@@ -63,6 +64,55 @@ wire_enum!(
         Error => "error",
     }
 );
+
+wire_enum!(
+    /// What an outside-world action does to the resources it names.
+    ActionKind {
+        /// Hand the resources over to the reservation's project.
+        Start => "start",
+        /// Take them back.
+        Stop => "stop",
+    }
+);
+
+wire_enum!(
+    /// Why an action was recorded: what its completion moves on.
+    ActionPurpose {
+        /// The start of the lease: the lease is `ACTIVE` once all of these are done.
+        LeaseStart => "lease_start",
+        /// The end of the lease: `TERMINATED` once all of these are done.
+        LeaseEnd => "lease_end",
+        /// A change to a live reservation: an update, healing, a re-allocation.
+        Change => "change",
+        /// The lease was deleted: nothing to move on, only resources to take back.
+        Delete => "delete",
+    }
+);
+
+wire_enum!(
+    /// Where an action stands. `pending` and `running` are open: later actions of the same
+    /// lease or on the same resources wait for them.
+    ActionStatus {
+        Pending => "pending",
+        Running => "running",
+        Done => "done",
+        Failed => "failed",
+        Cancelled => "cancelled",
+    }
+);
+
+impl ActionStatus {
+    pub fn is_open(self) -> bool {
+        matches!(self, ActionStatus::Pending | ActionStatus::Running)
+    }
+}
+
+/// How long an action waits before its next attempt after `attempts` transient failures:
+/// doubling from 2 s, capped at 5 minutes.
+pub fn action_backoff(attempts: u32) -> chrono::Duration {
+    let seconds = 2i64.saturating_pow(attempts.clamp(1, 20)).min(300);
+    chrono::Duration::seconds(seconds)
+}
 
 wire_enum!(
     EventType {
@@ -129,6 +179,19 @@ mod tests {
             assert_eq!(s.as_str().parse::<EventType>().unwrap(), *s);
         }
         assert!("pending".parse::<LeaseStatus>().is_err());
+    }
+
+    #[test]
+    fn action_backoff_doubles_then_caps() {
+        assert_eq!(action_backoff(1).num_seconds(), 2);
+        assert_eq!(action_backoff(2).num_seconds(), 4);
+        assert_eq!(action_backoff(8).num_seconds(), 256);
+        assert_eq!(action_backoff(9).num_seconds(), 300);
+        assert_eq!(action_backoff(u32::MAX).num_seconds(), 300);
+        assert!(ActionStatus::Running.is_open() && !ActionStatus::Failed.is_open());
+        for k in ActionKind::ALL {
+            assert_eq!(k.as_str().parse::<ActionKind>().unwrap(), *k);
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! overlap is refused by the database itself: an exclusion constraint on PostgreSQL, a
 //! trigger plus `BEGIN IMMEDIATE` single-writer transactions on SQLite.
 
+mod actions;
 mod allocations;
 mod events;
 mod hosts;
@@ -22,6 +23,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{Any, AnyPool, Executor};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
+pub use actions::{ActionOutcome, ActionRow, NewAction};
 pub use allocations::{
     AllocationRow, AllocationUsage, AllocationView, GrantRow, HandoverRow, NewAllocation,
 };
@@ -299,6 +301,7 @@ impl Store {
             bumped: Default::default(),
             revise: Default::default(),
             revised: Default::default(),
+            recorded_actions: false,
             writer: true,
             _guard: guard,
         })
@@ -316,6 +319,7 @@ impl Store {
             bumped: Default::default(),
             revise: Default::default(),
             revised: Default::default(),
+            recorded_actions: false,
             writer: false,
             _guard: None,
         })
@@ -395,6 +399,8 @@ pub struct Tx {
     /// Leases whose revision this transaction moved already, or that it created: either
     /// way, no reader has seen the state it commits.
     revised: std::collections::HashSet<String>,
+    /// Whether this transaction recorded outside-world actions (workers are woken after commit).
+    recorded_actions: bool,
     writer: bool,
     _guard: Option<OwnedMutexGuard<()>>,
 }
@@ -535,6 +541,11 @@ impl Tx {
     /// database's write lock, so nothing it read can change before it commits.
     pub fn is_writer(&self) -> bool {
         self.writer
+    }
+
+    /// Whether this transaction recorded actions for the workers.
+    pub fn recorded_actions(&self) -> bool {
+        self.recorded_actions
     }
 
     /// The connection, with every queued write sent: reads see what this transaction wrote.

@@ -28,6 +28,7 @@ pub fn router(state: AppState) -> Router {
                 .put(leases::update_lease)
                 .delete(leases::delete_lease),
         )
+        .route("/leases/{lease_id}/actions", get(leases::lease_actions))
         .route("/os-hosts", get(hosts::list_hosts).post(hosts::create_host))
         .route("/os-hosts/allocations", get(hosts::list_host_allocations))
         .route("/os-hosts/properties", get(hosts::list_host_properties))
@@ -103,8 +104,20 @@ pub fn strip_json_suffix(mut req: Request) -> Request {
 }
 
 async fn request_id(req: Request, next: Next) -> Response {
-    let mut response = next.run(req).await;
     let id = format!("req-{}", uuid::Uuid::new_v4());
+    // The global request id (oslo's): the caller's, when it sent a well-formed one, else
+    // ours. Actions this request records carry it to the calls they make.
+    let global = req
+        .headers()
+        .get("x-openstack-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            v.strip_prefix("req-")
+                .is_some_and(|u| uuid::Uuid::parse_str(u).is_ok())
+        })
+        .map(str::to_string)
+        .unwrap_or_else(|| id.clone());
+    let mut response = blazar_service::with_request_id(global, next.run(req)).await;
     if let Ok(value) = HeaderValue::from_str(&id) {
         response
             .headers_mut()

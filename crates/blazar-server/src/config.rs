@@ -140,6 +140,17 @@ pub struct Cli {
     /// Minutes a resource stays unavailable after a lease ends [default: 0].
     #[arg(long, env = "BLAZAR_CLEANING_MINUTES")]
     pub cleaning_minutes: Option<i64>,
+    /// Outside-world actions (hand-overs, take-backs) one process carries out at once
+    /// [default: 16].
+    #[arg(long, env = "BLAZAR_ACTION_WORKERS")]
+    pub action_workers: Option<usize>,
+    /// Attempts of an action that keeps failing transiently before it fails for good and
+    /// its lease goes to ERROR [default: 8].
+    #[arg(long, env = "BLAZAR_ACTION_ATTEMPTS")]
+    pub action_attempts: Option<u32>,
+    /// Seconds one attempt of an action may take [default: 300].
+    #[arg(long, env = "BLAZAR_ACTION_TIMEOUT")]
+    pub action_timeout: Option<u64>,
     /// Minutes before the end of a lease its before_end_lease event runs; 0 disables [default: 60].
     #[arg(long, env = "BLAZAR_MINUTES_BEFORE_END_LEASE")]
     pub minutes_before_end_lease: Option<i64>,
@@ -255,6 +266,9 @@ pub struct FileConfig {
     pub noauth_user_id: Option<String>,
     pub poll_interval: Option<f64>,
     pub cleaning_minutes: Option<i64>,
+    pub action_workers: Option<usize>,
+    pub action_attempts: Option<u32>,
+    pub action_timeout: Option<u64>,
     pub minutes_before_end_lease: Option<i64>,
     pub sqlite_synchronous: Option<SqliteSynchronous>,
     pub cpu_allocation_ratio: Option<f64>,
@@ -295,6 +309,9 @@ pub struct Config {
     pub noauth_user_id: String,
     pub poll_interval: std::time::Duration,
     pub cleaning_minutes: i64,
+    pub action_workers: usize,
+    pub action_attempts: u32,
+    pub action_timeout: std::time::Duration,
     pub minutes_before_end_lease: i64,
     pub sqlite_synchronous: SqliteSynchronous,
     pub ratios: blazar_service::Ratios,
@@ -448,6 +465,22 @@ impl Config {
                 .unwrap_or_else(|| crate::auth::keystone_like_id("user", "admin")),
             poll_interval: std::time::Duration::from_secs_f64(poll),
             cleaning_minutes,
+            action_workers: cli
+                .action_workers
+                .or(file.action_workers)
+                .unwrap_or(16)
+                .clamp(1, 1024),
+            action_attempts: cli
+                .action_attempts
+                .or(file.action_attempts)
+                .unwrap_or(8)
+                .clamp(1, 100),
+            action_timeout: std::time::Duration::from_secs(
+                cli.action_timeout
+                    .or(file.action_timeout)
+                    .unwrap_or(300)
+                    .clamp(1, 3600),
+            ),
             minutes_before_end_lease,
             sqlite_synchronous: cli
                 .sqlite_synchronous

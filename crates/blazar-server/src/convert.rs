@@ -20,7 +20,7 @@ use blazar_api::{
     Allocation, AllocationReservation, Event, Handover, Host, Lease, Reservation, ResourceProperty,
 };
 use blazar_core::HostRecord;
-use blazar_db::{EventRow, HandoverRow, PropertyRow, ReservationRow};
+use blazar_db::{ActionRow, EventRow, HandoverRow, PropertyRow, ReservationRow};
 use blazar_service::{AllocationEntry, LeaseView};
 use serde_json::Value;
 
@@ -133,4 +133,26 @@ pub fn handover(h: HandoverRow) -> Handover {
         since: format_t(h.started_at),
         until: h.ended_at.map(format_t),
     }
+}
+
+/// An outside-world action, as `GET /v1/leases/{id}/actions` shows it.
+pub fn action(row: &ActionRow) -> Value {
+    let payload: Value = serde_json::from_str(&row.payload).unwrap_or(Value::Null);
+    serde_json::json!({
+        "seq": row.seq,
+        "lease_id": row.lease_id,
+        "reservation_id": row.reservation_id,
+        "project_id": row.project_id,
+        "kind": row.kind,
+        "purpose": row.purpose,
+        "resource_type": row.resource_type,
+        "resources": payload["resources"],
+        "status": row.status,
+        "attempts": row.attempts,
+        "last_error": row.last_error,
+        "request_id": row.request_id,
+        "not_before": format_t(row.not_before),
+        "created_at": format_t(row.created_at),
+        "updated_at": row.updated_at.map(format_t),
+    })
 }

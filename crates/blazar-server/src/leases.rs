@@ -252,6 +252,17 @@ pub async fn create_lease(
 
 /// `GET /v1/leases/{id}`; with `?allocations=true` each reservation also lists what it was
 /// granted (`allocations`: resource type and id, dates, units), which Blazar's object lacks.
+/// `GET /v1/leases/{id}/actions`: what was done in the cloud for the lease (additive).
+pub async fn lease_actions(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    let actions = state.service.lease_actions(&identity, &id).await?;
+    let actions: Vec<Value> = actions.iter().map(convert::action).collect();
+    Ok(Json(serde_json::json!({ "actions": actions })))
+}
+
 pub async fn show_lease(
     State(state): State<AppState>,
     Caller(identity): Caller,

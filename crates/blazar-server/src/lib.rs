@@ -59,6 +59,9 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
             cleaning_minutes: config.cleaning_minutes,
             minutes_before_end_lease: config.minutes_before_end_lease,
             ratios: config.ratios,
+            action_workers: config.action_workers,
+            action_max_attempts: config.action_attempts,
+            action_timeout: config.action_timeout,
         },
         Arc::new(StandaloneBackend),
     )
@@ -133,9 +136,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let poll = config.poll_interval;
         let stop = wait_stop(stop_rx.clone());
         tracing::info!(poll_ms = poll.as_millis() as u64, "event scheduler started");
-        Some(tokio::spawn(async move {
-            service.run_scheduler(poll, stop).await
-        }))
+        let scheduler = tokio::spawn(async move { service.run_scheduler(poll, stop).await });
+        // Workers carry out the actions events and requests record, after their commit.
+        let service = state.service.clone();
+        let stop = wait_stop(stop_rx.clone());
+        tracing::info!(workers = config.action_workers, "action workers started");
+        let workers = tokio::spawn(async move { service.run_workers(poll, stop).await });
+        Some((scheduler, workers))
     } else {
         None
     };
@@ -157,8 +164,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::info!(database = %redact(&config.database_url), "blazar-server ready (manager only)");
         wait_stop(stop_rx.clone()).await;
     }
-    if let Some(handle) = scheduler {
-        let _ = handle.await;
+    if let Some((scheduler, workers)) = scheduler {
+        let _ = scheduler.await;
+        let _ = workers.await;
     }
     state.service.store().close().await;
     tracing::info!("blazar-server stopped");

@@ -1,89 +1,109 @@
-//! Backends: what happens in the outside world when a lease starts and ends.
+//! Backends: what happens in the outside world when resources are handed over and taken back.
 //!
-//! A backend runs inside the scheduler's transaction. The standalone backend records the
-//! hand-over in the database, so it commits or rolls back with the event itself and an event
-//! takes effect exactly once.
+//! The transaction that decides a change (a lease start or end, an update, a delete, healing)
+//! records it as actions (`actions.rs`); a backend carries one action out after commit,
+//! outside any transaction and lock. An action may run more than once (a worker can die after
+//! acting and before recording it), so every backend makes each action idempotent: doing it
+//! twice leaves the world as doing it once.
 
 use async_trait::async_trait;
-use blazar_db::{AllocationRow, HandoverRow, LeaseRow, ReservationRow, Tx};
+use blazar_core::{ActionKind, ActionPurpose};
+use blazar_db::{HandoverRow, Store};
 use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
 
-use crate::ServiceResult;
+/// One action as a backend receives it: everything needed to carry it out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Action {
+    pub seq: i64,
+    pub kind: ActionKind,
+    pub purpose: ActionPurpose,
+    pub lease_id: String,
+    pub lease_name: String,
+    pub reservation_id: String,
+    pub project_id: String,
+    pub user_id: String,
+    pub resource_type: String,
+    /// The resources it hands over or takes back (ids in blazar-rs's inventory).
+    pub resources: Vec<i64>,
+    /// The reservation's request parameters.
+    pub params: Map<String, Value>,
+    pub lease_start: DateTime<Utc>,
+    pub lease_end: DateTime<Utc>,
+    /// When the change took effect (the event's time, or the request's).
+    pub at: DateTime<Utc>,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// The request id of the API call that caused it, for outbound calls.
+    pub request_id: Option<String>,
+}
+
+/// Why an action did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ActionError {
+    /// Worth trying again later: the outside world was unreachable, busy or in the middle
+    /// of something.
+    #[error("{0}")]
+    Transient(String),
+    /// Trying again cannot help (refused, invalid); the reason is shown to operators.
+    #[error("{0}")]
+    Permanent(String),
+}
 
 #[async_trait]
 pub trait Backend: Send + Sync {
-    /// Hands the allocated resources to the lease's project.
-    async fn on_start(
-        &self,
-        tx: &mut Tx,
-        lease: &LeaseRow,
-        reservation: &ReservationRow,
-        allocations: &[AllocationRow],
-        now: DateTime<Utc>,
-    ) -> ServiceResult<()>;
-
-    /// Takes the resources back (at lease end, lease delete, or when an update releases some).
-    async fn on_end(
-        &self,
-        tx: &mut Tx,
-        lease: &LeaseRow,
-        reservation: &ReservationRow,
-        allocations: &[AllocationRow],
-        now: DateTime<Utc>,
-    ) -> ServiceResult<()>;
+    /// Carries out one action. `store` is there for what the backend keeps of its own
+    /// (the standalone backend's hand-over rows); it is never inside the caller's
+    /// transaction.
+    async fn apply(&self, store: &Store, action: &Action) -> Result<(), ActionError>;
 }
 
 /// For sites without OpenStack: hand-overs are records, visible through the API.
 pub struct StandaloneBackend;
 
+fn db_error(e: blazar_db::DbError) -> ActionError {
+    ActionError::Transient(format!("database: {e}"))
+}
+
 #[async_trait]
 impl Backend for StandaloneBackend {
-    async fn on_start(
-        &self,
-        tx: &mut Tx,
-        lease: &LeaseRow,
-        reservation: &ReservationRow,
-        allocations: &[AllocationRow],
-        now: DateTime<Utc>,
-    ) -> ServiceResult<()> {
-        for allocation in allocations {
-            tx.start_handover(&HandoverRow {
-                resource_type: allocation.resource_type.clone(),
-                resource_id: allocation.resource_id,
-                project_id: lease.project_id.clone(),
-                lease_id: lease.id.clone(),
-                reservation_id: reservation.id.clone(),
-                started_at: now,
-                ended_at: None,
-            })
-            .await?;
-            tracing::info!(
-                lease.id = %lease.id,
-                project.id = %lease.project_id,
-                resource.type = %allocation.resource_type,
-                resource.id = allocation.resource_id,
-                "resource handed over"
-            );
+    async fn apply(&self, store: &Store, action: &Action) -> Result<(), ActionError> {
+        let mut tx = store.write().await.map_err(db_error)?;
+        for &resource_id in &action.resources {
+            match action.kind {
+                // Upserts and closes: running either twice changes nothing.
+                ActionKind::Start => {
+                    tx.start_handover(&HandoverRow {
+                        resource_type: action.resource_type.clone(),
+                        resource_id,
+                        project_id: action.project_id.clone(),
+                        lease_id: action.lease_id.clone(),
+                        reservation_id: action.reservation_id.clone(),
+                        started_at: action.at,
+                        ended_at: None,
+                    })
+                    .await
+                    .map_err(db_error)?;
+                }
+                ActionKind::Stop => {
+                    tx.end_handovers(&action.reservation_id, Some(resource_id), action.at)
+                        .await
+                        .map_err(db_error)?;
+                }
+            }
         }
-        Ok(())
-    }
-
-    async fn on_end(
-        &self,
-        tx: &mut Tx,
-        lease: &LeaseRow,
-        reservation: &ReservationRow,
-        allocations: &[AllocationRow],
-        now: DateTime<Utc>,
-    ) -> ServiceResult<()> {
-        for allocation in allocations {
-            tx.end_handovers(&reservation.id, Some(allocation.resource_id), now)
-                .await?;
+        tx.commit().await.map_err(db_error)?;
+        for &resource_id in &action.resources {
             tracing::info!(
-                lease.id = %lease.id,
-                resource.type = %allocation.resource_type,
-                resource.id = allocation.resource_id,
-                "resource taken back"
+                lease.id = %action.lease_id,
+                project.id = %action.project_id,
+                resource.type = %action.resource_type,
+                resource.id = resource_id,
+                "{}",
+                match action.kind {
+                    ActionKind::Start => "resource handed over",
+                    ActionKind::Stop => "resource taken back",
+                }
             );
         }
         Ok(())

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 
 use blazar_core::time::truncate_to_minute;
-use blazar_core::{ReservationStatus, TimeWindow};
+use blazar_core::{ActionKind, ActionPurpose, ReservationStatus, TimeWindow};
 use blazar_db::{AllocationRow, LeaseRow, NotificationRow, ReservationRow, Tx};
 use chrono::{DateTime, Utc};
 use serde_json::json;
@@ -109,11 +109,16 @@ impl Service {
             let fresh = self
                 .new_allocations(tx, lease, reservation, &before)
                 .await?;
-            if !fresh.is_empty() {
-                self.backend
-                    .on_start(tx, lease, reservation, &fresh, now)
-                    .await?;
-            }
+            self.record_action(
+                tx,
+                lease,
+                reservation,
+                ActionKind::Start,
+                ActionPurpose::Change,
+                &fresh,
+                now,
+            )
+            .await?;
         }
         Ok(added)
     }
@@ -170,15 +175,16 @@ impl Service {
             .await?;
         tx.delete_allocation(&allocation.id).await?;
         if reservation.status == ReservationStatus::Active.as_str() {
-            self.backend
-                .on_end(
-                    tx,
-                    &lease,
-                    &reservation,
-                    std::slice::from_ref(allocation),
-                    now,
-                )
-                .await?;
+            self.record_action(
+                tx,
+                &lease,
+                &reservation,
+                ActionKind::Stop,
+                ActionPurpose::Change,
+                std::slice::from_ref(allocation),
+                now,
+            )
+            .await?;
         }
         let detail =
             json!({"resource_id": resource_id, "kind": kind, "replaced": added, "lost": wanted});

@@ -3,7 +3,9 @@
 use std::collections::{HashMap, HashSet};
 
 use blazar_core::time::truncate_to_minute;
-use blazar_core::{EventStatus, EventType, LeaseStatus, ReservationStatus, TimeWindow};
+use blazar_core::{
+    ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationStatus, TimeWindow,
+};
 use blazar_db::{AllocationRow, EventRow, LeaseFilter, LeaseRow, ReservationRow, Tx};
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Map, Value};
@@ -429,6 +431,21 @@ impl Service {
         })
     }
 
+    /// The outside-world actions of a lease, oldest first: what was (or is being) done in
+    /// the cloud for it, with attempts and the last error.
+    pub async fn lease_actions(
+        &self,
+        identity: &Identity,
+        id: &str,
+    ) -> ServiceResult<Vec<blazar_db::ActionRow>> {
+        in_tx!(self, read, |tx| {
+            let lease = tx.get_lease(id).await?.ok_or_else(|| lease_not_found(id))?;
+            self.check_visible(identity, &lease)?;
+            self.authorize("blazar:leases:get", identity, &lease_target(&lease))?;
+            Ok(tx.actions_of_lease(id).await?)
+        })
+    }
+
     /// Leases the caller may see, narrowed by `filter`; non-admins only ever see their
     /// project. For a caller that keeps what it rendered of each lease: `kept(id, revision)`
     /// returns the caller's rendering of that lease at that revision, if it has one, and only
@@ -507,6 +524,21 @@ impl Service {
             self.check_visible(identity, &lease)?;
             // Checked against the lease's project (Blazar checks the caller's own).
             self.authorize("blazar:leases:put", identity, &lease_target(&lease))?;
+            // Blazar refuses updates in transitional states too (with a 500); say why.
+            if lease.status == LeaseStatus::Starting.as_str()
+                || lease.status == LeaseStatus::Terminating.as_str()
+            {
+                return Err(ServiceError::Conflict(format!(
+                    "Lease {} is {}: the cloud is being changed for it; update it once it is {}",
+                    lease.id,
+                    lease.status,
+                    if lease.status == LeaseStatus::Starting.as_str() {
+                        "ACTIVE"
+                    } else {
+                        "TERMINATED"
+                    }
+                )));
+            }
             let stamp = self.now();
             if let Some(name) = &update.name {
                 lease.name = name.clone();
@@ -663,11 +695,16 @@ impl Service {
                         a.reservation_id == reservation.id && !held.contains(&a.resource_id)
                     })
                     .collect();
-                if !added.is_empty() {
-                    self.backend
-                        .on_start(tx, &lease, reservation, &added, stamp)
-                        .await?;
-                }
+                self.record_action(
+                    tx,
+                    &lease,
+                    reservation,
+                    ActionKind::Start,
+                    ActionPurpose::Change,
+                    &added,
+                    stamp,
+                )
+                .await?;
             }
             let mut changed = reservation.clone();
             changed.params = params;
@@ -731,8 +768,14 @@ impl Service {
             let now = self.now();
             let reservations = tx.reservations_of(&lease.id).await?;
             let allocations = tx.allocations_of_lease(&lease.id).await?;
+            let events = tx.events_of(&lease.id).await?;
+            // Hand-overs nobody has started are dropped; whatever may have been handed over
+            // (the lease started, or is starting) is taken back after commit.
+            tx.cancel_pending_actions(&lease.id, ActionKind::Start.as_str(), now)
+                .await?;
+            let started = event_status(&events, EventType::StartLease) != EventStatus::Undone;
             for reservation in &reservations {
-                if reservation.status != ReservationStatus::Active.as_str() {
+                if !started || reservation.status == ReservationStatus::Deleted.as_str() {
                     continue;
                 }
                 let held: Vec<AllocationRow> = allocations
@@ -740,9 +783,16 @@ impl Service {
                     .filter(|a| a.reservation_id == reservation.id)
                     .cloned()
                     .collect();
-                self.backend
-                    .on_end(tx, &lease, reservation, &held, now)
-                    .await?;
+                self.record_action(
+                    tx,
+                    &lease,
+                    reservation,
+                    ActionKind::Stop,
+                    ActionPurpose::Delete,
+                    &held,
+                    now,
+                )
+                .await?;
             }
             tx.delete_lease(&lease.id).await?;
             Ok(())

@@ -23,7 +23,11 @@ macro_rules! in_tx {
                 }
                 .await;
                 let value = value?;
+                let recorded = owned.recorded_actions();
                 owned.commit().await?;
+                if recorded {
+                    $service.wake_workers();
+                }
                 Ok(value)
             }
             .await;
@@ -34,6 +38,7 @@ macro_rules! in_tx {
     }};
 }
 
+mod actions;
 mod backend;
 mod batch;
 mod healing;
@@ -54,7 +59,8 @@ use blazar_db::{Backend as StoreBackend, DbError, Store};
 use chrono::{DateTime, Duration, Timelike, Utc};
 use tokio::sync::Notify;
 
-pub use backend::{Backend, StandaloneBackend};
+pub use actions::{ActionReport, with_request_id};
+pub use backend::{Action, ActionError, Backend, StandaloneBackend};
 pub use blazar_core::time::truncate_to_minute;
 pub use hosts::{AllocationEntry, PropertyListing};
 pub use instance::{FlavorInstanceType, InstanceType, Ratios};
@@ -170,6 +176,12 @@ pub struct Settings {
     pub minutes_before_end_lease: i64,
     /// Allocation ratios of hosts that set none (`cpu_allocation_ratio`, ... capabilities).
     pub ratios: Ratios,
+    /// Outside-world actions carried out at once by one process.
+    pub action_workers: usize,
+    /// Attempts of an action that keeps failing transiently before it fails for good.
+    pub action_max_attempts: u32,
+    /// Longest one attempt may take; then it counts as a transient failure.
+    pub action_timeout: std::time::Duration,
 }
 
 impl Default for Settings {
@@ -178,6 +190,9 @@ impl Default for Settings {
             cleaning_minutes: 0,
             minutes_before_end_lease: 60,
             ratios: Ratios::default(),
+            action_workers: 16,
+            action_max_attempts: 8,
+            action_timeout: std::time::Duration::from_secs(300),
         }
     }
 }
@@ -199,6 +214,11 @@ pub struct Service {
     authorizer: Arc<dyn Authorizer>,
     host_cache: Arc<resources::HostCache>,
     wake: Arc<Notify>,
+    /// Rung after a commit that recorded actions.
+    action_wake: Arc<Notify>,
+    /// Who claims actions in this process (claims name their worker, so a late finish of an
+    /// expired claim cannot overwrite another worker's).
+    worker_id: Arc<str>,
     /// When the scheduler next looks at the events (epoch seconds; `i64::MIN` while it is
     /// looking): a write wakes it only for an event due before then.
     scheduler_plan: Arc<AtomicI64>,
@@ -246,6 +266,8 @@ impl Service {
             authorizer: Arc::new(DefaultPolicy),
             host_cache: cache,
             wake: Arc::new(Notify::new()),
+            action_wake: Arc::new(Notify::new()),
+            worker_id: Arc::from(new_id().as_str()),
             scheduler_plan: Arc::new(AtomicI64::new(i64::MIN)),
             large_reads: Arc::new(tokio::sync::Semaphore::new(2)),
             // PostgreSQL runs writers side by side; SQLite queues them, so batch there.

@@ -10,10 +10,13 @@
 use std::future::Future;
 use std::sync::atomic::Ordering;
 
-use blazar_core::{EventStatus, EventType, LeaseStatus, ReservationStatus};
+use blazar_core::{
+    ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationStatus,
+};
 use blazar_db::{AllocationRow, EventRow, Tx};
 use chrono::{DateTime, Utc};
 
+use crate::actions::status_from_events;
 use crate::{Service, ServiceError, ServiceResult};
 
 /// What one tick did.
@@ -53,10 +56,9 @@ impl Service {
         Ok(report)
     }
 
-    /// Applies one event inside the transaction that claimed it. Returns whether it succeeded
-    /// (`None` when it turned out not to be due any more);
-    /// a failure of the outside world marks the event and the lease ERROR, a database failure
-    /// rolls everything back so the event runs again later.
+    /// Applies one event inside the transaction that claimed it: records the actions it
+    /// implies and moves the statuses. Returns `None` when it turned out not to be due any
+    /// more. A database failure rolls everything back so the event runs again later.
     async fn run_event(
         &self,
         tx: &mut Tx,
@@ -90,98 +92,115 @@ impl Service {
                 .collect()
         };
 
-        let mut failure: Option<String> = None;
         match kind {
             EventType::StartLease => {
+                // Hand-overs happen after commit (`actions.rs`); the lease is STARTING until
+                // they are done. A reservation that holds nothing is active at once.
+                let mut recorded = false;
                 for reservation in reservations.iter_mut() {
                     if reservation.status != ReservationStatus::Pending.as_str() {
                         continue;
                     }
-                    let result = self
-                        .backend
-                        .on_start(tx, &lease, reservation, &held(&reservation.id), now)
-                        .await;
-                    reservation.status = match result {
-                        Ok(()) => ReservationStatus::Active,
-                        Err(ServiceError::Internal(m)) | Err(ServiceError::Retry(m)) => {
-                            return Err(ServiceError::Internal(m));
-                        }
-                        Err(e) => {
-                            failure = Some(e.to_string());
-                            ReservationStatus::Error
-                        }
+                    if self
+                        .record_action(
+                            tx,
+                            &lease,
+                            reservation,
+                            ActionKind::Start,
+                            ActionPurpose::LeaseStart,
+                            &held(&reservation.id),
+                            now,
+                        )
+                        .await?
+                    {
+                        recorded = true;
+                        continue;
                     }
-                    .as_str()
-                    .to_string();
+                    reservation.status = ReservationStatus::Active.as_str().to_string();
                     reservation.updated_at = Some(now);
                     tx.update_reservation(reservation).await?;
                 }
+                event.status = if recorded {
+                    EventStatus::InProgress
+                } else {
+                    EventStatus::Done
+                }
+                .as_str()
+                .to_string();
             }
             EventType::EndLease => {
+                // Hand-overs nobody has started yet are not started at all; the start event
+                // is settled without them.
+                tx.cancel_pending_actions(&lease.id, ActionKind::Start.as_str(), now)
+                    .await?;
+                self.settle_event(
+                    tx,
+                    &lease.id,
+                    EventType::StartLease,
+                    ActionPurpose::LeaseStart,
+                    now,
+                )
+                .await?;
+                let mut recorded = false;
                 for reservation in reservations.iter_mut() {
                     if reservation.status == ReservationStatus::Deleted.as_str() {
                         continue;
                     }
-                    if reservation.status == ReservationStatus::Active.as_str()
-                        && let Err(e) = self
-                            .backend
-                            .on_end(tx, &lease, reservation, &held(&reservation.id), now)
-                            .await
+                    // Take back whatever may have been handed over, even by a start that
+                    // failed half-way: a take-back of something never handed over is a no-op.
+                    if self
+                        .record_action(
+                            tx,
+                            &lease,
+                            reservation,
+                            ActionKind::Stop,
+                            ActionPurpose::LeaseEnd,
+                            &held(&reservation.id),
+                            now,
+                        )
+                        .await?
                     {
-                        match e {
-                            ServiceError::Internal(m) | ServiceError::Retry(m) => {
-                                return Err(ServiceError::Internal(m));
-                            }
-                            other => failure = Some(other.to_string()),
-                        }
+                        recorded = true;
+                        continue;
                     }
-                    reservation.status = ReservationStatus::Deleted.as_str().to_string();
-                    reservation.updated_at = Some(now);
-                    tx.update_reservation(reservation).await?;
+                    if reservation.status != ReservationStatus::Error.as_str() {
+                        reservation.status = ReservationStatus::Deleted.as_str().to_string();
+                        reservation.updated_at = Some(now);
+                        tx.update_reservation(reservation).await?;
+                    }
                 }
+                event.status = if recorded {
+                    EventStatus::InProgress
+                } else {
+                    EventStatus::Done
+                }
+                .as_str()
+                .to_string();
             }
             EventType::BeforeEndLease => {
                 tracing::info!(lease.id = %lease.id, lease.end = %lease.end, "lease ends soon");
+                event.status = EventStatus::Done.as_str().to_string();
             }
         }
-
-        event.status = if failure.is_some() {
-            EventStatus::Error
-        } else {
-            EventStatus::Done
-        }
-        .as_str()
-        .to_string();
         event.updated_at = Some(now);
         tx.update_event(&event).await?;
 
         let events = tx.events_of(&lease.id).await?;
-        let status_of = |k: EventType| {
-            events
-                .iter()
-                .find(|e| e.event_type == k.as_str())
-                .and_then(|e| e.status.parse().ok())
-                .unwrap_or(EventStatus::Undone)
-        };
-        let derived = LeaseStatus::derive(
-            status_of(EventType::StartLease),
-            status_of(EventType::EndLease),
-        );
+        let mut derived = status_from_events(&events);
+        // A lease whose start failed stays in ERROR through its end.
+        if lease.status == LeaseStatus::Error.as_str() && derived != LeaseStatus::Terminating {
+            derived = LeaseStatus::Error;
+        }
         if derived.as_str() != lease.status {
             lease.status = derived.as_str().to_string();
             lease.updated_at = Some(now);
             tx.update_lease(&lease).await?;
         }
-        match &failure {
-            None => tracing::info!(
-                lease.id = %lease.id, event.type = %kind, lease.status = %lease.status,
-                lag_ms = (now - event.time).num_milliseconds(), "event done"
-            ),
-            Some(reason) => tracing::warn!(
-                lease.id = %lease.id, event.type = %kind, reason = %reason, "event failed"
-            ),
-        }
-        Ok(Some(failure.is_none()))
+        tracing::info!(
+            lease.id = %lease.id, event.type = %kind, lease.status = %lease.status,
+            lag_ms = (now - event.time).num_milliseconds(), "event done"
+        );
+        Ok(Some(true))
     }
 
     /// Runs the scheduler until `shutdown` completes: a tick whenever an event falls due,

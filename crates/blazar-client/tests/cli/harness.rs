@@ -123,13 +123,20 @@ impl Server {
 
     /// Runs `blazar ARGS` with exactly `env` (plus TZ=UTC and a private HOME).
     pub async fn blazar_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
-        run_blazar(args, env, self.home.path()).await
+        let run = run_blazar(args, env, self.home.path()).await;
+        // What the server's workers do right after a commit, done before the test looks.
+        self.service
+            .run_actions(self.service.now())
+            .await
+            .expect("actions");
+        run
     }
 
     /// Moves the clock to `t` and runs the events due then.
     pub async fn tick_at(&self, t: DateTime<Utc>) {
         self.clock.set(t);
         self.service.tick(t).await.expect("tick");
+        self.service.run_actions(t).await.expect("actions");
     }
 }
 

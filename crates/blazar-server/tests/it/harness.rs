@@ -8,7 +8,7 @@ use blazar_db::{Store, StoreOptions};
 use blazar_server::auth::Auth;
 use blazar_server::listener::ConnectionLimits;
 use blazar_server::state::AppState;
-use blazar_service::{ManualClock, Service, Settings, StandaloneBackend, TickReport};
+use blazar_service::{Backend, ManualClock, Service, Settings, StandaloneBackend, TickReport};
 use chrono::{DateTime, TimeZone, Utc};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -108,6 +108,9 @@ pub struct TestApp {
     pub service: Service,
     /// Identity headers sent with every request (empty: the noauth admin).
     pub as_identity: Vec<(String, String)>,
+    /// Whether writes and ticks carry out the actions they record before returning, as
+    /// the server's workers would right after commit. Off, a test drives them itself.
+    pub auto_actions: bool,
     stop: Option<oneshot::Sender<()>>,
     /// Kept so the database lives as long as the app.
     _db: TestDatabase,
@@ -148,6 +151,42 @@ impl TestApp {
         settings: Settings,
         limits: ConnectionLimits,
     ) -> TestApp {
+        Self::spawn_full(db, settings, limits, Arc::new(StandaloneBackend)).await
+    }
+
+    /// A server whose outside-world actions go to `backend`.
+    pub async fn spawn_backend(backend: Arc<dyn Backend>) -> TestApp {
+        Self::spawn_full(
+            TestDatabase::new().await,
+            Settings::default(),
+            ConnectionLimits::default(),
+            backend,
+        )
+        .await
+    }
+
+    /// Another server on this app's database with its own backend, as a replica.
+    pub async fn replica_with(&self, backend: Arc<dyn Backend>) -> TestApp {
+        let db = TestDatabase {
+            url: self._db.url.clone(),
+            _dir: None,
+            schema: None,
+        };
+        Self::spawn_full(
+            db,
+            Settings::default(),
+            ConnectionLimits::default(),
+            backend,
+        )
+        .await
+    }
+
+    pub async fn spawn_full(
+        db: TestDatabase,
+        settings: Settings,
+        limits: ConnectionLimits,
+        backend: Arc<dyn Backend>,
+    ) -> TestApp {
         let store = Store::connect(&StoreOptions {
             url: db.url.clone(),
             max_connections: 16,
@@ -156,7 +195,7 @@ impl TestApp {
         .await
         .expect("open test database");
         let clock = Arc::new(ManualClock::new(epoch()));
-        let service = Service::new(store, clock.clone(), settings, Arc::new(StandaloneBackend));
+        let service = Service::new(store, clock.clone(), settings, backend);
         let state = AppState::new(service.clone(), Auth::noauth("admin-project", "admin-user"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -178,6 +217,7 @@ impl TestApp {
             clock,
             service,
             as_identity: Vec::new(),
+            auto_actions: true,
             stop: Some(stop),
             _db: db,
         }
@@ -213,6 +253,7 @@ impl TestApp {
         path: &str,
         body: Option<Value>,
     ) -> Response {
+        let write = method != reqwest::Method::GET;
         let mut req = self
             .client
             .request(method, format!("{}{}", self.base, path));
@@ -232,6 +273,10 @@ impl TestApp {
             serde_json::from_str(&text)
                 .unwrap_or_else(|_| panic!("non-JSON body for {path}: {text}"))
         };
+        // What workers do right after a commit in a server, done before the test looks.
+        if write && self.auto_actions {
+            self.run_actions().await;
+        }
         Response {
             status,
             headers,
@@ -293,7 +338,19 @@ impl TestApp {
     /// Moves the clock to `t` and runs the events due then.
     pub async fn tick_at(&self, t: DateTime<Utc>) -> TickReport {
         self.clock.set(t);
-        self.service.tick(t).await.expect("tick")
+        let report = self.service.tick(t).await.expect("tick");
+        if self.auto_actions {
+            self.run_actions().await;
+        }
+        report
+    }
+
+    /// Carries out every runnable action now, as the server's workers would.
+    pub async fn run_actions(&self) -> blazar_service::ActionReport {
+        self.service
+            .run_actions(self.service.now())
+            .await
+            .expect("actions")
     }
 
     pub async fn create_host(&self, name: &str, extra: Value) -> String {

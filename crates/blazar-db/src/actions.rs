@@ -1,0 +1,308 @@
+//! The queue of outside-world actions: written in the transaction that decides them, claimed
+//! and finished by workers in their own short transactions.
+
+use chrono::{DateTime, Duration, Utc};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::{Arg, Backend, DbResult, Tx, from_opt_secs, from_secs, to_secs};
+
+/// An action to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAction {
+    pub lease_id: String,
+    pub reservation_id: String,
+    pub project_id: String,
+    pub kind: String,
+    pub purpose: String,
+    pub resource_type: String,
+    /// JSON: what the backend needs to carry it out without reading the database.
+    pub payload: String,
+    /// The resources it touches, for ordering against other actions on them.
+    pub resources: Vec<i64>,
+    pub request_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionRow {
+    pub seq: i64,
+    pub lease_id: String,
+    pub reservation_id: String,
+    pub project_id: String,
+    pub kind: String,
+    pub purpose: String,
+    pub resource_type: String,
+    pub payload: String,
+    pub status: String,
+    pub attempts: i64,
+    pub not_before: DateTime<Utc>,
+    pub claimed_by: Option<String>,
+    pub claimed_until: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub request_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+const ACTION_COLUMNS: &str = "a.seq, a.lease_id, a.reservation_id, a.project_id, a.kind, \
+    a.purpose, a.resource_type, a.payload, a.status, a.attempts, a.not_before, a.claimed_by, \
+    a.claimed_until, a.last_error, a.request_id, a.created_at, a.updated_at";
+
+fn action_from_row(row: &AnyRow) -> DbResult<ActionRow> {
+    Ok(ActionRow {
+        seq: row.try_get("seq")?,
+        lease_id: row.try_get("lease_id")?,
+        reservation_id: row.try_get("reservation_id")?,
+        project_id: row.try_get("project_id")?,
+        kind: row.try_get("kind")?,
+        purpose: row.try_get("purpose")?,
+        resource_type: row.try_get("resource_type")?,
+        payload: row.try_get("payload")?,
+        status: row.try_get("status")?,
+        attempts: row.try_get("attempts")?,
+        not_before: from_secs(row.try_get("not_before")?)?,
+        claimed_by: row.try_get("claimed_by")?,
+        claimed_until: from_opt_secs(row.try_get("claimed_until")?)?,
+        last_error: row.try_get("last_error")?,
+        request_id: row.try_get("request_id")?,
+        created_at: from_secs(row.try_get("created_at")?)?,
+        updated_at: from_opt_secs(row.try_get("updated_at")?)?,
+    })
+}
+
+/// An action is open while pending or running.
+const OPEN: &str = "('pending', 'running')";
+
+/// How a finished attempt leaves an action.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActionOutcome {
+    Done,
+    /// Try again at `not_before`.
+    Retry {
+        error: String,
+        not_before: DateTime<Utc>,
+    },
+    Failed {
+        error: String,
+    },
+}
+
+impl Tx {
+    /// Records an action; returns its sequence number.
+    pub async fn insert_action(&mut self, a: &NewAction) -> DbResult<i64> {
+        self.recorded_actions = true;
+        let rows = self
+            .fetch_rows(
+                "INSERT INTO actions (lease_id, reservation_id, project_id, kind, purpose, \
+                 resource_type, payload, status, attempts, not_before, request_id, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $9, $10) RETURNING seq",
+                vec![
+                    (&a.lease_id).into(),
+                    (&a.reservation_id).into(),
+                    (&a.project_id).into(),
+                    (&a.kind).into(),
+                    (&a.purpose).into(),
+                    (&a.resource_type).into(),
+                    (&a.payload).into(),
+                    a.created_at.into(),
+                    Arg::Text(a.request_id.clone()),
+                    a.created_at.into(),
+                ],
+            )
+            .await?;
+        let seq: i64 = match rows.first() {
+            Some(row) => row.try_get("seq")?,
+            None => return Err(crate::DbError::Corrupt("insert returned no seq".into())),
+        };
+        let mut resources = a.resources.clone();
+        resources.sort_unstable();
+        resources.dedup();
+        for id in resources {
+            self.write(
+                "INSERT INTO action_resources (seq, resource_type, resource_id) VALUES ($1, $2, $3)",
+                vec![seq.into(), (&a.resource_type).into(), id.into()],
+            )
+            .await?;
+        }
+        Ok(seq)
+    }
+
+    /// Claims up to `limit` actions that may run now, for `claim_for`: pending ones that are
+    /// due and running ones whose claim expired, each only if no earlier action of its lease
+    /// or on one of its resources is still open. On PostgreSQL rows another replica is
+    /// claiming are skipped, so each action goes to one worker.
+    pub async fn claim_actions(
+        &mut self,
+        now: DateTime<Utc>,
+        worker: &str,
+        claim_for: Duration,
+        limit: usize,
+    ) -> DbResult<Vec<ActionRow>> {
+        let lock = match self.backend() {
+            Backend::Postgres => " FOR UPDATE OF a SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        let sql = format!(
+            "SELECT a.seq FROM actions a \
+             WHERE ((a.status = 'pending' AND a.not_before <= $1) \
+                    OR (a.status = 'running' AND a.claimed_until < $1)) \
+             AND NOT EXISTS (SELECT 1 FROM actions b WHERE b.lease_id = a.lease_id \
+                 AND b.seq < a.seq AND b.status IN {OPEN}) \
+             AND NOT EXISTS (SELECT 1 FROM action_resources r \
+                 JOIN action_resources s ON s.resource_type = r.resource_type \
+                     AND s.resource_id = r.resource_id AND s.seq < r.seq \
+                 JOIN actions b ON b.seq = s.seq AND b.status IN {OPEN} \
+                 WHERE r.seq = a.seq) \
+             ORDER BY a.seq LIMIT $2{lock}"
+        );
+        let rows = self
+            .fetch_rows(&sql, vec![to_secs(now).into(), (limit as i64).into()])
+            .await?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let seq: i64 = row.try_get("seq")?;
+            let sql = format!(
+                "UPDATE actions SET status = 'running', claimed_by = $1, claimed_until = $2, \
+                 attempts = attempts + 1, updated_at = $3 WHERE seq = $4 RETURNING {}",
+                ACTION_COLUMNS.replace("a.", "")
+            );
+            let updated = self
+                .fetch_rows(
+                    &sql,
+                    vec![
+                        worker.into(),
+                        (now + claim_for).into(),
+                        now.into(),
+                        seq.into(),
+                    ],
+                )
+                .await?;
+            if let Some(row) = updated.first() {
+                claimed.push(action_from_row(row)?);
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// Records the outcome of `worker`'s attempt. Returns false (and changes nothing) when
+    /// the claim was lost meanwhile: it expired and another worker took the action.
+    pub async fn finish_action(
+        &mut self,
+        seq: i64,
+        worker: &str,
+        outcome: &ActionOutcome,
+        now: DateTime<Utc>,
+    ) -> DbResult<bool> {
+        let (status, error, not_before) = match outcome {
+            ActionOutcome::Done => ("done", None, None),
+            ActionOutcome::Retry { error, not_before } => {
+                ("pending", Some(error.clone()), Some(*not_before))
+            }
+            ActionOutcome::Failed { error } => ("failed", Some(error.clone()), None),
+        };
+        let rows = self
+            .fetch_rows(
+                "UPDATE actions SET status = $1, last_error = COALESCE($2, last_error), \
+                 not_before = COALESCE($3, not_before), claimed_by = NULL, claimed_until = NULL, \
+                 updated_at = $4 WHERE seq = $5 AND status = 'running' AND claimed_by = $6 \
+                 RETURNING seq",
+                vec![
+                    status.into(),
+                    Arg::Text(error),
+                    not_before.into(),
+                    now.into(),
+                    seq.into(),
+                    worker.into(),
+                ],
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Cancels the lease's pending actions of `kind` that no worker has taken yet.
+    pub async fn cancel_pending_actions(
+        &mut self,
+        lease_id: &str,
+        kind: &str,
+        now: DateTime<Utc>,
+    ) -> DbResult<()> {
+        self.write(
+            "UPDATE actions SET status = 'cancelled', updated_at = $1 \
+             WHERE lease_id = $2 AND kind = $3 AND status = 'pending'",
+            vec![now.into(), lease_id.into(), kind.into()],
+        )
+        .await
+    }
+
+    /// How many of the lease's actions for `purpose` are open, and how many failed.
+    pub async fn action_counts(&mut self, lease_id: &str, purpose: &str) -> DbResult<(i64, i64)> {
+        let sql = format!(
+            "SELECT CAST(COALESCE(SUM(CASE WHEN status IN {OPEN} THEN 1 ELSE 0 END), 0) AS BIGINT) \
+             AS open, CAST(COALESCE(SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END), 0) \
+             AS BIGINT) AS failed \
+             FROM actions WHERE lease_id = $1 AND purpose = $2"
+        );
+        let rows = self
+            .fetch_rows(&sql, vec![lease_id.into(), purpose.into()])
+            .await?;
+        match rows.first() {
+            Some(row) => Ok((row.try_get("open")?, row.try_get("failed")?)),
+            None => Ok((0, 0)),
+        }
+    }
+
+    /// The lease's actions, oldest first.
+    pub async fn actions_of_lease(&mut self, lease_id: &str) -> DbResult<Vec<ActionRow>> {
+        let sql =
+            format!("SELECT {ACTION_COLUMNS} FROM actions a WHERE a.lease_id = $1 ORDER BY a.seq");
+        let rows = self.fetch_rows(&sql, vec![lease_id.into()]).await?;
+        rows.iter().map(action_from_row).collect()
+    }
+
+    /// Actions in `statuses` (all when empty), newest first, at most `limit`.
+    pub async fn list_actions(
+        &mut self,
+        statuses: &[&str],
+        limit: usize,
+    ) -> DbResult<Vec<ActionRow>> {
+        let mut args: Vec<Arg> = Vec::new();
+        let filter = if statuses.is_empty() {
+            String::new()
+        } else {
+            let marks: Vec<String> = statuses
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    args.push((*s).into());
+                    format!("${}", i + 1)
+                })
+                .collect();
+            format!("WHERE a.status IN ({})", marks.join(", "))
+        };
+        args.push((limit as i64).into());
+        let sql = format!(
+            "SELECT {ACTION_COLUMNS} FROM actions a {filter} ORDER BY a.seq DESC LIMIT ${}",
+            args.len()
+        );
+        let rows = self.fetch_rows(&sql, args).await?;
+        rows.iter().map(action_from_row).collect()
+    }
+
+    /// When a worker should look again: the earliest pending action's `not_before` or running
+    /// action's claim expiry.
+    pub async fn next_action_time(&mut self) -> DbResult<Option<DateTime<Utc>>> {
+        let rows = self
+            .fetch_rows(
+                "SELECT MIN(CASE WHEN status = 'pending' THEN not_before ELSE claimed_until END) \
+                 AS t FROM actions WHERE status IN ('pending', 'running')",
+                vec![],
+            )
+            .await?;
+        let t: Option<i64> = match rows.first() {
+            Some(row) => row.try_get("t")?,
+            None => None,
+        };
+        from_opt_secs(t)
+    }
+}

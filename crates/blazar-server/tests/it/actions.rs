@@ -1,0 +1,467 @@
+//! Outside-world actions: recorded with the change, carried out after commit, retried,
+//! ordered per lease and per resource, claimed once among replicas, and the lease statuses
+//! they drive (STARTING, ACTIVE, TERMINATING, TERMINATED, ERROR).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use blazar_core::ActionKind;
+use blazar_db::{ActionOutcome, Store};
+use blazar_server::listener::ConnectionLimits;
+use blazar_service::{Action, ActionError, Backend, Settings, StandaloneBackend};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::harness::{TestApp, TestDatabase, t};
+
+/// Records every call, fails the next ones as scripted, and otherwise acts as the
+/// standalone backend (so hand-overs stay visible).
+#[derive(Default)]
+struct Scripted {
+    calls: Mutex<Vec<(i64, ActionKind, String)>>,
+    failures: Mutex<VecDeque<ActionError>>,
+}
+
+impl Scripted {
+    fn fail_next(&self, e: ActionError) {
+        self.failures.lock().unwrap().push_back(e);
+    }
+
+    fn calls(&self) -> Vec<(i64, ActionKind, String)> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl Backend for Scripted {
+    async fn apply(&self, store: &Store, action: &Action) -> Result<(), ActionError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((action.seq, action.kind, action.lease_id.clone()));
+        if let Some(e) = self.failures.lock().unwrap().pop_front() {
+            return Err(e);
+        }
+        StandaloneBackend.apply(store, action).await
+    }
+}
+
+fn id(body: &Value) -> String {
+    body["lease"]["id"].as_str().unwrap().to_string()
+}
+
+async fn lease(app: &TestApp, id: &str) -> Value {
+    app.get(&format!("/v1/leases/{id}")).await.body["lease"].clone()
+}
+
+fn event_status(lease: &Value, kind: &str) -> String {
+    lease["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_type"] == kind)
+        .map(|e| e["status"].as_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+async fn actions(app: &TestApp, id: &str) -> Vec<Value> {
+    let r = app.get(&format!("/v1/leases/{id}/actions")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.body["actions"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn a_lease_is_starting_until_its_hand_over_is_done() {
+    let backend = Arc::new(Scripted::default());
+    let mut app = TestApp::spawn_backend(backend.clone()).await;
+    app.auto_actions = false;
+    app.create_host("compute-1", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let lid = id(&r.body);
+    assert!(backend.calls().is_empty(), "a create acts on nothing");
+
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let l = lease(&app, &lid).await;
+    assert_eq!(l["status"], "STARTING");
+    assert_eq!(l["reservations"][0]["status"], "pending");
+    assert_eq!(event_status(&l, "start_lease"), "IN_PROGRESS");
+    assert_eq!(app.get("/v1/handovers").await.body["handovers"], json!([]));
+    // Nothing may change under a start in progress.
+    let r = app
+        .put(
+            &format!("/v1/leases/{lid}"),
+            json!({"end_date": "2030-01-01 13:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(r.message().contains("STARTING"), "{}", r.message());
+    let listed = actions(&app, &lid).await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["kind"], "start");
+    assert_eq!(listed[0]["status"], "pending");
+    assert_eq!(listed[0]["resources"], json!([1]));
+
+    let report = app.run_actions().await;
+    assert_eq!(report.done, 1);
+    let l = lease(&app, &lid).await;
+    assert_eq!(l["status"], "ACTIVE");
+    assert_eq!(l["reservations"][0]["status"], "active");
+    assert_eq!(event_status(&l, "start_lease"), "DONE");
+    let holders = app.get("/v1/handovers").await.body["handovers"].clone();
+    assert_eq!(holders.as_array().unwrap().len(), 1);
+
+    // The end goes through TERMINATING the same way.
+    app.tick_at(t(2030, 1, 1, 12, 0)).await;
+    let l = lease(&app, &lid).await;
+    assert_eq!(l["status"], "TERMINATING");
+    assert_eq!(event_status(&l, "end_lease"), "IN_PROGRESS");
+    app.run_actions().await;
+    let l = lease(&app, &lid).await;
+    assert_eq!(l["status"], "TERMINATED");
+    assert_eq!(l["reservations"][0]["status"], "deleted");
+    assert_eq!(app.get("/v1/handovers").await.body["handovers"], json!([]));
+    let kinds: Vec<ActionKind> = backend.calls().iter().map(|c| c.1).collect();
+    assert_eq!(kinds, vec![ActionKind::Start, ActionKind::Stop]);
+}
+
+#[tokio::test]
+async fn transient_failures_are_retried_with_backoff() {
+    let backend = Arc::new(Scripted::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    app.create_host("compute-1", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let lid = id(&r.body);
+    backend.fail_next(ActionError::Transient("nova: 503".into()));
+    backend.fail_next(ActionError::Transient("nova: connection refused".into()));
+
+    let start = t(2030, 1, 1, 10, 0);
+    app.tick_at(start).await;
+    assert_eq!(lease(&app, &lid).await["status"], "STARTING");
+    let a = &actions(&app, &lid).await[0];
+    assert_eq!(a["status"], "pending");
+    assert_eq!(a["attempts"], 1);
+    assert_eq!(a["last_error"], "nova: 503");
+    // Not again before its backoff (2 s) is over.
+    app.clock.set(start + chrono::Duration::seconds(1));
+    assert_eq!(app.run_actions().await.done + backend.calls().len(), 1);
+
+    app.clock.set(start + chrono::Duration::seconds(2));
+    let report = app.run_actions().await;
+    assert_eq!(report.retried, 1);
+    assert_eq!(actions(&app, &lid).await[0]["attempts"], 2);
+    // The second wait doubles.
+    app.clock.set(start + chrono::Duration::seconds(5));
+    assert_eq!(app.run_actions().await.done, 0);
+    app.clock.set(start + chrono::Duration::seconds(6));
+    assert_eq!(app.run_actions().await.done, 1);
+    assert_eq!(lease(&app, &lid).await["status"], "ACTIVE");
+    assert_eq!(backend.calls().len(), 3);
+    assert_eq!(actions(&app, &lid).await[0]["status"], "done");
+}
+
+#[tokio::test]
+async fn a_permanent_failure_puts_the_lease_in_error_and_says_why() {
+    let backend = Arc::new(Scripted::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    app.create_host("compute-1", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let lid = id(&r.body);
+    backend.fail_next(ActionError::Permanent(
+        "nova: host compute-1 is in aggregate other-pool".into(),
+    ));
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let l = lease(&app, &lid).await;
+    assert_eq!(l["status"], "ERROR");
+    assert_eq!(l["reservations"][0]["status"], "error");
+    assert_eq!(event_status(&l, "start_lease"), "ERROR");
+    let a = &actions(&app, &lid).await[0];
+    assert_eq!(a["status"], "failed");
+    assert_eq!(
+        a["last_error"],
+        "nova: host compute-1 is in aggregate other-pool"
+    );
+
+    // Its end still takes back whatever may have been handed over, and it stays in ERROR.
+    app.tick_at(t(2030, 1, 1, 12, 0)).await;
+    let l = lease(&app, &lid).await;
+    assert_eq!(l["status"], "ERROR");
+    assert_eq!(event_status(&l, "end_lease"), "DONE");
+    let kinds: Vec<ActionKind> = backend.calls().iter().map(|c| c.1).collect();
+    assert_eq!(kinds, vec![ActionKind::Start, ActionKind::Stop]);
+    // And it can be deleted.
+    assert_eq!(
+        app.delete(&format!("/v1/leases/{lid}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+}
+
+#[tokio::test]
+async fn an_action_that_keeps_failing_gives_up_after_its_attempts() {
+    let backend = Arc::new(Scripted::default());
+    let app = TestApp::spawn_full(
+        TestDatabase::new().await,
+        Settings {
+            action_max_attempts: 2,
+            ..Settings::default()
+        },
+        ConnectionLimits::default(),
+        backend.clone(),
+    )
+    .await;
+    app.create_host("compute-1", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let lid = id(&r.body);
+    for _ in 0..2 {
+        backend.fail_next(ActionError::Transient("placement: timed out".into()));
+    }
+    let start = t(2030, 1, 1, 10, 0);
+    app.tick_at(start).await;
+    app.clock.set(start + chrono::Duration::seconds(2));
+    app.run_actions().await;
+    let l = lease(&app, &lid).await;
+    assert_eq!(l["status"], "ERROR");
+    let a = &actions(&app, &lid).await[0];
+    assert_eq!(a["status"], "failed");
+    assert_eq!(
+        a["last_error"],
+        "gave up after 2 attempts: placement: timed out"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_starting_lease_cancels_its_hand_over() {
+    let backend = Arc::new(Scripted::default());
+    let mut app = TestApp::spawn_backend(backend.clone()).await;
+    app.auto_actions = false;
+    app.create_host("compute-1", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let lid = id(&r.body);
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    assert_eq!(lease(&app, &lid).await["status"], "STARTING");
+    assert_eq!(
+        app.delete(&format!("/v1/leases/{lid}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    app.run_actions().await;
+    // The start never ran; the take-back did (harmless if nothing was handed over).
+    let kinds: Vec<ActionKind> = backend.calls().iter().map(|c| c.1).collect();
+    assert_eq!(kinds, vec![ActionKind::Stop]);
+    assert_eq!(app.get("/v1/handovers").await.body["handovers"], json!([]));
+    // The host is free for someone else at once.
+    let r = app
+        .host_lease("m", "2030-01-01 10:30", "2030-01-01 11:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+}
+
+#[tokio::test]
+async fn a_resource_is_taken_back_before_it_is_handed_to_the_next_lease() {
+    let backend = Arc::new(Scripted::default());
+    let mut app = TestApp::spawn_backend(backend.clone()).await;
+    app.auto_actions = false;
+    app.create_host("compute-1", json!({})).await;
+    let a = id(&app
+        .host_lease("a", "2030-01-01 10:00", "2030-01-01 11:00", 1, 1, "")
+        .await
+        .body);
+    let b = id(&app
+        .host_lease("b", "2030-01-01 11:00", "2030-01-01 12:00", 1, 1, "")
+        .await
+        .body);
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    app.run_actions().await;
+    assert_eq!(lease(&app, &a).await["status"], "ACTIVE");
+
+    // At 11:00 a's end and b's start are both recorded; a's take-back fails once.
+    let eleven = t(2030, 1, 1, 11, 0);
+    app.tick_at(eleven).await;
+    backend.fail_next(ActionError::Transient(
+        "nova: 409 servers still on host".into(),
+    ));
+    app.run_actions().await;
+    // b's hand-over of the same host waits behind a's open take-back.
+    let calls = backend.calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(
+        (calls[1].1, calls[1].2.as_str()),
+        (ActionKind::Stop, a.as_str())
+    );
+    assert_eq!(lease(&app, &b).await["status"], "STARTING");
+    assert_eq!(lease(&app, &a).await["status"], "TERMINATING");
+
+    app.clock.set(eleven + chrono::Duration::seconds(2));
+    app.run_actions().await;
+    let order: Vec<(ActionKind, String)> =
+        backend.calls().into_iter().map(|c| (c.1, c.2)).collect();
+    assert_eq!(
+        order,
+        vec![
+            (ActionKind::Start, a.clone()),
+            (ActionKind::Stop, a.clone()),
+            (ActionKind::Stop, a.clone()),
+            (ActionKind::Start, b.clone()),
+        ]
+    );
+    assert_eq!(lease(&app, &a).await["status"], "TERMINATED");
+    assert_eq!(lease(&app, &b).await["status"], "ACTIVE");
+}
+
+#[tokio::test]
+async fn an_expired_claim_is_taken_again_and_the_late_worker_changes_nothing() {
+    let backend = Arc::new(Scripted::default());
+    let mut app = TestApp::spawn_backend(backend.clone()).await;
+    app.auto_actions = false;
+    app.create_host("compute-1", json!({})).await;
+    let lid = id(&app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await
+        .body);
+    let start = t(2030, 1, 1, 10, 0);
+    app.tick_at(start).await;
+    // A worker claims the action and dies.
+    let mut tx = app.service.store().write().await.unwrap();
+    let claimed = tx
+        .claim_actions(start, "dead-worker", chrono::Duration::minutes(6), 10)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(app.run_actions().await.done, 0, "still claimed");
+
+    app.clock.set(start + chrono::Duration::minutes(7));
+    assert_eq!(app.run_actions().await.done, 1);
+    assert_eq!(lease(&app, &lid).await["status"], "ACTIVE");
+    // The dead worker's late report is ignored.
+    let mut tx = app.service.store().write().await.unwrap();
+    let taken = tx
+        .finish_action(
+            claimed[0].seq,
+            "dead-worker",
+            &ActionOutcome::Failed {
+                error: "late".into(),
+            },
+            start + chrono::Duration::minutes(8),
+        )
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert!(!taken);
+    assert_eq!(actions(&app, &lid).await[0]["status"], "done");
+}
+
+#[tokio::test]
+async fn replicas_carry_out_each_action_once() {
+    let backend = Arc::new(Scripted::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    let replica = app.replica_with(backend.clone()).await;
+    let n = 12;
+    for i in 0..n {
+        app.create_host(&format!("compute-{i}"), json!({})).await;
+    }
+    let mut leases = Vec::new();
+    for i in 0..n {
+        let r = app
+            .host_lease(
+                &format!("l{i}"),
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                1,
+                1,
+                "",
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        leases.push(id(&r.body));
+    }
+    let start = t(2030, 1, 1, 10, 0);
+    replica.clock.set(start);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut workers = Vec::new();
+    for service in [app.service.clone(), replica.service.clone()] {
+        let mut rx = stop_rx.clone();
+        workers.push(tokio::spawn(async move {
+            service
+                .run_workers(Duration::from_millis(20), async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await
+        }));
+    }
+    // Only one of them runs the events; both run the workers.
+    app.clock.set(start);
+    app.service.tick(start).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut active = 0;
+        for l in &leases {
+            if lease(&app, l).await["status"] == "ACTIVE" {
+                active += 1;
+            }
+        }
+        if active == n {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{active} of {n} active"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_tx.send(true).unwrap();
+    for w in workers {
+        w.await.unwrap();
+    }
+    let mut per_action: HashMap<i64, usize> = HashMap::new();
+    for (seq, _, _) in backend.calls() {
+        *per_action.entry(seq).or_default() += 1;
+    }
+    assert_eq!(per_action.len(), n);
+    assert!(
+        per_action.values().all(|&c| c == 1),
+        "an action ran twice: {per_action:?}"
+    );
+    drop(replica);
+}
+
+#[tokio::test]
+async fn an_update_that_adds_a_host_to_an_active_reservation_hands_it_over() {
+    let backend = Arc::new(Scripted::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    app.create_host("compute-1", json!({})).await;
+    app.create_host("compute-2", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let lid = id(&r.body);
+    let rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let r = app
+        .put(
+            &format!("/v1/leases/{lid}"),
+            json!({"reservations": [{"id": rid, "min": 2, "max": 2}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let listed = actions(&app, &lid).await;
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[1]["purpose"], "change");
+    assert_eq!(listed[1]["status"], "done");
+    let holders = app.get("/v1/handovers").await.body["handovers"].clone();
+    assert_eq!(holders.as_array().unwrap().len(), 2);
+    assert_eq!(lease(&app, &lid).await["status"], "ACTIVE");
+}

@@ -1,0 +1,415 @@
+//! Outside-world actions: recorded in the transaction that decides them, carried out after
+//! commit by workers (bounded concurrency, retries with backoff, one claim per action among
+//! replicas), and finished in a short transaction that moves the lease on.
+//!
+//! A lease start records one `start` action per reservation (per resource type it holds) and
+//! leaves the start event `IN_PROGRESS` and the lease `STARTING`; once none of them is open,
+//! the event is `DONE` and the lease `ACTIVE`, or both `ERROR` if one failed for good. A lease
+//! end does the same with `stop` actions, `TERMINATING` and `TERMINATED`. Updates, healing
+//! and re-allocation record `change` actions; a delete records `delete` ones and cancels the
+//! starts nobody has taken yet, so deleting works whatever state the actions are in.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use blazar_core::{
+    ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationStatus,
+    action_backoff,
+};
+use blazar_db::{ActionOutcome, ActionRow, AllocationRow, LeaseRow, NewAction, ReservationRow, Tx};
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+
+use crate::backend::{Action, ActionError};
+use crate::{Service, ServiceError, ServiceResult};
+
+/// What a run of the workers did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ActionReport {
+    pub done: usize,
+    pub retried: usize,
+    pub failed: usize,
+}
+
+tokio::task_local! {
+    /// The request id of the API call being served, recorded on the actions it causes.
+    pub static REQUEST_ID: String;
+}
+
+/// Runs `fut` with `id` as the request id that actions it records carry.
+pub async fn with_request_id<F: Future>(id: String, fut: F) -> F::Output {
+    REQUEST_ID.scope(id, fut).await
+}
+
+fn current_request_id() -> Option<String> {
+    REQUEST_ID.try_with(Clone::clone).ok()
+}
+
+/// The lease status the events imply, with the transitional states of running actions.
+pub(crate) fn status_from_events(events: &[blazar_db::EventRow]) -> LeaseStatus {
+    let status_of = |k: EventType| {
+        events
+            .iter()
+            .find(|e| e.event_type == k.as_str())
+            .and_then(|e| e.status.parse().ok())
+            .unwrap_or(EventStatus::Undone)
+    };
+    let (start, end) = (
+        status_of(EventType::StartLease),
+        status_of(EventType::EndLease),
+    );
+    match (start, end) {
+        (_, EventStatus::InProgress) => LeaseStatus::Terminating,
+        (EventStatus::InProgress, _) => LeaseStatus::Starting,
+        _ => LeaseStatus::derive(start, end),
+    }
+}
+
+fn action_from_row(row: &ActionRow) -> ServiceResult<Action> {
+    let corrupt = |what: &str| ServiceError::Internal(format!("action {}: bad {what}", row.seq));
+    let kind: ActionKind = row.kind.parse().map_err(|_| corrupt("kind"))?;
+    let purpose: ActionPurpose = row.purpose.parse().map_err(|_| corrupt("purpose"))?;
+    let payload: Value = serde_json::from_str(&row.payload).map_err(|_| corrupt("payload"))?;
+    let time = |key: &str| -> ServiceResult<DateTime<Utc>> {
+        payload[key]
+            .as_i64()
+            .and_then(|s| DateTime::from_timestamp(s, 0))
+            .ok_or_else(|| corrupt(key))
+    };
+    Ok(Action {
+        seq: row.seq,
+        kind,
+        purpose,
+        lease_id: row.lease_id.clone(),
+        lease_name: payload["lease_name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        reservation_id: row.reservation_id.clone(),
+        project_id: row.project_id.clone(),
+        user_id: payload["user_id"].as_str().unwrap_or_default().to_string(),
+        resource_type: row.resource_type.clone(),
+        resources: payload["resources"]
+            .as_array()
+            .ok_or_else(|| corrupt("resources"))?
+            .iter()
+            .filter_map(Value::as_i64)
+            .collect(),
+        params: payload["params"].as_object().cloned().unwrap_or_default(),
+        lease_start: time("lease_start")?,
+        lease_end: time("lease_end")?,
+        at: time("at")?,
+        attempt: u32::try_from(row.attempts).unwrap_or(u32::MAX),
+        request_id: row.request_id.clone(),
+    })
+}
+
+impl Service {
+    /// Records that `allocations` of `reservation` are to be handed over (`Start`) or taken
+    /// back (`Stop`), one action per resource type. Returns whether anything was recorded.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn record_action(
+        &self,
+        tx: &mut Tx,
+        lease: &LeaseRow,
+        reservation: &ReservationRow,
+        kind: ActionKind,
+        purpose: ActionPurpose,
+        allocations: &[AllocationRow],
+        at: DateTime<Utc>,
+    ) -> ServiceResult<bool> {
+        let mut by_type: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+        for a in allocations {
+            by_type
+                .entry(a.resource_type.as_str())
+                .or_default()
+                .push(a.resource_id);
+        }
+        let request_id = current_request_id();
+        for (resource_type, resources) in &by_type {
+            let payload = json!({
+                "lease_name": lease.name,
+                "user_id": lease.user_id,
+                "resources": resources,
+                "params": Value::Object(reservation.params.clone()),
+                "lease_start": lease.start.timestamp(),
+                "lease_end": lease.end.timestamp(),
+                "at": at.timestamp(),
+            });
+            let seq = tx
+                .insert_action(&NewAction {
+                    lease_id: lease.id.clone(),
+                    reservation_id: reservation.id.clone(),
+                    project_id: lease.project_id.clone(),
+                    kind: kind.as_str().to_string(),
+                    purpose: purpose.as_str().to_string(),
+                    resource_type: (*resource_type).to_string(),
+                    payload: payload.to_string(),
+                    resources: resources.clone(),
+                    request_id: request_id.clone(),
+                    created_at: self.now(),
+                })
+                .await?;
+            tracing::debug!(
+                action.seq = seq, action.kind = %kind, action.purpose = %purpose,
+                lease.id = %lease.id, reservation.id = %reservation.id, "action recorded"
+            );
+        }
+        Ok(!by_type.is_empty())
+    }
+
+    /// Wakes this process's workers: actions were committed.
+    pub(crate) fn wake_workers(&self) {
+        self.action_wake.notify_one();
+    }
+
+    /// Claims and carries out every action that may run at `now`, one at a time, until none
+    /// is left (actions that become runnable because an earlier one finished included).
+    /// The scheduler's tests and `blazar-server actions run` use it; servers run workers.
+    pub async fn run_actions(&self, now: DateTime<Utc>) -> ServiceResult<ActionReport> {
+        let mut report = ActionReport::default();
+        loop {
+            let claimed = self.claim(now, 1).await?;
+            let Some(row) = claimed.into_iter().next() else {
+                return Ok(report);
+            };
+            self.carry_out(row, &mut report).await?;
+        }
+    }
+
+    async fn claim(&self, now: DateTime<Utc>, limit: usize) -> ServiceResult<Vec<ActionRow>> {
+        let claim_for = chrono::Duration::from_std(self.settings.action_timeout)
+            .unwrap_or_else(|_| chrono::Duration::minutes(5))
+            + chrono::Duration::minutes(1);
+        Ok(in_tx!(self, write, |tx| {
+            Ok(tx
+                .claim_actions(now, &self.worker_id, claim_for, limit)
+                .await?)
+        })?)
+    }
+
+    /// One attempt at one claimed action, and its outcome recorded.
+    async fn carry_out(&self, row: ActionRow, report: &mut ActionReport) -> ServiceResult<()> {
+        let result = match action_from_row(&row) {
+            Ok(action) => {
+                let applied = tokio::time::timeout(
+                    self.settings.action_timeout,
+                    self.backend.apply(&self.store, &action),
+                )
+                .await;
+                match applied {
+                    Ok(r) => r,
+                    Err(_) => Err(ActionError::Transient(format!(
+                        "no answer within {} s",
+                        self.settings.action_timeout.as_secs()
+                    ))),
+                }
+            }
+            Err(e) => Err(ActionError::Permanent(e.to_string())),
+        };
+        let now = self.now();
+        let outcome = match result {
+            Ok(()) => ActionOutcome::Done,
+            Err(ActionError::Transient(error))
+                if row.attempts < i64::from(self.settings.action_max_attempts) =>
+            {
+                let wait = action_backoff(u32::try_from(row.attempts).unwrap_or(u32::MAX));
+                ActionOutcome::Retry {
+                    error,
+                    not_before: now + wait,
+                }
+            }
+            Err(ActionError::Transient(error)) => ActionOutcome::Failed {
+                error: format!("gave up after {} attempts: {error}", row.attempts),
+            },
+            Err(ActionError::Permanent(error)) => ActionOutcome::Failed { error },
+        };
+        match &outcome {
+            ActionOutcome::Done => {
+                report.done += 1;
+                tracing::info!(action.seq = row.seq, action.kind = %row.kind,
+                    lease.id = %row.lease_id, attempts = row.attempts, "action done");
+            }
+            ActionOutcome::Retry { error, not_before } => {
+                report.retried += 1;
+                tracing::warn!(action.seq = row.seq, action.kind = %row.kind,
+                    lease.id = %row.lease_id, attempts = row.attempts, error = %error,
+                    retry_at = %not_before, "action failed; will retry");
+            }
+            ActionOutcome::Failed { error } => {
+                report.failed += 1;
+                tracing::error!(action.seq = row.seq, action.kind = %row.kind,
+                    lease.id = %row.lease_id, attempts = row.attempts, error = %error,
+                    "action failed for good");
+            }
+        }
+        in_tx!(self, write, |tx| {
+            if !tx
+                .finish_action(row.seq, &self.worker_id, &outcome, now)
+                .await?
+            {
+                tracing::warn!(action.seq = row.seq, "action was claimed again meanwhile");
+                return Ok(());
+            }
+            match &outcome {
+                ActionOutcome::Retry { .. } => Ok(()),
+                ActionOutcome::Done => self.action_finished(tx, &row, None, now).await,
+                ActionOutcome::Failed { error } => {
+                    self.action_finished(tx, &row, Some(error), now).await
+                }
+            }
+        })
+    }
+
+    /// Moves the reservation and lease on after an action finished (`failure` when it
+    /// failed for good).
+    async fn action_finished(
+        &self,
+        tx: &mut Tx,
+        row: &ActionRow,
+        failure: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<()> {
+        let purpose: ActionPurpose = row
+            .purpose
+            .parse()
+            .map_err(|_| ServiceError::Internal(format!("action {}: bad purpose", row.seq)))?;
+        if purpose == ActionPurpose::Delete {
+            return Ok(());
+        }
+        let Some(mut lease) = tx.lock_lease(&row.lease_id).await? else {
+            return Ok(());
+        };
+        if let Some(mut reservation) = tx.get_reservation(&row.reservation_id).await? {
+            let next = match (purpose, failure) {
+                (_, Some(_)) => Some(ReservationStatus::Error),
+                (ActionPurpose::LeaseStart, None)
+                    if reservation.status == ReservationStatus::Pending.as_str() =>
+                {
+                    Some(ReservationStatus::Active)
+                }
+                (ActionPurpose::LeaseEnd, None)
+                    if reservation.status != ReservationStatus::Error.as_str() =>
+                {
+                    Some(ReservationStatus::Deleted)
+                }
+                _ => None,
+            };
+            if let Some(next) = next
+                && reservation.status != next.as_str()
+            {
+                reservation.status = next.as_str().to_string();
+                reservation.updated_at = Some(now);
+                tx.update_reservation(&reservation).await?;
+            }
+        }
+        let event_type = match purpose {
+            ActionPurpose::LeaseStart => Some(EventType::StartLease),
+            ActionPurpose::LeaseEnd => Some(EventType::EndLease),
+            _ => None,
+        };
+        if let Some(event_type) = event_type {
+            self.settle_event(tx, &lease.id, event_type, purpose, now)
+                .await?;
+        }
+        let events = tx.events_of(&lease.id).await?;
+        let mut status = status_from_events(&events);
+        // A change that failed for good leaves the lease in ERROR, as a failed update does
+        // in Blazar.
+        if failure.is_some() && purpose == ActionPurpose::Change {
+            status = LeaseStatus::Error;
+        }
+        if lease.status == LeaseStatus::Error.as_str() && status != LeaseStatus::Terminating {
+            status = LeaseStatus::Error;
+        }
+        if status.as_str() != lease.status {
+            lease.status = status.as_str().to_string();
+            lease.updated_at = Some(now);
+            tx.update_lease(&lease).await?;
+            tracing::info!(lease.id = %lease.id, lease.status = %lease.status, "lease status");
+        }
+        Ok(())
+    }
+
+    /// Marks the lease's `event_type` event done (or ERROR, if one of its actions failed)
+    /// once none of the actions of `purpose` is open any more.
+    pub(crate) async fn settle_event(
+        &self,
+        tx: &mut Tx,
+        lease_id: &str,
+        event_type: EventType,
+        purpose: ActionPurpose,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<()> {
+        let (open, failed) = tx.action_counts(lease_id, purpose.as_str()).await?;
+        if open > 0 {
+            return Ok(());
+        }
+        let events = tx.events_of(lease_id).await?;
+        if let Some(mut event) = events.into_iter().find(|e| {
+            e.event_type == event_type.as_str() && e.status == EventStatus::InProgress.as_str()
+        }) {
+            event.status = if failed > 0 {
+                EventStatus::Error
+            } else {
+                EventStatus::Done
+            }
+            .as_str()
+            .to_string();
+            event.updated_at = Some(now);
+            tx.update_event(&event).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs workers until `shutdown`: at most `settings.action_workers` actions at a time,
+    /// looking for runnable actions when woken by a commit that recorded some, when one of
+    /// its own finishes, when a retry falls due, and at least every `poll` (actions recorded
+    /// by other replicas).
+    pub async fn run_workers(&self, poll: std::time::Duration, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let limit = self.settings.action_workers.max(1);
+        let mut running: JoinSet<ServiceResult<ActionReport>> = JoinSet::new();
+        loop {
+            let free = limit.saturating_sub(running.len());
+            if free > 0 {
+                match self.claim(self.now(), free).await {
+                    Ok(claimed) => {
+                        for row in claimed {
+                            let service = self.clone();
+                            running.spawn(async move {
+                                let mut report = ActionReport::default();
+                                service.carry_out(row, &mut report).await?;
+                                Ok(report)
+                            });
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %e, "could not claim actions"),
+                }
+            }
+            let wait = match in_tx!(self, read, |tx| { Ok(tx.next_action_time().await?) }) {
+                Ok(Some(t)) => (t - self.now())
+                    .to_std()
+                    .unwrap_or(std::time::Duration::ZERO)
+                    .clamp(std::time::Duration::from_millis(10), poll),
+                _ => poll,
+            };
+            tokio::select! {
+                Some(done) = running.join_next(), if !running.is_empty() => {
+                    match done {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => tracing::error!(error = %e, "recording an action's outcome failed; it will run again"),
+                        Err(e) => tracing::error!(error = %e, "an action worker panicked"),
+                    }
+                }
+                _ = self.action_wake.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+                _ = &mut shutdown => break,
+            }
+        }
+        // Let the actions under way finish recording what they did.
+        while running.join_next().await.is_some() {}
+        tracing::info!("action workers stopped");
+    }
+}
