@@ -30,17 +30,18 @@ while True:
     if time.time() > deadline:
         sys.exit(f"only {len(up)} of {computes} compute services up after 180 s")
     time.sleep(1)
-# The API lists hypervisors of mapped hosts only.
-subprocess.run(
-    [os.path.join(os.path.dirname(sys.executable), "nova-manage"), "--config-file",
-     f"{state}/etc/nova/nova.conf", "cell_v2", "discover_hosts"], check=True)
+# The API lists hypervisors of mapped hosts only, and a compute's node record comes a few
+# seconds after its service: map again until every one is there.
 while True:
+    subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "nova-manage"), "--config-file",
+         f"{state}/etc/nova/nova.conf", "cell_v2", "discover_hosts"], check=True)
     found = list(conn.compute.hypervisors())
     if len(found) >= computes:
         break
     if time.time() > deadline:
         sys.exit(f"only {len(found)} of {computes} hypervisors after 180 s")
-    time.sleep(1)
+    time.sleep(2)
 print("hypervisors:", sorted(h.name for h in found))
 
 image = conn.image.create_image(

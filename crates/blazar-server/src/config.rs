@@ -181,9 +181,67 @@ pub struct Cli {
     /// Seconds one request may take, body upload included (then 408) [default: 300].
     #[arg(long, env = "BLAZAR_REQUEST_TIMEOUT")]
     pub request_timeout: Option<f64>,
+    /// What acts on the outside world: `standalone` records hand-overs; `openstack` acts on
+    /// Nova and Placement as Blazar's plugins do, with the --keystone-* service credentials
+    /// [default: standalone].
+    #[arg(long, env = "BLAZAR_BACKEND", value_enum)]
+    pub backend: Option<BackendKind>,
+    /// OpenStack region of the endpoints to use [default: the catalog's first].
+    #[arg(long, env = "BLAZAR_OS_REGION")]
+    pub os_region: Option<String>,
+    /// Catalog interface of the endpoints to use [default: public].
+    #[arg(long, env = "BLAZAR_OS_INTERFACE")]
+    pub os_interface: Option<String>,
+    /// An endpoint to use instead of the catalog's, TYPE=URL (compute, placement, network);
+    /// repeatable.
+    #[arg(
+        long = "os-endpoint",
+        env = "BLAZAR_OS_ENDPOINTS",
+        value_delimiter = ','
+    )]
+    pub os_endpoints: Vec<String>,
+    /// Seconds one call to an OpenStack service may take [default: 30].
+    #[arg(long, env = "BLAZAR_OS_TIMEOUT")]
+    pub os_timeout: Option<u64>,
+    /// Nova aggregate of the hosts no reservation holds [default: freepool].
+    #[arg(long, env = "BLAZAR_NOVA_FREEPOOL")]
+    pub nova_freepool: Option<String>,
+    /// Aggregate metadata key naming the owning project (blazar-nova's BlazarFilter reads it)
+    /// [default: blazar:owner].
+    #[arg(long, env = "BLAZAR_NOVA_OWNER_KEY")]
+    pub nova_owner_key: Option<String>,
+    /// Availability-zone prefix of reservation aggregates [default: blazar_].
+    #[arg(long, env = "BLAZAR_NOVA_AZ_PREFIX")]
+    pub nova_az_prefix: Option<String>,
+    /// Seconds a take-back waits for the servers on a host to be deleted before it is tried
+    /// again [default: 600].
+    #[arg(long, env = "BLAZAR_SERVER_DELETE_TIMEOUT")]
+    pub server_delete_timeout: Option<u64>,
     /// Log filter, as RUST_LOG [default: info].
     #[arg(long, env = "BLAZAR_LOG", global = true)]
     pub log: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// Hand-overs are records (`GET /v1/handovers`); nothing outside is touched.
+    Standalone,
+    /// Nova aggregates and Placement providers, as Blazar's plugins use them.
+    Openstack,
+}
+
+/// The OpenStack backend's settings, as configured.
+#[derive(Debug, Clone)]
+pub struct OpenStackConfig {
+    pub region: Option<String>,
+    pub interface: String,
+    pub endpoints: Vec<(String, String)>,
+    pub timeout: std::time::Duration,
+    pub freepool: String,
+    pub owner_key: String,
+    pub az_prefix: String,
+    pub server_delete_timeout: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -278,6 +336,15 @@ pub struct FileConfig {
     pub header_read_timeout: Option<f64>,
     pub idle_timeout: Option<f64>,
     pub request_timeout: Option<f64>,
+    pub backend: Option<BackendKind>,
+    pub os_region: Option<String>,
+    pub os_interface: Option<String>,
+    pub os_endpoints: Option<Vec<String>>,
+    pub os_timeout: Option<u64>,
+    pub nova_freepool: Option<String>,
+    pub nova_owner_key: Option<String>,
+    pub nova_az_prefix: Option<String>,
+    pub server_delete_timeout: Option<u64>,
     pub log: Option<String>,
 }
 
@@ -312,6 +379,8 @@ pub struct Config {
     pub action_workers: usize,
     pub action_attempts: u32,
     pub action_timeout: std::time::Duration,
+    pub backend: BackendKind,
+    pub openstack: OpenStackConfig,
     pub minutes_before_end_lease: i64,
     pub sqlite_synchronous: SqliteSynchronous,
     pub ratios: blazar_service::Ratios,
@@ -416,7 +485,62 @@ impl Config {
                     .unwrap_or(1.0),
             )?,
         };
+        let mut endpoints = Vec::new();
+        let listed = if cli.os_endpoints.is_empty() {
+            file.os_endpoints.clone().unwrap_or_default()
+        } else {
+            cli.os_endpoints.clone()
+        };
+        for item in listed {
+            match item.split_once('=') {
+                Some((kind, url)) if !kind.is_empty() && url.starts_with("http") => {
+                    endpoints.push((kind.trim().to_string(), url.trim().to_string()));
+                }
+                _ => anyhow::bail!("os_endpoint must be TYPE=URL, got {item:?}"),
+            }
+        }
+        let openstack = OpenStackConfig {
+            region: cli.os_region.clone().or(file.os_region.clone()),
+            interface: cli
+                .os_interface
+                .clone()
+                .or(file.os_interface.clone())
+                .unwrap_or_else(|| "public".into()),
+            endpoints,
+            timeout: std::time::Duration::from_secs(
+                cli.os_timeout
+                    .or(file.os_timeout)
+                    .unwrap_or(30)
+                    .clamp(1, 600),
+            ),
+            freepool: cli
+                .nova_freepool
+                .clone()
+                .or(file.nova_freepool.clone())
+                .unwrap_or_else(|| "freepool".into()),
+            owner_key: cli
+                .nova_owner_key
+                .clone()
+                .or(file.nova_owner_key.clone())
+                .unwrap_or_else(|| "blazar:owner".into()),
+            az_prefix: cli
+                .nova_az_prefix
+                .clone()
+                .or(file.nova_az_prefix.clone())
+                .unwrap_or_else(|| "blazar_".into()),
+            server_delete_timeout: std::time::Duration::from_secs(
+                cli.server_delete_timeout
+                    .or(file.server_delete_timeout)
+                    .unwrap_or(600)
+                    .clamp(1, 86_400),
+            ),
+        };
         Ok(Config {
+            backend: cli
+                .backend
+                .or(file.backend)
+                .unwrap_or(BackendKind::Standalone),
+            openstack,
             role: cli.role.or(file.role).unwrap_or(Role::All),
             listen: cli
                 .listen
@@ -527,6 +651,32 @@ impl Config {
     }
 
     /// The Keystone client settings; fails if a required one is missing.
+    /// The OpenStack backend's session: the --keystone-* service credentials, the catalog
+    /// interface and region, endpoint overrides, timeouts.
+    pub fn openstack_session(&self) -> anyhow::Result<blazar_openstack::SessionConfig> {
+        let k = &self.keystone;
+        let (Some(url), Some(username), Some(password)) = (&k.url, &k.username, &k.password) else {
+            anyhow::bail!(
+                "backend = openstack needs the service credentials: --keystone-url, \
+                 --keystone-username and BLAZAR_KEYSTONE_PASSWORD (or the same keys in the file)"
+            );
+        };
+        Ok(blazar_openstack::SessionConfig {
+            auth_url: url.clone(),
+            credentials: blazar_openstack::Credentials::Password {
+                username: username.clone(),
+                password: password.expose().to_string(),
+                user_domain: k.user_domain.clone(),
+                project: k.project.clone(),
+                project_domain: k.project_domain.clone(),
+            },
+            region: self.openstack.region.clone(),
+            interface: self.openstack.interface.clone(),
+            endpoint_overrides: self.openstack.endpoints.iter().cloned().collect(),
+            timeout: self.openstack.timeout,
+        })
+    }
+
     pub fn keystone_settings(&self) -> anyhow::Result<crate::keystone::KeystoneSettings> {
         let k = &self.keystone;
         let missing: Vec<&str> = [

@@ -63,10 +63,35 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
             action_max_attempts: config.action_attempts,
             action_timeout: config.action_timeout,
         },
-        Arc::new(StandaloneBackend),
+        backend(config)?,
     )
     .with_authorizer(Arc::new(policy));
     Ok(AppState::new(service, auth))
+}
+
+/// The backend the configuration asks for.
+fn backend(config: &Config) -> anyhow::Result<Arc<dyn blazar_service::Backend>> {
+    Ok(match config.backend {
+        crate::config::BackendKind::Standalone => Arc::new(StandaloneBackend),
+        crate::config::BackendKind::Openstack => {
+            let cloud = blazar_openstack::Cloud::new(config.openstack_session()?)
+                .map_err(|e| anyhow::anyhow!("openstack backend: {e}"))?;
+            let o = &config.openstack;
+            tracing::info!(
+                freepool = %o.freepool, interface = %o.interface,
+                region = o.region.as_deref().unwrap_or("(any)"), "openstack backend"
+            );
+            Arc::new(blazar_openstack::OpenStackBackend::new(
+                cloud,
+                blazar_openstack::OpenStackSettings {
+                    freepool: o.freepool.clone(),
+                    owner_key: o.owner_key.clone(),
+                    az_prefix: o.az_prefix.clone(),
+                    server_delete_timeout: o.server_delete_timeout,
+                },
+            ))
+        }
+    })
 }
 
 /// A database URL without its password, for logs and errors.

@@ -90,6 +90,14 @@ fn action_from_row(row: &ActionRow) -> ServiceResult<Action> {
         project_id: row.project_id.clone(),
         user_id: payload["user_id"].as_str().unwrap_or_default().to_string(),
         resource_type: row.resource_type.clone(),
+        reservation_type: payload["reservation_type"]
+            .as_str()
+            .unwrap_or(&row.resource_type)
+            .to_string(),
+        units: payload["units"]
+            .as_array()
+            .map(|u| u.iter().filter_map(Value::as_i64).collect())
+            .unwrap_or_default(),
         resources: payload["resources"]
             .as_array()
             .ok_or_else(|| corrupt("resources"))?
@@ -119,19 +127,23 @@ impl Service {
         allocations: &[AllocationRow],
         at: DateTime<Utc>,
     ) -> ServiceResult<bool> {
-        let mut by_type: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+        let mut by_type: BTreeMap<&str, Vec<(i64, i64)>> = BTreeMap::new();
         for a in allocations {
             by_type
                 .entry(a.resource_type.as_str())
                 .or_default()
-                .push(a.resource_id);
+                .push((a.resource_id, a.units));
         }
         let request_id = current_request_id();
-        for (resource_type, resources) in &by_type {
+        for (resource_type, held) in &by_type {
+            let resources: Vec<i64> = held.iter().map(|h| h.0).collect();
+            let units: Vec<i64> = held.iter().map(|h| h.1).collect();
             let payload = json!({
                 "lease_name": lease.name,
                 "user_id": lease.user_id,
+                "reservation_type": reservation.resource_type,
                 "resources": resources,
+                "units": units,
                 "params": Value::Object(reservation.params.clone()),
                 "lease_start": lease.start.timestamp(),
                 "lease_end": lease.end.timestamp(),
@@ -146,7 +158,7 @@ impl Service {
                     purpose: purpose.as_str().to_string(),
                     resource_type: (*resource_type).to_string(),
                     payload: payload.to_string(),
-                    resources: resources.clone(),
+                    resources,
                     request_id: request_id.clone(),
                     created_at: self.now(),
                 })

@@ -23,9 +23,14 @@ pub struct Action {
     pub reservation_id: String,
     pub project_id: String,
     pub user_id: String,
+    /// The type of the resources it names (`physical:host` for instance slots too).
     pub resource_type: String,
+    /// The reservation's type (`physical:host`, `virtual:instance`, ...).
+    pub reservation_type: String,
     /// The resources it hands over or takes back (ids in blazar-rs's inventory).
     pub resources: Vec<i64>,
+    /// Units of each resource, in the same order (instance slots per host; 1 otherwise).
+    pub units: Vec<i64>,
     /// The reservation's request parameters.
     pub params: Map<String, Value>,
     pub lease_start: DateTime<Utc>,

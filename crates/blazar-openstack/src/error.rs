@@ -1,0 +1,129 @@
+//! Errors of calls to OpenStack services, and which of them are worth retrying.
+
+use serde_json::Value;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// No answer: refused, reset, timed out.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The service answered with an error status.
+    #[error("{service} {request}: {status} {message}")]
+    Status {
+        service: String,
+        request: String,
+        status: u16,
+        message: String,
+    },
+    #[error("{0}")]
+    Auth(String),
+    #[error("{0}")]
+    Config(String),
+    /// The service answered something we cannot read.
+    #[error("{0}")]
+    Decode(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// Whether trying again later may succeed: no answer, the service overloaded or failing,
+    /// a conflict with something in progress (Nova answers 409 while servers are still on a
+    /// host it is asked to move), or credentials Keystone could not check just now.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Unreachable(_) => true,
+            Error::Status { status, .. } => matches!(status, 409 | 429 | 500..=599),
+            Error::Auth(_) | Error::Config(_) | Error::Decode(_) => false,
+        }
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.status() == Some(404)
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        self.status() == Some(409)
+    }
+}
+
+/// The human message in an OpenStack error body, whichever service's shape it has: Nova's
+/// `{"itemNotFound": {"message": ..}}`, Placement's `{"errors": [{"detail": ..}]}`, Neutron's
+/// `{"NeutronError": {"message": ..}}`, Keystone's `{"error": {"message": ..}}`.
+pub fn message_of(body: &Value) -> String {
+    if let Some(errors) = body["errors"].as_array()
+        && let Some(first) = errors.first()
+    {
+        return first["detail"]
+            .as_str()
+            .or_else(|| first["title"].as_str())
+            .unwrap_or_default()
+            .to_string();
+    }
+    if let Some(m) = body["message"].as_str() {
+        return m.to_string();
+    }
+    if let Some(obj) = body.as_object() {
+        for v in obj.values() {
+            if let Some(m) = v["message"].as_str() {
+                return m.to_string();
+            }
+        }
+    }
+    body.to_string().chars().take(300).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_of_every_service() {
+        assert_eq!(
+            message_of(
+                &json!({"itemNotFound": {"code": 404, "message": "Aggregate 7 could not be found."}})
+            ),
+            "Aggregate 7 could not be found."
+        );
+        assert_eq!(
+            message_of(
+                &json!({"errors": [{"status": 409, "detail": "generation conflict", "title": "Conflict"}]})
+            ),
+            "generation conflict"
+        );
+        assert_eq!(
+            message_of(&json!({"NeutronError": {"type": "x", "message": "Network n not found."}})),
+            "Network n not found."
+        );
+        assert_eq!(
+            message_of(
+                &json!({"error": {"code": 401, "message": "The request you have made requires authentication."}})
+            ),
+            "The request you have made requires authentication."
+        );
+    }
+
+    #[test]
+    fn what_is_worth_retrying() {
+        let status = |s| Error::Status {
+            service: "compute".into(),
+            request: "x".into(),
+            status: s,
+            message: String::new(),
+        };
+        assert!(status(503).is_transient());
+        assert!(status(409).is_transient());
+        assert!(!status(404).is_transient());
+        assert!(!status(400).is_transient());
+        assert!(Error::Unreachable("x".into()).is_transient());
+        assert!(!Error::Auth("x".into()).is_transient());
+    }
+}

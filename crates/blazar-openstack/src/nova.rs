@@ -1,0 +1,360 @@
+//! The Nova calls of Blazar's host plugin: hypervisors and compute services, aggregates,
+//! servers on a host. Microversion 2.61 (hypervisor facts up to 2.87 need <2.88; 2.53 for
+//! hypervisor search by name).
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::error::{Error, Result};
+use crate::session::{Call, Session};
+
+const MICROVERSION: &str = "2.61";
+
+/// What Nova knows of a hypervisor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hypervisor {
+    pub id: String,
+    pub hypervisor_hostname: String,
+    /// The compute service's host: what aggregates hold.
+    pub service_host: String,
+    pub hypervisor_type: String,
+    pub hypervisor_version: i64,
+    pub vcpus: i64,
+    pub memory_mb: i64,
+    pub local_gb: i64,
+    pub cpu_info: String,
+    pub state: String,
+    pub status: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComputeService {
+    pub host: String,
+    /// `up` or `down`.
+    pub state: String,
+    /// `enabled` or `disabled`.
+    pub status: String,
+    pub forced_down: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aggregate {
+    pub id: i64,
+    pub name: String,
+    pub availability_zone: Option<String>,
+    pub hosts: Vec<String>,
+    pub metadata: serde_json::Map<String, Value>,
+}
+
+pub struct Nova<'a> {
+    pub(crate) session: &'a Session,
+    pub(crate) request_id: Option<&'a str>,
+}
+
+fn hypervisor_from(v: &Value) -> Hypervisor {
+    let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+    Hypervisor {
+        id: v["id"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| v["id"].to_string()),
+        hypervisor_hostname: text("hypervisor_hostname"),
+        service_host: v["service"]["host"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        hypervisor_type: text("hypervisor_type"),
+        hypervisor_version: v["hypervisor_version"].as_i64().unwrap_or(0),
+        vcpus: v["vcpus"].as_i64().unwrap_or(0),
+        memory_mb: v["memory_mb"].as_i64().unwrap_or(0),
+        local_gb: v["local_gb"].as_i64().unwrap_or(0),
+        cpu_info: match &v["cpu_info"] {
+            Value::String(s) => s.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        },
+        state: text("state"),
+        status: text("status"),
+    }
+}
+
+fn aggregate_from(v: &Value) -> Aggregate {
+    Aggregate {
+        id: v["id"].as_i64().unwrap_or_default(),
+        name: v["name"].as_str().unwrap_or_default().to_string(),
+        availability_zone: v["availability_zone"].as_str().map(str::to_string),
+        hosts: v["hosts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h.as_str().map(str::to_string))
+            .collect(),
+        metadata: v["metadata"].as_object().cloned().unwrap_or_default(),
+    }
+}
+
+impl Nova<'_> {
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value> {
+        let answer = self
+            .session
+            .call(
+                "compute",
+                method,
+                path,
+                Call {
+                    body,
+                    headers: vec![
+                        ("openstack-api-version", format!("compute {MICROVERSION}")),
+                        ("x-openstack-nova-api-version", MICROVERSION.to_string()),
+                    ],
+                    request_id: self.request_id,
+                },
+            )
+            .await?;
+        Ok(answer.body)
+    }
+
+    /// The hypervisor named `name` (its hypervisor hostname, or its id).
+    pub async fn find_hypervisor(&self, name: &str) -> Result<Option<Hypervisor>> {
+        let all = self
+            .call(Method::GET, "/os-hypervisors/detail", None)
+            .await?;
+        Ok(all["hypervisors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(hypervisor_from)
+            .find(|h| h.hypervisor_hostname == name || h.id == name || h.service_host == name))
+    }
+
+    pub async fn hypervisors(&self) -> Result<Vec<Hypervisor>> {
+        let all = self
+            .call(Method::GET, "/os-hypervisors/detail", None)
+            .await?;
+        Ok(all["hypervisors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(hypervisor_from)
+            .collect())
+    }
+
+    pub async fn compute_services(&self) -> Result<Vec<ComputeService>> {
+        let all = self
+            .call(Method::GET, "/os-services?binary=nova-compute", None)
+            .await?;
+        Ok(all["services"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| ComputeService {
+                host: s["host"].as_str().unwrap_or_default().to_string(),
+                state: s["state"].as_str().unwrap_or_default().to_string(),
+                status: s["status"].as_str().unwrap_or_default().to_string(),
+                forced_down: s["forced_down"].as_bool().unwrap_or(false),
+            })
+            .collect())
+    }
+
+    pub async fn aggregates(&self) -> Result<Vec<Aggregate>> {
+        let all = self.call(Method::GET, "/os-aggregates", None).await?;
+        Ok(all["aggregates"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(aggregate_from)
+            .collect())
+    }
+
+    pub async fn find_aggregate(&self, name: &str) -> Result<Option<Aggregate>> {
+        Ok(self
+            .aggregates()
+            .await?
+            .into_iter()
+            .find(|a| a.name == name))
+    }
+
+    /// The aggregate named `name`, created (with `availability_zone`) if missing.
+    pub async fn ensure_aggregate(
+        &self,
+        name: &str,
+        availability_zone: Option<&str>,
+    ) -> Result<Aggregate> {
+        if let Some(found) = self.find_aggregate(name).await? {
+            return Ok(found);
+        }
+        let mut aggregate = json!({ "name": name });
+        if let Some(az) = availability_zone {
+            aggregate["availability_zone"] = json!(az);
+        }
+        match self
+            .call(
+                Method::POST,
+                "/os-aggregates",
+                Some(json!({ "aggregate": aggregate })),
+            )
+            .await
+        {
+            Ok(made) => Ok(aggregate_from(&made["aggregate"])),
+            // Made meanwhile by another attempt.
+            Err(e) if e.is_conflict() => self
+                .find_aggregate(name)
+                .await?
+                .ok_or_else(|| Error::Decode(format!("aggregate {name} conflicts but is absent"))),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn aggregate_action(&self, id: i64, action: Value) -> Result<Aggregate> {
+        let made = self
+            .call(
+                Method::POST,
+                &format!("/os-aggregates/{id}/action"),
+                Some(action),
+            )
+            .await?;
+        Ok(aggregate_from(&made["aggregate"]))
+    }
+
+    /// Adds `host` (a compute service host); already there is fine.
+    pub async fn add_host(&self, aggregate: &Aggregate, host: &str) -> Result<()> {
+        if aggregate.hosts.iter().any(|h| h == host) {
+            return Ok(());
+        }
+        match self
+            .aggregate_action(aggregate.id, json!({"add_host": {"host": host}}))
+            .await
+        {
+            Ok(_) => Ok(()),
+            // "already exists in aggregate": done by an earlier attempt.
+            Err(e) if e.is_conflict() && e.to_string().contains("already") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Removes `host`; absent is fine. Nova answers 409 while servers are still on a host
+    /// it is asked to take out of an aggregate with an availability zone (transient).
+    pub async fn remove_host(&self, aggregate: &Aggregate, host: &str) -> Result<()> {
+        if !aggregate.hosts.iter().any(|h| h == host) {
+            return Ok(());
+        }
+        match self
+            .aggregate_action(aggregate.id, json!({"remove_host": {"host": host}}))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn set_metadata(
+        &self,
+        aggregate: &Aggregate,
+        metadata: serde_json::Map<String, Value>,
+    ) -> Result<()> {
+        if metadata
+            .iter()
+            .all(|(k, v)| aggregate.metadata.get(k) == Some(v))
+        {
+            return Ok(());
+        }
+        self.aggregate_action(
+            aggregate.id,
+            json!({"set_metadata": {"metadata": metadata}}),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Deletes the aggregate (hosts must be out of it); absent is fine.
+    pub async fn delete_aggregate(&self, aggregate: &Aggregate) -> Result<()> {
+        match self
+            .call(
+                Method::DELETE,
+                &format!("/os-aggregates/{}", aggregate.id),
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ids and names of the servers on `host`, every project's.
+    pub async fn servers_on_host(&self, host: &str) -> Result<Vec<(String, String)>> {
+        let found = self
+            .call(
+                Method::GET,
+                &format!(
+                    "/servers?all_tenants=1&host={}",
+                    crate::placement::urlencode(host)
+                ),
+                None,
+            )
+            .await?;
+        Ok(found["servers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                (
+                    s["id"].as_str().unwrap_or_default().to_string(),
+                    s["name"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect())
+    }
+
+    pub async fn delete_server(&self, id: &str) -> Result<()> {
+        match self
+            .call(Method::DELETE, &format!("/servers/{id}"), None)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes every server on `host` and waits until none is left, at most `within`
+    /// (then a transient error: the action is tried again later).
+    pub async fn clear_host(&self, host: &str, within: Duration) -> Result<usize> {
+        let servers = self.servers_on_host(host).await?;
+        for (id, name) in &servers {
+            tracing::info!(host, server.id = %id, server.name = %name, "deleting a server on a reserved host");
+            self.delete_server(id).await?;
+        }
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let left = self.servers_on_host(host).await?;
+            if left.is_empty() {
+                return Ok(servers.len());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(Error::Status {
+                    service: "compute".into(),
+                    request: format!("delete servers on {host}"),
+                    status: 503,
+                    message: format!("{} server(s) still on {host}", left.len()),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Snapshots a server (Blazar's `before_end: snapshot`).
+    pub async fn create_image(&self, server_id: &str, name: &str) -> Result<()> {
+        self.call(
+            Method::POST,
+            &format!("/servers/{server_id}/action"),
+            Some(json!({"createImage": {"name": name}})),
+        )
+        .await
+        .map(|_| ())
+    }
+}

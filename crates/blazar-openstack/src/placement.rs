@@ -1,0 +1,167 @@
+//! The Placement calls of Blazar's host plugin: the compute node's resource provider, its
+//! inventory and traits, and the `blazar_<hostname>` provider nested under it.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::error::Result;
+use crate::session::{Call, Session};
+
+const MICROVERSION: &str = "1.29";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provider {
+    pub uuid: String,
+    pub name: String,
+    pub generation: i64,
+    pub parent: Option<String>,
+}
+
+pub struct Placement<'a> {
+    pub(crate) session: &'a Session,
+    pub(crate) request_id: Option<&'a str>,
+}
+
+/// The nested provider Blazar keeps per host for instance reservations' classes.
+pub fn reservation_provider_name(hypervisor_hostname: &str) -> String {
+    format!("blazar_{hypervisor_hostname}")
+}
+
+fn provider_from(v: &Value) -> Provider {
+    Provider {
+        uuid: v["uuid"].as_str().unwrap_or_default().to_string(),
+        name: v["name"].as_str().unwrap_or_default().to_string(),
+        generation: v["generation"].as_i64().unwrap_or(0),
+        parent: v["parent_provider_uuid"].as_str().map(str::to_string),
+    }
+}
+
+impl Placement<'_> {
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value> {
+        Ok(self
+            .session
+            .call(
+                "placement",
+                method,
+                path,
+                Call {
+                    body,
+                    headers: vec![("openstack-api-version", format!("placement {MICROVERSION}"))],
+                    request_id: self.request_id,
+                },
+            )
+            .await?
+            .body)
+    }
+
+    pub async fn provider_by_name(&self, name: &str) -> Result<Option<Provider>> {
+        let found = self
+            .call(
+                Method::GET,
+                &format!("/resource_providers?name={}", urlencode(name)),
+                None,
+            )
+            .await?;
+        Ok(found["resource_providers"]
+            .as_array()
+            .and_then(|a| a.first())
+            .map(provider_from))
+    }
+
+    /// The provider named `name` under `parent`, created if missing.
+    pub async fn ensure_child_provider(&self, name: &str, parent: &str) -> Result<Provider> {
+        if let Some(found) = self.provider_by_name(name).await? {
+            return Ok(found);
+        }
+        match self
+            .call(
+                Method::POST,
+                "/resource_providers",
+                Some(json!({"name": name, "parent_provider_uuid": parent})),
+            )
+            .await
+        {
+            Ok(made) => Ok(provider_from(&made)),
+            Err(e) if e.is_conflict() => {
+                Ok(self
+                    .provider_by_name(name)
+                    .await?
+                    .unwrap_or_else(|| Provider {
+                        uuid: String::new(),
+                        name: name.to_string(),
+                        generation: 0,
+                        parent: Some(parent.to_string()),
+                    }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn delete_provider(&self, uuid: &str) -> Result<()> {
+        match self
+            .call(Method::DELETE, &format!("/resource_providers/{uuid}"), None)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Inventories by resource class: (total, allocation_ratio, reserved).
+    pub async fn inventories(&self, uuid: &str) -> Result<Vec<(String, i64, f64, i64)>> {
+        let found = self
+            .call(
+                Method::GET,
+                &format!("/resource_providers/{uuid}/inventories"),
+                None,
+            )
+            .await?;
+        Ok(found["inventories"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(class, inv)| {
+                (
+                    class.clone(),
+                    inv["total"].as_i64().unwrap_or(0),
+                    inv["allocation_ratio"].as_f64().unwrap_or(1.0),
+                    inv["reserved"].as_i64().unwrap_or(0),
+                )
+            })
+            .collect())
+    }
+
+    pub async fn traits(&self, uuid: &str) -> Result<Vec<String>> {
+        let found = self
+            .call(
+                Method::GET,
+                &format!("/resource_providers/{uuid}/traits"),
+                None,
+            )
+            .await?;
+        Ok(found["traits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(str::to_string))
+            .collect())
+    }
+}
+
+/// A query value, percent-encoded.
+pub(crate) fn urlencode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_escaped_in_queries() {
+        assert_eq!(urlencode("compute-1.example"), "compute-1.example");
+        assert_eq!(urlencode("a b&c"), "a+b%26c");
+        assert_eq!(reservation_provider_name("c1"), "blazar_c1");
+    }
+}

@@ -1,0 +1,259 @@
+//! A Keystone v3 session: a service token (password or application credential), renewed
+//! before it expires and once more on a 401, and the catalog it came with.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::error::{Error, Result, message_of};
+
+#[derive(Debug, Clone)]
+pub enum Credentials {
+    Password {
+        username: String,
+        password: String,
+        user_domain: String,
+        project: String,
+        project_domain: String,
+    },
+    ApplicationCredential {
+        id: String,
+        secret: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Keystone's v3 URL, e.g. `http://keystone:5000/v3`.
+    pub auth_url: String,
+    pub credentials: Credentials,
+    pub region: Option<String>,
+    /// Catalog interface: `public`, `internal` or `admin`.
+    pub interface: String,
+    /// Endpoints by service type that replace the catalog's (`compute`, `placement`, ...).
+    pub endpoint_overrides: HashMap<String, String>,
+    /// Bound on every outbound request.
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+struct Token {
+    value: String,
+    expires_at: DateTime<Utc>,
+    /// service type -> (interface, region, url)
+    catalog: Vec<(String, String, Option<String>, String)>,
+}
+
+pub struct Session {
+    http: reqwest::Client,
+    config: SessionConfig,
+    token: Mutex<Option<Token>>,
+}
+
+/// A request beyond method and path.
+#[derive(Debug, Default, Clone)]
+pub struct Call<'a> {
+    pub body: Option<Value>,
+    /// Extra headers (microversions).
+    pub headers: Vec<(&'static str, String)>,
+    /// The global request id to send as `X-OpenStack-Request-ID`.
+    pub request_id: Option<&'a str>,
+}
+
+/// What a service answered: status and body (JSON, or `Null` when empty or not JSON).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl Session {
+    pub fn new(config: SessionConfig) -> Result<Session> {
+        let http = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout.min(Duration::from_secs(10)))
+            .build()
+            .map_err(|e| Error::Config(format!("HTTP client: {e}")))?;
+        Ok(Session {
+            http,
+            config,
+            token: Mutex::new(None),
+        })
+    }
+
+    async fn authenticate(&self) -> Result<Token> {
+        let identity = match &self.config.credentials {
+            Credentials::Password {
+                username,
+                password,
+                user_domain,
+                ..
+            } => json!({"methods": ["password"], "password": {"user": {
+                "name": username, "domain": {"name": user_domain}, "password": password}}}),
+            Credentials::ApplicationCredential { id, secret } => json!({
+                "methods": ["application_credential"],
+                "application_credential": {"id": id, "secret": secret}}),
+        };
+        let mut auth = json!({"identity": identity});
+        if let Credentials::Password {
+            project,
+            project_domain,
+            ..
+        } = &self.config.credentials
+        {
+            auth["scope"] =
+                json!({"project": {"name": project, "domain": {"name": project_domain}}});
+        }
+        let url = format!("{}/auth/tokens", self.config.auth_url.trim_end_matches('/'));
+        let response = self
+            .http
+            .post(&url)
+            .json(&json!({ "auth": auth }))
+            .send()
+            .await
+            .map_err(|e| Error::Unreachable(format!("keystone: {e}")))?;
+        let status = response.status();
+        let value = response
+            .headers()
+            .get("x-subject-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            return Err(Error::Auth(format!(
+                "keystone refused the service credentials ({status}): {}",
+                message_of(&body)
+            )));
+        }
+        let value = value.ok_or_else(|| Error::Auth("keystone sent no token".into()))?;
+        let expires_at = body["token"]["expires_at"]
+            .as_str()
+            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_else(|| Utc::now() + chrono::Duration::minutes(30));
+        let mut catalog = Vec::new();
+        for service in body["token"]["catalog"].as_array().into_iter().flatten() {
+            let kind = service["type"].as_str().unwrap_or_default();
+            for e in service["endpoints"].as_array().into_iter().flatten() {
+                catalog.push((
+                    kind.to_string(),
+                    e["interface"].as_str().unwrap_or_default().to_string(),
+                    e["region_id"]
+                        .as_str()
+                        .or_else(|| e["region"].as_str())
+                        .map(str::to_string),
+                    e["url"].as_str().unwrap_or_default().to_string(),
+                ));
+            }
+        }
+        Ok(Token {
+            value,
+            expires_at,
+            catalog,
+        })
+    }
+
+    /// A valid token, renewed a minute before it expires.
+    async fn token(&self, renew: bool) -> Result<Token> {
+        let mut guard = self.token.lock().await;
+        if let Some(t) = guard.as_ref()
+            && !renew
+            && t.expires_at - chrono::Duration::seconds(60) > Utc::now()
+        {
+            return Ok(t.clone());
+        }
+        let fresh = self.authenticate().await?;
+        *guard = Some(fresh.clone());
+        Ok(fresh)
+    }
+
+    /// The endpoint of `service_type`: the override, else the catalog's entry for the
+    /// configured interface and region.
+    pub async fn endpoint(&self, service_type: &str) -> Result<String> {
+        if let Some(url) = self.config.endpoint_overrides.get(service_type) {
+            return Ok(url.trim_end_matches('/').to_string());
+        }
+        let token = self.token(false).await?;
+        token
+            .catalog
+            .iter()
+            .find(|(kind, interface, region, _)| {
+                kind == service_type
+                    && *interface == self.config.interface
+                    && (self.config.region.is_none() || *region == self.config.region)
+            })
+            .map(|(_, _, _, url)| url.trim_end_matches('/').to_string())
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "no {} endpoint for {service_type}{} in the catalog",
+                    self.config.interface,
+                    self.config
+                        .region
+                        .as_ref()
+                        .map(|r| format!(" in region {r}"))
+                        .unwrap_or_default()
+                ))
+            })
+    }
+
+    /// One call to a service, with a fresh token and one more try after a 401.
+    pub async fn call(
+        &self,
+        service_type: &str,
+        method: Method,
+        path: &str,
+        call: Call<'_>,
+    ) -> Result<Answer> {
+        let base = self.endpoint(service_type).await?;
+        let url = format!("{base}{path}");
+        let mut renew = false;
+        loop {
+            let token = self.token(renew).await?;
+            let mut request = self
+                .http
+                .request(method.clone(), &url)
+                .header("x-auth-token", &token.value)
+                .header("accept", "application/json");
+            for (name, value) in &call.headers {
+                request = request.header(*name, value);
+            }
+            if let Some(id) = call.request_id {
+                request = request.header("x-openstack-request-id", id);
+            }
+            if let Some(body) = &call.body {
+                request = request.json(body);
+            }
+            let response = request
+                .send()
+                .await
+                .map_err(|e| Error::Unreachable(format!("{service_type} {method} {path}: {e}")))?;
+            let status = response.status();
+            if status == StatusCode::UNAUTHORIZED && !renew {
+                renew = true;
+                continue;
+            }
+            let text = response
+                .text()
+                .await
+                .map_err(|e| Error::Unreachable(format!("{service_type} {method} {path}: {e}")))?;
+            let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+            if status.is_success() {
+                return Ok(Answer { status, body });
+            }
+            return Err(Error::Status {
+                service: service_type.to_string(),
+                request: format!("{method} {path}"),
+                status: status.as_u16(),
+                message: if body.is_null() {
+                    text.chars().take(300).collect()
+                } else {
+                    message_of(&body)
+                },
+            });
+        }
+    }
+}

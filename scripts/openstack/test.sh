@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Tests the OpenStack backend against a real cloud: brings one up (up.sh: Keystone,
+# Placement, Glance, Nova with BlazarFilter and three fake computes, Neutron), runs the Rust
+# tests that need it (crates/blazar-server/tests/it/openstack.rs), and takes it down again,
+# whatever happened. Prints how long each part took.
+set -euo pipefail
+# shellcheck source=common.sh
+source "$(dirname "$0")/common.sh"
+started=$SECONDS
+
+state="$(mktemp -d)"
+cleanup() { os_down "$state"; rm -rf "$state"; }
+trap cleanup EXIT
+
+"$os_here/up.sh" "$state" 3
+
+t0=$SECONDS
+cd "$os_root"
+log="$state/cargo-test.log"
+set +e
+BLAZAR_TEST_OPENSTACK_STATE="$state" cargo test -p blazar-server --test it openstack:: 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+if [ "$status" -ne 0 ]; then
+    echo "== OpenStack tests failed; the cloud's logs end:" >&2
+    for f in "$state"/log/nova-scheduler.log "$state"/log/nova-conductor.log "$state"/log/compute-1.log; do
+        echo "-- $f" >&2
+        grep -E "ERROR|WARNING" "$f" | tail -n 10 >&2 || true
+    done
+    exit "$status"
+fi
+ran="$(grep -c '^test openstack::.* ok$' "$log" || true)"
+if [ "$ran" -lt 1 ]; then
+    echo "== no OpenStack test ran" >&2
+    exit 1
+fi
+echo "== OpenStack tests: $ran passed in $((SECONDS - t0)) s (whole script $((SECONDS - started)) s)"
