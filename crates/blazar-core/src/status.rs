@@ -72,6 +72,10 @@ wire_enum!(
         Start => "start",
         /// Take them back.
         Stop => "stop",
+        /// Put a newly enrolled host where the cloud keeps reservable hosts (the freepool).
+        Enrol => "enrol",
+        /// Take a host the inventory no longer holds out of there.
+        Withdraw => "withdraw",
     }
 );
 
@@ -86,6 +90,8 @@ wire_enum!(
         Change => "change",
         /// The lease was deleted: nothing to move on, only resources to take back.
         Delete => "delete",
+        /// A change to the inventory (enrolment, removal): no lease.
+        Inventory => "inventory",
     }
 );
 

@@ -5,13 +5,14 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use blazar_core::{ActionKind, ActionPurpose, PHYSICAL_HOST};
+use blazar_core::{ActionKind, ActionPurpose, HostFacts, PHYSICAL_HOST};
 use blazar_db::Store;
-use blazar_service::{Action, ActionError, Backend};
+use blazar_service::{Action, ActionError, Backend, InventoryError};
 use serde_json::{Map, json};
 
 use crate::Cloud;
 use crate::error::Error;
+use crate::placement::reservation_provider_name;
 
 #[derive(Debug, Clone)]
 pub struct OpenStackSettings {
@@ -148,6 +149,11 @@ impl OpenStackBackend {
 #[async_trait]
 impl Backend for OpenStackBackend {
     async fn apply(&self, store: &Store, action: &Action) -> Result<(), ActionError> {
+        match action.kind {
+            ActionKind::Enrol => return self.enrol(action).await.map_err(action_error),
+            ActionKind::Withdraw => return self.withdraw(action).await.map_err(action_error),
+            ActionKind::Start | ActionKind::Stop => {}
+        }
         if action.reservation_type != PHYSICAL_HOST {
             return Err(ActionError::Permanent(format!(
                 "the openstack backend does not act on {} reservations yet",
@@ -156,9 +162,102 @@ impl Backend for OpenStackBackend {
         }
         let hosts = Self::service_hosts(store, &action.resources).await?;
         let result = match action.kind {
-            ActionKind::Start => self.start_hosts(action, &hosts).await,
             ActionKind::Stop => self.stop_hosts(action, &hosts).await,
+            _ => self.start_hosts(action, &hosts).await,
         };
         result.map_err(action_error)
+    }
+
+    /// Nova's view of the hypervisor (by hostname, id or service host), refused as Blazar
+    /// refuses it: unknown (404), or with servers on it (409).
+    async fn describe_host(&self, name: &str) -> Result<Option<HostFacts>, InventoryError> {
+        let unavailable = |e: Error| InventoryError::Unavailable(format!("nova: {e}"));
+        let nova = self.cloud.nova(None);
+        let Some(h) = nova.find_hypervisor(name).await.map_err(unavailable)? else {
+            return Err(InventoryError::NotFound(format!(
+                "Host '{name}' not found!"
+            )));
+        };
+        let servers = nova
+            .servers_on_host(&h.service_host)
+            .await
+            .map_err(unavailable)?;
+        if !servers.is_empty() {
+            let ids: Vec<String> = servers.into_iter().map(|(id, _)| id).collect();
+            return Err(InventoryError::Conflict(format!(
+                "Servers [{}] found for host {name}",
+                ids.join(", ")
+            )));
+        }
+        let zone = nova
+            .compute_services()
+            .await
+            .map_err(unavailable)?
+            .into_iter()
+            .find(|s| s.host == h.service_host)
+            .map(|s| s.zone)
+            .unwrap_or_default();
+        Ok(Some(HostFacts {
+            hypervisor_hostname: h.hypervisor_hostname,
+            service_name: h.service_host,
+            hypervisor_type: h.hypervisor_type,
+            hypervisor_version: h.hypervisor_version,
+            vcpus: h.vcpus,
+            memory_mb: h.memory_mb,
+            local_gb: h.local_gb,
+            cpu_info: h.cpu_info,
+            availability_zone: zone,
+        }))
+    }
+
+    fn acts_on_inventory(&self) -> bool {
+        true
+    }
+}
+
+impl OpenStackBackend {
+    /// A new host goes into the freepool, and gets its `blazar_<hostname>` provider under
+    /// its compute node's provider (where instance reservations put their classes).
+    async fn enrol(&self, action: &Action) -> Result<(), Error> {
+        let nova = self.cloud.nova(action.request_id.as_deref());
+        let placement = self.cloud.placement(action.request_id.as_deref());
+        let freepool = nova.ensure_aggregate(&self.settings.freepool, None).await?;
+        for (service, hypervisor) in &action.hosts {
+            nova.add_host(&freepool, service).await?;
+            let Some(node) = placement.provider_by_name(hypervisor).await? else {
+                return Err(Error::Status {
+                    service: "placement".into(),
+                    request: format!("provider {hypervisor}"),
+                    status: 404,
+                    message: format!("no resource provider named {hypervisor}"),
+                });
+            };
+            placement
+                .ensure_child_provider(&reservation_provider_name(hypervisor), &node.uuid)
+                .await?;
+            tracing::info!(host = %service, "host enrolled: in the freepool, with its provider");
+        }
+        Ok(())
+    }
+
+    /// A removed host leaves the freepool, and its `blazar_<hostname>` provider goes.
+    async fn withdraw(&self, action: &Action) -> Result<(), Error> {
+        let nova = self.cloud.nova(action.request_id.as_deref());
+        let placement = self.cloud.placement(action.request_id.as_deref());
+        if let Some(freepool) = nova.find_aggregate(&self.settings.freepool).await? {
+            for (service, _) in &action.hosts {
+                nova.remove_host(&freepool, service).await?;
+            }
+        }
+        for (service, hypervisor) in &action.hosts {
+            if let Some(p) = placement
+                .provider_by_name(&reservation_provider_name(hypervisor))
+                .await?
+            {
+                placement.delete_provider(&p.uuid).await?;
+            }
+            tracing::info!(host = %service, "host withdrawn from the freepool");
+        }
+        Ok(())
     }
 }

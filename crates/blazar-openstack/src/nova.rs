@@ -37,6 +37,8 @@ pub struct ComputeService {
     /// `enabled` or `disabled`.
     pub status: String,
     pub forced_down: bool,
+    /// Its availability zone.
+    pub zone: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -154,6 +156,7 @@ impl Nova<'_> {
                 state: s["state"].as_str().unwrap_or_default().to_string(),
                 status: s["status"].as_str().unwrap_or_default().to_string(),
                 forced_down: s["forced_down"].as_bool().unwrap_or(false),
+                zone: s["zone"].as_str().unwrap_or_default().to_string(),
             })
             .collect())
     }

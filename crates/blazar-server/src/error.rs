@@ -38,6 +38,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::Forbidden(_) => StatusCode::FORBIDDEN,
             ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
             ServiceError::Conflict(_) | ServiceError::Retry(_) => StatusCode::CONFLICT,
+            ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError {

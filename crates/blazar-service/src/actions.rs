@@ -71,11 +71,15 @@ fn action_from_row(row: &ActionRow) -> ServiceResult<Action> {
     let kind: ActionKind = row.kind.parse().map_err(|_| corrupt("kind"))?;
     let purpose: ActionPurpose = row.purpose.parse().map_err(|_| corrupt("purpose"))?;
     let payload: Value = serde_json::from_str(&row.payload).map_err(|_| corrupt("payload"))?;
+    // Inventory actions have no lease: their times default to when they were recorded.
     let time = |key: &str| -> ServiceResult<DateTime<Utc>> {
-        payload[key]
-            .as_i64()
-            .and_then(|s| DateTime::from_timestamp(s, 0))
-            .ok_or_else(|| corrupt(key))
+        match &payload[key] {
+            Value::Null => Ok(row.created_at),
+            v => v
+                .as_i64()
+                .and_then(|s| DateTime::from_timestamp(s, 0))
+                .ok_or_else(|| corrupt(key)),
+        }
     };
     Ok(Action {
         seq: row.seq,
@@ -94,6 +98,20 @@ fn action_from_row(row: &ActionRow) -> ServiceResult<Action> {
             .as_str()
             .unwrap_or(&row.resource_type)
             .to_string(),
+        hosts: payload["hosts"]
+            .as_array()
+            .map(|hosts| {
+                hosts
+                    .iter()
+                    .map(|h| {
+                        (
+                            h[0].as_str().unwrap_or_default().to_string(),
+                            h[1].as_str().unwrap_or_default().to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
         units: payload["units"]
             .as_array()
             .map(|u| u.iter().filter_map(Value::as_i64).collect())
@@ -169,6 +187,38 @@ impl Service {
             );
         }
         Ok(!by_type.is_empty())
+    }
+
+    /// Records an inventory action on one host (`Enrol` after it is added, `Withdraw` after
+    /// it is removed), when the backend acts on the inventory.
+    pub(crate) async fn record_host_action(
+        &self,
+        tx: &mut Tx,
+        kind: ActionKind,
+        host: &blazar_core::HostRecord,
+    ) -> ServiceResult<()> {
+        if !self.backend.acts_on_inventory() {
+            return Ok(());
+        }
+        let payload = json!({
+            "resources": [host.id],
+            "units": [1],
+            "hosts": [[host.facts.service_name, host.facts.hypervisor_hostname]],
+        });
+        tx.insert_action(&NewAction {
+            lease_id: String::new(),
+            reservation_id: String::new(),
+            project_id: String::new(),
+            kind: kind.as_str().to_string(),
+            purpose: ActionPurpose::Inventory.as_str().to_string(),
+            resource_type: blazar_core::PHYSICAL_HOST.to_string(),
+            payload: payload.to_string(),
+            resources: vec![host.id],
+            request_id: current_request_id(),
+            created_at: self.now(),
+        })
+        .await?;
+        Ok(())
     }
 
     /// Wakes this process's workers: actions were committed.
@@ -287,7 +337,7 @@ impl Service {
             .purpose
             .parse()
             .map_err(|_| ServiceError::Internal(format!("action {}: bad purpose", row.seq)))?;
-        if purpose == ActionPurpose::Delete {
+        if matches!(purpose, ActionPurpose::Delete | ActionPurpose::Inventory) {
             return Ok(());
         }
         let Some(mut lease) = tx.lock_lease(&row.lease_id).await? else {

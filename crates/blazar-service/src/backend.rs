@@ -7,7 +7,7 @@
 //! twice leaves the world as doing it once.
 
 use async_trait::async_trait;
-use blazar_core::{ActionKind, ActionPurpose};
+use blazar_core::{ActionKind, ActionPurpose, HostFacts};
 use blazar_db::{HandoverRow, Store};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
@@ -31,6 +31,9 @@ pub struct Action {
     pub resources: Vec<i64>,
     /// Units of each resource, in the same order (instance slots per host; 1 otherwise).
     pub units: Vec<i64>,
+    /// For inventory actions on hosts: (service name, hypervisor hostname) of each resource,
+    /// in the same order (the host may be gone from the inventory by the time it runs).
+    pub hosts: Vec<(String, String)>,
     /// The reservation's request parameters.
     pub params: Map<String, Value>,
     pub lease_start: DateTime<Utc>,
@@ -55,12 +58,38 @@ pub enum ActionError {
     Permanent(String),
 }
 
+/// Why a host cannot be enrolled as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InventoryError {
+    /// The cloud has no such host (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The cloud refuses it as it is (409): servers on it, several matches.
+    #[error("{0}")]
+    Conflict(String),
+    /// The cloud could not be asked (503).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
 #[async_trait]
 pub trait Backend: Send + Sync {
     /// Carries out one action. `store` is there for what the backend keeps of its own
     /// (the standalone backend's hand-over rows); it is never inside the caller's
     /// transaction.
     async fn apply(&self, store: &Store, action: &Action) -> Result<(), ActionError>;
+
+    /// The facts of the host named `name`, from the cloud, before it is enrolled. `None`:
+    /// this backend has no inventory of its own; the request's facts stand.
+    async fn describe_host(&self, _name: &str) -> Result<Option<HostFacts>, InventoryError> {
+        Ok(None)
+    }
+
+    /// Whether enrolling and removing hosts acts on the cloud (then `enrol` and `withdraw`
+    /// actions are recorded).
+    fn acts_on_inventory(&self) -> bool {
+        false
+    }
 }
 
 /// For sites without OpenStack: hand-overs are records, visible through the API.
@@ -95,6 +124,8 @@ impl Backend for StandaloneBackend {
                         .await
                         .map_err(db_error)?;
                 }
+                // Nothing outside to change when the inventory changes.
+                ActionKind::Enrol | ActionKind::Withdraw => {}
             }
         }
         tx.commit().await.map_err(db_error)?;
@@ -108,6 +139,8 @@ impl Backend for StandaloneBackend {
                 match action.kind {
                     ActionKind::Start => "resource handed over",
                     ActionKind::Stop => "resource taken back",
+                    ActionKind::Enrol => "host enrolled",
+                    ActionKind::Withdraw => "host withdrawn",
                 }
             );
         }

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use blazar_core::host::{FACT_FIELDS, MAX_CAPABILITY_KEY_LEN};
-use blazar_core::{HostFacts, HostRecord, PHYSICAL_HOST, PropertyQuery};
+use blazar_core::{ActionKind, HostFacts, HostRecord, PHYSICAL_HOST, PropertyQuery};
 use blazar_db::{AllocationView, HandoverRow, NewHost, PropertyRow};
 use serde_json::{Map, Value};
 
@@ -166,6 +166,17 @@ impl Service {
                 }
             }
         }
+        // A cloud with an inventory of its own says what the host is (Blazar reads Nova);
+        // facts in the request are then ignored, as Blazar drops them.
+        match self.backend.describe_host(&name).await {
+            Ok(Some(described)) => facts = described,
+            Ok(None) => {}
+            Err(crate::InventoryError::NotFound(m)) => return Err(ServiceError::NotFound(m)),
+            Err(crate::InventoryError::Conflict(m)) => return Err(ServiceError::Conflict(m)),
+            Err(crate::InventoryError::Unavailable(m)) => {
+                return Err(ServiceError::Unavailable(m));
+            }
+        }
         let host = in_tx!(self, write, |tx| {
             let now = self.now();
             let new = NewHost {
@@ -185,9 +196,12 @@ impl Service {
             if !reservable {
                 tx.update_host_facts(id, &facts, false, now).await?;
             }
-            tx.get_host(id)
-                .await?
-                .ok_or_else(|| ServiceError::Internal(format!("host {id} vanished after insert")))
+            let host = tx.get_host(id).await?.ok_or_else(|| {
+                ServiceError::Internal(format!("host {id} vanished after insert"))
+            })?;
+            self.record_host_action(tx, ActionKind::Enrol, &host)
+                .await?;
+            Ok(host)
         })?;
         tracing::info!(host.id = host.id, host.name = %host.facts.hypervisor_hostname, "host registered");
         Ok(host)
@@ -362,9 +376,15 @@ impl Service {
                     "Can't delete host {host_id}. The host is reserved."
                 )));
             }
+            let host = tx
+                .get_host(host_id)
+                .await?
+                .ok_or_else(|| host_not_found(id))?;
             tx.delete_allocations_of_resource(PHYSICAL_HOST, host_id)
                 .await?;
             tx.delete_host(host_id).await?;
+            self.record_host_action(tx, ActionKind::Withdraw, &host)
+                .await?;
             Ok(())
         })?;
         tracing::info!(host.id = host_id, "host deleted");

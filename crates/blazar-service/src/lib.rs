@@ -60,7 +60,7 @@ use chrono::{DateTime, Duration, Timelike, Utc};
 use tokio::sync::Notify;
 
 pub use actions::{ActionReport, with_request_id};
-pub use backend::{Action, ActionError, Backend, StandaloneBackend};
+pub use backend::{Action, ActionError, Backend, InventoryError, StandaloneBackend};
 pub use blazar_core::time::truncate_to_minute;
 pub use hosts::{AllocationEntry, PropertyListing};
 pub use instance::{FlavorInstanceType, InstanceType, Ratios};
@@ -86,6 +86,9 @@ pub enum ServiceError {
     /// A concurrent transaction won a race; the whole use case may be run again.
     #[error("conflict with a concurrent request: {0}")]
     Retry(String),
+    /// The cloud could not be asked just now (503): try again later.
+    #[error("{0}")]
+    Unavailable(String),
     #[error("{0}")]
     Internal(String),
 }

@@ -177,9 +177,45 @@ async fn host_reservations_move_hosts_between_the_freepool_and_their_aggregate()
         },
     );
     let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let placement = admin.placement(None);
+
+    // Enrolment reads Nova: an unknown hypervisor is Blazar's 404.
+    let r = app.post("/v1/os-hosts", json!({"name": "compute-9"})).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    assert_eq!(r.message(), "Host 'compute-9' not found!");
     // Two of the three computes are Blazar's; the third stays in Nova's general pool.
-    app.create_host("compute-1", json!({})).await;
-    app.create_host("compute-2", json!({})).await;
+    let mut host_ids = Vec::new();
+    for name in ["compute-1", "compute-2"] {
+        let r = app
+            .post(
+                "/v1/os-hosts",
+                json!({"name": name, "vcpus": 999, "gpu": "false"}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        let host = &r.body["host"];
+        // Facts come from Nova (the request's are dropped, as Blazar does).
+        assert_eq!(host["hypervisor_type"], "fake");
+        assert_eq!(host["service_name"], name);
+        assert_ne!(host["vcpus"], 999);
+        assert_eq!(host["availability_zone"], "nova");
+        assert_eq!(host["gpu"], "false");
+        host_ids.push(host["id"].as_str().unwrap().to_string());
+        // Its provider for instance reservations hangs under the compute node's.
+        let node = placement.provider_by_name(name).await.unwrap().unwrap();
+        let nested = placement
+            .provider_by_name(&format!("blazar_{name}"))
+            .await
+            .unwrap()
+            .expect("blazar_ provider");
+        assert_eq!(nested.parent.as_deref(), Some(node.uuid.as_str()));
+    }
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    let pooled: BTreeSet<String> = freepool.hosts.iter().cloned().collect();
+    assert_eq!(
+        pooled,
+        BTreeSet::from(["compute-1".to_string(), "compute-2".to_string()])
+    );
     let alpha = env.get("OS_ALPHA_PROJECT_ID");
     app.act_as(&alpha, "alpha-user", "member");
     let r = app
@@ -225,6 +261,15 @@ async fn host_reservations_move_hosts_between_the_freepool_and_their_aggregate()
     let (other, status) = boot(&beta_cloud, "general-pool", None).await;
     assert_eq!(status, "ACTIVE");
     assert_eq!(server_host(&admin, &other).await, "compute-3");
+    // A hypervisor with servers on it cannot be enrolled (Blazar's HostHavingServers).
+    let r = app.post("/v1/os-hosts", json!({"name": "compute-3"})).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        r.message()
+            .starts_with(&format!("Servers [{other}] found for host compute-3")),
+        "{}",
+        r.message()
+    );
     let (intruder, status) = boot(&beta_cloud, "intruder", Some(&rid)).await;
     assert_eq!(status, "ERROR", "BlazarFilter let another project in");
 
@@ -250,14 +295,22 @@ async fn host_reservations_move_hosts_between_the_freepool_and_their_aggregate()
         "alpha's server outlived the lease"
     );
 
-    // Leave the cloud as found for the next test.
+    // Removing the hosts takes them out of the freepool and drops their providers.
     for id in [other, intruder] {
         nova.delete_server(&id).await.unwrap();
     }
-    for host in ["compute-1", "compute-2"] {
-        let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
-        nova.remove_host(&freepool, host).await.unwrap();
+    for id in &host_ids {
+        let r = app.delete(&format!("/v1/os-hosts/{id}")).await;
+        assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
     }
     let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert!(freepool.hosts.is_empty(), "{:?}", freepool.hosts);
+    assert!(
+        placement
+            .provider_by_name("blazar_compute-1")
+            .await
+            .unwrap()
+            .is_none()
+    );
     nova.delete_aggregate(&freepool).await.unwrap();
 }
