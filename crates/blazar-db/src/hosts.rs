@@ -265,6 +265,26 @@ impl Tx {
         Ok(())
     }
 
+    /// Sets whether the host may be reserved and the status that says why not (`down`: the
+    /// monitor found it failed), in one statement.
+    pub async fn set_host_health(
+        &mut self,
+        id: i64,
+        reservable: bool,
+        status: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> DbResult<()> {
+        sqlx::query("UPDATE hosts SET reservable = $1, status = $2, updated_at = $3 WHERE id = $4")
+            .bind(i64::from(reservable))
+            .bind(status)
+            .bind(to_secs(now))
+            .bind(id)
+            .execute(self.conn().await?)
+            .await?;
+        self.bump_inventory(blazar_core::PHYSICAL_HOST).await?;
+        Ok(())
+    }
+
     pub async fn delete_host(&mut self, id: i64) -> DbResult<()> {
         sqlx::query("DELETE FROM host_capabilities WHERE host_id = $1")
             .bind(id)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use blazar_core::{ActionKind, ActionPurpose, HostFacts, PHYSICAL_HOST};
 use blazar_db::Store;
-use blazar_service::{Action, ActionError, Backend, InventoryError};
+use blazar_service::{Action, ActionError, Backend, HostHealth, InventoryError};
 use serde_json::{Map, json};
 
 use crate::Cloud;
@@ -212,6 +212,26 @@ impl Backend for OpenStackBackend {
 
     fn acts_on_inventory(&self) -> bool {
         true
+    }
+
+    /// Blazar's polling monitor: a hypervisor `state=down` or `status=disabled` is failed.
+    async fn host_health(&self) -> Result<Option<Vec<HostHealth>>, InventoryError> {
+        let hypervisors = self
+            .cloud
+            .nova(None)
+            .hypervisors()
+            .await
+            .map_err(|e| InventoryError::Unavailable(format!("nova: {e}")))?;
+        Ok(Some(
+            hypervisors
+                .into_iter()
+                .map(|h| HostHealth {
+                    healthy: h.state == "up" && h.status == "enabled",
+                    reason: format!("state={} status={}", h.state, h.status),
+                    hypervisor_hostname: h.hypervisor_hostname,
+                })
+                .collect(),
+        ))
     }
 }
 

@@ -217,6 +217,10 @@ pub struct Cli {
     /// again [default: 600].
     #[arg(long, env = "BLAZAR_SERVER_DELETE_TIMEOUT")]
     pub server_delete_timeout: Option<u64>,
+    /// Seconds between two passes of the host monitor, which asks the backend (Nova) which
+    /// hosts are down or disabled; 0 turns it off [default: 60].
+    #[arg(long, env = "BLAZAR_MONITOR_INTERVAL")]
+    pub monitor_interval: Option<u64>,
     /// Log filter, as RUST_LOG [default: info].
     #[arg(long, env = "BLAZAR_LOG", global = true)]
     pub log: Option<String>,
@@ -345,6 +349,7 @@ pub struct FileConfig {
     pub nova_owner_key: Option<String>,
     pub nova_az_prefix: Option<String>,
     pub server_delete_timeout: Option<u64>,
+    pub monitor_interval: Option<u64>,
     pub log: Option<String>,
 }
 
@@ -381,6 +386,8 @@ pub struct Config {
     pub action_timeout: std::time::Duration,
     pub backend: BackendKind,
     pub openstack: OpenStackConfig,
+    /// `None`: the monitor is off.
+    pub monitor_interval: Option<std::time::Duration>,
     pub minutes_before_end_lease: i64,
     pub sqlite_synchronous: SqliteSynchronous,
     pub ratios: blazar_service::Ratios,
@@ -535,7 +542,10 @@ impl Config {
                     .clamp(1, 86_400),
             ),
         };
+        let monitor_seconds = cli.monitor_interval.or(file.monitor_interval).unwrap_or(60);
         Ok(Config {
+            monitor_interval: (monitor_seconds > 0)
+                .then(|| std::time::Duration::from_secs(monitor_seconds.min(86_400))),
             backend: cli
                 .backend
                 .or(file.backend)

@@ -167,7 +167,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let stop = wait_stop(stop_rx.clone());
         tracing::info!(workers = config.action_workers, "action workers started");
         let workers = tokio::spawn(async move { service.run_workers(poll, stop).await });
-        Some((scheduler, workers))
+        // The monitor only has something to ask with a backend that knows the hosts' health.
+        let monitor = match (config.monitor_interval, config.backend) {
+            (Some(every), crate::config::BackendKind::Openstack) => {
+                let service = state.service.clone();
+                let stop = wait_stop(stop_rx.clone());
+                tracing::info!(interval_s = every.as_secs(), "host monitor started");
+                Some(tokio::spawn(async move {
+                    service.run_monitor(every, stop).await
+                }))
+            }
+            _ => None,
+        };
+        Some((scheduler, workers, monitor))
     } else {
         None
     };
@@ -189,9 +201,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::info!(database = %redact(&config.database_url), "blazar-server ready (manager only)");
         wait_stop(stop_rx.clone()).await;
     }
-    if let Some((scheduler, workers)) = scheduler {
+    if let Some((scheduler, workers, monitor)) = scheduler {
         let _ = scheduler.await;
         let _ = workers.await;
+        if let Some(monitor) = monitor {
+            let _ = monitor.await;
+        }
     }
     state.service.store().close().await;
     tracing::info!("blazar-server stopped");

@@ -58,6 +58,16 @@ pub enum ActionError {
     Permanent(String),
 }
 
+/// What the cloud says of one host's health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostHealth {
+    pub hypervisor_hostname: String,
+    /// Up and enabled: it may take reservations.
+    pub healthy: bool,
+    /// Why not, for the log (`state=down`, `status=disabled`).
+    pub reason: String,
+}
+
 /// Why a host cannot be enrolled as asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InventoryError {
@@ -82,6 +92,12 @@ pub trait Backend: Send + Sync {
     /// The facts of the host named `name`, from the cloud, before it is enrolled. `None`:
     /// this backend has no inventory of its own; the request's facts stand.
     async fn describe_host(&self, _name: &str) -> Result<Option<HostFacts>, InventoryError> {
+        Ok(None)
+    }
+
+    /// The health of the cloud's hosts, for the monitor: `None` when this backend cannot
+    /// tell (standalone: an operator marks hosts by hand).
+    async fn host_health(&self) -> Result<Option<Vec<HostHealth>>, InventoryError> {
         Ok(None)
     }
 

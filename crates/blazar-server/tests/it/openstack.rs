@@ -69,6 +69,101 @@ impl Env {
     }
 }
 
+/// The tests share one cloud: one at a time.
+static CLOUD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A TCP relay to `target` that can be cut (new connections are dropped at once) and
+/// restored: a service that becomes unreachable for a while.
+struct Relay {
+    port: u16,
+    cut: tokio::sync::watch::Sender<bool>,
+}
+
+impl Relay {
+    async fn to(target: String) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (cut, watch) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                if *watch.borrow() {
+                    drop(inbound);
+                    continue;
+                }
+                let target = target.clone();
+                let mut watch = watch.clone();
+                // A cut also drops the connections already open (kept alive by clients).
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                            _ = watch.wait_for(|c| *c) => {}
+                        }
+                    }
+                });
+            }
+        });
+        Relay { port, cut }
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+}
+
+/// Puts the cloud back as `up.sh` left it, whatever an earlier failed test left behind: no
+/// servers, no aggregates, every compute service enabled.
+async fn reset_cloud(admin: &Cloud) {
+    let nova = admin.nova(None);
+    let servers = compute(admin, Method::GET, "/servers?all_tenants=1", None).await;
+    for s in servers["servers"].as_array().unwrap() {
+        nova.delete_server(s["id"].as_str().unwrap()).await.unwrap();
+    }
+    for _ in 0..120 {
+        let left = compute(admin, Method::GET, "/servers?all_tenants=1", None).await;
+        if left["servers"].as_array().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for aggregate in nova.aggregates().await.unwrap() {
+        for host in &aggregate.hosts {
+            nova.remove_host(&aggregate, host).await.unwrap();
+        }
+        nova.delete_aggregate(&aggregate).await.unwrap();
+    }
+    for host in ["compute-1", "compute-2", "compute-3"] {
+        set_compute_enabled(admin, host, true).await;
+    }
+}
+
+/// Disables or enables the compute service of `host` in Nova, as an operator would.
+async fn set_compute_enabled(admin: &Cloud, host: &str, enabled: bool) {
+    let services = compute(
+        admin,
+        Method::GET,
+        &format!("/os-services?binary=nova-compute&host={host}"),
+        None,
+    )
+    .await;
+    let id = services["services"][0]["id"].as_str().unwrap().to_string();
+    let body = if enabled {
+        json!({"status": "enabled"})
+    } else {
+        json!({"status": "disabled", "disabled_reason": "blazar-rs test"})
+    };
+    compute(
+        admin,
+        Method::PUT,
+        &format!("/os-services/{id}"),
+        Some(body),
+    )
+    .await;
+}
+
 fn env() -> Option<Env> {
     let Some(state) = std::env::var("BLAZAR_TEST_OPENSTACK_STATE")
         .ok()
@@ -167,7 +262,9 @@ async fn server_host(admin: &Cloud, id: &str) -> String {
 #[tokio::test]
 async fn host_reservations_move_hosts_between_the_freepool_and_their_aggregate() {
     let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
     let admin = env.admin();
+    reset_cloud(&admin).await;
     let nova = admin.nova(None);
     let backend = OpenStackBackend::new(
         env.service(),
@@ -313,4 +410,189 @@ async fn host_reservations_move_hosts_between_the_freepool_and_their_aggregate()
             .is_none()
     );
     nova.delete_aggregate(&freepool).await.unwrap();
+}
+
+async fn enrol(app: &TestApp, names: &[&str]) -> Vec<String> {
+    let mut ids = Vec::new();
+    for name in names {
+        let r = app.post("/v1/os-hosts", json!({ "name": name })).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        ids.push(r.body["host"]["id"].as_str().unwrap().to_string());
+    }
+    ids
+}
+
+async fn withdraw(app: &TestApp, admin: &Cloud, ids: &[String]) {
+    for id in ids {
+        let r = app.delete(&format!("/v1/os-hosts/{id}")).await;
+        assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    }
+    let nova = admin.nova(None);
+    if let Some(freepool) = nova.find_aggregate("freepool").await.unwrap() {
+        nova.delete_aggregate(&freepool).await.unwrap();
+    }
+}
+
+async fn granted_hosts(app: &TestApp, lease_id: &str) -> Vec<String> {
+    let lease = app
+        .get(&format!("/v1/leases/{lease_id}?allocations=true"))
+        .await
+        .body;
+    lease["lease"]["reservations"][0]["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["resource_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_disabled_compute_service_is_healed_around_and_comes_back() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
+    let app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let ids = enrol(&app, &["compute-1", "compute-2"]).await;
+    let r = app
+        .host_lease("future", "2030-02-01 10:00", "2030-02-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let before = granted_hosts(&app, &lease_id).await;
+    assert_eq!(before.len(), 1);
+    let (failing_id, failing_name) = if before[0] == ids[0] {
+        (ids[0].clone(), "compute-1")
+    } else {
+        (ids[1].clone(), "compute-2")
+    };
+
+    // Nothing is wrong yet: the monitor changes nothing.
+    assert_eq!(
+        app.service.monitor_hosts().await.unwrap(),
+        blazar_service::MonitorReport::default()
+    );
+    set_compute_enabled(&admin, failing_name, false).await;
+    let report = app.service.monitor_hosts().await.unwrap();
+    assert_eq!(report.failed, vec![failing_name.to_string()]);
+    let host = app.get(&format!("/v1/os-hosts/{failing_id}")).await.body;
+    assert_eq!(host["host"]["reservable"], false);
+    let after = granted_hosts(&app, &lease_id).await;
+    assert_eq!(after.len(), 1);
+    assert_ne!(
+        after[0], failing_id,
+        "the reservation was not moved off the failed host"
+    );
+
+    set_compute_enabled(&admin, failing_name, true).await;
+    let report = app.service.monitor_hosts().await.unwrap();
+    assert_eq!(report.recovered, vec![failing_name.to_string()]);
+    let host = app.get(&format!("/v1/os-hosts/{failing_id}")).await.body;
+    assert_eq!(host["host"]["reservable"], true);
+
+    // A host an operator took out stays out, whatever Nova says.
+    let r = app
+        .put(
+            &format!("/v1/os-hosts/{failing_id}"),
+            json!({"reservable": false}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        app.service.monitor_hosts().await.unwrap(),
+        blazar_service::MonitorReport::default()
+    );
+    let host = app.get(&format!("/v1/os-hosts/{failing_id}")).await.body;
+    assert_eq!(host["host"]["reservable"], false);
+
+    assert_eq!(
+        app.delete(&format!("/v1/leases/{lease_id}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    withdraw(&app, &admin, &ids).await;
+}
+
+#[tokio::test]
+async fn a_lease_survives_a_broken_cloud() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    // The backend reaches Nova through a relay the test can cut.
+    let compute_url = admin.session.endpoint("compute").await.unwrap();
+    let authority = compute_url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let relay = Relay::to(authority.clone()).await;
+    let mut config = env.session(
+        &env.get("OS_SERVICE_USERNAME"),
+        &env.get("OS_SERVICE_PASSWORD"),
+        &env.get("OS_SERVICE_PROJECT_NAME"),
+    );
+    config.endpoint_overrides.insert(
+        "compute".into(),
+        compute_url.replace(&authority, &format!("127.0.0.1:{}", relay.port)),
+    );
+    config.timeout = Duration::from_secs(5);
+    let backend = OpenStackBackend::new(Cloud::new(config).unwrap(), OpenStackSettings::default());
+    let app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let ids = enrol(&app, &["compute-1", "compute-2"]).await;
+    let r = app
+        .host_lease("broken", "2030-03-01 10:00", "2030-03-01 12:00", 2, 2, "")
+        .await;
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Nova is unreachable when the lease starts: the hand-over waits and is retried.
+    relay.set_cut(true);
+    let start = t(2030, 3, 1, 10, 0);
+    app.tick_at(start).await;
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
+    assert_eq!(lease["lease"]["status"], "STARTING");
+    let actions = app
+        .get(&format!("/v1/leases/{lease_id}/actions"))
+        .await
+        .body;
+    assert_eq!(actions["actions"][0]["status"], "pending");
+    assert!(
+        actions["actions"][0]["last_error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("compute"),
+        "{actions}"
+    );
+    // Nova is back; the retry falls due.
+    relay.set_cut(false);
+    app.clock.set(start + chrono::Duration::seconds(2));
+    app.run_actions().await;
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
+    assert_eq!(lease["lease"]["status"], "ACTIVE");
+    let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    assert_eq!(aggregate.hosts.len(), 2);
+
+    // Someone deletes the reservation's aggregate by hand: the end still completes and the
+    // hosts go back to the freepool.
+    for host in aggregate.hosts.clone() {
+        let fresh = nova.find_aggregate(&rid).await.unwrap().unwrap();
+        nova.remove_host(&fresh, &host).await.unwrap();
+    }
+    nova.delete_aggregate(&aggregate).await.unwrap();
+    app.tick_at(t(2030, 3, 1, 12, 0)).await;
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
+    let actions = app
+        .get(&format!("/v1/leases/{lease_id}/actions"))
+        .await
+        .body;
+    assert_eq!(lease["lease"]["status"], "TERMINATED", "{actions}");
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert_eq!(freepool.hosts.len(), 2, "{:?}", freepool.hosts);
+    withdraw(&app, &admin, &ids).await;
 }

@@ -1,0 +1,85 @@
+//! The host monitor: asks the backend which hosts are healthy and acts as Blazar's polling
+//! monitor does. A failed host (compute service down or disabled) becomes non-reservable and
+//! the reservations holding it are healed onto others; when it is healthy again it becomes
+//! reservable and reservations missing hosts are filled. Only hosts the monitor itself took
+//! out (status `down`) are put back: a host an operator took out stays out.
+
+use std::future::Future;
+
+use blazar_core::PHYSICAL_HOST;
+
+use crate::{Service, ServiceError, ServiceResult};
+
+/// The status the monitor gives a host it found failed.
+pub const MONITOR_DOWN: &str = "down";
+
+/// What one pass of the monitor did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MonitorReport {
+    /// Hypervisor hostnames taken out of service.
+    pub failed: Vec<String>,
+    /// Hypervisor hostnames put back.
+    pub recovered: Vec<String>,
+}
+
+impl Service {
+    /// One pass of the monitor.
+    pub async fn monitor_hosts(&self) -> ServiceResult<MonitorReport> {
+        let mut report = MonitorReport::default();
+        let health = match self.backend.host_health().await {
+            Ok(Some(h)) => h,
+            Ok(None) => return Ok(report),
+            Err(e) => return Err(ServiceError::Unavailable(e.to_string())),
+        };
+        let hosts = in_tx!(self, read, |tx| { Ok(tx.list_hosts().await?) })?;
+        for host in hosts {
+            let Some(state) = health
+                .iter()
+                .find(|h| h.hypervisor_hostname == host.facts.hypervisor_hostname)
+            else {
+                continue;
+            };
+            let down_by_monitor = host.status.as_deref() == Some(MONITOR_DOWN);
+            if !state.healthy && host.reservable {
+                in_tx!(self, write, |tx| {
+                    let now = self.now();
+                    tx.set_host_health(host.id, false, Some(MONITOR_DOWN), now)
+                        .await?;
+                    self.heal_resource(tx, PHYSICAL_HOST, host.id, now).await
+                })?;
+                tracing::warn!(host = %host.facts.hypervisor_hostname, reason = %state.reason,
+                    "host failed: no longer reservable, its reservations healed");
+                report.failed.push(host.facts.hypervisor_hostname.clone());
+            } else if state.healthy && !host.reservable && down_by_monitor {
+                in_tx!(self, write, |tx| {
+                    let now = self.now();
+                    tx.set_host_health(host.id, true, None, now).await?;
+                    self.fill_missing(tx, now).await
+                })?;
+                tracing::info!(host = %host.facts.hypervisor_hostname, "host recovered: reservable again");
+                report
+                    .recovered
+                    .push(host.facts.hypervisor_hostname.clone());
+            }
+        }
+        Ok(report)
+    }
+
+    /// Runs the monitor every `interval` until `shutdown`.
+    pub async fn run_monitor(
+        &self,
+        interval: std::time::Duration,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            if let Err(e) = self.monitor_hosts().await {
+                tracing::warn!(error = %e, "host monitor pass failed; trying again at the next one");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = &mut shutdown => break,
+            }
+        }
+    }
+}
