@@ -7,7 +7,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use blazar_core::{ActionKind, ActionPurpose, HostFacts, PHYSICAL_HOST};
 use blazar_db::Store;
-use blazar_service::{Action, ActionError, Backend, HostHealth, InventoryError};
+use std::collections::BTreeSet;
+
+use blazar_service::{
+    Action, ActionError, Backend, DesiredState, HostHealth, InventoryError, ReconcileReport,
+};
 use serde_json::{Map, json};
 
 use crate::Cloud;
@@ -214,6 +218,22 @@ impl Backend for OpenStackBackend {
         true
     }
 
+    async fn reconcile(
+        &self,
+        desired: &DesiredState,
+        apply: bool,
+    ) -> Result<ReconcileReport, InventoryError> {
+        let unavailable = |e: Error| InventoryError::Unavailable(format!("nova: {e}"));
+        let repairs = self
+            .reconcile_hosts(desired, apply)
+            .await
+            .map_err(unavailable)?;
+        Ok(ReconcileReport {
+            applied: apply,
+            repairs,
+        })
+    }
+
     /// Blazar's polling monitor: a hypervisor `state=down` or `status=disabled` is failed.
     async fn host_health(&self) -> Result<Option<Vec<HostHealth>>, InventoryError> {
         let hypervisors = self
@@ -236,6 +256,137 @@ impl Backend for OpenStackBackend {
 }
 
 impl OpenStackBackend {
+    /// Nova's aggregates against the database: every reservation in force has its aggregate
+    /// with its owner and exactly its hosts; no aggregate of a reservation no longer in force
+    /// is left; every other enrolled host is in the freepool. Returns what differed.
+    async fn reconcile_hosts(
+        &self,
+        desired: &DesiredState,
+        apply: bool,
+    ) -> Result<Vec<String>, Error> {
+        let nova = self.cloud.nova(None);
+        let mut repairs = Vec::new();
+        let aggregates = nova.aggregates().await?;
+        let freepool = match aggregates.iter().find(|a| a.name == self.settings.freepool) {
+            Some(f) => Some(f.clone()),
+            None => {
+                repairs.push(format!(
+                    "aggregate {} missing: created",
+                    self.settings.freepool
+                ));
+                if apply {
+                    Some(nova.ensure_aggregate(&self.settings.freepool, None).await?)
+                } else {
+                    None
+                }
+            }
+        };
+        let busy = |h: &String| desired.busy_hosts.contains(h);
+        let mut in_force: BTreeSet<&str> = BTreeSet::new();
+        let mut reserved: BTreeSet<&str> = BTreeSet::new();
+        for r in &desired.reservations {
+            in_force.insert(&r.reservation_id);
+            reserved.extend(r.hosts.iter().map(String::as_str));
+            if r.hosts.iter().any(busy) {
+                continue;
+            }
+            let zone = format!("{}{}", self.settings.az_prefix, r.reservation_id);
+            let found = aggregates.iter().find(|a| a.name == r.reservation_id);
+            let aggregate = match found {
+                Some(a) => a.clone(),
+                None => {
+                    repairs.push(format!(
+                        "aggregate of reservation {} missing: re-created",
+                        r.reservation_id
+                    ));
+                    if !apply {
+                        continue;
+                    }
+                    nova.ensure_aggregate(&r.reservation_id, Some(&zone))
+                        .await?
+                }
+            };
+            if aggregate.metadata.get(&self.settings.owner_key)
+                != Some(&serde_json::Value::String(r.project_id.clone()))
+            {
+                repairs.push(format!(
+                    "aggregate {}: {} not {}: set",
+                    r.reservation_id, self.settings.owner_key, r.project_id
+                ));
+                if apply {
+                    let mut metadata = Map::new();
+                    metadata.insert(self.settings.owner_key.clone(), json!(r.project_id));
+                    nova.set_metadata(&aggregate, metadata).await?;
+                }
+            }
+            for host in r.hosts.iter().filter(|h| !aggregate.hosts.contains(h)) {
+                repairs.push(format!(
+                    "host {host} missing from the aggregate of reservation {}: put back",
+                    r.reservation_id
+                ));
+                if apply {
+                    if let Some(f) = &freepool {
+                        nova.remove_host(f, host).await?;
+                    }
+                    nova.add_host(&aggregate, host).await?;
+                }
+            }
+            for host in aggregate.hosts.iter().filter(|h| !r.hosts.contains(h)) {
+                repairs.push(format!(
+                    "host {host} in the aggregate of reservation {} without being granted to it: \
+                     taken out",
+                    r.reservation_id
+                ));
+                if apply {
+                    nova.remove_host(&aggregate, host).await?;
+                }
+            }
+        }
+        // Aggregates of reservations no longer in force (an ended or deleted lease whose
+        // take-back did not finish, or a hand-made copy).
+        for aggregate in &aggregates {
+            let ours = aggregate
+                .availability_zone
+                .as_deref()
+                .is_some_and(|z| z.starts_with(&self.settings.az_prefix));
+            if !ours
+                || in_force.contains(aggregate.name.as_str())
+                || desired.busy_reservations.contains(&aggregate.name)
+                || aggregate.hosts.iter().any(busy)
+            {
+                continue;
+            }
+            repairs.push(format!(
+                "aggregate {} belongs to no reservation in force: removed",
+                aggregate.name
+            ));
+            if apply {
+                for host in &aggregate.hosts {
+                    nova.remove_host(aggregate, host).await?;
+                }
+                nova.delete_aggregate(aggregate).await?;
+            }
+        }
+        // Every other enrolled host waits in the freepool.
+        let pooled: BTreeSet<&str> = freepool
+            .as_ref()
+            .map(|f| f.hosts.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        for host in &desired.enrolled {
+            if reserved.contains(host.as_str()) || busy(host) || pooled.contains(host.as_str()) {
+                continue;
+            }
+            repairs.push(format!(
+                "host {host} missing from {}: put back",
+                self.settings.freepool
+            ));
+            if apply && let Some(f) = &freepool {
+                nova.add_host(f, host).await?;
+            }
+        }
+        Ok(repairs)
+    }
+
     /// A new host goes into the freepool, and gets its `blazar_<hostname>` provider under
     /// its compute node's provider (where instance reservations put their classes).
     async fn enrol(&self, action: &Action) -> Result<(), Error> {

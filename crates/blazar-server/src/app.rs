@@ -6,7 +6,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, patch};
+use axum::routing::{get, patch, post};
 use serde_json::json;
 
 use crate::error::{framework_error, method_not_allowed_fallback, not_found_fallback};
@@ -47,6 +47,7 @@ pub fn router(state: AppState) -> Router {
             get(hosts::show_host_allocation).put(hosts::reallocate_host),
         )
         .route("/handovers", get(hosts::list_handovers))
+        .route("/reconcile", post(hosts::reconcile))
         .route("/notifications", get(inventory::list_notifications))
         .nest("/floatingips", inventory::floatingip_routes())
         .nest("/networks", inventory::network_routes())

@@ -1,4 +1,5 @@
-//! The administration commands of the binary: `token create|list|revoke` and `policy show`.
+//! The administration commands of the binary: `token create|list|revoke`, `policy show` and
+//! `reconcile`.
 
 use std::io::Write;
 
@@ -156,4 +157,34 @@ pub fn policy(config: &Config, command: PolicyCommand, out: &mut impl Write) -> 
             Ok(())
         }
     }
+}
+
+/// Runs one reconciler pass with the configured backend, printing each difference found
+/// (repaired with `apply`). Exit status 0 whether or not there was drift.
+pub async fn reconcile(config: &Config, apply: bool, out: &mut impl Write) -> anyhow::Result<()> {
+    let state = crate::build_state(config).await?;
+    let report = state
+        .service
+        .reconcile(apply)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for line in &report.repairs {
+        writeln!(
+            out,
+            "{}{line}",
+            if apply { "repaired: " } else { "drift: " }
+        )?;
+    }
+    writeln!(
+        out,
+        "{} difference(s){}",
+        report.repairs.len(),
+        if apply {
+            ", repaired"
+        } else {
+            " (dry run; --apply repairs them)"
+        }
+    )?;
+    state.service.store().close().await;
+    Ok(())
 }

@@ -217,6 +217,11 @@ pub struct Cli {
     /// again [default: 600].
     #[arg(long, env = "BLAZAR_SERVER_DELETE_TIMEOUT")]
     pub server_delete_timeout: Option<u64>,
+    /// Seconds between two reconciler passes, which repair drift between Nova and the
+    /// database (hosts out of their aggregate, orphaned aggregates); 0 turns it off
+    /// [default: 300].
+    #[arg(long, env = "BLAZAR_RECONCILE_INTERVAL")]
+    pub reconcile_interval: Option<u64>,
     /// Seconds between two passes of the host monitor, which asks the backend (Nova) which
     /// hosts are down or disabled; 0 turns it off [default: 60].
     #[arg(long, env = "BLAZAR_MONITOR_INTERVAL")]
@@ -267,6 +272,16 @@ pub enum Command {
     /// Inspect the authorization policy.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Compare the cloud (Nova aggregates, the freepool) with the database, once, and print
+    /// every difference; with --apply, repair them.
+    Reconcile {
+        /// Only report (the default).
+        #[arg(long, conflicts_with = "apply")]
+        dry_run: bool,
+        /// Repair what differs.
+        #[arg(long)]
+        apply: bool,
+    },
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -350,6 +365,7 @@ pub struct FileConfig {
     pub nova_az_prefix: Option<String>,
     pub server_delete_timeout: Option<u64>,
     pub monitor_interval: Option<u64>,
+    pub reconcile_interval: Option<u64>,
     pub log: Option<String>,
 }
 
@@ -388,6 +404,8 @@ pub struct Config {
     pub openstack: OpenStackConfig,
     /// `None`: the monitor is off.
     pub monitor_interval: Option<std::time::Duration>,
+    /// `None`: no periodic reconciler.
+    pub reconcile_interval: Option<std::time::Duration>,
     pub minutes_before_end_lease: i64,
     pub sqlite_synchronous: SqliteSynchronous,
     pub ratios: blazar_service::Ratios,
@@ -543,7 +561,13 @@ impl Config {
             ),
         };
         let monitor_seconds = cli.monitor_interval.or(file.monitor_interval).unwrap_or(60);
+        let reconcile_seconds = cli
+            .reconcile_interval
+            .or(file.reconcile_interval)
+            .unwrap_or(300);
         Ok(Config {
+            reconcile_interval: (reconcile_seconds > 0)
+                .then(|| std::time::Duration::from_secs(reconcile_seconds.min(86_400))),
             monitor_interval: (monitor_seconds > 0)
                 .then(|| std::time::Duration::from_secs(monitor_seconds.min(86_400))),
             backend: cli

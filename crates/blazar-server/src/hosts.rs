@@ -162,6 +162,35 @@ pub async fn reallocate_host(
     Ok(Json(json!({ "allocation": convert::allocation(entry) })))
 }
 
+/// `POST /v1/reconcile` (admin, additive): compares the cloud with the database once and
+/// repairs what differs; `{"dry_run": true}` only reports.
+pub async fn reconcile(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    JsonObject(body): JsonObject,
+) -> ApiResult<Json<Value>> {
+    let dry_run = match body.get("dry_run") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(crate::error::ApiError {
+                status: StatusCode::BAD_REQUEST,
+                message: format!(
+                    "Malformed parameter dry_run: expected true or false, got {other}"
+                ),
+            });
+        }
+    };
+    if let Some(key) = body.keys().find(|k| k.as_str() != "dry_run") {
+        return Err(crate::error::ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: format!("Unknown field {key}"),
+        });
+    }
+    let report = state.service.reconcile_for(&identity, !dry_run).await?;
+    Ok(Json(json!({ "reconcile": report })))
+}
+
 pub async fn list_host_properties(
     State(state): State<AppState>,
     Caller(identity): Caller,

@@ -179,7 +179,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             }
             _ => None,
         };
-        Some((scheduler, workers, monitor))
+        let reconciler = match (config.reconcile_interval, config.backend) {
+            (Some(every), crate::config::BackendKind::Openstack) => {
+                let service = state.service.clone();
+                let stop = wait_stop(stop_rx.clone());
+                tracing::info!(interval_s = every.as_secs(), "reconciler started");
+                Some(tokio::spawn(async move {
+                    service.run_reconciler(every, stop).await
+                }))
+            }
+            _ => None,
+        };
+        Some((scheduler, workers, monitor, reconciler))
     } else {
         None
     };
@@ -201,11 +212,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::info!(database = %redact(&config.database_url), "blazar-server ready (manager only)");
         wait_stop(stop_rx.clone()).await;
     }
-    if let Some((scheduler, workers, monitor)) = scheduler {
+    if let Some((scheduler, workers, monitor, reconciler)) = scheduler {
         let _ = scheduler.await;
         let _ = workers.await;
-        if let Some(monitor) = monitor {
-            let _ = monitor.await;
+        for task in [monitor, reconciler].into_iter().flatten() {
+            let _ = task.await;
         }
     }
     state.service.store().close().await;

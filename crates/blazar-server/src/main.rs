@@ -1,5 +1,5 @@
 //! `blazar-server`: parses the configuration and runs the server, or an administration
-//! command (`token`, `policy`).
+//! command (`token`, `policy`, `reconcile`).
 
 use std::io::IsTerminal;
 
@@ -35,6 +35,12 @@ async fn main() -> std::process::ExitCode {
                 .with_ansi(std::io::stderr().is_terminal())
                 .init();
             blazar_server::commands::token(&config, token, &mut std::io::stdout()).await
+        }
+        Command::Reconcile { apply, .. } => {
+            logs.with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .init();
+            blazar_server::commands::reconcile(&config, apply, &mut std::io::stdout()).await
         }
         Command::Policy(policy) => {
             logs.with_writer(std::io::stderr)

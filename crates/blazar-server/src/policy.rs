@@ -59,6 +59,8 @@ const DEFAULT_RULES: &[(&str, &str)] = &[
     ("blazar:oshosts:get_resource_properties", "rule:admin"),
     ("blazar:oshosts:update_resource_properties", "rule:admin"),
     ("blazar:oshosts:reallocate", "rule:admin"),
+    // Compare the cloud with the database and repair it (POST /v1/reconcile).
+    ("blazar:reconcile", "rule:admin"),
     ("blazar:floatingips:get", "rule:project_reader_or_admin"),
     ("blazar:floatingips:post", "rule:admin"),
     ("blazar:floatingips:delete", "rule:admin"),

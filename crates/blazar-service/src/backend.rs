@@ -101,6 +101,19 @@ pub trait Backend: Send + Sync {
         Ok(None)
     }
 
+    /// Compares the cloud with `desired` and repairs the differences (`apply`), or only
+    /// lists them. Backends with nothing outside to compare report nothing.
+    async fn reconcile(
+        &self,
+        _desired: &crate::DesiredState,
+        apply: bool,
+    ) -> Result<crate::ReconcileReport, InventoryError> {
+        Ok(crate::ReconcileReport {
+            applied: apply,
+            repairs: Vec::new(),
+        })
+    }
+
     /// Whether enrolling and removing hosts acts on the cloud (then `enrol` and `withdraw`
     /// actions are recorded).
     fn acts_on_inventory(&self) -> bool {

@@ -50,6 +50,7 @@ mod monitor;
 mod policy;
 mod pool;
 mod reallocation;
+mod reconcile;
 mod resources;
 mod scheduler;
 
@@ -71,6 +72,7 @@ pub use monitor::MonitorReport;
 pub use policy::{Authorizer, DefaultPolicy, Target, policy_denied};
 pub use pool::PoolType;
 pub use reallocation::ReallocationFilter;
+pub use reconcile::{DesiredState, HeldHosts, ReconcileReport};
 pub use resources::{Grant, PhysicalHostType, ResourceType};
 pub use scheduler::TickReport;
 

@@ -59,7 +59,8 @@ impl Authorizer for DefaultPolicy {
                 || r.starts_with("blazar:floatingips:")
                 || r.starts_with("blazar:networks:")
                 || r.starts_with("blazar:devices:")
-                || r.starts_with("blazar:flavors:") =>
+                || r.starts_with("blazar:flavors:")
+                || r == "blazar:reconcile" =>
             {
                 caller.is_admin()
             }

@@ -1,0 +1,150 @@
+//! The reconciler: what the database says the cloud should look like, handed to the backend,
+//! which compares it with what the cloud says and repairs the difference (or only reports it,
+//! on a dry run). Hosts and reservations with actions still open are left to those actions.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+
+use blazar_core::{LeaseStatus, PHYSICAL_HOST, ReservationStatus};
+use blazar_db::LeaseFilter;
+
+use crate::{Identity, Service, ServiceError, ServiceResult};
+
+/// One host reservation as the cloud should show it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldHosts {
+    pub reservation_id: String,
+    pub project_id: String,
+    /// Compute service names.
+    pub hosts: Vec<String>,
+}
+
+/// What the cloud should look like.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DesiredState {
+    /// Host reservations in force (their lease ACTIVE, no action open on them).
+    pub reservations: Vec<HeldHosts>,
+    /// Service names of every enrolled host.
+    pub enrolled: Vec<String>,
+    /// Reservations and hosts with actions still open: not to be touched now.
+    pub busy_reservations: BTreeSet<String>,
+    pub busy_hosts: BTreeSet<String>,
+}
+
+/// What a pass found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReconcileReport {
+    /// Whether the repairs were made (false: a dry run only lists them).
+    pub applied: bool,
+    /// One line per difference found (and repaired, if applied).
+    pub repairs: Vec<String>,
+}
+
+impl Service {
+    /// What the database says the cloud should look like now.
+    pub async fn desired_state(&self) -> ServiceResult<DesiredState> {
+        in_tx!(self, read, |tx| {
+            let mut desired = DesiredState::default();
+            let hosts = tx.list_hosts().await?;
+            let name_of = |id: i64| {
+                hosts
+                    .iter()
+                    .find(|h| h.id == id)
+                    .map(|h| h.facts.service_name.clone())
+            };
+            desired.enrolled = hosts.iter().map(|h| h.facts.service_name.clone()).collect();
+            for action in tx.list_actions(&["pending", "running"], 100_000).await? {
+                desired
+                    .busy_reservations
+                    .insert(action.reservation_id.clone());
+                if action.resource_type == PHYSICAL_HOST {
+                    let payload: serde_json::Value =
+                        serde_json::from_str(&action.payload).unwrap_or_default();
+                    for id in payload["resources"].as_array().into_iter().flatten() {
+                        if let Some(name) = id.as_i64().and_then(name_of) {
+                            desired.busy_hosts.insert(name);
+                        }
+                    }
+                }
+            }
+            let active = tx
+                .lease_trees(&LeaseFilter {
+                    status: Some(LeaseStatus::Active.as_str().to_string()),
+                    ..LeaseFilter::default()
+                })
+                .await?;
+            for (lease, reservations, _) in active {
+                let allocations = tx.allocations_of_lease(&lease.id).await?;
+                for r in reservations {
+                    if r.resource_type != PHYSICAL_HOST
+                        || r.status != ReservationStatus::Active.as_str()
+                        || desired.busy_reservations.contains(&r.id)
+                    {
+                        continue;
+                    }
+                    let held = allocations
+                        .iter()
+                        .filter(|a| a.reservation_id == r.id)
+                        .filter_map(|a| name_of(a.resource_id))
+                        .collect();
+                    desired.reservations.push(HeldHosts {
+                        reservation_id: r.id.clone(),
+                        project_id: lease.project_id.clone(),
+                        hosts: held,
+                    });
+                }
+            }
+            Ok(desired)
+        })
+    }
+
+    /// Compares the cloud with the database and repairs it (`apply`) or only reports.
+    pub async fn reconcile(&self, apply: bool) -> ServiceResult<ReconcileReport> {
+        let desired = self.desired_state().await?;
+        let report = self
+            .backend
+            .reconcile(&desired, apply)
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        for line in &report.repairs {
+            if apply {
+                tracing::warn!(repair = %line, "reconciler repaired drift");
+            } else {
+                tracing::info!(drift = %line, "reconciler found drift (dry run)");
+            }
+        }
+        Ok(report)
+    }
+
+    /// `POST /v1/reconcile` (admin): one pass on demand.
+    pub async fn reconcile_for(
+        &self,
+        identity: &Identity,
+        apply: bool,
+    ) -> ServiceResult<ReconcileReport> {
+        self.authorize_own("blazar:reconcile", identity)?;
+        self.reconcile(apply).await
+    }
+
+    /// Reconciles (and repairs) every `interval` until `shutdown`.
+    pub async fn run_reconciler(
+        &self,
+        interval: std::time::Duration,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = &mut shutdown => break,
+            }
+            match self.reconcile(true).await {
+                Ok(r) if !r.repairs.is_empty() => {
+                    tracing::warn!(repairs = r.repairs.len(), "reconciler pass repaired drift");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "reconciler pass failed"),
+            }
+        }
+    }
+}
