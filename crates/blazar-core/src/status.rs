@@ -76,6 +76,12 @@ wire_enum!(
         Enrol => "enrol",
         /// Take a host the inventory no longer holds out of there.
         Withdraw => "withdraw",
+        /// Make what a new reservation will be handed over into (Blazar's aggregate).
+        Prepare => "prepare",
+        /// Undo a `prepare` of a reservation that never started.
+        Release => "release",
+        /// Snapshot what runs on the resources before the lease ends (`before_end: snapshot`).
+        Snapshot => "snapshot",
     }
 );
 
@@ -92,6 +98,10 @@ wire_enum!(
         Delete => "delete",
         /// A change to the inventory (enrolment, removal): no lease.
         Inventory => "inventory",
+        /// A new reservation: its lease moves on without waiting for it.
+        Reserve => "reserve",
+        /// The lease is about to end.
+        BeforeEnd => "before_end",
     }
 );
 

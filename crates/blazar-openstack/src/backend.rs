@@ -156,7 +156,11 @@ impl Backend for OpenStackBackend {
         match action.kind {
             ActionKind::Enrol => return self.enrol(action).await.map_err(action_error),
             ActionKind::Withdraw => return self.withdraw(action).await.map_err(action_error),
-            ActionKind::Start | ActionKind::Stop => {}
+            ActionKind::Start
+            | ActionKind::Stop
+            | ActionKind::Prepare
+            | ActionKind::Release
+            | ActionKind::Snapshot => {}
         }
         if action.reservation_type != PHYSICAL_HOST {
             return Err(ActionError::Permanent(format!(
@@ -166,10 +170,17 @@ impl Backend for OpenStackBackend {
         }
         let hosts = Self::service_hosts(store, &action.resources).await?;
         let result = match action.kind {
+            ActionKind::Prepare => self.prepare(action).await,
+            ActionKind::Release => self.release(action).await,
+            ActionKind::Snapshot => self.snapshot(action, &hosts).await,
             ActionKind::Stop => self.stop_hosts(action, &hosts).await,
             _ => self.start_hosts(action, &hosts).await,
         };
         result.map_err(action_error)
+    }
+
+    fn prepares_reservations(&self) -> bool {
+        true
     }
 
     /// Nova's view of the hypervisor (by hostname, id or service host), refused as Blazar
@@ -256,6 +267,53 @@ impl Backend for OpenStackBackend {
 }
 
 impl OpenStackBackend {
+    /// At reservation: the aggregate named after it, in its own zone, owned by the project
+    /// (the hosts join it at start).
+    async fn prepare(&self, action: &Action) -> Result<(), Error> {
+        let nova = self.cloud.nova(action.request_id.as_deref());
+        let zone = format!("{}{}", self.settings.az_prefix, action.reservation_id);
+        let aggregate = nova
+            .ensure_aggregate(&action.reservation_id, Some(&zone))
+            .await?;
+        let mut metadata = Map::new();
+        metadata.insert(self.settings.owner_key.clone(), json!(action.project_id));
+        nova.set_metadata(&aggregate, metadata).await
+    }
+
+    /// A reservation deleted before it started: its (empty) aggregate goes.
+    async fn release(&self, action: &Action) -> Result<(), Error> {
+        let nova = self.cloud.nova(action.request_id.as_deref());
+        if let Some(aggregate) = nova.find_aggregate(&action.reservation_id).await? {
+            if !aggregate.hosts.is_empty() {
+                let freepool = nova.ensure_aggregate(&self.settings.freepool, None).await?;
+                for host in &aggregate.hosts {
+                    nova.remove_host(&aggregate, host).await?;
+                    nova.add_host(&freepool, host).await?;
+                }
+            }
+            nova.delete_aggregate(&aggregate).await?;
+        }
+        Ok(())
+    }
+
+    /// `before_end: snapshot`: an image of every server on the hosts, named as Blazar names
+    /// them (`reserved_<server name>`).
+    async fn snapshot(&self, action: &Action, hosts: &[String]) -> Result<(), Error> {
+        let nova = self.cloud.nova(action.request_id.as_deref());
+        for host in hosts {
+            for (id, name) in nova.servers_on_host(host).await? {
+                let image = format!("reserved_{name}");
+                // Once per server, however many times the action runs.
+                if self.cloud.image_of_server_exists(&image, &id).await? {
+                    continue;
+                }
+                nova.create_image(&id, &image).await?;
+                tracing::info!(server.id = %id, host, "snapshot requested before the lease ends");
+            }
+        }
+        Ok(())
+    }
+
     /// Nova's aggregates against the database: every reservation in force has its aggregate
     /// with its owner and exactly its hosts; no aggregate of a reservation no longer in force
     /// is left; every other enrolled host is in the freepool. Returns what differed.
@@ -351,6 +409,7 @@ impl OpenStackBackend {
                 .is_some_and(|z| z.starts_with(&self.settings.az_prefix));
             if !ours
                 || in_force.contains(aggregate.name.as_str())
+                || (desired.upcoming.contains(&aggregate.name) && aggregate.hosts.is_empty())
                 || desired.busy_reservations.contains(&aggregate.name)
                 || aggregate.hosts.iter().any(busy)
             {

@@ -35,6 +35,25 @@ impl Cloud {
         }
     }
 
+    /// Whether Glance has an image named `name` made from server `server_id`.
+    pub async fn image_of_server_exists(&self, name: &str, server_id: &str) -> Result<bool> {
+        let found = self
+            .session
+            .call(
+                "image",
+                reqwest::Method::GET,
+                &format!("/v2/images?name={}", placement::urlencode(name)),
+                session::Call::default(),
+            )
+            .await?
+            .body;
+        Ok(found["images"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|i| i["instance_uuid"].as_str() == Some(server_id)))
+    }
+
     pub fn placement<'a>(&'a self, request_id: Option<&'a str>) -> placement::Placement<'a> {
         placement::Placement {
             session: &self.session,

@@ -189,6 +189,47 @@ impl Service {
         Ok(!by_type.is_empty())
     }
 
+    /// Records an action on a host reservation as a whole (`prepare`, `release`), when the
+    /// backend prepares reservations. It names no resource, so nothing waits for it.
+    pub(crate) async fn record_reservation_action(
+        &self,
+        tx: &mut Tx,
+        lease: &LeaseRow,
+        reservation: &ReservationRow,
+        kind: ActionKind,
+        purpose: ActionPurpose,
+    ) -> ServiceResult<()> {
+        if !self.backend.prepares_reservations()
+            || reservation.resource_type != blazar_core::PHYSICAL_HOST
+        {
+            return Ok(());
+        }
+        let payload = json!({
+            "lease_name": lease.name,
+            "user_id": lease.user_id,
+            "reservation_type": reservation.resource_type,
+            "resources": [],
+            "units": [],
+            "params": Value::Object(reservation.params.clone()),
+            "lease_start": lease.start.timestamp(),
+            "lease_end": lease.end.timestamp(),
+        });
+        tx.insert_action(&NewAction {
+            lease_id: lease.id.clone(),
+            reservation_id: reservation.id.clone(),
+            project_id: lease.project_id.clone(),
+            kind: kind.as_str().to_string(),
+            purpose: purpose.as_str().to_string(),
+            resource_type: reservation.resource_type.clone(),
+            payload: payload.to_string(),
+            resources: Vec::new(),
+            request_id: current_request_id(),
+            created_at: self.now(),
+        })
+        .await?;
+        Ok(())
+    }
+
     /// Records an inventory action on one host (`Enrol` after it is added, `Withdraw` after
     /// it is removed), when the backend acts on the inventory.
     pub(crate) async fn record_host_action(
@@ -337,7 +378,13 @@ impl Service {
             .purpose
             .parse()
             .map_err(|_| ServiceError::Internal(format!("action {}: bad purpose", row.seq)))?;
-        if matches!(purpose, ActionPurpose::Delete | ActionPurpose::Inventory) {
+        if matches!(
+            purpose,
+            ActionPurpose::Delete
+                | ActionPurpose::Inventory
+                | ActionPurpose::Reserve
+                | ActionPurpose::BeforeEnd
+        ) {
             return Ok(());
         }
         let Some(mut lease) = tx.lock_lease(&row.lease_id).await? else {

@@ -114,6 +114,13 @@ pub trait Backend: Send + Sync {
         })
     }
 
+    /// Whether a new host reservation is prepared in the cloud as soon as it is made
+    /// (`prepare`, and `release` if it is deleted before it starts), as Blazar creates the
+    /// reservation's aggregate at reservation time.
+    fn prepares_reservations(&self) -> bool {
+        false
+    }
+
     /// Whether enrolling and removing hosts acts on the cloud (then `enrol` and `withdraw`
     /// actions are recorded).
     fn acts_on_inventory(&self) -> bool {
@@ -153,8 +160,12 @@ impl Backend for StandaloneBackend {
                         .await
                         .map_err(db_error)?;
                 }
-                // Nothing outside to change when the inventory changes.
-                ActionKind::Enrol | ActionKind::Withdraw => {}
+                // Nothing outside to change for the others.
+                ActionKind::Enrol
+                | ActionKind::Withdraw
+                | ActionKind::Prepare
+                | ActionKind::Release
+                | ActionKind::Snapshot => {}
             }
         }
         tx.commit().await.map_err(db_error)?;
@@ -170,6 +181,9 @@ impl Backend for StandaloneBackend {
                     ActionKind::Stop => "resource taken back",
                     ActionKind::Enrol => "host enrolled",
                     ActionKind::Withdraw => "host withdrawn",
+                    ActionKind::Prepare => "reservation prepared",
+                    ActionKind::Release => "reservation released",
+                    ActionKind::Snapshot => "snapshot requested",
                 }
             );
         }

@@ -346,6 +346,14 @@ impl Service {
                 .await?;
             reservation.granted_units = grant.units;
             tx.update_reservation(&reservation).await?;
+            self.record_reservation_action(
+                tx,
+                &lease,
+                &reservation,
+                ActionKind::Prepare,
+                ActionPurpose::Reserve,
+            )
+            .await?;
             reservations.push(reservation);
         }
         let mut events = vec![
@@ -775,7 +783,19 @@ impl Service {
                 .await?;
             let started = event_status(&events, EventType::StartLease) != EventStatus::Undone;
             for reservation in &reservations {
-                if !started || reservation.status == ReservationStatus::Deleted.as_str() {
+                if !started {
+                    // Nothing was handed over; only what was prepared goes.
+                    self.record_reservation_action(
+                        tx,
+                        &lease,
+                        reservation,
+                        ActionKind::Release,
+                        ActionPurpose::Delete,
+                    )
+                    .await?;
+                    continue;
+                }
+                if reservation.status == ReservationStatus::Deleted.as_str() {
                     continue;
                 }
                 let held: Vec<AllocationRow> = allocations

@@ -26,6 +26,9 @@ pub struct DesiredState {
     pub reservations: Vec<HeldHosts>,
     /// Service names of every enrolled host.
     pub enrolled: Vec<String>,
+    /// Host reservations of leases that have not started: their aggregates may exist (made
+    /// at reservation) and stay.
+    pub upcoming: BTreeSet<String>,
     /// Reservations and hosts with actions still open: not to be touched now.
     pub busy_reservations: BTreeSet<String>,
     pub busy_hosts: BTreeSet<String>,
@@ -73,6 +76,20 @@ impl Service {
                     ..LeaseFilter::default()
                 })
                 .await?;
+            let pending = tx
+                .lease_trees(&LeaseFilter {
+                    status: Some(LeaseStatus::Pending.as_str().to_string()),
+                    ..LeaseFilter::default()
+                })
+                .await?;
+            for (_, reservations, _) in pending {
+                desired.upcoming.extend(
+                    reservations
+                        .into_iter()
+                        .filter(|r| r.resource_type == PHYSICAL_HOST)
+                        .map(|r| r.id),
+                );
+            }
             for (lease, reservations, _) in active {
                 let allocations = tx.allocations_of_lease(&lease.id).await?;
                 for r in reservations {

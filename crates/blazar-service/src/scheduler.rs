@@ -179,6 +179,28 @@ impl Service {
             }
             EventType::BeforeEndLease => {
                 tracing::info!(lease.id = %lease.id, lease.end = %lease.end, "lease ends soon");
+                // `before_end: snapshot` (host reservations): an image of every server on
+                // the hosts, as Blazar's host plugin makes them.
+                for reservation in &reservations {
+                    if reservation.status == ReservationStatus::Active.as_str()
+                        && reservation
+                            .params
+                            .get("before_end")
+                            .and_then(|v| v.as_str())
+                            == Some("snapshot")
+                    {
+                        self.record_action(
+                            tx,
+                            &lease,
+                            reservation,
+                            ActionKind::Snapshot,
+                            ActionPurpose::BeforeEnd,
+                            &held(&reservation.id),
+                            now,
+                        )
+                        .await?;
+                    }
+                }
                 event.status = EventStatus::Done.as_str().to_string();
             }
         }

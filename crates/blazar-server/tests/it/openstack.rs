@@ -316,7 +316,14 @@ async fn host_reservations_move_hosts_between_the_freepool_and_their_aggregate()
     let alpha = env.get("OS_ALPHA_PROJECT_ID");
     app.act_as(&alpha, "alpha-user", "member");
     let r = app
-        .host_lease("alpha", "2030-01-01 10:00", "2030-01-01 12:00", 2, 2, "")
+        .post(
+            "/v1/leases",
+            json!({"name": "alpha", "start_date": "2030-01-01 10:00",
+                "end_date": "2030-01-01 12:00", "before_end_date": "2030-01-01 11:00",
+                "reservations": [{"resource_type": "physical:host", "min": 2, "max": 2,
+                    "hypervisor_properties": "", "resource_properties": "",
+                    "before_end": "snapshot"}], "events": []}),
+        )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
@@ -325,6 +332,29 @@ async fn host_reservations_move_hosts_between_the_freepool_and_their_aggregate()
         .unwrap()
         .to_string();
     app.act_as_admin();
+    // At reservation, its aggregate exists, empty, in its own zone, owned by the project.
+    let prepared = nova
+        .find_aggregate(&rid)
+        .await
+        .unwrap()
+        .expect("aggregate at reservation");
+    assert!(prepared.hosts.is_empty());
+    assert_eq!(prepared.metadata["blazar:owner"], json!(alpha));
+    // A reservation deleted before it starts takes its aggregate with it.
+    let r = app
+        .host_lease("gone", "2030-06-01 10:00", "2030-06-01 12:00", 1, 1, "")
+        .await;
+    let gone_rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(nova.find_aggregate(&gone_rid).await.unwrap().is_some());
+    let gone_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        app.delete(&format!("/v1/leases/{gone_id}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert!(nova.find_aggregate(&gone_rid).await.unwrap().is_none());
 
     // Start: both hosts leave the freepool for the reservation's aggregate.
     app.tick_at(t(2030, 1, 1, 10, 0)).await;
@@ -369,6 +399,16 @@ async fn host_reservations_move_hosts_between_the_freepool_and_their_aggregate()
     );
     let (intruder, status) = boot(&beta_cloud, "intruder", Some(&rid)).await;
     assert_eq!(status, "ERROR", "BlazarFilter let another project in");
+
+    // Before the end, `before_end: snapshot` makes an image of alpha's server.
+    app.tick_at(t(2030, 1, 1, 11, 0)).await;
+    assert!(
+        admin
+            .image_of_server_exists("reserved_in-reservation", &mine)
+            .await
+            .unwrap(),
+        "no snapshot of the server before the lease ended"
+    );
 
     // End: alpha's server is deleted, the hosts go back to the freepool, the aggregate goes.
     app.tick_at(t(2030, 1, 1, 12, 0)).await;
@@ -561,9 +601,16 @@ async fn a_lease_survives_a_broken_cloud() {
         .get(&format!("/v1/leases/{lease_id}/actions"))
         .await
         .body;
-    assert_eq!(actions["actions"][0]["status"], "pending");
+    let start_action = actions["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["kind"] == "start")
+        .unwrap()
+        .clone();
+    assert_eq!(start_action["status"], "pending");
     assert!(
-        actions["actions"][0]["last_error"]
+        start_action["last_error"]
             .as_str()
             .unwrap_or_default()
             .contains("compute"),
