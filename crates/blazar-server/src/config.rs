@@ -121,6 +121,16 @@ pub struct Cli {
     /// Domain of that project [default: Default].
     #[arg(long, env = "BLAZAR_KEYSTONE_PROJECT_DOMAIN")]
     pub keystone_project_domain: Option<String>,
+    /// The OpenStack backend authenticates with this application credential instead of the
+    /// username and password (its secret in BLAZAR_KEYSTONE_APPLICATION_CREDENTIAL_SECRET).
+    #[arg(long, env = "BLAZAR_KEYSTONE_APPLICATION_CREDENTIAL_ID")]
+    pub keystone_application_credential_id: Option<String>,
+    #[arg(
+        long,
+        env = "BLAZAR_KEYSTONE_APPLICATION_CREDENTIAL_SECRET",
+        hide_env_values = true
+    )]
+    pub keystone_application_credential_secret: Option<Secret>,
     /// Most validated Keystone tokens kept in memory [default: 10000].
     #[arg(long, env = "BLAZAR_TOKEN_CACHE_SIZE")]
     pub token_cache_size: Option<usize>,
@@ -337,6 +347,8 @@ pub struct FileConfig {
     pub keystone_user_domain: Option<String>,
     pub keystone_project: Option<String>,
     pub keystone_project_domain: Option<String>,
+    pub keystone_application_credential_id: Option<String>,
+    pub keystone_application_credential_secret: Option<Secret>,
     pub token_cache_size: Option<usize>,
     pub token_revalidate_seconds: Option<u64>,
     pub noauth_project_id: Option<String>,
@@ -378,6 +390,7 @@ pub struct KeystoneConfig {
     pub user_domain: String,
     pub project: String,
     pub project_domain: String,
+    pub application_credential: Option<(String, Secret)>,
     pub token_cache_size: usize,
     pub token_revalidate_seconds: u64,
 }
@@ -604,6 +617,18 @@ impl Config {
                     .keystone_project_domain
                     .or(file.keystone_project_domain)
                     .unwrap_or_else(|| "Default".into()),
+                application_credential: match (
+                    cli.keystone_application_credential_id
+                        .or(file.keystone_application_credential_id),
+                    cli.keystone_application_credential_secret
+                        .or(file.keystone_application_credential_secret),
+                ) {
+                    (Some(id), Some(secret)) => Some((id, secret)),
+                    (None, None) => None,
+                    _ => {
+                        anyhow::bail!("keystone_application_credential_id and _secret go together")
+                    }
+                },
                 token_cache_size: cli
                     .token_cache_size
                     .or(file.token_cache_size)

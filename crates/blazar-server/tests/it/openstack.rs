@@ -755,3 +755,175 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
 fn alpha_or_admin(lease: &Value) -> String {
     lease["lease"]["project_id"].as_str().unwrap().to_string()
 }
+
+/// The real backend, counting how often each action reaches it.
+struct Counted {
+    inner: OpenStackBackend,
+    calls: Arc<std::sync::Mutex<HashMap<i64, usize>>>,
+}
+
+#[async_trait::async_trait]
+impl blazar_service::Backend for Counted {
+    async fn apply(
+        &self,
+        store: &blazar_db::Store,
+        action: &blazar_service::Action,
+    ) -> Result<(), blazar_service::ActionError> {
+        *self.calls.lock().unwrap().entry(action.seq).or_default() += 1;
+        self.inner.apply(store, action).await
+    }
+
+    async fn describe_host(
+        &self,
+        name: &str,
+    ) -> Result<Option<blazar_core::HostFacts>, blazar_service::InventoryError> {
+        self.inner.describe_host(name).await
+    }
+
+    fn acts_on_inventory(&self) -> bool {
+        true
+    }
+
+    fn prepares_reservations(&self) -> bool {
+        true
+    }
+}
+
+/// Until no action is open: the test clock jumps by hours, which would expire the claims of
+/// actions still running (and have them run again, as after a worker's death).
+async fn wait_idle(app: &TestApp) {
+    for _ in 0..600 {
+        let mut tx = app.service.store().read().await.unwrap();
+        let open = tx.list_actions(&["pending", "running"], 10).await.unwrap();
+        drop(tx);
+        if open.is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("actions still open after 60 s");
+}
+
+async fn wait_for_status(app: &TestApp, leases: &[String], status: &str) {
+    for _ in 0..600 {
+        let mut all = true;
+        for l in leases {
+            all &= app.get(&format!("/v1/leases/{l}")).await.body["lease"]["status"] == status;
+        }
+        if all {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the leases did not all become {status} within 60 s");
+}
+
+#[tokio::test]
+async fn two_replicas_carry_out_each_action_once_on_the_cloud() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let calls = Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let counted = || {
+        Arc::new(Counted {
+            inner: OpenStackBackend::new(env.service(), OpenStackSettings::default()),
+            calls: calls.clone(),
+        })
+    };
+    let mut app = TestApp::spawn_backend(counted()).await;
+    let mut replica = app.replica_with(counted()).await;
+    app.auto_actions = false;
+    replica.auto_actions = false;
+    let start = t(2030, 5, 1, 10, 0);
+    replica.clock.set(start - chrono::Duration::hours(1));
+    app.clock.set(start - chrono::Duration::hours(1));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut workers = Vec::new();
+    for service in [app.service.clone(), replica.service.clone()] {
+        let mut rx = stop_rx.clone();
+        workers.push(tokio::spawn(async move {
+            service
+                .run_workers(Duration::from_millis(50), async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await
+        }));
+    }
+    let ids = enrol(&app, &["compute-1", "compute-2", "compute-3"]).await;
+    let mut leases = Vec::new();
+    for i in 0..3 {
+        // Alternate replicas for the requests too.
+        let via = if i % 2 == 0 { &app } else { &replica };
+        let r = via
+            .host_lease(
+                &format!("r{i}"),
+                "2030-05-01 10:00",
+                "2030-05-01 12:00",
+                1,
+                1,
+                "",
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        leases.push(r.body["lease"]["id"].as_str().unwrap().to_string());
+    }
+    wait_idle(&app).await;
+    app.clock.set(start);
+    replica.clock.set(start);
+    app.service.tick(start).await.unwrap();
+    wait_for_status(&app, &leases, "ACTIVE").await;
+    let reserved: usize = nova
+        .aggregates()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|a| a.name != "freepool")
+        .map(|a| a.hosts.len())
+        .sum();
+    assert_eq!(reserved, 3);
+    wait_idle(&app).await;
+    let end = t(2030, 5, 1, 12, 0);
+    app.clock.set(end);
+    replica.clock.set(end);
+    replica.service.tick(end).await.unwrap();
+    wait_for_status(&app, &leases, "TERMINATED").await;
+    for id in &ids {
+        assert_eq!(
+            app.delete(&format!("/v1/os-hosts/{id}")).await.status,
+            StatusCode::NO_CONTENT
+        );
+    }
+    // Let the workers take the withdrawals, then stop them.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop_tx.send(true).unwrap();
+    for w in workers {
+        w.await.unwrap();
+    }
+    let calls = calls.lock().unwrap().clone();
+    // 3 enrol + 3 prepare + 3 start + 3 stop + 3 withdraw.
+    assert_eq!(calls.len(), 15, "{calls:?}");
+    if !calls.values().all(|&n| n == 1) {
+        let mut tx = app.service.store().read().await.unwrap();
+        let rows = tx.list_actions(&[], 100).await.unwrap();
+        let why: Vec<String> = rows
+            .iter()
+            .map(|a| {
+                format!(
+                    "{} {} {} attempts={} error={:?}",
+                    a.seq, a.kind, a.status, a.attempts, a.last_error
+                )
+            })
+            .collect();
+        panic!("an action ran twice: {calls:?}\n{}", why.join("\n"));
+    }
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert!(freepool.hosts.is_empty(), "{:?}", freepool.hosts);
+    assert_eq!(
+        nova.aggregates().await.unwrap().len(),
+        1,
+        "only the freepool is left"
+    );
+    drop(replica);
+}
