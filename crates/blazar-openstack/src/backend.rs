@@ -247,19 +247,35 @@ impl Backend for OpenStackBackend {
 
     /// Blazar's polling monitor: a hypervisor `state=down` or `status=disabled` is failed.
     async fn host_health(&self) -> Result<Option<Vec<HostHealth>>, InventoryError> {
-        let hypervisors = self
-            .cloud
-            .nova(None)
-            .hypervisors()
-            .await
-            .map_err(|e| InventoryError::Unavailable(format!("nova: {e}")))?;
+        let nova = self.cloud.nova(None);
+        let unavailable = |e: Error| InventoryError::Unavailable(format!("nova: {e}"));
+        let hypervisors = nova.hypervisors().await.map_err(unavailable)?;
+        let zones = nova.compute_services().await.map_err(unavailable)?;
         Ok(Some(
             hypervisors
                 .into_iter()
-                .map(|h| HostHealth {
-                    healthy: h.state == "up" && h.status == "enabled",
-                    reason: format!("state={} status={}", h.state, h.status),
-                    hypervisor_hostname: h.hypervisor_hostname,
+                .map(|h| {
+                    let zone = zones
+                        .iter()
+                        .find(|s| s.host == h.service_host)
+                        .map(|s| s.zone.clone())
+                        .unwrap_or_default();
+                    HostHealth {
+                        healthy: h.state == "up" && h.status == "enabled",
+                        reason: format!("state={} status={}", h.state, h.status),
+                        facts: Some(HostFacts {
+                            hypervisor_hostname: h.hypervisor_hostname.clone(),
+                            service_name: h.service_host.clone(),
+                            hypervisor_type: h.hypervisor_type.clone(),
+                            hypervisor_version: h.hypervisor_version,
+                            vcpus: h.vcpus,
+                            memory_mb: h.memory_mb,
+                            local_gb: h.local_gb,
+                            cpu_info: h.cpu_info.clone(),
+                            availability_zone: zone,
+                        }),
+                        hypervisor_hostname: h.hypervisor_hostname,
+                    }
                 })
                 .collect(),
         ))

@@ -59,13 +59,16 @@ pub enum ActionError {
 }
 
 /// What the cloud says of one host's health.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HostHealth {
     pub hypervisor_hostname: String,
     /// Up and enabled: it may take reservations.
     pub healthy: bool,
     /// Why not, for the log (`state=down`, `status=disabled`).
     pub reason: String,
+    /// What the cloud says the host is now (hypervisor facts), when it says: the monitor
+    /// keeps the inventory's facts in step (a resized hypervisor, an upgraded one).
+    pub facts: Option<HostFacts>,
 }
 
 /// Why a host cannot be enrolled as asked.

@@ -2,7 +2,8 @@
 //! monitor does. A failed host (compute service down or disabled) becomes non-reservable and
 //! the reservations holding it are healed onto others; when it is healthy again it becomes
 //! reservable and reservations missing hosts are filled. Only hosts the monitor itself took
-//! out (status `down`) are put back: a host an operator took out stays out.
+//! out (status `down`) are put back: a host an operator took out stays out. The facts the
+//! cloud reports (vCPUs, memory, disk, versions) replace the inventory's when they changed.
 
 use std::future::Future;
 
@@ -20,6 +21,8 @@ pub struct MonitorReport {
     pub failed: Vec<String>,
     /// Hypervisor hostnames put back.
     pub recovered: Vec<String>,
+    /// Hypervisor hostnames whose facts changed in the cloud and were updated.
+    pub refreshed: Vec<String>,
 }
 
 impl Service {
@@ -39,6 +42,25 @@ impl Service {
             else {
                 continue;
             };
+            // Facts first: they decide what the host can be granted for.
+            if let Some(mut facts) = state.facts.clone() {
+                // The inventory's own name for the host stays.
+                facts.hypervisor_hostname = host.facts.hypervisor_hostname.clone();
+                if facts != host.facts {
+                    in_tx!(self, write, |tx| {
+                        let now = self.now();
+                        tx.update_host_facts(host.id, &facts, host.reservable, now)
+                            .await?;
+                        Ok(())
+                    })?;
+                    tracing::info!(host = %host.facts.hypervisor_hostname,
+                        vcpus = facts.vcpus, memory_mb = facts.memory_mb, local_gb = facts.local_gb,
+                        "host facts refreshed from the cloud");
+                    report
+                        .refreshed
+                        .push(host.facts.hypervisor_hostname.clone());
+                }
+            }
             let down_by_monitor = host.status.as_deref() == Some(MONITOR_DOWN);
             if !state.healthy && host.reservable {
                 in_tx!(self, write, |tx| {

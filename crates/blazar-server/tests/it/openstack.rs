@@ -513,6 +513,18 @@ async fn a_disabled_compute_service_is_healed_around_and_comes_back() {
         app.service.monitor_hosts().await.unwrap(),
         blazar_service::MonitorReport::default()
     );
+    // Facts that drifted from Nova's are brought back in step.
+    let nova_vcpus =
+        app.get(&format!("/v1/os-hosts/{}", ids[0])).await.body["host"]["vcpus"].clone();
+    let r = app
+        .put(&format!("/v1/os-hosts/{}", ids[0]), json!({"vcpus": 1}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["host"]["vcpus"], 1);
+    let report = app.service.monitor_hosts().await.unwrap();
+    assert_eq!(report.refreshed, vec!["compute-1".to_string()]);
+    let host = app.get(&format!("/v1/os-hosts/{}", ids[0])).await.body;
+    assert_eq!(host["host"]["vcpus"], nova_vcpus);
     set_compute_enabled(&admin, failing_name, false).await;
     let report = app.service.monitor_hosts().await.unwrap();
     assert_eq!(report.failed, vec![failing_name.to_string()]);
