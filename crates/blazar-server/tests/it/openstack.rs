@@ -939,3 +939,170 @@ async fn two_replicas_carry_out_each_action_once_on_the_cloud() {
     );
     drop(replica);
 }
+
+/// A token of `user` in `project` (names; domain Default).
+async fn token(env: &Env, user: &str, password: &str, project: &str) -> String {
+    let r = reqwest::Client::new()
+        .post(format!("{}/auth/tokens", env.get("OS_AUTH_URL")))
+        .json(&json!({"auth": {
+            "identity": {"methods": ["password"], "password": {"user": {
+                "name": user, "domain": {"name": "Default"}, "password": password}}},
+            "scope": {"project": {"name": project, "domain": {"name": "Default"}}}}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    r.headers()["x-subject-token"].to_str().unwrap().to_string()
+}
+
+/// The deployment the README walks through: the real binary with `--auth keystone
+/// --backend openstack`, its own scheduler, workers, monitor and reconciler, real tokens,
+/// the real clock.
+#[tokio::test]
+async fn the_binary_deployed_as_the_readme_says() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("blazar.db").display().to_string();
+    let port = crate::support::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let password = env.get("OS_SERVICE_PASSWORD");
+    let auth_url = env.get("OS_AUTH_URL");
+    let args = [
+        "--auth",
+        "keystone",
+        "--backend",
+        "openstack",
+        "--keystone-url",
+        auth_url.as_str(),
+        "--keystone-username",
+        "blazar",
+        "--os-region",
+        "RegionOne",
+        "--listen",
+        listen.as_str(),
+        "--database-url",
+        db.as_str(),
+        "--monitor-interval",
+        "2",
+        "--reconcile-interval",
+        "2",
+    ];
+    let server = crate::support::ServerProcess::start_with_env(
+        &args,
+        &[("BLAZAR_KEYSTONE_PASSWORD", password.as_str())],
+    )
+    .await;
+    let base = format!("http://{listen}/v1");
+    let http = reqwest::Client::new();
+    let admin_token = token(
+        &env,
+        &env.get("OS_USERNAME"),
+        &env.get("OS_PASSWORD"),
+        &env.get("OS_PROJECT_NAME"),
+    )
+    .await;
+    let alpha_token = token(&env, "alpha-member", &env.get("OS_USER_PASSWORD"), "alpha").await;
+
+    let r = http
+        .post(format!("{base}/os-hosts"))
+        .header("x-auth-token", &admin_token)
+        .json(&json!({"name": "compute-1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let host: Value = r.json().await.unwrap();
+    let host_id = host["host"]["id"].as_str().unwrap().to_string();
+    let r = http
+        .post(format!("{base}/leases"))
+        .header("x-auth-token", &alpha_token)
+        .json(
+            &json!({"name": "now", "start_date": "now", "end_date": "2040-01-01 00:00",
+            "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
+                "hypervisor_properties": "", "resource_properties": ""}], "events": []}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let lease: Value = r.json().await.unwrap();
+    let lease_id = lease["lease"]["id"].as_str().unwrap().to_string();
+    let rid = lease["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut status = String::new();
+    for _ in 0..300 {
+        let l: Value = http
+            .get(format!("{base}/leases/{lease_id}"))
+            .header("x-auth-token", &alpha_token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        status = l["lease"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if status == "ACTIVE" || status == "ERROR" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, "ACTIVE", "{}", server.logs());
+    let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    assert_eq!(aggregate.hosts, vec!["compute-1".to_string()]);
+
+    // Drift made by hand is repaired by the periodic reconciler.
+    nova.remove_host(&aggregate, "compute-1").await.unwrap();
+    let mut repaired = false;
+    for _ in 0..100 {
+        let a = nova.find_aggregate(&rid).await.unwrap().unwrap();
+        if a.hosts == vec!["compute-1".to_string()] {
+            repaired = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(repaired, "{}", server.logs());
+
+    // The owner deletes the lease: the host goes back, the aggregate goes.
+    let r = http
+        .delete(format!("{base}/leases/{lease_id}"))
+        .header("x-auth-token", &alpha_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let mut back = false;
+    for _ in 0..300 {
+        let gone = nova.find_aggregate(&rid).await.unwrap().is_none();
+        let pooled = nova
+            .find_aggregate("freepool")
+            .await
+            .unwrap()
+            .is_some_and(|f| f.hosts == vec!["compute-1".to_string()]);
+        if gone && pooled {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(back, "{}", server.logs());
+    let r = http
+        .delete(format!("{base}/os-hosts/{host_id}"))
+        .header("x-auth-token", &admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let logs = server.stop().await;
+    assert!(logs.contains("reconciler repaired drift"), "{logs}");
+}
