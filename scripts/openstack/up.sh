@@ -268,10 +268,10 @@ OS_ALPHA_USERNAME=alpha-member
 OS_ALPHA_PROJECT_ID=$OS_ALPHA_PROJECT_ID
 OS_BETA_USERNAME=beta-member
 OS_BETA_PROJECT_ID=$OS_BETA_PROJECT_ID
-OS_COMPUTE_HOSTS="${hosts[*]}"
-OS_EXTERNAL_NETWORK=public
-OS_IMAGE=cirros-fake
-OS_FLAVOR=m1.tiny
+CLOUD_COMPUTE_HOSTS="${hosts[*]}"
+CLOUD_EXTERNAL_NETWORK=public
+CLOUD_IMAGE=cirros-fake
+CLOUD_FLAVOR=m1.tiny
 ENV
 
 # The computes register, then cells learn of them; an image, a flavor, an external network.

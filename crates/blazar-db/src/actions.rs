@@ -139,6 +139,32 @@ impl Tx {
         claim_for: Duration,
         limit: usize,
     ) -> DbResult<Vec<ActionRow>> {
+        self.claim(now, worker, claim_for, limit, None).await
+    }
+
+    /// Claims action `seq` if it may run now (as `claim_actions` would).
+    pub async fn claim_action(
+        &mut self,
+        seq: i64,
+        now: DateTime<Utc>,
+        worker: &str,
+        claim_for: Duration,
+    ) -> DbResult<Option<ActionRow>> {
+        Ok(self
+            .claim(now, worker, claim_for, 1, Some(seq))
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    async fn claim(
+        &mut self,
+        now: DateTime<Utc>,
+        worker: &str,
+        claim_for: Duration,
+        limit: usize,
+        only: Option<i64>,
+    ) -> DbResult<Vec<ActionRow>> {
         let lock = match self.backend() {
             Backend::Postgres => " FOR UPDATE OF a SKIP LOCKED",
             Backend::Sqlite => "",
@@ -154,11 +180,14 @@ impl Tx {
                      AND s.resource_id = r.resource_id AND s.seq < r.seq \
                  JOIN actions b ON b.seq = s.seq AND b.status IN {OPEN} \
                  WHERE r.seq = a.seq) \
-             ORDER BY a.seq LIMIT $2{lock}"
+             {only_filter} ORDER BY a.seq LIMIT $2{lock}",
+            only_filter = if only.is_some() { "AND a.seq = $3" } else { "" }
         );
-        let rows = self
-            .fetch_rows(&sql, vec![to_secs(now).into(), (limit as i64).into()])
-            .await?;
+        let mut args: Vec<Arg> = vec![to_secs(now).into(), (limit as i64).into()];
+        if let Some(seq) = only {
+            args.push(seq.into());
+        }
+        let rows = self.fetch_rows(&sql, args).await?;
         let mut claimed = Vec::with_capacity(rows.len());
         for row in rows {
             let seq: i64 = row.try_get("seq")?;
@@ -258,6 +287,12 @@ impl Tx {
             format!("SELECT {ACTION_COLUMNS} FROM actions a WHERE a.lease_id = $1 ORDER BY a.seq");
         let rows = self.fetch_rows(&sql, vec![lease_id.into()]).await?;
         rows.iter().map(action_from_row).collect()
+    }
+
+    pub async fn get_action(&mut self, seq: i64) -> DbResult<Option<ActionRow>> {
+        let sql = format!("SELECT {ACTION_COLUMNS} FROM actions a WHERE a.seq = $1");
+        let rows = self.fetch_rows(&sql, vec![seq.into()]).await?;
+        rows.first().map(action_from_row).transpose()
     }
 
     /// Actions in `statuses` (all when empty), newest first, at most `limit`.

@@ -237,29 +237,65 @@ impl Service {
         tx: &mut Tx,
         kind: ActionKind,
         host: &blazar_core::HostRecord,
-    ) -> ServiceResult<()> {
+    ) -> ServiceResult<Option<i64>> {
         if !self.backend.acts_on_inventory() {
-            return Ok(());
+            return Ok(None);
         }
         let payload = json!({
             "resources": [host.id],
             "units": [1],
             "hosts": [[host.facts.service_name, host.facts.hypervisor_hostname]],
         });
-        tx.insert_action(&NewAction {
-            lease_id: String::new(),
-            reservation_id: String::new(),
-            project_id: String::new(),
-            kind: kind.as_str().to_string(),
-            purpose: ActionPurpose::Inventory.as_str().to_string(),
-            resource_type: blazar_core::PHYSICAL_HOST.to_string(),
-            payload: payload.to_string(),
-            resources: vec![host.id],
-            request_id: current_request_id(),
-            created_at: self.now(),
-        })
-        .await?;
-        Ok(())
+        let seq = tx
+            .insert_action(&NewAction {
+                lease_id: String::new(),
+                reservation_id: String::new(),
+                project_id: String::new(),
+                kind: kind.as_str().to_string(),
+                purpose: ActionPurpose::Inventory.as_str().to_string(),
+                resource_type: blazar_core::PHYSICAL_HOST.to_string(),
+                payload: payload.to_string(),
+                resources: vec![host.id],
+                request_id: current_request_id(),
+                created_at: self.now(),
+            })
+            .await?;
+        Ok(Some(seq))
+    }
+
+    /// Sees action `seq` through for a caller that answers only once it is done (as Blazar
+    /// answers a host enrolment once the host is in the freepool): carries it out in this
+    /// task if it may run now, else waits for whoever has it, at most `within`. Returns the
+    /// action as it ended, or `None` if it is still open then (it finishes later).
+    pub(crate) async fn see_through(
+        &self,
+        seq: i64,
+        within: std::time::Duration,
+    ) -> ServiceResult<Option<ActionRow>> {
+        let deadline = tokio::time::Instant::now() + within;
+        let claim_for = chrono::Duration::from_std(self.settings.action_timeout)
+            .unwrap_or_else(|_| chrono::Duration::minutes(5))
+            + chrono::Duration::minutes(1);
+        loop {
+            let now = self.now();
+            let claimed = in_tx!(self, write, |tx| {
+                Ok(tx
+                    .claim_action(seq, now, &self.worker_id, claim_for)
+                    .await?)
+            })?;
+            if let Some(row) = claimed {
+                self.carry_out(row, &mut ActionReport::default()).await?;
+            }
+            let row = in_tx!(self, read, |tx| { Ok(tx.get_action(seq).await?) })?;
+            match row {
+                Some(r) if r.status == "pending" || r.status == "running" => {}
+                other => return Ok(other),
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
     }
 
     /// Wakes this process's workers: actions were committed.

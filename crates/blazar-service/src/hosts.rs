@@ -122,6 +122,10 @@ pub(crate) fn check_capability_key(key: &str) -> ServiceResult<()> {
     Ok(())
 }
 
+/// How long a host create or delete waits for the cloud to have done its part before
+/// answering anyway (it is finished later).
+const ENROL_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl Service {
     pub async fn create_host(
         &self,
@@ -177,7 +181,7 @@ impl Service {
                 return Err(ServiceError::Unavailable(m));
             }
         }
-        let host = in_tx!(self, write, |tx| {
+        let (host, enrol) = in_tx!(self, write, |tx| {
             let now = self.now();
             let new = NewHost {
                 facts: facts.clone(),
@@ -199,10 +203,38 @@ impl Service {
             let host = tx.get_host(id).await?.ok_or_else(|| {
                 ServiceError::Internal(format!("host {id} vanished after insert"))
             })?;
-            self.record_host_action(tx, ActionKind::Enrol, &host)
+            let enrol = self
+                .record_host_action(tx, ActionKind::Enrol, &host)
                 .await?;
-            Ok(host)
+            Ok((host, enrol))
         })?;
+        let host = match enrol {
+            None => host,
+            // Answered once the cloud has it (in the freepool), as Blazar answers; a cloud
+            // that refuses it for good means it is not enrolled.
+            Some(seq) => match self.see_through(seq, ENROL_WAIT).await? {
+                Some(action) if action.status == "failed" => {
+                    let reason = action.last_error.unwrap_or_default();
+                    in_tx!(self, write, |tx| {
+                        tx.delete_host(host.id).await?;
+                        self.record_host_action(tx, ActionKind::Withdraw, &host)
+                            .await?;
+                        Ok(())
+                    })?;
+                    return Err(ServiceError::Conflict(format!(
+                        "Host '{name}' could not be enrolled: {reason}"
+                    )));
+                }
+                Some(_) => host,
+                None => {
+                    tracing::warn!(
+                        host.id = host.id,
+                        "enrolment still under way; answering now"
+                    );
+                    host
+                }
+            },
+        };
         tracing::info!(host.id = host.id, host.name = %host.facts.hypervisor_hostname, "host registered");
         Ok(host)
     }
@@ -364,7 +396,7 @@ impl Service {
     pub async fn delete_host(&self, identity: &Identity, id: &str) -> ServiceResult<()> {
         self.authorize_own("blazar:oshosts:delete", identity)?;
         let host_id = parse_host_id(id)?;
-        in_tx!(self, write, |tx| {
+        let withdraw = in_tx!(self, write, |tx| {
             if !tx.lock_host(host_id).await? {
                 return Err(host_not_found(id));
             }
@@ -384,9 +416,16 @@ impl Service {
                 .await?;
             tx.delete_host(host_id).await?;
             self.record_host_action(tx, ActionKind::Withdraw, &host)
-                .await?;
-            Ok(())
+                .await
         })?;
+        if let Some(seq) = withdraw
+            && self.see_through(seq, ENROL_WAIT).await?.is_none()
+        {
+            tracing::warn!(
+                host.id = host_id,
+                "withdrawal still under way; answering now"
+            );
+        }
         tracing::info!(host.id = host_id, "host deleted");
         Ok(())
     }

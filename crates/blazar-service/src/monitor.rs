@@ -44,8 +44,11 @@ impl Service {
             };
             // Facts first: they decide what the host can be granted for.
             if let Some(mut facts) = state.facts.clone() {
-                // The inventory's own name for the host stays.
+                // The inventory's own name for the host stays, and so does its zone: the
+                // cloud's moves with the aggregate the host is in (a reservation's zone while
+                // it is reserved).
                 facts.hypervisor_hostname = host.facts.hypervisor_hostname.clone();
+                facts.availability_zone = host.facts.availability_zone.clone();
                 if facts != host.facts {
                     in_tx!(self, write, |tx| {
                         let now = self.now();

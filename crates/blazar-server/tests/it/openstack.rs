@@ -188,21 +188,32 @@ fn env() -> Option<Env> {
 }
 
 async fn compute(cloud: &Cloud, method: Method, path: &str, body: Option<Value>) -> Value {
-    cloud
-        .session
-        .call(
-            "compute",
-            method,
-            path,
-            Call {
-                body,
-                headers: vec![("openstack-api-version", "compute 2.61".into())],
-                request_id: None,
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{path}: {e}"))
-        .body
+    // A loaded two-core machine sometimes drops a connection: try again, as a client would.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let answer = cloud
+            .session
+            .call(
+                "compute",
+                method.clone(),
+                path,
+                Call {
+                    body: body.clone(),
+                    headers: vec![("openstack-api-version", "compute 2.61".into())],
+                    request_id: None,
+                },
+            )
+            .await;
+        match answer {
+            Ok(a) => return a.body,
+            Err(blazar_openstack::Error::Unreachable(e)) if tries < 3 => {
+                eprintln!("{path}: {e}; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => panic!("{path}: {e}"),
+        }
+    }
 }
 
 /// Boots a server as `cloud`'s user, with the `reservation` hint if given, and waits until
