@@ -68,8 +68,13 @@ def user(name, password, project_id, roles):
 
 
 service = project("service")
+users = {}
 for name in ["placement", "nova", "neutron", "glance", "blazar"]:
-    user(name, service_pw, service, ["admin", "service"])
+    users[name] = user(name, service_pw, service, ["admin", "service"])
+# blazar-rs acts in users' projects (server groups of instance reservations) with its own
+# credentials scoped there: an inherited role on the domain gives it one in every project.
+call("PUT", f"/OS-INHERIT/domains/default/users/{users['blazar']}/roles/{role_id('admin')}"
+     "/inherited_to_projects")
 
 for kind, base in endpoints.items():
     _, made = call("POST", "/services", {"service": {"type": kind, "name": {

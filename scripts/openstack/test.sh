@@ -30,8 +30,30 @@ if [ "$status" -ne 0 ]; then
     exit "$status"
 fi
 ran="$(grep -c '^test openstack::.* ok$' "$log" || true)"
-if [ "$ran" -lt 6 ]; then
-    echo "== only $ran OpenStack tests ran; expected at least 6" >&2
+if [ "$ran" -lt 8 ]; then
+    echo "== only $ran OpenStack tests ran; expected at least 8" >&2
     exit 1
 fi
-echo "== OpenStack tests: $ran passed in $((SECONDS - t0)) s (whole script $((SECONDS - started)) s)"
+echo "== OpenStack tests: $ran passed in $((SECONDS - t0)) s"
+
+# Replicas on PostgreSQL (SKIP LOCKED claims) against the same cloud, when one is reachable.
+export PGHOST="${PGHOST:-127.0.0.1}" PGPORT="${PGPORT:-5432}" PGUSER="${PGUSER:-postgres}"
+if psql -d postgres -qc "SELECT 1" >/dev/null 2>&1; then
+    t0=$SECONDS
+    pgdb="blazar_os_$(date +%s)_$$"
+    psql -d postgres -v ON_ERROR_STOP=1 -qc "CREATE DATABASE $pgdb"
+    psql -d "$pgdb" -v ON_ERROR_STOP=1 -qc "CREATE EXTENSION IF NOT EXISTS btree_gist"
+    set +e
+    BLAZAR_TEST_OPENSTACK_STATE="$state" \
+        BLAZAR_TEST_DATABASE_URL="postgres://$PGUSER@$PGHOST:$PGPORT/$pgdb" \
+        cargo test -p blazar-server --test it openstack::two_replicas 2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+    set -e
+    psql -d postgres -qc "DROP DATABASE IF EXISTS $pgdb WITH (FORCE)" || true
+    if [ "$status" -ne 0 ] || ! grep -q '^test openstack::two_replicas.* ok$' "$log"; then
+        echo "== the replicas test on PostgreSQL failed" >&2
+        exit 1
+    fi
+    echo "== OpenStack replicas on PostgreSQL passed in $((SECONDS - t0)) s"
+fi
+echo "== OpenStack: whole script $((SECONDS - started)) s"

@@ -46,7 +46,7 @@ pub struct OpenStackBackend {
     settings: OpenStackSettings,
 }
 
-fn action_error(e: Error) -> ActionError {
+pub(crate) fn action_error(e: Error) -> ActionError {
     if e.is_transient() {
         ActionError::Transient(e.to_string())
     } else {
@@ -162,6 +162,19 @@ impl Backend for OpenStackBackend {
             | ActionKind::Release
             | ActionKind::Snapshot => {}
         }
+        match (action.reservation_type.as_str(), action.kind) {
+            (crate::pools::FLOATINGIP, ActionKind::Start | ActionKind::Stop) => {
+                return self.floatingips(store, action).await;
+            }
+            (crate::pools::NETWORK, ActionKind::Start | ActionKind::Stop) => {
+                return self.networks(store, action).await;
+            }
+            (crate::pools::FLOATINGIP | crate::pools::NETWORK, _) => return Ok(()),
+            (crate::instances::VIRTUAL_INSTANCE | crate::instances::FLAVOR_INSTANCE, _) => {
+                return self.instances(store, action).await;
+            }
+            _ => {}
+        }
         if action.reservation_type != PHYSICAL_HOST {
             return Err(ActionError::Permanent(format!(
                 "the openstack backend does not act on {} reservations yet",
@@ -227,6 +240,34 @@ impl Backend for OpenStackBackend {
 
     fn acts_on_inventory(&self) -> bool {
         true
+    }
+
+    /// Blazar's `FloatingIPPool.fetch_subnet`, with its messages.
+    async fn check_floatingip(
+        &self,
+        network_id: &str,
+        address: std::net::IpAddr,
+    ) -> Result<Option<String>, InventoryError> {
+        use crate::neutron::AddressCheck;
+        let checked = self
+            .cloud
+            .neutron(None)
+            .check_address(network_id, address)
+            .await
+            .map_err(|e| InventoryError::Unavailable(format!("neutron: {e}")))?;
+        match checked {
+            AddressCheck::NoNetwork => Err(InventoryError::Invalid(format!(
+                "Failed to find network {network_id}"
+            ))),
+            AddressCheck::NoSubnet => Err(InventoryError::NotFound(format!(
+                "Valid subnet for the floating IP {address} is not found."
+            ))),
+            AddressCheck::UsedByNeutron { subnet_id } => Err(InventoryError::Invalid(format!(
+                "The floating IP {address} is used in allocation_pools or gateway_ip in subnet \
+                 {subnet_id} ."
+            ))),
+            AddressCheck::Reservable { subnet_id } => Ok(Some(subnet_id)),
+        }
     }
 
     async fn reconcile(

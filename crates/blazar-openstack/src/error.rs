@@ -15,6 +15,10 @@ pub enum Error {
         status: u16,
         message: String,
     },
+    /// The cloud is not as the action needs it and waiting will not change that (an
+    /// address held by another project, a segment used by a network that is not ours).
+    #[error("{0}")]
+    Refused(String),
     #[error("{0}")]
     Auth(String),
     #[error("{0}")]
@@ -34,7 +38,7 @@ impl Error {
         match self {
             Error::Unreachable(_) => true,
             Error::Status { status, .. } => matches!(status, 409 | 429 | 500..=599),
-            Error::Auth(_) | Error::Config(_) | Error::Decode(_) => false,
+            Error::Refused(_) | Error::Auth(_) | Error::Config(_) | Error::Decode(_) => false,
         }
     }
 

@@ -2,14 +2,17 @@
 //! as actions after commit (see blazar-service's `actions.rs`).
 //!
 //! * `session`: a Keystone v3 service session and its catalog.
-//! * `nova`, `placement`: the calls Blazar's host plugin makes, each made idempotent (an
-//!   action can run twice).
+//! * `nova`, `placement`, `neutron`: the calls Blazar's plugins make, each made idempotent
+//!   (an action can run twice).
 //! * `backend`: [`OpenStackBackend`], the `Backend` that maps actions onto those calls.
 
 pub mod backend;
 pub mod error;
+mod instances;
+pub mod neutron;
 pub mod nova;
 pub mod placement;
+mod pools;
 pub mod session;
 
 pub use backend::{OpenStackBackend, OpenStackSettings};
@@ -19,13 +22,30 @@ pub use session::{Credentials, Session, SessionConfig};
 /// One session with per-call request ids: the entry point to Nova and Placement.
 pub struct Cloud {
     pub session: Session,
+    /// Sessions scoped to users' projects, made on first use.
+    projects: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Session>>>,
 }
 
 impl Cloud {
     pub fn new(config: SessionConfig) -> Result<Cloud> {
         Ok(Cloud {
             session: Session::new(config)?,
+            projects: std::sync::Mutex::new(std::collections::HashMap::new()),
         })
+    }
+
+    /// The service user's session in project `project_id` (see [`Session::for_project`]).
+    pub fn in_project(&self, project_id: &str) -> Result<std::sync::Arc<Session>> {
+        let mut sessions = self
+            .projects
+            .lock()
+            .map_err(|_| Error::Config("project sessions poisoned".into()))?;
+        if let Some(s) = sessions.get(project_id) {
+            return Ok(s.clone());
+        }
+        let made = std::sync::Arc::new(self.session.for_project(project_id)?);
+        sessions.insert(project_id.to_string(), made.clone());
+        Ok(made)
     }
 
     pub fn nova<'a>(&'a self, request_id: Option<&'a str>) -> nova::Nova<'a> {
@@ -52,6 +72,13 @@ impl Cloud {
             .into_iter()
             .flatten()
             .any(|i| i["instance_uuid"].as_str() == Some(server_id)))
+    }
+
+    pub fn neutron<'a>(&'a self, request_id: Option<&'a str>) -> neutron::Neutron<'a> {
+        neutron::Neutron {
+            session: &self.session,
+            request_id,
+        }
     }
 
     pub fn placement<'a>(&'a self, request_id: Option<&'a str>) -> placement::Placement<'a> {

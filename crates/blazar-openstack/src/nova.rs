@@ -350,6 +350,223 @@ impl Nova<'_> {
         }
     }
 
+    /// The flavor `id`, if Nova has it (admin view, private flavors included).
+    pub async fn flavor(&self, id: &str) -> Result<Option<Value>> {
+        match self
+            .call(Method::GET, &format!("/flavors/{id}"), None)
+            .await
+        {
+            Ok(found) => Ok(Some(found["flavor"].clone())),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes the private flavor `flavor` (its `id` given) with `extra_specs`, unless it is
+    /// there already (an earlier attempt); the extra specs are set either way.
+    pub async fn ensure_flavor(
+        &self,
+        flavor: Value,
+        extra_specs: serde_json::Map<String, Value>,
+    ) -> Result<()> {
+        let id = flavor["id"].as_str().unwrap_or_default().to_string();
+        let existing = self.flavor(&id).await?;
+        // A reservation resized before it started: its flavor is made again (Blazar deletes
+        // and re-creates it on such an update).
+        let stale = existing.as_ref().is_some_and(|found| {
+            ["vcpus", "ram", "disk"]
+                .iter()
+                .any(|k| found[*k].as_i64() != flavor[*k].as_i64())
+        });
+        if stale {
+            self.delete_flavor(&id).await?;
+        }
+        if stale || existing.is_none() {
+            match self
+                .call(Method::POST, "/flavors", Some(json!({ "flavor": flavor })))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_conflict() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if !extra_specs.is_empty() {
+            self.call(
+                Method::POST,
+                &format!("/flavors/{id}/os-extra_specs"),
+                Some(json!({ "extra_specs": extra_specs })),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    pub async fn delete_flavor(&self, id: &str) -> Result<()> {
+        match self
+            .call(Method::DELETE, &format!("/flavors/{id}"), None)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Projects that may use the private flavor `id`.
+    pub async fn flavor_access(&self, id: &str) -> Result<Vec<String>> {
+        let found = self
+            .call(
+                Method::GET,
+                &format!("/flavors/{id}/os-flavor-access"),
+                None,
+            )
+            .await?;
+        Ok(found["flavor_access"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a["tenant_id"].as_str().map(str::to_string))
+            .collect())
+    }
+
+    /// Lets `project` use the flavor; already allowed is fine.
+    pub async fn add_flavor_access(&self, id: &str, project: &str) -> Result<()> {
+        if self.flavor_access(id).await?.iter().any(|p| p == project) {
+            return Ok(());
+        }
+        match self
+            .call(
+                Method::POST,
+                &format!("/flavors/{id}/action"),
+                Some(json!({"addTenantAccess": {"tenant": project}})),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_conflict() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes the flavor away from `project`; not allowed (or no flavor) is fine.
+    pub async fn remove_flavor_access(&self, id: &str, project: &str) -> Result<()> {
+        match self
+            .call(
+                Method::POST,
+                &format!("/flavors/{id}/action"),
+                Some(json!({"removeTenantAccess": {"tenant": project}})),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ids of every project's servers booted with flavor `id`.
+    pub async fn servers_with_flavor(&self, id: &str) -> Result<Vec<String>> {
+        let found = match self
+            .call(
+                Method::GET,
+                &format!(
+                    "/servers?all_tenants=1&flavor={}",
+                    crate::placement::urlencode(id)
+                ),
+                None,
+            )
+            .await
+        {
+            Ok(found) => found,
+            // No such flavor (deleted by an earlier attempt): no server can use it.
+            Err(e) if e.is_not_found() || e.status() == Some(400) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        Ok(found["servers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["id"].as_str().map(str::to_string))
+            .collect())
+    }
+
+    /// Deletes every server booted with flavor `id` and waits until none is left, at most
+    /// `within` (then a transient error).
+    pub async fn clear_flavor(&self, id: &str, within: Duration) -> Result<usize> {
+        let servers = self.servers_with_flavor(id).await?;
+        for server in &servers {
+            tracing::info!(server.id = %server, flavor.id = id, "deleting a server of an ended instance reservation");
+            self.delete_server(server).await?;
+        }
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let left = self.servers_with_flavor(id).await?;
+            if left.is_empty() {
+                return Ok(servers.len());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(Error::Status {
+                    service: "compute".into(),
+                    request: format!("delete servers of flavor {id}"),
+                    status: 503,
+                    message: format!("{} server(s) of flavor {id} still there", left.len()),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// The server group named `name` of the session's project, made with `policy` if
+    /// missing. Returns its id.
+    pub async fn ensure_server_group(&self, name: &str, policy: &str) -> Result<String> {
+        if let Some(id) = self.find_server_group(name, false).await? {
+            return Ok(id);
+        }
+        let made = self
+            .call(
+                Method::POST,
+                "/os-server-groups",
+                Some(json!({"server_group": {"name": name, "policies": [policy]}})),
+            )
+            .await?;
+        Ok(made["server_group"]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string())
+    }
+
+    /// The id of the server group named `name` (every project's when `all_projects`).
+    pub async fn find_server_group(
+        &self,
+        name: &str,
+        all_projects: bool,
+    ) -> Result<Option<String>> {
+        let path = if all_projects {
+            "/os-server-groups?all_projects=true&limit=1000"
+        } else {
+            "/os-server-groups?limit=1000"
+        };
+        let found = self.call(Method::GET, path, None).await?;
+        Ok(found["server_groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|g| g["name"].as_str() == Some(name))
+            .and_then(|g| g["id"].as_str().map(str::to_string)))
+    }
+
+    pub async fn delete_server_group(&self, id: &str) -> Result<()> {
+        match self
+            .call(Method::DELETE, &format!("/os-server-groups/{id}"), None)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Snapshots a server (Blazar's `before_end: snapshot`).
     pub async fn create_image(&self, server_id: &str, name: &str) -> Result<()> {
         self.call(

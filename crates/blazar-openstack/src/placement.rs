@@ -149,6 +149,133 @@ impl Placement<'_> {
     }
 }
 
+impl Placement<'_> {
+    /// Creates the custom resource class `name`; already there is fine.
+    pub async fn ensure_resource_class(&self, name: &str) -> Result<()> {
+        self.call(Method::PUT, &format!("/resource_classes/{name}"), None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Deletes the resource class `name`; absent is fine. Placement refuses (409) while an
+    /// inventory still uses it.
+    pub async fn delete_resource_class(&self, name: &str) -> Result<()> {
+        match self
+            .call(Method::DELETE, &format!("/resource_classes/{name}"), None)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sets the provider's inventory of `class` to `total` units of one (Blazar's instance
+    /// slots), retrying on generation conflicts with a concurrent writer (nova-compute
+    /// updates its tree too).
+    pub async fn set_slots(&self, uuid: &str, class: &str, total: i64) -> Result<()> {
+        let mut tries = 0;
+        loop {
+            let provider = self
+                .call(Method::GET, &format!("/resource_providers/{uuid}"), None)
+                .await?;
+            let generation = provider["generation"].as_i64().unwrap_or(0);
+            let current = self
+                .call(
+                    Method::GET,
+                    &format!("/resource_providers/{uuid}/inventories"),
+                    None,
+                )
+                .await?;
+            if current["inventories"][class]["total"].as_i64() == Some(total) {
+                return Ok(());
+            }
+            let mut body = json!({
+                "resource_provider_generation": generation,
+                "total": total,
+                "reserved": 0,
+                "min_unit": 1,
+                "max_unit": 1,
+                "step_size": 1,
+                "allocation_ratio": 1.0,
+            });
+            // A class the provider has no inventory of yet is added; one it has is replaced.
+            let (method, path) = if current["inventories"][class].is_null() {
+                body["resource_class"] = json!(class);
+                (
+                    Method::POST,
+                    format!("/resource_providers/{uuid}/inventories"),
+                )
+            } else {
+                (
+                    Method::PUT,
+                    format!("/resource_providers/{uuid}/inventories/{class}"),
+                )
+            };
+            match self.call(method, &path, Some(body)).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_conflict() && tries < 5 => tries += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Removes the provider's inventory of `class`; absent is fine. Placement refuses (409)
+    /// while servers still hold units of it.
+    pub async fn delete_inventory(&self, uuid: &str, class: &str) -> Result<()> {
+        match self
+            .call(
+                Method::DELETE,
+                &format!("/resource_providers/{uuid}/inventories/{class}"),
+                None,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Names of the providers with every trait of `required` and none of `forbidden`.
+    pub async fn providers_with_traits(
+        &self,
+        required: &[String],
+        forbidden: &[String],
+    ) -> Result<Vec<String>> {
+        let query: Vec<String> = required
+            .iter()
+            .cloned()
+            .chain(forbidden.iter().map(|t| format!("!{t}")))
+            .collect();
+        let found = self
+            .call(
+                Method::GET,
+                &format!(
+                    "/resource_providers?required={}",
+                    urlencode(&query.join(","))
+                ),
+                None,
+            )
+            .await?;
+        Ok(found["resource_providers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["name"].as_str().map(str::to_string))
+            .collect())
+    }
+}
+
+/// The custom resource class of an instance reservation (`CUSTOM_RESERVATION_<ID>`, the id
+/// upper-cased with `_` for `-`).
+pub fn reservation_class(reservation_id: &str) -> String {
+    format!(
+        "CUSTOM_RESERVATION_{}",
+        reservation_id.to_uppercase().replace('-', "_")
+    )
+}
+
 /// A query value, percent-encoded.
 pub(crate) fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
@@ -163,5 +290,9 @@ mod tests {
         assert_eq!(urlencode("compute-1.example"), "compute-1.example");
         assert_eq!(urlencode("a b&c"), "a+b%26c");
         assert_eq!(reservation_provider_name("c1"), "blazar_c1");
+        assert_eq!(
+            reservation_class("0d3e-aa9f"),
+            "CUSTOM_RESERVATION_0D3E_AA9F"
+        );
     }
 }

@@ -51,6 +51,8 @@ struct Token {
 pub struct Session {
     http: reqwest::Client,
     config: SessionConfig,
+    /// A project (by id) the token is scoped to instead of the configured one.
+    project_id: Option<String>,
     token: Mutex<Option<Token>>,
 }
 
@@ -81,6 +83,29 @@ impl Session {
         Ok(Session {
             http,
             config,
+            project_id: None,
+            token: Mutex::new(None),
+        })
+    }
+
+    /// The same service user scoped to project `project_id`, to act in that project (server
+    /// groups belong to the project that makes them). The operator gives the service user a
+    /// role there (an inherited role on the domain covers every project).
+    pub fn for_project(&self, project_id: &str) -> Result<Session> {
+        if matches!(
+            self.config.credentials,
+            Credentials::ApplicationCredential { .. }
+        ) {
+            return Err(Error::Config(
+                "an application credential is bound to its own project; acting in a user's \
+                 project needs the service user's password"
+                    .into(),
+            ));
+        }
+        Ok(Session {
+            http: self.http.clone(),
+            config: self.config.clone(),
+            project_id: Some(project_id.to_string()),
             token: Mutex::new(None),
         })
     }
@@ -105,8 +130,10 @@ impl Session {
             ..
         } = &self.config.credentials
         {
-            auth["scope"] =
-                json!({"project": {"name": project, "domain": {"name": project_domain}}});
+            auth["scope"] = match &self.project_id {
+                Some(id) => json!({"project": {"id": id}}),
+                None => json!({"project": {"name": project, "domain": {"name": project_domain}}}),
+            };
         }
         let url = format!("{}/auth/tokens", self.config.auth_url.trim_end_matches('/'));
         let response = self

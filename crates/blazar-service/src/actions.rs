@@ -189,7 +189,7 @@ impl Service {
         Ok(!by_type.is_empty())
     }
 
-    /// Records an action on a host reservation as a whole (`prepare`, `release`), when the
+    /// Records an action on a host or instance reservation as a whole (`prepare`, `release`), when the
     /// backend prepares reservations. It names no resource, so nothing waits for it.
     pub(crate) async fn record_reservation_action(
         &self,
@@ -199,8 +199,15 @@ impl Service {
         kind: ActionKind,
         purpose: ActionPurpose,
     ) -> ServiceResult<()> {
+        // Host and instance reservations have something in the cloud before they start
+        // (an aggregate; a flavor, a group and a resource class).
+        let prepared = [
+            blazar_core::PHYSICAL_HOST,
+            crate::instance::VIRTUAL_INSTANCE,
+            crate::instance::FLAVOR_INSTANCE,
+        ];
         if !self.backend.prepares_reservations()
-            || reservation.resource_type != blazar_core::PHYSICAL_HOST
+            || !prepared.contains(&reservation.resource_type.as_str())
         {
             return Ok(());
         }

@@ -80,9 +80,23 @@ pub enum InventoryError {
     /// The cloud refuses it as it is (409): servers on it, several matches.
     #[error("{0}")]
     Conflict(String),
+    /// The cloud refuses the request as given (400).
+    #[error("{0}")]
+    Invalid(String),
     /// The cloud could not be asked (503).
     #[error("{0}")]
     Unavailable(String),
+}
+
+impl From<InventoryError> for crate::ServiceError {
+    fn from(e: InventoryError) -> Self {
+        match e {
+            InventoryError::NotFound(m) => crate::ServiceError::NotFound(m),
+            InventoryError::Conflict(m) => crate::ServiceError::Conflict(m),
+            InventoryError::Invalid(m) => crate::ServiceError::BadRequest(m),
+            InventoryError::Unavailable(m) => crate::ServiceError::Unavailable(m),
+        }
+    }
 }
 
 #[async_trait]
@@ -95,6 +109,17 @@ pub trait Backend: Send + Sync {
     /// The facts of the host named `name`, from the cloud, before it is enrolled. `None`:
     /// this backend has no inventory of its own; the request's facts stand.
     async fn describe_host(&self, _name: &str) -> Result<Option<HostFacts>, InventoryError> {
+        Ok(None)
+    }
+
+    /// Checks a floating IP being registered against the cloud's network (Blazar: the
+    /// network exists, a subnet holds the address, outside its allocation pools and not its
+    /// gateway). Returns the subnet holding it; `None` when this backend cannot tell.
+    async fn check_floatingip(
+        &self,
+        _network_id: &str,
+        _address: std::net::IpAddr,
+    ) -> Result<Option<String>, InventoryError> {
         Ok(None)
     }
 

@@ -175,11 +175,7 @@ impl Service {
         match self.backend.describe_host(&name).await {
             Ok(Some(described)) => facts = described,
             Ok(None) => {}
-            Err(crate::InventoryError::NotFound(m)) => return Err(ServiceError::NotFound(m)),
-            Err(crate::InventoryError::Conflict(m)) => return Err(ServiceError::Conflict(m)),
-            Err(crate::InventoryError::Unavailable(m)) => {
-                return Err(ServiceError::Unavailable(m));
-            }
+            Err(e) => return Err(e.into()),
         }
         let (host, enrol) = in_tx!(self, write, |tx| {
             let now = self.now();

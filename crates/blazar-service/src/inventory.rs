@@ -244,6 +244,24 @@ impl Service {
             }
         }
         let uniq = check_fields(spec, &mut ordered)?;
+        if spec.kind == FLOATINGIP {
+            // A cloud with networks of its own says which subnet holds the address, and
+            // refuses one its DHCP could hand out (Blazar's checks at registration).
+            let network = ordered
+                .get("floating_network_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let address = ordered
+                .get("floating_ip_address")
+                .and_then(Value::as_str)
+                .and_then(|a| a.parse().ok());
+            if let Some(address) = address
+                && let Some(subnet) = self.backend.check_floatingip(&network, address).await?
+            {
+                ordered.insert("subnet_id".into(), Value::from(subnet));
+            }
+        }
         let mut ordered_out = Map::new();
         for field in spec.fields {
             ordered_out.insert(

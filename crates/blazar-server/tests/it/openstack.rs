@@ -1117,3 +1117,423 @@ async fn the_binary_deployed_as_the_readme_says() {
     let logs = server.stop().await;
     assert!(logs.contains("reconciler repaired drift"), "{logs}");
 }
+
+async fn neutron(cloud: &Cloud, method: Method, path: &str, body: Option<Value>) -> Value {
+    cloud
+        .session
+        .call(
+            "network",
+            method,
+            path,
+            Call {
+                body,
+                ..Call::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .body
+}
+
+async fn lease_status(app: &TestApp, lease_id: &str) -> (String, Value) {
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
+    let actions = app
+        .get(&format!("/v1/leases/{lease_id}/actions"))
+        .await
+        .body;
+    (
+        lease["lease"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        actions,
+    )
+}
+
+#[tokio::test]
+async fn floating_ips_and_network_segments_exist_in_neutron_while_reserved() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
+    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let alpha = env.get("OS_ALPHA_PROJECT_ID");
+    let public = neutron(&admin, Method::GET, "/v2.0/networks?name=public", None).await["networks"]
+        [0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let subnet = neutron(
+        &admin,
+        Method::GET,
+        &format!("/v2.0/subnets?network_id={public}"),
+        None,
+    )
+    .await["subnets"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Registration checks the address against the network, with Blazar's answers.
+    let register = |address: &str, network: &str| json!({"floating_network_id": network, "floating_ip_address": address});
+    let r = app
+        .post("/v1/floatingips", register("172.24.4.50", &public))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert_eq!(
+        r.message(),
+        format!(
+            "The floating IP 172.24.4.50 is used in allocation_pools or gateway_ip in subnet \
+             {subnet} ."
+        )
+    );
+    let r = app
+        .post("/v1/floatingips", register("172.24.4.1", &public))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "the gateway: {}", r.body);
+    let r = app
+        .post("/v1/floatingips", register("10.9.9.9", &public))
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    assert_eq!(
+        r.message(),
+        "Valid subnet for the floating IP 10.9.9.9 is not found."
+    );
+    let missing = "6a0c4c2e-0000-4000-8000-000000000000";
+    let r = app
+        .post("/v1/floatingips", register("172.24.4.230", missing))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert_eq!(r.message(), format!("Failed to find network {missing}"));
+    let r = app
+        .post("/v1/floatingips", register("172.24.4.230", &public))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["floatingip"]["subnet_id"], json!(subnet));
+    // A VLAN segment of the cloud's physical network.
+    let r = app
+        .post(
+            "/v1/networks",
+            json!({"network_type": "vlan", "physical_network": "physnet1", "segment_id": 150}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+
+    app.act_as(&alpha, "alpha-user", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "neutron", "start_date": "2030-03-01 10:00",
+                "end_date": "2030-03-01 12:00",
+                "reservations": [
+                    {"resource_type": "virtual:floatingip", "network_id": public, "amount": 1,
+                     "required_floatingips": ["172.24.4.230"]},
+                    {"resource_type": "network", "network_name": "alpha-net",
+                     "network_description": "reserved segment", "resource_properties": ""}],
+                "events": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let fip_rid = r.body["lease"]["reservations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["resource_type"] == "virtual:floatingip")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.act_as_admin();
+    let fips = |body: Value| body["floatingips"].as_array().cloned().unwrap_or_default();
+    let at = "/v2.0/floatingips?floating_ip_address=172.24.4.230";
+    assert!(fips(neutron(&admin, Method::GET, at, None).await).is_empty());
+
+    // Start: the address is a floating IP of alpha's, tagged; the segment a network of
+    // alpha's with its VLAN id.
+    app.tick_at(t(2030, 3, 1, 10, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{actions}");
+    let made = fips(neutron(&admin, Method::GET, at, None).await);
+    assert_eq!(made.len(), 1);
+    assert_eq!(made[0]["project_id"], json!(alpha));
+    let tags: BTreeSet<String> = made[0]["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        tags,
+        BTreeSet::from(["blazar".to_string(), format!("reservation:{fip_rid}")])
+    );
+    // Alpha sees it as its own.
+    let alpha_cloud = env.member("alpha");
+    assert_eq!(
+        fips(neutron(&alpha_cloud, Method::GET, at, None).await).len(),
+        1
+    );
+    let nets = neutron(
+        &alpha_cloud,
+        Method::GET,
+        "/v2.0/networks?name=alpha-net",
+        None,
+    )
+    .await["networks"]
+        .as_array()
+        .cloned()
+        .unwrap();
+    assert_eq!(nets.len(), 1, "alpha does not see its network");
+    let net_id = nets[0]["id"].as_str().unwrap().to_string();
+    let seen = neutron(
+        &admin,
+        Method::GET,
+        &format!("/v2.0/networks/{net_id}"),
+        None,
+    )
+    .await;
+    assert_eq!(seen["network"]["provider:segmentation_id"], 150);
+    assert_eq!(seen["network"]["provider:network_type"], "vlan");
+    assert_eq!(seen["network"]["provider:physical_network"], "physnet1");
+    assert_eq!(seen["network"]["project_id"], json!(alpha));
+    assert_eq!(seen["network"]["description"], "reserved segment");
+    // Alpha puts a subnet and a port on it: they go with the network at the end.
+    neutron(
+        &alpha_cloud,
+        Method::POST,
+        "/v2.0/subnets",
+        Some(json!({"subnet": {"network_id": net_id, "ip_version": 4,
+            "cidr": "10.150.0.0/24"}})),
+    )
+    .await;
+    neutron(
+        &alpha_cloud,
+        Method::POST,
+        "/v2.0/ports",
+        Some(json!({"port": {"network_id": net_id, "name": "left-behind"}})),
+    )
+    .await;
+
+    // End: both are gone.
+    app.tick_at(t(2030, 3, 1, 12, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "TERMINATED", "{actions}");
+    assert!(fips(neutron(&admin, Method::GET, at, None).await).is_empty());
+    let after = neutron(
+        &admin,
+        Method::GET,
+        "/v2.0/networks?provider%3Asegmentation_id=150",
+        None,
+    )
+    .await;
+    assert!(after["networks"].as_array().unwrap().is_empty(), "{after}");
+}
+
+#[tokio::test]
+async fn instance_reservations_make_a_flavor_slots_and_a_group_for_the_project() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let placement = admin.placement(None);
+    let backend = OpenStackBackend::new(
+        env.service(),
+        OpenStackSettings {
+            server_delete_timeout: Duration::from_secs(60),
+            ..OpenStackSettings::default()
+        },
+    );
+    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let host_ids = enrol(&app, &["compute-1", "compute-2", "compute-3"]).await;
+    let alpha = env.get("OS_ALPHA_PROJECT_ID");
+    app.act_as(&alpha, "alpha-user", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "instances", "start_date": "2030-04-01 10:00",
+                "end_date": "2030-04-01 12:00",
+                "reservations": [{"resource_type": "virtual:instance", "amount": 3,
+                    "vcpus": 1, "memory_mb": 64, "disk_gb": 1, "affinity": false,
+                    "resource_properties": ""}],
+                "events": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.act_as_admin();
+    wait_idle(&app).await;
+    let class = format!(
+        "CUSTOM_RESERVATION_{}",
+        rid.to_uppercase().replace('-', "_")
+    );
+
+    // At reservation: the private flavor with Blazar's extra specs, the aggregate with its
+    // metadata, the resource class, and alpha's anti-affinity group.
+    let flavor = compute(&admin, Method::GET, &format!("/flavors/{rid}"), None).await;
+    assert_eq!(flavor["flavor"]["name"], format!("reservation:{rid}"));
+    assert_eq!(flavor["flavor"]["os-flavor-access:is_public"], false);
+    assert_eq!(flavor["flavor"]["vcpus"], 1);
+    assert_eq!(flavor["flavor"]["ram"], 64);
+    let specs = compute(
+        &admin,
+        Method::GET,
+        &format!("/flavors/{rid}/os-extra_specs"),
+        None,
+    )
+    .await["extra_specs"]
+        .clone();
+    assert_eq!(
+        specs["aggregate_instance_extra_specs:reservation"],
+        json!(rid)
+    );
+    assert_eq!(specs[format!("resources:{class}")], "1");
+    let aggregate = nova.find_aggregate(&rid).await.unwrap().expect("aggregate");
+    assert_eq!(aggregate.metadata["reservation"], json!(rid));
+    assert_eq!(aggregate.metadata["filter_tenant_id"], json!(alpha));
+    assert_eq!(aggregate.metadata["blazar:owner"], json!(alpha));
+    assert!(aggregate.availability_zone.is_none());
+    let alpha_cloud = env.member("alpha");
+    let beta_cloud = env.member("beta");
+    let groups = compute(&alpha_cloud, Method::GET, "/os-server-groups", None).await;
+    let group = groups["server_groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == format!("reservation:{rid}"))
+        .cloned()
+        .expect("alpha's server group");
+    assert_eq!(group["policies"], json!(["anti-affinity"]));
+    assert_eq!(specs["affinity_id"], group["id"]);
+
+    // Start: alpha may use the flavor, each host has one slot of the class.
+    app.tick_at(t(2030, 4, 1, 10, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{actions}");
+    assert!(
+        sees_flavor(&alpha_cloud, &rid).await,
+        "alpha does not see its flavor"
+    );
+    assert!(
+        !sees_flavor(&beta_cloud, &rid).await,
+        "beta sees alpha's flavor"
+    );
+    for host in ["compute-1", "compute-2", "compute-3"] {
+        let p = placement
+            .provider_by_name(&format!("blazar_{host}"))
+            .await
+            .unwrap()
+            .unwrap();
+        let inventory = placement.inventories(&p.uuid).await.unwrap();
+        assert!(
+            inventory
+                .iter()
+                .any(|(c, total, _, _)| c == &class && *total == 1),
+            "{host}: {inventory:?}"
+        );
+    }
+    // Alpha boots three servers with it: one per host; a fourth finds no slot.
+    let mut servers = Vec::new();
+    let mut hosts = BTreeSet::new();
+    for i in 0..3 {
+        let (id, status) = boot_flavor(&alpha_cloud, &format!("slot-{i}"), &rid).await;
+        assert_eq!(status, "ACTIVE", "server {i} of the reservation");
+        hosts.insert(server_host(&admin, &id).await);
+        servers.push(id);
+    }
+    assert_eq!(hosts.len(), 3, "{hosts:?}");
+    let (_, status) = boot_flavor(&alpha_cloud, "slot-4", &rid).await;
+    assert_eq!(status, "ERROR", "a fourth server found a slot");
+
+    // End: servers, flavor, group, aggregate, inventories and class are gone.
+    app.tick_at(t(2030, 4, 1, 12, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "TERMINATED", "{actions}");
+    let left = compute(&admin, Method::GET, "/servers?all_tenants=1", None).await;
+    for id in &servers {
+        assert!(
+            left["servers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|s| s["id"] != json!(id)),
+            "server {id} outlived the reservation"
+        );
+    }
+    assert!(nova.flavor(&rid).await.unwrap().is_none());
+    assert!(nova.find_aggregate(&rid).await.unwrap().is_none());
+    let groups = compute(&alpha_cloud, Method::GET, "/os-server-groups", None).await;
+    assert!(
+        groups["server_groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|g| g["name"] != format!("reservation:{rid}"))
+    );
+    let classes = admin
+        .session
+        .call(
+            "placement",
+            Method::GET,
+            &format!("/resource_classes/{class}"),
+            Call {
+                headers: vec![("openstack-api-version", "placement 1.29".into())],
+                ..Call::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(&classes, Err(e) if e.is_not_found()),
+        "{classes:?}"
+    );
+    // Any server still in ERROR goes before the hosts are removed.
+    reset_cloud(&admin).await;
+    withdraw(&app, &admin, &host_ids).await;
+}
+
+async fn sees_flavor(cloud: &Cloud, id: &str) -> bool {
+    let listed = compute(cloud, Method::GET, "/flavors", None).await;
+    listed["flavors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["id"] == json!(id))
+}
+
+/// Boots a server with flavor `flavor` (no hint: instance reservations are found by their
+/// flavor) and waits until it is ACTIVE or ERROR.
+async fn boot_flavor(cloud: &Cloud, name: &str, flavor: &str) -> (String, String) {
+    let images = cloud
+        .session
+        .call(
+            "image",
+            Method::GET,
+            "/v2/images?name=cirros-fake",
+            Call::default(),
+        )
+        .await
+        .unwrap()
+        .body;
+    let image = images["images"][0]["id"].as_str().unwrap().to_string();
+    let body = json!({"server": {"name": name, "imageRef": image, "flavorRef": flavor,
+        "networks": "none"}});
+    let made = compute(cloud, Method::POST, "/servers", Some(body)).await;
+    let id = made["server"]["id"].as_str().unwrap().to_string();
+    for _ in 0..240 {
+        let s = compute(cloud, Method::GET, &format!("/servers/{id}"), None).await;
+        let status = s["server"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if status == "ACTIVE" || status == "ERROR" {
+            return (id, status);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("server {name} neither ACTIVE nor ERROR after 60 s");
+}

@@ -1,0 +1,330 @@
+//! Instance reservations (`virtual:instance`, `flavor:instance`): what Blazar's instance and
+//! flavor plugins make in Nova and Placement (spec sections 4.2, 4.3 and 9).
+//!
+//! At reservation (`prepare`): the server group `reservation:<id>` in the user's project when
+//! affinity is set, the private flavor `<id>` with the reservation's extra specs, the
+//! aggregate `<id>` with its `reservation`, `filter_tenant_id` and owner metadata, and the
+//! resource class `CUSTOM_RESERVATION_<ID>`. At start: flavor access for the project, hosts
+//! in the aggregate, and on each host's `blazar_<hostname>` provider an inventory of the class
+//! equal to its slots. Changes (more instances, healing) bring the hosts and inventories in
+//! line with the reservation's allocations as the database has them now. At the end: access
+//! revoked, the flavor's servers deleted and waited for, then group, flavor, aggregate,
+//! inventories and class removed. Every step checks before it acts.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use blazar_core::{ActionKind, ActionPurpose, PHYSICAL_HOST};
+use blazar_db::Store;
+use blazar_service::{Action, ActionError};
+use serde_json::{Map, Value, json};
+
+use crate::backend::{OpenStackBackend, action_error};
+use crate::error::Error;
+use crate::nova::Nova;
+use crate::placement::{reservation_class, reservation_provider_name};
+
+pub(crate) const VIRTUAL_INSTANCE: &str = "virtual:instance";
+pub(crate) const FLAVOR_INSTANCE: &str = "flavor:instance";
+
+/// The reservation's affinity as Blazar reads it: `None` (no group), or affinity /
+/// anti-affinity.
+fn affinity(params: &Map<String, Value>) -> Option<bool> {
+    match params.get("affinity") {
+        Some(Value::Bool(b)) => Some(*b),
+        Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
+            "true" | "yes" | "1" | "on" | "t" | "y" => Some(true),
+            "false" | "no" | "0" | "off" | "f" | "n" => Some(false),
+            _ => None,
+        },
+        Some(Value::Number(n)) => Some(n.as_i64() != Some(0)),
+        _ => None,
+    }
+}
+
+fn group_name(reservation_id: &str) -> String {
+    format!("reservation:{reservation_id}")
+}
+
+/// The reservation flavor Blazar makes (without extra specs), and the extra specs of the
+/// source flavor it keeps (`flavor:instance`).
+fn flavor_of(action: &Action) -> (Value, Map<String, Value>) {
+    let p = &action.params;
+    let int = |v: Option<&Value>| -> i64 {
+        match v {
+            Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
+            Some(Value::String(s)) => s.trim().parse().unwrap_or(0),
+            _ => 0,
+        }
+    };
+    let mut flavor = json!({
+        "id": action.reservation_id,
+        "name": format!("reservation:{}", action.reservation_id),
+        "os-flavor-access:is_public": false,
+    });
+    let mut extra = Map::new();
+    if action.reservation_type == FLAVOR_INSTANCE {
+        let source: Value = p
+            .get("resource_properties")
+            .and_then(Value::as_str)
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_default();
+        flavor["vcpus"] = json!(int(source.get("vcpus")));
+        flavor["ram"] = json!(int(source.get("ram")));
+        flavor["disk"] = json!(int(source.get("disk")));
+        flavor["OS-FLV-EXT-DATA:ephemeral"] = json!(int(source.get("OS-FLV-EXT-DATA:ephemeral")));
+        if let Some(specs) = source.get("extra_specs").and_then(Value::as_object) {
+            extra = specs.clone();
+        }
+    } else {
+        flavor["vcpus"] = json!(int(p.get("vcpus")));
+        flavor["ram"] = json!(int(p.get("memory_mb")));
+        flavor["disk"] = json!(int(p.get("disk_gb")));
+    }
+    (flavor, extra)
+}
+
+impl OpenStackBackend {
+    fn nova_in_project<'a>(&self, session: &'a crate::Session, action: &'a Action) -> Nova<'a> {
+        Nova {
+            session,
+            request_id: action.request_id.as_deref(),
+        }
+    }
+
+    pub(crate) async fn instances(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<(), ActionError> {
+        let result = match (action.kind, action.purpose) {
+            (ActionKind::Prepare, _) => self.prepare_instances(action).await,
+            (ActionKind::Release, _) => self.teardown_instances(action, &[]).await,
+            (ActionKind::Start, _) => {
+                self.prepare_instances(action).await.map_err(action_error)?;
+                let slots = self.slots(store, action).await?;
+                self.start_instances(action, &slots).await
+            }
+            (ActionKind::Stop, ActionPurpose::LeaseEnd | ActionPurpose::Delete) => {
+                let hosts = self.hosts_of(store, &action.resources).await?;
+                self.teardown_instances(action, &hosts).await
+            }
+            (ActionKind::Stop, _) => {
+                // A host taken out (healing): the others keep their slots.
+                let mut slots = self.slots(store, action).await?;
+                for host in self.hosts_of(store, &action.resources).await? {
+                    slots.entry(host).or_insert(0);
+                }
+                self.start_instances(action, &slots).await
+            }
+            _ => Ok(()),
+        };
+        result.map_err(action_error)
+    }
+
+    /// (service name, hypervisor hostname) of enrolled hosts by id.
+    async fn hosts_of(
+        &self,
+        store: &Store,
+        ids: &[i64],
+    ) -> Result<Vec<(String, String)>, ActionError> {
+        let db = |e: blazar_db::DbError| ActionError::Transient(format!("database: {e}"));
+        let mut tx = store.read().await.map_err(db)?;
+        let mut hosts = Vec::new();
+        for &id in ids {
+            if let Some(h) = tx.get_host(id).await.map_err(db)? {
+                hosts.push((h.facts.service_name, h.facts.hypervisor_hostname));
+            }
+        }
+        Ok(hosts)
+    }
+
+    /// Slots per host the reservation holds now and later, from its allocations.
+    async fn slots(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<BTreeMap<(String, String), i64>, ActionError> {
+        let db = |e: blazar_db::DbError| ActionError::Transient(format!("database: {e}"));
+        let mut tx = store.read().await.map_err(db)?;
+        let mut by_id: BTreeMap<i64, i64> = BTreeMap::new();
+        for a in tx
+            .allocations_of_lease(&action.lease_id)
+            .await
+            .map_err(db)?
+        {
+            if a.reservation_id == action.reservation_id
+                && a.resource_type == PHYSICAL_HOST
+                && a.end > action.at
+            {
+                *by_id.entry(a.resource_id).or_default() += a.units.max(1);
+            }
+        }
+        drop(tx);
+        let mut slots = BTreeMap::new();
+        for (id, n) in by_id {
+            for host in self.hosts_of(store, &[id]).await? {
+                slots.insert(host, n);
+            }
+        }
+        Ok(slots)
+    }
+
+    /// What exists from reservation time on: group, flavor, aggregate, resource class.
+    async fn prepare_instances(&self, action: &Action) -> Result<(), Error> {
+        let nova = self.cloud().nova(action.request_id.as_deref());
+        let id = &action.reservation_id;
+        let mut group_id = None;
+        if let Some(affine) = affinity(&action.params) {
+            let session = self.cloud().in_project(&action.project_id)?;
+            let in_project = self.nova_in_project(&session, action);
+            let policy = if affine { "affinity" } else { "anti-affinity" };
+            group_id = Some(
+                in_project
+                    .ensure_server_group(&group_name(id), policy)
+                    .await?,
+            );
+        }
+        let class = reservation_class(id);
+        let (flavor, mut extra_specs) = flavor_of(action);
+        extra_specs.insert(
+            "aggregate_instance_extra_specs:reservation".into(),
+            json!(id),
+        );
+        extra_specs.insert(format!("resources:{class}"), json!("1"));
+        if let Some(g) = &group_id {
+            extra_specs.insert("affinity_id".into(), json!(g));
+        }
+        nova.ensure_flavor(flavor, extra_specs).await?;
+        let aggregate = nova.ensure_aggregate(id, None).await?;
+        let mut metadata = Map::new();
+        metadata.insert("reservation".into(), json!(id));
+        metadata.insert("filter_tenant_id".into(), json!(action.project_id));
+        metadata.insert(self.settings().owner_key.clone(), json!(action.project_id));
+        if let Some(g) = &group_id {
+            metadata.insert("affinity_id".into(), json!(g));
+        }
+        nova.set_metadata(&aggregate, metadata).await?;
+        self.cloud()
+            .placement(action.request_id.as_deref())
+            .ensure_resource_class(&class)
+            .await?;
+        Ok(())
+    }
+
+    /// Flavor access for the project, and hosts and inventories as `slots` says (a host at
+    /// 0 leaves the aggregate and loses its inventory).
+    async fn start_instances(
+        &self,
+        action: &Action,
+        slots: &BTreeMap<(String, String), i64>,
+    ) -> Result<(), Error> {
+        let nova = self.cloud().nova(action.request_id.as_deref());
+        let placement = self.cloud().placement(action.request_id.as_deref());
+        let id = &action.reservation_id;
+        let class = reservation_class(id);
+        nova.add_flavor_access(id, &action.project_id).await?;
+        let aggregate = nova.ensure_aggregate(id, None).await?;
+        for ((service, hypervisor), &n) in slots {
+            let provider = placement
+                .provider_by_name(&reservation_provider_name(hypervisor))
+                .await?;
+            if n > 0 {
+                nova.add_host(&aggregate, service).await?;
+                let Some(provider) = provider else {
+                    return Err(Error::Refused(format!(
+                        "host {hypervisor} has no provider {}: enrol it again",
+                        reservation_provider_name(hypervisor)
+                    )));
+                };
+                placement.set_slots(&provider.uuid, &class, n).await?;
+                tracing::info!(host = %service, slots = n, reservation.id = %id,
+                    "host holds instance slots of its reservation");
+            } else {
+                if let Some(provider) = provider {
+                    placement.delete_inventory(&provider.uuid, &class).await?;
+                }
+                nova.remove_host(&aggregate, service).await?;
+                tracing::info!(host = %service, reservation.id = %id,
+                    "host no longer holds instance slots of its reservation");
+            }
+        }
+        Ok(())
+    }
+
+    /// Everything of the reservation goes, whatever is left of it.
+    async fn teardown_instances(
+        &self,
+        action: &Action,
+        hosts: &[(String, String)],
+    ) -> Result<(), Error> {
+        let nova = self.cloud().nova(action.request_id.as_deref());
+        let placement = self.cloud().placement(action.request_id.as_deref());
+        let id = &action.reservation_id;
+        let class = reservation_class(id);
+        if nova.flavor(id).await?.is_some() {
+            nova.remove_flavor_access(id, &action.project_id).await?;
+        }
+        let cleared = nova
+            .clear_flavor(id, self.settings().server_delete_timeout)
+            .await?;
+        if cleared > 0 {
+            tracing::info!(servers = cleared, reservation.id = %id,
+                "deleted the servers of an ended instance reservation");
+        }
+        if affinity(&action.params).is_some()
+            && let Some(group) = nova.find_server_group(&group_name(id), true).await?
+        {
+            nova.delete_server_group(&group).await?;
+        }
+        nova.delete_flavor(id).await?;
+        let mut services: BTreeSet<String> = hosts.iter().map(|h| h.0.clone()).collect();
+        let aggregate = nova.find_aggregate(id).await?;
+        if let Some(a) = &aggregate {
+            services.extend(a.hosts.iter().cloned());
+        }
+        // Inventories on every provider of the hosts (by hypervisor name when known, else
+        // by the service host, which the fake and libvirt drivers share).
+        let known: BTreeMap<&str, &str> = hosts
+            .iter()
+            .map(|(s, h)| (s.as_str(), h.as_str()))
+            .collect();
+        for service in &services {
+            let hypervisor = known.get(service.as_str()).copied().unwrap_or(service);
+            if let Some(provider) = placement
+                .provider_by_name(&reservation_provider_name(hypervisor))
+                .await?
+            {
+                placement.delete_inventory(&provider.uuid, &class).await?;
+            }
+        }
+        if let Some(a) = &aggregate {
+            for host in &a.hosts {
+                nova.remove_host(a, host).await?;
+            }
+            nova.delete_aggregate(a).await?;
+        }
+        placement.delete_resource_class(&class).await?;
+        tracing::info!(reservation.id = %id, "instance reservation removed from the cloud");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affinity_reads_as_blazar_reads_it() {
+        let of = |v: Value| {
+            let mut m = Map::new();
+            m.insert("affinity".into(), v);
+            affinity(&m)
+        };
+        assert_eq!(of(Value::Null), None);
+        assert_eq!(of(json!("None")), None);
+        assert_eq!(of(json!(true)), Some(true));
+        assert_eq!(of(json!("False")), Some(false));
+        assert_eq!(of(json!("yes")), Some(true));
+        assert_eq!(affinity(&Map::new()), None);
+    }
+}

@@ -1,0 +1,466 @@
+//! The Neutron calls of Blazar's floating-IP plugin and Chameleon's network plugin: checking
+//! an address against its network's subnets, floating IPs made with an exact address and
+//! tagged for their reservation, provider networks made on a reserved segment, and their
+//! removal with whatever was attached to them. Every call is made safe to repeat.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::error::{Error, Result};
+use crate::placement::urlencode;
+use crate::session::{Call, Session};
+
+pub struct Neutron<'a> {
+    pub(crate) session: &'a Session,
+    pub(crate) request_id: Option<&'a str>,
+}
+
+/// Where an address stands on a Neutron network (Blazar's `FloatingIPPool.fetch_subnet`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddressCheck {
+    /// The network does not exist.
+    NoNetwork,
+    /// No subnet of the network holds the address.
+    NoSubnet,
+    /// Neutron may hand the address out itself: inside an allocation pool, or the gateway.
+    UsedByNeutron { subnet_id: String },
+    /// Reservable: in this subnet, outside its pools.
+    Reservable { subnet_id: String },
+}
+
+/// A floating IP as Neutron shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FloatingIp {
+    pub id: String,
+    pub address: String,
+    pub project_id: String,
+    pub port_id: Option<String>,
+    pub tags: Vec<String>,
+}
+
+/// A network as Neutron shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Network {
+    pub id: String,
+    pub name: String,
+    pub project_id: String,
+    pub network_type: String,
+    pub segmentation_id: Option<i64>,
+    pub physical_network: Option<String>,
+    pub tags: Vec<String>,
+}
+
+/// What a network is made with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewNetwork<'a> {
+    pub name: &'a str,
+    pub description: Option<&'a str>,
+    pub project_id: &'a str,
+    pub network_type: &'a str,
+    pub physical_network: Option<&'a str>,
+    pub segmentation_id: i64,
+    pub tags: &'a [String],
+}
+
+fn text(v: &Value, k: &str) -> String {
+    v[k].as_str().unwrap_or_default().to_string()
+}
+
+fn tags_of(v: &Value) -> Vec<String> {
+    v["tags"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.as_str().map(str::to_string))
+        .collect()
+}
+
+fn floatingip_from(v: &Value) -> FloatingIp {
+    FloatingIp {
+        id: text(v, "id"),
+        address: text(v, "floating_ip_address"),
+        project_id: text(v, "project_id"),
+        port_id: v["port_id"].as_str().map(str::to_string),
+        tags: tags_of(v),
+    }
+}
+
+fn network_from(v: &Value) -> Network {
+    Network {
+        id: text(v, "id"),
+        name: text(v, "name"),
+        project_id: text(v, "project_id"),
+        network_type: text(v, "provider:network_type"),
+        segmentation_id: v["provider:segmentation_id"].as_i64(),
+        physical_network: v["provider:physical_network"].as_str().map(str::to_string),
+        tags: tags_of(v),
+    }
+}
+
+/// Whether `address` lies in `[start, end]` (same family; Neutron pools are ranges).
+fn in_range(address: IpAddr, start: &str, end: &str) -> bool {
+    match (start.parse::<IpAddr>(), end.parse::<IpAddr>()) {
+        (Ok(s), Ok(e)) => s <= address && address <= e && s.is_ipv4() == address.is_ipv4(),
+        _ => false,
+    }
+}
+
+impl Neutron<'_> {
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value> {
+        let answer = self
+            .session
+            .call(
+                "network",
+                method,
+                path,
+                Call {
+                    body,
+                    headers: Vec::new(),
+                    request_id: self.request_id,
+                },
+            )
+            .await?;
+        Ok(answer.body)
+    }
+
+    /// A call whose 404 means "already gone".
+    async fn call_gone_ok(&self, method: Method, path: &str, body: Option<Value>) -> Result<()> {
+        match self.call(method, path, body).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Checks `address` against network `network_id` as Blazar does when it is registered.
+    pub async fn check_address(&self, network_id: &str, address: IpAddr) -> Result<AddressCheck> {
+        let network = match self
+            .call(
+                Method::GET,
+                &format!("/v2.0/networks/{}", urlencode(network_id)),
+                None,
+            )
+            .await
+        {
+            Ok(n) => n,
+            Err(e) if e.is_not_found() => return Ok(AddressCheck::NoNetwork),
+            Err(e) => return Err(e),
+        };
+        let subnets = self
+            .call(
+                Method::GET,
+                &format!("/v2.0/subnets?network_id={}", urlencode(network_id)),
+                None,
+            )
+            .await?;
+        let listed: Vec<String> = network["network"]["subnets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect();
+        for subnet in subnets["subnets"].as_array().into_iter().flatten() {
+            let id = text(subnet, "id");
+            if !listed.is_empty() && !listed.contains(&id) {
+                continue;
+            }
+            let Ok(cidr) = text(subnet, "cidr").parse::<IpNet>() else {
+                continue;
+            };
+            if !cidr.contains(&address) {
+                continue;
+            }
+            let gateway = subnet["gateway_ip"].as_str().and_then(|g| g.parse().ok());
+            let pooled = subnet["allocation_pools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| in_range(address, &text(p, "start"), &text(p, "end")));
+            return Ok(if pooled || gateway == Some(address) {
+                AddressCheck::UsedByNeutron { subnet_id: id }
+            } else {
+                AddressCheck::Reservable { subnet_id: id }
+            });
+        }
+        Ok(AddressCheck::NoSubnet)
+    }
+
+    /// The floating IP holding `address` on `network_id`, if Neutron has one.
+    pub async fn find_floatingip(
+        &self,
+        network_id: &str,
+        address: &str,
+    ) -> Result<Option<FloatingIp>> {
+        let found = self
+            .call(
+                Method::GET,
+                &format!(
+                    "/v2.0/floatingips?floating_network_id={}&floating_ip_address={}",
+                    urlencode(network_id),
+                    urlencode(address)
+                ),
+                None,
+            )
+            .await?;
+        Ok(found["floatingips"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(floatingip_from)
+            .next())
+    }
+
+    /// The floating IPs tagged `tag`, every project's.
+    pub async fn floatingips_tagged(&self, tag: &str) -> Result<Vec<FloatingIp>> {
+        let found = self
+            .call(
+                Method::GET,
+                &format!("/v2.0/floatingips?tags={}", urlencode(tag)),
+                None,
+            )
+            .await?;
+        Ok(found["floatingips"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(floatingip_from)
+            .collect())
+    }
+
+    /// Makes the floating IP `address` in `project_id`, tagged `tags`. Already made (by an
+    /// earlier attempt) is fine: the tags are set again.
+    pub async fn ensure_floatingip(
+        &self,
+        network_id: &str,
+        subnet_id: Option<&str>,
+        address: &str,
+        project_id: &str,
+        tags: &[String],
+    ) -> Result<FloatingIp> {
+        let existing = self.find_floatingip(network_id, address).await?;
+        let fip = match existing {
+            Some(f) if f.project_id == project_id => f,
+            Some(f) => {
+                return Err(Error::Refused(format!(
+                    "floating IP {address} already exists in project {} ({})",
+                    f.project_id, f.id
+                )));
+            }
+            None => {
+                let mut body = json!({
+                    "floating_network_id": network_id,
+                    "floating_ip_address": address,
+                    "project_id": project_id,
+                });
+                if let Some(subnet) = subnet_id {
+                    body["subnet_id"] = json!(subnet);
+                }
+                let made = self
+                    .call(
+                        Method::POST,
+                        "/v2.0/floatingips",
+                        Some(json!({ "floatingip": body })),
+                    )
+                    .await?;
+                floatingip_from(&made["floatingip"])
+            }
+        };
+        if tags.iter().any(|t| !fip.tags.contains(t)) {
+            self.call(
+                Method::PUT,
+                &format!("/v2.0/floatingips/{}/tags", fip.id),
+                Some(json!({ "tags": tags })),
+            )
+            .await?;
+        }
+        Ok(fip)
+    }
+
+    /// Detaches the floating IP from its port, if any, and deletes it (Neutron would delete
+    /// the association with it, but Blazar detaches first). Gone is fine.
+    pub async fn delete_floatingip(&self, fip: &FloatingIp) -> Result<()> {
+        if fip.port_id.is_some() {
+            self.call_gone_ok(
+                Method::PUT,
+                &format!("/v2.0/floatingips/{}", fip.id),
+                Some(json!({"floatingip": {"port_id": null}})),
+            )
+            .await?;
+        }
+        self.call_gone_ok(
+            Method::DELETE,
+            &format!("/v2.0/floatingips/{}", fip.id),
+            None,
+        )
+        .await
+    }
+
+    /// The networks tagged `tag`, every project's.
+    pub async fn networks_tagged(&self, tag: &str) -> Result<Vec<Network>> {
+        let found = self
+            .call(
+                Method::GET,
+                &format!("/v2.0/networks?tags={}", urlencode(tag)),
+                None,
+            )
+            .await?;
+        Ok(found["networks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(network_from)
+            .collect())
+    }
+
+    /// The network on segment (`network_type`, `segmentation_id`), if Neutron has one.
+    pub async fn network_on_segment(
+        &self,
+        network_type: &str,
+        segmentation_id: i64,
+    ) -> Result<Option<Network>> {
+        let found = self
+            .call(
+                Method::GET,
+                &format!(
+                    "/v2.0/networks?provider%3Anetwork_type={}&provider%3Asegmentation_id={segmentation_id}",
+                    urlencode(network_type)
+                ),
+                None,
+            )
+            .await?;
+        Ok(found["networks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(network_from)
+            .next())
+    }
+
+    /// Makes the provider network `new` unless the segment already carries one with the
+    /// same tags (an earlier attempt).
+    pub async fn ensure_network(&self, new: &NewNetwork<'_>) -> Result<Network> {
+        if let Some(found) = self
+            .network_on_segment(new.network_type, new.segmentation_id)
+            .await?
+        {
+            if new.tags.iter().all(|t| found.tags.contains(t)) {
+                return Ok(found);
+            }
+            return Err(Error::Refused(format!(
+                "segment {} {} is already used by network {} of project {}",
+                new.network_type, new.segmentation_id, found.id, found.project_id
+            )));
+        }
+        let mut body = json!({
+            "name": new.name,
+            "project_id": new.project_id,
+            "provider:network_type": new.network_type,
+            "provider:segmentation_id": new.segmentation_id,
+        });
+        if let Some(physical) = new.physical_network {
+            body["provider:physical_network"] = json!(physical);
+        }
+        if let Some(description) = new.description {
+            body["description"] = json!(description);
+        }
+        let made = self
+            .call(
+                Method::POST,
+                "/v2.0/networks",
+                Some(json!({ "network": body })),
+            )
+            .await?;
+        let network = network_from(&made["network"]);
+        self.call(
+            Method::PUT,
+            &format!("/v2.0/networks/{}/tags", network.id),
+            Some(json!({ "tags": new.tags })),
+        )
+        .await?;
+        Ok(network)
+    }
+
+    /// Deletes a network with what hangs on it, as Chameleon's plugin does: servers' ports,
+    /// router interfaces on its subnets, the subnets, any port left, then the network.
+    pub async fn delete_network(&self, network_id: &str) -> Result<()> {
+        let ports = self
+            .call(
+                Method::GET,
+                &format!("/v2.0/ports?network_id={}", urlencode(network_id)),
+                None,
+            )
+            .await?;
+        let ports: Vec<Value> = ports["ports"].as_array().cloned().unwrap_or_default();
+        for port in &ports {
+            let owner = text(port, "device_owner");
+            if owner == "network:router_interface"
+                || owner == "network:ha_router_replicated_interface"
+            {
+                let router = text(port, "device_id");
+                for fixed in port["fixed_ips"].as_array().into_iter().flatten() {
+                    self.call_gone_ok(
+                        Method::PUT,
+                        &format!("/v2.0/routers/{router}/remove_router_interface"),
+                        Some(json!({"subnet_id": text(fixed, "subnet_id")})),
+                    )
+                    .await?;
+                }
+            }
+        }
+        for port in &ports {
+            let owner = text(port, "device_owner");
+            // DHCP ports go with their subnet; router ports went above.
+            if owner == "network:dhcp" || owner.starts_with("network:router") {
+                continue;
+            }
+            self.call_gone_ok(
+                Method::DELETE,
+                &format!("/v2.0/ports/{}", text(port, "id")),
+                None,
+            )
+            .await?;
+        }
+        let subnets = self
+            .call(
+                Method::GET,
+                &format!("/v2.0/subnets?network_id={}", urlencode(network_id)),
+                None,
+            )
+            .await?;
+        for subnet in subnets["subnets"].as_array().into_iter().flatten() {
+            self.call_gone_ok(
+                Method::DELETE,
+                &format!("/v2.0/subnets/{}", text(subnet, "id")),
+                None,
+            )
+            .await?;
+        }
+        self.call_gone_ok(
+            Method::DELETE,
+            &format!("/v2.0/networks/{network_id}"),
+            None,
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_hold_their_ends_and_keep_to_one_family() {
+        let a: IpAddr = "172.24.4.10".parse().unwrap();
+        assert!(in_range(a, "172.24.4.10", "172.24.4.200"));
+        assert!(!in_range(a, "172.24.4.11", "172.24.4.200"));
+        assert!(!in_range(
+            "::1".parse().unwrap(),
+            "172.24.4.1",
+            "172.24.4.200"
+        ));
+        assert!(!in_range(a, "bad", "172.24.4.200"));
+    }
+}

@@ -1,0 +1,186 @@
+//! Floating IPs and network segments: what Blazar's floating-IP plugin and Chameleon's
+//! network plugin make exist in Neutron while a reservation is in force.
+
+use blazar_core::ActionKind;
+use blazar_db::{ResourceRecord, Store};
+use blazar_service::{Action, ActionError};
+use serde_json::Value;
+
+use crate::backend::OpenStackBackend;
+use crate::error::Error;
+use crate::neutron::NewNetwork;
+
+pub(crate) const FLOATINGIP: &str = "virtual:floatingip";
+pub(crate) const NETWORK: &str = "network";
+
+/// The tags that mark what blazar-rs made for a reservation (as Blazar tags floating IPs).
+pub(crate) fn reservation_tags(reservation_id: &str) -> Vec<String> {
+    vec!["blazar".into(), reservation_tag(reservation_id)]
+}
+
+pub(crate) fn reservation_tag(reservation_id: &str) -> String {
+    format!("reservation:{reservation_id}")
+}
+
+fn attr<'a>(r: &'a ResourceRecord, key: &str) -> Option<&'a str> {
+    r.attrs.get(key).and_then(Value::as_str)
+}
+
+/// The inventory records of the action's resources (those still registered).
+pub(crate) async fn records(
+    store: &Store,
+    kind: &str,
+    ids: &[i64],
+) -> Result<Vec<ResourceRecord>, ActionError> {
+    let db = |e: blazar_db::DbError| ActionError::Transient(format!("database: {e}"));
+    let mut tx = store.read().await.map_err(db)?;
+    let all = tx.list_resources(kind).await.map_err(db)?;
+    let found: Vec<ResourceRecord> = all.into_iter().filter(|r| ids.contains(&r.id)).collect();
+    if found.len() < ids.len() {
+        tracing::warn!(
+            resource.kind = kind,
+            wanted = ids.len(),
+            found = found.len(),
+            "resources of an action no longer registered"
+        );
+    }
+    Ok(found)
+}
+
+impl OpenStackBackend {
+    /// Start: each reserved address exists as a floating IP of the lease's project, tagged
+    /// `blazar` and `reservation:<id>`. Stop: it is detached and deleted.
+    pub(crate) async fn floatingips(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<(), ActionError> {
+        let neutron = self.cloud().neutron(action.request_id.as_deref());
+        let tags = reservation_tags(&action.reservation_id);
+        for fip in records(store, FLOATINGIP, &action.resources).await? {
+            let (Some(network), Some(address)) = (
+                attr(&fip, "floating_network_id"),
+                attr(&fip, "floating_ip_address"),
+            ) else {
+                continue;
+            };
+            let result = match action.kind {
+                ActionKind::Start => neutron
+                    .ensure_floatingip(
+                        network,
+                        attr(&fip, "subnet_id"),
+                        address,
+                        &action.project_id,
+                        &tags,
+                    )
+                    .await
+                    .map(|made| {
+                        tracing::info!(address, floatingip.id = %made.id,
+                            project.id = %action.project_id, reservation.id = %action.reservation_id,
+                            "floating IP created for its reservation");
+                    }),
+                ActionKind::Stop => self.delete_reserved_floatingip(action, network, address).await,
+                _ => Ok(()),
+            };
+            result.map_err(crate::backend::action_error)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the floating IP of `address` if it is the reservation's (a user may have
+    /// deleted it already; an address re-made by someone else is not ours to delete).
+    async fn delete_reserved_floatingip(
+        &self,
+        action: &Action,
+        network: &str,
+        address: &str,
+    ) -> Result<(), Error> {
+        let neutron = self.cloud().neutron(action.request_id.as_deref());
+        let Some(fip) = neutron.find_floatingip(network, address).await? else {
+            return Ok(());
+        };
+        if !fip.tags.contains(&reservation_tag(&action.reservation_id))
+            && fip.project_id != action.project_id
+        {
+            tracing::warn!(address, floatingip.id = %fip.id, project.id = %fip.project_id,
+                "a floating IP of another project holds a reserved address; left alone");
+            return Ok(());
+        }
+        neutron.delete_floatingip(&fip).await?;
+        tracing::info!(address, floatingip.id = %fip.id, reservation.id = %action.reservation_id,
+            "floating IP of an ended reservation deleted");
+        Ok(())
+    }
+
+    /// Start: a provider network on each reserved segment, in the lease's project, named as
+    /// the reservation asks (`network_name`, `network_description`). Stop: the network goes
+    /// with its ports, router interfaces and subnets.
+    pub(crate) async fn networks(&self, store: &Store, action: &Action) -> Result<(), ActionError> {
+        let neutron = self.cloud().neutron(action.request_id.as_deref());
+        let tags = reservation_tags(&action.reservation_id);
+        let text = |k: &str| action.params.get(k).and_then(Value::as_str);
+        let name = text("network_name")
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("reservation:{}", action.reservation_id));
+        for segment in records(store, NETWORK, &action.resources).await? {
+            let network_type = attr(&segment, "network_type").unwrap_or("vlan");
+            let Some(segmentation_id) = segment.attrs.get("segment_id").and_then(Value::as_i64)
+            else {
+                continue;
+            };
+            let result = match action.kind {
+                ActionKind::Start => neutron
+                    .ensure_network(&NewNetwork {
+                        name: &name,
+                        description: text("network_description").filter(|d| !d.is_empty()),
+                        project_id: &action.project_id,
+                        network_type,
+                        physical_network: attr(&segment, "physical_network"),
+                        segmentation_id,
+                        tags: &tags,
+                    })
+                    .await
+                    .map(|made| {
+                        tracing::info!(network.id = %made.id, segment = segmentation_id,
+                            project.id = %action.project_id, reservation.id = %action.reservation_id,
+                            "network created on its reserved segment");
+                    }),
+                ActionKind::Stop => {
+                    self.delete_reserved_network(action, network_type, segmentation_id)
+                        .await
+                }
+                _ => Ok(()),
+            };
+            result.map_err(crate::backend::action_error)?;
+        }
+        Ok(())
+    }
+
+    async fn delete_reserved_network(
+        &self,
+        action: &Action,
+        network_type: &str,
+        segmentation_id: i64,
+    ) -> Result<(), Error> {
+        let neutron = self.cloud().neutron(action.request_id.as_deref());
+        let Some(network) = neutron
+            .network_on_segment(network_type, segmentation_id)
+            .await?
+        else {
+            return Ok(());
+        };
+        if !network
+            .tags
+            .contains(&reservation_tag(&action.reservation_id))
+        {
+            tracing::warn!(network.id = %network.id, segment = segmentation_id,
+                "the network on a reserved segment is not the reservation's; left alone");
+            return Ok(());
+        }
+        neutron.delete_network(&network.id).await?;
+        tracing::info!(network.id = %network.id, segment = segmentation_id,
+            reservation.id = %action.reservation_id, "network of an ended reservation deleted");
+        Ok(())
+    }
+}
