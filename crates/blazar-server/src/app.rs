@@ -29,6 +29,10 @@ pub fn router(state: AppState) -> Router {
                 .delete(leases::delete_lease),
         )
         .route("/leases/{lease_id}/actions", get(leases::lease_actions))
+        // Chameleon's per-lease views.
+        .route("/leases/{lease_id}/hosts", get(leases::lease_hosts))
+        .route("/leases/{lease_id}/networks", get(leases::lease_networks))
+        .route("/leases/{lease_id}/devices", get(leases::lease_devices))
         .route("/os-hosts", get(hosts::list_hosts).post(hosts::create_host))
         .route("/os-hosts/allocations", get(hosts::list_host_allocations))
         .route("/os-hosts/properties", get(hosts::list_host_properties))

@@ -263,6 +263,57 @@ pub async fn lease_actions(
     Ok(Json(serde_json::json!({ "actions": actions })))
 }
 
+/// `GET /v1/leases/{id}/hosts` (Chameleon): the hosts of the lease's host reservations.
+pub async fn lease_hosts(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    let hosts: Vec<_> = state
+        .service
+        .lease_hosts(&identity, &id)
+        .await?
+        .into_iter()
+        .map(convert::host)
+        .collect();
+    Ok(Json(convert::Envelope("hosts", hosts)))
+}
+
+async fn lease_pool(
+    state: &AppState,
+    identity: &blazar_service::Identity,
+    id: &str,
+    kind: &str,
+) -> ApiResult<Vec<Value>> {
+    Ok(state
+        .service
+        .lease_pool_resources(identity, id, kind)
+        .await?
+        .into_iter()
+        .map(|r| crate::inventory::resource(r, false))
+        .collect())
+}
+
+/// `GET /v1/leases/{id}/networks` (Chameleon): the segments of its network reservations.
+pub async fn lease_networks(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    let networks = lease_pool(&state, &identity, &id, "network").await?;
+    Ok(Json(serde_json::json!({ "networks": networks })))
+}
+
+/// `GET /v1/leases/{id}/devices` (Chameleon): the devices of its device reservations.
+pub async fn lease_devices(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    let devices = lease_pool(&state, &identity, &id, "device").await?;
+    Ok(Json(serde_json::json!({ "devices": devices })))
+}
+
 pub async fn show_lease(
     State(state): State<AppState>,
     Caller(identity): Caller,

@@ -454,6 +454,77 @@ impl Service {
         })
     }
 
+    /// The resources of `kind` a lease holds through its reservations of that type
+    /// (Chameleon's `GET /v1/leases/{id}/hosts|networks|devices`), each once, by id: the
+    /// hosts of host reservations (not those lending instance slots), or the pool resources.
+    pub async fn lease_resource_ids(
+        &self,
+        identity: &Identity,
+        id: &str,
+        kind: &str,
+    ) -> ServiceResult<Vec<i64>> {
+        in_tx!(self, read, |tx| {
+            let lease = tx.get_lease(id).await?.ok_or_else(|| lease_not_found(id))?;
+            self.check_visible(identity, &lease)?;
+            self.authorize("blazar:leases:get", identity, &lease_target(&lease))?;
+            let of_kind: HashSet<String> = tx
+                .reservations_of(id)
+                .await?
+                .into_iter()
+                .filter(|r| r.resource_type == kind)
+                .map(|r| r.id)
+                .collect();
+            let mut ids: Vec<i64> = tx
+                .allocations_of_lease(id)
+                .await?
+                .into_iter()
+                .filter(|a| of_kind.contains(&a.reservation_id) && a.resource_type == kind)
+                .map(|a| a.resource_id)
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            Ok(ids)
+        })
+    }
+
+    /// The hosts of a lease's host reservations.
+    pub async fn lease_hosts(
+        &self,
+        identity: &Identity,
+        id: &str,
+    ) -> ServiceResult<Vec<blazar_core::HostRecord>> {
+        let ids = self
+            .lease_resource_ids(identity, id, blazar_core::PHYSICAL_HOST)
+            .await?;
+        in_tx!(self, read, |tx| {
+            let mut hosts = Vec::with_capacity(ids.len());
+            for &host in &ids {
+                if let Some(h) = tx.get_host(host).await? {
+                    hosts.push(h);
+                }
+            }
+            Ok(hosts)
+        })
+    }
+
+    /// The network segments or devices (`kind`) of a lease's reservations of that type.
+    pub async fn lease_pool_resources(
+        &self,
+        identity: &Identity,
+        id: &str,
+        kind: &str,
+    ) -> ServiceResult<Vec<blazar_db::ResourceRecord>> {
+        let ids = self.lease_resource_ids(identity, id, kind).await?;
+        in_tx!(self, read, |tx| {
+            Ok(tx
+                .list_resources(kind)
+                .await?
+                .into_iter()
+                .filter(|r| ids.binary_search(&r.id).is_ok())
+                .collect())
+        })
+    }
+
     /// Leases the caller may see, narrowed by `filter`; non-admins only ever see their
     /// project. For a caller that keeps what it rendered of each lease: `kept(id, revision)`
     /// returns the caller's rendering of that lease at that revision, if it has one, and only

@@ -618,3 +618,84 @@ async fn reallocation_moves_reservations_off_a_device() {
         .await;
     assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED, "{}", r.body);
 }
+
+#[tokio::test]
+async fn a_lease_lists_its_hosts_networks_and_devices() {
+    let mut app = TestApp::spawn().await;
+    let h1 = app.create_host("h1", json!({})).await;
+    app.create_host("h2", json!({})).await;
+    let r = app
+        .post(
+            "/v1/networks",
+            json!({"network_type": "vlan", "physical_network": "physnet1", "segment_id": 200}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let segment = r.body["network"]["id"].as_str().unwrap().to_string();
+    let gpu = device(&app, "gpu-1", json!({})).await;
+    app.act_as("alpha", "alpha-user", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "everything",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([
+                    {"resource_type": "physical:host", "min": 1, "max": 1,
+                     "hypervisor_properties": "", "resource_properties": "[\"==\", \"$hypervisor_hostname\", \"h1\"]"},
+                    {"resource_type": "virtual:instance", "amount": 1, "vcpus": 1,
+                     "memory_mb": 512, "disk_gb": 1, "affinity": null, "resource_properties": ""},
+                    {"resource_type": "network", "network_name": "lab", "resource_properties": ""},
+                    {"resource_type": "device", "min": 1, "max": 1, "resource_properties": ""}
+                ]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    // Only the host reservation's host: not the one lending an instance slot.
+    let hosts = app.get(&format!("/v1/leases/{id}/hosts")).await;
+    assert_eq!(hosts.status, StatusCode::OK, "{}", hosts.body);
+    let listed: Vec<&str> = hosts.body["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, vec![h1.as_str()]);
+    assert_eq!(hosts.body["hosts"][0]["hypervisor_hostname"], "h1");
+    let networks = app.get(&format!("/v1/leases/{id}/networks")).await;
+    assert_eq!(networks.status, StatusCode::OK, "{}", networks.body);
+    assert_eq!(networks.body["networks"].as_array().unwrap().len(), 1);
+    assert_eq!(networks.body["networks"][0]["id"], json!(segment));
+    assert_eq!(networks.body["networks"][0]["segment_id"], 200);
+    let devices = app.get(&format!("/v1/leases/{id}/devices")).await;
+    assert_eq!(devices.status, StatusCode::OK, "{}", devices.body);
+    assert_eq!(devices.body["devices"][0]["id"], json!(gpu));
+    assert_eq!(devices.body["devices"][0]["name"], "gpu-1");
+    // Another project is refused as it is for the lease itself; an unknown one is 404.
+    app.act_as("beta", "beta-user", "member");
+    let shown = app.get(&format!("/v1/leases/{id}")).await;
+    assert_eq!(shown.status, StatusCode::FORBIDDEN, "{}", shown.body);
+    let r = app.get(&format!("/v1/leases/{id}/hosts")).await;
+    assert_eq!(r.status, shown.status, "{}", r.body);
+    assert_eq!(r.message(), shown.message());
+    app.act_as_admin();
+    let r = app.get("/v1/leases/no-such-lease/networks").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    // A lease without such reservations lists none.
+    let r = app
+        .host_lease(
+            "hosts-only",
+            "2031-01-01 10:00",
+            "2031-01-01 12:00",
+            1,
+            1,
+            "",
+        )
+        .await;
+    let other = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let r = app.get(&format!("/v1/leases/{other}/devices")).await;
+    assert_eq!(r.body, json!({"devices": []}));
+}
