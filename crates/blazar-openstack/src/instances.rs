@@ -241,7 +241,15 @@ impl OpenStackBackend {
                     "host holds instance slots of its reservation");
             } else {
                 if let Some(provider) = provider {
-                    placement.delete_inventory(&provider.uuid, &class).await?;
+                    match placement.delete_inventory(&provider.uuid, &class).await {
+                        // Servers still hold slots there (a failed host being healed around):
+                        // the inventory goes with them at the end of the reservation.
+                        Err(e) if e.is_conflict() => {
+                            tracing::warn!(host = %service, reservation.id = %id, error = %e,
+                                "instance slots still in use on a host taken out; kept")
+                        }
+                        other => other?,
+                    }
                 }
                 nova.remove_host(&aggregate, service).await?;
                 tracing::info!(host = %service, reservation.id = %id,
