@@ -312,7 +312,6 @@ impl Service {
         &self.settings
     }
 
-    /// Woken whenever a lease gets an event that may already be due.
     /// Wakes the scheduler if an event at `due` comes before its next planned look. Waking it
     /// for nothing would cost a pass over the events for every write.
     pub(crate) fn wake_scheduler_for(&self, due: DateTime<Utc>) {
@@ -320,10 +319,6 @@ impl Service {
         if plan == i64::MIN || due.timestamp() < plan {
             self.wake.notify_one();
         }
-    }
-
-    pub fn wake_signal(&self) -> Arc<Notify> {
-        self.wake.clone()
     }
 
     fn resource_type(&self, name: &str) -> ServiceResult<Arc<dyn ResourceType>> {

@@ -225,9 +225,6 @@ impl Service {
         Ok(Some(true))
     }
 
-    /// Runs the scheduler until `shutdown` completes: a tick whenever an event falls due,
-    /// when woken by a new lease, and at least every `poll` (events written by other
-    /// processes are seen at the next poll).
     /// The time of the earliest event not run yet (`None` if there is none or on a read
     /// failure, which is logged; the next poll tries again).
     async fn next_event_time(&self) -> Option<DateTime<Utc>> {
@@ -240,6 +237,9 @@ impl Service {
         }
     }
 
+    /// Runs the scheduler until `shutdown` completes: a tick whenever an event falls due,
+    /// when woken by a new lease, and at least every `poll` (events written by other
+    /// processes are seen at the next poll).
     pub async fn run_scheduler(
         &self,
         poll: std::time::Duration,
