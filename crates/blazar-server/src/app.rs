@@ -2,7 +2,7 @@
 //! goes through (request ids, microversion headers, `.json` suffixes, body limit).
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -62,10 +62,7 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn(microversion))
         // Outside the microversion check, as keystonemiddleware wraps Blazar's app; inside
         // request ids, so a 401 carries one too. `/`, `/versions` and `/healthz` stay open.
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::auth::authenticate,
-        ));
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate));
 
     Router::new()
         .route("/", get(versions))
@@ -77,15 +74,6 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(request_id))
         .with_state(state)
-}
-
-/// Blazar's answer to a delete: 204, empty body, still labelled JSON.
-pub fn no_content() -> Response {
-    (
-        StatusCode::NO_CONTENT,
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-    )
-        .into_response()
 }
 
 /// Blazar serves every route with a `.json` suffix too. Rewriting must happen before routing,
@@ -221,6 +209,39 @@ async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> 
                 axum::Json(json!({"status": "database unreachable"})),
             )
                 .into_response()
+        }
+    }
+}
+
+/// Middleware: establishes who the request acts as before any handler runs, or answers 401.
+/// The identity travels in the request's extensions, where `Caller` finds it.
+pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    // Marked sensitive, the token shows as "Sensitive" in any debug output of the headers.
+    for name in ["x-auth-token", "x-subject-token"] {
+        if let Some(value) = req.headers_mut().get_mut(name) {
+            value.set_sensitive(true);
+        }
+    }
+    match state.auth.identify(req.headers()).await {
+        Ok(identity) => {
+            req.extensions_mut().insert(identity);
+            next.run(req).await
+        }
+        Err(failure) => {
+            // Inside a nested router the URI has lost its prefix; the original keeps it.
+            let path = req
+                .extensions()
+                .get::<axum::extract::OriginalUri>()
+                .map_or_else(
+                    || req.uri().path().to_string(),
+                    |uri| uri.path().to_string(),
+                );
+            tracing::debug!(
+                auth.mode = state.auth.mode(),
+                http.path = %path,
+                "request not authenticated"
+            );
+            failure.into_response()
         }
     }
 }

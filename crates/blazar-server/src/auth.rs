@@ -1,19 +1,17 @@
 //! Authentication: who a request acts as, in one of three modes (noauth for development,
-//! Keystone tokens, standalone tokens), and the middleware that refuses unauthenticated
-//! requests with Keystone's 401.
+//! Keystone tokens, standalone tokens), and Keystone's 401 for requests that are not
+//! (the middleware that applies it is in `app.rs`).
 
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use blazar_service::Identity;
 use serde_json::json;
 
+use crate::ids::keystone_like_id;
 use crate::keystone::{Keystone, KeystoneError, Verdict};
-use crate::state::AppState;
 use crate::tokens::TokenAuth;
 
 /// How requests are authenticated.
@@ -88,18 +86,6 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(str::trim)
         .filter(|v| !v.is_empty())
         .map(str::to_string)
-}
-
-/// Namespace of the deterministic ids below.
-const ID_NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x5c4b0c3e_6b1f_4b57_9d7e_000000b1a2a7);
-
-/// A Keystone-shaped id (32 hex digits) derived from a name, so a noauth server shows ids of
-/// the shape clients and dashboards expect. The derivation (UUIDv5 of `kind:name`) is the one
-/// the reference Blazar test bed uses, so transcripts of both compare equal.
-pub fn keystone_like_id(kind: &str, name: &str) -> String {
-    uuid::Uuid::new_v5(&ID_NAMESPACE, format!("{kind}:{name}").as_bytes())
-        .simple()
-        .to_string()
 }
 
 /// In noauth mode a token `noauth:<user>:<project>:<role>[,<role>...]` (or `peer:...`, the
@@ -224,39 +210,6 @@ impl Auth {
                 }
                 Auth::Tokens(_) | Auth::NoAuth { .. } => None,
             },
-        }
-    }
-}
-
-/// Middleware: establishes who the request acts as before any handler runs, or answers 401.
-/// The identity travels in the request's extensions, where `Caller` finds it.
-pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    // Marked sensitive, the token shows as "Sensitive" in any debug output of the headers.
-    for name in ["x-auth-token", "x-subject-token"] {
-        if let Some(value) = req.headers_mut().get_mut(name) {
-            value.set_sensitive(true);
-        }
-    }
-    match state.auth.identify(req.headers()).await {
-        Ok(identity) => {
-            req.extensions_mut().insert(identity);
-            next.run(req).await
-        }
-        Err(failure) => {
-            // Inside a nested router the URI has lost its prefix; the original keeps it.
-            let path = req
-                .extensions()
-                .get::<axum::extract::OriginalUri>()
-                .map_or_else(
-                    || req.uri().path().to_string(),
-                    |uri| uri.path().to_string(),
-                );
-            tracing::debug!(
-                auth.mode = state.auth.mode(),
-                http.path = %path,
-                "request not authenticated"
-            );
-            failure.into_response()
         }
     }
 }

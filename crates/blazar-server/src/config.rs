@@ -30,35 +30,7 @@ pub enum AuthMode {
     Tokens,
 }
 
-/// A secret from the configuration (a password): never shown by `Debug`, so it cannot reach
-/// a log line by accident.
-#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("\"***\"")
-    }
-}
-
-impl std::str::FromStr for Secret {
-    type Err = std::convert::Infallible;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(Secret(s.to_string()))
-    }
-}
+pub use crate::secret::Secret;
 
 const AFTER_HELP: &str = "\
 Every option can also be set with its environment variable or in the TOML file given to
@@ -641,11 +613,11 @@ impl Config {
             noauth_project_id: cli
                 .noauth_project_id
                 .or(file.noauth_project_id)
-                .unwrap_or_else(|| crate::auth::keystone_like_id("project", "admin")),
+                .unwrap_or_else(|| crate::ids::keystone_like_id("project", "admin")),
             noauth_user_id: cli
                 .noauth_user_id
                 .or(file.noauth_user_id)
-                .unwrap_or_else(|| crate::auth::keystone_like_id("user", "admin")),
+                .unwrap_or_else(|| crate::ids::keystone_like_id("user", "admin")),
             poll_interval: std::time::Duration::from_secs_f64(poll),
             cleaning_minutes,
             action_workers: cli

@@ -10,15 +10,8 @@ use serde_json::{Value, json};
 use crate::convert;
 use crate::error::ApiResult;
 use crate::extract::{Caller, JsonObject, Query};
+use crate::reply::flag;
 use crate::state::AppState;
-
-/// Blazar treats any non-empty value of `detail`/`all` as true; so do we, except the
-/// explicit negatives a user would expect to mean false.
-pub(crate) fn flag(query: &std::collections::HashMap<String, String>, key: &str) -> bool {
-    query.get(key).is_some_and(|v| {
-        !v.is_empty() && !matches!(v.to_ascii_lowercase().as_str(), "false" | "0" | "no")
-    })
-}
 
 pub async fn list_hosts(
     State(state): State<AppState>,
@@ -80,7 +73,7 @@ pub async fn delete_host(
     Path(id): Path<String>,
 ) -> ApiResult<axum::response::Response> {
     state.service.delete_host(&identity, &id).await?;
-    Ok(crate::app::no_content())
+    Ok(crate::reply::no_content())
 }
 
 pub async fn list_host_allocations(

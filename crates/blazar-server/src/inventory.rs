@@ -69,7 +69,7 @@ pub fn resource(r: ResourceRecord, raw_times: bool) -> Value {
 }
 
 fn flag(query: &std::collections::HashMap<String, String>, key: &str) -> bool {
-    crate::hosts::flag(query, key)
+    crate::reply::flag(query, key)
 }
 
 /// The routes of one kind, to nest under its prefix.
@@ -195,7 +195,7 @@ async fn delete(
     spec: &'static KindSpec,
 ) -> ApiResult<Response> {
     state.service.delete_resource(&identity, spec, &id).await?;
-    Ok(crate::app::no_content())
+    Ok(crate::reply::no_content())
 }
 
 async fn allocations(
@@ -333,7 +333,7 @@ async fn delete_flavor(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     state.service.delete_flavor(&identity, &id).await?;
-    Ok(crate::app::no_content())
+    Ok(crate::reply::no_content())
 }
 
 /// `GET /v1/notifications[?lease_id=..]`: the outbox of lease notifications (admin).

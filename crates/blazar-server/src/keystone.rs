@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::config::Secret;
+use crate::secret::Secret;
 
 /// Tokens longer than this are refused without asking Keystone (Fernet tokens are ~200
 /// bytes; JWS tokens under 1 KiB).

@@ -326,7 +326,7 @@ pub async fn show_lease(
             status: StatusCode::INTERNAL_SERVER_ERROR,
             message: e.to_string(),
         })?;
-    if crate::hosts::flag(&query, "allocations") {
+    if crate::reply::flag(&query, "allocations") {
         let grants = state.service.lease_grants(&identity, &id).await?;
         if let Some(reservations) = body.get_mut("reservations").and_then(Value::as_array_mut) {
             for reservation in reservations {
@@ -368,5 +368,5 @@ pub async fn delete_lease(
     Path(id): Path<String>,
 ) -> ApiResult<axum::response::Response> {
     state.service.delete_lease(&identity, &id).await?;
-    Ok(crate::app::no_content())
+    Ok(crate::reply::no_content())
 }

@@ -9,12 +9,15 @@ pub mod convert;
 pub mod error;
 pub mod extract;
 pub mod hosts;
+pub mod ids;
 pub mod inventory;
 pub mod keystone;
 pub mod lease_cache;
 pub mod leases;
 pub mod listener;
 pub mod policy;
+pub mod reply;
+pub mod secret;
 pub mod state;
 pub mod tokens;
 
