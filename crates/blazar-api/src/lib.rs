@@ -117,6 +117,9 @@ pub struct ResourceProperty {
     pub resource_type: String,
     pub property_name: String,
     pub private: bool,
+    /// Chameleon's: no two resources may hold the same value (absent from Blazar's answers).
+    #[serde(default)]
+    pub is_unique: bool,
     pub created_at: String,
     pub updated_at: Option<String>,
 }

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::{DbResult, Tx, from_opt_secs, from_secs, placeholders, to_secs};
+use crate::{DbError, DbResult, Tx, from_opt_secs, from_secs, placeholders, to_secs};
 
 const HOST_COLUMNS: &str = "id, hypervisor_hostname, service_name, hypervisor_type, \
     hypervisor_version, vcpus, memory_mb, local_gb, cpu_info, availability_zone, status, \
@@ -27,6 +27,8 @@ pub struct PropertyRow {
     pub resource_type: String,
     pub property_name: String,
     pub private: bool,
+    /// No two resources of the type may hold the same value of this property.
+    pub is_unique: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: Option<DateTime<Utc>>,
 }
@@ -35,6 +37,7 @@ pub struct PropertyRow {
 pub struct PropertyWithValues {
     pub property_name: String,
     pub private: bool,
+    pub is_unique: bool,
     pub values: Vec<String>,
 }
 
@@ -67,6 +70,7 @@ fn property_from_row(row: &AnyRow) -> DbResult<PropertyRow> {
         resource_type: row.try_get("resource_type")?,
         property_name: row.try_get("property_name")?,
         private: row.try_get::<i64, _>("private")? != 0,
+        is_unique: row.try_get::<i64, _>("is_unique")? != 0,
         created_at: from_secs(row.try_get("created_at")?)?,
         updated_at: from_opt_secs(row.try_get("updated_at")?)?,
     })
@@ -114,6 +118,15 @@ impl Tx {
         let property_id = self
             .ensure_property(blazar_core::PHYSICAL_HOST, key, now)
             .await?;
+        self.check_unique_value(
+            "host_capabilities",
+            "host_id",
+            &property_id,
+            host_id,
+            key,
+            value,
+        )
+        .await?;
         sqlx::query(
             "INSERT INTO host_capabilities (host_id, property_id, value) VALUES ($1, $2, $3) \
              ON CONFLICT (host_id, property_id) DO UPDATE SET value = excluded.value",
@@ -304,8 +317,8 @@ impl Tx {
         resource_type: &str,
     ) -> DbResult<Vec<PropertyWithValues>> {
         let rows = sqlx::query(
-            "SELECT DISTINCT p.property_name, p.private, c.value FROM resource_properties p \
-             JOIN host_capabilities c ON c.property_id = p.id \
+            "SELECT DISTINCT p.property_name, p.private, p.is_unique, c.value \
+             FROM resource_properties p JOIN host_capabilities c ON c.property_id = p.id \
              WHERE p.resource_type = $1 ORDER BY p.property_name, c.value",
         )
         .bind(resource_type)
@@ -337,8 +350,8 @@ impl Tx {
         name: &str,
     ) -> DbResult<Option<PropertyRow>> {
         let row = sqlx::query(
-            "SELECT id, resource_type, property_name, private, created_at, updated_at \
-             FROM resource_properties WHERE resource_type = $1 AND property_name = $2",
+            "SELECT id, resource_type, property_name, private, is_unique, created_at, \
+             updated_at FROM resource_properties WHERE resource_type = $1 AND property_name = $2",
         )
         .bind(resource_type)
         .bind(name)
@@ -361,20 +374,108 @@ impl Tx {
             .await?;
         Ok(())
     }
+
+    /// Makes a property unique or not. Refuses (`Duplicate`) to make it unique while two
+    /// resources share a value of it.
+    pub async fn set_property_unique(
+        &mut self,
+        property: &PropertyRow,
+        is_unique: bool,
+        now: DateTime<Utc>,
+    ) -> DbResult<()> {
+        let table = capability_table(&property.resource_type);
+        if is_unique {
+            let shared = sqlx::query(&format!(
+                "SELECT value FROM {table} WHERE property_id = $1 \
+                 GROUP BY value HAVING COUNT(*) > 1 ORDER BY value LIMIT 1"
+            ))
+            .bind(&property.id)
+            .fetch_optional(self.conn().await?)
+            .await?;
+            if let Some(row) = shared {
+                let value: String = row.try_get("value")?;
+                return Err(DbError::NotUnique(format!(
+                    "{} cannot be made unique: several resources have {} = {value}",
+                    property.property_name, property.property_name
+                )));
+            }
+        }
+        sqlx::query("UPDATE resource_properties SET is_unique = $1, updated_at = $2 WHERE id = $3")
+            .bind(i64::from(is_unique))
+            .bind(to_secs(now))
+            .bind(&property.id)
+            .execute(self.conn().await?)
+            .await?;
+        Ok(())
+    }
+
+    /// Refuses (`Duplicate`) to give `owner` a value of a unique property another resource
+    /// of the type already holds. A unique property's row is locked (PostgreSQL) so two
+    /// concurrent writers of one value cannot both pass the check.
+    pub(crate) async fn check_unique_value(
+        &mut self,
+        table: &str,
+        owner_column: &str,
+        property_id: &str,
+        owner: i64,
+        key: &str,
+        value: &str,
+    ) -> DbResult<()> {
+        // Unlocked first: most properties are not unique, and locking every one would queue
+        // all enrolments that share a key behind each other.
+        for lock in ["", self.for_update()] {
+            let unique = sqlx::query(&format!(
+                "SELECT is_unique FROM resource_properties WHERE id = $1{lock}"
+            ))
+            .bind(property_id)
+            .fetch_one(self.conn().await?)
+            .await?
+            .try_get::<i64, _>("is_unique")?
+                != 0;
+            if !unique {
+                return Ok(());
+            }
+        }
+        let taken = sqlx::query(&format!(
+            "SELECT 1 AS one FROM {table} WHERE property_id = $1 AND value = $2 AND {owner_column} <> $3 LIMIT 1"
+        ))
+        .bind(property_id)
+        .bind(value)
+        .bind(owner)
+        .fetch_optional(self.conn().await?)
+        .await?;
+        if taken.is_some() {
+            return Err(DbError::NotUnique(format!(
+                "{key} must be unique: another resource already has {key} = {value}"
+            )));
+        }
+        Ok(())
+    }
 }
 
-/// Rows of (property_name, private, value), ordered by name, folded into one entry per name.
+/// Where a resource type's capabilities live.
+fn capability_table(resource_type: &str) -> &'static str {
+    if resource_type == blazar_core::PHYSICAL_HOST {
+        "host_capabilities"
+    } else {
+        "resource_capabilities"
+    }
+}
+
+/// Rows of (property_name, private, is_unique, value), ordered by name, folded into one entry per name.
 pub(crate) fn group_property_values(rows: &[AnyRow]) -> DbResult<Vec<PropertyWithValues>> {
     let mut out: Vec<PropertyWithValues> = Vec::new();
     for row in rows {
         let name: String = row.try_get("property_name")?;
         let private = row.try_get::<i64, _>("private")? != 0;
+        let is_unique = row.try_get::<i64, _>("is_unique")? != 0;
         let value: String = row.try_get("value")?;
         match out.last_mut() {
             Some(last) if last.property_name == name => last.values.push(value),
             _ => out.push(PropertyWithValues {
                 property_name: name,
                 private,
+                is_unique,
                 values: vec![value],
             }),
         }

@@ -131,6 +131,15 @@ impl Tx {
         now: DateTime<Utc>,
     ) -> DbResult<()> {
         let property_id = self.ensure_property(kind, key, now).await?;
+        self.check_unique_value(
+            "resource_capabilities",
+            "resource_id",
+            &property_id,
+            resource_id,
+            key,
+            value,
+        )
+        .await?;
         sqlx::query(
             "INSERT INTO resource_capabilities (resource_id, property_id, value) VALUES ($1, $2, $3) \
              ON CONFLICT (resource_id, property_id) DO UPDATE SET value = excluded.value",
@@ -304,8 +313,8 @@ impl Tx {
         kind: &str,
     ) -> DbResult<Vec<crate::PropertyWithValues>> {
         let rows = sqlx::query(
-            "SELECT DISTINCT p.property_name, p.private, c.value FROM resource_properties p \
-             JOIN resource_capabilities c ON c.property_id = p.id \
+            "SELECT DISTINCT p.property_name, p.private, p.is_unique, c.value \
+             FROM resource_properties p JOIN resource_capabilities c ON c.property_id = p.id \
              WHERE p.resource_type = $1 ORDER BY p.property_name, c.value",
         )
         .bind(kind)

@@ -47,6 +47,9 @@ pub enum DbError {
     /// A uniqueness constraint refused the write.
     #[error("a unique constraint was violated: {0}")]
     Duplicate(String),
+    /// A value of a unique resource property is already held by another resource.
+    #[error("{0}")]
+    NotUnique(String),
     /// The transaction lost a race (deadlock, serialization failure, busy database) and may be
     /// retried as a whole.
     #[error("the transaction conflicted with a concurrent one: {0}")]

@@ -242,6 +242,45 @@ impl Backend for OpenStackBackend {
         true
     }
 
+    /// The compute node's Placement provider: its allocation ratios (what instance slots
+    /// are counted with, as Blazar reads them at enrolment) and its custom traits (what
+    /// `trait:CUSTOM_*=required` flavors match). Standard traits are not copied: every
+    /// host of a driver has the same ones.
+    async fn host_capabilities(
+        &self,
+        facts: &HostFacts,
+    ) -> Result<std::collections::BTreeMap<String, String>, InventoryError> {
+        let unavailable = |e: Error| InventoryError::Unavailable(format!("placement: {e}"));
+        let placement = self.cloud.placement(None);
+        let mut capabilities = std::collections::BTreeMap::new();
+        let Some(node) = placement
+            .provider_by_name(&facts.hypervisor_hostname)
+            .await
+            .map_err(unavailable)?
+        else {
+            return Ok(capabilities);
+        };
+        for (class, _total, ratio, _reserved) in placement
+            .inventories(&node.uuid)
+            .await
+            .map_err(unavailable)?
+        {
+            let key = match class.as_str() {
+                "VCPU" => "cpu_allocation_ratio",
+                "MEMORY_MB" => "ram_allocation_ratio",
+                "DISK_GB" => "disk_allocation_ratio",
+                _ => continue,
+            };
+            capabilities.insert(key.to_string(), ratio.to_string());
+        }
+        for t in placement.traits(&node.uuid).await.map_err(unavailable)? {
+            if t.starts_with("CUSTOM_") {
+                capabilities.insert(t, "true".to_string());
+            }
+        }
+        Ok(capabilities)
+    }
+
     /// Blazar's `FloatingIPPool.fetch_subnet`, with its messages.
     async fn check_floatingip(
         &self,

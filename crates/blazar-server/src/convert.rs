@@ -118,6 +118,7 @@ pub fn resource_property(p: PropertyRow) -> ResourceProperty {
         resource_type: p.resource_type,
         property_name: p.property_name,
         private: p.private,
+        is_unique: p.is_unique,
         created_at: format_t(p.created_at),
         updated_at: p.updated_at.map(format_t),
     }

@@ -201,10 +201,20 @@ pub async fn list_host_properties(
 /// The `resource_properties` list: names, or names with values in detail mode.
 pub(crate) fn property_listing(listing: PropertyListing) -> Vec<Value> {
     match listing {
-        PropertyListing::Names(names) => names.into_iter().map(|n| json!({ "property": n })).collect(),
+        PropertyListing::Names(names) => names
+            .into_iter()
+            .map(|n| json!({ "property": n }))
+            .collect(),
         PropertyListing::Detail(details) => details
             .into_iter()
-            .map(|p| json!({ "property": p.property_name, "private": p.private, "values": p.values }))
+            .map(|p| {
+                json!({
+                    "property": p.property_name,
+                    "private": p.private,
+                    "values": p.values,
+                    "is_unique": p.is_unique,
+                })
+            })
             .collect(),
     }
 }

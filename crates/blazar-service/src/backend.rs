@@ -112,6 +112,16 @@ pub trait Backend: Send + Sync {
         Ok(None)
     }
 
+    /// What the cloud states of a host being enrolled beyond its facts, as extra
+    /// capabilities (the allocation ratios and custom traits Placement has for it); the
+    /// request's own capabilities take precedence.
+    async fn host_capabilities(
+        &self,
+        _facts: &HostFacts,
+    ) -> Result<std::collections::BTreeMap<String, String>, InventoryError> {
+        Ok(std::collections::BTreeMap::new())
+    }
+
     /// Checks a floating IP being registered against the cloud's network (Blazar: the
     /// network exists, a subnet holds the address, outside its allocation pools and not its
     /// gateway). Returns the subnet holding it; `None` when this backend cannot tell.

@@ -177,6 +177,9 @@ impl Service {
             Ok(None) => {}
             Err(e) => return Err(e.into()),
         }
+        for (key, value) in self.backend.host_capabilities(&facts).await? {
+            capabilities.entry(key).or_insert(value);
+        }
         let (host, enrol) = in_tx!(self, write, |tx| {
             let now = self.now();
             let new = NewHost {

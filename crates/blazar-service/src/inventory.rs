@@ -607,6 +607,8 @@ impl Service {
 
 /// Shared by the host and pool property endpoints.
 impl Service {
+    /// `PATCH .../properties/<name>`: `private` (Blazar) and `is_unique` (Chameleon), either
+    /// or both.
     pub(crate) async fn set_property_private(
         &self,
         kind: &str,
@@ -616,24 +618,37 @@ impl Service {
         let unknown: Vec<&str> = body
             .keys()
             .map(String::as_str)
-            .filter(|k| *k != "private")
+            .filter(|k| !matches!(*k, "private" | "is_unique"))
             .collect();
         if !unknown.is_empty() {
             return Err(ServiceError::BadRequest(format!(
-                "Only \"private\" can be updated on a resource property; got {}",
+                "Only \"private\" and \"is_unique\" can be updated on a resource property; got {}",
                 unknown.join(", ")
             )));
         }
-        let private = match body.get("private") {
-            Some(v) => as_bool("private", v)?,
-            None => return Err(ServiceError::BadRequest("Missing parameter private".into())),
-        };
+        let private = body
+            .get("private")
+            .map(|v| as_bool("private", v))
+            .transpose()?;
+        let is_unique = body
+            .get("is_unique")
+            .map(|v| as_bool("is_unique", v))
+            .transpose()?;
+        if private.is_none() && is_unique.is_none() {
+            return Err(ServiceError::BadRequest("Missing parameter private".into()));
+        }
         in_tx!(self, write, |tx| {
             let property = tx.get_property(kind, name).await?.ok_or_else(|| {
                 ServiceError::NotFound(format!("Resource property {name} not found for {kind}"))
             })?;
-            tx.set_property_private(&property.id, private, self.now())
-                .await?;
+            if let Some(private) = private {
+                tx.set_property_private(&property.id, private, self.now())
+                    .await?;
+            }
+            if let Some(is_unique) = is_unique {
+                tx.set_property_unique(&property, is_unique, self.now())
+                    .await?;
+            }
             tx.get_property(kind, name)
                 .await?
                 .ok_or_else(|| ServiceError::Internal(format!("property {name} vanished")))

@@ -103,6 +103,7 @@ impl From<DbError> for ServiceError {
             DbError::Overlap => ServiceError::Retry("an allocation was taken concurrently".into()),
             DbError::Retryable(m) => ServiceError::Retry(m),
             DbError::Duplicate(m) => ServiceError::Conflict(format!("already exists: {m}")),
+            DbError::NotUnique(m) => ServiceError::Conflict(m),
             other => ServiceError::Internal(other.to_string()),
         }
     }

@@ -227,7 +227,7 @@ async fn host_properties_list_detail_private() {
     let r = app.get("/v1/os-hosts/properties?detail=True").await;
     assert_eq!(
         r.body["resource_properties"][0],
-        json!({"property": "gpu", "private": false, "values": ["false", "true"]})
+        json!({"property": "gpu", "private": false, "values": ["false", "true"], "is_unique": false})
     );
     let r = app
         .patch("/v1/os-hosts/properties/rack", json!({"private": true}))
@@ -260,6 +260,144 @@ async fn host_properties_list_detail_private() {
         .patch("/v1/os-hosts/properties/rack", json!({"private": "maybe"}))
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
+}
+
+/// Chameleon's `is_unique`: once a property is unique, no second host or resource may take a
+/// value another one holds, whichever way it is written.
+#[tokio::test]
+async fn unique_properties_refuse_a_second_holder() {
+    let app = TestApp::spawn().await;
+    let a = app
+        .create_host("compute-a", json!({"node_name": "a", "rack": "r1"}))
+        .await;
+    app.create_host("compute-b", json!({"node_name": "b", "rack": "r1"}))
+        .await;
+    // Two hosts share rack r1: it cannot be made unique.
+    let r = app
+        .patch("/v1/os-hosts/properties/rack", json!({"is_unique": true}))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        r.body["error_message"].as_str().unwrap().contains("r1"),
+        "{}",
+        r.body
+    );
+    let r = app
+        .patch(
+            "/v1/os-hosts/properties/node_name",
+            json!({"is_unique": true}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["resource_property"]["is_unique"], true);
+    assert_eq!(r.body["resource_property"]["private"], false);
+    let listing = app.get("/v1/os-hosts/properties?detail=True").await;
+    let node_name = listing.body["resource_properties"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["property"] == "node_name")
+        .cloned()
+        .unwrap();
+    assert_eq!(node_name["is_unique"], true);
+    assert_eq!(node_name["values"], json!(["a", "b"]));
+
+    // Updating another host to a held value, or enrolling one with it, is refused whole.
+    let hosts = app.get("/v1/os-hosts").await;
+    let b = hosts.body["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["hypervisor_hostname"] == "compute-b")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = app
+        .put(
+            &format!("/v1/os-hosts/{b}"),
+            json!({"node_name": "a", "rack": "r9"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        r.body["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("node_name"),
+        "{}",
+        r.body
+    );
+    let shown = app.get(&format!("/v1/os-hosts/{b}")).await;
+    assert_eq!(shown.body["host"]["node_name"], "b");
+    assert_eq!(shown.body["host"]["rack"], "r1");
+    let r = app
+        .post(
+            "/v1/os-hosts",
+            json!({"name": "compute-c", "node_name": "a"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert_eq!(
+        app.get("/v1/os-hosts").await.body["hosts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    // A host keeps its own value; a free value is taken.
+    let r = app
+        .put(&format!("/v1/os-hosts/{a}"), json!({"node_name": "a"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = app
+        .put(&format!("/v1/os-hosts/{b}"), json!({"node_name": "c"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    // Not unique any more: values may be shared again.
+    let r = app
+        .patch(
+            "/v1/os-hosts/properties/node_name",
+            json!({"is_unique": false}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = app
+        .put(&format!("/v1/os-hosts/{b}"), json!({"node_name": "a"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+
+    // The same holds for network segments.
+    crate::inventory::segment(&app, 101, json!({"switch_port": "p1"})).await;
+    let n2 = crate::inventory::segment(&app, 102, json!({"switch_port": "p2"})).await;
+    let r = app
+        .patch(
+            "/v1/networks/properties/switch_port",
+            json!({"is_unique": true, "private": true}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["resource_property"]["is_unique"], true);
+    assert_eq!(r.body["resource_property"]["private"], true);
+    let r = app
+        .put(&format!("/v1/networks/{n2}"), json!({"switch_port": "p1"}))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    let r = app
+        .post(
+            "/v1/networks",
+            json!({"network_type": "vlan", "physical_network": "physnet1", "segment_id": 103,
+                   "switch_port": "p2"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    let r = app
+        .patch(
+            "/v1/networks/properties/switch_port",
+            json!({"is_unique": "sometimes"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
 }
 
 #[tokio::test]

@@ -308,6 +308,19 @@ async fn host_reservations_move_hosts_between_the_freepool_and_their_aggregate()
         assert_ne!(host["vcpus"], 999);
         assert_eq!(host["availability_zone"], "nova");
         assert_eq!(host["gpu"], "false");
+        // Allocation ratios come from the compute node's Placement inventory.
+        for key in [
+            "cpu_allocation_ratio",
+            "ram_allocation_ratio",
+            "disk_allocation_ratio",
+        ] {
+            let ratio: f64 = host[key]
+                .as_str()
+                .unwrap_or_default()
+                .parse()
+                .unwrap_or(0.0);
+            assert!(ratio > 0.0, "{key}: {host}");
+        }
         host_ids.push(host["id"].as_str().unwrap().to_string());
         // Its provider for instance reservations hangs under the compute node's.
         let node = placement.provider_by_name(name).await.unwrap().unwrap();
