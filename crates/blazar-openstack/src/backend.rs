@@ -281,6 +281,65 @@ impl Backend for OpenStackBackend {
         Ok(capabilities)
     }
 
+    /// The source flavor of a `flavor:instance` reservation, as the caller sees it in Nova
+    /// (admins see every flavor, others public ones and those shared with their project).
+    async fn flavor(
+        &self,
+        identity: &blazar_service::Identity,
+        id_or_name: &str,
+    ) -> Result<Option<serde_json::Value>, InventoryError> {
+        let project = (!identity.is_admin()).then_some(identity.project_id.as_str());
+        match self
+            .cloud
+            .nova(None)
+            .flavor_seen_by(id_or_name, project)
+            .await
+        {
+            Ok(Some(flavor)) => Ok(Some(flavor)),
+            // Nova's words for a flavor it does not show.
+            Ok(None) => Err(InventoryError::NotFound(format!(
+                "Flavor {id_or_name} could not be found."
+            ))),
+            Err(e) => Err(InventoryError::Unavailable(format!("compute: {e}"))),
+        }
+    }
+
+    /// Placement's `GET /resource_providers?required=T1,!T2`, as Blazar's flavor plugin
+    /// asks it: the compute nodes (named as their hypervisors) with those traits.
+    async fn hosts_with_traits(
+        &self,
+        traits: &[(String, bool)],
+    ) -> Result<Option<std::collections::HashSet<String>>, InventoryError> {
+        let required: Vec<String> = traits
+            .iter()
+            .filter(|(_, r)| *r)
+            .map(|(t, _)| t.clone())
+            .collect();
+        let forbidden: Vec<String> = traits
+            .iter()
+            .filter(|(_, r)| !*r)
+            .map(|(t, _)| t.clone())
+            .collect();
+        let names = self
+            .cloud
+            .placement(None)
+            .providers_with_traits(&required, &forbidden)
+            .await
+            .map_err(|e| match e.status() {
+                // A trait Placement does not know (or a malformed name).
+                Some(400) => InventoryError::Invalid(format!(
+                    "Malformed parameter trait: Placement refuses {}: {e}",
+                    traits
+                        .iter()
+                        .map(|(t, r)| if *r { t.clone() } else { format!("!{t}") })
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )),
+                _ => InventoryError::Unavailable(format!("placement: {e}")),
+            })?;
+        Ok(Some(names.into_iter().collect()))
+    }
+
     /// Blazar's `FloatingIPPool.fetch_subnet`, with its messages.
     async fn check_floatingip(
         &self,

@@ -362,6 +362,51 @@ impl Nova<'_> {
         }
     }
 
+    /// The flavor `id_or_name` with its extra specs as a member of `project` sees it: Nova's
+    /// rule for non-admins is public flavors and private ones the project was given access
+    /// to (`project` `None`: the admin view, every flavor). A name is looked up when no
+    /// flavor has that id.
+    pub async fn flavor_seen_by(
+        &self,
+        id_or_name: &str,
+        project: Option<&str>,
+    ) -> Result<Option<Value>> {
+        let by_id = if id_or_name.contains('/') || id_or_name.contains('?') {
+            None
+        } else {
+            self.flavor(&crate::placement::urlencode(id_or_name))
+                .await?
+        };
+        let flavor = match by_id {
+            Some(f) => f,
+            None => {
+                let all = self
+                    .call(Method::GET, "/flavors/detail?is_public=None", None)
+                    .await?;
+                let Some(found) = all["flavors"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|f| f["name"].as_str() == Some(id_or_name))
+                    .cloned()
+                else {
+                    return Ok(None);
+                };
+                found
+            }
+        };
+        let public = flavor["os-flavor-access:is_public"]
+            .as_bool()
+            .unwrap_or(true);
+        if let (Some(project), false) = (project, public) {
+            let id = flavor["id"].as_str().unwrap_or_default();
+            if !self.flavor_access(id).await?.iter().any(|p| p == project) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(flavor))
+    }
+
     /// Makes the private flavor `flavor` (its `id` given) with `extra_specs`, unless it is
     /// there already (an earlier attempt); the extra specs are set either way.
     pub async fn ensure_flavor(

@@ -122,6 +122,28 @@ pub trait Backend: Send + Sync {
         Ok(std::collections::BTreeMap::new())
     }
 
+    /// The flavor a `flavor:instance` reservation names, as `identity` sees it in the cloud
+    /// (Nova's shape: `id`, `name`, `vcpus`, `ram`, `disk`, `OS-FLV-EXT-DATA:ephemeral`,
+    /// `extra_specs`); `NotFound` when the caller cannot see it. `None` when this backend
+    /// keeps no flavors: the service's own registry answers.
+    async fn flavor(
+        &self,
+        _identity: &crate::Identity,
+        _id_or_name: &str,
+    ) -> Result<Option<serde_json::Value>, InventoryError> {
+        Ok(None)
+    }
+
+    /// Hypervisor hostnames of the hosts with every trait marked `true` and none marked
+    /// `false`, as the cloud tells now; `None` when this backend cannot tell (the hosts'
+    /// extra capabilities answer).
+    async fn hosts_with_traits(
+        &self,
+        _traits: &[(String, bool)],
+    ) -> Result<Option<std::collections::HashSet<String>>, InventoryError> {
+        Ok(None)
+    }
+
     /// Checks a floating IP being registered against the cloud's network (Blazar: the
     /// network exists, a subnet holds the address, outside its allocation pools and not its
     /// gateway). Returns the subnet holding it; `None` when this backend cannot tell.

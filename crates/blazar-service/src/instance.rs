@@ -3,7 +3,7 @@
 //! exclude each other, only whole-host reservations, and their sum never exceeds a host's
 //! capacity (its totals times its allocation ratios) at any instant of the window.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -21,6 +21,10 @@ use crate::{ServiceError, ServiceResult};
 
 pub const VIRTUAL_INSTANCE: &str = "virtual:instance";
 pub const FLAVOR_INSTANCE: &str = "flavor:instance";
+
+/// Where a validated `flavor:instance` request carries the flavor the cloud gave for it
+/// (Nova's shape), until it is resolved into the reservation's fields.
+pub(crate) const CLOUD_FLAVOR: &str = "cloud_flavor";
 
 /// Extra capabilities that set a host's allocation ratios.
 pub const RATIO_KEYS: [&str; 3] = [
@@ -44,6 +48,53 @@ impl Default for Ratios {
             ram: 1.0,
             disk: 1.0,
         }
+    }
+}
+
+/// What the cloud answered last for each set of `trait:` requirements: the hypervisor
+/// hostnames of the hosts that satisfy it (Placement's `required=` query). Asked before the
+/// transaction of each `flavor:instance` create, so a create sees traits as they are now;
+/// healing uses the latest answer. A set the cloud was never asked about falls back to the
+/// hosts' extra capabilities (`<TRAIT>=true`, the custom traits copied at enrolment).
+#[derive(Default)]
+pub struct TraitHosts(std::sync::Mutex<HashMap<TraitSet, Arc<HashSet<String>>>>);
+
+/// Trait names, each required (true) or forbidden (false), sorted.
+type TraitSet = Vec<(String, bool)>;
+
+/// Distinct trait sets remembered; flavors are few, so this is only a bound.
+const TRAIT_SETS_KEPT: usize = 1024;
+
+impl TraitHosts {
+    fn key(traits: &[(String, bool)]) -> TraitSet {
+        let mut key = traits.to_vec();
+        key.sort();
+        key.dedup();
+        key
+    }
+
+    pub fn remember(&self, traits: &[(String, bool)], hosts: HashSet<String>) {
+        if let Ok(mut known) = self.0.lock() {
+            if known.len() >= TRAIT_SETS_KEPT {
+                known.clear();
+            }
+            known.insert(Self::key(traits), Arc::new(hosts));
+        }
+    }
+
+    pub fn hosts(&self, traits: &[(String, bool)]) -> Option<Arc<HashSet<String>>> {
+        if traits.is_empty() {
+            return None;
+        }
+        self.0.lock().ok()?.get(&Self::key(traits)).cloned()
+    }
+
+    /// Every trait set asked about so far, for a refresh.
+    pub fn known(&self) -> Vec<TraitSet> {
+        self.0
+            .lock()
+            .map(|k| k.keys().cloned().collect())
+            .unwrap_or_default()
     }
 }
 
@@ -162,6 +213,8 @@ struct Shape {
     queries: Vec<(&'static str, Option<PropertyQuery>)>,
     /// Capabilities a host must have (true) or must not have (false).
     traits: Vec<(String, bool)>,
+    /// The hosts the cloud says satisfy `traits`, when it was asked.
+    trait_hosts: Option<Arc<HashSet<String>>>,
     /// The filter's cache key.
     key: String,
 }
@@ -204,11 +257,14 @@ async fn host_slots(
         let Some(host) = inventory.get(id) else {
             continue;
         };
-        if !shape
-            .traits
-            .iter()
-            .all(|(name, required)| has_trait(host, name) == *required)
-        {
+        let traits_hold = match &shape.trait_hosts {
+            Some(hosts) => hosts.contains(&host.facts.hypervisor_hostname),
+            None => shape
+                .traits
+                .iter()
+                .all(|(name, required)| has_trait(host, name) == *required),
+        };
+        if !traits_hold {
             continue;
         }
         let cap = capacity(host, ratios);
@@ -321,6 +377,7 @@ async fn refill_shape(
         },
         queries: shape.queries.clone(),
         traits: shape.traits.clone(),
+        trait_hosts: shape.trait_hosts.clone(),
         key: shape.key.clone(),
     };
     if shape.affinity == Affinity::Same {
@@ -442,6 +499,7 @@ impl InstanceType {
             affinity: Affinity::parse(params.get("affinity"))?,
             queries: vec![("resource_properties", query)],
             traits: Vec::new(),
+            trait_hosts: None,
             key: params
                 .get("resource_properties")
                 .map(Value::to_string)
@@ -521,6 +579,7 @@ impl ResourceType for InstanceType {
 pub struct FlavorInstanceType {
     pub ratios: Ratios,
     pub cache: Arc<HostCache>,
+    pub trait_hosts: Arc<TraitHosts>,
 }
 
 const FLAVOR_FIELDS: &[&str] = &["flavor_id", "amount", "affinity"];
@@ -592,6 +651,16 @@ pub(crate) fn flavor_traits(flavor: &FlavorRow) -> ServiceResult<Vec<(String, bo
     Ok(traits)
 }
 
+/// The `trait:` requirements of a flavor the cloud gave, checked as a registered one's are
+/// (its size too: a flavor that asks for nothing is refused before the cloud is asked more).
+pub(crate) fn cloud_flavor_traits(flavor: &Value) -> ServiceResult<Vec<(String, bool)>> {
+    let row = flavor_row_from_json(flavor).ok_or_else(|| {
+        ServiceError::Unavailable(format!("the cloud's flavor is malformed: {flavor}"))
+    })?;
+    flavor_size(&row)?;
+    flavor_traits(&row)
+}
+
 fn has_trait(host: &HostRecord, name: &str) -> bool {
     host.capabilities
         .get(name)
@@ -631,8 +700,16 @@ impl FlavorInstanceType {
             affinity: Affinity::parse(params.get("affinity"))?,
             queries: Vec::new(),
             traits: flavor_traits(&flavor)?,
+            trait_hosts: None,
             key: String::new(),
         })
+    }
+
+    /// The shape with what the cloud last said of its traits.
+    fn shape_now(&self, params: &Map<String, Value>) -> ServiceResult<Shape> {
+        let mut shape = Self::shape(params)?;
+        shape.trait_hosts = self.trait_hosts.hosts(&shape.traits);
+        Ok(shape)
     }
 }
 
@@ -708,16 +785,23 @@ impl ResourceType for FlavorInstanceType {
         tx: &mut Tx,
         mut params: Map<String, Value>,
     ) -> ServiceResult<Map<String, Value>> {
-        let Some(requested) = params.remove("requested_flavor") else {
-            return Ok(params);
+        let flavor = if let Some(cloud) = params.remove(CLOUD_FLAVOR) {
+            params.remove("requested_flavor");
+            flavor_row_from_json(&cloud).ok_or_else(|| {
+                ServiceError::Unavailable(format!("the cloud's flavor is malformed: {cloud}"))
+            })?
+        } else {
+            let Some(requested) = params.remove("requested_flavor") else {
+                return Ok(params);
+            };
+            let requested = requested.as_str().unwrap_or_default().to_string();
+            tx.find_flavor(&requested).await?.ok_or_else(|| {
+                ServiceError::BadRequest(format!(
+                    "Flavor {requested} not found: register it with POST /v1/flavors or use the \
+                     id or name of a registered flavor"
+                ))
+            })?
         };
-        let requested = requested.as_str().unwrap_or_default().to_string();
-        let flavor = tx.find_flavor(&requested).await?.ok_or_else(|| {
-            ServiceError::BadRequest(format!(
-                "Flavor {requested} not found: register it with POST /v1/flavors or use the id or \
-                 name of a registered flavor"
-            ))
-        })?;
         let size = flavor_size(&flavor)?;
         flavor_traits(&flavor)?;
         let amount = params.get("amount").cloned().unwrap_or(Value::from(1));
@@ -743,7 +827,7 @@ impl ResourceType for FlavorInstanceType {
     ) -> ServiceResult<Grant> {
         allocate_shape(
             tx,
-            &Self::shape(params)?,
+            &self.shape_now(params)?,
             request,
             self.ratios,
             &self.cache,
@@ -761,7 +845,7 @@ impl ResourceType for FlavorInstanceType {
     ) -> ServiceResult<i64> {
         refill_shape(
             tx,
-            &Self::shape(params)?,
+            &self.shape_now(params)?,
             request,
             self.ratios,
             &self.cache,

@@ -228,6 +228,35 @@ impl Service {
             .collect()
     }
 
+    /// Asks the cloud, before any transaction, what `flavor:instance` requests name: the
+    /// flavor as the caller sees it (Blazar reads it with the user's token), and which hosts
+    /// satisfy its `trait:` requirements now.
+    async fn ask_cloud_for_flavors(
+        &self,
+        identity: &Identity,
+        requests: &mut [ValidatedRequest],
+    ) -> ServiceResult<()> {
+        for (resource_type, params) in requests.iter_mut() {
+            if resource_type.name() != crate::instance::FLAVOR_INSTANCE {
+                continue;
+            }
+            let Some(requested) = params.get("requested_flavor").and_then(Value::as_str) else {
+                continue;
+            };
+            let Some(flavor) = self.backend.flavor(identity, requested).await? else {
+                continue;
+            };
+            let traits = crate::instance::cloud_flavor_traits(&flavor)?;
+            if !traits.is_empty()
+                && let Some(hosts) = self.backend.hosts_with_traits(&traits).await?
+            {
+                self.trait_hosts.remember(&traits, hosts);
+            }
+            params.insert(crate::instance::CLOUD_FLAVOR.into(), flavor);
+        }
+        Ok(())
+    }
+
     fn default_before_end(&self, window: &TimeWindow) -> Option<DateTime<Utc>> {
         let minutes = self.settings().minutes_before_end_lease;
         (minutes > 0).then(|| (window.end() - Duration::minutes(minutes)).max(window.start()))
@@ -259,12 +288,14 @@ impl Service {
             }
             None => self.default_before_end(&window),
         };
+        let mut requests = self.validated_requests(&request.reservations)?;
+        self.ask_cloud_for_flavors(identity, &mut requests).await?;
         let plan = LeasePlan {
             identity: identity.clone(),
             name: request.name.clone(),
             window,
             before_end,
-            requests: self.validated_requests(&request.reservations)?,
+            requests,
             blocked_until: window.end() + self.settings().cleaning(),
         };
         let view = match &self.batcher {
@@ -399,6 +430,11 @@ impl Service {
             return Ok(false);
         }
         if self.is_admin(identity) {
+            return Ok(true);
+        }
+        // A flavor:instance reservation keeps its source flavor in `resource_properties`,
+        // not a query.
+        if resource_type.name() == crate::instance::FLAVOR_INSTANCE {
             return Ok(true);
         }
         let keys = crate::resources::query_keys(params)?;

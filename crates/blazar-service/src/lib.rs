@@ -221,6 +221,8 @@ pub struct Service {
     resource_types: Arc<Vec<Arc<dyn ResourceType>>>,
     authorizer: Arc<dyn Authorizer>,
     host_cache: Arc<resources::HostCache>,
+    /// The cloud's answers to `trait:` requirements (flavor:instance).
+    trait_hosts: Arc<instance::TraitHosts>,
     wake: Arc<Notify>,
     /// Rung after a commit that recorded actions.
     action_wake: Arc<Notify>,
@@ -249,6 +251,7 @@ impl Service {
         let ratios = settings.ratios;
         let store_backend = store.backend();
         let cache = Arc::new(resources::HostCache::default());
+        let trait_hosts = Arc::new(instance::TraitHosts::default());
         let resource_types: Vec<Arc<dyn ResourceType>> = vec![
             Arc::new(PhysicalHostType {
                 cache: cache.clone(),
@@ -260,6 +263,7 @@ impl Service {
             Arc::new(FlavorInstanceType {
                 ratios,
                 cache: cache.clone(),
+                trait_hosts: trait_hosts.clone(),
             }),
             Arc::new(PoolType::floating_ips()),
             Arc::new(PoolType::networks()),
@@ -273,6 +277,7 @@ impl Service {
             resource_types: Arc::new(resource_types),
             authorizer: Arc::new(DefaultPolicy),
             host_cache: cache,
+            trait_hosts,
             wake: Arc::new(Notify::new()),
             action_wake: Arc::new(Notify::new()),
             worker_id: Arc::from(new_id().as_str()),

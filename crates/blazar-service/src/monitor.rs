@@ -34,6 +34,16 @@ impl Service {
             Ok(None) => return Ok(report),
             Err(e) => return Err(ServiceError::Unavailable(e.to_string())),
         };
+        // The trait sets flavors asked for, as Placement answers them now: what healing
+        // places flavor:instance slots by.
+        for traits in self.trait_hosts.known() {
+            match self.backend.hosts_with_traits(&traits).await {
+                Ok(Some(hosts)) => self.trait_hosts.remember(&traits, hosts),
+                Ok(None) => {}
+                // The last answer stays; the next pass asks again.
+                Err(e) => tracing::warn!(error = %e, "placement traits not refreshed"),
+            }
+        }
         let hosts = in_tx!(self, read, |tx| { Ok(tx.list_hosts().await?) })?;
         for host in hosts {
             let Some(state) = health

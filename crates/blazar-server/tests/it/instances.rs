@@ -375,7 +375,7 @@ async fn host_and_instance_reservations_exclude_each_other() {
 
 #[tokio::test]
 async fn flavor_instance_reservations() {
-    let app = TestApp::spawn().await;
+    let mut app = TestApp::spawn().await;
     app.create_host(
         "c1",
         json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100}),
@@ -439,6 +439,21 @@ async fn flavor_instance_reservations() {
         slots_of(&app, ssd.body["lease"]["id"].as_str().unwrap()).await,
         vec!["2".to_string()]
     );
+    // A project member books by flavor too: the kept flavor is not read as a query.
+    app.act_as("alpha", "alpha-user", "member");
+    let member = app
+        .post(
+            "/v1/leases",
+            lease(
+                "by-member",
+                "2030-01-03 10:00",
+                "2030-01-03 12:00",
+                flavor("ssd.small", 1),
+            ),
+        )
+        .await;
+    assert_eq!(member.status, StatusCode::CREATED, "{}", member.body);
+    app.act_as_admin();
     let missing = app
         .post(
             "/v1/leases",

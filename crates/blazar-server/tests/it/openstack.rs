@@ -1550,3 +1550,181 @@ async fn boot_flavor(cloud: &Cloud, name: &str, flavor: &str) -> (String, String
     }
     panic!("server {name} neither ACTIVE nor ERROR after 60 s");
 }
+
+/// A Placement call as the admin, at the microversion blazar-rs speaks.
+async fn placement_call(admin: &Cloud, method: Method, path: &str, body: Option<Value>) -> Value {
+    admin
+        .session
+        .call(
+            "placement",
+            method,
+            path,
+            Call {
+                body,
+                headers: vec![("openstack-api-version", "placement 1.29".into())],
+                request_id: None,
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .body
+}
+
+/// Gives (or takes away) a trait on a compute node's provider, as an operator would with
+/// `openstack resource provider trait set`.
+async fn set_node_trait(admin: &Cloud, host: &str, name: &str, present: bool) {
+    let node = admin
+        .placement(None)
+        .provider_by_name(host)
+        .await
+        .unwrap()
+        .unwrap();
+    let path = format!("/resource_providers/{}/traits", node.uuid);
+    let current = placement_call(admin, Method::GET, &path, None).await;
+    let mut traits: BTreeSet<String> = current["traits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect();
+    if present {
+        traits.insert(name.to_string());
+    } else {
+        traits.remove(name);
+    }
+    placement_call(
+        admin,
+        Method::PUT,
+        &path,
+        Some(json!({"traits": traits,
+            "resource_provider_generation": current["resource_provider_generation"]})),
+    )
+    .await;
+}
+
+/// flavor:instance: the source flavor is Nova's, seen as the caller sees it, and its
+/// `trait:` requirement is answered by Placement as it is now (the trait is set after the
+/// hosts were enrolled).
+#[tokio::test]
+async fn flavor_instance_reservations_read_nova_and_place_by_placement_traits() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let backend = OpenStackBackend::new(
+        env.service(),
+        OpenStackSettings {
+            server_delete_timeout: Duration::from_secs(60),
+            ..OpenStackSettings::default()
+        },
+    );
+    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let host_ids = enrol(&app, &["compute-1", "compute-2", "compute-3"]).await;
+    let fast = "CUSTOM_BLAZAR_FAST";
+    placement_call(&admin, Method::PUT, &format!("/traits/{fast}"), None).await;
+    set_node_trait(&admin, "compute-2", fast, true).await;
+    // A private flavor requiring the trait, not yet shared with alpha.
+    let source = "blazar-fast";
+    if nova.flavor(source).await.unwrap().is_some() {
+        nova.delete_flavor(source).await.unwrap();
+    }
+    compute(
+        &admin,
+        Method::POST,
+        "/flavors",
+        Some(
+            json!({"flavor": {"id": source, "name": "fast", "vcpus": 1, "ram": 64,
+            "disk": 1, "os-flavor-access:is_public": false}}),
+        ),
+    )
+    .await;
+    compute(
+        &admin,
+        Method::POST,
+        &format!("/flavors/{source}/os-extra_specs"),
+        Some(json!({"extra_specs": {format!("trait:{fast}"): "required"}})),
+    )
+    .await;
+    let alpha = env.get("OS_ALPHA_PROJECT_ID");
+    let lease = |flavor: &str| {
+        json!({"name": "by-flavor", "start_date": "2030-05-01 10:00",
+            "end_date": "2030-05-01 12:00",
+            "reservations": [{"resource_type": "flavor:instance", "flavor_id": flavor,
+                "amount": 2, "affinity": "None"}],
+            "events": []})
+    };
+    app.act_as(&alpha, "alpha-user", "member");
+    // Alpha cannot see the flavor yet: 404, as Nova answers alpha; nor one that is nowhere.
+    let r = app.post("/v1/leases", lease(source)).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    let r = app.post("/v1/leases", lease("no-such-flavor")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    app.act_as_admin();
+    nova.add_flavor_access(source, &alpha).await.unwrap();
+    app.act_as(&alpha, "alpha-user", "member");
+    // Now seen; by name too.
+    let r = app.post("/v1/leases", lease("fast")).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let reservation = r.body["lease"]["reservations"][0].clone();
+    let rid = reservation["id"].as_str().unwrap().to_string();
+    let kept: Value =
+        serde_json::from_str(reservation["resource_properties"].as_str().unwrap()).unwrap();
+    assert_eq!(kept["id"], source);
+    assert_eq!(kept["extra_specs"][format!("trait:{fast}")], "required");
+    assert_eq!(reservation["vcpus"], 1);
+    assert_eq!(reservation["memory_mb"], 64);
+    app.act_as_admin();
+    // Both slots are on the only host with the trait.
+    let granted = granted_hosts(&app, &lease_id).await;
+    assert!(!granted.is_empty());
+    assert!(granted.iter().all(|h| h == &host_ids[1]), "{granted:?}");
+    // A trait Placement does not know is refused as malformed.
+    compute(
+        &admin,
+        Method::POST,
+        &format!("/flavors/{source}/os-extra_specs"),
+        Some(json!({"extra_specs": {"trait:CUSTOM_NOWHERE_AT_ALL": "required"}})),
+    )
+    .await;
+    app.act_as(&alpha, "alpha-user", "member");
+    let r = app.post("/v1/leases", lease(source)).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    app.act_as_admin();
+    wait_idle(&app).await;
+
+    // Start: the reservation flavor carries the source's specs with Blazar's; a server
+    // booted with it lands on the host with the trait.
+    app.tick_at(t(2030, 5, 1, 10, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{actions}");
+    let specs = compute(
+        &admin,
+        Method::GET,
+        &format!("/flavors/{rid}/os-extra_specs"),
+        None,
+    )
+    .await["extra_specs"]
+        .clone();
+    assert_eq!(specs[format!("trait:{fast}")], "required");
+    assert_eq!(
+        specs["aggregate_instance_extra_specs:reservation"],
+        json!(rid)
+    );
+    let alpha_cloud = env.member("alpha");
+    let (server, status) = boot_flavor(&alpha_cloud, "fast-0", &rid).await;
+    assert_eq!(status, "ACTIVE");
+    assert_eq!(server_host(&admin, &server).await, "compute-2");
+
+    // End: the reservation's flavor and server are gone; the source flavor stays.
+    app.tick_at(t(2030, 5, 1, 12, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "TERMINATED", "{actions}");
+    assert!(nova.flavor(&rid).await.unwrap().is_none());
+    assert!(nova.flavor(source).await.unwrap().is_some());
+    nova.delete_flavor(source).await.unwrap();
+    set_node_trait(&admin, "compute-2", fast, false).await;
+    reset_cloud(&admin).await;
+    withdraw(&app, &admin, &host_ids).await;
+}
