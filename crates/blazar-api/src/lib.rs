@@ -117,8 +117,9 @@ pub struct ResourceProperty {
     pub resource_type: String,
     pub property_name: String,
     pub private: bool,
-    /// Chameleon's: no two resources may hold the same value (absent from Blazar's answers).
-    #[serde(default)]
+    /// Chameleon's: no two resources may hold the same value. Sent only when set, so a
+    /// site that does not use it sees Blazar's exact answers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_unique: bool,
     pub created_at: String,
     pub updated_at: Option<String>,

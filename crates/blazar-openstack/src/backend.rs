@@ -370,14 +370,17 @@ impl Backend for OpenStackBackend {
 
     async fn reconcile(
         &self,
+        store: &Store,
         desired: &DesiredState,
         apply: bool,
     ) -> Result<ReconcileReport, InventoryError> {
         let unavailable = |e: Error| InventoryError::Unavailable(format!("nova: {e}"));
-        let repairs = self
+        let mut repairs = self
             .reconcile_hosts(desired, apply)
             .await
             .map_err(unavailable)?;
+        repairs.extend(self.reconcile_live(store, desired, apply).await?);
+        repairs.extend(self.reconcile_orphans(desired, apply).await?);
         Ok(ReconcileReport {
             applied: apply,
             repairs,

@@ -259,8 +259,78 @@ impl OpenStackBackend {
         Ok(())
     }
 
+    /// What of an instance reservation in force is not in the cloud as it should be, one
+    /// line each (empty: nothing).
+    pub(crate) async fn instance_drift(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<Vec<String>, ActionError> {
+        let nova = self.cloud().nova(None);
+        let placement = self.cloud().placement(None);
+        let id = &action.reservation_id;
+        let mut drift = Vec::new();
+        match nova.flavor(id).await.map_err(action_error)? {
+            None => drift.push(format!("flavor of instance reservation {id} missing")),
+            Some(_) => {
+                let access = nova.flavor_access(id).await.map_err(action_error)?;
+                if !access.contains(&action.project_id) {
+                    drift.push(format!(
+                        "project {} may not use the flavor of instance reservation {id}",
+                        action.project_id
+                    ));
+                }
+            }
+        }
+        if affinity(&action.params).is_some()
+            && nova
+                .find_server_group(&group_name(id), true)
+                .await
+                .map_err(action_error)?
+                .is_none()
+        {
+            drift.push(format!("server group of instance reservation {id} missing"));
+        }
+        let aggregate = nova.find_aggregate(id).await.map_err(action_error)?;
+        if aggregate.is_none() {
+            drift.push(format!("aggregate of instance reservation {id} missing"));
+        }
+        let class = reservation_class(id);
+        for ((service, hypervisor), n) in self.slots(store, action).await? {
+            if let Some(a) = &aggregate
+                && !a.hosts.contains(&service)
+            {
+                drift.push(format!(
+                    "host {service} missing from the aggregate of instance reservation {id}"
+                ));
+            }
+            let provider = reservation_provider_name(&hypervisor);
+            let total = match placement
+                .provider_by_name(&provider)
+                .await
+                .map_err(action_error)?
+            {
+                Some(p) => placement
+                    .inventories(&p.uuid)
+                    .await
+                    .map_err(action_error)?
+                    .into_iter()
+                    .find(|(c, ..)| c == &class)
+                    .map(|(_, total, ..)| total),
+                None => None,
+            };
+            if total != Some(n) {
+                drift.push(format!(
+                    "{provider} has {} slot(s) of instance reservation {id}, not {n}",
+                    total.unwrap_or(0)
+                ));
+            }
+        }
+        Ok(drift)
+    }
+
     /// Everything of the reservation goes, whatever is left of it.
-    async fn teardown_instances(
+    pub(crate) async fn teardown_instances(
         &self,
         action: &Action,
         hosts: &[(String, String)],
@@ -269,7 +339,8 @@ impl OpenStackBackend {
         let placement = self.cloud().placement(action.request_id.as_deref());
         let id = &action.reservation_id;
         let class = reservation_class(id);
-        if nova.flavor(id).await?.is_some() {
+        // An orphan found by the reconciler may not say whose it was.
+        if !action.project_id.is_empty() && nova.flavor(id).await?.is_some() {
             nova.remove_flavor_access(id, &action.project_id).await?;
         }
         let cleared = nova

@@ -13,6 +13,7 @@ pub mod neutron;
 pub mod nova;
 pub mod placement;
 mod pools;
+mod repair;
 pub mod session;
 
 pub use backend::{OpenStackBackend, OpenStackSettings};

@@ -407,6 +407,23 @@ impl Nova<'_> {
         Ok(Some(flavor))
     }
 
+    /// Ids of the flavors named `reservation:<id>` after their own id: the reservation
+    /// flavors blazar-rs (or Blazar) made, private ones included.
+    pub async fn reservation_flavors(&self) -> Result<Vec<String>> {
+        let all = self
+            .call(Method::GET, "/flavors/detail?is_public=None", None)
+            .await?;
+        Ok(all["flavors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| {
+                let id = f["id"].as_str()?;
+                (f["name"].as_str() == Some(&format!("reservation:{id}"))).then(|| id.to_string())
+            })
+            .collect())
+    }
+
     /// Makes the private flavor `flavor` (its `id` given) with `extra_specs`, unless it is
     /// there already (an earlier attempt); the extra specs are set either way.
     pub async fn ensure_flavor(

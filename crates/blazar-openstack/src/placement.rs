@@ -157,6 +157,19 @@ impl Placement<'_> {
             .map(|_| ())
     }
 
+    /// Names of the custom resource classes of instance reservations.
+    pub async fn reservation_classes(&self) -> Result<Vec<String>> {
+        let found = self.call(Method::GET, "/resource_classes", None).await?;
+        Ok(found["resource_classes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str())
+            .filter(|n| n.starts_with(RESERVATION_CLASS_PREFIX))
+            .map(str::to_string)
+            .collect())
+    }
+
     /// Deletes the resource class `name`; absent is fine. Placement refuses (409) while an
     /// inventory still uses it.
     pub async fn delete_resource_class(&self, name: &str) -> Result<()> {
@@ -271,9 +284,18 @@ impl Placement<'_> {
 /// upper-cased with `_` for `-`).
 pub fn reservation_class(reservation_id: &str) -> String {
     format!(
-        "CUSTOM_RESERVATION_{}",
+        "{RESERVATION_CLASS_PREFIX}{}",
         reservation_id.to_uppercase().replace('-', "_")
     )
+}
+
+const RESERVATION_CLASS_PREFIX: &str = "CUSTOM_RESERVATION_";
+
+/// The reservation id a class of `reservation_class` names (ids are lower-case UUIDs).
+pub fn class_reservation(class: &str) -> Option<String> {
+    class
+        .strip_prefix(RESERVATION_CLASS_PREFIX)
+        .map(|id| id.to_lowercase().replace('_', "-"))
 }
 
 /// A query value, percent-encoded.

@@ -183,4 +183,56 @@ impl OpenStackBackend {
             reservation.id = %action.reservation_id, "network of an ended reservation deleted");
         Ok(())
     }
+
+    /// What of a floating-IP or network reservation in force is not in Neutron as it
+    /// should be, one line each (empty: nothing).
+    pub(crate) async fn pool_drift(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<Vec<String>, ActionError> {
+        let neutron = self.cloud().neutron(None);
+        let id = &action.reservation_id;
+        let tag = reservation_tag(id);
+        let mut drift = Vec::new();
+        let err = crate::backend::action_error;
+        match action.resource_type.as_str() {
+            FLOATINGIP => {
+                for fip in records(store, FLOATINGIP, &action.resources).await? {
+                    let (Some(network), Some(address)) = (
+                        attr(&fip, "floating_network_id"),
+                        attr(&fip, "floating_ip_address"),
+                    ) else {
+                        continue;
+                    };
+                    let found = neutron
+                        .find_floatingip(network, address)
+                        .await
+                        .map_err(err)?;
+                    if !found.is_some_and(|f| f.tags.contains(&tag)) {
+                        drift.push(format!("floating IP {address} of reservation {id} missing"));
+                    }
+                }
+            }
+            NETWORK => {
+                for segment in records(store, NETWORK, &action.resources).await? {
+                    let network_type = attr(&segment, "network_type").unwrap_or("vlan");
+                    let Some(seg) = segment.attrs.get("segment_id").and_then(Value::as_i64) else {
+                        continue;
+                    };
+                    let found = neutron
+                        .network_on_segment(network_type, seg)
+                        .await
+                        .map_err(err)?;
+                    if !found.is_some_and(|n| n.tags.contains(&tag)) {
+                        drift.push(format!(
+                            "network on segment {network_type}/{seg} of reservation {id} missing"
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(drift)
+    }
 }

@@ -208,12 +208,13 @@ pub(crate) fn property_listing(listing: PropertyListing) -> Vec<Value> {
         PropertyListing::Detail(details) => details
             .into_iter()
             .map(|p| {
-                json!({
-                    "property": p.property_name,
-                    "private": p.private,
-                    "values": p.values,
-                    "is_unique": p.is_unique,
-                })
+                let mut entry =
+                    json!({ "property": p.property_name, "private": p.private, "values": p.values });
+                // Chameleon's flag, only where set: Blazar's listing stays as it is.
+                if p.is_unique {
+                    entry["is_unique"] = json!(true);
+                }
+                entry
             })
             .collect(),
     }

@@ -165,6 +165,7 @@ pub trait Backend: Send + Sync {
     /// lists them. Backends with nothing outside to compare report nothing.
     async fn reconcile(
         &self,
+        _store: &Store,
         _desired: &crate::DesiredState,
         apply: bool,
     ) -> Result<crate::ReconcileReport, InventoryError> {

@@ -5,10 +5,10 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 
-use blazar_core::{LeaseStatus, PHYSICAL_HOST, ReservationStatus};
+use blazar_core::{ActionKind, ActionPurpose, LeaseStatus, PHYSICAL_HOST, ReservationStatus};
 use blazar_db::LeaseFilter;
 
-use crate::{Identity, Service, ServiceError, ServiceResult};
+use crate::{Action, Identity, Service, ServiceError, ServiceResult};
 
 /// One host reservation as the cloud should show it now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,7 +20,7 @@ pub struct HeldHosts {
 }
 
 /// What the cloud should look like.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct DesiredState {
     /// Host reservations in force (their lease ACTIVE, no action open on them).
     pub reservations: Vec<HeldHosts>,
@@ -32,6 +32,15 @@ pub struct DesiredState {
     /// Reservations and hosts with actions still open: not to be touched now.
     pub busy_reservations: BTreeSet<String>,
     pub busy_hosts: BTreeSet<String>,
+    /// Instance, floating-IP and network reservations in force (lease ACTIVE, no action
+    /// open), each as the `start` action that makes what it holds exist: carried out again,
+    /// it repairs what is missing.
+    pub live: Vec<Action>,
+    /// Every reservation of a lease that has not ended (whatever its type): what the cloud
+    /// holds for any other reservation is an orphan.
+    pub kept: BTreeSet<String>,
+    /// (service name, hypervisor hostname) of every enrolled host.
+    pub hypervisors: Vec<(String, String)>,
 }
 
 /// What a pass found and did.
@@ -56,6 +65,15 @@ impl Service {
                     .map(|h| h.facts.service_name.clone())
             };
             desired.enrolled = hosts.iter().map(|h| h.facts.service_name.clone()).collect();
+            desired.hypervisors = hosts
+                .iter()
+                .map(|h| {
+                    (
+                        h.facts.service_name.clone(),
+                        h.facts.hypervisor_hostname.clone(),
+                    )
+                })
+                .collect();
             for action in tx.list_actions(&["pending", "running"], 100_000).await? {
                 desired
                     .busy_reservations
@@ -82,6 +100,29 @@ impl Service {
                     ..LeaseFilter::default()
                 })
                 .await?;
+            for status in [
+                LeaseStatus::Pending,
+                LeaseStatus::Active,
+                LeaseStatus::Error,
+                LeaseStatus::Creating,
+                LeaseStatus::Starting,
+                LeaseStatus::Updating,
+                LeaseStatus::Terminating,
+                LeaseStatus::Deleting,
+            ] {
+                let ids = tx
+                    .lease_trees(&LeaseFilter {
+                        status: Some(status.as_str().to_string()),
+                        ..LeaseFilter::default()
+                    })
+                    .await?
+                    .into_iter()
+                    .flat_map(|(_, reservations, _)| reservations.into_iter().map(|r| r.id));
+                desired.kept.extend(ids);
+            }
+            desired
+                .kept
+                .extend(desired.busy_reservations.iter().cloned());
             for (_, reservations, _) in pending {
                 desired.upcoming.extend(
                     reservations
@@ -90,9 +131,48 @@ impl Service {
                         .map(|r| r.id),
                 );
             }
+            let now = self.now();
             for (lease, reservations, _) in active {
                 let allocations = tx.allocations_of_lease(&lease.id).await?;
                 for r in reservations {
+                    if r.resource_type != PHYSICAL_HOST
+                        && r.status == ReservationStatus::Active.as_str()
+                        && !desired.busy_reservations.contains(&r.id)
+                    {
+                        let held: Vec<_> = allocations
+                            .iter()
+                            .filter(|a| a.reservation_id == r.id && a.end > now)
+                            .collect();
+                        let mut kinds: Vec<&str> =
+                            held.iter().map(|a| a.resource_type.as_str()).collect();
+                        kinds.sort_unstable();
+                        kinds.dedup();
+                        for kind in kinds {
+                            let of_kind = held.iter().filter(|a| a.resource_type == kind);
+                            desired.live.push(Action {
+                                seq: 0,
+                                kind: ActionKind::Start,
+                                purpose: ActionPurpose::Change,
+                                lease_id: lease.id.clone(),
+                                lease_name: lease.name.clone(),
+                                reservation_id: r.id.clone(),
+                                project_id: lease.project_id.clone(),
+                                user_id: lease.user_id.clone(),
+                                resource_type: kind.to_string(),
+                                reservation_type: r.resource_type.clone(),
+                                resources: of_kind.clone().map(|a| a.resource_id).collect(),
+                                units: of_kind.map(|a| a.units).collect(),
+                                hosts: Vec::new(),
+                                params: r.params.clone(),
+                                lease_start: lease.start,
+                                lease_end: lease.end,
+                                at: now,
+                                attempt: 1,
+                                request_id: None,
+                            });
+                        }
+                        continue;
+                    }
                     if r.resource_type != PHYSICAL_HOST
                         || r.status != ReservationStatus::Active.as_str()
                         || desired.busy_reservations.contains(&r.id)
@@ -120,7 +200,7 @@ impl Service {
         let desired = self.desired_state().await?;
         let report = self
             .backend
-            .reconcile(&desired, apply)
+            .reconcile(&self.store, &desired, apply)
             .await
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         for line in &report.repairs {

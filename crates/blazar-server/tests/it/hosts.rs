@@ -227,7 +227,7 @@ async fn host_properties_list_detail_private() {
     let r = app.get("/v1/os-hosts/properties?detail=True").await;
     assert_eq!(
         r.body["resource_properties"][0],
-        json!({"property": "gpu", "private": false, "values": ["false", "true"], "is_unique": false})
+        json!({"property": "gpu", "private": false, "values": ["false", "true"]})
     );
     let r = app
         .patch("/v1/os-hosts/properties/rack", json!({"private": true}))
@@ -291,6 +291,16 @@ async fn unique_properties_refuse_a_second_holder() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(r.body["resource_property"]["is_unique"], true);
     assert_eq!(r.body["resource_property"]["private"], false);
+    // Blazar's answers are unchanged where the flag is not set.
+    let rack = app.get("/v1/os-hosts/properties?detail=True").await;
+    let rack = rack.body["resource_properties"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["property"] == "rack")
+        .cloned()
+        .unwrap();
+    assert!(rack.get("is_unique").is_none(), "{rack}");
     let listing = app.get("/v1/os-hosts/properties?detail=True").await;
     let node_name = listing.body["resource_properties"]
         .as_array()

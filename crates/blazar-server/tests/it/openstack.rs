@@ -1728,3 +1728,225 @@ async fn flavor_instance_reservations_read_nova_and_place_by_placement_traits() 
     reset_cloud(&admin).await;
     withdraw(&app, &admin, &host_ids).await;
 }
+
+/// The reconciler beyond aggregates: the pieces of an instance, floating-IP and network
+/// reservation in force that were broken by hand are made again, and what the cloud holds
+/// for reservations the database does not keep is removed.
+#[tokio::test]
+async fn the_reconciler_repairs_instance_and_neutron_reservations() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let placement = admin.placement(None);
+    let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
+    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let host_ids = enrol(&app, &["compute-1", "compute-2", "compute-3"]).await;
+    let alpha = env.get("OS_ALPHA_PROJECT_ID");
+    let public = neutron(&admin, Method::GET, "/v2.0/networks?name=public", None).await["networks"]
+        [0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let address = "172.24.4.231";
+    let r = app
+        .post(
+            "/v1/floatingips",
+            json!({"floating_network_id": public, "floating_ip_address": address}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = app
+        .post(
+            "/v1/networks",
+            json!({"network_type": "vlan", "physical_network": "physnet1", "segment_id": 151}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as(&alpha, "alpha-user", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "drift", "start_date": "2030-06-01 10:00",
+                "end_date": "2030-06-01 12:00",
+                "reservations": [
+                    {"resource_type": "virtual:instance", "amount": 2, "vcpus": 1,
+                     "memory_mb": 64, "disk_gb": 1, "affinity": "None",
+                     "resource_properties": ""},
+                    {"resource_type": "virtual:floatingip", "network_id": public, "amount": 1,
+                     "required_floatingips": [address]},
+                    {"resource_type": "network", "network_name": "drift-net",
+                     "resource_properties": ""}],
+                "events": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.act_as_admin();
+    app.tick_at(t(2030, 6, 1, 10, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{actions}");
+    let reconcile = |dry_run: bool| {
+        let app = &app;
+        async move {
+            let r = app
+                .post("/v1/reconcile", json!({ "dry_run": dry_run }))
+                .await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+            r.body["reconcile"]["repairs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l.as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        reconcile(true).await,
+        Vec::<String>::new(),
+        "drift before any"
+    );
+
+    // Break it by hand: alpha loses the flavor, a host its slots, the floating IP and the
+    // network are deleted.
+    nova.remove_flavor_access(&rid, &alpha).await.unwrap();
+    let class = format!(
+        "CUSTOM_RESERVATION_{}",
+        rid.to_uppercase().replace('-', "_")
+    );
+    let mut emptied = None;
+    for host in ["compute-1", "compute-2", "compute-3"] {
+        let p = placement
+            .provider_by_name(&format!("blazar_{host}"))
+            .await
+            .unwrap()
+            .unwrap();
+        let inventory = placement.inventories(&p.uuid).await.unwrap();
+        if let Some((_, total, ..)) = inventory.iter().find(|(c, ..)| c == &class) {
+            placement.delete_inventory(&p.uuid, &class).await.unwrap();
+            emptied = Some((p.uuid.clone(), *total));
+            break;
+        }
+    }
+    let (emptied, slots) = emptied.expect("a host with slots");
+    let at = format!("/v2.0/floatingips?floating_ip_address={address}");
+    let fip = neutron(&admin, Method::GET, &at, None).await["floatingips"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    neutron(
+        &admin,
+        Method::DELETE,
+        &format!("/v2.0/floatingips/{fip}"),
+        None,
+    )
+    .await;
+    let on_segment = "/v2.0/networks?provider%3Asegmentation_id=151";
+    let net = neutron(&admin, Method::GET, on_segment, None).await["networks"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    neutron(
+        &admin,
+        Method::DELETE,
+        &format!("/v2.0/networks/{net}"),
+        None,
+    )
+    .await;
+    // And leave orphans: a reservation flavor, a class and a tagged network of
+    // reservations this database never had.
+    let ghost = "5f1d2c3b-aaaa-4bbb-8ccc-000000000001";
+    compute(
+        &admin,
+        Method::POST,
+        "/flavors",
+        Some(
+            json!({"flavor": {"id": ghost, "name": format!("reservation:{ghost}"),
+            "vcpus": 1, "ram": 64, "disk": 1, "os-flavor-access:is_public": false}}),
+        ),
+    )
+    .await;
+    let ghost_class = format!(
+        "CUSTOM_RESERVATION_{}",
+        ghost.to_uppercase().replace('-', "_")
+    );
+    placement.ensure_resource_class(&ghost_class).await.unwrap();
+    let stray = neutron(
+        &admin,
+        Method::POST,
+        "/v2.0/networks",
+        Some(json!({"network": {"name": "stray"}})),
+    )
+    .await["network"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    neutron(
+        &admin,
+        Method::PUT,
+        &format!("/v2.0/networks/{stray}/tags"),
+        Some(json!({"tags": ["blazar", "reservation:5f1d2c3b-aaaa-4bbb-8ccc-000000000002"]})),
+    )
+    .await;
+
+    let drift = reconcile(true).await;
+    let has = |needle: &str| drift.iter().any(|l| l.contains(needle));
+    assert!(has("may not use the flavor"), "{drift:#?}");
+    assert!(has("slot(s) of instance reservation"), "{drift:#?}");
+    assert!(has(&format!("floating IP {address}")), "{drift:#?}");
+    assert!(has("network on segment vlan/151"), "{drift:#?}");
+    assert!(
+        has(&format!("instance reservation {ghost} is over")),
+        "{drift:#?}"
+    );
+    assert!(has(&format!("network {stray}")), "{drift:#?}");
+    // A dry run changes nothing.
+    assert!(!nova.flavor_access(&rid).await.unwrap().contains(&alpha));
+    let repaired = reconcile(false).await;
+    assert_eq!(repaired, drift);
+    assert!(nova.flavor_access(&rid).await.unwrap().contains(&alpha));
+    let back = placement.inventories(&emptied).await.unwrap();
+    assert!(
+        back.iter()
+            .any(|(c, total, ..)| c == &class && *total == slots),
+        "{back:?}"
+    );
+    let remade = neutron(&admin, Method::GET, &at, None).await;
+    assert_eq!(
+        remade["floatingips"][0]["project_id"],
+        json!(alpha),
+        "{remade}"
+    );
+    let renet = neutron(&admin, Method::GET, on_segment, None).await;
+    assert_eq!(renet["networks"][0]["project_id"], json!(alpha), "{renet}");
+    assert!(nova.flavor(ghost).await.unwrap().is_none());
+    assert!(
+        !placement
+            .reservation_classes()
+            .await
+            .unwrap()
+            .contains(&ghost_class)
+    );
+    let gone = neutron(&admin, Method::GET, "/v2.0/networks?name=stray", None).await;
+    assert!(gone["networks"].as_array().unwrap().is_empty(), "{gone}");
+    assert_eq!(
+        reconcile(true).await,
+        Vec::<String>::new(),
+        "drift after repair"
+    );
+
+    // The end takes back what was made again.
+    app.tick_at(t(2030, 6, 1, 12, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "TERMINATED", "{actions}");
+    assert!(nova.flavor(&rid).await.unwrap().is_none());
+    let left = neutron(&admin, Method::GET, &at, None).await;
+    assert!(left["floatingips"].as_array().unwrap().is_empty(), "{left}");
+    reset_cloud(&admin).await;
+    withdraw(&app, &admin, &host_ids).await;
+}

@@ -1,0 +1,227 @@
+//! The reconciler's part beyond host aggregates: instance, floating-IP and network
+//! reservations in force are checked piece by piece and, where something is missing, their
+//! start is carried out again (every step of it checks before it acts, so only the missing
+//! pieces are made); what the cloud holds for reservations that are over or gone (flavors
+//! and aggregates and classes named after them, floating IPs and networks tagged with them)
+//! is removed.
+
+use std::collections::BTreeSet;
+
+use blazar_core::{ActionKind, ActionPurpose};
+use blazar_db::Store;
+use blazar_service::{Action, ActionError, DesiredState, InventoryError};
+use chrono::Utc;
+use serde_json::{Map, Value, json};
+
+use crate::backend::OpenStackBackend;
+use crate::error::Error;
+use crate::instances::{FLAVOR_INSTANCE, VIRTUAL_INSTANCE};
+use crate::placement::class_reservation;
+use crate::pools::{FLOATINGIP, NETWORK};
+
+fn unavailable(e: Error) -> InventoryError {
+    InventoryError::Unavailable(e.to_string())
+}
+
+fn failed(e: ActionError) -> InventoryError {
+    InventoryError::Unavailable(e.to_string())
+}
+
+/// The reservation id of a `reservation:<id>` tag among `tags`.
+fn tagged_reservation(tags: &[String]) -> Option<&str> {
+    tags.iter().find_map(|t| t.strip_prefix("reservation:"))
+}
+
+impl OpenStackBackend {
+    /// Live reservations: what is missing is made again (`apply`), or only listed.
+    pub(crate) async fn reconcile_live(
+        &self,
+        store: &Store,
+        desired: &DesiredState,
+        apply: bool,
+    ) -> Result<Vec<String>, InventoryError> {
+        let mut repairs = Vec::new();
+        for action in &desired.live {
+            let drift = match action.reservation_type.as_str() {
+                VIRTUAL_INSTANCE | FLAVOR_INSTANCE => {
+                    self.instance_drift(store, action).await.map_err(failed)?
+                }
+                FLOATINGIP | NETWORK => self.pool_drift(store, action).await.map_err(failed)?,
+                _ => continue,
+            };
+            if drift.is_empty() {
+                continue;
+            }
+            for line in drift {
+                repairs.push(format!("{line}: made again"));
+            }
+            if apply {
+                self.apply_now(store, action).await?;
+            }
+        }
+        Ok(repairs)
+    }
+
+    async fn apply_now(&self, store: &Store, action: &Action) -> Result<(), InventoryError> {
+        use blazar_service::Backend;
+        self.apply(store, action).await.map_err(failed)
+    }
+
+    /// What the cloud holds for reservations that are not kept any more: removed (`apply`),
+    /// or only listed.
+    pub(crate) async fn reconcile_orphans(
+        &self,
+        desired: &DesiredState,
+        apply: bool,
+    ) -> Result<Vec<String>, InventoryError> {
+        let nova = self.cloud().nova(None);
+        let placement = self.cloud().placement(None);
+        let neutron = self.cloud().neutron(None);
+        let orphan = |id: &str| !desired.kept.contains(id);
+        let mut repairs = Vec::new();
+
+        // Instance reservations: a flavor, an aggregate with `reservation` metadata, or a
+        // resource class of a reservation no longer kept. The aggregate says whose it was.
+        let mut instance_orphans: BTreeSet<String> = BTreeSet::new();
+        instance_orphans.extend(
+            nova.reservation_flavors()
+                .await
+                .map_err(unavailable)?
+                .into_iter()
+                .filter(|id| orphan(id)),
+        );
+        let aggregates = nova.aggregates().await.map_err(unavailable)?;
+        for a in &aggregates {
+            if let Some(id) = a.metadata.get("reservation").and_then(Value::as_str)
+                && a.name == id
+                && orphan(id)
+            {
+                instance_orphans.insert(id.to_string());
+            }
+        }
+        instance_orphans.extend(
+            placement
+                .reservation_classes()
+                .await
+                .map_err(unavailable)?
+                .iter()
+                .filter_map(|c| class_reservation(c))
+                .filter(|id| orphan(id)),
+        );
+        for id in instance_orphans {
+            repairs.push(format!(
+                "instance reservation {id} is over or gone: its servers, flavor, group, \
+                 aggregate, inventories and class removed"
+            ));
+            if !apply {
+                continue;
+            }
+            let project = aggregates
+                .iter()
+                .find(|a| a.name == id)
+                .and_then(|a| a.metadata.get("filter_tenant_id"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let mut params = Map::new();
+            // Look for a group whatever the reservation asked: it may have had one.
+            params.insert("affinity".into(), json!(true));
+            let action = orphan_action(&id, &project, params);
+            self.teardown_instances(&action, &desired.hypervisors)
+                .await
+                .map_err(unavailable)?;
+        }
+
+        // Floating IPs and networks carry their reservation's tag.
+        for fip in neutron
+            .floatingips_tagged("blazar")
+            .await
+            .map_err(unavailable)?
+        {
+            let Some(id) = tagged_reservation(&fip.tags) else {
+                continue;
+            };
+            if !orphan(id) {
+                continue;
+            }
+            repairs.push(format!(
+                "floating IP {} of reservation {id}, which is over or gone: deleted",
+                fip.address
+            ));
+            if apply {
+                neutron.delete_floatingip(&fip).await.map_err(unavailable)?;
+            }
+        }
+        for network in neutron
+            .networks_tagged("blazar")
+            .await
+            .map_err(unavailable)?
+        {
+            let Some(id) = tagged_reservation(&network.tags) else {
+                continue;
+            };
+            if !orphan(id) {
+                continue;
+            }
+            repairs.push(format!(
+                "network {} of reservation {id}, which is over or gone: deleted",
+                network.id
+            ));
+            if apply {
+                neutron
+                    .delete_network(&network.id)
+                    .await
+                    .map_err(unavailable)?;
+            }
+        }
+        Ok(repairs)
+    }
+}
+
+/// A take-back of a reservation the database no longer has: only its id is known.
+fn orphan_action(reservation_id: &str, project_id: &str, params: Map<String, Value>) -> Action {
+    let now = Utc::now();
+    Action {
+        seq: 0,
+        kind: ActionKind::Stop,
+        purpose: ActionPurpose::Delete,
+        lease_id: String::new(),
+        lease_name: String::new(),
+        reservation_id: reservation_id.to_string(),
+        project_id: project_id.to_string(),
+        user_id: String::new(),
+        resource_type: blazar_core::PHYSICAL_HOST.to_string(),
+        reservation_type: VIRTUAL_INSTANCE.to_string(),
+        resources: Vec::new(),
+        units: Vec::new(),
+        hosts: Vec::new(),
+        params,
+        lease_start: now,
+        lease_end: now,
+        at: now,
+        attempt: 1,
+        request_id: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reservation_tag_names_its_reservation() {
+        let tags = vec!["blazar".to_string(), "reservation:abc-1".to_string()];
+        assert_eq!(tagged_reservation(&tags), Some("abc-1"));
+        assert_eq!(tagged_reservation(&["blazar".to_string()]), None);
+    }
+
+    #[test]
+    fn a_class_names_its_reservation_back() {
+        let id = "0b9e7c1a-55f4-4b8e-9c1d-3f2a6e8d7c10";
+        assert_eq!(
+            class_reservation(&crate::placement::reservation_class(id)).as_deref(),
+            Some(id)
+        );
+        assert_eq!(class_reservation("CUSTOM_GPU"), None);
+    }
+}
