@@ -11,6 +11,7 @@
 #   scripts/client-compat/run.sh                   # everything (about 4 minutes, plus the install)
 #   scripts/client-compat/run.sh --parts blazar    # one part: blazar, openstack, chi
 #   scripts/client-compat/run.sh --steps 22-45     # some steps of the recording (debugging)
+#   scripts/client-compat/run.sh --install-only    # only the venv (scripts/openstack/walk.sh)
 #
 # Exits non-zero when a check fails; each failure names the command and shows the expected and
 # actual outputs and the HTTP exchanges.
@@ -31,6 +32,10 @@ else
         -r "$here/requirements.txt"
     cp "$here/requirements.txt" "$venv/.requirements.txt"
     echo "== clients: installed in $((SECONDS - t0)) s"
+fi
+
+if [ "${1:-}" = "--install-only" ]; then
+    exit 0
 fi
 
 echo "== building blazar-server"

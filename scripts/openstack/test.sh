@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tests the OpenStack backend against a real cloud: brings one up (up.sh: Keystone,
 # Placement, Glance, Nova with BlazarFilter and three fake computes, Neutron), runs the Rust
-# tests that need it (crates/blazar-server/tests/it/openstack.rs), and takes it down again,
+# tests that need it (crates/blazar-server/tests/it/openstack.rs) and the README's walk with
+# the real clients (walk.sh), and takes it down again,
 # whatever happened. Prints how long each part took.
 set -euo pipefail
 # shellcheck source=common.sh
@@ -35,6 +36,9 @@ if [ "$ran" -lt 10 ]; then
     exit 1
 fi
 echo "== OpenStack tests: $ran passed in $((SECONDS - t0)) s"
+
+# The README's walk, with the real openstack and blazar clients.
+"$os_here/walk.sh" "$state"
 
 # Replicas on PostgreSQL (SKIP LOCKED claims) against the same cloud, when one is reachable.
 export PGHOST="${PGHOST:-127.0.0.1}" PGPORT="${PGPORT:-5432}" PGUSER="${PGUSER:-postgres}"

@@ -582,7 +582,9 @@ pub struct FlavorInstanceType {
     pub trait_hosts: Arc<TraitHosts>,
 }
 
-const FLAVOR_FIELDS: &[&str] = &["flavor_id", "amount", "affinity"];
+/// `resource_properties` is taken and ignored, as Blazar takes it (it keeps the source
+/// flavor there instead): Blazar's own tempest scenario sends it empty.
+const FLAVOR_FIELDS: &[&str] = &["flavor_id", "amount", "affinity", "resource_properties"];
 
 /// The instance size a flavor asks for: its vcpus, RAM and disk plus ephemeral disk, with
 /// `resources:VCPU|MEMORY_MB|DISK_GB` extra specs overriding them.

@@ -453,6 +453,31 @@ async fn flavor_instance_reservations() {
         )
         .await;
     assert_eq!(member.status, StatusCode::CREATED, "{}", member.body);
+    // Blazar's tempest scenario sends an empty resource_properties and a null affinity:
+    // taken, and the kept flavor stays in resource_properties.
+    let tempest_like = app
+        .post(
+            "/v1/leases",
+            lease(
+                "tempest",
+                "2030-01-04 10:00",
+                "2030-01-04 12:00",
+                json!([{"resource_type": "flavor:instance", "flavor_id": "ssd.small",
+                    "amount": 1, "affinity": null, "resource_properties": ""}]),
+            ),
+        )
+        .await;
+    assert_eq!(
+        tempest_like.status,
+        StatusCode::CREATED,
+        "{}",
+        tempest_like.body
+    );
+    let kept = tempest_like.body["lease"]["reservations"][0]["resource_properties"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(kept.contains("ssd.small"), "{kept}");
     app.act_as_admin();
     let missing = app
         .post(
