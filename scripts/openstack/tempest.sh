@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Blazar's own conformance tests for the cloud side: the host and flavor reservation
-# scenarios of blazar-tempest-plugin (PyPI), run by tempest against blazar-rs (--auth keystone --backend
+# Blazar's own conformance tests for the cloud side: the host, instance and flavor
+# reservation scenarios of blazar-tempest-plugin (PyPI), run by tempest against blazar-rs (--auth keystone --backend
 # openstack) and a cloud of one fake compute from up.sh, as Blazar's gate runs them against
 # devstack (one compute: the scenarios expect every compute to be Blazar's).
 #
@@ -112,7 +112,7 @@ cp "$state/tempest.conf" "$work/etc/tempest.conf"
 t0=$SECONDS
 set +e
 (cd "$work" && "$tempest_venv/bin/tempest" run --concurrency 1 \
-    --regex 'blazar_tempest_plugin\.tests\.scenario\.test_(host|flavor)_reservation') 2>&1 \
+    --regex 'blazar_tempest_plugin\.tests\.scenario\.test_(host|instance|flavor)_reservation') 2>&1 \
     | tee "$state/tempest-run.log" | grep -E "^\{|Totals|Passed|Failed|Skipped|====="
 status=${PIPESTATUS[0]}
 set -e
@@ -123,9 +123,9 @@ if [ "$status" -ne 0 ]; then
     grep -E -A25 "^(FAIL|Traceback|ft[0-9]|=====)" "$state/tempest-run.log" | head -n 80 >&2 || true
     exit "$status"
 fi
-passed="$(grep -cE '^\{.*\} .*test_(host|flavor)_reservation.* ok$' "$state/tempest-run.log" || true)"
-if [ "$passed" -lt 4 ]; then
-    echo "== only $passed host and flavor reservation scenarios passed; expected 4" >&2
+passed="$(grep -cE '^\{.*\} .*test_(host|instance|flavor)_reservation.* ok$' "$state/tempest-run.log" || true)"
+if [ "$passed" -lt 7 ]; then
+    echo "== only $passed host, instance and flavor reservation scenarios passed; expected 7" >&2
     exit 1
 fi
-echo "== tempest: $passed blazar-tempest-plugin host and flavor reservation scenarios passed in $((SECONDS - t0)) s (whole script $((SECONDS - started)) s)"
+echo "== tempest: $passed blazar-tempest-plugin host, instance and flavor reservation scenarios passed in $((SECONDS - t0)) s (whole script $((SECONDS - started)) s)"

@@ -10,7 +10,8 @@ use blazar_db::Store;
 use std::collections::BTreeSet;
 
 use blazar_service::{
-    Action, ActionError, Backend, DesiredState, HostHealth, InventoryError, ReconcileReport,
+    Action, ActionError, ActionOutput, Backend, DesiredState, HostHealth, InventoryError,
+    ReconcileReport,
 };
 use serde_json::{Map, json};
 
@@ -152,44 +153,18 @@ impl OpenStackBackend {
 
 #[async_trait]
 impl Backend for OpenStackBackend {
-    async fn apply(&self, store: &Store, action: &Action) -> Result<(), ActionError> {
-        match action.kind {
-            ActionKind::Enrol => return self.enrol(action).await.map_err(action_error),
-            ActionKind::Withdraw => return self.withdraw(action).await.map_err(action_error),
-            ActionKind::Start
-            | ActionKind::Stop
-            | ActionKind::Prepare
-            | ActionKind::Release
-            | ActionKind::Snapshot => {}
-        }
+    async fn apply(&self, store: &Store, action: &Action) -> Result<ActionOutput, ActionError> {
         match (action.reservation_type.as_str(), action.kind) {
-            (crate::pools::FLOATINGIP, ActionKind::Start | ActionKind::Stop) => {
-                return self.floatingips(store, action).await;
+            (crate::instances::VIRTUAL_INSTANCE | crate::instances::FLAVOR_INSTANCE, kind)
+                if !matches!(kind, ActionKind::Enrol | ActionKind::Withdraw) =>
+            {
+                self.instances(store, action).await
             }
-            (crate::pools::NETWORK, ActionKind::Start | ActionKind::Stop) => {
-                return self.networks(store, action).await;
-            }
-            (crate::pools::FLOATINGIP | crate::pools::NETWORK, _) => return Ok(()),
-            (crate::instances::VIRTUAL_INSTANCE | crate::instances::FLAVOR_INSTANCE, _) => {
-                return self.instances(store, action).await;
-            }
-            _ => {}
+            _ => self
+                .apply_plain(store, action)
+                .await
+                .map(|()| ActionOutput::default()),
         }
-        if action.reservation_type != PHYSICAL_HOST {
-            return Err(ActionError::Permanent(format!(
-                "the openstack backend does not act on {} reservations yet",
-                action.reservation_type
-            )));
-        }
-        let hosts = Self::service_hosts(store, &action.resources).await?;
-        let result = match action.kind {
-            ActionKind::Prepare => self.prepare(action).await,
-            ActionKind::Release => self.release(action).await,
-            ActionKind::Snapshot => self.snapshot(action, &hosts).await,
-            ActionKind::Stop => self.stop_hosts(action, &hosts).await,
-            _ => self.start_hosts(action, &hosts).await,
-        };
-        result.map_err(action_error)
     }
 
     fn prepares_reservations(&self) -> bool {
@@ -425,6 +400,44 @@ impl Backend for OpenStackBackend {
 }
 
 impl OpenStackBackend {
+    /// Every action but those of instance reservations: nothing to show afterwards.
+    async fn apply_plain(&self, store: &Store, action: &Action) -> Result<(), ActionError> {
+        match action.kind {
+            ActionKind::Enrol => return self.enrol(action).await.map_err(action_error),
+            ActionKind::Withdraw => return self.withdraw(action).await.map_err(action_error),
+            ActionKind::Start
+            | ActionKind::Stop
+            | ActionKind::Prepare
+            | ActionKind::Release
+            | ActionKind::Snapshot => {}
+        }
+        match (action.reservation_type.as_str(), action.kind) {
+            (crate::pools::FLOATINGIP, ActionKind::Start | ActionKind::Stop) => {
+                return self.floatingips(store, action).await;
+            }
+            (crate::pools::NETWORK, ActionKind::Start | ActionKind::Stop) => {
+                return self.networks(store, action).await;
+            }
+            (crate::pools::FLOATINGIP | crate::pools::NETWORK, _) => return Ok(()),
+            _ => {}
+        }
+        if action.reservation_type != PHYSICAL_HOST {
+            return Err(ActionError::Permanent(format!(
+                "the openstack backend does not act on {} reservations yet",
+                action.reservation_type
+            )));
+        }
+        let hosts = Self::service_hosts(store, &action.resources).await?;
+        let result = match action.kind {
+            ActionKind::Prepare => self.prepare(action).await,
+            ActionKind::Release => self.release(action).await,
+            ActionKind::Snapshot => self.snapshot(action, &hosts).await,
+            ActionKind::Stop => self.stop_hosts(action, &hosts).await,
+            _ => self.start_hosts(action, &hosts).await,
+        };
+        result.map_err(action_error)
+    }
+
     /// At reservation: the aggregate named after it, in its own zone, owned by the project
     /// (the hosts join it at start).
     async fn prepare(&self, action: &Action) -> Result<(), Error> {

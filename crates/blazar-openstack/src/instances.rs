@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use blazar_core::{ActionKind, ActionPurpose, PHYSICAL_HOST};
 use blazar_db::Store;
-use blazar_service::{Action, ActionError};
+use blazar_service::{Action, ActionError, ActionOutput};
 use serde_json::{Map, Value, json};
 
 use crate::backend::{OpenStackBackend, action_error};
@@ -91,22 +91,25 @@ impl OpenStackBackend {
         }
     }
 
+    /// Carries out an action of an instance reservation. Making it ready (`prepare`, and
+    /// `start`, which makes sure of it) answers the id Nova gave its server group, which the
+    /// reservation shows as `server_group_id` (users pass it as the `group` hint).
     pub(crate) async fn instances(
         &self,
         store: &Store,
         action: &Action,
-    ) -> Result<(), ActionError> {
-        let result = match (action.kind, action.purpose) {
+    ) -> Result<ActionOutput, ActionError> {
+        let group = match (action.kind, action.purpose) {
             (ActionKind::Prepare, _) => self.prepare_instances(action).await,
-            (ActionKind::Release, _) => self.teardown_instances(action, &[]).await,
+            (ActionKind::Release, _) => self.teardown_instances(action, &[]).await.map(|()| None),
             (ActionKind::Start, _) => {
-                self.prepare_instances(action).await.map_err(action_error)?;
+                let group = self.prepare_instances(action).await.map_err(action_error)?;
                 let slots = self.slots(store, action).await?;
-                self.start_instances(action, &slots).await
+                self.start_instances(action, &slots).await.map(|()| group)
             }
             (ActionKind::Stop, ActionPurpose::LeaseEnd | ActionPurpose::Delete) => {
                 let hosts = self.hosts_of(store, &action.resources).await?;
-                self.teardown_instances(action, &hosts).await
+                self.teardown_instances(action, &hosts).await.map(|()| None)
             }
             (ActionKind::Stop, _) => {
                 // A host taken out (healing): the others keep their slots.
@@ -114,11 +117,18 @@ impl OpenStackBackend {
                 for host in self.hosts_of(store, &action.resources).await? {
                     slots.entry(host).or_insert(0);
                 }
-                self.start_instances(action, &slots).await
+                self.start_instances(action, &slots).await.map(|()| None)
             }
-            _ => Ok(()),
-        };
-        result.map_err(action_error)
+            _ => Ok(None),
+        }
+        .map_err(action_error)?;
+        let mut output = ActionOutput::default();
+        if let Some(id) = group {
+            output
+                .reservation_fields
+                .insert("server_group_id".into(), json!(id));
+        }
+        Ok(output)
     }
 
     /// (service name, hypervisor hostname) of enrolled hosts by id.
@@ -170,7 +180,8 @@ impl OpenStackBackend {
     }
 
     /// What exists from reservation time on: group, flavor, aggregate, resource class.
-    async fn prepare_instances(&self, action: &Action) -> Result<(), Error> {
+    /// Returns the server group's id, when the reservation has one.
+    async fn prepare_instances(&self, action: &Action) -> Result<Option<String>, Error> {
         let nova = self.cloud().nova(action.request_id.as_deref());
         let id = &action.reservation_id;
         let mut group_id = None;
@@ -208,7 +219,7 @@ impl OpenStackBackend {
             .placement(action.request_id.as_deref())
             .ensure_resource_class(&class)
             .await?;
-        Ok(())
+        Ok(group_id)
     }
 
     /// Flavor access for the project, and hosts and inventories as `slots` says (a host at

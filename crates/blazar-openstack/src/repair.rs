@@ -64,7 +64,9 @@ impl OpenStackBackend {
 
     async fn apply_now(&self, store: &Store, action: &Action) -> Result<(), InventoryError> {
         use blazar_service::Backend;
-        self.apply(store, action).await.map_err(failed)
+        // A group made again gets a new id from Nova; the reservation keeps showing the old
+        // one until its next action (the reconciler never writes the database).
+        self.apply(store, action).await.map(|_| ()).map_err(failed)
     }
 
     /// What the cloud holds for reservations that are not kept any more: removed (`apply`),

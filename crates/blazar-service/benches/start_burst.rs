@@ -28,7 +28,11 @@ struct Paced(Duration);
 
 #[async_trait]
 impl Backend for Paced {
-    async fn apply(&self, store: &Store, action: &Action) -> Result<(), ActionError> {
+    async fn apply(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<blazar_service::ActionOutput, ActionError> {
         tokio::time::sleep(self.0).await;
         StandaloneBackend.apply(store, action).await
     }

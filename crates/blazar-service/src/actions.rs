@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use crate::backend::{Action, ActionError};
+use crate::backend::{Action, ActionError, ActionOutput};
 use crate::{Service, ServiceError, ServiceResult};
 
 /// What a run of the workers did.
@@ -355,8 +355,9 @@ impl Service {
             Err(e) => Err(ActionError::Permanent(e.to_string())),
         };
         let now = self.now();
+        let output = result.as_ref().ok().cloned().unwrap_or_default();
         let outcome = match result {
-            Ok(()) => ActionOutcome::Done,
+            Ok(_) => ActionOutcome::Done,
             Err(ActionError::Transient(error))
                 if row.attempts < i64::from(self.settings.action_max_attempts) =>
             {
@@ -400,12 +401,43 @@ impl Service {
             }
             match &outcome {
                 ActionOutcome::Retry { .. } => Ok(()),
-                ActionOutcome::Done => self.action_finished(tx, &row, None, now).await,
+                ActionOutcome::Done => {
+                    self.record_output(tx, &row, &output, now).await?;
+                    self.action_finished(tx, &row, None, now).await
+                }
                 ActionOutcome::Failed { error } => {
                     self.action_finished(tx, &row, Some(error), now).await
                 }
             }
         })
+    }
+
+    /// What a done action made (Nova's server group id) becomes part of its reservation.
+    async fn record_output(
+        &self,
+        tx: &mut Tx,
+        row: &ActionRow,
+        output: &ActionOutput,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<()> {
+        if output.reservation_fields.is_empty() || row.reservation_id.is_empty() {
+            return Ok(());
+        }
+        let Some(mut reservation) = tx.get_reservation(&row.reservation_id).await? else {
+            return Ok(());
+        };
+        let mut changed = false;
+        for (key, value) in &output.reservation_fields {
+            if reservation.params.get(key) != Some(value) {
+                reservation.params.insert(key.clone(), value.clone());
+                changed = true;
+            }
+        }
+        if changed {
+            reservation.updated_at = Some(now);
+            tx.update_reservation(&reservation).await?;
+        }
+        Ok(())
     }
 
     /// Moves the reservation and lease on after an action finished (`failure` when it

@@ -99,12 +99,20 @@ impl From<InventoryError> for crate::ServiceError {
     }
 }
 
+/// What carrying out an action made that its reservation shows from then on (the id Nova
+/// gave the server group of an instance reservation). Most actions make nothing to show.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ActionOutput {
+    /// Fields set on the reservation once the action is done.
+    pub reservation_fields: Map<String, Value>,
+}
+
 #[async_trait]
 pub trait Backend: Send + Sync {
     /// Carries out one action. `store` is there for what the backend keeps of its own
     /// (the standalone backend's hand-over rows); it is never inside the caller's
     /// transaction.
-    async fn apply(&self, store: &Store, action: &Action) -> Result<(), ActionError>;
+    async fn apply(&self, store: &Store, action: &Action) -> Result<ActionOutput, ActionError>;
 
     /// The facts of the host named `name`, from the cloud, before it is enrolled. `None`:
     /// this backend has no inventory of its own; the request's facts stand.
@@ -198,7 +206,7 @@ fn db_error(e: blazar_db::DbError) -> ActionError {
 
 #[async_trait]
 impl Backend for StandaloneBackend {
-    async fn apply(&self, store: &Store, action: &Action) -> Result<(), ActionError> {
+    async fn apply(&self, store: &Store, action: &Action) -> Result<ActionOutput, ActionError> {
         let mut tx = store.write().await.map_err(db_error)?;
         for &resource_id in &action.resources {
             match action.kind {
@@ -248,6 +256,6 @@ impl Backend for StandaloneBackend {
                 }
             );
         }
-        Ok(())
+        Ok(ActionOutput::default())
     }
 }

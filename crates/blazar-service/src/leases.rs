@@ -83,6 +83,10 @@ pub enum Listed<T> {
 }
 
 /// A reservation request checked by its resource type: the type and the fields to store.
+/// How long a lease create waits for the cloud to make its instance reservations' server
+/// groups (as host enrolment waits for the freepool).
+const PREPARE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 type ValidatedRequest = (std::sync::Arc<dyn crate::ResourceType>, Map<String, Value>);
 
 /// A lease create that passed validation: everything its transaction needs.
@@ -304,7 +308,48 @@ impl Service {
         };
         tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
         self.wake_for(&view);
-        Ok(view)
+        self.with_groups_made(identity, view).await
+    }
+
+    /// Blazar answers a lease create once the server groups of its instance reservations
+    /// exist, with the ids Nova gave them (users pass one as the `group` hint). Where the
+    /// backend makes them, the create waits for those `prepare` actions, at most
+    /// [`PREPARE_WAIT`]; after that the ids appear when the actions are done.
+    async fn with_groups_made(
+        &self,
+        identity: &Identity,
+        view: LeaseView,
+    ) -> ServiceResult<LeaseView> {
+        if !self.backend.prepares_reservations() {
+            return Ok(view);
+        }
+        let grouped: HashSet<&str> = view
+            .reservations
+            .iter()
+            .filter(|r| {
+                (r.resource_type == crate::instance::VIRTUAL_INSTANCE
+                    || r.resource_type == crate::instance::FLAVOR_INSTANCE)
+                    && r.params
+                        .get("server_group_id")
+                        .is_some_and(|g| !g.is_null())
+            })
+            .map(|r| r.id.as_str())
+            .collect();
+        if grouped.is_empty() {
+            return Ok(view);
+        }
+        let lease_id = view.lease.id.clone();
+        let actions = in_tx!(self, read, |tx| {
+            Ok(tx.actions_of_lease(&lease_id).await?)
+        })?;
+        for action in actions.iter().filter(|a| {
+            a.kind == ActionKind::Prepare.as_str()
+                && grouped.contains(a.reservation_id.as_str())
+                && (a.status == "pending" || a.status == "running")
+        }) {
+            self.see_through(action.seq, PREPARE_WAIT).await?;
+        }
+        self.get_lease(identity, &lease_id).await
     }
 
     /// Writes a validated new lease in a transaction of its own (re-run if it lost a race).

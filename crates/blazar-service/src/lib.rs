@@ -62,7 +62,9 @@ use chrono::{DateTime, Duration, Timelike, Utc};
 use tokio::sync::Notify;
 
 pub use actions::{ActionReport, with_request_id};
-pub use backend::{Action, ActionError, Backend, HostHealth, InventoryError, StandaloneBackend};
+pub use backend::{
+    Action, ActionError, ActionOutput, Backend, HostHealth, InventoryError, StandaloneBackend,
+};
 pub use blazar_core::time::truncate_to_minute;
 pub use hosts::{AllocationEntry, PropertyListing};
 pub use instance::{FlavorInstanceType, InstanceType, Ratios};

@@ -36,7 +36,11 @@ impl Scripted {
 
 #[async_trait]
 impl Backend for Scripted {
-    async fn apply(&self, store: &Store, action: &Action) -> Result<(), ActionError> {
+    async fn apply(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<blazar_service::ActionOutput, ActionError> {
         self.calls
             .lock()
             .unwrap()

@@ -804,7 +804,7 @@ impl blazar_service::Backend for Counted {
         &self,
         store: &blazar_db::Store,
         action: &blazar_service::Action,
-    ) -> Result<(), blazar_service::ActionError> {
+    ) -> Result<blazar_service::ActionOutput, blazar_service::ActionError> {
         *self.calls.lock().unwrap().entry(action.seq).or_default() += 1;
         self.inner.apply(store, action).await
     }
@@ -1287,6 +1287,69 @@ async fn floating_ips_and_network_segments_exist_in_neutron_while_reserved() {
         fips(neutron(&alpha_cloud, Method::GET, at, None).await).len(),
         1
     );
+    // And can associate it: a port of alpha's behind a router on the external network.
+    let private = neutron(
+        &alpha_cloud,
+        Method::POST,
+        "/v2.0/networks",
+        Some(json!({"network": {"name": "alpha-private"}})),
+    )
+    .await["network"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let private_subnet = neutron(
+        &alpha_cloud,
+        Method::POST,
+        "/v2.0/subnets",
+        Some(json!({"subnet": {"network_id": private, "ip_version": 4,
+            "cidr": "10.77.0.0/24"}})),
+    )
+    .await["subnet"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let router = neutron(
+        &alpha_cloud,
+        Method::POST,
+        "/v2.0/routers",
+        Some(json!({"router": {"name": "alpha-router",
+            "external_gateway_info": {"network_id": public}}})),
+    )
+    .await["router"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    neutron(
+        &alpha_cloud,
+        Method::PUT,
+        &format!("/v2.0/routers/{router}/add_router_interface"),
+        Some(json!({"subnet_id": private_subnet})),
+    )
+    .await;
+    let port = neutron(
+        &alpha_cloud,
+        Method::POST,
+        "/v2.0/ports",
+        Some(json!({"port": {"network_id": private, "name": "alpha-vm-port"}})),
+    )
+    .await["port"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let fip_id = made[0]["id"].as_str().unwrap().to_string();
+    let associated = neutron(
+        &alpha_cloud,
+        Method::PUT,
+        &format!("/v2.0/floatingips/{fip_id}"),
+        Some(json!({"floatingip": {"port_id": port}})),
+    )
+    .await;
+    assert_eq!(
+        associated["floatingip"]["port_id"],
+        json!(port),
+        "{associated}"
+    );
     let nets = neutron(
         &alpha_cloud,
         Method::GET,
@@ -1341,6 +1404,35 @@ async fn floating_ips_and_network_segments_exist_in_neutron_while_reserved() {
     )
     .await;
     assert!(after["networks"].as_array().unwrap().is_empty(), "{after}");
+    // Alpha's own network, router and port stay; the test removes them.
+    neutron(
+        &alpha_cloud,
+        Method::PUT,
+        &format!("/v2.0/routers/{router}/remove_router_interface"),
+        Some(json!({"subnet_id": private_subnet})),
+    )
+    .await;
+    neutron(
+        &alpha_cloud,
+        Method::DELETE,
+        &format!("/v2.0/routers/{router}"),
+        None,
+    )
+    .await;
+    neutron(
+        &alpha_cloud,
+        Method::DELETE,
+        &format!("/v2.0/ports/{port}"),
+        None,
+    )
+    .await;
+    neutron(
+        &alpha_cloud,
+        Method::DELETE,
+        &format!("/v2.0/networks/{private}"),
+        None,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -1423,6 +1515,12 @@ async fn instance_reservations_make_a_flavor_slots_and_a_group_for_the_project()
         .expect("alpha's server group");
     assert_eq!(group["policies"], json!(["anti-affinity"]));
     assert_eq!(specs["affinity_id"], group["id"]);
+    // The create answered with the id Nova gave the group (users pass it as a hint).
+    assert_eq!(
+        r.body["lease"]["reservations"][0]["server_group_id"], group["id"],
+        "{}",
+        r.body
+    );
 
     // Start: alpha may use the flavor, each host has one slot of the class.
     app.tick_at(t(2030, 4, 1, 10, 0)).await;
