@@ -87,6 +87,7 @@ impl PoolType {
             NETWORK => &[
                 "network_name",
                 "network_description",
+                "network_properties",
                 "resource_properties",
                 "before_end",
             ],
@@ -114,22 +115,28 @@ impl PoolType {
         explain: bool,
     ) -> ServiceResult<(Vec<i64>, Vec<i64>)> {
         let pool = tx.list_resources(self.kind).await?;
-        let (_, query) = if self.kind == FLOATINGIP {
-            (String::new(), None)
-        } else {
-            query_field(params, "resource_properties")?
+        // Chameleon's network reservations have a second query, `network_properties`,
+        // that must hold too.
+        let fields: &[&str] = match self.kind {
+            FLOATINGIP => &[],
+            NETWORK => &["network_properties", "resource_properties"],
+            _ => &["resource_properties"],
         };
-        if let Some(q) = &query {
+        let mut queries: Vec<PropertyQuery> = Vec::new();
+        for field in fields {
+            let (_, query) = query_field(params, field)?;
+            let Some(q) = query else { continue };
             let columns = columns(self.kind);
             if let Err(unknown) = check_known_properties(
-                "resource_properties",
-                q,
+                field,
+                &q,
                 |k| columns.contains(&k),
                 pool.iter().map(|r| &r.capabilities),
                 self.noun(),
             ) {
                 return Err(unknown.into_error(tx, self.kind).await);
             }
+            queries.push(q);
         }
         let network = params.get("network_id").and_then(Value::as_str);
         let matching: Vec<&ResourceRecord> = pool
@@ -142,9 +149,7 @@ impl PoolType {
             })
             .filter(|r| {
                 let lookup = |k: &str| property(r, k);
-                query
-                    .as_ref()
-                    .is_none_or(|q: &PropertyQuery| q.matches(&lookup))
+                queries.iter().all(|q| q.matches(&lookup))
             })
             .collect();
         let mut required = Vec::new();
@@ -281,12 +286,14 @@ impl ResourceType for PoolType {
             NETWORK => {
                 let name = text_field(&merged, "network_name", true)?.unwrap_or_default();
                 let description = text_field(&merged, "network_description", false)?;
+                let (network_properties, _) = query_field(&merged, "network_properties")?;
                 let (properties, _) = query_field(&merged, "resource_properties")?;
                 out.insert("network_name".into(), Value::from(name));
                 out.insert(
                     "network_description".into(),
                     description.map_or(Value::Null, Value::from),
                 );
+                out.insert("network_properties".into(), Value::from(network_properties));
                 out.insert("resource_properties".into(), Value::from(properties));
                 out.insert("before_end".into(), Value::from(before_end(&merged)?));
             }

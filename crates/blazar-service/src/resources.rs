@@ -474,7 +474,11 @@ pub(crate) const NOT_ENOUGH_HOSTS: &str = "Not enough hosts available";
 /// The property names a reservation's queries use.
 pub(crate) fn query_keys(params: &Map<String, Value>) -> ServiceResult<Vec<String>> {
     let mut keys = Vec::new();
-    for field in ["hypervisor_properties", "resource_properties"] {
+    for field in [
+        "hypervisor_properties",
+        "resource_properties",
+        "network_properties",
+    ] {
         if let (_, Some(query)) = query_field(params, field)? {
             keys.extend(query.keys().into_iter().map(str::to_string));
         }

@@ -387,6 +387,73 @@ async fn network_segments() {
         app.delete(&format!("/v1/networks/{n1}")).await.status,
         StatusCode::CONFLICT
     );
+    // Chameleon's network_properties: a second query on the segment, ANDed with
+    // resource_properties. Only the physnet2 segment (VLAN 100, no tier) is on physnet2.
+    let both = |network: &str, resource: &str| {
+        json!([{"resource_type": "network", "network_name": "p2",
+            "network_properties": network, "resource_properties": resource}])
+    };
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "p2",
+                "2030-01-02 10:00",
+                "2030-01-02 12:00",
+                both(r#"["==", "$physical_network", "physnet2"]"#, ""),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let res = &r.body["lease"]["reservations"][0];
+    assert_eq!(
+        res["network_properties"],
+        r#"["==", "$physical_network", "physnet2"]"#
+    );
+    let lid = r.body["lease"]["id"].as_str().unwrap();
+    let mine = app
+        .get(&format!("/v1/networks/allocations?lease_id={lid}"))
+        .await;
+    let granted: Vec<&Value> = mine.body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["reservations"] != json!([]))
+        .collect();
+    assert_eq!(granted.len(), 1);
+    assert_eq!(
+        granted[0]["resource_id"],
+        other_physnet.body["network"]["id"]
+    );
+    // Both queries must hold: no physnet2 segment is gold.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "p2-gold",
+                "2030-01-03 10:00",
+                "2030-01-03 12:00",
+                both(
+                    r#"["==", "$physical_network", "physnet2"]"#,
+                    r#"["==", "$tier", "gold"]"#,
+                ),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "p-bad",
+                "2030-01-03 10:00",
+                "2030-01-03 12:00",
+                both("[\"==\", \"$physical_network\"", ""),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(r.message().contains("network_properties"), "{}", r.body);
 }
 
 #[tokio::test]
