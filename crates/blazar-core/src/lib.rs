@@ -1,14 +1,16 @@
-//! The pure domain of blazar-rs: time windows, lease and event status machines, the property
-//! query language and the allocation engine. Nothing here does I/O.
+//! The pure domain of blazar-rs: time windows, lease and event status machines, reservation
+//! specs, the property query language and the allocation engine. Nothing here does I/O.
 
 pub mod engine;
 pub mod host;
 pub mod query;
+pub mod reservation;
 pub mod status;
 pub mod time;
 
 pub use host::{HostFacts, HostRecord};
 pub use query::{PropertyQuery, QueryError};
+pub use reservation::{ReservationSpec, SpecError};
 pub use status::{
     ActionKind, ActionPurpose, ActionStatus, EventStatus, EventType, LeaseStatus,
     ReservationStatus, action_backoff,

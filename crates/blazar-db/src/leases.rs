@@ -1,7 +1,8 @@
 //! Leases and reservations.
 
+use blazar_core::ReservationSpec;
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -33,8 +34,8 @@ pub struct ReservationRow {
     pub status: String,
     pub missing_resources: bool,
     pub resources_changed: bool,
-    /// The type-specific fields of the request, as shown in the reservation object.
-    pub params: Map<String, Value>,
+    /// What it asks for; stored as the fields the reservation object shows.
+    pub spec: ReservationSpec,
     /// How many units (hosts, slots, addresses) the reservation was granted.
     pub granted_units: i64,
     pub created_at: DateTime<Utc>,
@@ -95,8 +96,9 @@ fn reservation_from_row(row: &AnyRow) -> DbResult<ReservationRow> {
 
 /// A reservation from its columns in table order, as a row or as a JSON array holds them.
 fn reservation_from_tuple(t: ReservationTuple) -> DbResult<ReservationRow> {
-    let params = match serde_json::from_str(&t.8) {
-        Ok(Value::Object(map)) => map,
+    let spec = match serde_json::from_str(&t.8) {
+        Ok(Value::Object(map)) => ReservationSpec::from_stored(&t.4, &map)
+            .map_err(|e| DbError::Corrupt(format!("reservation params {:?}: {e}", t.8)))?,
         _ => return Err(DbError::Corrupt(format!("reservation params {:?}", t.8))),
     };
     Ok(ReservationRow {
@@ -108,7 +110,7 @@ fn reservation_from_tuple(t: ReservationTuple) -> DbResult<ReservationRow> {
         status: t.5,
         missing_resources: t.6 != 0,
         resources_changed: t.7 != 0,
-        params,
+        spec,
         granted_units: t.9,
         created_at: from_secs(t.10)?,
         updated_at: from_opt_secs(t.11)?,
@@ -244,7 +246,7 @@ impl Tx {
                 (&r.status).into(),
                 r.missing_resources.into(),
                 r.resources_changed.into(),
-                Value::Object(r.params.clone()).to_string().into(),
+                Value::Object(r.spec.fields()).to_string().into(),
                 r.created_at.into(),
                 r.updated_at.into(),
                 r.granted_units.into(),
@@ -262,7 +264,7 @@ impl Tx {
                 (&r.status).into(),
                 r.missing_resources.into(),
                 r.resources_changed.into(),
-                Value::Object(r.params.clone()).to_string().into(),
+                Value::Object(r.spec.fields()).to_string().into(),
                 r.updated_at.into(),
                 r.granted_units.into(),
                 (&r.id).into(),

@@ -13,7 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use blazar_core::{ActionKind, ActionPurpose, PHYSICAL_HOST};
+use blazar_core::reservation::{Affinity, FlavorChoice, FlavorInstanceSpec};
+use blazar_core::{ActionKind, ActionPurpose, PHYSICAL_HOST, ReservationSpec};
 use blazar_db::Store;
 use blazar_service::{Action, ActionError, ActionOutput};
 use serde_json::{Map, Value, json};
@@ -26,18 +27,13 @@ use crate::placement::{reservation_class, reservation_provider_name};
 pub(crate) const VIRTUAL_INSTANCE: &str = "virtual:instance";
 pub(crate) const FLAVOR_INSTANCE: &str = "flavor:instance";
 
-/// The reservation's affinity as Blazar reads it: `None` (no group), or affinity /
-/// anti-affinity.
-fn affinity(params: &Map<String, Value>) -> Option<bool> {
-    match params.get("affinity") {
-        Some(Value::Bool(b)) => Some(*b),
-        Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
-            "true" | "yes" | "1" | "on" | "t" | "y" => Some(true),
-            "false" | "no" | "0" | "off" | "f" | "n" => Some(false),
-            _ => None,
-        },
-        Some(Value::Number(n)) => Some(n.as_i64() != Some(0)),
-        _ => None,
+/// The reservation's affinity rule: `None` (no group), or affinity (`true`) /
+/// anti-affinity (`false`).
+fn affinity(action: &Action) -> Option<bool> {
+    match action.spec.as_ref().and_then(ReservationSpec::affinity)? {
+        Affinity::Same => Some(true),
+        Affinity::Different => Some(false),
+        Affinity::Any => None,
     }
 }
 
@@ -47,40 +43,38 @@ fn group_name(reservation_id: &str) -> String {
 
 /// The reservation flavor Blazar makes (without extra specs), and the extra specs of the
 /// source flavor it keeps (`flavor:instance`).
-fn flavor_of(action: &Action) -> (Value, Map<String, Value>) {
-    let p = &action.params;
-    let int = |v: Option<&Value>| -> i64 {
-        match v {
-            Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
-            Some(Value::String(s)) => s.trim().parse().unwrap_or(0),
-            _ => 0,
-        }
-    };
+fn flavor_of(action: &Action) -> Result<(Value, Map<String, Value>), Error> {
     let mut flavor = json!({
         "id": action.reservation_id,
         "name": format!("reservation:{}", action.reservation_id),
         "os-flavor-access:is_public": false,
     });
     let mut extra = Map::new();
-    if action.reservation_type == FLAVOR_INSTANCE {
-        let source: Value = p
-            .get("resource_properties")
-            .and_then(Value::as_str)
-            .and_then(|s| serde_json::from_str(s).ok())
-            .unwrap_or_default();
-        flavor["vcpus"] = json!(int(source.get("vcpus")));
-        flavor["ram"] = json!(int(source.get("ram")));
-        flavor["disk"] = json!(int(source.get("disk")));
-        flavor["OS-FLV-EXT-DATA:ephemeral"] = json!(int(source.get("OS-FLV-EXT-DATA:ephemeral")));
-        if let Some(specs) = source.get("extra_specs").and_then(Value::as_object) {
-            extra = specs.clone();
+    match &action.spec {
+        Some(ReservationSpec::Instance(i)) => {
+            flavor["vcpus"] = json!(i.size.vcpus);
+            flavor["ram"] = json!(i.size.memory_mb);
+            flavor["disk"] = json!(i.size.disk_gb);
         }
-    } else {
-        flavor["vcpus"] = json!(int(p.get("vcpus")));
-        flavor["ram"] = json!(int(p.get("memory_mb")));
-        flavor["disk"] = json!(int(p.get("disk_gb")));
+        Some(ReservationSpec::FlavorInstance(FlavorInstanceSpec {
+            flavor: FlavorChoice::Found(found),
+            ..
+        })) => {
+            let source = &found.flavor;
+            flavor["vcpus"] = json!(source.vcpus);
+            flavor["ram"] = json!(source.ram);
+            flavor["disk"] = json!(source.disk);
+            flavor["OS-FLV-EXT-DATA:ephemeral"] = json!(source.ephemeral);
+            extra = source.extra_specs.clone();
+        }
+        _ => {
+            return Err(Error::Refused(format!(
+                "reservation {} has no instance size to make a flavor of",
+                action.reservation_id
+            )));
+        }
     }
-    (flavor, extra)
+    Ok((flavor, extra))
 }
 
 impl OpenStackBackend {
@@ -122,13 +116,9 @@ impl OpenStackBackend {
             _ => Ok(None),
         }
         .map_err(action_error)?;
-        let mut output = ActionOutput::default();
-        if let Some(id) = group {
-            output
-                .reservation_fields
-                .insert("server_group_id".into(), json!(id));
-        }
-        Ok(output)
+        Ok(ActionOutput {
+            server_group_id: group,
+        })
     }
 
     /// (service name, hypervisor hostname) of enrolled hosts by id.
@@ -185,7 +175,7 @@ impl OpenStackBackend {
         let nova = self.cloud().nova(action.request_id.as_deref());
         let id = &action.reservation_id;
         let mut group_id = None;
-        if let Some(affine) = affinity(&action.params) {
+        if let Some(affine) = affinity(action) {
             let session = self.cloud().in_project(&action.project_id)?;
             let in_project = self.nova_in_project(&session, action);
             let policy = if affine { "affinity" } else { "anti-affinity" };
@@ -196,7 +186,7 @@ impl OpenStackBackend {
             );
         }
         let class = reservation_class(id);
-        let (flavor, mut extra_specs) = flavor_of(action);
+        let (flavor, mut extra_specs) = flavor_of(action)?;
         extra_specs.insert(
             "aggregate_instance_extra_specs:reservation".into(),
             json!(id),
@@ -293,7 +283,7 @@ impl OpenStackBackend {
                 }
             }
         }
-        if affinity(&action.params).is_some()
+        if affinity(action).is_some()
             && nova
                 .find_server_group(&group_name(id), true)
                 .await
@@ -361,7 +351,7 @@ impl OpenStackBackend {
             tracing::info!(servers = cleared, reservation.id = %id,
                 "deleted the servers of an ended instance reservation");
         }
-        if affinity(&action.params).is_some()
+        if affinity(action).is_some()
             && let Some(group) = nova.find_server_group(&group_name(id), true).await?
         {
             nova.delete_server_group(&group).await?;
@@ -396,25 +386,5 @@ impl OpenStackBackend {
         placement.delete_resource_class(&class).await?;
         tracing::info!(reservation.id = %id, "instance reservation removed from the cloud");
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn affinity_reads_as_blazar_reads_it() {
-        let of = |v: Value| {
-            let mut m = Map::new();
-            m.insert("affinity".into(), v);
-            affinity(&m)
-        };
-        assert_eq!(of(Value::Null), None);
-        assert_eq!(of(json!("None")), None);
-        assert_eq!(of(json!(true)), Some(true));
-        assert_eq!(of(json!("False")), Some(false));
-        assert_eq!(of(json!("yes")), Some(true));
-        assert_eq!(affinity(&Map::new()), None);
     }
 }

@@ -1,7 +1,7 @@
 //! Floating IPs and network segments: what Blazar's floating-IP plugin and Chameleon's
 //! network plugin make exist in Neutron while a reservation is in force.
 
-use blazar_core::ActionKind;
+use blazar_core::{ActionKind, ReservationSpec};
 use blazar_db::{ResourceRecord, Store};
 use blazar_service::{Action, ActionError};
 use serde_json::Value;
@@ -118,11 +118,18 @@ impl OpenStackBackend {
     pub(crate) async fn networks(&self, store: &Store, action: &Action) -> Result<(), ActionError> {
         let neutron = self.cloud().neutron(action.request_id.as_deref());
         let tags = reservation_tags(&action.reservation_id);
-        let text = |k: &str| action.params.get(k).and_then(Value::as_str);
-        let name = text("network_name")
+        let spec = match &action.spec {
+            Some(ReservationSpec::Network(n)) => Some(n),
+            _ => None,
+        };
+        let name = spec
+            .map(|n| n.network_name.as_str())
             .filter(|n| !n.is_empty())
             .map(str::to_string)
             .unwrap_or_else(|| format!("reservation:{}", action.reservation_id));
+        let description = spec
+            .and_then(|n| n.network_description.as_deref())
+            .filter(|d| !d.is_empty());
         for segment in records(store, NETWORK, &action.resources).await? {
             let network_type = attr(&segment, "network_type").unwrap_or("vlan");
             let Some(segmentation_id) = segment.attrs.get("segment_id").and_then(Value::as_i64)
@@ -133,7 +140,7 @@ impl OpenStackBackend {
                 ActionKind::Start => neutron
                     .ensure_network(&NewNetwork {
                         name: &name,
-                        description: text("network_description").filter(|d| !d.is_empty()),
+                        description,
                         project_id: &action.project_id,
                         network_type,
                         physical_network: attr(&segment, "physical_network"),

@@ -7,11 +7,13 @@
 
 use std::collections::BTreeSet;
 
-use blazar_core::{ActionKind, ActionPurpose};
+use blazar_core::engine::Usage;
+use blazar_core::reservation::{Affinity, InstanceSpec, Query};
+use blazar_core::{ActionKind, ActionPurpose, ReservationSpec};
 use blazar_db::Store;
 use blazar_service::{Action, ActionError, DesiredState, InventoryError};
 use chrono::Utc;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use crate::backend::OpenStackBackend;
 use crate::error::Error;
@@ -125,10 +127,7 @@ impl OpenStackBackend {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string();
-            let mut params = Map::new();
-            // Look for a group whatever the reservation asked: it may have had one.
-            params.insert("affinity".into(), json!(true));
-            let action = orphan_action(&id, &project, params);
+            let action = orphan_action(&id, &project);
             self.teardown_instances(&action, &desired.hypervisors)
                 .await
                 .map_err(unavailable)?;
@@ -181,8 +180,21 @@ impl OpenStackBackend {
 }
 
 /// A take-back of a reservation the database no longer has: only its id is known.
-fn orphan_action(reservation_id: &str, project_id: &str, params: Map<String, Value>) -> Action {
+fn orphan_action(reservation_id: &str, project_id: &str) -> Action {
     let now = Utc::now();
+    // Look for a group whatever the reservation asked: it may have had one. The size is
+    // never read by a take-back.
+    let spec = ReservationSpec::Instance(InstanceSpec {
+        size: Usage {
+            vcpus: 1,
+            memory_mb: 1,
+            disk_gb: 0,
+        },
+        amount: 1,
+        affinity: Affinity::Same,
+        resource_properties: Query::default(),
+        ids: None,
+    });
     Action {
         seq: 0,
         kind: ActionKind::Stop,
@@ -197,7 +209,7 @@ fn orphan_action(reservation_id: &str, project_id: &str, params: Map<String, Val
         resources: Vec::new(),
         units: Vec::new(),
         hosts: Vec::new(),
-        params,
+        spec: Some(spec),
         lease_start: now,
         lease_end: now,
         at: now,

@@ -61,7 +61,7 @@ fn reservation(r: ReservationRow) -> Reservation {
         resources_changed: r.resources_changed,
         created_at: format_space(r.created_at),
         updated_at: r.updated_at.map(format_space),
-        params: r.params,
+        params: r.spec.fields(),
     }
 }
 

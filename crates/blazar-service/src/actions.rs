@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 
+use blazar_core::ReservationSpec;
 use blazar_core::{
     ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationStatus,
     action_backoff,
@@ -122,7 +123,12 @@ fn action_from_row(row: &ActionRow) -> ServiceResult<Action> {
             .iter()
             .filter_map(Value::as_i64)
             .collect(),
-        params: payload["params"].as_object().cloned().unwrap_or_default(),
+        spec: payload["params"].as_object().and_then(|fields| {
+            let reservation_type = payload["reservation_type"].as_str().unwrap_or(&row.resource_type);
+            ReservationSpec::from_stored(reservation_type, fields)
+                .inspect_err(|e| tracing::warn!(action.seq = row.seq, error = %e, "action without its reservation's fields"))
+                .ok()
+        }),
         lease_start: time("lease_start")?,
         lease_end: time("lease_end")?,
         at: time("at")?,
@@ -162,7 +168,7 @@ impl Service {
                 "reservation_type": reservation.resource_type,
                 "resources": resources,
                 "units": units,
-                "params": Value::Object(reservation.params.clone()),
+                "params": Value::Object(reservation.spec.fields()),
                 "lease_start": lease.start.timestamp(),
                 "lease_end": lease.end.timestamp(),
                 "at": at.timestamp(),
@@ -217,7 +223,7 @@ impl Service {
             "reservation_type": reservation.resource_type,
             "resources": [],
             "units": [],
-            "params": Value::Object(reservation.params.clone()),
+            "params": Value::Object(reservation.spec.fields()),
             "lease_start": lease.start.timestamp(),
             "lease_end": lease.end.timestamp(),
         });
@@ -420,20 +426,16 @@ impl Service {
         output: &ActionOutput,
         now: DateTime<Utc>,
     ) -> ServiceResult<()> {
-        if output.reservation_fields.is_empty() || row.reservation_id.is_empty() {
+        let Some(group) = &output.server_group_id else {
+            return Ok(());
+        };
+        if row.reservation_id.is_empty() {
             return Ok(());
         }
         let Some(mut reservation) = tx.get_reservation(&row.reservation_id).await? else {
             return Ok(());
         };
-        let mut changed = false;
-        for (key, value) in &output.reservation_fields {
-            if reservation.params.get(key) != Some(value) {
-                reservation.params.insert(key.clone(), value.clone());
-                changed = true;
-            }
-        }
-        if changed {
+        if reservation.spec.set_server_group(group) {
             reservation.updated_at = Some(now);
             tx.update_reservation(&reservation).await?;
         }

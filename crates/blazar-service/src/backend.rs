@@ -7,10 +7,9 @@
 //! twice leaves the world as doing it once.
 
 use async_trait::async_trait;
-use blazar_core::{ActionKind, ActionPurpose, HostFacts};
+use blazar_core::{ActionKind, ActionPurpose, HostFacts, ReservationSpec};
 use blazar_db::{HandoverRow, Store};
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value};
 
 /// One action as a backend receives it: everything needed to carry it out.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,8 +33,9 @@ pub struct Action {
     /// For inventory actions on hosts: (service name, hypervisor hostname) of each resource,
     /// in the same order (the host may be gone from the inventory by the time it runs).
     pub hosts: Vec<(String, String)>,
-    /// The reservation's request parameters.
-    pub params: Map<String, Value>,
+    /// What the reservation asks for (`None` only for an action recorded by an older
+    /// version whose fields no longer read).
+    pub spec: Option<ReservationSpec>,
     pub lease_start: DateTime<Utc>,
     pub lease_end: DateTime<Utc>,
     /// When the change took effect (the event's time, or the request's).
@@ -103,8 +103,8 @@ impl From<InventoryError> for crate::ServiceError {
 /// gave the server group of an instance reservation). Most actions make nothing to show.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ActionOutput {
-    /// Fields set on the reservation once the action is done.
-    pub reservation_fields: Map<String, Value>,
+    /// The id Nova gave the instance reservation's server group.
+    pub server_group_id: Option<String>,
 }
 
 #[async_trait]

@@ -77,7 +77,6 @@ impl Service {
         let Ok(window_left) = TimeWindow::new(start, window.1) else {
             return Ok(0);
         };
-        let resource_type = self.resource_type(&reservation.resource_type)?;
         let existing: Vec<AllocationRow> = tx
             .allocations_of_lease(&lease.id)
             .await?
@@ -96,10 +95,7 @@ impl Service {
             // Healing's outcome is recorded for operators, never shown to a caller.
             explain: true,
         };
-        let added = match resource_type
-            .refill(tx, &reservation.params, &request, missing)
-            .await
-        {
+        let added = match self.refill(tx, &reservation.spec, &request, missing).await {
             Ok(n) => n,
             // No replacement is not an error of the operation that triggered healing.
             Err(ServiceError::Conflict(_)) | Err(ServiceError::BadRequest(_)) => 0,

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use blazar_core::host::{FACT_FIELDS, MAX_CAPABILITY_KEY_LEN};
-use blazar_core::{ActionKind, HostFacts, HostRecord, PHYSICAL_HOST, PropertyQuery};
+use blazar_core::{ActionKind, HostFacts, HostRecord, PHYSICAL_HOST};
 use blazar_db::{AllocationView, HandoverRow, NewHost, PropertyRow};
 use serde_json::{Map, Value};
 
@@ -364,12 +364,10 @@ impl Service {
                 if reservation.id != view.reservation_id {
                     continue;
                 }
-                let text = reservation
-                    .params
-                    .get("resource_properties")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                if let Ok(Some(query)) = PropertyQuery::parse(text) {
+                for (field, query) in reservation.spec.queries() {
+                    if field != "resource_properties" {
+                        continue;
+                    }
                     in_use.extend(
                         query
                             .keys()

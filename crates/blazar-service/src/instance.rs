@@ -6,25 +6,17 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use blazar_core::engine::{Usage, free_slots, peak_usage};
 use blazar_core::host::HostRecord;
-use blazar_core::{PHYSICAL_HOST, PropertyQuery, TimeWindow};
+use blazar_core::reservation::{FlavorChoice, FoundFlavor, ReservationSpec, SourceFlavor};
+use blazar_core::{PHYSICAL_HOST, TimeWindow};
 use blazar_db::{FlavorRow, NewAllocation, Tx};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
-use crate::resources::{
-    AllocationRequest, Grant, HostCache, ResourceType, int_field, lock_reservable, query_field,
-};
-use crate::resources::{check_fields, merge_fields};
+pub use blazar_core::reservation::{Affinity, FLAVOR_INSTANCE, VIRTUAL_INSTANCE};
+
+use crate::resources::{AllocationRequest, Grant, HostCache, filter_key, lock_reservable};
 use crate::{ServiceError, ServiceResult};
-
-pub const VIRTUAL_INSTANCE: &str = "virtual:instance";
-pub const FLAVOR_INSTANCE: &str = "flavor:instance";
-
-/// Where a validated `flavor:instance` request carries the flavor the cloud gave for it
-/// (Nova's shape), until it is resolved into the reservation's fields.
-pub(crate) const CLOUD_FLAVOR: &str = "cloud_flavor";
 
 /// Extra capabilities that set a host's allocation ratios.
 pub const RATIO_KEYS: [&str; 3] = [
@@ -115,48 +107,6 @@ pub fn capacity(host: &HostRecord, defaults: Ratios) -> Usage {
     }
 }
 
-/// Placement of instances across hosts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Affinity {
-    /// All on one host.
-    Same,
-    /// All on distinct hosts.
-    Different,
-    /// Anywhere.
-    Any,
-}
-
-impl Affinity {
-    fn parse(value: Option<&Value>) -> ServiceResult<Affinity> {
-        let bad = || {
-            ServiceError::BadRequest(format!(
-                "Malformed parameter affinity (must be a bool value or None), got {}",
-                value.map(Value::to_string).unwrap_or_default()
-            ))
-        };
-        match value {
-            None | Some(Value::Null) => Ok(Affinity::Any),
-            Some(Value::Bool(true)) => Ok(Affinity::Same),
-            Some(Value::Bool(false)) => Ok(Affinity::Different),
-            Some(Value::String(s)) => match s.to_ascii_lowercase().as_str() {
-                "none" | "" => Ok(Affinity::Any),
-                "true" | "yes" | "1" | "on" | "t" | "y" => Ok(Affinity::Same),
-                "false" | "no" | "0" | "off" | "f" | "n" => Ok(Affinity::Different),
-                _ => Err(bad()),
-            },
-            Some(_) => Err(bad()),
-        }
-    }
-
-    fn to_value(self) -> Value {
-        match self {
-            Affinity::Same => Value::Bool(true),
-            Affinity::Different => Value::Bool(false),
-            Affinity::Any => Value::Null,
-        }
-    }
-}
-
 /// One host's free slots in a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostSlots {
@@ -206,17 +156,58 @@ pub fn place(
 }
 
 /// An instance request, whatever type it came from.
-struct Shape {
+pub(crate) struct Shape {
     slot: Usage,
     amount: i64,
     affinity: Affinity,
-    queries: Vec<(&'static str, Option<PropertyQuery>)>,
+    queries: Vec<(&'static str, blazar_core::reservation::Query)>,
     /// Capabilities a host must have (true) or must not have (false).
     traits: Vec<(String, bool)>,
     /// The hosts the cloud says satisfy `traits`, when it was asked.
     trait_hosts: Option<Arc<HashSet<String>>>,
     /// The filter's cache key.
     key: String,
+}
+
+impl Shape {
+    /// The shape of an instance reservation, with what the cloud last said of its traits.
+    pub(crate) fn of(spec: &ReservationSpec, trait_hosts: &TraitHosts) -> ServiceResult<Shape> {
+        match spec {
+            ReservationSpec::Instance(i) => {
+                let queries = vec![("resource_properties", i.resource_properties.clone())];
+                let key = filter_key(&[("resource_properties", &i.resource_properties)]);
+                Ok(Shape {
+                    slot: i.size,
+                    amount: i64::from(i.amount),
+                    affinity: i.affinity,
+                    queries,
+                    traits: Vec::new(),
+                    trait_hosts: None,
+                    key,
+                })
+            }
+            ReservationSpec::FlavorInstance(f) => {
+                let FlavorChoice::Found(found) = &f.flavor else {
+                    return Err(ServiceError::Internal(
+                        "flavor:instance reservation without its flavor".into(),
+                    ));
+                };
+                Ok(Shape {
+                    slot: found.size,
+                    amount: i64::from(f.amount),
+                    affinity: f.affinity,
+                    queries: Vec::new(),
+                    traits: found.traits.clone(),
+                    trait_hosts: trait_hosts.hosts(&found.traits),
+                    key: String::new(),
+                })
+            }
+            other => Err(ServiceError::Internal(format!(
+                "{} is not an instance reservation",
+                other.resource_type()
+            ))),
+        }
+    }
 }
 
 /// Free slots per candidate host for `slot`-sized instances over the request's window.
@@ -228,7 +219,7 @@ async fn host_slots(
     cache: &HostCache,
 ) -> ServiceResult<(Vec<HostSlots>, usize)> {
     tx.lock_allocations().await?;
-    let queries: Vec<(&str, &Option<PropertyQuery>)> =
+    let queries: Vec<(&str, &blazar_core::reservation::Query)> =
         shape.queries.iter().map(|(f, q)| (*f, q)).collect();
     let (inventory, matching) = cache.matching(tx, &queries, &shape.key).await?;
     let window = TimeWindow::new(request.window.start(), request.blocked_until)
@@ -315,7 +306,7 @@ async fn write_slots(
     Ok(())
 }
 
-async fn allocate_shape(
+pub(crate) async fn allocate_shape(
     tx: &mut Tx,
     shape: &Shape,
     request: &AllocationRequest<'_>,
@@ -359,7 +350,7 @@ async fn allocate_shape(
 
 /// Healing for instance slots: `missing` more slots anywhere they fit. With affinity the
 /// reservation's remaining slots are moved too, so all stay on one host.
-async fn refill_shape(
+pub(crate) async fn refill_shape(
     tx: &mut Tx,
     shape: &Shape,
     request: &AllocationRequest<'_>,
@@ -409,258 +400,51 @@ async fn refill_shape(
     }
 }
 
-fn size_field(map: &Map<String, Value>, key: &str, min: i64) -> ServiceResult<i64> {
-    match map.get(key) {
-        None | Some(Value::Null) => {
-            Err(ServiceError::BadRequest(format!("Missing parameter {key}")))
-        }
-        Some(Value::Number(n)) => match n.as_i64() {
-            Some(v) if v >= min && v <= i64::from(i32::MAX) => Ok(v),
-            _ => Err(ServiceError::BadRequest(format!(
-                "Malformed parameter {key}: must be an integer from {min} to {}, got {n}",
-                i32::MAX
-            ))),
-        },
-        Some(other) => Err(ServiceError::BadRequest(format!(
-            "Malformed parameter {key}: must be a JSON integer of at least {min}, got {other}"
-        ))),
-    }
-}
-
-/// The fields of an instance reservation, in Blazar's order, keeping the granted flavor,
-/// server group and aggregate ids of `carried` (the stored reservation on an update).
-fn instance_fields(
-    size: Usage,
-    amount: Value,
-    affinity: Value,
-    resource_properties: String,
-    carried: Option<&Map<String, Value>>,
-) -> Map<String, Value> {
-    let mut out = Map::new();
-    out.insert("vcpus".into(), Value::from(size.vcpus));
-    out.insert("memory_mb".into(), Value::from(size.memory_mb));
-    out.insert("disk_gb".into(), Value::from(size.disk_gb));
-    out.insert("amount".into(), amount);
-    out.insert("affinity".into(), affinity);
-    out.insert(
-        "resource_properties".into(),
-        Value::from(resource_properties),
-    );
-    for key in ["flavor_id", "server_group_id", "aggregate_id"] {
-        if let Some(v) = carried.and_then(|c| c.get(key)) {
-            out.insert(key.into(), v.clone());
-        }
-    }
-    out
-}
-
-/// The output fields both instance types add once the reservation has an id: the flavor it
-/// grants is named after the reservation, and an affinity rule gets a server group.
-fn finish(params: &mut Map<String, Value>, reservation_id: &str) {
-    params.insert("flavor_id".into(), Value::from(reservation_id));
-    let group = match params.get("affinity") {
-        Some(Value::Bool(_)) => params
-            .get("server_group_id")
-            .filter(|v| v.is_string())
-            .cloned()
-            .unwrap_or_else(|| Value::from(uuid::Uuid::new_v4().to_string())),
-        _ => Value::Null,
-    };
-    params.insert("server_group_id".into(), group);
-    if !params.contains_key("aggregate_id") {
-        params.insert("aggregate_id".into(), Value::Null);
-    }
-}
-
-pub struct InstanceType {
-    pub ratios: Ratios,
-    pub cache: Arc<HostCache>,
-}
-
-const INSTANCE_FIELDS: &[&str] = &[
-    "vcpus",
-    "memory_mb",
-    "disk_gb",
-    "amount",
-    "affinity",
-    "resource_properties",
-];
-
-impl InstanceType {
-    fn shape(params: &Map<String, Value>) -> ServiceResult<Shape> {
-        let (_, query) = query_field(params, "resource_properties")?;
-        Ok(Shape {
-            slot: Usage {
-                vcpus: size_field(params, "vcpus", 1)?,
-                memory_mb: size_field(params, "memory_mb", 1)?,
-                disk_gb: size_field(params, "disk_gb", 0)?,
-            },
-            amount: int_field(params, "amount")?,
-            affinity: Affinity::parse(params.get("affinity"))?,
-            queries: vec![("resource_properties", query)],
-            traits: Vec::new(),
-            trait_hosts: None,
-            key: params
-                .get("resource_properties")
-                .map(Value::to_string)
-                .unwrap_or_default(),
-        })
-    }
-}
-
-#[async_trait]
-impl ResourceType for InstanceType {
-    fn name(&self) -> &'static str {
-        VIRTUAL_INSTANCE
-    }
-
-    fn kind(&self) -> &'static str {
-        PHYSICAL_HOST
-    }
-
-    fn validate(
-        &self,
-        request: &Map<String, Value>,
-        current: Option<&Map<String, Value>>,
-    ) -> ServiceResult<Map<String, Value>> {
-        check_fields(request, INSTANCE_FIELDS, VIRTUAL_INSTANCE)?;
-        let merged = merge_fields(request, current, INSTANCE_FIELDS);
-        let shape = Self::shape(&merged)?;
-        let (properties, _) = query_field(&merged, "resource_properties")?;
-        Ok(instance_fields(
-            shape.slot,
-            Value::from(shape.amount),
-            shape.affinity.to_value(),
-            properties,
-            current,
-        ))
-    }
-
-    fn finish_params(&self, params: &mut Map<String, Value>, reservation_id: &str) {
-        finish(params, reservation_id);
-    }
-
-    async fn allocate(
-        &self,
-        tx: &mut Tx,
-        params: &Map<String, Value>,
-        request: &AllocationRequest<'_>,
-    ) -> ServiceResult<Grant> {
-        allocate_shape(
-            tx,
-            &Self::shape(params)?,
-            request,
-            self.ratios,
-            &self.cache,
-            VIRTUAL_INSTANCE,
-        )
-        .await
-    }
-
-    async fn refill(
-        &self,
-        tx: &mut Tx,
-        params: &Map<String, Value>,
-        request: &AllocationRequest<'_>,
-        missing: i64,
-    ) -> ServiceResult<i64> {
-        refill_shape(
-            tx,
-            &Self::shape(params)?,
-            request,
-            self.ratios,
-            &self.cache,
-            missing,
-        )
-        .await
-    }
-}
-
-pub struct FlavorInstanceType {
-    pub ratios: Ratios,
-    pub cache: Arc<HostCache>,
-    pub trait_hosts: Arc<TraitHosts>,
-}
-
-/// `resource_properties` is taken and ignored, as Blazar takes it (it keeps the source
-/// flavor there instead): Blazar's own tempest scenario sends it empty.
-const FLAVOR_FIELDS: &[&str] = &["flavor_id", "amount", "affinity", "resource_properties"];
-
-/// The instance size a flavor asks for: its vcpus, RAM and disk plus ephemeral disk, with
-/// `resources:VCPU|MEMORY_MB|DISK_GB` extra specs overriding them.
-pub(crate) fn flavor_size(flavor: &FlavorRow) -> ServiceResult<Usage> {
-    let mut size = Usage {
+/// A registered flavor in the spec's terms.
+fn source_flavor(flavor: FlavorRow) -> SourceFlavor {
+    SourceFlavor {
+        id: flavor.id,
+        name: flavor.name,
         vcpus: flavor.vcpus,
-        memory_mb: flavor.ram,
-        disk_gb: flavor.disk.saturating_add(flavor.ephemeral),
-    };
-    for (key, value) in &flavor.extra_specs {
-        let Some(class) = key.strip_prefix("resources:") else {
-            continue;
-        };
-        // Placement's bounds for an amount of a resource class.
-        let amount = value
-            .as_str()
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .or_else(|| value.as_i64())
-            .filter(|v| (0..=MAX_FLAVOR_SIZE).contains(v))
-            .ok_or_else(|| {
-                ServiceError::BadRequest(format!(
-                    "Malformed extra spec {key}={value} in flavor {}: a resource amount is an \
-                     integer from 0 to {MAX_FLAVOR_SIZE}",
-                    flavor.name
-                ))
-            })?;
-        match class {
-            "VCPU" | "PCPU" => size.vcpus = amount,
-            "MEMORY_MB" => size.memory_mb = amount,
-            "DISK_GB" => size.disk_gb = amount,
-            _ => {}
-        }
+        ram: flavor.ram,
+        disk: flavor.disk,
+        ephemeral: flavor.ephemeral,
+        extra_specs: flavor.extra_specs,
     }
-    if !size.is_positive() {
-        return Err(ServiceError::BadRequest(format!(
-            "Flavor {} asks for no vCPU, memory or disk: an instance of it would fit anywhere \
-             without end",
-            flavor.name
-        )));
-    }
-    Ok(size)
 }
 
-/// Largest vCPU, RAM (MB) or disk (GB) size of a flavor, as Nova's API bounds them.
-pub(crate) const MAX_FLAVOR_SIZE: i64 = i32::MAX as i64;
-
-/// `trait:<NAME>=required|forbidden` extra specs: a host has a trait when its extra
-/// capability `<NAME>` is `true` (any case). Returns (name, required).
-pub(crate) fn flavor_traits(flavor: &FlavorRow) -> ServiceResult<Vec<(String, bool)>> {
-    let mut traits = Vec::new();
-    for (key, value) in &flavor.extra_specs {
-        let Some(name) = key.strip_prefix("trait:") else {
-            continue;
-        };
-        let required = match value.as_str() {
-            Some("required") => true,
-            Some("forbidden") => false,
-            _ => {
-                return Err(ServiceError::BadRequest(format!(
-                    "Malformed parameter {key}: a trait is \"required\" or \"forbidden\", got {value}"
-                )));
-            }
-        };
-        traits.push((name.to_string(), required));
-    }
-    Ok(traits)
-}
-
-/// The `trait:` requirements of a flavor the cloud gave, checked as a registered one's are
-/// (its size too: a flavor that asks for nothing is refused before the cloud is asked more).
-pub(crate) fn cloud_flavor_traits(flavor: &Value) -> ServiceResult<Vec<(String, bool)>> {
-    let row = flavor_row_from_json(flavor).ok_or_else(|| {
+/// A flavor the cloud gave, checked as a registered one is.
+pub(crate) fn found_in_cloud(flavor: &Value) -> ServiceResult<FoundFlavor> {
+    let source = SourceFlavor::from_json(flavor).ok_or_else(|| {
         ServiceError::Unavailable(format!("the cloud's flavor is malformed: {flavor}"))
     })?;
-    flavor_size(&row)?;
-    flavor_traits(&row)
+    Ok(FoundFlavor::new(source)?)
+}
+
+/// Finds the flavor a `flavor:instance` spec names among the registered flavors (one the
+/// cloud gave was found before the transaction).
+pub(crate) async fn resolve_flavor(tx: &mut Tx, spec: &mut ReservationSpec) -> ServiceResult<()> {
+    let ReservationSpec::FlavorInstance(f) = spec else {
+        return Ok(());
+    };
+    let FlavorChoice::Named(requested) = &f.flavor else {
+        return Ok(());
+    };
+    let flavor = tx.find_flavor(requested).await?.ok_or_else(|| {
+        ServiceError::BadRequest(format!(
+            "Flavor {requested} not found: register it with POST /v1/flavors or use the \
+             id or name of a registered flavor"
+        ))
+    })?;
+    f.flavor = FlavorChoice::Found(FoundFlavor::new(source_flavor(flavor))?);
+    Ok(())
+}
+
+/// Whether a registered flavor is one an instance reservation could take: its size and its
+/// trait requirements are well-formed.
+pub(crate) fn check_flavor(flavor: &FlavorRow) -> ServiceResult<()> {
+    FoundFlavor::new(source_flavor(flavor.clone()))?;
+    Ok(())
 }
 
 fn has_trait(host: &HostRecord, name: &str) -> bool {
@@ -669,197 +453,10 @@ fn has_trait(host: &HostRecord, name: &str) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
-fn flavor_json(flavor: &FlavorRow) -> Value {
-    json!({
-        "id": flavor.id,
-        "name": flavor.name,
-        "vcpus": flavor.vcpus,
-        "ram": flavor.ram,
-        "disk": flavor.disk,
-        "OS-FLV-EXT-DATA:ephemeral": flavor.ephemeral,
-        "extra_specs": flavor.extra_specs,
-    })
-}
-
-impl FlavorInstanceType {
-    /// The source flavor stored in `resource_properties` (as Blazar stores it).
-    fn stored_flavor(params: &Map<String, Value>) -> Option<Value> {
-        params
-            .get("resource_properties")
-            .and_then(Value::as_str)
-            .and_then(|s| serde_json::from_str::<Value>(s).ok())
-    }
-
-    fn shape(params: &Map<String, Value>) -> ServiceResult<Shape> {
-        let flavor = Self::stored_flavor(params)
-            .and_then(|f| flavor_row_from_json(&f))
-            .ok_or_else(|| {
-                ServiceError::Internal("flavor:instance reservation without its flavor".into())
-            })?;
-        Ok(Shape {
-            slot: flavor_size(&flavor)?,
-            amount: int_field(params, "amount")?,
-            affinity: Affinity::parse(params.get("affinity"))?,
-            queries: Vec::new(),
-            traits: flavor_traits(&flavor)?,
-            trait_hosts: None,
-            key: String::new(),
-        })
-    }
-
-    /// The shape with what the cloud last said of its traits.
-    fn shape_now(&self, params: &Map<String, Value>) -> ServiceResult<Shape> {
-        let mut shape = Self::shape(params)?;
-        shape.trait_hosts = self.trait_hosts.hosts(&shape.traits);
-        Ok(shape)
-    }
-}
-
-fn flavor_row_from_json(v: &Value) -> Option<FlavorRow> {
-    Some(FlavorRow {
-        id: v.get("id")?.as_str()?.to_string(),
-        name: v.get("name")?.as_str()?.to_string(),
-        vcpus: v.get("vcpus")?.as_i64()?,
-        ram: v.get("ram")?.as_i64()?,
-        disk: v.get("disk")?.as_i64()?,
-        ephemeral: v
-            .get("OS-FLV-EXT-DATA:ephemeral")
-            .and_then(Value::as_i64)
-            .unwrap_or(0),
-        extra_specs: v
-            .get("extra_specs")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default(),
-        created_at: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
-        updated_at: None,
-    })
-}
-
-#[async_trait]
-impl ResourceType for FlavorInstanceType {
-    fn name(&self) -> &'static str {
-        FLAVOR_INSTANCE
-    }
-
-    fn kind(&self) -> &'static str {
-        PHYSICAL_HOST
-    }
-
-    fn validate(
-        &self,
-        request: &Map<String, Value>,
-        current: Option<&Map<String, Value>>,
-    ) -> ServiceResult<Map<String, Value>> {
-        check_fields(request, FLAVOR_FIELDS, FLAVOR_INSTANCE)?;
-        let mut out = current.cloned().unwrap_or_default();
-        match request.get("flavor_id") {
-            Some(Value::String(f)) if !f.trim().is_empty() => {
-                // Resolved against the registered flavors in `resolve`.
-                out.insert("requested_flavor".into(), Value::from(f.clone()));
-            }
-            None if current.is_some() => {}
-            None | Some(Value::Null) | Some(Value::String(_)) => {
-                return Err(ServiceError::BadRequest(
-                    "Missing parameter flavor_id".into(),
-                ));
-            }
-            Some(other) => {
-                return Err(ServiceError::BadRequest(format!(
-                    "Malformed parameter flavor_id: expected a flavor id or name, got {other}"
-                )));
-            }
-        }
-        if let Some(amount) = request.get("amount") {
-            out.insert("amount".into(), amount.clone());
-        }
-        out.insert("amount".into(), Value::from(int_field(&out, "amount")?));
-        let affinity = match request.get("affinity") {
-            Some(v) => Affinity::parse(Some(v))?,
-            None => Affinity::parse(out.get("affinity"))?,
-        };
-        out.insert("affinity".into(), affinity.to_value());
-        Ok(out)
-    }
-
-    async fn resolve(
-        &self,
-        tx: &mut Tx,
-        mut params: Map<String, Value>,
-    ) -> ServiceResult<Map<String, Value>> {
-        let flavor = if let Some(cloud) = params.remove(CLOUD_FLAVOR) {
-            params.remove("requested_flavor");
-            flavor_row_from_json(&cloud).ok_or_else(|| {
-                ServiceError::Unavailable(format!("the cloud's flavor is malformed: {cloud}"))
-            })?
-        } else {
-            let Some(requested) = params.remove("requested_flavor") else {
-                return Ok(params);
-            };
-            let requested = requested.as_str().unwrap_or_default().to_string();
-            tx.find_flavor(&requested).await?.ok_or_else(|| {
-                ServiceError::BadRequest(format!(
-                    "Flavor {requested} not found: register it with POST /v1/flavors or use the \
-                     id or name of a registered flavor"
-                ))
-            })?
-        };
-        let size = flavor_size(&flavor)?;
-        flavor_traits(&flavor)?;
-        let amount = params.get("amount").cloned().unwrap_or(Value::from(1));
-        let affinity = params.get("affinity").cloned().unwrap_or(Value::Null);
-        Ok(instance_fields(
-            size,
-            amount,
-            affinity,
-            flavor_json(&flavor).to_string(),
-            Some(&params),
-        ))
-    }
-
-    fn finish_params(&self, params: &mut Map<String, Value>, reservation_id: &str) {
-        finish(params, reservation_id);
-    }
-
-    async fn allocate(
-        &self,
-        tx: &mut Tx,
-        params: &Map<String, Value>,
-        request: &AllocationRequest<'_>,
-    ) -> ServiceResult<Grant> {
-        allocate_shape(
-            tx,
-            &self.shape_now(params)?,
-            request,
-            self.ratios,
-            &self.cache,
-            FLAVOR_INSTANCE,
-        )
-        .await
-    }
-
-    async fn refill(
-        &self,
-        tx: &mut Tx,
-        params: &Map<String, Value>,
-        request: &AllocationRequest<'_>,
-        missing: i64,
-    ) -> ServiceResult<i64> {
-        refill_shape(
-            tx,
-            &self.shape_now(params)?,
-            request,
-            self.ratios,
-            &self.cache,
-            missing,
-        )
-        .await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn h(host: i64, slots: i64, in_use: bool) -> HostSlots {
         HostSlots {
@@ -910,10 +507,14 @@ mod tests {
             (json!("off"), Affinity::Different),
         ];
         for (value, expected) in cases {
-            assert_eq!(Affinity::parse(Some(&value)).unwrap(), expected, "{value}");
+            assert_eq!(
+                Affinity::from_value(Some(&value)).unwrap(),
+                expected,
+                "{value}"
+            );
         }
-        assert!(Affinity::parse(Some(&json!("sometimes"))).is_err());
-        assert!(Affinity::parse(Some(&json!(3))).is_err());
+        assert!(Affinity::from_value(Some(&json!("sometimes"))).is_err());
+        assert!(Affinity::from_value(Some(&json!(3))).is_err());
     }
 
     #[test]

@@ -515,7 +515,7 @@ impl Service {
             _ => return Err(ServiceError::BadRequest("Missing parameter name".into())),
         };
         // Nova's bounds: vCPUs and RAM from 1, disks from 0, all at most 2^31-1.
-        let max = crate::instance::MAX_FLAVOR_SIZE;
+        let max = blazar_core::reservation::MAX_FLAVOR_SIZE;
         let number = |key: &str, min: i64, default: Option<i64>| -> ServiceResult<i64> {
             match body.get(key) {
                 None | Some(Value::Null) => default
@@ -563,8 +563,7 @@ impl Service {
         };
         // The size an instance of it takes (extra specs included) and its traits must make
         // sense now, not when a lease first uses it.
-        crate::instance::flavor_size(&flavor)?;
-        crate::instance::flavor_traits(&flavor)?;
+        crate::instance::check_flavor(&flavor)?;
         in_tx!(self, write, |tx| {
             match tx.insert_flavor(&flavor).await {
                 Err(blazar_db::DbError::Duplicate(_)) => Err(ServiceError::Conflict(format!(

@@ -2,9 +2,11 @@
 
 use std::collections::{HashMap, HashSet};
 
+use blazar_core::reservation::FlavorChoice;
 use blazar_core::time::truncate_to_minute;
 use blazar_core::{
-    ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationStatus, TimeWindow,
+    ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationSpec,
+    ReservationStatus, TimeWindow,
 };
 use blazar_db::{AllocationRow, EventRow, LeaseFilter, LeaseRow, ReservationRow, Tx};
 use chrono::{DateTime, Duration, Utc};
@@ -82,12 +84,9 @@ pub enum Listed<T> {
     Fresh(i64, Box<LeaseView>),
 }
 
-/// A reservation request checked by its resource type: the type and the fields to store.
 /// How long a lease create waits for the cloud to make its instance reservations' server
 /// groups (as host enrolment waits for the freepool).
 const PREPARE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-type ValidatedRequest = (std::sync::Arc<dyn crate::ResourceType>, Map<String, Value>);
 
 /// A lease create that passed validation: everything its transaction needs.
 pub(crate) struct LeasePlan {
@@ -95,7 +94,7 @@ pub(crate) struct LeasePlan {
     name: String,
     window: TimeWindow,
     before_end: Option<DateTime<Utc>>,
-    requests: Vec<ValidatedRequest>,
+    requests: Vec<ReservationSpec>,
     blocked_until: DateTime<Utc>,
 }
 
@@ -169,6 +168,11 @@ fn new_event(lease_id: &str, kind: EventType, time: DateTime<Utc>, now: DateTime
     }
 }
 
+/// The id of a new reservation's server group, until the cloud gives it one.
+fn new_group_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
 /// A random 32-hex-digit id, the shape of a Keystone trust id.
 fn new_trust_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
@@ -205,7 +209,7 @@ impl Service {
     fn validated_requests(
         &self,
         requests: &[Map<String, Value>],
-    ) -> ServiceResult<Vec<ValidatedRequest>> {
+    ) -> ServiceResult<Vec<ReservationSpec>> {
         requests
             .iter()
             .enumerate()
@@ -225,9 +229,7 @@ impl Service {
                         )));
                     }
                 };
-                let resource_type = self.resource_type(kind)?;
-                let params = resource_type.validate(request, None)?;
-                Ok((resource_type, params))
+                Ok(ReservationSpec::parse(kind, request, None)?)
             })
             .collect()
     }
@@ -238,25 +240,25 @@ impl Service {
     async fn ask_cloud_for_flavors(
         &self,
         identity: &Identity,
-        requests: &mut [ValidatedRequest],
+        requests: &mut [ReservationSpec],
     ) -> ServiceResult<()> {
-        for (resource_type, params) in requests.iter_mut() {
-            if resource_type.name() != crate::instance::FLAVOR_INSTANCE {
+        for spec in requests.iter_mut() {
+            let ReservationSpec::FlavorInstance(f) = spec else {
                 continue;
-            }
-            let Some(requested) = params.get("requested_flavor").and_then(Value::as_str) else {
+            };
+            let FlavorChoice::Named(requested) = &f.flavor else {
                 continue;
             };
             let Some(flavor) = self.backend.flavor(identity, requested).await? else {
                 continue;
             };
-            let traits = crate::instance::cloud_flavor_traits(&flavor)?;
-            if !traits.is_empty()
-                && let Some(hosts) = self.backend.hosts_with_traits(&traits).await?
+            let found = crate::instance::found_in_cloud(&flavor)?;
+            if !found.traits.is_empty()
+                && let Some(hosts) = self.backend.hosts_with_traits(&found.traits).await?
             {
-                self.trait_hosts.remember(&traits, hosts);
+                self.trait_hosts.remember(&found.traits, hosts);
             }
-            params.insert(crate::instance::CLOUD_FLAVOR.into(), flavor);
+            f.flavor = FlavorChoice::Found(found);
         }
         Ok(())
     }
@@ -327,11 +329,9 @@ impl Service {
             .reservations
             .iter()
             .filter(|r| {
-                (r.resource_type == crate::instance::VIRTUAL_INSTANCE
-                    || r.resource_type == crate::instance::FLAVOR_INSTANCE)
-                    && r.params
-                        .get("server_group_id")
-                        .is_some_and(|g| !g.is_null())
+                r.spec
+                    .instance_ids()
+                    .is_some_and(|ids| ids.server_group_id.is_some())
             })
             .map(|r| r.id.as_str())
             .collect();
@@ -381,32 +381,28 @@ impl Service {
         };
         tx.insert_lease(&lease).await?;
         let mut reservations = Vec::with_capacity(plan.requests.len());
-        for (i, (resource_type, params)) in plan.requests.iter().enumerate() {
+        for (i, spec) in plan.requests.iter().enumerate() {
             let id = new_id();
-            let mut params = resource_type.resolve(tx, params.clone()).await?;
-            resource_type.finish_params(&mut params, &id);
+            let mut spec = spec.clone();
+            crate::instance::resolve_flavor(tx, &mut spec).await?;
+            spec.assign_ids(&id, new_group_id);
             let mut reservation = ReservationRow {
                 id,
                 lease_id: lease.id.clone(),
                 ordinal: i as i64,
                 resource_id: new_id(),
-                resource_type: resource_type.name().to_string(),
+                resource_type: spec.resource_type().to_string(),
                 status: ReservationStatus::Pending.as_str().to_string(),
                 missing_resources: false,
                 resources_changed: false,
-                params,
+                spec,
                 granted_units: 0,
                 created_at: created,
                 updated_at: Some(created),
             };
             tx.insert_reservation(&reservation).await?;
             let explain = self
-                .may_explain(
-                    tx,
-                    &plan.identity,
-                    resource_type.as_ref(),
-                    &reservation.params,
-                )
+                .may_explain(tx, &plan.identity, &reservation.spec)
                 .await?;
             let allocation = AllocationRequest {
                 lease_id: &lease.id,
@@ -417,9 +413,7 @@ impl Service {
                 keep: &[],
                 explain,
             };
-            let grant = resource_type
-                .allocate(tx, &reservation.params, &allocation)
-                .await?;
+            let grant = self.allocate(tx, &reservation.spec, &allocation).await?;
             reservation.granted_units = grant.units;
             tx.update_reservation(&reservation).await?;
             self.record_reservation_action(
@@ -465,8 +459,7 @@ impl Service {
         &self,
         tx: &mut Tx,
         identity: &Identity,
-        resource_type: &dyn crate::ResourceType,
-        params: &Map<String, Value>,
+        spec: &ReservationSpec,
     ) -> ServiceResult<bool> {
         if !self
             .authorizer
@@ -477,17 +470,12 @@ impl Service {
         if self.is_admin(identity) {
             return Ok(true);
         }
-        // A flavor:instance reservation keeps its source flavor in `resource_properties`,
-        // not a query.
-        if resource_type.name() == crate::instance::FLAVOR_INSTANCE {
-            return Ok(true);
-        }
-        let keys = crate::resources::query_keys(params)?;
+        let keys = spec.query_keys();
         if keys.is_empty() {
             return Ok(true);
         }
-        let private = tx.private_property_names(resource_type.kind()).await?;
-        Ok(!keys.iter().any(|k| private.contains(k)))
+        let private = tx.private_property_names(spec.kind()).await?;
+        Ok(!keys.iter().any(|k| private.contains(*k)))
     }
 
     pub async fn get_lease(&self, identity: &Identity, id: &str) -> ServiceResult<LeaseView> {
@@ -759,7 +747,7 @@ impl Service {
         }
 
         // Requested reservation changes, validated against what is stored.
-        let mut changes: HashMap<String, Map<String, Value>> = HashMap::new();
+        let mut changes: HashMap<String, ReservationSpec> = HashMap::new();
         if let Some(entries) = &update.reservations {
             let mut invalid = Vec::new();
             for entry in entries {
@@ -783,10 +771,9 @@ impl Service {
                         stored.resource_type
                     )));
                 }
-                let params = self
-                    .resource_type(&stored.resource_type)?
-                    .validate(entry, Some(&stored.params))?;
-                changes.insert(rid, params);
+                let spec =
+                    ReservationSpec::parse(&stored.resource_type, entry, Some(&stored.spec))?;
+                changes.insert(rid, spec);
             }
             if !invalid.is_empty() {
                 return Err(ServiceError::BadRequest(format!(
@@ -800,16 +787,16 @@ impl Service {
         let blocked_until = new_end + self.settings().cleaning();
         let allocations = tx.allocations_of_lease(&lease.id).await?;
         for (i, reservation) in reservations.iter().enumerate() {
-            let resource_type = self.resource_type(&reservation.resource_type)?;
-            let params = match changes.get(&reservation.id) {
+            let spec = match changes.get(&reservation.id) {
                 Some(changed) => {
-                    let mut params = resource_type.resolve(tx, changed.clone()).await?;
-                    resource_type.finish_params(&mut params, &reservation.id);
-                    params
+                    let mut spec = changed.clone();
+                    crate::instance::resolve_flavor(tx, &mut spec).await?;
+                    spec.assign_ids(&reservation.id, new_group_id);
+                    spec
                 }
-                None => reservation.params.clone(),
+                None => reservation.spec.clone(),
             };
-            if !window_changed && params == reservation.params {
+            if !window_changed && spec == reservation.spec {
                 continue;
             }
             let held: Vec<i64> = allocations
@@ -819,9 +806,7 @@ impl Service {
                 .collect();
             tx.delete_allocations_of_reservation(&reservation.id)
                 .await?;
-            let explain = self
-                .may_explain(tx, identity, resource_type.as_ref(), &params)
-                .await?;
+            let explain = self.may_explain(tx, identity, &spec).await?;
             let request = AllocationRequest {
                 lease_id: &lease.id,
                 reservation_id: &reservation.id,
@@ -831,7 +816,7 @@ impl Service {
                 keep: &held,
                 explain,
             };
-            let grant = resource_type.allocate(tx, &params, &request).await?;
+            let grant = self.allocate(tx, &spec, &request).await?;
             if reservation.status == ReservationStatus::Active.as_str() {
                 let chosen_set: HashSet<i64> = grant.resources.iter().copied().collect();
                 let lost: Vec<String> = held
@@ -867,7 +852,7 @@ impl Service {
                 .await?;
             }
             let mut changed = reservation.clone();
-            changed.params = params;
+            changed.spec = spec;
             changed.granted_units = grant.units;
             changed.updated_at = Some(stamp);
             tx.update_reservation(&changed).await?;

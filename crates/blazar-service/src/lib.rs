@@ -67,15 +67,14 @@ pub use backend::{
 };
 pub use blazar_core::time::truncate_to_minute;
 pub use hosts::{AllocationEntry, PropertyListing};
-pub use instance::{FlavorInstanceType, InstanceType, Ratios};
+pub use instance::Ratios;
 pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
 pub use leases::{LeaseUpdate, LeaseView, Listed, NewLease, When};
 pub use monitor::MonitorReport;
 pub use policy::{Authorizer, DefaultPolicy, Target, policy_denied};
-pub use pool::PoolType;
 pub use reallocation::ReallocationFilter;
 pub use reconcile::{DesiredState, HeldHosts, ReconcileReport};
-pub use resources::{Grant, PhysicalHostType, ResourceType};
+pub use resources::Grant;
 pub use scheduler::TickReport;
 
 /// Errors a use case reports. Each maps to one HTTP status; the message is for the user.
@@ -108,6 +107,12 @@ impl From<DbError> for ServiceError {
             DbError::NotUnique(m) => ServiceError::Conflict(m),
             other => ServiceError::Internal(other.to_string()),
         }
+    }
+}
+
+impl From<blazar_core::SpecError> for ServiceError {
+    fn from(e: blazar_core::SpecError) -> Self {
+        ServiceError::BadRequest(e.0)
     }
 }
 
@@ -220,7 +225,6 @@ pub struct Service {
     clock: Arc<dyn Clock>,
     settings: Settings,
     backend: Arc<dyn Backend>,
-    resource_types: Arc<Vec<Arc<dyn ResourceType>>>,
     authorizer: Arc<dyn Authorizer>,
     host_cache: Arc<resources::HostCache>,
     /// The cloud's answers to `trait:` requirements (flavor:instance).
@@ -250,33 +254,14 @@ impl Service {
         settings: Settings,
         backend: Arc<dyn Backend>,
     ) -> Self {
-        let ratios = settings.ratios;
         let store_backend = store.backend();
         let cache = Arc::new(resources::HostCache::default());
         let trait_hosts = Arc::new(instance::TraitHosts::default());
-        let resource_types: Vec<Arc<dyn ResourceType>> = vec![
-            Arc::new(PhysicalHostType {
-                cache: cache.clone(),
-            }),
-            Arc::new(InstanceType {
-                ratios,
-                cache: cache.clone(),
-            }),
-            Arc::new(FlavorInstanceType {
-                ratios,
-                cache: cache.clone(),
-                trait_hosts: trait_hosts.clone(),
-            }),
-            Arc::new(PoolType::floating_ips()),
-            Arc::new(PoolType::networks()),
-            Arc::new(PoolType::devices()),
-        ];
         Service {
             store,
             clock,
             settings,
             backend,
-            resource_types: Arc::new(resource_types),
             authorizer: Arc::new(DefaultPolicy),
             host_cache: cache,
             trait_hosts,
@@ -327,20 +312,6 @@ impl Service {
         if plan == i64::MIN || due.timestamp() < plan {
             self.wake.notify_one();
         }
-    }
-
-    fn resource_type(&self, name: &str) -> ServiceResult<Arc<dyn ResourceType>> {
-        self.resource_types
-            .iter()
-            .find(|t| t.name() == name)
-            .cloned()
-            .ok_or_else(|| {
-                let known: Vec<&str> = self.resource_types.iter().map(|t| t.name()).collect();
-                ServiceError::BadRequest(format!(
-                    "The {name} resource type is not supported; use one of: {}",
-                    known.join(", ")
-                ))
-            })
     }
 
     /// Decides what happens after one attempt of a transaction: done (`Some`), or run it

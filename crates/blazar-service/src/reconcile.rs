@@ -163,7 +163,7 @@ impl Service {
                                 resources: of_kind.clone().map(|a| a.resource_id).collect(),
                                 units: of_kind.map(|a| a.units).collect(),
                                 hosts: Vec::new(),
-                                params: r.params.clone(),
+                                spec: Some(r.spec.clone()),
                                 lease_start: lease.start,
                                 lease_end: lease.end,
                                 at: now,

@@ -1,16 +1,17 @@
-//! Resource types: how a reservation request of one type is validated and how resources are
-//! chosen for it. `physical:host` is the first; instances, floating IPs, network segments and
-//! devices implement the same trait.
+//! Choosing resources for a reservation spec and writing its allocations: the dispatch over
+//! the spec's type, the availability probe every type of whole resources shares, the host
+//! inventory cache, and `physical:host` itself. Instance slots are in `instance.rs`, pools of
+//! floating IPs, network segments and devices in `pool.rs`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use async_trait::async_trait;
+use blazar_core::ReservationSpec;
 use blazar_core::host::HostRecord;
+use blazar_core::reservation::{HostSpec, Query};
 use blazar_core::{PHYSICAL_HOST, PropertyQuery, TimeWindow, engine};
 use blazar_db::{Backend, NewAllocation, Tx};
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value};
 
 use crate::{ServiceError, ServiceResult};
 
@@ -38,56 +39,6 @@ pub struct Grant {
     pub resources: Vec<i64>,
     /// Units granted: hosts, devices, addresses, segments, or instance slots.
     pub units: i64,
-}
-
-#[async_trait]
-pub trait ResourceType: Send + Sync {
-    /// The `resource_type` string of the API.
-    fn name(&self) -> &'static str;
-
-    /// The inventory kind whose allocations this type writes (instance slots are allocations
-    /// of hosts).
-    fn kind(&self) -> &'static str;
-
-    /// Checks that need the database (a named flavor exists, required addresses are
-    /// registered) and completes the fields from it.
-    async fn resolve(
-        &self,
-        _tx: &mut Tx,
-        params: Map<String, Value>,
-    ) -> ServiceResult<Map<String, Value>> {
-        Ok(params)
-    }
-
-    /// Adds the fields known once the reservation has an id.
-    fn finish_params(&self, _params: &mut Map<String, Value>, _reservation_id: &str) {}
-
-    /// Validates a reservation request and returns the type-specific fields to store and show.
-    /// For an update, `current` holds the stored fields and `request` only what changes.
-    fn validate(
-        &self,
-        request: &Map<String, Value>,
-        current: Option<&Map<String, Value>>,
-    ) -> ServiceResult<Map<String, Value>>;
-
-    /// Chooses resources for the window and writes the allocations, in the caller's
-    /// transaction.
-    async fn allocate(
-        &self,
-        tx: &mut Tx,
-        params: &Map<String, Value>,
-        request: &AllocationRequest<'_>,
-    ) -> ServiceResult<Grant>;
-
-    /// Allocates `missing` more units over the window for a reservation that lost some
-    /// (healing), avoiding what it holds. Returns the units added, which may be fewer.
-    async fn refill(
-        &self,
-        tx: &mut Tx,
-        params: &Map<String, Value>,
-        request: &AllocationRequest<'_>,
-        missing: i64,
-    ) -> ServiceResult<i64>;
 }
 
 /// How many candidates one query checks for availability.
@@ -284,7 +235,7 @@ impl HostCache {
     pub async fn matching(
         &self,
         tx: &mut Tx,
-        queries: &[(&str, &Option<PropertyQuery>)],
+        queries: &[(&str, &Query)],
         key: &str,
     ) -> ServiceResult<(Arc<Inventory>, Arc<Vec<i64>>)> {
         let (version, inventory, cached) = self.snapshot(tx, Some(key)).await?;
@@ -349,142 +300,8 @@ impl HostCache {
     }
 }
 
-pub struct PhysicalHostType {
-    pub cache: Arc<HostCache>,
-}
-
-const HOST_FIELDS: &[&str] = &[
-    "min",
-    "max",
-    "hypervisor_properties",
-    "resource_properties",
-    "before_end",
-];
-const BEFORE_END_ACTIONS: &[&str] = &["default", "", "snapshot"];
-
-/// Refuses fields a reservation type does not know (besides `resource_type`, and `id` in an
-/// update).
-pub(crate) fn check_fields(
-    request: &Map<String, Value>,
-    fields: &[&str],
-    kind: &str,
-) -> ServiceResult<()> {
-    let unknown: Vec<&str> = request
-        .keys()
-        .map(String::as_str)
-        .filter(|k| !fields.contains(k) && *k != "resource_type" && *k != "id")
-        .collect();
-    if unknown.is_empty() {
-        return Ok(());
-    }
-    Err(ServiceError::BadRequest(format!(
-        "Unknown field(s) {} in a {kind} reservation; accepted fields: {}",
-        unknown.join(", "),
-        fields.join(", ")
-    )))
-}
-
-/// The stored fields of a reservation (none for a create) with the request's changes on top.
-pub(crate) fn merge_fields(
-    request: &Map<String, Value>,
-    current: Option<&Map<String, Value>>,
-    fields: &[&str],
-) -> Map<String, Value> {
-    let mut merged = current.cloned().unwrap_or_default();
-    for (k, v) in request {
-        if fields.contains(&k.as_str()) {
-            merged.insert(k.clone(), v.clone());
-        }
-    }
-    merged
-}
-
-/// A count from 1 to 2^31-1: a JSON integer, or a string holding one (`"2"`, as Chameleon's
-/// clients send and its fork accepts; Blazar meant to and answers 500). Callers store the
-/// integer, so a string never reaches the database.
-pub(crate) fn int_field(map: &Map<String, Value>, key: &str) -> ServiceResult<i64> {
-    let out_of_range = |shown: &dyn std::fmt::Display| {
-        ServiceError::BadRequest(format!(
-            "Malformed parameter {key}: must be an integer from 1 to {}, got {shown}",
-            i32::MAX
-        ))
-    };
-    let in_range = |v: i64| (1..=i64::from(i32::MAX)).contains(&v);
-    match map.get(key) {
-        None | Some(Value::Null) => {
-            Err(ServiceError::BadRequest(format!("Missing parameter {key}")))
-        }
-        Some(Value::Number(n)) => match n.as_i64() {
-            Some(v) if in_range(v) => Ok(v),
-            _ => Err(out_of_range(n)),
-        },
-        Some(Value::String(s)) if integer_like(s) => match s.trim().parse::<i64>() {
-            Ok(v) if in_range(v) => Ok(v),
-            _ => Err(out_of_range(&Value::from(s.as_str()))),
-        },
-        Some(other) => Err(ServiceError::BadRequest(format!(
-            "Malformed parameter {key}: must be a JSON integer of at least 1, got {other}"
-        ))),
-    }
-}
-
-/// Decimal digits with an optional sign, surrounded by optional blanks: what Python's `int()`
-/// takes from a string (but for digit-group underscores).
-fn integer_like(text: &str) -> bool {
-    let t = text.trim();
-    let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
-    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// Longest property query taken (`hypervisor_properties`, `resource_properties`): real
-/// queries are a few hundred bytes.
-pub const MAX_QUERY_BYTES: usize = 64 * 1024;
-
-pub(crate) fn query_field(
-    map: &Map<String, Value>,
-    key: &str,
-) -> ServiceResult<(String, Option<PropertyQuery>)> {
-    let text = match map.get(key) {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) => s.clone(),
-        // Blazar stores the query as a JSON string; a list sent as JSON means the same thing.
-        Some(list @ Value::Array(_)) => list.to_string(),
-        Some(other) => {
-            return Err(ServiceError::BadRequest(format!(
-                "Malformed requirements {key}: expected a query string such as \
-                 '[\"==\", \"$gpu\", \"true\"]', got {other}"
-            )));
-        }
-    };
-    if text.len() > MAX_QUERY_BYTES {
-        return Err(ServiceError::BadRequest(format!(
-            "Malformed requirements {key}: the query is {} bytes long; the limit is {MAX_QUERY_BYTES}",
-            text.len()
-        )));
-    }
-    let query = PropertyQuery::parse(&text).map_err(|e| {
-        ServiceError::BadRequest(format!("Malformed requirements {key} {text}: {e}"))
-    })?;
-    Ok((text, query))
-}
-
 /// Blazar's refusal when hosts (or instance slots) are short, without the reasons.
 pub(crate) const NOT_ENOUGH_HOSTS: &str = "Not enough hosts available";
-
-/// The property names a reservation's queries use.
-pub(crate) fn query_keys(params: &Map<String, Value>) -> ServiceResult<Vec<String>> {
-    let mut keys = Vec::new();
-    for field in [
-        "hypervisor_properties",
-        "resource_properties",
-        "network_properties",
-    ] {
-        if let (_, Some(query)) = query_field(params, field)? {
-            keys.extend(query.keys().into_iter().map(str::to_string));
-        }
-    }
-    Ok(keys)
-}
 
 /// A query on a property no resource of the kind has (Blazar answers those with a 500).
 #[derive(Debug)]
@@ -552,23 +369,19 @@ pub(crate) fn check_known_properties<'a>(
     Ok(())
 }
 
-/// Hosts that are reservable and match both property queries, in id order.
-/// The cache key of a host reservation's filters.
-fn host_filter_key(params: &Map<String, Value>) -> String {
-    let text = |k: &str| params.get(k).map(Value::to_string).unwrap_or_default();
-    format!(
-        "{}\u{1}{}",
-        text("hypervisor_properties"),
-        text("resource_properties")
-    )
+/// The cache key of a reservation's filters: its query texts.
+pub(crate) fn filter_key(queries: &[(&str, &Query)]) -> String {
+    let texts: Vec<&str> = queries.iter().map(|(_, q)| q.text()).collect();
+    texts.join("\u{1}")
 }
 
+/// Hosts that are reservable and match every property query, in id order.
 pub(crate) fn matching_hosts(
     hosts: &[HostRecord],
-    queries: &[(&str, &Option<PropertyQuery>)],
+    queries: &[(&str, &Query)],
 ) -> Result<Vec<i64>, UnknownProperty> {
     for (field, query) in queries {
-        if let Some(q) = query {
+        if let Some(q) = query.parsed() {
             check_known_properties(
                 field,
                 q,
@@ -585,215 +398,146 @@ pub(crate) fn matching_hosts(
             let lookup = |k: &str| h.property(k);
             queries
                 .iter()
-                .all(|(_, q)| q.as_ref().is_none_or(|q| q.matches(&lookup)))
+                .all(|(_, q)| q.parsed().is_none_or(|q| q.matches(&lookup)))
         })
         .map(|h| h.id)
         .collect())
 }
 
-#[async_trait]
-impl ResourceType for PhysicalHostType {
-    fn name(&self) -> &'static str {
-        PHYSICAL_HOST
-    }
+/// The hosts a host reservation may take, under the allocation lock.
+async fn host_candidates(
+    tx: &mut Tx,
+    cache: &HostCache,
+    spec: &HostSpec,
+) -> ServiceResult<Arc<Vec<i64>>> {
+    tx.lock_allocations().await?;
+    let queries = [
+        ("hypervisor_properties", &spec.hypervisor_properties),
+        ("resource_properties", &spec.resource_properties),
+    ];
+    let (_, matching) = cache.matching(tx, &queries, &filter_key(&queries)).await?;
+    Ok(matching)
+}
 
-    fn kind(&self) -> &'static str {
-        PHYSICAL_HOST
-    }
-
-    fn validate(
-        &self,
-        request: &Map<String, Value>,
-        current: Option<&Map<String, Value>>,
-    ) -> ServiceResult<Map<String, Value>> {
-        check_fields(request, HOST_FIELDS, PHYSICAL_HOST)?;
-        let merged = merge_fields(request, current, HOST_FIELDS);
-        let min = int_field(&merged, "min")?;
-        let max = int_field(&merged, "max")?;
-        if max < min {
-            return Err(ServiceError::BadRequest(format!(
-                "Invalid values for min/max of hosts. Max must be equal to or larger than min \
-                 (got min {min}, max {max})"
-            )));
+/// `physical:host`: between `min` and `max` whole hosts matching both queries.
+pub(crate) async fn allocate_hosts(
+    tx: &mut Tx,
+    cache: &HostCache,
+    spec: &HostSpec,
+    request: &AllocationRequest<'_>,
+) -> ServiceResult<Grant> {
+    let matching = host_candidates(tx, cache, spec).await?;
+    let chosen = pick_free(
+        tx,
+        PHYSICAL_HOST,
+        &matching,
+        request.keep,
+        request,
+        count(spec.min),
+        count(spec.max),
+    )
+    .await?
+    .map_err(|s| {
+        if !request.explain {
+            return ServiceError::Conflict(NOT_ENOUGH_HOSTS.into());
         }
-        let (hypervisor_properties, _) = query_field(&merged, "hypervisor_properties")?;
-        let (resource_properties, _) = query_field(&merged, "resource_properties")?;
-        let before_end = match merged.get("before_end") {
-            None | Some(Value::Null) => "default".to_string(),
-            Some(Value::String(s)) if BEFORE_END_ACTIONS.contains(&s.as_str()) => s.clone(),
-            Some(other) => {
-                return Err(ServiceError::BadRequest(format!(
-                    "Malformed parameter before_end: use one of \"default\", \"\", \"snapshot\", got {other}"
-                )));
-            }
-        };
-        // Blazar's key order, which clients print as they receive it.
-        let mut out = Map::new();
-        out.insert(
-            "hypervisor_properties".into(),
-            Value::from(hypervisor_properties),
-        );
-        out.insert(
-            "resource_properties".into(),
-            Value::from(resource_properties),
-        );
-        out.insert("before_end".into(), Value::from(before_end));
-        out.insert("min".into(), Value::from(min));
-        out.insert("max".into(), Value::from(max));
-        Ok(out)
-    }
+        ServiceError::Conflict(format!(
+            "Not enough hosts available for reservation {} (physical:host, min {}): {} host(s) \
+             match the filters and are reservable, {} of them free from {} to {}",
+            request.ordinal,
+            s.min,
+            s.matching,
+            s.free,
+            request.window.start().format("%Y-%m-%d %H:%M"),
+            request.window.end().format("%Y-%m-%d %H:%M"),
+        ))
+    })?;
+    grant_whole(tx, PHYSICAL_HOST, request, chosen).await
+}
 
-    async fn allocate(
+/// Healing of a host reservation: up to `missing` more matching hosts.
+pub(crate) async fn refill_hosts(
+    tx: &mut Tx,
+    cache: &HostCache,
+    spec: &HostSpec,
+    request: &AllocationRequest<'_>,
+    missing: i64,
+) -> ServiceResult<i64> {
+    let matching = host_candidates(tx, cache, spec).await?;
+    refill_whole(tx, PHYSICAL_HOST, &matching, request, missing).await
+}
+
+/// A validated count as a length.
+pub(crate) fn count(n: u32) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+impl crate::Service {
+    /// Chooses resources for `spec` over the request's window and writes the allocations,
+    /// in the caller's transaction.
+    pub(crate) async fn allocate(
         &self,
         tx: &mut Tx,
-        params: &Map<String, Value>,
+        spec: &ReservationSpec,
         request: &AllocationRequest<'_>,
     ) -> ServiceResult<Grant> {
-        let min = int_field(params, "min")? as usize;
-        let max = int_field(params, "max")? as usize;
-        let (_, hypervisor_query) = query_field(params, "hypervisor_properties")?;
-        let (_, resource_query) = query_field(params, "resource_properties")?;
-
-        tx.lock_allocations().await?;
-        let (_, matching) = self
-            .cache
-            .matching(
-                tx,
-                &[
-                    ("hypervisor_properties", &hypervisor_query),
-                    ("resource_properties", &resource_query),
-                ],
-                &host_filter_key(params),
-            )
-            .await?;
-        let chosen = pick_free(
-            tx,
-            PHYSICAL_HOST,
-            &matching,
-            request.keep,
-            request,
-            min,
-            max,
-        )
-        .await?
-        .map_err(|s| {
-            if !request.explain {
-                return ServiceError::Conflict(NOT_ENOUGH_HOSTS.into());
+        match spec {
+            ReservationSpec::Host(host) => {
+                allocate_hosts(tx, &self.host_cache, host, request).await
             }
-            ServiceError::Conflict(format!(
-                "Not enough hosts available for reservation {} (physical:host, min {}): {} host(s) \
-                 match the filters and are reservable, {} of them free from {} to {}",
-                request.ordinal,
-                s.min,
-                s.matching,
-                s.free,
-                request.window.start().format("%Y-%m-%d %H:%M"),
-                request.window.end().format("%Y-%m-%d %H:%M"),
-            ))
-        })?;
-        grant_whole(tx, PHYSICAL_HOST, request, chosen).await
+            ReservationSpec::Instance(_) | ReservationSpec::FlavorInstance(_) => {
+                let shape = crate::instance::Shape::of(spec, &self.trait_hosts)?;
+                crate::instance::allocate_shape(
+                    tx,
+                    &shape,
+                    request,
+                    self.settings.ratios,
+                    &self.host_cache,
+                    spec.resource_type(),
+                )
+                .await
+            }
+            ReservationSpec::FloatingIp(_)
+            | ReservationSpec::Network(_)
+            | ReservationSpec::Device(_) => crate::pool::allocate(tx, spec, request).await,
+        }
     }
 
-    async fn refill(
+    /// Allocates up to `missing` more units over the window for a reservation that lost
+    /// some (healing), avoiding what it holds. Returns the units added.
+    pub(crate) async fn refill(
         &self,
         tx: &mut Tx,
-        params: &Map<String, Value>,
+        spec: &ReservationSpec,
         request: &AllocationRequest<'_>,
         missing: i64,
     ) -> ServiceResult<i64> {
-        let (_, hypervisor_query) = query_field(params, "hypervisor_properties")?;
-        let (_, resource_query) = query_field(params, "resource_properties")?;
-        tx.lock_allocations().await?;
-        let (_, matching) = self
-            .cache
-            .matching(
-                tx,
-                &[
-                    ("hypervisor_properties", &hypervisor_query),
-                    ("resource_properties", &resource_query),
-                ],
-                &host_filter_key(params),
-            )
-            .await?;
-        refill_whole(tx, PHYSICAL_HOST, &matching, request, missing).await
+        match spec {
+            ReservationSpec::Host(host) => {
+                refill_hosts(tx, &self.host_cache, host, request, missing).await
+            }
+            ReservationSpec::Instance(_) | ReservationSpec::FlavorInstance(_) => {
+                let shape = crate::instance::Shape::of(spec, &self.trait_hosts)?;
+                crate::instance::refill_shape(
+                    tx,
+                    &shape,
+                    request,
+                    self.settings.ratios,
+                    &self.host_cache,
+                    missing,
+                )
+                .await
+            }
+            ReservationSpec::FloatingIp(_)
+            | ReservationSpec::Network(_)
+            | ReservationSpec::Device(_) => crate::pool::refill(tx, spec, request, missing).await,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn validate(v: Value) -> Result<Map<String, Value>, ServiceError> {
-        let Value::Object(map) = v else {
-            panic!("object")
-        };
-        PhysicalHostType {
-            cache: Default::default(),
-        }
-        .validate(&map, None)
-    }
-
-    #[test]
-    fn validation_table() {
-        let ok = [
-            json!({"min": 1, "max": 2, "hypervisor_properties": "", "resource_properties": ""}),
-            json!({"min": 1, "max": 1}),
-            json!({"min": 2, "max": 2, "resource_properties": "[\"==\", \"$gpu\", \"true\"]", "before_end": "snapshot"}),
-            json!({"min": 1, "max": 1, "resource_properties": ["or", ["==", "$a", "1"], ["==", "$a", "2"]]}),
-            json!({"min": "1", "max": " 2 "}),
-            json!({"min": "+1", "max": "2147483647"}),
-        ];
-        for v in ok {
-            assert!(validate(v.clone()).is_ok(), "{v}");
-        }
-        // Integer-like strings are stored as integers.
-        let stored = validate(json!({"min": "1", "max": "02"})).unwrap();
-        assert_eq!((&stored["min"], &stored["max"]), (&json!(1), &json!(2)));
-        let bad = [
-            (json!({"max": 1}), "Missing parameter min"),
-            (json!({"min": "1.5", "max": 1}), "Malformed parameter min"),
-            (json!({"min": "one", "max": 1}), "Malformed parameter min"),
-            (json!({"min": "0", "max": 1}), "Malformed parameter min"),
-            (json!({"min": "-1", "max": 1}), "Malformed parameter min"),
-            (
-                json!({"min": "2147483648", "max": 1}),
-                "Malformed parameter min",
-            ),
-            (
-                json!({"min": "99999999999999999999", "max": 1}),
-                "Malformed parameter min",
-            ),
-            (json!({"min": "1e3", "max": 1}), "Malformed parameter min"),
-            (json!({"min": 1, "max": "0x10"}), "Malformed parameter max"),
-            (json!({"min": "", "max": ""}), "Malformed parameter min"),
-            (json!({"min": 0, "max": 1}), "Malformed parameter min"),
-            (json!({"min": 1.5, "max": 2}), "Malformed parameter min"),
-            (
-                json!({"min": 3, "max": 2}),
-                "Max must be equal to or larger than min",
-            ),
-            (
-                json!({"min": 1, "max": 1, "resource_properties": "[\"==\", \"gpu\"]"}),
-                "Malformed requirements",
-            ),
-            (
-                json!({"min": 1, "max": 1, "before_end": "explode"}),
-                "Malformed parameter before_end",
-            ),
-            (
-                json!({"min": 1, "max": 1, "amount": 3}),
-                "Unknown field(s) amount",
-            ),
-        ];
-        for (v, expected) in bad {
-            let err = validate(v.clone()).unwrap_err();
-            assert!(
-                matches!(err, ServiceError::BadRequest(ref m) if m.contains(expected)),
-                "{v}: {err:?}"
-            );
-        }
-    }
 
     #[test]
     fn remembered_filters_stay_within_their_byte_budget() {
@@ -825,27 +569,5 @@ mod tests {
         let key = snapshot.matches.keys().next().cloned().unwrap();
         snapshot.remember(&key, &ids);
         assert_eq!(snapshot.matches_bytes, before);
-    }
-
-    #[test]
-    fn update_merges_with_stored_fields() {
-        let stored = validate(
-            json!({"min": 1, "max": 2, "resource_properties": "[\"==\", \"$gpu\", \"true\"]"}),
-        )
-        .unwrap();
-        let change = json!({"max": 1});
-        let Value::Object(change) = change else {
-            unreachable!()
-        };
-        let merged = PhysicalHostType {
-            cache: Default::default(),
-        }
-        .validate(&change, Some(&stored))
-        .unwrap();
-        assert_eq!(merged["max"], json!(1));
-        assert_eq!(
-            merged["resource_properties"],
-            json!("[\"==\", \"$gpu\", \"true\"]")
-        );
     }
 }

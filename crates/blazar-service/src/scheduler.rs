@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::sync::atomic::Ordering;
 
+use blazar_core::reservation::BeforeEnd;
 use blazar_core::{
     ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationStatus,
 };
@@ -183,11 +184,7 @@ impl Service {
                 // the hosts, as Blazar's host plugin makes them.
                 for reservation in &reservations {
                     if reservation.status == ReservationStatus::Active.as_str()
-                        && reservation
-                            .params
-                            .get("before_end")
-                            .and_then(|v| v.as_str())
-                            == Some("snapshot")
+                        && reservation.spec.before_end() == Some(BeforeEnd::Snapshot)
                     {
                         self.record_action(
                             tx,
