@@ -3,12 +3,14 @@
 
 pub mod engine;
 pub mod host;
+pub mod lease;
 pub mod query;
 pub mod reservation;
 pub mod status;
 pub mod time;
 
 pub use host::{HostFacts, HostRecord};
+pub use lease::{Allocation, Event, Lease, LeaseView, Refusal, Reservation, When};
 pub use query::{PropertyQuery, QueryError};
 pub use reservation::{ReservationSpec, SpecError};
 pub use status::{

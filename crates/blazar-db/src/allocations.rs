@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use blazar_core::Allocation;
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use sqlx::Row;
@@ -54,23 +55,6 @@ impl NewAllocation {
             disk_gb: 0,
         }
     }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct AllocationRow {
-    pub id: String,
-    pub reservation_id: String,
-    pub lease_id: String,
-    pub resource_type: String,
-    pub resource_id: i64,
-    pub start: DateTime<Utc>,
-    pub end: DateTime<Utc>,
-    pub blocked_until: DateTime<Utc>,
-    pub exclusive: bool,
-    pub units: i64,
-    pub vcpus: i64,
-    pub memory_mb: i64,
-    pub disk_gb: i64,
 }
 
 /// What one allocation holds of its resource, and when: all an instance search needs.
@@ -127,8 +111,8 @@ fn share_key() -> i64 {
     (i64::from_le_bytes(key) & 0x3fff_ffff_ffff_ffff) + 1
 }
 
-fn allocation_from_row(row: &AnyRow) -> DbResult<AllocationRow> {
-    Ok(AllocationRow {
+fn allocation_from_row(row: &AnyRow) -> DbResult<Allocation> {
+    Ok(Allocation {
         id: row.try_get("id")?,
         reservation_id: row.try_get("reservation_id")?,
         lease_id: row.try_get("lease_id")?,
@@ -225,7 +209,7 @@ impl Tx {
         .await
     }
 
-    pub async fn allocations_of_lease(&mut self, lease_id: &str) -> DbResult<Vec<AllocationRow>> {
+    pub async fn allocations_of_lease(&mut self, lease_id: &str) -> DbResult<Vec<Allocation>> {
         let sql = format!(
             "SELECT {ALLOCATION_COLUMNS} FROM allocations WHERE lease_id = $1 ORDER BY resource_id"
         );
@@ -281,7 +265,7 @@ impl Tx {
         resource_type: &str,
         resource_id: i64,
         now: DateTime<Utc>,
-    ) -> DbResult<Vec<AllocationRow>> {
+    ) -> DbResult<Vec<Allocation>> {
         let sql = format!(
             "SELECT {ALLOCATION_COLUMNS} FROM allocations \
              WHERE resource_type = $1 AND resource_id = $2 AND end_at > $3 ORDER BY start_at"

@@ -4,20 +4,9 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::{DbResult, Tx, from_opt_secs, from_secs, to_secs};
+use blazar_core::Event;
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct EventRow {
-    pub id: String,
-    pub lease_id: String,
-    pub event_type: String,
-    pub time: DateTime<Utc>,
-    /// Order among events due at the same instant (ends before starts).
-    pub rank: i64,
-    pub status: String,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: Option<DateTime<Utc>>,
-}
+use crate::{DbResult, Tx, from_opt_secs, from_secs, to_secs, wire};
 
 const EVENT_COLUMNS: &str =
     "e.id, e.lease_id, e.event_type, e.event_time, e.rank, e.status, e.created_at, e.updated_at";
@@ -25,7 +14,7 @@ const EVENT_COLUMNS: &str =
 /// Event columns in table order, as a row or as a JSON array holds them.
 pub(crate) type EventTuple = (String, String, String, i64, i64, String, i64, Option<i64>);
 
-fn event_from_row(row: &AnyRow) -> DbResult<EventRow> {
+fn event_from_row(row: &AnyRow) -> DbResult<Event> {
     event_from_tuple((
         row.try_get("id")?,
         row.try_get("lease_id")?,
@@ -38,21 +27,21 @@ fn event_from_row(row: &AnyRow) -> DbResult<EventRow> {
     ))
 }
 
-pub(crate) fn event_from_tuple(t: EventTuple) -> DbResult<EventRow> {
-    Ok(EventRow {
+pub(crate) fn event_from_tuple(t: EventTuple) -> DbResult<Event> {
+    Ok(Event {
         id: t.0,
         lease_id: t.1,
-        event_type: t.2,
+        event_type: wire(&t.2, "event type")?,
         time: from_secs(t.3)?,
         rank: t.4,
-        status: t.5,
+        status: wire(&t.5, "event status")?,
         created_at: from_secs(t.6)?,
         updated_at: from_opt_secs(t.7)?,
     })
 }
 
 impl Tx {
-    pub async fn insert_event(&mut self, e: &EventRow) -> DbResult<()> {
+    pub async fn insert_event(&mut self, e: &Event) -> DbResult<()> {
         self.revise_lease(&e.lease_id);
         self.write(
             "INSERT INTO events (id, lease_id, event_type, event_time, rank, status, created_at, \
@@ -60,10 +49,10 @@ impl Tx {
             vec![
                 (&e.id).into(),
                 (&e.lease_id).into(),
-                (&e.event_type).into(),
+                e.event_type.into(),
                 e.time.into(),
                 e.rank.into(),
-                (&e.status).into(),
+                e.status.into(),
                 e.created_at.into(),
                 e.updated_at.into(),
             ],
@@ -71,13 +60,13 @@ impl Tx {
         .await
     }
 
-    pub async fn update_event(&mut self, e: &EventRow) -> DbResult<()> {
+    pub async fn update_event(&mut self, e: &Event) -> DbResult<()> {
         self.revise_lease(&e.lease_id);
         self.write(
             "UPDATE events SET event_time = $1, status = $2, updated_at = $3 WHERE id = $4",
             vec![
                 e.time.into(),
-                (&e.status).into(),
+                e.status.into(),
                 e.updated_at.into(),
                 (&e.id).into(),
             ],
@@ -85,7 +74,7 @@ impl Tx {
         .await
     }
 
-    pub async fn events_of(&mut self, lease_id: &str) -> DbResult<Vec<EventRow>> {
+    pub async fn events_of(&mut self, lease_id: &str) -> DbResult<Vec<Event>> {
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events e WHERE e.lease_id = $1 ORDER BY e.event_time, e.rank"
         );
@@ -100,7 +89,7 @@ impl Tx {
     /// scheduler claims it meanwhile; the row is not locked here, so that a lease update that
     /// holds the lease and moves its events never waits on the scheduler while the scheduler
     /// waits on the lease.
-    pub async fn claim_due_event(&mut self, now: DateTime<Utc>) -> DbResult<Option<EventRow>> {
+    pub async fn claim_due_event(&mut self, now: DateTime<Utc>) -> DbResult<Option<Event>> {
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events e WHERE e.status = 'UNDONE' AND e.event_time <= $1 \
              ORDER BY e.event_time, e.rank, e.id LIMIT 1"

@@ -1,46 +1,13 @@
 //! Leases and reservations.
 
-use blazar_core::ReservationSpec;
-use chrono::{DateTime, Utc};
+use blazar_core::{Event, Lease, Reservation, ReservationSpec};
+
 use serde_json::Value;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::events::{EventTuple, event_from_tuple};
-use crate::{Arg, DbError, DbResult, EventRow, Tx, from_opt_secs, from_secs};
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct LeaseRow {
-    pub id: String,
-    pub name: String,
-    pub user_id: String,
-    pub project_id: String,
-    pub trust_id: String,
-    pub start: DateTime<Utc>,
-    pub end: DateTime<Utc>,
-    pub status: String,
-    pub degraded: bool,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: Option<DateTime<Utc>>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReservationRow {
-    pub id: String,
-    pub lease_id: String,
-    pub ordinal: i64,
-    pub resource_id: String,
-    pub resource_type: String,
-    pub status: String,
-    pub missing_resources: bool,
-    pub resources_changed: bool,
-    /// What it asks for; stored as the fields the reservation object shows.
-    pub spec: ReservationSpec,
-    /// How many units (hosts, slots, addresses) the reservation was granted.
-    pub granted_units: i64,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: Option<DateTime<Utc>>,
-}
+use crate::{Arg, DbError, DbResult, Tx, from_opt_secs, from_secs, wire};
 
 /// Which leases a list returns. Every field narrows the result.
 #[derive(Debug, Clone, Default)]
@@ -61,8 +28,8 @@ const RESERVATION_COLUMNS: &str = "r.id, r.lease_id, r.ordinal, r.resource_id, r
     r.status, r.missing_resources, r.resources_changed, r.params, r.granted_units, r.created_at, \
     r.updated_at";
 
-fn lease_from_row(row: &AnyRow) -> DbResult<LeaseRow> {
-    Ok(LeaseRow {
+fn lease_from_row(row: &AnyRow) -> DbResult<Lease> {
+    Ok(Lease {
         id: row.try_get("id")?,
         name: row.try_get("name")?,
         user_id: row.try_get("user_id")?,
@@ -70,14 +37,14 @@ fn lease_from_row(row: &AnyRow) -> DbResult<LeaseRow> {
         trust_id: row.try_get("trust_id")?,
         start: from_secs(row.try_get("start_at")?)?,
         end: from_secs(row.try_get("end_at")?)?,
-        status: row.try_get("status")?,
+        status: wire(&row.try_get::<String, _>("status")?, "lease status")?,
         degraded: row.try_get::<i64, _>("degraded")? != 0,
         created_at: from_secs(row.try_get("created_at")?)?,
         updated_at: from_opt_secs(row.try_get("updated_at")?)?,
     })
 }
 
-fn reservation_from_row(row: &AnyRow) -> DbResult<ReservationRow> {
+fn reservation_from_row(row: &AnyRow) -> DbResult<Reservation> {
     reservation_from_tuple((
         row.try_get("id")?,
         row.try_get("lease_id")?,
@@ -95,19 +62,18 @@ fn reservation_from_row(row: &AnyRow) -> DbResult<ReservationRow> {
 }
 
 /// A reservation from its columns in table order, as a row or as a JSON array holds them.
-fn reservation_from_tuple(t: ReservationTuple) -> DbResult<ReservationRow> {
+fn reservation_from_tuple(t: ReservationTuple) -> DbResult<Reservation> {
     let spec = match serde_json::from_str(&t.8) {
         Ok(Value::Object(map)) => ReservationSpec::from_stored(&t.4, &map)
             .map_err(|e| DbError::Corrupt(format!("reservation params {:?}: {e}", t.8)))?,
         _ => return Err(DbError::Corrupt(format!("reservation params {:?}", t.8))),
     };
-    Ok(ReservationRow {
+    Ok(Reservation {
         id: t.0,
         lease_id: t.1,
         ordinal: t.2,
         resource_id: t.3,
-        resource_type: t.4,
-        status: t.5,
+        status: wire(&t.5, "reservation status")?,
         missing_resources: t.6 != 0,
         resources_changed: t.7 != 0,
         spec,
@@ -154,7 +120,7 @@ impl LeaseFilter {
 }
 
 impl Tx {
-    pub async fn insert_lease(&mut self, lease: &LeaseRow) -> DbResult<()> {
+    pub async fn insert_lease(&mut self, lease: &Lease) -> DbResult<()> {
         self.lease_revised(&lease.id);
         self.write(
             "INSERT INTO leases (id, name, user_id, project_id, trust_id, start_at, end_at, status, \
@@ -167,7 +133,7 @@ impl Tx {
                 (&lease.trust_id).into(),
                 lease.start.into(),
                 lease.end.into(),
-                (&lease.status).into(),
+                lease.status.into(),
                 lease.degraded.into(),
                 lease.created_at.into(),
                 lease.updated_at.into(),
@@ -177,7 +143,7 @@ impl Tx {
     }
 
     /// Rewrites the mutable columns of a lease.
-    pub async fn update_lease(&mut self, lease: &LeaseRow) -> DbResult<()> {
+    pub async fn update_lease(&mut self, lease: &Lease) -> DbResult<()> {
         self.lease_revised(&lease.id);
         self.write(
             "UPDATE leases SET name = $1, start_at = $2, end_at = $3, status = $4, degraded = $5, \
@@ -186,7 +152,7 @@ impl Tx {
                 (&lease.name).into(),
                 lease.start.into(),
                 lease.end.into(),
-                (&lease.status).into(),
+                lease.status.into(),
                 lease.degraded.into(),
                 lease.updated_at.into(),
                 (&lease.id).into(),
@@ -195,7 +161,7 @@ impl Tx {
         .await
     }
 
-    pub async fn get_lease(&mut self, id: &str) -> DbResult<Option<LeaseRow>> {
+    pub async fn get_lease(&mut self, id: &str) -> DbResult<Option<Lease>> {
         let sql = format!("SELECT {LEASE_COLUMNS} FROM leases WHERE id = $1");
         let row = sqlx::query(&sql)
             .bind(id)
@@ -206,7 +172,7 @@ impl Tx {
 
     /// Reads a lease and, on PostgreSQL, locks it until the transaction ends, so an update,
     /// a delete and an event of one lease never interleave.
-    pub async fn lock_lease(&mut self, id: &str) -> DbResult<Option<LeaseRow>> {
+    pub async fn lock_lease(&mut self, id: &str) -> DbResult<Option<Lease>> {
         let sql = format!(
             "SELECT {LEASE_COLUMNS} FROM leases WHERE id = $1{}",
             self.for_update()
@@ -231,7 +197,7 @@ impl Tx {
         Ok(())
     }
 
-    pub async fn insert_reservation(&mut self, r: &ReservationRow) -> DbResult<()> {
+    pub async fn insert_reservation(&mut self, r: &Reservation) -> DbResult<()> {
         self.revise_lease(&r.lease_id);
         self.write(
             "INSERT INTO reservations (id, lease_id, ordinal, resource_id, resource_type, status, \
@@ -242,8 +208,8 @@ impl Tx {
                 (&r.lease_id).into(),
                 r.ordinal.into(),
                 (&r.resource_id).into(),
-                (&r.resource_type).into(),
-                (&r.status).into(),
+                r.resource_type().into(),
+                r.status.into(),
                 r.missing_resources.into(),
                 r.resources_changed.into(),
                 Value::Object(r.spec.fields()).to_string().into(),
@@ -255,13 +221,13 @@ impl Tx {
         .await
     }
 
-    pub async fn update_reservation(&mut self, r: &ReservationRow) -> DbResult<()> {
+    pub async fn update_reservation(&mut self, r: &Reservation) -> DbResult<()> {
         self.revise_lease(&r.lease_id);
         self.write(
             "UPDATE reservations SET status = $1, missing_resources = $2, resources_changed = $3, \
              params = $4, updated_at = $5, granted_units = $6 WHERE id = $7",
             vec![
-                (&r.status).into(),
+                r.status.into(),
                 r.missing_resources.into(),
                 r.resources_changed.into(),
                 Value::Object(r.spec.fields()).to_string().into(),
@@ -273,7 +239,7 @@ impl Tx {
         .await
     }
 
-    pub async fn reservations_of(&mut self, lease_id: &str) -> DbResult<Vec<ReservationRow>> {
+    pub async fn reservations_of(&mut self, lease_id: &str) -> DbResult<Vec<Reservation>> {
         let sql = format!(
             "SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.lease_id = $1 ORDER BY r.ordinal"
         );
@@ -285,7 +251,7 @@ impl Tx {
     }
 
     /// Reservations that hold fewer units than they were granted (healing fills them).
-    pub async fn reservations_missing_resources(&mut self) -> DbResult<Vec<ReservationRow>> {
+    pub async fn reservations_missing_resources(&mut self) -> DbResult<Vec<Reservation>> {
         let sql = format!(
             "SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.missing_resources = 1 \
              AND r.status IN ('pending', 'active') ORDER BY r.lease_id, r.ordinal"
@@ -294,7 +260,7 @@ impl Tx {
         rows.iter().map(reservation_from_row).collect()
     }
 
-    pub async fn get_reservation(&mut self, id: &str) -> DbResult<Option<ReservationRow>> {
+    pub async fn get_reservation(&mut self, id: &str) -> DbResult<Option<Reservation>> {
         let sql = format!("SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.id = $1");
         let row = sqlx::query(&sql)
             .bind(id)
@@ -305,7 +271,7 @@ impl Tx {
 }
 
 /// A lease with its reservations (by ordinal) and events (in time order).
-pub type LeaseTree = (LeaseRow, Vec<ReservationRow>, Vec<EventRow>);
+pub type LeaseTree = (Lease, Vec<Reservation>, Vec<Event>);
 
 /// Reservation columns as one JSON array each (see [`Tx::lease_trees`]).
 type ReservationTuple = (
@@ -343,7 +309,7 @@ type LeaseTuple = (
 );
 
 fn lease_tree_from_tuple(t: LeaseTuple) -> DbResult<(i64, LeaseTree)> {
-    let lease = LeaseRow {
+    let lease = Lease {
         id: t.0,
         name: t.1,
         user_id: t.2,
@@ -351,7 +317,7 @@ fn lease_tree_from_tuple(t: LeaseTuple) -> DbResult<(i64, LeaseTree)> {
         trust_id: t.4,
         start: from_secs(t.5)?,
         end: from_secs(t.6)?,
-        status: t.7,
+        status: wire(&t.7, "lease status")?,
         degraded: t.8 != 0,
         created_at: from_secs(t.9)?,
         updated_at: from_opt_secs(t.10)?,

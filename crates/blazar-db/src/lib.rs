@@ -24,13 +24,10 @@ use sqlx::{Any, AnyPool, Executor};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 pub use actions::{ActionOutcome, ActionRow, NewAction};
-pub use allocations::{
-    AllocationRow, AllocationUsage, AllocationView, GrantRow, HandoverRow, NewAllocation,
-};
-pub use events::EventRow;
+pub use allocations::{AllocationUsage, AllocationView, GrantRow, HandoverRow, NewAllocation};
 pub use hosts::{NewHost, PropertyRow, PropertyWithValues};
 pub use inventory::{FlavorRow, NewResource, NotificationRow, ResourceRecord};
-pub use leases::{LeaseFilter, LeaseRow, LeaseTree, ReservationRow};
+pub use leases::{LeaseFilter, LeaseTree};
 pub use tokens::ApiTokenRow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -457,6 +454,30 @@ impl From<String> for Arg {
     fn from(v: String) -> Arg {
         Arg::Text(Some(v))
     }
+}
+
+/// Statuses and event types are stored in their wire spelling.
+macro_rules! wire_args {
+    ($($t:ty),+) => {$(
+        impl From<$t> for Arg {
+            fn from(v: $t) -> Arg {
+                Arg::Text(Some(v.as_str().to_string()))
+            }
+        }
+    )+};
+}
+
+wire_args!(
+    blazar_core::LeaseStatus,
+    blazar_core::ReservationStatus,
+    blazar_core::EventStatus,
+    blazar_core::EventType
+);
+
+/// A stored status or type in its wire spelling; anything else means the row is corrupt.
+pub(crate) fn wire<T: std::str::FromStr>(text: &str, what: &str) -> DbResult<T> {
+    text.parse()
+        .map_err(|_| DbError::Corrupt(format!("{what} {text:?}")))
 }
 
 impl From<DateTime<Utc>> for Arg {

@@ -19,9 +19,9 @@ use blazar_api::dates::{format_space, format_t};
 use blazar_api::{
     Allocation, AllocationReservation, Event, Handover, Host, Lease, Reservation, ResourceProperty,
 };
-use blazar_core::HostRecord;
-use blazar_db::{ActionRow, EventRow, HandoverRow, PropertyRow, ReservationRow};
-use blazar_service::{AllocationEntry, LeaseView};
+use blazar_core::{HostRecord, LeaseView};
+use blazar_db::{ActionRow, HandoverRow, PropertyRow};
+use blazar_service::AllocationEntry;
 use serde_json::Value;
 
 pub fn host(h: HostRecord) -> Host {
@@ -50,13 +50,13 @@ pub fn host(h: HostRecord) -> Host {
     }
 }
 
-fn reservation(r: ReservationRow) -> Reservation {
+fn reservation(r: blazar_core::Reservation) -> Reservation {
     Reservation {
+        resource_type: r.resource_type().to_string(),
         id: r.id,
         lease_id: r.lease_id,
         resource_id: r.resource_id,
-        resource_type: r.resource_type,
-        status: r.status,
+        status: r.status.to_string(),
         missing_resources: r.missing_resources,
         resources_changed: r.resources_changed,
         created_at: format_space(r.created_at),
@@ -65,13 +65,13 @@ fn reservation(r: ReservationRow) -> Reservation {
     }
 }
 
-fn event(e: EventRow) -> Event {
+fn event(e: blazar_core::Event) -> Event {
     Event {
         id: e.id,
         lease_id: e.lease_id,
-        event_type: e.event_type,
+        event_type: e.event_type.to_string(),
         time: format_t(e.time),
-        status: e.status,
+        status: e.status.to_string(),
         created_at: format_space(e.created_at),
         updated_at: e.updated_at.map(format_space),
     }
@@ -87,7 +87,7 @@ pub fn lease(v: LeaseView) -> Lease {
         trust_id: l.trust_id,
         start_date: format_t(l.start),
         end_date: format_t(l.end),
-        status: l.status,
+        status: l.status.to_string(),
         degraded: l.degraded,
         created_at: format_space(l.created_at),
         updated_at: l.updated_at.map(format_space),

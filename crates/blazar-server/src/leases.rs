@@ -7,8 +7,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
 use blazar_api::dates::{InputDate, parse_input, parse_minute};
 use blazar_core::LeaseStatus;
+use blazar_core::When;
 use blazar_db::LeaseFilter;
-use blazar_service::{LeaseUpdate, Listed, NewLease, ServiceError, When};
+use blazar_service::{LeaseUpdate, Listed, NewLease, ServiceError};
 use serde_json::{Map, Value, json};
 
 use crate::convert;

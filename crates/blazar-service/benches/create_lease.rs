@@ -19,8 +19,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use blazar_core::When;
 use blazar_db::{Store, StoreOptions};
-use blazar_service::{Identity, NewLease, Service, Settings, StandaloneBackend, SystemClock, When};
+use blazar_service::{Identity, NewLease, Service, Settings, StandaloneBackend, SystemClock};
 use chrono::{DateTime, TimeZone, Utc};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use serde_json::{Map, Value, json};

@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use blazar_core::When;
 use blazar_db::{Store, StoreOptions};
 use blazar_service::{
     Action, ActionError, Backend, Identity, ManualClock, NewLease, Service, Settings,
-    StandaloneBackend, When,
+    StandaloneBackend,
 };
 use chrono::{TimeZone, Utc};
 use serde_json::{Value, json};

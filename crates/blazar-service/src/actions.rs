@@ -13,11 +13,13 @@ use std::collections::BTreeMap;
 use std::future::Future;
 
 use blazar_core::ReservationSpec;
+use blazar_core::lease::event_status;
 use blazar_core::{
     ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationStatus,
     action_backoff,
 };
-use blazar_db::{ActionOutcome, ActionRow, AllocationRow, LeaseRow, NewAction, ReservationRow, Tx};
+use blazar_core::{Allocation, Lease, Reservation};
+use blazar_db::{ActionOutcome, ActionRow, NewAction, Tx};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -48,17 +50,10 @@ fn current_request_id() -> Option<String> {
 }
 
 /// The lease status the events imply, with the transitional states of running actions.
-pub(crate) fn status_from_events(events: &[blazar_db::EventRow]) -> LeaseStatus {
-    let status_of = |k: EventType| {
-        events
-            .iter()
-            .find(|e| e.event_type == k.as_str())
-            .and_then(|e| e.status.parse().ok())
-            .unwrap_or(EventStatus::Undone)
-    };
+pub(crate) fn status_from_events(events: &[blazar_core::Event]) -> LeaseStatus {
     let (start, end) = (
-        status_of(EventType::StartLease),
-        status_of(EventType::EndLease),
+        event_status(events, EventType::StartLease),
+        event_status(events, EventType::EndLease),
     );
     match (start, end) {
         (_, EventStatus::InProgress) => LeaseStatus::Terminating,
@@ -144,11 +139,11 @@ impl Service {
     pub(crate) async fn record_action(
         &self,
         tx: &mut Tx,
-        lease: &LeaseRow,
-        reservation: &ReservationRow,
+        lease: &Lease,
+        reservation: &Reservation,
         kind: ActionKind,
         purpose: ActionPurpose,
-        allocations: &[AllocationRow],
+        allocations: &[Allocation],
         at: DateTime<Utc>,
     ) -> ServiceResult<bool> {
         let mut by_type: BTreeMap<&str, Vec<(i64, i64)>> = BTreeMap::new();
@@ -165,7 +160,7 @@ impl Service {
             let payload = json!({
                 "lease_name": lease.name,
                 "user_id": lease.user_id,
-                "reservation_type": reservation.resource_type,
+                "reservation_type": reservation.resource_type(),
                 "resources": resources,
                 "units": units,
                 "params": Value::Object(reservation.spec.fields()),
@@ -200,8 +195,8 @@ impl Service {
     pub(crate) async fn record_reservation_action(
         &self,
         tx: &mut Tx,
-        lease: &LeaseRow,
-        reservation: &ReservationRow,
+        lease: &Lease,
+        reservation: &Reservation,
         kind: ActionKind,
         purpose: ActionPurpose,
     ) -> ServiceResult<()> {
@@ -212,15 +207,14 @@ impl Service {
             crate::instance::VIRTUAL_INSTANCE,
             crate::instance::FLAVOR_INSTANCE,
         ];
-        if !self.backend.prepares_reservations()
-            || !prepared.contains(&reservation.resource_type.as_str())
+        if !self.backend.prepares_reservations() || !prepared.contains(&reservation.resource_type())
         {
             return Ok(());
         }
         let payload = json!({
             "lease_name": lease.name,
             "user_id": lease.user_id,
-            "reservation_type": reservation.resource_type,
+            "reservation_type": reservation.resource_type(),
             "resources": [],
             "units": [],
             "params": Value::Object(reservation.spec.fields()),
@@ -233,7 +227,7 @@ impl Service {
             project_id: lease.project_id.clone(),
             kind: kind.as_str().to_string(),
             purpose: purpose.as_str().to_string(),
-            resource_type: reservation.resource_type.clone(),
+            resource_type: reservation.resource_type().to_string(),
             payload: payload.to_string(),
             resources: Vec::new(),
             request_id: current_request_id(),
@@ -471,21 +465,21 @@ impl Service {
             let next = match (purpose, failure) {
                 (_, Some(_)) => Some(ReservationStatus::Error),
                 (ActionPurpose::LeaseStart, None)
-                    if reservation.status == ReservationStatus::Pending.as_str() =>
+                    if reservation.status == ReservationStatus::Pending =>
                 {
                     Some(ReservationStatus::Active)
                 }
                 (ActionPurpose::LeaseEnd, None)
-                    if reservation.status != ReservationStatus::Error.as_str() =>
+                    if reservation.status != ReservationStatus::Error =>
                 {
                     Some(ReservationStatus::Deleted)
                 }
                 _ => None,
             };
             if let Some(next) = next
-                && reservation.status != next.as_str()
+                && reservation.status != next
             {
-                reservation.status = next.as_str().to_string();
+                reservation.status = next;
                 reservation.updated_at = Some(now);
                 tx.update_reservation(&reservation).await?;
             }
@@ -506,11 +500,11 @@ impl Service {
         if failure.is_some() && purpose == ActionPurpose::Change {
             status = LeaseStatus::Error;
         }
-        if lease.status == LeaseStatus::Error.as_str() && status != LeaseStatus::Terminating {
+        if lease.status == LeaseStatus::Error && status != LeaseStatus::Terminating {
             status = LeaseStatus::Error;
         }
-        if status.as_str() != lease.status {
-            lease.status = status.as_str().to_string();
+        if status != lease.status {
+            lease.status = status;
             lease.updated_at = Some(now);
             tx.update_lease(&lease).await?;
             tracing::info!(lease.id = %lease.id, lease.status = %lease.status, "lease status");
@@ -533,16 +527,15 @@ impl Service {
             return Ok(());
         }
         let events = tx.events_of(lease_id).await?;
-        if let Some(mut event) = events.into_iter().find(|e| {
-            e.event_type == event_type.as_str() && e.status == EventStatus::InProgress.as_str()
-        }) {
+        if let Some(mut event) = events
+            .into_iter()
+            .find(|e| e.event_type == event_type && e.status == EventStatus::InProgress)
+        {
             event.status = if failed > 0 {
                 EventStatus::Error
             } else {
                 EventStatus::Done
-            }
-            .as_str()
-            .to_string();
+            };
             event.updated_at = Some(now);
             tx.update_event(&event).await?;
         }

@@ -13,7 +13,9 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::leases::{LeasePlan, LeaseView};
+use blazar_core::LeaseView;
+
+use crate::leases::LeasePlan;
 use crate::{Service, ServiceError, ServiceResult};
 
 /// Creates written in one transaction at most (bounds the time any one create waits).

@@ -8,16 +8,16 @@ use std::collections::HashSet;
 
 use blazar_core::time::truncate_to_minute;
 use blazar_core::{ActionKind, ActionPurpose, ReservationStatus, TimeWindow};
-use blazar_db::{AllocationRow, LeaseRow, NotificationRow, ReservationRow, Tx};
+use blazar_core::{Allocation, Lease, Reservation};
+use blazar_db::{NotificationRow, Tx};
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use crate::resources::AllocationRequest;
 use crate::{Service, ServiceError, ServiceResult, new_id};
 
-fn is_live(r: &ReservationRow) -> bool {
-    r.status == ReservationStatus::Pending.as_str()
-        || r.status == ReservationStatus::Active.as_str()
+fn is_live(r: &Reservation) -> bool {
+    r.status == ReservationStatus::Pending || r.status == ReservationStatus::Active
 }
 
 impl Service {
@@ -25,8 +25,8 @@ impl Service {
         &self,
         tx: &mut Tx,
         event_type: &str,
-        lease: &LeaseRow,
-        reservation: &ReservationRow,
+        lease: &Lease,
+        reservation: &Reservation,
         detail: serde_json::Value,
         now: DateTime<Utc>,
     ) -> ServiceResult<()> {
@@ -38,7 +38,7 @@ impl Service {
                 "lease_id": lease.id,
                 "project_id": lease.project_id,
                 "reservation_id": reservation.id,
-                "resource_type": reservation.resource_type,
+                "resource_type": reservation.resource_type(),
                 "detail": detail,
             }),
             created_at: now,
@@ -51,10 +51,10 @@ impl Service {
     async fn new_allocations(
         &self,
         tx: &mut Tx,
-        lease: &LeaseRow,
-        reservation: &ReservationRow,
+        lease: &Lease,
+        reservation: &Reservation,
         before: &HashSet<String>,
-    ) -> ServiceResult<Vec<AllocationRow>> {
+    ) -> ServiceResult<Vec<Allocation>> {
         Ok(tx
             .allocations_of_lease(&lease.id)
             .await?
@@ -67,8 +67,8 @@ impl Service {
     async fn refill_reservation(
         &self,
         tx: &mut Tx,
-        lease: &LeaseRow,
-        reservation: &ReservationRow,
+        lease: &Lease,
+        reservation: &Reservation,
         window: (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>),
         missing: i64,
         now: DateTime<Utc>,
@@ -77,7 +77,7 @@ impl Service {
         let Ok(window_left) = TimeWindow::new(start, window.1) else {
             return Ok(0);
         };
-        let existing: Vec<AllocationRow> = tx
+        let existing: Vec<Allocation> = tx
             .allocations_of_lease(&lease.id)
             .await?
             .into_iter()
@@ -101,7 +101,7 @@ impl Service {
             Err(ServiceError::Conflict(_)) | Err(ServiceError::BadRequest(_)) => 0,
             Err(other) => return Err(other),
         };
-        if added > 0 && reservation.status == ReservationStatus::Active.as_str() {
+        if added > 0 && reservation.status == ReservationStatus::Active {
             let fresh = self
                 .new_allocations(tx, lease, reservation, &before)
                 .await?;
@@ -145,7 +145,7 @@ impl Service {
         &self,
         tx: &mut Tx,
         kind: &str,
-        allocation: &AllocationRow,
+        allocation: &Allocation,
         now: DateTime<Utc>,
     ) -> ServiceResult<bool> {
         let Some(mut reservation) = tx.get_reservation(&allocation.reservation_id).await? else {
@@ -170,7 +170,7 @@ impl Service {
             )
             .await?;
         tx.delete_allocation(&allocation.id).await?;
-        if reservation.status == ReservationStatus::Active.as_str() {
+        if reservation.status == ReservationStatus::Active {
             self.record_action(
                 tx,
                 &lease,

@@ -2,13 +2,17 @@
 
 use std::collections::{HashMap, HashSet};
 
+use blazar_core::lease::{
+    CreatePlan, DatesRequest, EventMove, UpdatePlan, When, event_status, plan_create, plan_update,
+};
 use blazar_core::reservation::FlavorChoice;
 use blazar_core::time::truncate_to_minute;
 use blazar_core::{
     ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationSpec,
     ReservationStatus, TimeWindow,
 };
-use blazar_db::{AllocationRow, EventRow, LeaseFilter, LeaseRow, ReservationRow, Tx};
+use blazar_core::{Allocation, Event, Lease, LeaseView, Reservation};
+use blazar_db::{LeaseFilter, Tx};
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Map, Value};
 
@@ -21,22 +25,6 @@ pub const EXPLAIN_REFUSAL: &str = "blazar:leases:explain_refusal";
 
 /// Longest lease name Blazar's schema holds.
 pub const MAX_LEASE_NAME_LEN: usize = 80;
-
-/// A date as requested: a minute, or `now` (the current minute).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum When {
-    Now,
-    At(DateTime<Utc>),
-}
-
-impl When {
-    fn resolve(self, now: DateTime<Utc>) -> DateTime<Utc> {
-        match self {
-            When::Now => now,
-            When::At(t) => t,
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct NewLease {
@@ -59,20 +47,14 @@ pub struct LeaseUpdate {
 }
 
 impl LeaseUpdate {
-    fn is_rename_only(&self) -> bool {
-        self.start.is_none()
-            && self.end.is_none()
-            && self.before_end.is_none()
-            && self.reservations.is_none()
+    fn dates(&self) -> DatesRequest {
+        DatesRequest {
+            start: self.start,
+            end: self.end,
+            before_end: self.before_end,
+            changes_reservations: self.reservations.is_some(),
+        }
     }
-}
-
-/// A lease with everything the API shows about it.
-#[derive(Debug, Clone)]
-pub struct LeaseView {
-    pub lease: LeaseRow,
-    pub reservations: Vec<ReservationRow>,
-    pub events: Vec<EventRow>,
 }
 
 /// One lease of a list read with [`Service::list_leases_reusing`].
@@ -98,23 +80,6 @@ pub(crate) struct LeasePlan {
     blocked_until: DateTime<Utc>,
 }
 
-/// `before_end_date` must fall strictly inside the lease.
-fn check_before_end(
-    t: DateTime<Utc>,
-    start: DateTime<Utc>,
-    end: DateTime<Utc>,
-) -> ServiceResult<()> {
-    if t <= start || t >= end {
-        return Err(ServiceError::BadRequest(format!(
-            "before_end_date {} must be strictly between the start ({}) and end ({}) dates",
-            minute(t),
-            minute(start),
-            minute(end)
-        )));
-    }
-    Ok(())
-}
-
 pub(crate) fn check_name(name: &str) -> ServiceResult<()> {
     if name.trim().is_empty() {
         return Err(ServiceError::BadRequest(
@@ -130,7 +95,7 @@ pub(crate) fn check_name(name: &str) -> ServiceResult<()> {
     Ok(())
 }
 
-pub(crate) fn lease_target(lease: &LeaseRow) -> Target<'_> {
+pub(crate) fn lease_target(lease: &Lease) -> Target<'_> {
     Target {
         project_id: &lease.project_id,
         user_id: &lease.user_id,
@@ -141,31 +106,8 @@ pub(crate) fn lease_not_found(id: &str) -> ServiceError {
     ServiceError::NotFound(format!("Object with {{'lease_id': '{id}'}} not found"))
 }
 
-fn minute(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M").to_string()
-}
-
-fn find_event(events: &[EventRow], kind: EventType) -> Option<&EventRow> {
-    events.iter().find(|e| e.event_type == kind.as_str())
-}
-
-fn event_status(events: &[EventRow], kind: EventType) -> EventStatus {
-    find_event(events, kind)
-        .and_then(|e| e.status.parse().ok())
-        .unwrap_or(EventStatus::Undone)
-}
-
-fn new_event(lease_id: &str, kind: EventType, time: DateTime<Utc>, now: DateTime<Utc>) -> EventRow {
-    EventRow {
-        id: new_id(),
-        lease_id: lease_id.to_string(),
-        event_type: kind.as_str().to_string(),
-        time,
-        rank: kind.same_time_rank(),
-        status: EventStatus::Undone.as_str().to_string(),
-        created_at: now,
-        updated_at: None,
-    }
+fn new_event(lease_id: &str, kind: EventType, time: DateTime<Utc>, now: DateTime<Utc>) -> Event {
+    Event::new(new_id(), lease_id, kind, time, now)
 }
 
 /// The id of a new reservation's server group, until the cloud gives it one.
@@ -178,7 +120,7 @@ fn new_trust_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
-pub(crate) async fn load_view(tx: &mut Tx, lease: LeaseRow) -> ServiceResult<LeaseView> {
+pub(crate) async fn load_view(tx: &mut Tx, lease: Lease) -> ServiceResult<LeaseView> {
     let reservations = tx.reservations_of(&lease.id).await?;
     let events = tx.events_of(&lease.id).await?;
     Ok(LeaseView {
@@ -191,18 +133,12 @@ pub(crate) async fn load_view(tx: &mut Tx, lease: LeaseRow) -> ServiceResult<Lea
 impl Service {
     /// Wakes the scheduler if the lease has an event due before it would look anyway.
     fn wake_for(&self, view: &LeaseView) {
-        let pending = view
-            .events
-            .iter()
-            .filter(|e| e.status == EventStatus::Undone.as_str())
-            .map(|e| e.time)
-            .min();
-        if let Some(due) = pending {
+        if let Some(due) = view.next_due() {
             self.wake_scheduler_for(due);
         }
     }
 
-    fn check_visible(&self, identity: &Identity, lease: &LeaseRow) -> ServiceResult<()> {
+    fn check_visible(&self, identity: &Identity, lease: &Lease) -> ServiceResult<()> {
         self.authorize("blazar:leases:get", identity, &lease_target(lease))
     }
 
@@ -263,11 +199,6 @@ impl Service {
         Ok(())
     }
 
-    fn default_before_end(&self, window: &TimeWindow) -> Option<DateTime<Utc>> {
-        let minutes = self.settings().minutes_before_end_lease;
-        (minutes > 0).then(|| (window.end() - Duration::minutes(minutes)).max(window.start()))
-    }
-
     pub async fn create_lease(
         &self,
         identity: &Identity,
@@ -276,24 +207,13 @@ impl Service {
         self.authorize_own("blazar:leases:post", identity)?;
         check_name(&request.name)?;
         let now = truncate_to_minute(self.now());
-        let start = request.start.resolve(now);
-        if start < now {
-            // Blazar's exact words: clients and scripts match on them.
-            return Err(ServiceError::BadRequest(
-                "Start date must be later than current date".into(),
-            ));
-        }
-        let end = request.end.resolve(now);
-        let window = TimeWindow::new(start, end).map_err(|_| {
-            ServiceError::BadRequest("End date must be later than start date.".into())
-        })?;
-        let before_end = match request.before_end {
-            Some(t) => {
-                check_before_end(t, start, end)?;
-                Some(t)
-            }
-            None => self.default_before_end(&window),
-        };
+        let CreatePlan { window, before_end } = plan_create(
+            request.start,
+            request.end,
+            request.before_end,
+            Duration::minutes(self.settings().minutes_before_end_lease),
+            now,
+        )?;
         let mut requests = self.validated_requests(&request.reservations)?;
         self.ask_cloud_for_flavors(identity, &mut requests).await?;
         let plan = LeasePlan {
@@ -366,7 +286,7 @@ impl Service {
     ) -> ServiceResult<LeaseView> {
         // Whole seconds (Service::now), as stored: the view built here equals a read.
         let created = self.now();
-        let lease = LeaseRow {
+        let lease = Lease {
             id: new_id(),
             name: plan.name.clone(),
             user_id: plan.identity.user_id.clone(),
@@ -374,7 +294,7 @@ impl Service {
             trust_id: new_trust_id(),
             start: plan.window.start(),
             end: plan.window.end(),
-            status: LeaseStatus::Pending.as_str().to_string(),
+            status: LeaseStatus::Pending,
             degraded: false,
             created_at: created,
             updated_at: Some(created),
@@ -386,13 +306,12 @@ impl Service {
             let mut spec = spec.clone();
             crate::instance::resolve_flavor(tx, &mut spec).await?;
             spec.assign_ids(&id, new_group_id);
-            let mut reservation = ReservationRow {
+            let mut reservation = Reservation {
                 id,
                 lease_id: lease.id.clone(),
                 ordinal: i as i64,
                 resource_id: new_id(),
-                resource_type: spec.resource_type().to_string(),
-                status: ReservationStatus::Pending.as_str().to_string(),
+                status: ReservationStatus::Pending,
                 missing_resources: false,
                 resources_changed: false,
                 spec,
@@ -540,7 +459,7 @@ impl Service {
                 .reservations_of(id)
                 .await?
                 .into_iter()
-                .filter(|r| r.resource_type == kind)
+                .filter(|r| r.resource_type() == kind)
                 .map(|r| r.id)
                 .collect();
             let mut ids: Vec<i64> = tx
@@ -672,80 +591,82 @@ impl Service {
             self.check_visible(identity, &lease)?;
             // Checked against the lease's project (Blazar checks the caller's own).
             self.authorize("blazar:leases:put", identity, &lease_target(&lease))?;
-            // Blazar refuses updates in transitional states too (with a 500); say why.
-            if lease.status == LeaseStatus::Starting.as_str()
-                || lease.status == LeaseStatus::Terminating.as_str()
-            {
-                return Err(ServiceError::Conflict(format!(
-                    "Lease {} is {}: the cloud is being changed for it; update it once it is {}",
-                    lease.id,
-                    lease.status,
-                    if lease.status == LeaseStatus::Starting.as_str() {
-                        "ACTIVE"
-                    } else {
-                        "TERMINATED"
-                    }
-                )));
-            }
             let stamp = self.now();
+            let events = tx.events_of(&lease.id).await?;
+            let plan = plan_update(&lease, &events, &update.dates(), truncate_to_minute(stamp))?;
             if let Some(name) = &update.name {
                 lease.name = name.clone();
             }
-            if update.is_rename_only() {
-                lease.updated_at = Some(stamp);
-                tx.update_lease(&lease).await?;
-                return load_view(tx, lease).await;
+            match plan {
+                UpdatePlan::Rename => {
+                    lease.updated_at = Some(stamp);
+                    tx.update_lease(&lease).await?;
+                    load_view(tx, lease).await
+                }
+                UpdatePlan::Reschedule {
+                    window,
+                    window_changed,
+                    moves,
+                    new_before_end,
+                } => {
+                    self.change_reservations(
+                        tx,
+                        identity,
+                        &lease,
+                        update,
+                        window,
+                        window_changed,
+                        stamp,
+                    )
+                    .await?;
+                    for EventMove {
+                        index,
+                        time,
+                        status,
+                    } in moves
+                    {
+                        let Some(event) = events.get(index) else {
+                            continue;
+                        };
+                        let mut event = event.clone();
+                        event.time = time;
+                        event.status = status;
+                        event.updated_at = Some(stamp);
+                        tx.update_event(&event).await?;
+                    }
+                    if let Some(t) = new_before_end {
+                        tx.insert_event(&new_event(&lease.id, EventType::BeforeEndLease, t, stamp))
+                            .await?;
+                    }
+                    lease.start = window.start();
+                    lease.end = window.end();
+                    lease.updated_at = Some(stamp);
+                    tx.update_lease(&lease).await?;
+                    load_view(tx, lease).await
+                }
             }
-            self.reschedule(tx, identity, lease, update, stamp).await
         })?;
         tracing::info!(lease.id = %view.lease.id, "lease updated");
         self.wake_for(&view);
         Ok(view)
     }
 
-    /// The part of an update that moves dates or changes reservations.
-    async fn reschedule(
+    /// Carries out the reservation part of an update: the requested changes, validated
+    /// against what is stored, and every reservation allocated again whose window or request
+    /// changed. An active reservation may grow but not give resources back; what it gains
+    /// is handed over at once.
+    #[allow(clippy::too_many_arguments)]
+    async fn change_reservations(
         &self,
         tx: &mut Tx,
         identity: &Identity,
-        mut lease: LeaseRow,
+        lease: &Lease,
         update: &LeaseUpdate,
+        window: TimeWindow,
+        window_changed: bool,
         stamp: DateTime<Utc>,
-    ) -> ServiceResult<LeaseView> {
-        let now = truncate_to_minute(stamp);
-        let mut events = tx.events_of(&lease.id).await?;
+    ) -> ServiceResult<()> {
         let reservations = tx.reservations_of(&lease.id).await?;
-        let started = event_status(&events, EventType::StartLease) != EventStatus::Undone;
-        let ended = event_status(&events, EventType::EndLease) != EventStatus::Undone;
-        if ended || lease.status == LeaseStatus::Terminated.as_str() {
-            return Err(ServiceError::BadRequest(
-                "Terminated leases can only be renamed".into(),
-            ));
-        }
-        let new_start = update.start.map_or(lease.start, |w| w.resolve(now));
-        if started && new_start != lease.start {
-            return Err(ServiceError::BadRequest(
-                "Cannot modify the start date of already started leases".into(),
-            ));
-        }
-        if !started && update.start.is_some() && new_start < now {
-            return Err(ServiceError::BadRequest(
-                "Start date must be later than current date".into(),
-            ));
-        }
-        let new_end = update.end.map_or(lease.end, |w| w.resolve(now));
-        let window = match TimeWindow::new(new_start, new_end) {
-            Ok(w) if new_end >= now => w,
-            _ => {
-                return Err(ServiceError::BadRequest(
-                    "End date must be later than current and start date".into(),
-                ));
-            }
-        };
-        if let Some(t) = update.before_end {
-            check_before_end(t, new_start, new_end)?;
-        }
-
         // Requested reservation changes, validated against what is stored.
         let mut changes: HashMap<String, ReservationSpec> = HashMap::new();
         if let Some(entries) = &update.reservations {
@@ -764,15 +685,15 @@ impl Service {
                     continue;
                 };
                 if let Some(kind) = entry.get("resource_type")
-                    && kind.as_str() != Some(stored.resource_type.as_str())
+                    && kind.as_str() != Some(stored.resource_type())
                 {
                     return Err(ServiceError::Conflict(format!(
                         "resource_type cannot be updated (reservation {rid} is {})",
-                        stored.resource_type
+                        stored.resource_type()
                     )));
                 }
                 let spec =
-                    ReservationSpec::parse(&stored.resource_type, entry, Some(&stored.spec))?;
+                    ReservationSpec::parse(stored.resource_type(), entry, Some(&stored.spec))?;
                 changes.insert(rid, spec);
             }
             if !invalid.is_empty() {
@@ -783,8 +704,7 @@ impl Service {
             }
         }
 
-        let window_changed = new_start != lease.start || new_end != lease.end;
-        let blocked_until = new_end + self.settings().cleaning();
+        let blocked_until = window.end() + self.settings().cleaning();
         let allocations = tx.allocations_of_lease(&lease.id).await?;
         for (i, reservation) in reservations.iter().enumerate() {
             let spec = match changes.get(&reservation.id) {
@@ -817,7 +737,7 @@ impl Service {
                 explain,
             };
             let grant = self.allocate(tx, &spec, &request).await?;
-            if reservation.status == ReservationStatus::Active.as_str() {
+            if reservation.status == ReservationStatus::Active {
                 let chosen_set: HashSet<i64> = grant.resources.iter().copied().collect();
                 let lost: Vec<String> = held
                     .iter()
@@ -832,7 +752,7 @@ impl Service {
                         lost.join(", ")
                     )));
                 }
-                let added: Vec<AllocationRow> = tx
+                let added: Vec<Allocation> = tx
                     .allocations_of_lease(&lease.id)
                     .await?
                     .into_iter()
@@ -842,7 +762,7 @@ impl Service {
                     .collect();
                 self.record_action(
                     tx,
-                    &lease,
+                    lease,
                     reservation,
                     ActionKind::Start,
                     ActionPurpose::Change,
@@ -858,47 +778,7 @@ impl Service {
             tx.update_reservation(&changed).await?;
         }
 
-        // Move the events with the lease.
-        let old_end = lease.end;
-        let mut has_before_end = false;
-        for event in events.iter_mut() {
-            let Ok(kind) = event.event_type.parse::<EventType>() else {
-                continue;
-            };
-            let time = match kind {
-                EventType::StartLease => new_start,
-                EventType::EndLease => new_end,
-                EventType::BeforeEndLease => {
-                    has_before_end = true;
-                    update
-                        .before_end
-                        .unwrap_or_else(|| new_end - (old_end - event.time))
-                        .max(new_start)
-                }
-            };
-            if time == event.time {
-                continue;
-            }
-            event.time = time;
-            if kind == EventType::BeforeEndLease
-                && event.status == EventStatus::Done.as_str()
-                && time > now
-            {
-                event.status = EventStatus::Undone.as_str().to_string();
-            }
-            event.updated_at = Some(stamp);
-            tx.update_event(event).await?;
-        }
-        if let (Some(t), false) = (update.before_end, has_before_end) {
-            tx.insert_event(&new_event(&lease.id, EventType::BeforeEndLease, t, stamp))
-                .await?;
-        }
-
-        lease.start = new_start;
-        lease.end = new_end;
-        lease.updated_at = Some(stamp);
-        tx.update_lease(&lease).await?;
-        load_view(tx, lease).await
+        Ok(())
     }
 
     /// Deletes a lease in any status, taking back what it holds first.
@@ -932,10 +812,10 @@ impl Service {
                     .await?;
                     continue;
                 }
-                if reservation.status == ReservationStatus::Deleted.as_str() {
+                if reservation.status == ReservationStatus::Deleted {
                     continue;
                 }
-                let held: Vec<AllocationRow> = allocations
+                let held: Vec<Allocation> = allocations
                     .iter()
                     .filter(|a| a.reservation_id == reservation.id)
                     .cloned()

@@ -69,7 +69,7 @@ pub use blazar_core::time::truncate_to_minute;
 pub use hosts::{AllocationEntry, PropertyListing};
 pub use instance::Ratios;
 pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
-pub use leases::{LeaseUpdate, LeaseView, Listed, NewLease, When};
+pub use leases::{LeaseUpdate, Listed, NewLease};
 pub use monitor::MonitorReport;
 pub use policy::{Authorizer, DefaultPolicy, Target, policy_denied};
 pub use reallocation::ReallocationFilter;
@@ -106,6 +106,15 @@ impl From<DbError> for ServiceError {
             DbError::Duplicate(m) => ServiceError::Conflict(format!("already exists: {m}")),
             DbError::NotUnique(m) => ServiceError::Conflict(m),
             other => ServiceError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<blazar_core::Refusal> for ServiceError {
+    fn from(e: blazar_core::Refusal) -> Self {
+        match e {
+            blazar_core::Refusal::Invalid(m) => ServiceError::BadRequest(m),
+            blazar_core::Refusal::Conflict(m) => ServiceError::Conflict(m),
         }
     }
 }

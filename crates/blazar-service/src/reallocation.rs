@@ -108,7 +108,7 @@ impl Service {
             let Some(reservation) = tx.get_reservation(&allocation.reservation_id).await? else {
                 continue;
             };
-            if reservation.resource_type != kind {
+            if reservation.resource_type() != kind {
                 continue;
             }
             if self

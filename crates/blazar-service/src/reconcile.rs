@@ -127,7 +127,7 @@ impl Service {
                 desired.upcoming.extend(
                     reservations
                         .into_iter()
-                        .filter(|r| r.resource_type == PHYSICAL_HOST)
+                        .filter(|r| r.resource_type() == PHYSICAL_HOST)
                         .map(|r| r.id),
                 );
             }
@@ -135,8 +135,8 @@ impl Service {
             for (lease, reservations, _) in active {
                 let allocations = tx.allocations_of_lease(&lease.id).await?;
                 for r in reservations {
-                    if r.resource_type != PHYSICAL_HOST
-                        && r.status == ReservationStatus::Active.as_str()
+                    if r.resource_type() != PHYSICAL_HOST
+                        && r.status == ReservationStatus::Active
                         && !desired.busy_reservations.contains(&r.id)
                     {
                         let held: Vec<_> = allocations
@@ -159,7 +159,7 @@ impl Service {
                                 project_id: lease.project_id.clone(),
                                 user_id: lease.user_id.clone(),
                                 resource_type: kind.to_string(),
-                                reservation_type: r.resource_type.clone(),
+                                reservation_type: r.resource_type().to_string(),
                                 resources: of_kind.clone().map(|a| a.resource_id).collect(),
                                 units: of_kind.map(|a| a.units).collect(),
                                 hosts: Vec::new(),
@@ -173,8 +173,8 @@ impl Service {
                         }
                         continue;
                     }
-                    if r.resource_type != PHYSICAL_HOST
-                        || r.status != ReservationStatus::Active.as_str()
+                    if r.resource_type() != PHYSICAL_HOST
+                        || r.status != ReservationStatus::Active
                         || desired.busy_reservations.contains(&r.id)
                     {
                         continue;

@@ -14,11 +14,12 @@ use blazar_core::reservation::BeforeEnd;
 use blazar_core::{
     ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationStatus,
 };
-use blazar_db::{AllocationRow, EventRow, Tx};
+use blazar_core::{Allocation, Event};
+use blazar_db::Tx;
 use chrono::{DateTime, Utc};
 
 use crate::actions::status_from_events;
-use crate::{Service, ServiceError, ServiceResult};
+use crate::{Service, ServiceResult};
 
 /// What one tick did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -63,7 +64,7 @@ impl Service {
     async fn run_event(
         &self,
         tx: &mut Tx,
-        mut event: EventRow,
+        mut event: Event,
         now: DateTime<Utc>,
     ) -> ServiceResult<Option<bool>> {
         let Some(mut lease) = tx.lock_lease(&event.lease_id).await? else {
@@ -77,15 +78,13 @@ impl Service {
             .into_iter()
             .find(|e| e.id == event.id);
         match current {
-            Some(e) if e.status == EventStatus::Undone.as_str() && e.time <= now => event = e,
+            Some(e) if e.status == EventStatus::Undone && e.time <= now => event = e,
             _ => return Ok(None),
         }
-        let kind: EventType = event.event_type.parse().map_err(|_| {
-            ServiceError::Internal(format!("unknown event type {}", event.event_type))
-        })?;
+        let kind = event.event_type;
         let mut reservations = tx.reservations_of(&lease.id).await?;
         let allocations = tx.allocations_of_lease(&lease.id).await?;
-        let held = |reservation_id: &str| -> Vec<AllocationRow> {
+        let held = |reservation_id: &str| -> Vec<Allocation> {
             allocations
                 .iter()
                 .filter(|a| a.reservation_id == reservation_id)
@@ -99,7 +98,7 @@ impl Service {
                 // they are done. A reservation that holds nothing is active at once.
                 let mut recorded = false;
                 for reservation in reservations.iter_mut() {
-                    if reservation.status != ReservationStatus::Pending.as_str() {
+                    if reservation.status != ReservationStatus::Pending {
                         continue;
                     }
                     if self
@@ -117,7 +116,7 @@ impl Service {
                         recorded = true;
                         continue;
                     }
-                    reservation.status = ReservationStatus::Active.as_str().to_string();
+                    reservation.status = ReservationStatus::Active;
                     reservation.updated_at = Some(now);
                     tx.update_reservation(reservation).await?;
                 }
@@ -125,9 +124,7 @@ impl Service {
                     EventStatus::InProgress
                 } else {
                     EventStatus::Done
-                }
-                .as_str()
-                .to_string();
+                };
             }
             EventType::EndLease => {
                 // Hand-overs nobody has started yet are not started at all; the start event
@@ -144,7 +141,7 @@ impl Service {
                 .await?;
                 let mut recorded = false;
                 for reservation in reservations.iter_mut() {
-                    if reservation.status == ReservationStatus::Deleted.as_str() {
+                    if reservation.status == ReservationStatus::Deleted {
                         continue;
                     }
                     // Take back whatever may have been handed over, even by a start that
@@ -164,8 +161,8 @@ impl Service {
                         recorded = true;
                         continue;
                     }
-                    if reservation.status != ReservationStatus::Error.as_str() {
-                        reservation.status = ReservationStatus::Deleted.as_str().to_string();
+                    if reservation.status != ReservationStatus::Error {
+                        reservation.status = ReservationStatus::Deleted;
                         reservation.updated_at = Some(now);
                         tx.update_reservation(reservation).await?;
                     }
@@ -174,16 +171,14 @@ impl Service {
                     EventStatus::InProgress
                 } else {
                     EventStatus::Done
-                }
-                .as_str()
-                .to_string();
+                };
             }
             EventType::BeforeEndLease => {
                 tracing::info!(lease.id = %lease.id, lease.end = %lease.end, "lease ends soon");
                 // `before_end: snapshot` (host reservations): an image of every server on
                 // the hosts, as Blazar's host plugin makes them.
                 for reservation in &reservations {
-                    if reservation.status == ReservationStatus::Active.as_str()
+                    if reservation.status == ReservationStatus::Active
                         && reservation.spec.before_end() == Some(BeforeEnd::Snapshot)
                     {
                         self.record_action(
@@ -198,7 +193,7 @@ impl Service {
                         .await?;
                     }
                 }
-                event.status = EventStatus::Done.as_str().to_string();
+                event.status = EventStatus::Done;
             }
         }
         event.updated_at = Some(now);
@@ -207,11 +202,11 @@ impl Service {
         let events = tx.events_of(&lease.id).await?;
         let mut derived = status_from_events(&events);
         // A lease whose start failed stays in ERROR through its end.
-        if lease.status == LeaseStatus::Error.as_str() && derived != LeaseStatus::Terminating {
+        if lease.status == LeaseStatus::Error && derived != LeaseStatus::Terminating {
             derived = LeaseStatus::Error;
         }
-        if derived.as_str() != lease.status {
-            lease.status = derived.as_str().to_string();
+        if derived != lease.status {
+            lease.status = derived;
             lease.updated_at = Some(now);
             tx.update_lease(&lease).await?;
         }
