@@ -137,3 +137,24 @@ pub struct Handover {
     /// When the resource was taken back; absent while it is still held.
     pub until: Option<String>,
 }
+
+/// An outside-world action of a lease, as `GET /v1/leases/{id}/actions` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Action {
+    pub seq: i64,
+    pub lease_id: String,
+    pub reservation_id: String,
+    pub project_id: String,
+    pub kind: String,
+    pub purpose: String,
+    pub resource_type: String,
+    /// The ids of the resources it touches.
+    pub resources: Value,
+    pub status: String,
+    pub attempts: i64,
+    pub last_error: Option<String>,
+    pub request_id: Option<String>,
+    pub not_before: String,
+    pub created_at: String,
+    pub updated_at: Option<String>,
+}

@@ -5,6 +5,7 @@ pub mod engine;
 pub mod host;
 pub mod lease;
 pub mod query;
+pub mod records;
 pub mod reservation;
 pub mod status;
 pub mod time;
@@ -12,6 +13,9 @@ pub mod time;
 pub use host::{HostFacts, HostRecord};
 pub use lease::{Allocation, Event, Lease, LeaseView, Refusal, Reservation, When};
 pub use query::{PropertyQuery, QueryError};
+pub use records::{
+    ActionRecord, ApiToken, Flavor, Handover, LeaseFilter, Property, ResourceRecord,
+};
 pub use reservation::{ReservationSpec, SpecError};
 pub use status::{
     ActionKind, ActionPurpose, ActionStatus, EventStatus, EventType, LeaseStatus,

@@ -5,7 +5,9 @@ use chrono::{DateTime, Duration, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::{Arg, Backend, DbResult, Tx, from_opt_secs, from_secs, to_secs};
+use blazar_core::ActionRecord;
+
+use crate::{Arg, Backend, DbResult, Tx, from_opt_secs, from_secs, to_secs, wire};
 
 /// An action to record.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,42 +26,21 @@ pub struct NewAction {
     pub created_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct ActionRow {
-    pub seq: i64,
-    pub lease_id: String,
-    pub reservation_id: String,
-    pub project_id: String,
-    pub kind: String,
-    pub purpose: String,
-    pub resource_type: String,
-    pub payload: String,
-    pub status: String,
-    pub attempts: i64,
-    pub not_before: DateTime<Utc>,
-    pub claimed_by: Option<String>,
-    pub claimed_until: Option<DateTime<Utc>>,
-    pub last_error: Option<String>,
-    pub request_id: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: Option<DateTime<Utc>>,
-}
-
 const ACTION_COLUMNS: &str = "a.seq, a.lease_id, a.reservation_id, a.project_id, a.kind, \
     a.purpose, a.resource_type, a.payload, a.status, a.attempts, a.not_before, a.claimed_by, \
     a.claimed_until, a.last_error, a.request_id, a.created_at, a.updated_at";
 
-fn action_from_row(row: &AnyRow) -> DbResult<ActionRow> {
-    Ok(ActionRow {
+fn action_from_row(row: &AnyRow) -> DbResult<ActionRecord> {
+    Ok(ActionRecord {
         seq: row.try_get("seq")?,
         lease_id: row.try_get("lease_id")?,
         reservation_id: row.try_get("reservation_id")?,
         project_id: row.try_get("project_id")?,
-        kind: row.try_get("kind")?,
-        purpose: row.try_get("purpose")?,
+        kind: wire(&row.try_get::<String, _>("kind")?, "action kind")?,
+        purpose: wire(&row.try_get::<String, _>("purpose")?, "action purpose")?,
         resource_type: row.try_get("resource_type")?,
         payload: row.try_get("payload")?,
-        status: row.try_get("status")?,
+        status: wire(&row.try_get::<String, _>("status")?, "action status")?,
         attempts: row.try_get("attempts")?,
         not_before: from_secs(row.try_get("not_before")?)?,
         claimed_by: row.try_get("claimed_by")?,
@@ -138,7 +119,7 @@ impl Tx {
         worker: &str,
         claim_for: Duration,
         limit: usize,
-    ) -> DbResult<Vec<ActionRow>> {
+    ) -> DbResult<Vec<ActionRecord>> {
         self.claim(now, worker, claim_for, limit, None).await
     }
 
@@ -149,7 +130,7 @@ impl Tx {
         now: DateTime<Utc>,
         worker: &str,
         claim_for: Duration,
-    ) -> DbResult<Option<ActionRow>> {
+    ) -> DbResult<Option<ActionRecord>> {
         Ok(self
             .claim(now, worker, claim_for, 1, Some(seq))
             .await?
@@ -164,7 +145,7 @@ impl Tx {
         claim_for: Duration,
         limit: usize,
         only: Option<i64>,
-    ) -> DbResult<Vec<ActionRow>> {
+    ) -> DbResult<Vec<ActionRecord>> {
         let lock = match self.backend() {
             Backend::Postgres => " FOR UPDATE OF a SKIP LOCKED",
             Backend::Sqlite => "",
@@ -282,14 +263,14 @@ impl Tx {
     }
 
     /// The lease's actions, oldest first.
-    pub async fn actions_of_lease(&mut self, lease_id: &str) -> DbResult<Vec<ActionRow>> {
+    pub async fn actions_of_lease(&mut self, lease_id: &str) -> DbResult<Vec<ActionRecord>> {
         let sql =
             format!("SELECT {ACTION_COLUMNS} FROM actions a WHERE a.lease_id = $1 ORDER BY a.seq");
         let rows = self.fetch_rows(&sql, vec![lease_id.into()]).await?;
         rows.iter().map(action_from_row).collect()
     }
 
-    pub async fn get_action(&mut self, seq: i64) -> DbResult<Option<ActionRow>> {
+    pub async fn get_action(&mut self, seq: i64) -> DbResult<Option<ActionRecord>> {
         let sql = format!("SELECT {ACTION_COLUMNS} FROM actions a WHERE a.seq = $1");
         let rows = self.fetch_rows(&sql, vec![seq.into()]).await?;
         rows.first().map(action_from_row).transpose()
@@ -300,7 +281,7 @@ impl Tx {
         &mut self,
         statuses: &[&str],
         limit: usize,
-    ) -> DbResult<Vec<ActionRow>> {
+    ) -> DbResult<Vec<ActionRecord>> {
         let mut args: Vec<Arg> = Vec::new();
         let filter = if statuses.is_empty() {
             String::new()

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use blazar_core::Allocation;
+use blazar_core::{Allocation, Handover};
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
 use sqlx::Row;
@@ -89,17 +89,6 @@ pub struct GrantRow {
     pub start: DateTime<Utc>,
     pub end: DateTime<Utc>,
     pub units: i64,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct HandoverRow {
-    pub resource_type: String,
-    pub resource_id: i64,
-    pub project_id: String,
-    pub lease_id: String,
-    pub reservation_id: String,
-    pub started_at: DateTime<Utc>,
-    pub ended_at: Option<DateTime<Utc>>,
 }
 
 /// A random key that keeps shared allocations apart in PostgreSQL's exclusion constraint.
@@ -451,7 +440,7 @@ impl Tx {
         Ok(())
     }
 
-    pub async fn start_handover(&mut self, h: &HandoverRow) -> DbResult<()> {
+    pub async fn start_handover(&mut self, h: &Handover) -> DbResult<()> {
         sqlx::query(
             "INSERT INTO handovers (id, resource_type, resource_id, project_id, lease_id, \
              reservation_id, started_at, ended_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL) \
@@ -497,7 +486,7 @@ impl Tx {
         resource_type: Option<&str>,
         lease_id: Option<&str>,
         include_ended: bool,
-    ) -> DbResult<Vec<HandoverRow>> {
+    ) -> DbResult<Vec<Handover>> {
         let mut sql = String::from(
             "SELECT resource_type, resource_id, project_id, lease_id, reservation_id, started_at, \
              ended_at FROM handovers WHERE 1 = 1",
@@ -522,7 +511,7 @@ impl Tx {
         let rows = query.fetch_all(self.conn().await?).await?;
         rows.iter()
             .map(|row| {
-                Ok(HandoverRow {
+                Ok(Handover {
                     resource_type: row.try_get("resource_type")?,
                     resource_id: row.try_get("resource_id")?,
                     project_id: row.try_get("project_id")?,

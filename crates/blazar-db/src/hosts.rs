@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use blazar_core::{HostFacts, HostRecord};
+use blazar_core::{HostFacts, HostRecord, Property};
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -19,18 +19,6 @@ pub struct NewHost {
     pub trust_id: String,
     pub capabilities: BTreeMap<String, String>,
     pub created_at: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct PropertyRow {
-    pub id: String,
-    pub resource_type: String,
-    pub property_name: String,
-    pub private: bool,
-    /// No two resources of the type may hold the same value of this property.
-    pub is_unique: bool,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -64,8 +52,8 @@ fn host_from_row(row: &AnyRow) -> DbResult<HostRecord> {
     })
 }
 
-fn property_from_row(row: &AnyRow) -> DbResult<PropertyRow> {
-    Ok(PropertyRow {
+fn property_from_row(row: &AnyRow) -> DbResult<Property> {
+    Ok(Property {
         id: row.try_get("id")?,
         resource_type: row.try_get("resource_type")?,
         property_name: row.try_get("property_name")?,
@@ -348,7 +336,7 @@ impl Tx {
         &mut self,
         resource_type: &str,
         name: &str,
-    ) -> DbResult<Option<PropertyRow>> {
+    ) -> DbResult<Option<Property>> {
         let row = sqlx::query(
             "SELECT id, resource_type, property_name, private, is_unique, created_at, \
              updated_at FROM resource_properties WHERE resource_type = $1 AND property_name = $2",
@@ -379,7 +367,7 @@ impl Tx {
     /// resources share a value of it.
     pub async fn set_property_unique(
         &mut self,
-        property: &PropertyRow,
+        property: &Property,
         is_unique: bool,
         now: DateTime<Utc>,
     ) -> DbResult<()> {

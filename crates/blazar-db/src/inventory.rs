@@ -9,23 +9,9 @@ use serde_json::{Map, Value};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::{DbError, DbResult, Tx, from_opt_secs, from_secs, placeholders, to_secs};
+use blazar_core::{Flavor, ResourceRecord};
 
-/// A floating IP, network segment or device.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ResourceRecord {
-    /// Internal id, the key of allocations.
-    pub id: i64,
-    /// The id the API shows.
-    pub uid: String,
-    pub kind: String,
-    pub uniq: String,
-    pub attrs: Map<String, Value>,
-    pub reservable: bool,
-    pub capabilities: BTreeMap<String, String>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: Option<DateTime<Utc>>,
-}
+use crate::{DbError, DbResult, Tx, from_opt_secs, from_secs, placeholders, to_secs};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewResource {
@@ -36,19 +22,6 @@ pub struct NewResource {
     pub reservable: bool,
     pub capabilities: BTreeMap<String, String>,
     pub created_at: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct FlavorRow {
-    pub id: String,
-    pub name: String,
-    pub vcpus: i64,
-    pub ram: i64,
-    pub disk: i64,
-    pub ephemeral: i64,
-    pub extra_specs: Map<String, Value>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -84,9 +57,9 @@ fn resource_from_row(row: &AnyRow) -> DbResult<ResourceRecord> {
     })
 }
 
-fn flavor_from_row(row: &AnyRow) -> DbResult<FlavorRow> {
+fn flavor_from_row(row: &AnyRow) -> DbResult<Flavor> {
     let specs: String = row.try_get("extra_specs")?;
-    Ok(FlavorRow {
+    Ok(Flavor {
         id: row.try_get("id")?,
         name: row.try_get("name")?,
         vcpus: row.try_get("vcpus")?,
@@ -323,7 +296,7 @@ impl Tx {
         crate::hosts::group_property_values(&rows)
     }
 
-    pub async fn insert_flavor(&mut self, f: &FlavorRow) -> DbResult<()> {
+    pub async fn insert_flavor(&mut self, f: &Flavor) -> DbResult<()> {
         sqlx::query(
             "INSERT INTO flavors (id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, \
              updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -342,7 +315,7 @@ impl Tx {
         Ok(())
     }
 
-    pub async fn update_flavor(&mut self, f: &FlavorRow) -> DbResult<()> {
+    pub async fn update_flavor(&mut self, f: &Flavor) -> DbResult<()> {
         sqlx::query(
             "UPDATE flavors SET name = $1, vcpus = $2, ram = $3, disk = $4, ephemeral = $5, \
              extra_specs = $6, updated_at = $7 WHERE id = $8",
@@ -361,7 +334,7 @@ impl Tx {
     }
 
     /// A flavor by id, or else by name.
-    pub async fn find_flavor(&mut self, id_or_name: &str) -> DbResult<Option<FlavorRow>> {
+    pub async fn find_flavor(&mut self, id_or_name: &str) -> DbResult<Option<Flavor>> {
         let row = sqlx::query(
             "SELECT id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, updated_at \
              FROM flavors WHERE id = $1 OR name = $1 ORDER BY CASE WHEN id = $1 THEN 0 ELSE 1 END LIMIT 1",
@@ -372,7 +345,7 @@ impl Tx {
         row.as_ref().map(flavor_from_row).transpose()
     }
 
-    pub async fn list_flavors(&mut self) -> DbResult<Vec<FlavorRow>> {
+    pub async fn list_flavors(&mut self) -> DbResult<Vec<Flavor>> {
         let rows = sqlx::query(
             "SELECT id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, updated_at \
              FROM flavors ORDER BY name",

@@ -1,6 +1,6 @@
 //! Leases and reservations.
 
-use blazar_core::{Event, Lease, Reservation, ReservationSpec};
+use blazar_core::{Event, Lease, LeaseFilter, Reservation, ReservationSpec};
 
 use serde_json::Value;
 use sqlx::Row;
@@ -8,18 +8,6 @@ use sqlx::any::AnyRow;
 
 use crate::events::{EventTuple, event_from_tuple};
 use crate::{Arg, DbError, DbResult, Tx, from_opt_secs, from_secs, wire};
-
-/// Which leases a list returns. Every field narrows the result.
-#[derive(Debug, Clone, Default)]
-pub struct LeaseFilter {
-    pub id: Option<String>,
-    /// Any of these leases.
-    pub ids: Option<Vec<String>>,
-    pub project_id: Option<String>,
-    pub user_id: Option<String>,
-    pub status: Option<String>,
-    pub name: Option<String>,
-}
 
 const LEASE_COLUMNS: &str = "id, name, user_id, project_id, trust_id, start_at, end_at, status, \
     degraded, created_at, updated_at";
@@ -83,39 +71,38 @@ fn reservation_from_tuple(t: ReservationTuple) -> DbResult<Reservation> {
     })
 }
 
-impl LeaseFilter {
-    /// The WHERE clause (over table alias `l`) and its bound values, numbered from `$1`.
-    fn clause(&self) -> (String, Vec<String>) {
-        let mut conditions = Vec::new();
-        let mut values = Vec::new();
-        for (column, value) in [
-            ("l.id", &self.id),
-            ("l.project_id", &self.project_id),
-            ("l.user_id", &self.user_id),
-            ("l.status", &self.status),
-            ("l.name", &self.name),
-        ] {
-            if let Some(v) = value {
-                values.push(v.clone());
-                conditions.push(format!("{column} = ${}", values.len()));
-            }
+/// The WHERE clause of a lease filter (over table alias `l`) and its bound values, numbered
+/// from `$1`.
+fn filter_clause(filter: &LeaseFilter) -> (String, Vec<String>) {
+    let mut conditions = Vec::new();
+    let mut values = Vec::new();
+    for (column, value) in [
+        ("l.id", &filter.id),
+        ("l.project_id", &filter.project_id),
+        ("l.user_id", &filter.user_id),
+        ("l.status", &filter.status),
+        ("l.name", &filter.name),
+    ] {
+        if let Some(v) = value {
+            values.push(v.clone());
+            conditions.push(format!("{column} = ${}", values.len()));
         }
-        if let Some(ids) = &self.ids {
-            if ids.is_empty() {
-                conditions.push("1 = 0".to_string());
-            } else {
-                conditions.push(format!(
-                    "l.id IN ({})",
-                    crate::placeholders(values.len() + 1, ids.len())
-                ));
-                values.extend(ids.iter().cloned());
-            }
-        }
-        if conditions.is_empty() {
-            (String::new(), values)
+    }
+    if let Some(ids) = &filter.ids {
+        if ids.is_empty() {
+            conditions.push("1 = 0".to_string());
         } else {
-            (format!(" WHERE {}", conditions.join(" AND ")), values)
+            conditions.push(format!(
+                "l.id IN ({})",
+                crate::placeholders(values.len() + 1, ids.len())
+            ));
+            values.extend(ids.iter().cloned());
         }
+    }
+    if conditions.is_empty() {
+        (String::new(), values)
+    } else {
+        (format!(" WHERE {}", conditions.join(" AND ")), values)
     }
 }
 
@@ -355,7 +342,7 @@ impl Tx {
         &mut self,
         filter: &LeaseFilter,
     ) -> DbResult<Vec<(i64, LeaseTree)>> {
-        let (clause, values) = filter.clause();
+        let (clause, values) = filter_clause(filter);
         // The children come out of their subqueries as text; json() and the cast nest them
         // as JSON rather than as strings.
         let (agg, array) = self.json_functions();
@@ -389,7 +376,7 @@ impl Tx {
     /// that keeps rendered leases needs to tell which it can reuse. One row (a JSON array),
     /// for the same reason as [`Tx::lease_trees`].
     pub async fn lease_revisions(&mut self, filter: &LeaseFilter) -> DbResult<Vec<(String, i64)>> {
-        let (clause, values) = filter.clause();
+        let (clause, values) = filter_clause(filter);
         let (agg, array) = self.json_functions();
         let sql = format!(
             "SELECT CAST({agg}({array}(l.id, l.revision) ORDER BY l.created_at, l.id) AS TEXT) \

@@ -23,12 +23,11 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{Any, AnyPool, Executor};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-pub use actions::{ActionOutcome, ActionRow, NewAction};
-pub use allocations::{AllocationUsage, AllocationView, GrantRow, HandoverRow, NewAllocation};
-pub use hosts::{NewHost, PropertyRow, PropertyWithValues};
-pub use inventory::{FlavorRow, NewResource, NotificationRow, ResourceRecord};
-pub use leases::{LeaseFilter, LeaseTree};
-pub use tokens::ApiTokenRow;
+pub use actions::{ActionOutcome, NewAction};
+pub use allocations::{AllocationUsage, AllocationView, GrantRow, NewAllocation};
+pub use hosts::{NewHost, PropertyWithValues};
+pub use inventory::{NewResource, NotificationRow};
+pub use leases::LeaseTree;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

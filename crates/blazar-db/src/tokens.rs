@@ -5,33 +5,20 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::{DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
+use blazar_core::ApiToken;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiTokenRow {
-    /// The public part of the token, used to find it.
-    pub id: String,
-    /// Hex SHA-256 digest of the token's secret part.
-    pub secret_sha256: String,
-    pub user_id: String,
-    pub project_id: String,
-    pub roles: Vec<String>,
-    pub description: String,
-    pub created_at: DateTime<Utc>,
-    pub expires_at: Option<DateTime<Utc>>,
-    pub revoked_at: Option<DateTime<Utc>>,
-}
+use crate::{DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
 
 const COLUMNS: &str = "id, secret_sha256, user_id, project_id, roles, description, created_at, \
     expires_at, revoked_at";
 
-fn token_from_row(row: &AnyRow) -> DbResult<ApiTokenRow> {
+fn token_from_row(row: &AnyRow) -> DbResult<ApiToken> {
     let id: String = row.try_get("id")?;
     let roles_text: String = row.try_get("roles")?;
     let roles = serde_json::from_str::<Vec<String>>(&roles_text).map_err(|e| {
         DbError::Corrupt(format!("roles of API token {id} are not a JSON list: {e}"))
     })?;
-    Ok(ApiTokenRow {
+    Ok(ApiToken {
         secret_sha256: row.try_get("secret_sha256")?,
         user_id: row.try_get("user_id")?,
         project_id: row.try_get("project_id")?,
@@ -45,7 +32,7 @@ fn token_from_row(row: &AnyRow) -> DbResult<ApiTokenRow> {
 }
 
 impl Tx {
-    pub async fn insert_api_token(&mut self, token: &ApiTokenRow) -> DbResult<()> {
+    pub async fn insert_api_token(&mut self, token: &ApiToken) -> DbResult<()> {
         let roles = serde_json::Value::from(token.roles.clone()).to_string();
         sqlx::query(&format!(
             "INSERT INTO api_tokens ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
@@ -64,7 +51,7 @@ impl Tx {
         Ok(())
     }
 
-    pub async fn api_token(&mut self, id: &str) -> DbResult<Option<ApiTokenRow>> {
+    pub async fn api_token(&mut self, id: &str) -> DbResult<Option<ApiToken>> {
         let row = sqlx::query(&format!("SELECT {COLUMNS} FROM api_tokens WHERE id = $1"))
             .bind(id)
             .fetch_optional(self.conn().await?)
@@ -73,7 +60,7 @@ impl Tx {
     }
 
     /// Every token, oldest first.
-    pub async fn list_api_tokens(&mut self) -> DbResult<Vec<ApiTokenRow>> {
+    pub async fn list_api_tokens(&mut self) -> DbResult<Vec<ApiToken>> {
         let rows = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM api_tokens ORDER BY created_at, id"
         ))

@@ -1,8 +1,9 @@
 //! Floating IPs and network segments: what Blazar's floating-IP plugin and Chameleon's
 //! network plugin make exist in Neutron while a reservation is in force.
 
+use blazar_core::ResourceRecord;
 use blazar_core::{ActionKind, ReservationSpec};
-use blazar_db::{ResourceRecord, Store};
+use blazar_db::Store;
 use blazar_service::{Action, ActionError};
 use serde_json::Value;
 

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use blazar_db::{Store, StoreOptions};
+use blazar_service::{Store, StoreOptions};
 use chrono::Utc;
 
 use crate::config::{Config, PolicyCommand, TokenCommand};

@@ -650,10 +650,10 @@ impl Config {
 
 impl Config {
     /// The store's SQLite durability setting.
-    pub fn sqlite_sync(&self) -> blazar_db::SqliteSync {
+    pub fn sqlite_sync(&self) -> blazar_service::SqliteSync {
         match self.sqlite_synchronous {
-            SqliteSynchronous::Full => blazar_db::SqliteSync::Full,
-            SqliteSynchronous::Normal => blazar_db::SqliteSync::Normal,
+            SqliteSynchronous::Full => blazar_service::SqliteSync::Full,
+            SqliteSynchronous::Normal => blazar_service::SqliteSync::Normal,
         }
     }
 
@@ -807,7 +807,7 @@ mod tests {
     fn durability_ratios_and_connection_limits_have_safe_defaults() {
         let c = config(&[]);
         assert_eq!(c.sqlite_synchronous, SqliteSynchronous::Full);
-        assert_eq!(c.sqlite_sync(), blazar_db::SqliteSync::Full);
+        assert_eq!(c.sqlite_sync(), blazar_service::SqliteSync::Full);
         assert_eq!(c.ratios, blazar_service::Ratios::default());
         assert_eq!(c.connections, crate::listener::ConnectionLimits::default());
         let c = config(&[
@@ -824,7 +824,7 @@ mod tests {
             "--idle-timeout",
             "30",
         ]);
-        assert_eq!(c.sqlite_sync(), blazar_db::SqliteSync::Normal);
+        assert_eq!(c.sqlite_sync(), blazar_service::SqliteSync::Normal);
         assert_eq!(
             (c.ratios.cpu, c.ratios.ram, c.ratios.disk),
             (16.0, 1.5, 1.0)

@@ -17,10 +17,11 @@ use std::collections::BTreeMap;
 
 use blazar_api::dates::{format_space, format_t};
 use blazar_api::{
-    Allocation, AllocationReservation, Event, Handover, Host, Lease, Reservation, ResourceProperty,
+    Action, Allocation, AllocationReservation, Event, Handover, Host, Lease, Reservation,
+    ResourceProperty,
 };
+use blazar_core::{ActionRecord, Property};
 use blazar_core::{HostRecord, LeaseView};
-use blazar_db::{ActionRow, HandoverRow, PropertyRow};
 use blazar_service::AllocationEntry;
 use serde_json::Value;
 
@@ -112,7 +113,7 @@ pub fn allocation(a: AllocationEntry) -> Allocation {
     }
 }
 
-pub fn resource_property(p: PropertyRow) -> ResourceProperty {
+pub fn resource_property(p: Property) -> ResourceProperty {
     ResourceProperty {
         id: p.id,
         resource_type: p.resource_type,
@@ -124,7 +125,7 @@ pub fn resource_property(p: PropertyRow) -> ResourceProperty {
     }
 }
 
-pub fn handover(h: HandoverRow) -> Handover {
+pub fn handover(h: blazar_core::Handover) -> Handover {
     Handover {
         resource_type: h.resource_type,
         resource_id: h.resource_id.to_string(),
@@ -137,23 +138,23 @@ pub fn handover(h: HandoverRow) -> Handover {
 }
 
 /// An outside-world action, as `GET /v1/leases/{id}/actions` shows it.
-pub fn action(row: &ActionRow) -> Value {
+pub fn action(row: &ActionRecord) -> Action {
     let payload: Value = serde_json::from_str(&row.payload).unwrap_or(Value::Null);
-    serde_json::json!({
-        "seq": row.seq,
-        "lease_id": row.lease_id,
-        "reservation_id": row.reservation_id,
-        "project_id": row.project_id,
-        "kind": row.kind,
-        "purpose": row.purpose,
-        "resource_type": row.resource_type,
-        "resources": payload["resources"],
-        "status": row.status,
-        "attempts": row.attempts,
-        "last_error": row.last_error,
-        "request_id": row.request_id,
-        "not_before": format_t(row.not_before),
-        "created_at": format_t(row.created_at),
-        "updated_at": row.updated_at.map(format_t),
-    })
+    Action {
+        seq: row.seq,
+        lease_id: row.lease_id.clone(),
+        reservation_id: row.reservation_id.clone(),
+        project_id: row.project_id.clone(),
+        kind: row.kind.to_string(),
+        purpose: row.purpose.to_string(),
+        resource_type: row.resource_type.clone(),
+        resources: payload["resources"].clone(),
+        status: row.status.to_string(),
+        attempts: row.attempts,
+        last_error: row.last_error.clone(),
+        request_id: row.request_id.clone(),
+        not_before: format_t(row.not_before),
+        created_at: format_t(row.created_at),
+        updated_at: row.updated_at.map(format_t),
+    }
 }

@@ -8,7 +8,7 @@ use axum::response::Response;
 use axum::routing::{get, patch};
 use axum::{Json, Router};
 use blazar_api::dates::{format_space, format_t};
-use blazar_db::{FlavorRow, ResourceRecord};
+use blazar_core::{Flavor, ResourceRecord};
 use blazar_service::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
 use serde_json::{Map, Value, json};
 
@@ -271,7 +271,7 @@ async fn update_property(
     ))
 }
 
-fn flavor(f: FlavorRow) -> Value {
+fn flavor(f: Flavor) -> Value {
     json!({
         "id": f.id,
         "name": f.name,

@@ -6,9 +6,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
 use blazar_api::dates::{InputDate, parse_input, parse_minute};
+use blazar_core::LeaseFilter;
 use blazar_core::LeaseStatus;
 use blazar_core::When;
-use blazar_db::LeaseFilter;
 use blazar_service::{LeaseUpdate, Listed, NewLease, ServiceError};
 use serde_json::{Map, Value, json};
 
@@ -260,7 +260,7 @@ pub async fn lease_actions(
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     let actions = state.service.lease_actions(&identity, &id).await?;
-    let actions: Vec<Value> = actions.iter().map(convert::action).collect();
+    let actions: Vec<blazar_api::Action> = actions.iter().map(convert::action).collect();
     Ok(Json(serde_json::json!({ "actions": actions })))
 }
 

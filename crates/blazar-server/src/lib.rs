@@ -23,8 +23,8 @@ pub mod tokens;
 
 use std::sync::Arc;
 
-use blazar_db::{Store, StoreOptions};
 use blazar_service::{Service, Settings, StandaloneBackend, SystemClock};
+use blazar_service::{Store, StoreOptions};
 use tokio::sync::watch;
 use tower::Layer;
 

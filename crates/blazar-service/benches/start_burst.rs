@@ -117,7 +117,7 @@ async fn burst(leases: usize, latency: Duration, workers: usize) -> f64 {
     loop {
         let mut tx = service.store().read().await.unwrap();
         let active = tx
-            .lease_trees(&blazar_db::LeaseFilter {
+            .lease_trees(&blazar_core::LeaseFilter {
                 status: Some("ACTIVE".into()),
                 ..Default::default()
             })

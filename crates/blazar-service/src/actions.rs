@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 
+use blazar_core::ActionRecord;
 use blazar_core::ReservationSpec;
 use blazar_core::lease::event_status;
 use blazar_core::{
@@ -19,7 +20,7 @@ use blazar_core::{
     action_backoff,
 };
 use blazar_core::{Allocation, Lease, Reservation};
-use blazar_db::{ActionOutcome, ActionRow, NewAction, Tx};
+use blazar_db::{ActionOutcome, NewAction, Tx};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -62,10 +63,9 @@ pub(crate) fn status_from_events(events: &[blazar_core::Event]) -> LeaseStatus {
     }
 }
 
-fn action_from_row(row: &ActionRow) -> ServiceResult<Action> {
+fn action_from_row(row: &ActionRecord) -> ServiceResult<Action> {
     let corrupt = |what: &str| ServiceError::Internal(format!("action {}: bad {what}", row.seq));
-    let kind: ActionKind = row.kind.parse().map_err(|_| corrupt("kind"))?;
-    let purpose: ActionPurpose = row.purpose.parse().map_err(|_| corrupt("purpose"))?;
+    let (kind, purpose) = (row.kind, row.purpose);
     let payload: Value = serde_json::from_str(&row.payload).map_err(|_| corrupt("payload"))?;
     // Inventory actions have no lease: their times default to when they were recorded.
     let time = |key: &str| -> ServiceResult<DateTime<Utc>> {
@@ -278,7 +278,7 @@ impl Service {
         &self,
         seq: i64,
         within: std::time::Duration,
-    ) -> ServiceResult<Option<ActionRow>> {
+    ) -> ServiceResult<Option<ActionRecord>> {
         let deadline = tokio::time::Instant::now() + within;
         let claim_for = chrono::Duration::from_std(self.settings.action_timeout)
             .unwrap_or_else(|_| chrono::Duration::minutes(5))
@@ -295,7 +295,7 @@ impl Service {
             }
             let row = in_tx!(self, read, |tx| { Ok(tx.get_action(seq).await?) })?;
             match row {
-                Some(r) if r.status == "pending" || r.status == "running" => {}
+                Some(r) if r.status.is_open() => {}
                 other => return Ok(other),
             }
             if tokio::time::Instant::now() > deadline {
@@ -324,7 +324,7 @@ impl Service {
         }
     }
 
-    async fn claim(&self, now: DateTime<Utc>, limit: usize) -> ServiceResult<Vec<ActionRow>> {
+    async fn claim(&self, now: DateTime<Utc>, limit: usize) -> ServiceResult<Vec<ActionRecord>> {
         let claim_for = chrono::Duration::from_std(self.settings.action_timeout)
             .unwrap_or_else(|_| chrono::Duration::minutes(5))
             + chrono::Duration::minutes(1);
@@ -336,7 +336,7 @@ impl Service {
     }
 
     /// One attempt at one claimed action, and its outcome recorded.
-    async fn carry_out(&self, row: ActionRow, report: &mut ActionReport) -> ServiceResult<()> {
+    async fn carry_out(&self, row: ActionRecord, report: &mut ActionReport) -> ServiceResult<()> {
         let result = match action_from_row(&row) {
             Ok(action) => {
                 let applied = tokio::time::timeout(
@@ -416,7 +416,7 @@ impl Service {
     async fn record_output(
         &self,
         tx: &mut Tx,
-        row: &ActionRow,
+        row: &ActionRecord,
         output: &ActionOutput,
         now: DateTime<Utc>,
     ) -> ServiceResult<()> {
@@ -441,14 +441,11 @@ impl Service {
     async fn action_finished(
         &self,
         tx: &mut Tx,
-        row: &ActionRow,
+        row: &ActionRecord,
         failure: Option<&str>,
         now: DateTime<Utc>,
     ) -> ServiceResult<()> {
-        let purpose: ActionPurpose = row
-            .purpose
-            .parse()
-            .map_err(|_| ServiceError::Internal(format!("action {}: bad purpose", row.seq)))?;
+        let purpose = row.purpose;
         if matches!(
             purpose,
             ActionPurpose::Delete

@@ -7,8 +7,9 @@
 //! twice leaves the world as doing it once.
 
 use async_trait::async_trait;
+use blazar_core::Handover;
 use blazar_core::{ActionKind, ActionPurpose, HostFacts, ReservationSpec};
-use blazar_db::{HandoverRow, Store};
+use blazar_db::Store;
 use chrono::{DateTime, Utc};
 
 /// One action as a backend receives it: everything needed to carry it out.
@@ -212,7 +213,7 @@ impl Backend for StandaloneBackend {
             match action.kind {
                 // Upserts and closes: running either twice changes nothing.
                 ActionKind::Start => {
-                    tx.start_handover(&HandoverRow {
+                    tx.start_handover(&Handover {
                         resource_type: action.resource_type.clone(),
                         resource_id,
                         project_id: action.project_id.clone(),

@@ -3,8 +3,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use blazar_core::host::{FACT_FIELDS, MAX_CAPABILITY_KEY_LEN};
-use blazar_core::{ActionKind, HostFacts, HostRecord, PHYSICAL_HOST};
-use blazar_db::{AllocationView, HandoverRow, NewHost, PropertyRow};
+use blazar_core::{ActionKind, ActionStatus, HostFacts, HostRecord, PHYSICAL_HOST};
+use blazar_core::{Handover, Property};
+use blazar_db::{AllocationView, NewHost};
 use serde_json::{Map, Value};
 
 use crate::{Identity, Service, ServiceError, ServiceResult};
@@ -212,7 +213,7 @@ impl Service {
             // Answered once the cloud has it (in the freepool), as Blazar answers; a cloud
             // that refuses it for good means it is not enrolled.
             Some(seq) => match self.see_through(seq, ENROL_WAIT).await? {
-                Some(action) if action.status == "failed" => {
+                Some(action) if action.status == ActionStatus::Failed => {
                     let reason = action.last_error.unwrap_or_default();
                     in_tx!(self, write, |tx| {
                         tx.delete_host(host.id).await?;
@@ -453,7 +454,7 @@ impl Service {
         identity: &Identity,
         name: &str,
         body: &Map<String, Value>,
-    ) -> ServiceResult<PropertyRow> {
+    ) -> ServiceResult<Property> {
         self.authorize_own("blazar:oshosts:update_resource_properties", identity)?;
         self.set_property_private(PHYSICAL_HOST, name, body).await
     }
@@ -517,7 +518,7 @@ impl Service {
         resource_type: Option<&str>,
         lease_id: Option<&str>,
         include_ended: bool,
-    ) -> ServiceResult<Vec<HandoverRow>> {
+    ) -> ServiceResult<Vec<Handover>> {
         self.authorize_own("blazar:handovers:get", identity)?;
         let admin = self.is_admin(identity);
         let rows = in_tx!(self, read, |tx| {

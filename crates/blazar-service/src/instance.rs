@@ -6,11 +6,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use blazar_core::Flavor;
 use blazar_core::engine::{Usage, free_slots, peak_usage};
 use blazar_core::host::HostRecord;
 use blazar_core::reservation::{FlavorChoice, FoundFlavor, ReservationSpec, SourceFlavor};
 use blazar_core::{PHYSICAL_HOST, TimeWindow};
-use blazar_db::{FlavorRow, NewAllocation, Tx};
+use blazar_db::{NewAllocation, Tx};
 use serde_json::Value;
 
 pub use blazar_core::reservation::{Affinity, FLAVOR_INSTANCE, VIRTUAL_INSTANCE};
@@ -401,7 +402,7 @@ pub(crate) async fn refill_shape(
 }
 
 /// A registered flavor in the spec's terms.
-fn source_flavor(flavor: FlavorRow) -> SourceFlavor {
+fn source_flavor(flavor: Flavor) -> SourceFlavor {
     SourceFlavor {
         id: flavor.id,
         name: flavor.name,
@@ -442,7 +443,7 @@ pub(crate) async fn resolve_flavor(tx: &mut Tx, spec: &mut ReservationSpec) -> S
 
 /// Whether a registered flavor is one an instance reservation could take: its size and its
 /// trait requirements are well-formed.
-pub(crate) fn check_flavor(flavor: &FlavorRow) -> ServiceResult<()> {
+pub(crate) fn check_flavor(flavor: &Flavor) -> ServiceResult<()> {
     FoundFlavor::new(source_flavor(flavor.clone()))?;
     Ok(())
 }

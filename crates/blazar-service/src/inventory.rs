@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use blazar_db::{AllocationView, FlavorRow, NewResource, PropertyRow, ResourceRecord};
+use blazar_core::{Flavor, Property, ResourceRecord};
+use blazar_db::{AllocationView, NewResource};
 use serde_json::{Map, Value};
 
 use crate::hosts::{AllocationEntry, PropertyListing, as_bool, as_text, check_capability_key};
@@ -480,7 +481,7 @@ impl Service {
         spec: &KindSpec,
         name: &str,
         body: &Map<String, Value>,
-    ) -> ServiceResult<PropertyRow> {
+    ) -> ServiceResult<Property> {
         self.authorize_own(
             &format!("{}:update_resource_properties", spec.rules),
             identity,
@@ -492,7 +493,7 @@ impl Service {
         &self,
         identity: &Identity,
         body: &Map<String, Value>,
-    ) -> ServiceResult<FlavorRow> {
+    ) -> ServiceResult<Flavor> {
         self.authorize_own("blazar:flavors:post", identity)?;
         const FIELDS: &[&str] = &[
             "id",
@@ -550,7 +551,7 @@ impl Service {
                 )));
             }
         };
-        let flavor = FlavorRow {
+        let flavor = Flavor {
             id,
             name,
             vcpus: number("vcpus", 1, None)?,
@@ -576,12 +577,12 @@ impl Service {
         Ok(flavor)
     }
 
-    pub async fn list_flavors(&self, identity: &Identity) -> ServiceResult<Vec<FlavorRow>> {
+    pub async fn list_flavors(&self, identity: &Identity) -> ServiceResult<Vec<Flavor>> {
         self.authorize_own("blazar:flavors:get", identity)?;
         in_tx!(self, read, |tx| { Ok(tx.list_flavors().await?) })
     }
 
-    pub async fn get_flavor(&self, identity: &Identity, id: &str) -> ServiceResult<FlavorRow> {
+    pub async fn get_flavor(&self, identity: &Identity, id: &str) -> ServiceResult<Flavor> {
         self.authorize_own("blazar:flavors:get", identity)?;
         in_tx!(self, read, |tx| {
             tx.find_flavor(id).await?.ok_or_else(|| {
@@ -613,7 +614,7 @@ impl Service {
         kind: &str,
         name: &str,
         body: &Map<String, Value>,
-    ) -> ServiceResult<PropertyRow> {
+    ) -> ServiceResult<Property> {
         let unknown: Vec<&str> = body
             .keys()
             .map(String::as_str)

@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use blazar_core::LeaseFilter;
 use blazar_core::lease::{
     CreatePlan, DatesRequest, EventMove, UpdatePlan, When, event_status, plan_create, plan_update,
 };
@@ -12,7 +13,7 @@ use blazar_core::{
     ReservationStatus, TimeWindow,
 };
 use blazar_core::{Allocation, Event, Lease, LeaseView, Reservation};
-use blazar_db::{LeaseFilter, Tx};
+use blazar_db::Tx;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Map, Value};
 
@@ -263,9 +264,9 @@ impl Service {
             Ok(tx.actions_of_lease(&lease_id).await?)
         })?;
         for action in actions.iter().filter(|a| {
-            a.kind == ActionKind::Prepare.as_str()
+            a.kind == ActionKind::Prepare
                 && grouped.contains(a.reservation_id.as_str())
-                && (a.status == "pending" || a.status == "running")
+                && a.status.is_open()
         }) {
             self.see_through(action.seq, PREPARE_WAIT).await?;
         }
@@ -433,7 +434,7 @@ impl Service {
         &self,
         identity: &Identity,
         id: &str,
-    ) -> ServiceResult<Vec<blazar_db::ActionRow>> {
+    ) -> ServiceResult<Vec<blazar_core::ActionRecord>> {
         in_tx!(self, read, |tx| {
             let lease = tx.get_lease(id).await?.ok_or_else(|| lease_not_found(id))?;
             self.check_visible(identity, &lease)?;
@@ -501,7 +502,7 @@ impl Service {
         identity: &Identity,
         id: &str,
         kind: &str,
-    ) -> ServiceResult<Vec<blazar_db::ResourceRecord>> {
+    ) -> ServiceResult<Vec<blazar_core::ResourceRecord>> {
         let ids = self.lease_resource_ids(identity, id, kind).await?;
         in_tx!(self, read, |tx| {
             Ok(tx

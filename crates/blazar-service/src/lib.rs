@@ -53,11 +53,12 @@ mod reallocation;
 mod reconcile;
 mod resources;
 mod scheduler;
+pub mod tokens;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use blazar_db::{Backend as StoreBackend, DbError, Store};
+use blazar_db::{Backend as StoreBackend, DbError};
 use chrono::{DateTime, Duration, Timelike, Utc};
 use tokio::sync::Notify;
 
@@ -66,6 +67,9 @@ pub use backend::{
     Action, ActionError, ActionOutput, Backend, HostHealth, InventoryError, StandaloneBackend,
 };
 pub use blazar_core::time::truncate_to_minute;
+/// The database handle and how to open it: the server opens the store once and hands it to
+/// the service; everything it reads or writes goes through the service's use cases.
+pub use blazar_db::{SqliteSync, Store, StoreOptions};
 pub use hosts::{AllocationEntry, PropertyListing};
 pub use instance::Ratios;
 pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};

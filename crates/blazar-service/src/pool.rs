@@ -4,8 +4,9 @@
 
 use std::borrow::Cow;
 
+use blazar_core::ResourceRecord;
 use blazar_core::{PropertyQuery, ReservationSpec};
-use blazar_db::{ResourceRecord, Tx};
+use blazar_db::Tx;
 use serde_json::Value;
 
 pub use blazar_core::reservation::{DEVICE, FLOATINGIP, NETWORK};

@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 
+use blazar_core::LeaseFilter;
 use blazar_core::{ActionKind, ActionPurpose, LeaseStatus, PHYSICAL_HOST, ReservationStatus};
-use blazar_db::LeaseFilter;
 
 use crate::{Action, Identity, Service, ServiceError, ServiceResult};
 

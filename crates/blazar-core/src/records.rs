@@ -1,0 +1,110 @@
+//! What the inventory, the action queue and the token store hold, as the service and the
+//! API see it: flavors, pool resources, resource properties, hand-overs, outside-world
+//! actions, API tokens, and which leases a list returns.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+
+use crate::status::{ActionKind, ActionPurpose, ActionStatus};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Flavor {
+    pub id: String,
+    pub name: String,
+    pub vcpus: i64,
+    pub ram: i64,
+    pub disk: i64,
+    pub ephemeral: i64,
+    pub extra_specs: Map<String, Value>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// A floating IP, network segment or device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceRecord {
+    /// Internal id, the key of allocations.
+    pub id: i64,
+    /// The id the API shows.
+    pub uid: String,
+    pub kind: String,
+    pub uniq: String,
+    pub attrs: Map<String, Value>,
+    pub reservable: bool,
+    pub capabilities: BTreeMap<String, String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Property {
+    pub id: String,
+    pub resource_type: String,
+    pub property_name: String,
+    pub private: bool,
+    /// No two resources of the type may hold the same value of this property.
+    pub is_unique: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Handover {
+    pub resource_type: String,
+    pub resource_id: i64,
+    pub project_id: String,
+    pub lease_id: String,
+    pub reservation_id: String,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiToken {
+    /// The public part of the token, used to find it.
+    pub id: String,
+    /// Hex SHA-256 digest of the token's secret part.
+    pub secret_sha256: String,
+    pub user_id: String,
+    pub project_id: String,
+    pub roles: Vec<String>,
+    pub description: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionRecord {
+    pub seq: i64,
+    pub lease_id: String,
+    pub reservation_id: String,
+    pub project_id: String,
+    pub kind: ActionKind,
+    pub purpose: ActionPurpose,
+    pub resource_type: String,
+    pub payload: String,
+    pub status: ActionStatus,
+    pub attempts: i64,
+    pub not_before: DateTime<Utc>,
+    pub claimed_by: Option<String>,
+    pub claimed_until: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub request_id: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// Which leases a list returns. Every field narrows the result.
+#[derive(Debug, Clone, Default)]
+pub struct LeaseFilter {
+    pub id: Option<String>,
+    /// Any of these leases.
+    pub ids: Option<Vec<String>>,
+    pub project_id: Option<String>,
+    pub user_id: Option<String>,
+    pub status: Option<String>,
+    pub name: Option<String>,
+}
