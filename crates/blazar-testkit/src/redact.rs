@@ -16,11 +16,13 @@ const RECORD_TIMES: [&str; 2] = ["created_at", "updated_at"];
 /// Replaces ids by numbered placeholders, the same id by the same placeholder for as long
 /// as the redactor lives, so that a snapshot still shows which object refers to which:
 /// UUIDs become `[id-N]`, Keystone-style 32-digit ids `[hex-N]`, request ids `[request-id]`.
-/// Record times (`created_at`, `updated_at`) become `[time]` when set.
+/// Record times (`created_at`, `updated_at`) become `[time]` when set, and the test
+/// server's port `PORT`.
 pub struct Redactor {
     ids: HashMap<String, String>,
     counts: HashMap<&'static str, usize>,
     pattern: Regex,
+    port: Regex,
 }
 
 impl Default for Redactor {
@@ -32,6 +34,7 @@ impl Default for Redactor {
                 r"(req-)?\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|\b[0-9a-f]{32}\b",
             )
             .unwrap(),
+            port: Regex::new(r"127\.0\.0\.1:[0-9]+").unwrap(),
         }
     }
 }
@@ -39,6 +42,8 @@ impl Default for Redactor {
 impl Redactor {
     /// `text` with every id in it replaced.
     pub fn text(&mut self, text: &str) -> String {
+        let text = self.port.replace_all(text, "127.0.0.1:PORT");
+        let text = text.as_ref();
         let mut out = String::new();
         let mut last = 0;
         let found: Vec<(usize, usize)> = self

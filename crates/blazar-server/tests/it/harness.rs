@@ -1,3 +1,3 @@
 //! The test kit's app, database and clock (`blazar-testkit`), under the names these tests use.
 
-pub use blazar_testkit::{Response, TestApp, TestDatabase, t};
+pub use blazar_testkit::{Response, TestApp, TestDatabase, Transcript, t};
