@@ -5,7 +5,7 @@ use chrono::{DateTime, Duration, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use blazar_core::ActionRecord;
+use blazar_core::{ActionKind, ActionPurpose, ActionRecord};
 
 use crate::{Arg, Backend, DbResult, Tx, from_opt_secs, from_secs, to_secs, wire};
 
@@ -15,8 +15,8 @@ pub struct NewAction {
     pub lease_id: String,
     pub reservation_id: String,
     pub project_id: String,
-    pub kind: String,
-    pub purpose: String,
+    pub kind: ActionKind,
+    pub purpose: ActionPurpose,
     pub resource_type: String,
     /// JSON: what the backend needs to carry it out without reading the database.
     pub payload: String,
@@ -82,8 +82,8 @@ impl Tx {
                     (&a.lease_id).into(),
                     (&a.reservation_id).into(),
                     (&a.project_id).into(),
-                    (&a.kind).into(),
-                    (&a.purpose).into(),
+                    a.kind.into(),
+                    a.purpose.into(),
                     (&a.resource_type).into(),
                     (&a.payload).into(),
                     a.created_at.into(),

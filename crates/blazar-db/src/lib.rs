@@ -470,7 +470,9 @@ wire_args!(
     blazar_core::LeaseStatus,
     blazar_core::ReservationStatus,
     blazar_core::EventStatus,
-    blazar_core::EventType
+    blazar_core::EventType,
+    blazar_core::ActionKind,
+    blazar_core::ActionPurpose
 );
 
 /// A stored status or type in its wire spelling; anything else means the row is corrupt.

@@ -46,7 +46,9 @@ Examples:
   blazar-server --auth tokens token create --project demo --role member
   blazar-server --policy-file /etc/blazar/policy.yaml policy show";
 
-#[derive(Debug, Clone, Parser)]
+// `Default` is the command line without any flag nor environment: what the test kit resolves
+// its configuration from.
+#[derive(Debug, Clone, Default, Parser)]
 #[command(name = "blazar-server", version, about = "Blazar-compatible reservation service: v1 API and lease event scheduler", after_help = AFTER_HELP)]
 pub struct Cli {
     #[command(subcommand)]

@@ -23,8 +23,9 @@ pub mod tokens;
 
 use std::sync::Arc;
 
-use blazar_service::{Service, Settings, StandaloneBackend, SystemClock};
-use blazar_service::{Store, StoreOptions};
+use blazar_service::{
+    Backend, Clock, Service, Settings, StandaloneBackend, Store, StoreOptions, SystemClock,
+};
 use tokio::sync::watch;
 use tower::Layer;
 
@@ -34,46 +35,125 @@ use crate::state::AppState;
 
 /// Builds the application state from a configuration.
 pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
-    // The policy first: a bad file stops the start before anything else is touched.
-    let policy = policy::Policy::load(config.policy_file.as_deref())?;
-    if let Some(path) = policy.path() {
-        tracing::info!(policy.file = %path.display(), "policy file loaded");
-    }
-    let store = Store::connect(&StoreOptions {
-        url: config.database_url.clone(),
-        max_connections: config.max_connections,
-        sqlite_sync: config.sqlite_sync(),
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("cannot open database {}: {e}", redact(&config.database_url)))?;
-    let auth = match config.auth {
-        AuthMode::Noauth => Auth::noauth(&config.noauth_project_id, &config.noauth_user_id),
-        AuthMode::Tokens => {
-            Auth::tokens(tokens::TokenAuth::new(store.clone(), Arc::new(SystemClock)))
+    StateBuilder::new(config).build().await
+}
+
+/// Makes the authentication of a state from its store.
+type AuthMaker<'a> = Box<dyn FnOnce(&Store) -> Auth + Send + 'a>;
+
+/// How the application state is put together: the policy, the store, the authentication and
+/// the service, in that order. Production builds it from the configuration alone
+/// ([`build_state`]); tests replace the clock, the backend, the settings, the policy or the
+/// authentication, and everything else is built as production builds it.
+pub struct StateBuilder<'a> {
+    config: &'a Config,
+    clock: Arc<dyn Clock>,
+    backend: Option<Arc<dyn Backend>>,
+    settings: Option<Settings>,
+    policy: Option<policy::Policy>,
+    auth: Option<AuthMaker<'a>>,
+}
+
+impl<'a> StateBuilder<'a> {
+    /// Everything from `config`, on the system clock.
+    pub fn new(config: &'a Config) -> Self {
+        StateBuilder {
+            config,
+            clock: Arc::new(SystemClock),
+            backend: None,
+            settings: None,
+            policy: None,
+            auth: None,
         }
-        AuthMode::Keystone => Auth::keystone(
-            keystone::Keystone::connect(config.keystone_settings()?, Arc::new(SystemClock)).await?,
-        ),
-    };
-    let service = Service::new(
-        store,
-        Arc::new(SystemClock),
-        Settings {
-            cleaning_minutes: config.cleaning_minutes,
-            minutes_before_end_lease: config.minutes_before_end_lease,
-            ratios: config.ratios,
-            action_workers: config.action_workers,
-            action_max_attempts: config.action_attempts,
-            action_timeout: config.action_timeout,
-        },
-        backend(config)?,
-    )
-    .with_authorizer(Arc::new(policy));
-    Ok(AppState::new(service, auth))
+    }
+
+    /// The clock of the service and of token validation.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// What carries out actions, instead of the configured backend.
+    pub fn backend(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// The service's settings, instead of those the configuration gives.
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = Some(settings);
+        self
+    }
+
+    /// The policy, instead of loading the configured policy file.
+    pub fn policy(mut self, policy: policy::Policy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Authentication made from the store, instead of the configured mode's.
+    pub fn auth_with(mut self, auth: impl FnOnce(&Store) -> Auth + Send + 'a) -> Self {
+        self.auth = Some(Box::new(auth));
+        self
+    }
+
+    pub async fn build(self) -> anyhow::Result<AppState> {
+        let config = self.config;
+        // The policy first: a bad file stops the start before anything else is touched.
+        let policy = match self.policy {
+            Some(policy) => policy,
+            None => policy::Policy::load(config.policy_file.as_deref())?,
+        };
+        if let Some(path) = policy.path() {
+            tracing::info!(policy.file = %path.display(), "policy file loaded");
+        }
+        let store = Store::connect(&StoreOptions {
+            url: config.database_url.clone(),
+            max_connections: config.max_connections,
+            sqlite_sync: config.sqlite_sync(),
+        })
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!("cannot open database {}: {e}", redact(&config.database_url))
+        })?;
+        let auth = match self.auth {
+            Some(make) => make(&store),
+            None => match config.auth {
+                AuthMode::Noauth => Auth::noauth(&config.noauth_project_id, &config.noauth_user_id),
+                AuthMode::Tokens => {
+                    Auth::tokens(tokens::TokenAuth::new(store.clone(), self.clock.clone()))
+                }
+                AuthMode::Keystone => Auth::keystone(
+                    keystone::Keystone::connect(config.keystone_settings()?, self.clock.clone())
+                        .await?,
+                ),
+            },
+        };
+        let settings = self.settings.unwrap_or_else(|| settings(config));
+        let backend = match self.backend {
+            Some(backend) => backend,
+            None => backend(config)?,
+        };
+        let service =
+            Service::new(store, self.clock, settings, backend).with_authorizer(Arc::new(policy));
+        Ok(AppState::new(service, auth))
+    }
+}
+
+/// The service's settings the configuration gives.
+fn settings(config: &Config) -> Settings {
+    Settings {
+        cleaning_minutes: config.cleaning_minutes,
+        minutes_before_end_lease: config.minutes_before_end_lease,
+        ratios: config.ratios,
+        action_workers: config.action_workers,
+        action_max_attempts: config.action_attempts,
+        action_timeout: config.action_timeout,
+    }
 }
 
 /// The backend the configuration asks for.
-fn backend(config: &Config) -> anyhow::Result<Arc<dyn blazar_service::Backend>> {
+fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
     Ok(match config.backend {
         crate::config::BackendKind::Standalone => Arc::new(StandaloneBackend),
         crate::config::BackendKind::Openstack => {

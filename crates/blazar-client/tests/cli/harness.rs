@@ -1,36 +1,23 @@
-//! A real blazar-server on a loopback port over a temporary SQLite database, with a clock
-//! the test moves, and the real `blazar` binary run against it as a user would run it.
+//! A real blazar-server from the test kit (`blazar-testkit`: built as production builds it,
+//! on its own database and a clock the test moves), and the real `blazar` binary run against
+//! it as a user would run it.
 
 use std::sync::Arc;
 
-use blazar_db::{Store, StoreOptions};
-use blazar_server::auth::Auth;
-use blazar_server::state::AppState;
-use blazar_service::{ManualClock, Service, Settings, StandaloneBackend};
-use chrono::{DateTime, TimeZone, Utc};
-use tokio::sync::oneshot;
+use blazar_service::ManualClock;
+use blazar_testkit::TestApp;
+use chrono::{DateTime, Utc};
 
-pub fn t(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).unwrap()
-}
-
-/// The time the server's clock starts at: leases in 2030 are in its future.
-pub fn epoch() -> DateTime<Utc> {
-    t(2029, 12, 31, 8, 0)
-}
+pub use blazar_testkit::epoch;
 
 pub struct Server {
     /// `http://127.0.0.1:PORT`, without `/v1`.
     pub base: String,
     pub clock: Arc<ManualClock>,
-    pub service: Service,
     /// The HOME and working directory of every `blazar` run: no clouds.yaml of the
     /// developer's leaks in.
     pub home: tempfile::TempDir,
-    stop: Option<oneshot::Sender<()>>,
-    // The CLI's tests exercise HTTP, not storage: SQLite is enough (the server's own suite
-    // runs on PostgreSQL too).
-    _db: tempfile::TempDir,
+    app: TestApp,
 }
 
 /// One run of the binary.
@@ -77,41 +64,12 @@ fn shell_words(args: &[String]) -> String {
 
 impl Server {
     pub async fn start() -> Server {
-        let db = tempfile::tempdir().expect("temp dir");
-        let url = format!("sqlite://{}", db.path().join("blazar.db").display());
-        let store = Store::connect(&StoreOptions {
-            url,
-            max_connections: 4,
-            ..Default::default()
-        })
-        .await
-        .expect("open test database");
-        let clock = Arc::new(ManualClock::new(epoch()));
-        let service = Service::new(
-            store,
-            clock.clone(),
-            Settings::default(),
-            Arc::new(StandaloneBackend),
-        );
-        let state = AppState::new(service.clone(), Auth::noauth("admin-project", "admin-user"));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = blazar_server::serve(listener, state, async move {
-                let _ = stopped.await;
-            })
-            .await;
-        });
+        let app = TestApp::builder().max_connections(4).spawn().await;
         Server {
-            base: format!("http://{addr}"),
-            clock,
-            service,
+            base: app.base.clone(),
+            clock: app.clock.clone(),
             home: tempfile::tempdir().expect("home dir"),
-            stop: Some(stop),
-            _db: db,
+            app,
         }
     }
 
@@ -125,18 +83,13 @@ impl Server {
     pub async fn blazar_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
         let run = run_blazar(args, env, self.home.path()).await;
         // What the server's workers do right after a commit, done before the test looks.
-        self.service
-            .run_actions(self.service.now())
-            .await
-            .expect("actions");
+        self.app.run_actions().await;
         run
     }
 
     /// Moves the clock to `t` and runs the events due then.
     pub async fn tick_at(&self, t: DateTime<Utc>) {
-        self.clock.set(t);
-        self.service.tick(t).await.expect("tick");
-        self.service.run_actions(t).await.expect("actions");
+        self.app.tick_at(t).await;
     }
 }
 
@@ -158,14 +111,6 @@ pub async fn run_blazar(args: &[&str], env: &[(&str, &str)], home: &std::path::P
         stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
         stderr: String::from_utf8(output.stderr).expect("utf-8 stderr"),
         code: output.status.code().unwrap_or(-1),
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
     }
 }
 

@@ -20,5 +20,6 @@ mod matrix;
 mod openstack;
 mod policy_file;
 mod processes;
+mod responses;
 mod support;
 mod tokens;

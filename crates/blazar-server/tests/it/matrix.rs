@@ -2,63 +2,39 @@
 //! member and a reader, driving every policy decision of leases and inventory through real
 //! HTTP with real tokens (Keystone's in `keystone.rs`, standalone ones in `tokens.rs`).
 
-use std::sync::Arc;
-
-use blazar_db::{Store, StoreOptions};
+use blazar_db::Store;
 use blazar_server::auth::Auth;
 use blazar_server::policy::Policy;
-use blazar_server::state::AppState;
-use blazar_service::{ManualClock, Service, Settings, StandaloneBackend};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
-use crate::harness::{TestDatabase, epoch};
+use crate::harness::TestApp;
 
-/// A server on a loopback port with the given authentication and policy.
+/// A reply: the kit's response, with its policy and authentication assertions.
+pub use blazar_testkit::Response as Reply;
+
+/// A server on a loopback port with the given authentication and policy, built as
+/// production builds it; requests carry out no actions.
 pub struct AuthApp {
-    pub base: String,
     pub store: Store,
-    pub client: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    _db: TestDatabase,
+    app: TestApp,
 }
 
 impl AuthApp {
-    pub async fn spawn(auth: impl FnOnce(&Store) -> Auth, policy: Policy) -> AuthApp {
-        let db = TestDatabase::new().await;
-        let store = Store::connect(&StoreOptions {
-            url: db.url.clone(),
-            max_connections: 8,
-            ..Default::default()
-        })
-        .await
-        .expect("open test database");
-        let service = Service::new(
-            store.clone(),
-            Arc::new(ManualClock::new(epoch())),
-            Settings::default(),
-            Arc::new(StandaloneBackend),
-        )
-        .with_authorizer(Arc::new(policy));
-        let state = AppState::new(service, auth(&store));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let _ = blazar_server::serve(listener, state, async move {
-                let _ = stopped.await;
-            })
+    pub async fn spawn(
+        auth: impl FnOnce(&Store) -> Auth + Send + 'static,
+        policy: Policy,
+    ) -> AuthApp {
+        let app = TestApp::builder()
+            .auth_with(auth)
+            .policy(policy)
+            .max_connections(8)
+            .auto_actions(false)
+            .spawn()
             .await;
-        });
         AuthApp {
-            base: format!("http://{addr}"),
-            store,
-            client: reqwest::Client::new(),
-            stop: Some(stop),
-            _db: db,
+            store: app.store().clone(),
+            app,
         }
     }
 
@@ -71,25 +47,7 @@ impl AuthApp {
         body: Option<Value>,
         headers: &[(&str, &str)],
     ) -> Reply {
-        let mut req = self.client.request(method, format!("{}{path}", self.base));
-        if let Some(token) = token {
-            req = req.header("X-Auth-Token", token);
-        }
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let resp = req.send().await.expect("request");
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        let text = resp.text().await.expect("body");
-        Reply {
-            status,
-            headers,
-            body: serde_json::from_str(&text).unwrap_or(Value::Null),
-        }
+        self.app.call(token, method, path, body, headers).await
     }
 
     pub async fn as_actor(
@@ -100,55 +58,6 @@ impl AuthApp {
         body: Option<Value>,
     ) -> Reply {
         self.call(Some(&actor.token), method, path, body, &[]).await
-    }
-}
-
-impl Drop for AuthApp {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-}
-
-#[derive(Debug)]
-pub struct Reply {
-    pub status: StatusCode,
-    pub headers: reqwest::header::HeaderMap,
-    pub body: Value,
-}
-
-impl Reply {
-    /// Asserts Blazar's 403 for `rule`.
-    #[track_caller]
-    pub fn assert_denied(&self, rule: &str) {
-        assert_eq!(self.status, StatusCode::FORBIDDEN, "{rule}: {}", self.body);
-        assert_eq!(
-            self.body["error_message"],
-            format!("Policy doesn't allow {rule} to be performed"),
-            "{}",
-            self.body
-        );
-    }
-
-    /// Asserts keystonemiddleware's 401.
-    #[track_caller]
-    pub fn assert_unauthorized(&self) {
-        assert_eq!(self.status, StatusCode::UNAUTHORIZED, "{}", self.body);
-        assert_eq!(
-            self.body,
-            json!({"error": {
-                "code": 401,
-                "title": "Unauthorized",
-                "message": "The request you have made requires authentication.",
-            }})
-        );
-        assert!(self.headers.contains_key("x-openstack-request-id"));
-    }
-
-    #[track_caller]
-    pub fn assert_status(&self, status: StatusCode) {
-        assert_eq!(self.status, status, "{}", self.body);
     }
 }
 

@@ -1,0 +1,663 @@
+//! The `Store` contract, checked directly through the public `Store`/`Tx` API on SQLite and,
+//! when `BLAZAR_TEST_DATABASE_URL` is set, on PostgreSQL: migrations apply at connect, what
+//! is written reads back, the database itself refuses overlapping allocations, lease
+//! revisions move when a lease's children change, and an action goes to one claimant.
+
+// Tests fail loudly on anything unexpected; that is what unwrap and expect are for here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use blazar_core::LeaseFilter;
+use blazar_db::{Backend, DbError, DbResult, NewAllocation, Store, StoreOptions, Tx};
+use blazar_testkit::{TestDatabase, t};
+use chrono::{DateTime, Duration, Utc};
+
+/// The only place that knows the shapes of the row types: adapting the suite to a change of
+/// them is a change here.
+mod rows {
+    use std::collections::BTreeMap;
+
+    use blazar_core::{
+        Event as EventRow, EventStatus, EventType, HostFacts, Lease as LeaseRow, LeaseStatus,
+        Reservation as ReservationRow, ReservationSpec, ReservationStatus,
+    };
+    use blazar_db::{NewAction, NewAllocation, NewHost};
+    use chrono::{DateTime, Utc};
+    use serde_json::json;
+
+    use super::created;
+
+    pub fn lease(id: &str, start: DateTime<Utc>, end: DateTime<Utc>) -> LeaseRow {
+        LeaseRow {
+            id: id.into(),
+            name: format!("lease-{id}"),
+            user_id: "user".into(),
+            project_id: "project".into(),
+            trust_id: String::new(),
+            start,
+            end,
+            status: LeaseStatus::Pending,
+            degraded: false,
+            created_at: created(),
+            updated_at: None,
+        }
+    }
+
+    /// A `physical:host` reservation of `min..=max` hosts.
+    pub fn host_reservation(id: &str, lease_id: &str, ordinal: i64, max: u32) -> ReservationRow {
+        let stored = json!({"min": 1, "max": max, "hypervisor_properties": "",
+                            "resource_properties": "", "before_end": "default"});
+        ReservationRow {
+            id: id.into(),
+            lease_id: lease_id.into(),
+            ordinal,
+            resource_id: format!("resource-{id}"),
+            status: ReservationStatus::Pending,
+            missing_resources: false,
+            resources_changed: false,
+            spec: ReservationSpec::from_stored("physical:host", stored.as_object().unwrap())
+                .unwrap(),
+            granted_units: i64::from(max),
+            created_at: created(),
+            updated_at: None,
+        }
+    }
+
+    pub fn event(id: &str, lease_id: &str, event_type: &str, time: DateTime<Utc>) -> EventRow {
+        EventRow {
+            id: id.into(),
+            lease_id: lease_id.into(),
+            event_type: event_type.parse::<EventType>().unwrap(),
+            time,
+            rank: if event_type == "end_lease" { 0 } else { 1 },
+            status: EventStatus::Undone,
+            created_at: created(),
+            updated_at: None,
+        }
+    }
+
+    /// Marks an event done.
+    pub fn event_done(event: &mut EventRow, at: DateTime<Utc>) {
+        event.status = EventStatus::Done;
+        event.updated_at = Some(at);
+    }
+
+    /// Marks a reservation active.
+    pub fn reservation_active(reservation: &mut ReservationRow, at: DateTime<Utc>) {
+        reservation.status = ReservationStatus::Active;
+        reservation.updated_at = Some(at);
+    }
+
+    pub fn host(name: &str, capabilities: &[(&str, &str)]) -> NewHost {
+        NewHost {
+            facts: HostFacts {
+                hypervisor_hostname: name.into(),
+                service_name: name.into(),
+                hypervisor_type: "QEMU".into(),
+                hypervisor_version: 2_011_001,
+                vcpus: 16,
+                memory_mb: 65_536,
+                local_gb: 500,
+                cpu_info: "{}".into(),
+                availability_zone: "nova".into(),
+            },
+            trust_id: String::new(),
+            capabilities: capabilities
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
+            created_at: created(),
+        }
+    }
+
+    /// An exclusive allocation of host `resource_id` over `[start, end)`, blocked until
+    /// `blocked_until`.
+    pub fn allocation(
+        reservation_id: &str,
+        lease_id: &str,
+        resource_id: i64,
+        (start, end, blocked_until): (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>),
+    ) -> NewAllocation {
+        NewAllocation::whole(
+            reservation_id,
+            lease_id,
+            "physical:host",
+            resource_id,
+            (start, end, blocked_until),
+        )
+    }
+
+    /// The same window, shared (instance slots): shared allocations overlap each other.
+    pub fn shared(mut allocation: NewAllocation) -> NewAllocation {
+        allocation.exclusive = false;
+        allocation.units = 2;
+        allocation.vcpus = 1;
+        allocation.memory_mb = 1_024;
+        allocation.disk_gb = 10;
+        allocation
+    }
+
+    pub fn action(lease_id: &str, reservation_id: &str, resources: &[i64]) -> NewAction {
+        NewAction {
+            lease_id: lease_id.into(),
+            reservation_id: reservation_id.into(),
+            project_id: "project".into(),
+            kind: blazar_core::ActionKind::Start,
+            purpose: blazar_core::ActionPurpose::LeaseStart,
+            resource_type: "physical:host".into(),
+            payload: "{}".into(),
+            resources: resources.to_vec(),
+            request_id: None,
+            created_at: created(),
+        }
+    }
+}
+
+/// When every row of these tests was written.
+fn created() -> DateTime<Utc> {
+    t(2029, 12, 31, 8, 0)
+}
+
+async fn connect(db: &TestDatabase) -> Store {
+    Store::connect(&StoreOptions {
+        url: db.url.clone(),
+        max_connections: 4,
+        ..StoreOptions::default()
+    })
+    .await
+    .expect("connect")
+}
+
+/// Runs `write` in a write transaction and commits it; the error of either, if any. On
+/// SQLite writes are queued until the next read or the commit, so a refusal may surface at
+/// either.
+async fn in_write<F>(store: &Store, write: F) -> DbResult<()>
+where
+    F: AsyncFnOnce(&mut Tx) -> DbResult<()>,
+{
+    let mut tx = store.write().await?;
+    write(&mut tx).await?;
+    tx.commit().await
+}
+
+/// A lease from 10:00 to 12:00 on 1 January 2030 with one host reservation, committed.
+async fn seed_lease(store: &Store, lease: &str) -> String {
+    let reservation = format!("{lease}-r0");
+    in_write(store, async |tx| {
+        tx.insert_lease(&rows::lease(
+            lease,
+            t(2030, 1, 1, 10, 0),
+            t(2030, 1, 1, 12, 0),
+        ))
+        .await?;
+        tx.insert_reservation(&rows::host_reservation(&reservation, lease, 0, 1))
+            .await
+    })
+    .await
+    .unwrap();
+    reservation
+}
+
+async fn revision(store: &Store, lease: &str) -> i64 {
+    let mut tx = store.read().await.unwrap();
+    let revisions = tx
+        .lease_revisions(&LeaseFilter {
+            id: Some(lease.into()),
+            ..LeaseFilter::default()
+        })
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(revisions.len(), 1, "{revisions:?}");
+    revisions[0].1
+}
+
+#[tokio::test]
+async fn migrations_apply_at_connect_and_again_on_a_migrated_database() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let expected = if db.is_postgres() {
+        Backend::Postgres
+    } else {
+        Backend::Sqlite
+    };
+    assert_eq!(store.backend(), expected);
+    // Every table the contract reads exists, empty.
+    let mut tx = store.read().await.unwrap();
+    assert!(tx.list_hosts().await.unwrap().is_empty());
+    assert!(
+        tx.lease_trees(&LeaseFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(tx.list_actions(&[], 10).await.unwrap().is_empty());
+    assert_eq!(tx.inventory_version("physical:host").await.unwrap(), 0);
+    assert_eq!(tx.next_event_time().await.unwrap(), None);
+    tx.commit().await.unwrap();
+    seed_lease(&store, "l1").await;
+    store.close().await;
+
+    // A second connect finds the migrations applied and the data in place.
+    let again = connect(&db).await;
+    let mut tx = again.read().await.unwrap();
+    assert_eq!(
+        tx.lease_trees(&LeaseFilter::default()).await.unwrap().len(),
+        1
+    );
+    tx.commit().await.unwrap();
+    again.close().await;
+}
+
+#[tokio::test]
+async fn hosts_read_back_with_their_capabilities() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let new = rows::host("compute-1", &[("gpu", "true"), ("rack", "r1")]);
+    let mut tx = store.write().await.unwrap();
+    let before = tx.inventory_version("physical:host").await.unwrap();
+    let id = tx.insert_host(&new).await.unwrap();
+    let second = tx.insert_host(&rows::host("compute-2", &[])).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(second > id);
+
+    let mut tx = store.read().await.unwrap();
+    let host = tx.get_host(id).await.unwrap().expect("host");
+    assert_eq!(host.id, id);
+    assert_eq!(host.facts, new.facts);
+    assert_eq!(host.capabilities, new.capabilities);
+    assert!(host.reservable);
+    assert_eq!(host.created_at, created());
+    assert_eq!(host.updated_at, None);
+    let listed: Vec<i64> = tx
+        .list_hosts()
+        .await
+        .unwrap()
+        .iter()
+        .map(|h| h.id)
+        .collect();
+    assert_eq!(listed, vec![id, second]);
+    assert!(tx.get_host(second + 1).await.unwrap().is_none());
+    // Every host change moves the inventory version.
+    assert!(tx.inventory_version("physical:host").await.unwrap() > before);
+    tx.commit().await.unwrap();
+    store.close().await;
+}
+
+#[tokio::test]
+async fn leases_read_back_with_their_reservations_and_events() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let (start, end) = (t(2030, 1, 1, 10, 0), t(2030, 1, 1, 12, 0));
+    let lease = rows::lease("l1", start, end);
+    // Written out of order: reads give reservations by ordinal and events by time.
+    let reservations = [
+        rows::host_reservation("r1", "l1", 1, 2),
+        rows::host_reservation("r0", "l1", 0, 1),
+    ];
+    let events = [
+        rows::event("e-end", "l1", "end_lease", end),
+        rows::event("e-start", "l1", "start_lease", start),
+    ];
+    in_write(&store, async |tx| {
+        tx.insert_lease(&lease).await?;
+        for r in &reservations {
+            tx.insert_reservation(r).await?;
+        }
+        for e in &events {
+            tx.insert_event(e).await?;
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+    // Another project's lease, for the filters.
+    let mut other = rows::lease("l2", start, end);
+    other.project_id = "other".into();
+    in_write(&store, async |tx| tx.insert_lease(&other).await)
+        .await
+        .unwrap();
+
+    let mut tx = store.read().await.unwrap();
+    assert_eq!(tx.get_lease("l1").await.unwrap(), Some(lease.clone()));
+    assert_eq!(tx.get_lease("nope").await.unwrap(), None);
+    let by_ordinal = vec![reservations[1].clone(), reservations[0].clone()];
+    let by_time = vec![events[1].clone(), events[0].clone()];
+    assert_eq!(tx.reservations_of("l1").await.unwrap(), by_ordinal);
+    assert_eq!(tx.events_of("l1").await.unwrap(), by_time);
+    assert_eq!(
+        tx.get_reservation("r1").await.unwrap(),
+        Some(reservations[0].clone())
+    );
+    // The tree read gives the same rows.
+    let mine = LeaseFilter {
+        project_id: Some("project".into()),
+        ..LeaseFilter::default()
+    };
+    let trees = tx.lease_trees(&mine).await.unwrap();
+    assert_eq!(trees, vec![(lease.clone(), by_ordinal, by_time)]);
+    assert_eq!(
+        tx.lease_trees(&LeaseFilter::default()).await.unwrap().len(),
+        2
+    );
+    tx.commit().await.unwrap();
+
+    // A delete takes the children with it.
+    in_write(&store, async |tx| tx.delete_lease("l1").await)
+        .await
+        .unwrap();
+    let mut tx = store.read().await.unwrap();
+    assert_eq!(tx.get_lease("l1").await.unwrap(), None);
+    assert!(tx.reservations_of("l1").await.unwrap().is_empty());
+    assert!(tx.events_of("l1").await.unwrap().is_empty());
+    tx.commit().await.unwrap();
+    store.close().await;
+}
+
+#[tokio::test]
+async fn allocations_read_back() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let reservation = seed_lease(&store, "l1").await;
+    let window = (
+        t(2030, 1, 1, 10, 0),
+        t(2030, 1, 1, 12, 0),
+        t(2030, 1, 1, 12, 30),
+    );
+    let new = vec![
+        rows::allocation(&reservation, "l1", 7, window),
+        rows::allocation(&reservation, "l1", 3, window),
+    ];
+    let mut tx = store.write().await.unwrap();
+    let ids = tx.insert_allocations(&new).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(ids.len(), 2);
+
+    let mut tx = store.read().await.unwrap();
+    let read = tx.allocations_of_lease("l1").await.unwrap();
+    tx.commit().await.unwrap();
+    // By resource id, each as written, with the id the insert returned.
+    let resources: Vec<i64> = read.iter().map(|a| a.resource_id).collect();
+    assert_eq!(resources, vec![3, 7]);
+    for (row, (id, written)) in read.iter().rev().zip(ids.iter().zip(&new)) {
+        assert_eq!(&row.id, id);
+        assert_eq!(
+            (
+                &row.reservation_id,
+                &row.lease_id,
+                &row.resource_type,
+                row.resource_id
+            ),
+            (
+                &written.reservation_id,
+                &written.lease_id,
+                &written.resource_type,
+                written.resource_id
+            )
+        );
+        assert_eq!(
+            (row.start, row.end, row.blocked_until),
+            (written.start, written.end, written.blocked_until)
+        );
+        assert_eq!(
+            (row.exclusive, row.units, row.vcpus),
+            (written.exclusive, written.units, written.vcpus)
+        );
+    }
+    store.close().await;
+}
+
+/// Inserts `allocation` in a transaction of its own.
+async fn allocate(store: &Store, allocation: NewAllocation) -> DbResult<()> {
+    in_write(store, async |tx| {
+        tx.insert_allocations(&[allocation]).await.map(|_| ())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_database_refuses_overlapping_allocations_of_one_resource() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let first = seed_lease(&store, "l1").await;
+    let second = seed_lease(&store, "l2").await;
+    let at = |h: u32, m: u32| t(2030, 1, 1, h, m);
+    allocate(
+        &store,
+        rows::allocation(&first, "l1", 1, (at(10, 0), at(12, 0), at(12, 30))),
+    )
+    .await
+    .unwrap();
+
+    // Overlapping the allocation, or only its cleaning margin: refused.
+    for window in [
+        (at(11, 0), at(13, 0), at(13, 0)),
+        (at(9, 0), at(10, 1), at(10, 1)),
+        (at(10, 30), at(11, 0), at(11, 0)),
+        (at(12, 15), at(14, 0), at(14, 0)),
+        (at(8, 0), at(16, 0), at(16, 0)),
+    ] {
+        let refused = allocate(&store, rows::allocation(&second, "l2", 1, window)).await;
+        assert!(
+            matches!(refused, Err(DbError::Overlap)),
+            "{window:?}: {refused:?}"
+        );
+    }
+    // Two overlapping allocations in one statement: refused too, and nothing is written.
+    let both = [
+        rows::allocation(&second, "l2", 2, (at(10, 0), at(11, 0), at(11, 0))),
+        rows::allocation(&second, "l2", 2, (at(10, 30), at(11, 30), at(11, 30))),
+    ];
+    let refused = in_write(&store, async |tx| {
+        tx.insert_allocations(&both).await.map(|_| ())
+    })
+    .await;
+    assert!(matches!(refused, Err(DbError::Overlap)), "{refused:?}");
+
+    // Half-open windows: one that starts where the other is no longer blocked is accepted,
+    // before and after; so are other resources, and other types of the same id.
+    allocate(
+        &store,
+        rows::allocation(&second, "l2", 1, (at(12, 30), at(14, 0), at(14, 0))),
+    )
+    .await
+    .unwrap();
+    allocate(
+        &store,
+        rows::allocation(&second, "l2", 1, (at(8, 0), at(10, 0), at(10, 0))),
+    )
+    .await
+    .unwrap();
+    allocate(
+        &store,
+        rows::allocation(&second, "l2", 2, (at(10, 0), at(12, 0), at(12, 0))),
+    )
+    .await
+    .unwrap();
+    let mut other_type = rows::allocation(&second, "l2", 1, (at(10, 0), at(12, 0), at(12, 0)));
+    other_type.resource_type = "virtual:floatingip".into();
+    allocate(&store, other_type).await.unwrap();
+
+    // Shared allocations overlap each other, never an exclusive one.
+    let shared = |start, end| rows::shared(rows::allocation(&second, "l2", 5, (start, end, end)));
+    allocate(&store, shared(at(10, 0), at(12, 0)))
+        .await
+        .unwrap();
+    allocate(&store, shared(at(11, 0), at(13, 0)))
+        .await
+        .unwrap();
+    let refused = allocate(
+        &store,
+        rows::allocation(&first, "l1", 5, (at(11, 30), at(11, 45), at(11, 45))),
+    )
+    .await;
+    assert!(matches!(refused, Err(DbError::Overlap)), "{refused:?}");
+
+    let mut tx = store.read().await.unwrap();
+    let held = |rows: Vec<blazar_core::Allocation>| {
+        let mut v: Vec<(i64, DateTime<Utc>)> = rows
+            .iter()
+            .filter(|a| a.resource_type == "physical:host")
+            .map(|a| (a.resource_id, a.start))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        held(tx.allocations_of_lease("l1").await.unwrap()),
+        vec![(1, at(10, 0))]
+    );
+    assert_eq!(
+        held(tx.allocations_of_lease("l2").await.unwrap()),
+        vec![
+            (1, at(8, 0)),
+            (1, at(12, 30)),
+            (2, at(10, 0)),
+            (5, at(10, 0)),
+            (5, at(11, 0))
+        ]
+    );
+    tx.commit().await.unwrap();
+    store.close().await;
+}
+
+#[tokio::test]
+async fn revisions_move_when_a_lease_or_its_children_change() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let (start, end) = (t(2030, 1, 1, 10, 0), t(2030, 1, 1, 12, 0));
+    let reservation = seed_lease(&store, "l1").await;
+    seed_lease(&store, "l2").await;
+    let mut event = rows::event("e1", "l1", "start_lease", start);
+    let mut last = revision(&store, "l1").await;
+    let other = revision(&store, "l2").await;
+
+    let moved = async |what: &str, last: &mut i64| {
+        let now = revision(&store, "l1").await;
+        assert!(now > *last, "{what}: {now} after {last}");
+        *last = now;
+    };
+    in_write(&store, async |tx| tx.insert_event(&event).await)
+        .await
+        .unwrap();
+    moved("an event added", &mut last).await;
+    rows::event_done(&mut event, start);
+    in_write(&store, async |tx| tx.update_event(&event).await)
+        .await
+        .unwrap();
+    moved("an event changed", &mut last).await;
+    let mut tx = store.read().await.unwrap();
+    let mut r = tx.get_reservation(&reservation).await.unwrap().unwrap();
+    tx.commit().await.unwrap();
+    rows::reservation_active(&mut r, start);
+    in_write(&store, async |tx| tx.update_reservation(&r).await)
+        .await
+        .unwrap();
+    moved("a reservation changed", &mut last).await;
+    in_write(&store, async |tx| {
+        tx.insert_reservation(&rows::host_reservation("l1-r1", "l1", 1, 1))
+            .await
+    })
+    .await
+    .unwrap();
+    moved("a reservation added", &mut last).await;
+    let mut lease = rows::lease("l1", start, end + Duration::hours(1));
+    lease.updated_at = Some(start);
+    in_write(&store, async |tx| {
+        tx.update_lease(&lease).await?;
+        tx.insert_event(&rows::event("e2", "l1", "end_lease", lease.end))
+            .await
+    })
+    .await
+    .unwrap();
+    moved("the lease and an event changed together", &mut last).await;
+
+    // Reading, or a transaction that is rolled back, moves nothing; nor does the other
+    // lease move with this one.
+    let mut tx = store.read().await.unwrap();
+    tx.lease_trees(&LeaseFilter::default()).await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.write().await.unwrap();
+    tx.insert_event(&rows::event("e3", "l1", "before_end_lease", start))
+        .await
+        .unwrap();
+    drop(tx);
+    assert_eq!(revision(&store, "l1").await, last);
+    assert_eq!(revision(&store, "l2").await, other);
+    store.close().await;
+}
+
+#[tokio::test]
+async fn an_action_goes_to_one_claimant() {
+    let db = TestDatabase::new().await;
+    // Two stores, as two replicas of the server have.
+    let (one, two) = (connect(&db).await, connect(&db).await);
+    let reservation = seed_lease(&one, "l1").await;
+    let mut tx = one.write().await.unwrap();
+    let seq = tx
+        .insert_action(&rows::action("l1", &reservation, &[1, 2]))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let now = created() + Duration::minutes(1);
+    let claim_for = Duration::minutes(5);
+
+    // Both claim at once; the first holds its transaction open a moment.
+    let claim = async |store: &Store, worker: &str, hold: bool| {
+        let mut tx = store.write().await.unwrap();
+        let claimed = tx.claim_actions(now, worker, claim_for, 10).await.unwrap();
+        if hold {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        tx.commit().await.unwrap();
+        claimed
+    };
+    let (a, b) = tokio::join!(claim(&one, "w1", true), claim(&two, "w2", false));
+    let winners: Vec<(&str, i64)> = a
+        .iter()
+        .map(|r| ("w1", r.seq))
+        .chain(b.iter().map(|r| ("w2", r.seq)))
+        .collect();
+    assert_eq!(winners.len(), 1, "{winners:?}");
+    let (winner, loser) = match winners[0] {
+        ("w1", _) => ("w1", "w2"),
+        _ => ("w2", "w1"),
+    };
+    assert_eq!(winners[0].1, seq);
+    let claimed = a.into_iter().chain(b).next().unwrap();
+    assert_eq!(claimed.status, blazar_core::ActionStatus::Running);
+    assert_eq!(claimed.claimed_by.as_deref(), Some(winner));
+    assert_eq!(claimed.attempts, 1);
+
+    // While the claim holds nobody else gets it; once it expires, another worker does, and
+    // the first worker's outcome no longer counts.
+    let mut tx = two.write().await.unwrap();
+    assert!(
+        tx.claim_actions(now + Duration::minutes(4), loser, claim_for, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let later = now + claim_for + Duration::minutes(1);
+    let again = tx.claim_action(seq, later, loser, claim_for).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(again.map(|r| (r.seq, r.attempts)), Some((seq, 2)));
+    let mut tx = one.write().await.unwrap();
+    let done = blazar_db::ActionOutcome::Done;
+    assert!(!tx.finish_action(seq, winner, &done, later).await.unwrap());
+    assert!(tx.finish_action(seq, loser, &done, later).await.unwrap());
+    // Done, it is never claimed again.
+    assert!(
+        tx.claim_actions(later + Duration::hours(1), winner, claim_for, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    tx.commit().await.unwrap();
+    let mut tx = one.read().await.unwrap();
+    let row = tx.get_action(seq).await.unwrap().unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(row.status, blazar_core::ActionStatus::Done);
+    assert_eq!(row.claimed_by, None);
+    one.close().await;
+    two.close().await;
+}
