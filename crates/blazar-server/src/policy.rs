@@ -63,7 +63,11 @@ const DEFAULT_RULES: &[(&str, &str)] = &[
     ("blazar:reconcile", "rule:admin"),
     ("blazar:floatingips:get", "rule:project_reader_or_admin"),
     ("blazar:floatingips:post", "rule:admin"),
+    ("blazar:floatingips:put", "rule:admin"),
     ("blazar:floatingips:delete", "rule:admin"),
+    ("blazar:floatingips:get_allocations", "rule:admin"),
+    ("blazar:floatingips:get_resource_properties", "rule:admin"),
+    ("blazar:floatingips:update_resource_properties", "rule:admin"),
     ("blazar:networks:get", "rule:admin"),
     ("blazar:networks:post", "rule:admin"),
     ("blazar:networks:put", "rule:admin"),
@@ -1011,6 +1015,34 @@ mod tests {
             &who("p1", "u1", &["superuser"]),
             &MINE
         ));
+    }
+
+    /// Every rule the service asks for on a pool inventory is registered, so `policy show`
+    /// lists it and an operator's file can override it by name.
+    #[test]
+    fn every_inventory_rule_the_service_asks_for_is_registered() {
+        let actions = [
+            "get",
+            "post",
+            "put",
+            "delete",
+            "get_allocations",
+            "get_resource_properties",
+            "update_resource_properties",
+        ];
+        for spec in [
+            &blazar_service::FLOATINGIPS,
+            &blazar_service::NETWORKS,
+            &blazar_service::DEVICES,
+        ] {
+            for action in actions {
+                let rule = format!("{}:{action}", spec.rules);
+                assert!(
+                    DEFAULT_RULES.iter().any(|(name, _)| *name == rule),
+                    "{rule} is not registered"
+                );
+            }
+        }
     }
 
     #[test]
