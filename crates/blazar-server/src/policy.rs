@@ -67,7 +67,10 @@ const DEFAULT_RULES: &[(&str, &str)] = &[
     ("blazar:floatingips:delete", "rule:admin"),
     ("blazar:floatingips:get_allocations", "rule:admin"),
     ("blazar:floatingips:get_resource_properties", "rule:admin"),
-    ("blazar:floatingips:update_resource_properties", "rule:admin"),
+    (
+        "blazar:floatingips:update_resource_properties",
+        "rule:admin",
+    ),
     ("blazar:networks:get", "rule:admin"),
     ("blazar:networks:post", "rule:admin"),
     ("blazar:networks:put", "rule:admin"),

@@ -133,13 +133,11 @@ pub fn place(
             .iter()
             .find(|c| c.slots >= amount)
             .map(|c| vec![(c.host, amount)]),
-        Affinity::Different => (ordered.len() as i64 >= amount).then(|| {
-            ordered
-                .iter()
-                .take(amount as usize)
-                .map(|c| (c.host, 1))
-                .collect()
-        }),
+        Affinity::Different => {
+            let wanted = usize::try_from(amount).ok()?;
+            (ordered.len() >= wanted)
+                .then(|| ordered.iter().take(wanted).map(|c| (c.host, 1)).collect())
+        }
         Affinity::Any => {
             let mut left = amount;
             let mut out = Vec::new();
