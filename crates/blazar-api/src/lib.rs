@@ -1,7 +1,15 @@
 //! Blazar v1 wire types: the JSON bodies the API sends and accepts, and its date formats.
-//! Shared by the server and the client so both sides agree on every field.
+//! Shared by the server and the client so both sides agree on every field. Response types
+//! are here; request bodies are in [`requests`]. Struct field order is the order of the keys
+//! on the wire.
 
 pub mod dates;
+pub mod requests;
+
+pub use requests::{
+    HostUpdate, LeaseUpdate, NewDevice, NewFlavor, NewFloatingIp, NewHost, NewLease, NewNetwork,
+    PropertyUpdate, Reallocation, ReconcileRequest, ResourceUpdate,
+};
 
 use std::collections::BTreeMap;
 
