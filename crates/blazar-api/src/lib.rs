@@ -1,7 +1,15 @@
 //! Blazar v1 wire types: the JSON bodies the API sends and accepts, and its date formats.
-//! Shared by the server and the client so both sides agree on every field.
+//! Shared by the server and the client so both sides agree on every field. Response types
+//! are here; request bodies are in [`requests`]. Struct field order is the order of the keys
+//! on the wire.
 
 pub mod dates;
+pub mod requests;
+
+pub use requests::{
+    HostUpdate, LeaseUpdate, NewDevice, NewFlavor, NewFloatingIp, NewHost, NewLease, NewNetwork,
+    PropertyUpdate, Reallocation, ReconcileRequest, ResourceUpdate,
+};
 
 use std::collections::BTreeMap;
 
@@ -14,6 +22,48 @@ pub struct ErrorBody {
     pub error_code: u16,
     pub error_message: String,
     pub error_name: Value,
+}
+
+/// The framework's error body, for unknown URLs, wrong methods and version problems.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FrameworkError {
+    pub error: u16,
+    pub error_message: String,
+}
+
+/// keystonemiddleware's error body (a 401, or a 503 when a token cannot be checked).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AuthError {
+    pub error: AuthErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AuthErrorDetail {
+    pub code: u16,
+    pub title: String,
+    pub message: String,
+}
+
+/// One API version of the version document (`GET /`, `GET /versions`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Version {
+    pub id: String,
+    pub status: String,
+    pub links: Vec<Link>,
+    pub min_version: String,
+    pub max_version: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Link {
+    pub href: String,
+    pub rel: String,
+}
+
+/// `GET /healthz`: `ok`, or why not.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Health {
+    pub status: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -48,6 +98,20 @@ pub struct Reservation {
     pub updated_at: Option<String>,
     #[serde(flatten)]
     pub params: Map<String, Value>,
+    /// What the reservation was granted; sent only when asked for
+    /// (`GET /v1/leases/{id}?allocations=true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocations: Option<Vec<ReservationAllocation>>,
+}
+
+/// One resource granted to a reservation, with its dates and the units it takes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ReservationAllocation {
+    pub resource_type: String,
+    pub resource_id: String,
+    pub start_date: String,
+    pub end_date: String,
+    pub units: i64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -109,6 +173,17 @@ pub struct PropertyDetail {
     pub property: String,
     pub private: bool,
     pub values: Vec<String>,
+    /// Chameleon's: sent only when set, so Blazar's listing stays as it is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_unique: bool,
+}
+
+/// The `resource_properties` list: names, or names with their values (`?detail=True`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum PropertyListing {
+    Detail(Vec<PropertyDetail>),
+    Names(Vec<PropertyName>),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -123,6 +198,55 @@ pub struct ResourceProperty {
     pub is_unique: bool,
     pub created_at: String,
     pub updated_at: Option<String>,
+}
+
+/// A floating IP, network segment or device: its id, the fixed fields of its kind (in the
+/// kind's order), Blazar's columns, then one key per extra capability (values are strings).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PoolResource {
+    pub id: String,
+    /// `floating_network_id`, `subnet_id`, `floating_ip_address` for a floating IP, ...
+    #[serde(flatten)]
+    pub fields: Map<String, Value>,
+    pub reservable: bool,
+    pub created_at: String,
+    pub updated_at: Option<String>,
+    /// Read back, the capabilities are among `fields`: the keys alone do not tell them apart.
+    #[serde(flatten, skip_deserializing)]
+    pub capabilities: BTreeMap<String, Value>,
+}
+
+/// A standalone flavor, in Nova's shape.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Flavor {
+    pub id: String,
+    pub name: String,
+    pub vcpus: i64,
+    pub ram: i64,
+    pub disk: i64,
+    #[serde(rename = "OS-FLV-EXT-DATA:ephemeral")]
+    pub ephemeral: i64,
+    pub extra_specs: Map<String, Value>,
+    pub created_at: String,
+    pub updated_at: Option<String>,
+}
+
+/// A lease notification of the outbox (`GET /v1/notifications`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Notification {
+    pub id: String,
+    pub event_type: String,
+    pub lease_id: Option<String>,
+    pub payload: Value,
+    pub created_at: String,
+}
+
+/// What a reconciler pass found and, unless a dry run, repaired (`POST /v1/reconcile`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ReconcileReport {
+    pub applied: bool,
+    /// One line per difference.
+    pub repairs: Vec<String>,
 }
 
 /// Who holds a resource right now, as recorded by the standalone backend at lease start.
@@ -157,4 +281,47 @@ pub struct Action {
     pub not_before: String,
     pub created_at: String,
     pub updated_at: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_pool_resource_puts_capabilities_last() {
+        let item = PoolResource {
+            id: "d1".into(),
+            fields: json!({"name": "gpu-1", "device_type": null})
+                .as_object()
+                .unwrap()
+                .clone(),
+            reservable: true,
+            created_at: "2030-01-01 10:00:00".into(),
+            updated_at: None,
+            capabilities: [("rack".to_string(), json!("r1"))].into(),
+        };
+        let text = serde_json::to_string(&item).unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":"d1","name":"gpu-1","device_type":null,"reservable":true,"created_at":"2030-01-01 10:00:00","updated_at":null,"rack":"r1"}"#
+        );
+        let back: PoolResource = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            back.fields.len(),
+            3,
+            "capabilities read back among the fields"
+        );
+        assert!(back.capabilities.is_empty());
+    }
+
+    #[test]
+    fn property_listings_read_either_shape() {
+        let names: PropertyListing = serde_json::from_value(json!([{"property": "gpu"}])).unwrap();
+        assert!(matches!(names, PropertyListing::Names(n) if n.len() == 1));
+        let detail: PropertyListing =
+            serde_json::from_value(json!([{"property": "gpu", "private": false, "values": ["a"]}]))
+                .unwrap();
+        assert!(matches!(detail, PropertyListing::Detail(d) if !d[0].is_unique));
+    }
 }

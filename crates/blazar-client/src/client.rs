@@ -3,11 +3,17 @@
 
 use std::fmt;
 
-use blazar_api::{Allocation, Host, Lease, PropertyDetail, PropertyName, ResourceProperty};
+use blazar_api::{
+    Allocation, Host, HostUpdate, Lease, LeaseUpdate, NewHost, PropertyDetail, PropertyName,
+    PropertyUpdate, ResourceProperty,
+};
 use reqwest::{Method, StatusCode};
 use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+/// The body of `POST /v1/leases`, as python-blazarclient sends it.
+pub use blazar_api::NewLease;
 
 use crate::error::{Error, Result, error_message};
 
@@ -36,20 +42,6 @@ impl fmt::Debug for Client {
             .field("token", &self.token.as_ref().map(|_| "***"))
             .finish()
     }
-}
-
-/// The body of `POST /v1/leases`, as python-blazarclient sends it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct NewLease {
-    pub name: String,
-    /// `YYYY-MM-DD HH:MM` (UTC) or `now`.
-    pub start_date: String,
-    /// `YYYY-MM-DD HH:MM` (UTC).
-    pub end_date: String,
-    pub before_end_date: Option<String>,
-    /// One object per reservation: `resource_type` plus the keys of that type.
-    pub reservations: Vec<Map<String, Value>>,
-    pub events: Vec<Value>,
 }
 
 /// Adds `/v1` to an endpoint given as a bare server address (`http://host:1234`), so both
@@ -220,31 +212,39 @@ impl Client {
         unwrap_envelope(&self.url(path), &body, key)
     }
 
-    /// `POST` a JSON body and return the value under `key` of the answer.
-    pub async fn post<T: DeserializeOwned>(
+    /// `POST` a JSON body (a `blazar_api` request type, or any JSON) and return the value
+    /// under `key` of the answer.
+    pub async fn post<T: DeserializeOwned, B: Serialize + ?Sized>(
         &self,
         path: &str,
         key: &str,
-        body: &Value,
+        body: &B,
     ) -> Result<T> {
-        let answer = self.send(Method::POST, path, Some(body)).await?;
+        let answer = self.send(Method::POST, path, Some(&to_json(body)?)).await?;
         unwrap_envelope(&self.url(path), &answer, key)
     }
 
     /// `PUT` a JSON body and return the value under `key` of the answer.
-    pub async fn put<T: DeserializeOwned>(&self, path: &str, key: &str, body: &Value) -> Result<T> {
-        let answer = self.send(Method::PUT, path, Some(body)).await?;
+    pub async fn put<T: DeserializeOwned, B: Serialize + ?Sized>(
+        &self,
+        path: &str,
+        key: &str,
+        body: &B,
+    ) -> Result<T> {
+        let answer = self.send(Method::PUT, path, Some(&to_json(body)?)).await?;
         unwrap_envelope(&self.url(path), &answer, key)
     }
 
     /// `PATCH` a JSON body and return the value under `key` of the answer.
-    pub async fn patch<T: DeserializeOwned>(
+    pub async fn patch<T: DeserializeOwned, B: Serialize + ?Sized>(
         &self,
         path: &str,
         key: &str,
-        body: &Value,
+        body: &B,
     ) -> Result<T> {
-        let answer = self.send(Method::PATCH, path, Some(body)).await?;
+        let answer = self
+            .send(Method::PATCH, path, Some(&to_json(body)?))
+            .await?;
         unwrap_envelope(&self.url(path), &answer, key)
     }
 
@@ -268,19 +268,13 @@ impl Client {
     }
 
     pub async fn create_lease(&self, lease: &NewLease) -> Result<Lease> {
-        let body = serde_json::to_value(lease).map_err(|e| Error::Config(e.to_string()))?;
-        self.post("/leases", "lease", &body).await
+        self.post("/leases", "lease", lease).await
     }
 
     /// `PUT /v1/leases/{id}` with any of `name`, `start_date`, `end_date`,
     /// `before_end_date`, `reservations`.
-    pub async fn update_lease(
-        &self,
-        lease_id: &str,
-        changes: &Map<String, Value>,
-    ) -> Result<Lease> {
-        let body = Value::Object(changes.clone());
-        self.put(&format!("/leases/{}", segment(lease_id)), "lease", &body)
+    pub async fn update_lease(&self, lease_id: &str, changes: &LeaseUpdate) -> Result<Lease> {
+        self.put(&format!("/leases/{}", segment(lease_id)), "lease", changes)
             .await
     }
 
@@ -297,17 +291,25 @@ impl Client {
             .await
     }
 
-    /// Enrols a host: `name` plus hypervisor facts and extra capabilities as flat keys.
+    /// Enrols a host: `name` plus hypervisor facts and extra capabilities as flat keys (a
+    /// `name` among them wins).
     pub async fn create_host(&self, name: &str, extra: &Map<String, Value>) -> Result<Host> {
-        let mut body = Map::new();
-        body.insert("name".into(), Value::String(name.to_string()));
-        body.extend(extra.clone());
-        self.post("/os-hosts", "host", &Value::Object(body)).await
+        let mut values = extra.clone();
+        let name = values
+            .shift_remove("name")
+            .unwrap_or_else(|| Value::String(name.to_string()));
+        let body = NewHost {
+            name: Some(name),
+            values,
+        };
+        self.post("/os-hosts", "host", &body).await
     }
 
     /// Sets extra capabilities; a `null` value removes one.
     pub async fn update_host(&self, host_id: &str, values: &Map<String, Value>) -> Result<Host> {
-        let body = Value::Object(values.clone());
+        let body = HostUpdate {
+            values: values.clone(),
+        };
         self.put(&format!("/os-hosts/{}", segment(host_id)), "host", &body)
             .await
     }
@@ -355,10 +357,17 @@ impl Client {
         self.patch(
             &format!("/os-hosts/properties/{}", segment(name)),
             "resource_property",
-            &serde_json::json!({ "private": private }),
+            &PropertyUpdate {
+                private: Some(Value::Bool(private)),
+                ..PropertyUpdate::default()
+            },
         )
         .await
     }
+}
+
+fn to_json<B: Serialize + ?Sized>(body: &B) -> Result<Value> {
+    serde_json::to_value(body).map_err(|e| Error::Config(format!("cannot encode the request: {e}")))
 }
 
 /// Percent-encodes one path segment, so that a name with `/`, `?` or spaces stays one

@@ -7,8 +7,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
-use serde_json::json;
 
+use crate::convert::{Envelope, to_wire};
 use crate::error::{framework_error, method_not_allowed_fallback, not_found_fallback};
 use crate::state::AppState;
 use crate::{hosts, inventory, leases};
@@ -184,15 +184,7 @@ async fn versions(headers: HeaderMap) -> Response {
         .get("host")
         .and_then(|h| h.to_str().ok())
         .unwrap_or("127.0.0.1:1234");
-    let body = json!({
-        "versions": [{
-            "id": "v1.0",
-            "status": "CURRENT",
-            "links": [{"href": format!("http://{host}/v1"), "rel": "self"}],
-            "min_version": "1.0",
-            "max_version": "1.0",
-        }]
-    });
+    let body = Envelope("versions", [to_wire::version(host)]);
     (StatusCode::MULTIPLE_CHOICES, axum::Json(body)).into_response()
 }
 
@@ -200,13 +192,13 @@ async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> 
     match state.service.store().read().await {
         Ok(tx) => {
             let _ = tx.commit().await;
-            (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response()
+            (StatusCode::OK, axum::Json(to_wire::health("ok"))).into_response()
         }
         Err(e) => {
             tracing::error!(error = %e, "health check: database unreachable");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
-                axum::Json(json!({"status": "database unreachable"})),
+                axum::Json(to_wire::health("database unreachable")),
             )
                 .into_response()
         }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use axum::Json;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use blazar_api::{AuthError, AuthErrorDetail, ErrorBody};
 use blazar_service::Identity;
-use serde_json::json;
 
 use crate::ids::keystone_like_id;
 use crate::keystone::{Keystone, KeystoneError, Verdict};
@@ -44,11 +44,11 @@ impl IntoResponse for AuthFailure {
             AuthFailure::Unauthorized { www_authenticate } => {
                 let mut response = (
                     StatusCode::UNAUTHORIZED,
-                    Json(json!({"error": {
-                        "code": 401,
-                        "title": "Unauthorized",
-                        "message": "The request you have made requires authentication.",
-                    }})),
+                    Json(keystone_error(
+                        401,
+                        "Unauthorized",
+                        "The request you have made requires authentication.",
+                    )),
                 )
                     .into_response();
                 if let Some(value) = www_authenticate.and_then(|v| HeaderValue::from_str(&v).ok()) {
@@ -58,24 +58,36 @@ impl IntoResponse for AuthFailure {
             }
             AuthFailure::NotProjectScoped => (
                 StatusCode::FORBIDDEN,
-                Json(json!({
-                    "error_code": 403,
-                    "error_message": "The token is not scoped to a project; Blazar needs a \
-                                      project-scoped token",
-                    "error_name": 403,
-                })),
+                Json(ErrorBody {
+                    error_code: 403,
+                    error_message: "The token is not scoped to a project; Blazar needs a \
+                                    project-scoped token"
+                        .into(),
+                    error_name: serde_json::Value::from(403),
+                }),
             )
                 .into_response(),
             AuthFailure::Unavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"error": {
-                    "code": 503,
-                    "title": "Service Unavailable",
-                    "message": "The token could not be validated; try again later.",
-                }})),
+                Json(keystone_error(
+                    503,
+                    "Service Unavailable",
+                    "The token could not be validated; try again later.",
+                )),
             )
                 .into_response(),
         }
+    }
+}
+
+/// keystonemiddleware's error body.
+fn keystone_error(code: u16, title: &str, message: &str) -> AuthError {
+    AuthError {
+        error: AuthErrorDetail {
+            code,
+            title: title.to_string(),
+            message: message.to_string(),
+        },
     }
 }
 

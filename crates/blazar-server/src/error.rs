@@ -3,9 +3,9 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use blazar_api::ErrorBody;
+use blazar_api::{ErrorBody, FrameworkError};
 use blazar_service::ServiceError;
-use serde_json::json;
+use serde_json::Value;
 
 /// An error answered in Blazar's application error shape:
 /// `{"error_code": N, "error_message": "...", "error_name": N}`.
@@ -53,18 +53,18 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             // The cause is logged once, here; the user gets a generic body.
             tracing::error!(error = %self.message, "internal error");
-            let body = json!({
-                "error_code": 500,
-                "error_message": "Internal Server Error",
-                "error_name": "INTERNAL_SERVER_ERROR",
-            });
+            let body = ErrorBody {
+                error_code: 500,
+                error_message: "Internal Server Error".into(),
+                error_name: Value::from("INTERNAL_SERVER_ERROR"),
+            };
             return (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response();
         }
         let code = self.status.as_u16();
         let body = ErrorBody {
             error_code: code,
             error_message: self.message,
-            error_name: json!(code),
+            error_name: Value::from(code),
         };
         (self.status, Json(body)).into_response()
     }
@@ -75,7 +75,10 @@ impl IntoResponse for ApiError {
 pub fn framework_error(status: StatusCode, message: &str) -> Response {
     (
         status,
-        Json(json!({"error": status.as_u16(), "error_message": message})),
+        Json(FrameworkError {
+            error: status.as_u16(),
+            error_message: message.to_string(),
+        }),
     )
         .into_response()
 }

@@ -57,6 +57,19 @@ impl FromRequest<AppState> for JsonObject {
     }
 }
 
+/// A request body read into a `blazar-api` request type, through [`JsonObject`] (so a body
+/// that is not a JSON object gets the same answer).
+pub struct Wire<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned> FromRequest<AppState> for Wire<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let JsonObject(body) = JsonObject::from_request(req, state).await?;
+        crate::convert::from_wire::read(body).map(Wire)
+    }
+}
+
 fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",

@@ -4,12 +4,10 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use blazar_service::PropertyListing;
-use serde_json::{Value, json};
 
-use crate::convert;
+use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::ApiResult;
-use crate::extract::{Caller, JsonObject, Query};
+use crate::extract::{Caller, Query, Wire};
 use crate::reply::flag;
 use crate::state::AppState;
 
@@ -31,20 +29,21 @@ pub async fn list_hosts(
         .into_iter()
         .filter(|h| name.is_none_or(|n| &h.facts.hypervisor_hostname == n))
         .filter(|h| reservable.is_none_or(|r| h.reservable == r))
-        .map(convert::host)
+        .map(to_wire::host)
         .collect();
-    Ok(Json(convert::Envelope("hosts", hosts)))
+    Ok(Json(Envelope("hosts", hosts)))
 }
 
 pub async fn create_host(
     State(state): State<AppState>,
     Caller(identity): Caller,
-    JsonObject(body): JsonObject,
+    Wire(body): Wire<blazar_api::NewHost>,
 ) -> ApiResult<impl IntoResponse> {
+    let body = from_wire::new_host(&body)?;
     let host = state.service.create_host(&identity, &body).await?;
     Ok((
         StatusCode::CREATED,
-        Json(convert::Envelope("host", convert::host(host))),
+        Json(Envelope("host", to_wire::host(host))),
     ))
 }
 
@@ -54,17 +53,18 @@ pub async fn show_host(
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     let host = state.service.get_host(&identity, &id).await?;
-    Ok(Json(convert::Envelope("host", convert::host(host))))
+    Ok(Json(Envelope("host", to_wire::host(host))))
 }
 
 pub async fn update_host(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(id): Path<String>,
-    JsonObject(body): JsonObject,
+    Wire(body): Wire<blazar_api::HostUpdate>,
 ) -> ApiResult<impl IntoResponse> {
+    let body = from_wire::host_update(body);
     let host = state.service.update_host(&identity, &id, &body).await?;
-    Ok(Json(convert::Envelope("host", convert::host(host))))
+    Ok(Json(Envelope("host", to_wire::host(host))))
 }
 
 pub async fn delete_host(
@@ -90,8 +90,8 @@ pub async fn list_host_allocations(
             query.get("reservation_id").map(String::as_str),
         )
         .await?;
-    let allocations: Vec<_> = entries.into_iter().map(convert::allocation).collect();
-    Ok(Json(convert::Envelope("allocations", allocations)))
+    let allocations: Vec<_> = entries.into_iter().map(to_wire::allocation).collect();
+    Ok(Json(Envelope("allocations", allocations)))
 }
 
 pub async fn show_host_allocation(
@@ -99,7 +99,7 @@ pub async fn show_host_allocation(
     Caller(identity): Caller,
     Path(id): Path<String>,
     Query(query): Query,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let mut entries = state
         .service
         .host_allocations(
@@ -109,35 +109,8 @@ pub async fn show_host_allocation(
             query.get("reservation_id").map(String::as_str),
         )
         .await?;
-    let entry = entries.pop().map(convert::allocation);
-    Ok(Json(json!({ "allocation": entry })))
-}
-
-/// The body of Chameleon's re-allocation: which reservations of the resource to move.
-pub(crate) fn reallocation_filter(
-    body: &serde_json::Map<String, Value>,
-) -> ApiResult<blazar_service::ReallocationFilter> {
-    let text = |key: &str| -> ApiResult<Option<String>> {
-        match body.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_string())),
-            Some(other) => Err(crate::error::ApiError::bad_request(format!(
-                "Malformed parameter {key}: expected an id, got {other}"
-            ))),
-        }
-    };
-    if let Some(key) = body
-        .keys()
-        .find(|k| k.as_str() != "lease_id" && k.as_str() != "reservation_id")
-    {
-        return Err(crate::error::ApiError::bad_request(format!(
-            "Unknown field {key}; a re-allocation takes lease_id and reservation_id"
-        )));
-    }
-    Ok(blazar_service::ReallocationFilter {
-        lease_id: text("lease_id")?,
-        reservation_id: text("reservation_id")?,
-    })
+    let entry = entries.pop().map(to_wire::allocation);
+    Ok(Json(Envelope("allocation", entry)))
 }
 
 /// `PUT /v1/os-hosts/{id}/allocation` (Chameleon): moves reservations off the host.
@@ -145,14 +118,14 @@ pub async fn reallocate_host(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(id): Path<String>,
-    JsonObject(body): JsonObject,
-) -> ApiResult<Json<Value>> {
-    let filter = reallocation_filter(&body)?;
+    Wire(body): Wire<blazar_api::Reallocation>,
+) -> ApiResult<impl IntoResponse> {
+    let filter = from_wire::reallocation(body)?;
     let entry = state
         .service
         .reallocate_host(&identity, &id, &filter)
         .await?;
-    Ok(Json(json!({ "allocation": convert::allocation(entry) })))
+    Ok(Json(Envelope("allocation", to_wire::allocation(entry))))
 }
 
 /// `POST /v1/reconcile` (admin, additive): compares the cloud with the database once and
@@ -160,79 +133,46 @@ pub async fn reallocate_host(
 pub async fn reconcile(
     State(state): State<AppState>,
     Caller(identity): Caller,
-    JsonObject(body): JsonObject,
-) -> ApiResult<Json<Value>> {
-    let dry_run = match body.get("dry_run") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            return Err(crate::error::ApiError {
-                status: StatusCode::BAD_REQUEST,
-                message: format!(
-                    "Malformed parameter dry_run: expected true or false, got {other}"
-                ),
-            });
-        }
-    };
-    if let Some(key) = body.keys().find(|k| k.as_str() != "dry_run") {
-        return Err(crate::error::ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: format!("Unknown field {key}"),
-        });
-    }
-    let report = state.service.reconcile_for(&identity, !dry_run).await?;
-    Ok(Json(json!({ "reconcile": report })))
+    Wire(body): Wire<blazar_api::ReconcileRequest>,
+) -> ApiResult<impl IntoResponse> {
+    let apply = from_wire::reconcile(body)?;
+    let report = state.service.reconcile_for(&identity, apply).await?;
+    Ok(Json(Envelope(
+        "reconcile",
+        to_wire::reconcile_report(report),
+    )))
 }
 
 pub async fn list_host_properties(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Query(query): Query,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let listing = state
         .service
         .list_host_properties(&identity, flag(&query, "detail"), flag(&query, "all"))
         .await?;
-    Ok(Json(
-        json!({ "resource_properties": property_listing(listing) }),
-    ))
-}
-
-/// The `resource_properties` list: names, or names with values in detail mode.
-pub(crate) fn property_listing(listing: PropertyListing) -> Vec<Value> {
-    match listing {
-        PropertyListing::Names(names) => names
-            .into_iter()
-            .map(|n| json!({ "property": n }))
-            .collect(),
-        PropertyListing::Detail(details) => details
-            .into_iter()
-            .map(|p| {
-                let mut entry =
-                    json!({ "property": p.property_name, "private": p.private, "values": p.values });
-                // Chameleon's flag, only where set: Blazar's listing stays as it is.
-                if p.is_unique {
-                    entry["is_unique"] = json!(true);
-                }
-                entry
-            })
-            .collect(),
-    }
+    Ok(Json(Envelope(
+        "resource_properties",
+        to_wire::property_listing(listing),
+    )))
 }
 
 pub async fn update_host_property(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(name): Path<String>,
-    JsonObject(body): JsonObject,
-) -> ApiResult<Json<Value>> {
+    Wire(body): Wire<blazar_api::PropertyUpdate>,
+) -> ApiResult<impl IntoResponse> {
+    let body = from_wire::property_update(&body)?;
     let property = state
         .service
         .update_host_property(&identity, &name, &body)
         .await?;
-    Ok(Json(
-        json!({ "resource_property": convert::resource_property(property) }),
-    ))
+    Ok(Json(Envelope(
+        "resource_property",
+        to_wire::resource_property(property),
+    )))
 }
 
 /// `GET /v1/handovers[?resource_type=..][&lease_id=..][&all=true]`: who holds which resource
@@ -241,7 +181,7 @@ pub async fn list_handovers(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Query(query): Query,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let rows = state
         .service
         .handovers(
@@ -251,6 +191,6 @@ pub async fn list_handovers(
             flag(&query, "all"),
         )
         .await?;
-    let handovers: Vec<_> = rows.into_iter().map(convert::handover).collect();
-    Ok(Json(json!({ "handovers": handovers })))
+    let handovers: Vec<_> = rows.into_iter().map(to_wire::handover).collect();
+    Ok(Json(Envelope("handovers", handovers)))
 }

@@ -7,14 +7,11 @@ use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{get, patch};
 use axum::{Json, Router};
-use blazar_api::dates::{format_space, format_t};
-use blazar_core::{Flavor, ResourceRecord};
 use blazar_service::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
-use serde_json::{Map, Value, json};
 
-use crate::convert;
+use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::ApiResult;
-use crate::extract::{Caller, JsonObject, Query};
+use crate::extract::{Caller, JsonObject, Query, Wire};
 use crate::state::AppState;
 
 /// Envelope keys of a kind.
@@ -38,34 +35,6 @@ fn names(spec: &KindSpec) -> Names {
             many: "devices",
         },
     }
-}
-
-/// A pool resource as the API shows it: id, fixed fields, reservable, timestamps, then one
-/// key per extra capability. `raw_times` selects the `T` format Blazar uses for objects it
-/// returns straight from a write (a floating IP create).
-pub fn resource(r: ResourceRecord, raw_times: bool) -> Value {
-    let time = |t| {
-        if raw_times {
-            format_t(t)
-        } else {
-            format_space(t)
-        }
-    };
-    let mut out = Map::new();
-    out.insert("id".into(), Value::from(r.uid));
-    for (k, v) in r.attrs {
-        out.insert(k, v);
-    }
-    out.insert("reservable".into(), Value::from(r.reservable));
-    out.insert("created_at".into(), Value::from(time(r.created_at)));
-    out.insert(
-        "updated_at".into(),
-        r.updated_at.map_or(Value::Null, |t| Value::from(time(t))),
-    );
-    for (k, v) in r.capabilities {
-        out.entry(k).or_insert(Value::from(v));
-    }
-    Value::Object(out)
 }
 
 fn flag(query: &std::collections::HashMap<String, String>, key: &str) -> bool {
@@ -110,14 +79,14 @@ async fn reallocate_device(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(id): Path<String>,
-    JsonObject(body): JsonObject,
-) -> ApiResult<Json<Value>> {
-    let filter = crate::hosts::reallocation_filter(&body)?;
+    Wire(body): Wire<blazar_api::Reallocation>,
+) -> ApiResult<impl IntoResponse> {
+    let filter = from_wire::reallocation(body)?;
     let entry = state
         .service
         .reallocate_device(&identity, &id, &filter)
         .await?;
-    Ok(Json(json!({ "allocation": convert::allocation(entry) })))
+    Ok(Json(Envelope("allocation", to_wire::allocation(entry))))
 }
 
 pub fn floatingip_routes() -> Router<AppState> {
@@ -136,15 +105,15 @@ async fn list(
     State(state): State<AppState>,
     Caller(identity): Caller,
     spec: &'static KindSpec,
-) -> ApiResult<Json<Value>> {
-    let items: Vec<Value> = state
+) -> ApiResult<impl IntoResponse> {
+    let items: Vec<_> = state
         .service
         .list_resources(&identity, spec)
         .await?
         .into_iter()
-        .map(|r| resource(r, false))
+        .map(|r| to_wire::pool_resource(r, false))
         .collect();
-    Ok(Json(json!({ names(spec).many: items })))
+    Ok(Json(Envelope(names(spec).many, items)))
 }
 
 async fn create(
@@ -152,7 +121,8 @@ async fn create(
     Caller(identity): Caller,
     JsonObject(body): JsonObject,
     spec: &'static KindSpec,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<impl IntoResponse> {
+    let body = from_wire::new_resource(spec, body)?;
     let record = state
         .service
         .create_resource(&identity, spec, &body)
@@ -160,7 +130,10 @@ async fn create(
     let raw = spec.id_param == "floatingip_id";
     Ok((
         StatusCode::CREATED,
-        Json(json!({ names(spec).one: resource(record, raw) })),
+        Json(Envelope(
+            names(spec).one,
+            to_wire::pool_resource(record, raw),
+        )),
     ))
 }
 
@@ -169,23 +142,30 @@ async fn show(
     Caller(identity): Caller,
     Path(id): Path<String>,
     spec: &'static KindSpec,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let record = state.service.get_resource(&identity, spec, &id).await?;
-    Ok(Json(json!({ names(spec).one: resource(record, false) })))
+    Ok(Json(Envelope(
+        names(spec).one,
+        to_wire::pool_resource(record, false),
+    )))
 }
 
 async fn update(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(id): Path<String>,
-    JsonObject(body): JsonObject,
+    Wire(body): Wire<blazar_api::ResourceUpdate>,
     spec: &'static KindSpec,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
+    let body = from_wire::resource_update(body);
     let record = state
         .service
         .update_resource(&identity, spec, &id, &body)
         .await?;
-    Ok(Json(json!({ names(spec).one: resource(record, false) })))
+    Ok(Json(Envelope(
+        names(spec).one,
+        to_wire::pool_resource(record, false),
+    )))
 }
 
 async fn delete(
@@ -214,8 +194,8 @@ async fn allocations(
             query.get("reservation_id").map(String::as_str),
         )
         .await?;
-    let allocations: Vec<_> = entries.into_iter().map(convert::allocation).collect();
-    Ok(Json(convert::Envelope("allocations", allocations)))
+    let allocations: Vec<_> = entries.into_iter().map(to_wire::allocation).collect();
+    Ok(Json(Envelope("allocations", allocations)))
 }
 
 async fn allocation(
@@ -224,7 +204,7 @@ async fn allocation(
     Path(id): Path<String>,
     Query(query): Query,
     spec: &'static KindSpec,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let mut entries = state
         .service
         .resource_allocations(
@@ -235,9 +215,10 @@ async fn allocation(
             query.get("reservation_id").map(String::as_str),
         )
         .await?;
-    Ok(Json(
-        json!({ "allocation": entries.pop().map(convert::allocation) }),
-    ))
+    Ok(Json(Envelope(
+        "allocation",
+        entries.pop().map(to_wire::allocation),
+    )))
 }
 
 async fn properties(
@@ -245,44 +226,33 @@ async fn properties(
     Caller(identity): Caller,
     Query(query): Query,
     spec: &'static KindSpec,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let listing = state
         .service
         .list_resource_properties(&identity, spec, flag(&query, "detail"), flag(&query, "all"))
         .await?;
-    Ok(Json(
-        json!({ "resource_properties": crate::hosts::property_listing(listing) }),
-    ))
+    Ok(Json(Envelope(
+        "resource_properties",
+        to_wire::property_listing(listing),
+    )))
 }
 
 async fn update_property(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(name): Path<String>,
-    JsonObject(body): JsonObject,
+    Wire(body): Wire<blazar_api::PropertyUpdate>,
     spec: &'static KindSpec,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
+    let body = from_wire::property_update(&body)?;
     let property = state
         .service
         .update_resource_property(&identity, spec, &name, &body)
         .await?;
-    Ok(Json(
-        json!({ "resource_property": convert::resource_property(property) }),
-    ))
-}
-
-fn flavor(f: Flavor) -> Value {
-    json!({
-        "id": f.id,
-        "name": f.name,
-        "vcpus": f.vcpus,
-        "ram": f.ram,
-        "disk": f.disk,
-        "OS-FLV-EXT-DATA:ephemeral": f.ephemeral,
-        "extra_specs": f.extra_specs,
-        "created_at": format_space(f.created_at),
-        "updated_at": f.updated_at.map(format_space),
-    })
+    Ok(Json(Envelope(
+        "resource_property",
+        to_wire::resource_property(property),
+    )))
 }
 
 pub fn flavor_routes() -> Router<AppState> {
@@ -294,26 +264,27 @@ pub fn flavor_routes() -> Router<AppState> {
 async fn list_flavors(
     State(state): State<AppState>,
     Caller(identity): Caller,
-) -> ApiResult<Json<Value>> {
-    let flavors: Vec<Value> = state
+) -> ApiResult<impl IntoResponse> {
+    let flavors: Vec<_> = state
         .service
         .list_flavors(&identity)
         .await?
         .into_iter()
-        .map(flavor)
+        .map(to_wire::flavor)
         .collect();
-    Ok(Json(json!({ "flavors": flavors })))
+    Ok(Json(Envelope("flavors", flavors)))
 }
 
 async fn create_flavor(
     State(state): State<AppState>,
     Caller(identity): Caller,
-    JsonObject(body): JsonObject,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+    Wire(body): Wire<blazar_api::NewFlavor>,
+) -> ApiResult<impl IntoResponse> {
+    let body = from_wire::new_flavor(&body)?;
     let created = state.service.create_flavor(&identity, &body).await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({ "flavor": flavor(created) })),
+        Json(Envelope("flavor", to_wire::flavor(created))),
     ))
 }
 
@@ -321,10 +292,9 @@ async fn show_flavor(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({ "flavor": flavor(state.service.get_flavor(&identity, &id).await?) }),
-    ))
+) -> ApiResult<impl IntoResponse> {
+    let flavor = state.service.get_flavor(&identity, &id).await?;
+    Ok(Json(Envelope("flavor", to_wire::flavor(flavor))))
 }
 
 async fn delete_flavor(
@@ -341,22 +311,11 @@ pub async fn list_notifications(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Query(query): Query,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<impl IntoResponse> {
     let rows = state
         .service
         .notifications(&identity, query.get("lease_id").map(String::as_str))
         .await?;
-    let items: Vec<Value> = rows
-        .into_iter()
-        .map(|n| {
-            json!({
-                "id": n.id,
-                "event_type": n.event_type,
-                "lease_id": n.lease_id,
-                "payload": n.payload,
-                "created_at": format_t(n.created_at),
-            })
-        })
-        .collect();
-    Ok(Json(json!({ "notifications": items })))
+    let items: Vec<_> = rows.into_iter().map(to_wire::notification).collect();
+    Ok(Json(Envelope("notifications", items)))
 }

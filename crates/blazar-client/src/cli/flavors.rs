@@ -122,22 +122,17 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {
         let (key, value) = pair.split_once('=').unwrap_or((pair.as_str(), ""));
         specs.insert(key.to_string(), Value::String(value.to_string()));
     }
-    let mut body = serde_json::json!({
-        "name": args.name,
-        "vcpus": args.vcpus,
-        "ram": args.ram,
-        "disk": args.disk,
-        "extra_specs": specs,
-    });
-    if let Some(object) = body.as_object_mut() {
-        if let Some(ephemeral) = args.ephemeral {
-            // Nova's name for it, which the server accepts as is.
-            object.insert("OS-FLV-EXT-DATA:ephemeral".into(), Value::from(ephemeral));
-        }
-        if let Some(id) = &args.id {
-            object.insert("id".into(), Value::String(id.clone()));
-        }
-    }
+    let body = blazar_client::api::NewFlavor {
+        id: args.id.clone().map(Value::String),
+        name: Some(Value::String(args.name.clone())),
+        vcpus: Some(Value::from(args.vcpus)),
+        ram: Some(Value::from(args.ram)),
+        disk: Some(Value::from(args.disk)),
+        // Nova's name for it, which the server accepts as is.
+        nova_ephemeral: args.ephemeral.map(Value::from),
+        extra_specs: Some(Value::Object(specs)),
+        ..Default::default()
+    };
     let object: Map<String, Value> = ctx.client.post("/flavors", "flavor", &body).await?;
     let table = show_object(ctx, object, &args.out)?;
     emit(&format!("Created a new flavor:\n{table}"));

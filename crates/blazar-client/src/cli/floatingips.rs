@@ -89,10 +89,11 @@ pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {
 }
 
 pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {
-    let body = serde_json::json!({
-        "floating_network_id": args.network_id,
-        "floating_ip_address": args.floating_ip_address,
-    });
+    let body = blazar_client::api::NewFloatingIp {
+        floating_network_id: Some(Value::String(args.network_id.clone())),
+        floating_ip_address: Some(Value::String(args.floating_ip_address.clone())),
+        ..Default::default()
+    };
     let object: Map<String, Value> = ctx.client.post("/floatingips", "floatingip", &body).await?;
     let table = show_object(ctx, object, &args.out)?;
     emit(&format!("Created a new floatingip:\n{table}"));

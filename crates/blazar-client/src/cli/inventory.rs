@@ -2,7 +2,12 @@
 //! `network-*` and `device-*` (`/v1/networks`, `/v1/devices`, the Chameleon API shape):
 //! list, show, create, update, unset, delete, and their resource properties.
 
+use blazar_client::api::{
+    HostUpdate, NewDevice, NewHost, NewNetwork, PropertyUpdate, Reallocation, ResourceUpdate,
+};
 use clap::{ArgGroup, Args};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::leases::show_object;
@@ -310,16 +315,13 @@ pub async fn show(ctx: &Context, kind: &Kind, args: ShowArgs) -> CliResult {
     Ok(())
 }
 
-async fn create(
-    ctx: &Context,
-    kind: &Kind,
-    body: Map<String, Value>,
-    out: &ShowOutput,
-) -> CliResult {
-    let object: Map<String, Value> = ctx
-        .client
-        .post(kind.path, kind.resource, &Value::Object(body))
-        .await?;
+/// A body built as flat keys (fixed fields and `--extra` ones alike), as its request type.
+fn request<T: DeserializeOwned>(body: Map<String, Value>) -> CliResult<T> {
+    serde_json::from_value(Value::Object(body)).map_err(|e| Failure::plain(e.to_string()))
+}
+
+async fn create<B: Serialize>(ctx: &Context, kind: &Kind, body: &B, out: &ShowOutput) -> CliResult {
+    let object: Map<String, Value> = ctx.client.post(kind.path, kind.resource, body).await?;
     let table = show_object(ctx, object, out)?;
     emit(&format!("Created a new {}:\n{table}", kind.resource));
     Ok(())
@@ -329,7 +331,8 @@ pub async fn create_host(ctx: &Context, args: HostCreateArgs) -> CliResult {
     let mut body = Map::new();
     body.insert("name".into(), Value::String(args.name.clone()));
     body.extend(extras(&args.extra));
-    create(ctx, &Kind::HOST, body, &args.out).await
+    let body: NewHost = request(body)?;
+    create(ctx, &Kind::HOST, &body, &args.out).await
 }
 
 pub async fn create_network(ctx: &Context, args: NetworkCreateArgs) -> CliResult {
@@ -356,7 +359,8 @@ pub async fn create_network(ctx: &Context, args: NetworkCreateArgs) -> CliResult
     body.insert("physical_network".into(), physical_network);
     body.insert("segment_id".into(), Value::String(args.segment_id.clone()));
     body.extend(extras(&args.extra));
-    create(ctx, &Kind::NETWORK, body, &args.out).await
+    let body: NewNetwork = request(body)?;
+    create(ctx, &Kind::NETWORK, &body, &args.out).await
 }
 
 pub async fn create_device(ctx: &Context, args: DeviceCreateArgs) -> CliResult {
@@ -371,7 +375,8 @@ pub async fn create_device(ctx: &Context, args: DeviceCreateArgs) -> CliResult {
         Value::String(args.device_driver.clone()),
     );
     body.extend(extras(&args.extra));
-    create(ctx, &Kind::DEVICE, body, &args.out).await
+    let body: NewDevice = request(body)?;
+    create(ctx, &Kind::DEVICE, &body, &args.out).await
 }
 
 async fn put_values(
@@ -381,14 +386,14 @@ async fn put_values(
     values: Map<String, Value>,
 ) -> CliResult {
     let id = find_id(ctx, &kind.lookup(), given).await?;
-    let _: Value = ctx
-        .client
-        .put(
-            &kind.object_path(&id),
-            kind.resource,
-            &Value::Object(values),
-        )
-        .await?;
+    let path = kind.object_path(&id);
+    let _: Value = if kind.resource == Kind::HOST.resource {
+        let body = HostUpdate { values };
+        ctx.client.put(&path, kind.resource, &body).await?
+    } else {
+        let body = ResourceUpdate { values };
+        ctx.client.put(&path, kind.resource, &body).await?
+    };
     emit(&format!("Updated {}: {given}\n", kind.resource));
     Ok(())
 }
@@ -442,17 +447,18 @@ pub async fn delete(ctx: &Context, kind: &Kind, args: DeleteArgs) -> CliResult {
 
 pub async fn reallocate(ctx: &Context, kind: &Kind, args: ReallocateArgs) -> CliResult {
     let id = find_id(ctx, &kind.lookup(), &args.id).await?;
-    let mut body = Map::new();
+    let mut body = Reallocation::default();
     if let Some(reservation) = &args.reservation_id {
-        body.insert("reservation_id".into(), Value::String(reservation.clone()));
+        body.reservation_id = Some(Value::String(reservation.clone()));
     } else if let Some(lease) = &args.lease_id {
-        body.insert("lease_id".into(), Value::String(lease.clone()));
+        body.lease_id = Some(Value::String(lease.clone()));
     }
+    let body = serde_json::to_value(&body).map_err(|e| Failure::plain(e.to_string()))?;
     ctx.client
         .send(
             reqwest::Method::PUT,
             &format!("{}/allocation", kind.object_path(&id)),
-            Some(&Value::Object(body)),
+            Some(&body),
         )
         .await?;
     emit(&format!("Reallocated {}: {}\n", kind.resource, args.id));
@@ -524,7 +530,10 @@ pub async fn property_show(ctx: &Context, kind: &Kind, args: PropertyShowArgs) -
 }
 
 pub async fn property_set(ctx: &Context, kind: &Kind, args: PropertySetArgs) -> CliResult {
-    let body = serde_json::json!({ "private": args.private });
+    let body = PropertyUpdate {
+        private: Some(Value::Bool(args.private)),
+        ..PropertyUpdate::default()
+    };
     let _: Value = ctx
         .client
         .patch(

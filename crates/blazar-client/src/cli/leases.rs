@@ -4,6 +4,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use blazar_client::NewLease;
+use blazar_client::api::LeaseUpdate;
 use blazar_client::time::{
     DateInput, describe_duration, floor_minute, format_minute, parse_date, parse_duration,
     parse_wire,
@@ -369,12 +370,16 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
         .map(|e| parse_event(e))
         .collect::<CliResult<Vec<_>>>()?;
     let request = NewLease {
-        name: args.name.clone(),
-        start_date: start.to_wire(),
-        end_date: end.to_wire(),
-        before_end_date: before_end,
-        reservations,
-        events,
+        name: Some(Value::String(args.name.clone())),
+        start_date: Some(Value::String(start.to_wire())),
+        end_date: Some(Value::String(end.to_wire())),
+        // Sent as null when not given, as python-blazarclient sends it.
+        before_end_date: Some(before_end.map_or(Value::Null, Value::String)),
+        reservations: Some(Value::Array(
+            reservations.into_iter().map(Value::Object).collect(),
+        )),
+        events: Some(Value::Array(events)),
+        ..NewLease::default()
     };
     let timeout = args
         .timeout
@@ -382,8 +387,7 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
         .map(|t| std_duration("--timeout", t))
         .transpose()?;
     let poll = std_duration("--poll-interval", &args.poll_interval)?;
-    let body = serde_json::to_value(&request).map_err(|e| Failure::plain(e.to_string()))?;
-    let lease: Map<String, Value> = ctx.client.post("/leases", "lease", &body).await?;
+    let lease: Map<String, Value> = ctx.client.post("/leases", "lease", &request).await?;
     let id = lease
         .get("id")
         .and_then(Value::as_str)
@@ -441,10 +445,6 @@ fn shifted(
 
 pub async fn update(ctx: &Context, args: UpdateArgs) -> CliResult {
     let now = Utc::now();
-    let mut values = Map::new();
-    if let Some(name) = &args.name {
-        values.insert("name".into(), Value::String(name.clone()));
-    }
     // Every option is checked before the first request, so a typo costs no round trip.
     let prolong = args
         .prolong_for
@@ -495,28 +495,21 @@ pub async fn update(ctx: &Context, args: UpdateArgs) -> CliResult {
         (None, Some((option, delta))) => Some(shifted(&lease, "start_date", option, delta)?),
         (None, None) => None,
     };
-    if let Some(end) = end {
-        values.insert("end_date".into(), Value::String(end));
-    }
-    if let Some(start) = start {
-        values.insert("start_date".into(), Value::String(start));
-    }
-    if let Some(date) = before_end_date {
-        values.insert("before_end_date".into(), Value::String(date));
-    }
-    if !reservations.is_empty() {
-        values.insert("reservations".into(), Value::Array(reservations));
-    }
-    if values.is_empty() {
+    let changes = LeaseUpdate {
+        name: args.name.clone().map(Value::String),
+        start_date: start.map(Value::String),
+        end_date: end.map(Value::String),
+        before_end_date: before_end_date.map(Value::String),
+        reservations: (!reservations.is_empty()).then_some(Value::Array(reservations)),
+        ..LeaseUpdate::default()
+    };
+    if changes == LeaseUpdate::default() {
         return Err(Failure::plain(
             "No values to update passed: give --name, --end-date, --prolong-for, --reduce-by, \
              --start-date, --defer-by, --advance-by, --before-end-date or --reservation",
         ));
     }
-    let _: Value = ctx
-        .client
-        .put(&path, "lease", &Value::Object(values))
-        .await?;
+    let _: Value = ctx.client.put(&path, "lease", &changes).await?;
     emit(&format!("Updated lease: {}\n", args.id));
     Ok(())
 }

@@ -1,29 +1,17 @@
-//! Domain to wire: the one place where stored rows become Blazar's JSON objects.
-
-/// A body with one key, `{"<key>": value}`, serialized straight to bytes: large lists (10,000
-/// hosts) never go through an intermediate `serde_json::Value` tree.
-pub struct Envelope<T>(pub &'static str, pub T);
-
-impl<T: serde::Serialize> serde::Serialize for Envelope<T> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(1))?;
-        map.serialize_entry(self.0, &self.1)?;
-        map.end()
-    }
-}
+//! Domain to wire: stored records and use-case answers become `blazar-api` response types.
 
 use std::collections::BTreeMap;
 
 use blazar_api::dates::{format_space, format_t};
 use blazar_api::{
-    Action, Allocation, AllocationReservation, Event, Handover, Host, Lease, Reservation,
-    ResourceProperty,
+    Action, Allocation, AllocationReservation, Event, Flavor, Handover, Health, Host, Lease, Link,
+    Notification, PoolResource, PropertyDetail, PropertyListing, PropertyName, ReconcileReport,
+    Reservation, ReservationAllocation, ResourceProperty, Version,
 };
-use blazar_core::{ActionRecord, Property};
+use blazar_core::{ActionRecord, Property, ResourceRecord};
 use blazar_core::{HostRecord, LeaseView};
-use blazar_service::AllocationEntry;
-use serde_json::Value;
+use blazar_service::{AllocationEntry, GrantRow, NotificationRow};
+use serde_json::{Map, Value};
 
 pub fn host(h: HostRecord) -> Host {
     let capabilities: BTreeMap<String, Value> = h
@@ -63,6 +51,7 @@ fn reservation(r: blazar_core::Reservation) -> Reservation {
         created_at: format_space(r.created_at),
         updated_at: r.updated_at.map(format_space),
         params: r.spec.fields(),
+        allocations: None,
     }
 }
 
@@ -95,6 +84,27 @@ pub fn lease(v: LeaseView) -> Lease {
         reservations: v.reservations.into_iter().map(reservation).collect(),
         events: v.events.into_iter().map(event).collect(),
     }
+}
+
+/// A lease with, in each reservation, what it was granted (`?allocations=true`).
+pub fn lease_with_grants(v: LeaseView, grants: &[GrantRow]) -> Lease {
+    let mut lease = lease(v);
+    for reservation in &mut lease.reservations {
+        reservation.allocations = Some(
+            grants
+                .iter()
+                .filter(|g| g.reservation_id == reservation.id)
+                .map(|g| ReservationAllocation {
+                    resource_type: g.resource_type.clone(),
+                    resource_id: g.resource_id.clone(),
+                    start_date: format_t(g.start),
+                    end_date: format_t(g.end),
+                    units: g.units,
+                })
+                .collect(),
+        );
+    }
+    lease
 }
 
 pub fn allocation(a: AllocationEntry) -> Allocation {
@@ -156,5 +166,109 @@ pub fn action(row: &ActionRecord) -> Action {
         not_before: format_t(row.not_before),
         created_at: format_t(row.created_at),
         updated_at: row.updated_at.map(format_t),
+    }
+}
+
+/// A floating IP, network segment or device. `raw_times` selects the `T` format Blazar uses
+/// for objects it returns straight from a write (a floating IP create).
+pub fn pool_resource(r: ResourceRecord, raw_times: bool) -> PoolResource {
+    let time = |t| {
+        if raw_times {
+            format_t(t)
+        } else {
+            format_space(t)
+        }
+    };
+    let own = |k: &str| matches!(k, "id" | "reservable" | "created_at" | "updated_at");
+    let fields: Map<String, Value> = r.attrs.into_iter().filter(|(k, _)| !own(k)).collect();
+    // A capability never hides a key of the object itself.
+    let capabilities = r
+        .capabilities
+        .into_iter()
+        .filter(|(k, _)| !own(k) && !fields.contains_key(k))
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    PoolResource {
+        id: r.uid,
+        fields,
+        reservable: r.reservable,
+        created_at: time(r.created_at),
+        updated_at: r.updated_at.map(time),
+        capabilities,
+    }
+}
+
+/// The `resource_properties` list: names, or names with values in detail mode.
+pub fn property_listing(listing: blazar_service::PropertyListing) -> PropertyListing {
+    match listing {
+        blazar_service::PropertyListing::Names(names) => PropertyListing::Names(
+            names
+                .into_iter()
+                .map(|property| PropertyName { property })
+                .collect(),
+        ),
+        blazar_service::PropertyListing::Detail(details) => PropertyListing::Detail(
+            details
+                .into_iter()
+                .map(|p| PropertyDetail {
+                    property: p.property_name,
+                    private: p.private,
+                    values: p.values,
+                    is_unique: p.is_unique,
+                })
+                .collect(),
+        ),
+    }
+}
+
+pub fn flavor(f: blazar_core::Flavor) -> Flavor {
+    Flavor {
+        id: f.id,
+        name: f.name,
+        vcpus: f.vcpus,
+        ram: f.ram,
+        disk: f.disk,
+        ephemeral: f.ephemeral,
+        extra_specs: f.extra_specs,
+        created_at: format_space(f.created_at),
+        updated_at: f.updated_at.map(format_space),
+    }
+}
+
+pub fn notification(n: NotificationRow) -> Notification {
+    Notification {
+        id: n.id,
+        event_type: n.event_type,
+        lease_id: n.lease_id,
+        payload: n.payload,
+        created_at: format_t(n.created_at),
+    }
+}
+
+pub fn reconcile_report(r: blazar_service::ReconcileReport) -> ReconcileReport {
+    ReconcileReport {
+        applied: r.applied,
+        repairs: r.repairs,
+    }
+}
+
+/// The one API version, as the version document lists it; `host` is the address the caller
+/// used.
+pub fn version(host: &str) -> Version {
+    Version {
+        id: "v1.0".into(),
+        status: "CURRENT".into(),
+        links: vec![Link {
+            href: format!("http://{host}/v1"),
+            rel: "self".into(),
+        }],
+        min_version: "1.0".into(),
+        max_version: "1.0".into(),
+    }
+}
+
+pub fn health(status: &str) -> Health {
+    Health {
+        status: status.to_string(),
     }
 }

@@ -1,0 +1,400 @@
+//! Wire to domain: request bodies, read into `blazar-api` request types, become what the
+//! service takes. Blazar's strictness and messages live here: unknown and server-managed
+//! fields, missing fields and wrong types are 400s naming the field.
+//!
+//! Lease bodies become the service's `NewLease` and `LeaseUpdate`. The inventory use cases
+//! (hosts, floating IPs, networks, devices, flavors, properties) check their bodies key by key
+//! in the service, which takes them as flat maps; for those this module only hands the
+//! request over as such a map.
+
+use blazar_api::dates::{InputDate, parse_input, parse_minute};
+use blazar_core::When;
+use blazar_service::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS, ReallocationFilter};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::error::{ApiError, ApiResult};
+
+/// Reads a JSON object into a request type. The request types read any object, so this
+/// fails only on a type that does not.
+pub fn read<T: DeserializeOwned>(body: Map<String, Value>) -> ApiResult<T> {
+    serde_json::from_value(Value::Object(body))
+        .map_err(|e| ApiError::bad_request(format!("The request body is malformed: {e}")))
+}
+
+/// A request the service checks key by key, as the flat map it takes: the body's own keys
+/// first, then the others in the order they were sent.
+fn flat<T: Serialize>(body: &T) -> ApiResult<Map<String, Value>> {
+    match serde_json::to_value(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Ok(Map::new()),
+        Err(e) => Err(ApiError {
+            status: axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!("re-reading a request body: {e}"),
+        }),
+    }
+}
+
+/// Lease fields the server sets; a request naming one is refused rather than ignored.
+const PROTECTED_LEASE_FIELDS: &[&str] = &[
+    "id",
+    "project_id",
+    "user_id",
+    "trust_id",
+    "status",
+    "degraded",
+    "created_at",
+    "updated_at",
+];
+
+const NEW_LEASE_FIELDS: &[&str] = &[
+    "name",
+    "start_date",
+    "end_date",
+    "before_end_date",
+    "reservations",
+    "events",
+];
+
+const LEASE_UPDATE_FIELDS: &[&str] = &[
+    "name",
+    "start_date",
+    "end_date",
+    "before_end_date",
+    "reservations",
+];
+
+/// Refuses the keys a lease body does not define (`other`), server-managed ones first.
+fn check_lease_fields(other: &Map<String, Value>, accepted: &[&str]) -> ApiResult<()> {
+    let (protected, unknown): (Vec<&str>, Vec<&str>) = other
+        .keys()
+        .map(String::as_str)
+        .partition(|key| PROTECTED_LEASE_FIELDS.contains(key));
+    if !protected.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "{} cannot be set: the server manages these fields",
+            protected.join(", ")
+        )));
+    }
+    if !unknown.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Unknown field(s) {}; accepted fields: {}",
+            unknown.join(", "),
+            accepted.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// A sent value; `null` is as good as absent.
+fn given(value: Option<Value>) -> Option<Value> {
+    value.filter(|v| !v.is_null())
+}
+
+fn string_field(key: &str, value: Option<Value>) -> ApiResult<Option<String>> {
+    match given(value) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "Malformed parameter {key}: expected a string, got {other}"
+        ))),
+    }
+}
+
+fn invalid_date(value: &str) -> ApiError {
+    ApiError::bad_request(format!(
+        "{value} is an invalid date. Required format: %Y-%m-%d %H:%M"
+    ))
+}
+
+fn when_field(key: &str, value: Option<Value>) -> ApiResult<Option<When>> {
+    let Some(text) = string_field(key, value)? else {
+        return Ok(None);
+    };
+    match parse_input(&text) {
+        Some(InputDate::Now) => Ok(Some(When::Now)),
+        Some(InputDate::At(t)) => Ok(Some(When::At(t))),
+        None => Err(invalid_date(&text)),
+    }
+}
+
+fn before_end_field(value: Option<Value>) -> ApiResult<Option<DateTime<Utc>>> {
+    match string_field("before_end_date", value)? {
+        None => Ok(None),
+        Some(text) => parse_minute(&text)
+            .map(Some)
+            .ok_or_else(|| invalid_date(&text)),
+    }
+}
+
+fn reservations_field(value: Option<Value>) -> ApiResult<Option<Vec<Map<String, Value>>>> {
+    match given(value) {
+        None => Ok(None),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::Object(map) => Ok(map),
+                other => Err(ApiError::bad_request(format!(
+                    "Malformed parameter reservations: item {} must be an object, got {other}",
+                    i + 1
+                ))),
+            })
+            .collect::<ApiResult<Vec<_>>>()
+            .map(Some),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "Malformed parameter reservations: expected a list, got {other}"
+        ))),
+    }
+}
+
+/// `POST /v1/leases`.
+pub fn new_lease(body: blazar_api::NewLease) -> ApiResult<blazar_service::NewLease> {
+    check_lease_fields(&body.other, NEW_LEASE_FIELDS)?;
+    let missing: Vec<&str> = [
+        ("name", &body.name),
+        ("start_date", &body.start_date),
+        ("end_date", &body.end_date),
+    ]
+    .into_iter()
+    .filter(|(_, value)| value.as_ref().is_none_or(Value::is_null))
+    .map(|(key, _)| key)
+    .collect();
+    if !missing.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "Missing parameter {}",
+            missing.join(", ")
+        )));
+    }
+    match given(body.events) {
+        None => {}
+        Some(Value::Array(items)) if items.is_empty() => {}
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "Custom lease events are not supported: send \"events\": [] or leave it out; \
+                 the start, end and before-end events are created from the dates",
+            ));
+        }
+    }
+    Ok(blazar_service::NewLease {
+        name: string_field("name", body.name)?.unwrap_or_default(),
+        start: when_field("start_date", body.start_date)?.unwrap_or(When::Now),
+        end: when_field("end_date", body.end_date)?.unwrap_or(When::Now),
+        before_end: before_end_field(body.before_end_date)?,
+        reservations: reservations_field(body.reservations)?.unwrap_or_default(),
+    })
+}
+
+/// `PUT /v1/leases/{id}`.
+pub fn lease_update(body: blazar_api::LeaseUpdate) -> ApiResult<blazar_service::LeaseUpdate> {
+    check_lease_fields(&body.other, LEASE_UPDATE_FIELDS)?;
+    Ok(blazar_service::LeaseUpdate {
+        name: string_field("name", body.name)?,
+        start: when_field("start_date", body.start_date)?,
+        end: when_field("end_date", body.end_date)?,
+        before_end: before_end_field(body.before_end_date)?,
+        reservations: reservations_field(body.reservations)?,
+    })
+}
+
+/// `POST /v1/os-hosts`.
+pub fn new_host(body: &blazar_api::NewHost) -> ApiResult<Map<String, Value>> {
+    flat(body)
+}
+
+/// `PUT /v1/os-hosts/{id}`.
+pub fn host_update(body: blazar_api::HostUpdate) -> Map<String, Value> {
+    body.values
+}
+
+/// `POST` of a floating IP, network segment or device, read as the kind's request type.
+pub fn new_resource(spec: &KindSpec, body: Map<String, Value>) -> ApiResult<Map<String, Value>> {
+    if spec.kind == FLOATINGIPS.kind {
+        flat(&read::<blazar_api::NewFloatingIp>(body)?)
+    } else if spec.kind == NETWORKS.kind {
+        flat(&read::<blazar_api::NewNetwork>(body)?)
+    } else if spec.kind == DEVICES.kind {
+        flat(&read::<blazar_api::NewDevice>(body)?)
+    } else {
+        Ok(body)
+    }
+}
+
+/// `PUT` of a floating IP, network segment or device.
+pub fn resource_update(body: blazar_api::ResourceUpdate) -> Map<String, Value> {
+    body.values
+}
+
+/// `PATCH .../properties/{name}`.
+pub fn property_update(body: &blazar_api::PropertyUpdate) -> ApiResult<Map<String, Value>> {
+    flat(body)
+}
+
+/// `POST /v1/flavors`.
+pub fn new_flavor(body: &blazar_api::NewFlavor) -> ApiResult<Map<String, Value>> {
+    flat(body)
+}
+
+/// Chameleon's re-allocation: which reservations of the resource to move.
+pub fn reallocation(body: blazar_api::Reallocation) -> ApiResult<ReallocationFilter> {
+    let text = |key: &str, value: Option<Value>| -> ApiResult<Option<String>> {
+        match given(value) {
+            None => Ok(None),
+            Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.trim().to_string())),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "Malformed parameter {key}: expected an id, got {other}"
+            ))),
+        }
+    };
+    if let Some(key) = body.other.keys().next() {
+        return Err(ApiError::bad_request(format!(
+            "Unknown field {key}; a re-allocation takes lease_id and reservation_id"
+        )));
+    }
+    Ok(ReallocationFilter {
+        lease_id: text("lease_id", body.lease_id)?,
+        reservation_id: text("reservation_id", body.reservation_id)?,
+    })
+}
+
+/// `POST /v1/reconcile`: whether to repair (false for a dry run).
+pub fn reconcile(body: blazar_api::ReconcileRequest) -> ApiResult<bool> {
+    let dry_run = match given(body.dry_run) {
+        None => false,
+        Some(Value::Bool(b)) => b,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "Malformed parameter dry_run: expected true or false, got {other}"
+            )));
+        }
+    };
+    if let Some(key) = body.other.keys().next() {
+        return Err(ApiError::bad_request(format!("Unknown field {key}")));
+    }
+    Ok(!dry_run)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn message<T: std::fmt::Debug>(result: ApiResult<T>) -> String {
+        result.unwrap_err().message
+    }
+
+    fn lease(body: Value) -> ApiResult<blazar_service::NewLease> {
+        let Value::Object(map) = body else {
+            panic!("not an object")
+        };
+        new_lease(read(map)?)
+    }
+
+    #[test]
+    fn a_lease_create_names_what_is_wrong() {
+        assert_eq!(
+            message(lease(
+                json!({"zz": 1, "status": "x", "name": "a", "id": 2, "aa": 3})
+            )),
+            "status, id cannot be set: the server manages these fields"
+        );
+        assert_eq!(
+            message(lease(json!({"zz": 1, "name": "a", "aa": 3}))),
+            "Unknown field(s) zz, aa; accepted fields: name, start_date, end_date, \
+             before_end_date, reservations, events"
+        );
+        assert_eq!(
+            message(lease(json!({"name": "a", "start_date": null}))),
+            "Missing parameter start_date, end_date"
+        );
+        assert_eq!(
+            message(lease(
+                json!({"name": 5, "start_date": "now", "end_date": "now"})
+            )),
+            "Malformed parameter name: expected a string, got 5"
+        );
+        assert_eq!(
+            message(lease(
+                json!({"name": "a", "start_date": "now", "end_date": "2030-01-01 10:00:00"})
+            )),
+            "2030-01-01 10:00:00 is an invalid date. Required format: %Y-%m-%d %H:%M"
+        );
+        assert_eq!(
+            message(lease(
+                json!({"name": "a", "start_date": "now", "end_date": "now", "reservations": [1]})
+            )),
+            "Malformed parameter reservations: item 1 must be an object, got 1"
+        );
+        assert!(
+            message(lease(
+                json!({"name": "a", "start_date": "now", "end_date": "now", "events": [{}]})
+            ))
+            .starts_with("Custom lease events are not supported")
+        );
+        let ok = lease(json!({
+            "name": "a", "start_date": "now", "end_date": "2030-01-01 10:00",
+            "before_end_date": null, "reservations": [{"resource_type": "physical:host"}],
+            "events": [],
+        }))
+        .unwrap();
+        assert_eq!(ok.name, "a");
+        assert_eq!(ok.start, When::Now);
+        assert_eq!(ok.before_end, None);
+        assert_eq!(ok.reservations.len(), 1);
+    }
+
+    #[test]
+    fn a_lease_update_takes_no_events() {
+        let update: blazar_api::LeaseUpdate = read(
+            json!({"events": [], "name": "b"})
+                .as_object()
+                .unwrap()
+                .clone(),
+        )
+        .unwrap();
+        assert_eq!(
+            message(lease_update(update)),
+            "Unknown field(s) events; accepted fields: name, start_date, end_date, \
+             before_end_date, reservations"
+        );
+    }
+
+    #[test]
+    fn bodies_the_service_checks_keep_every_key_sent() {
+        let body = json!({"vcpus": "x", "name": null, "hypervisor_hostname": "h", "gpu": null});
+        let host: blazar_api::NewHost = read(body.as_object().unwrap().clone()).unwrap();
+        let flat = new_host(&host).unwrap();
+        assert_eq!(flat.get("name"), Some(&Value::Null), "a sent null stays");
+        assert_eq!(flat.len(), 4);
+        let property: blazar_api::PropertyUpdate =
+            read(json!({"private": null}).as_object().unwrap().clone()).unwrap();
+        assert_eq!(
+            Value::Object(property_update(&property).unwrap()),
+            json!({"private": null})
+        );
+    }
+
+    #[test]
+    fn reallocations_and_reconciles_refuse_other_keys() {
+        let read_map = |v: Value| v.as_object().unwrap().clone();
+        assert_eq!(
+            message(reallocation(
+                read(read_map(json!({"lease_id": "l", "x": 1}))).unwrap()
+            )),
+            "Unknown field x; a re-allocation takes lease_id and reservation_id"
+        );
+        let filter = reallocation(read(read_map(json!({"lease_id": " l "}))).unwrap()).unwrap();
+        assert_eq!(filter.lease_id.as_deref(), Some("l"));
+        assert_eq!(
+            message(reconcile(
+                read(read_map(json!({"dry_run": "yes"}))).unwrap()
+            )),
+            "Malformed parameter dry_run: expected true or false, got \"yes\""
+        );
+        assert!(!reconcile(read(read_map(json!({"dry_run": true}))).unwrap()).unwrap());
+        assert!(reconcile(read(read_map(json!({}))).unwrap()).unwrap());
+    }
+}
