@@ -12,6 +12,7 @@ mod events;
 mod hosts;
 mod inventory;
 mod leases;
+mod properties;
 mod tokens;
 
 use std::str::FromStr;
@@ -25,9 +26,10 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 pub use actions::{ActionOutcome, NewAction};
 pub use allocations::{AllocationUsage, AllocationView, GrantRow, NewAllocation};
-pub use hosts::{NewHost, PropertyWithValues};
+pub use hosts::NewHost;
 pub use inventory::{NewResource, NotificationRow};
 pub use leases::LeaseTree;
+pub use properties::PropertyWithValues;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

@@ -463,7 +463,7 @@ impl Service {
         self.authorize_own(&format!("{}:get_resource_properties", spec.rules), identity)?;
         let show_private = all && self.is_admin(identity);
         let properties = in_tx!(self, read, |tx| {
-            Ok(tx.list_resource_properties(spec.kind).await?)
+            Ok(tx.list_properties(spec.kind).await?)
         })?
         .into_iter()
         .filter(|p| show_private || !p.private)
