@@ -45,16 +45,12 @@ fn host_from_row(row: &AnyRow) -> DbResult<HostRecord> {
     })
 }
 
-impl Tx {
-    pub async fn insert_host(&mut self, host: &NewHost) -> DbResult<i64> {
-        let f = &host.facts;
-        let row = sqlx::query(
-            "INSERT INTO hosts (hypervisor_hostname, service_name, hypervisor_type, \
-             hypervisor_version, vcpus, memory_mb, local_gb, cpu_info, availability_zone, \
-             status, reservable, trust_id, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, 1, $10, $11, NULL) RETURNING id",
-        )
-        .bind(&f.hypervisor_hostname)
+type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
+
+/// Binds the facts of a host an update may change, in the order its insert and update both
+/// name them (from `service_name` to `availability_zone`).
+fn bind_facts<'q>(query: Query<'q>, f: &'q HostFacts) -> Query<'q> {
+    query
         .bind(&f.service_name)
         .bind(&f.hypervisor_type)
         .bind(f.hypervisor_version)
@@ -63,10 +59,23 @@ impl Tx {
         .bind(f.local_gb)
         .bind(&f.cpu_info)
         .bind(&f.availability_zone)
-        .bind(&host.trust_id)
-        .bind(to_secs(host.created_at))
-        .fetch_one(self.conn().await?)
-        .await?;
+}
+
+impl Tx {
+    pub async fn insert_host(&mut self, host: &NewHost) -> DbResult<i64> {
+        let f = &host.facts;
+        let query = sqlx::query(
+            "INSERT INTO hosts (hypervisor_hostname, service_name, hypervisor_type, \
+             hypervisor_version, vcpus, memory_mb, local_gb, cpu_info, availability_zone, \
+             status, reservable, trust_id, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, 1, $10, $11, NULL) RETURNING id",
+        )
+        .bind(&f.hypervisor_hostname);
+        let row = bind_facts(query, f)
+            .bind(&host.trust_id)
+            .bind(to_secs(host.created_at))
+            .fetch_one(self.conn().await?)
+            .await?;
         let id: i64 = row.try_get("id")?;
         for (key, value) in &host.capabilities {
             self.set_host_capability(id, key, value, host.created_at)
@@ -138,24 +147,17 @@ impl Tx {
         reservable: bool,
         now: DateTime<Utc>,
     ) -> DbResult<()> {
-        sqlx::query(
+        let query = sqlx::query(
             "UPDATE hosts SET service_name = $1, hypervisor_type = $2, hypervisor_version = $3, \
              vcpus = $4, memory_mb = $5, local_gb = $6, cpu_info = $7, availability_zone = $8, \
              reservable = $9, updated_at = $10 WHERE id = $11",
-        )
-        .bind(&facts.service_name)
-        .bind(&facts.hypervisor_type)
-        .bind(facts.hypervisor_version)
-        .bind(facts.vcpus)
-        .bind(facts.memory_mb)
-        .bind(facts.local_gb)
-        .bind(&facts.cpu_info)
-        .bind(&facts.availability_zone)
-        .bind(i64::from(reservable))
-        .bind(to_secs(now))
-        .bind(id)
-        .execute(self.conn().await?)
-        .await?;
+        );
+        bind_facts(query, facts)
+            .bind(i64::from(reservable))
+            .bind(to_secs(now))
+            .bind(id)
+            .execute(self.conn().await?)
+            .await?;
         self.bump_inventory(PHYSICAL_HOST).await?;
         Ok(())
     }
