@@ -256,24 +256,23 @@ impl Tx {
 
     /// A flavor by id, or else by name.
     pub async fn find_flavor(&mut self, id_or_name: &str) -> DbResult<Option<Flavor>> {
-        let row = sqlx::query(
+        self.fetch_optional_as(
             "SELECT id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, updated_at \
              FROM flavors WHERE id = $1 OR name = $1 ORDER BY CASE WHEN id = $1 THEN 0 ELSE 1 END LIMIT 1",
+            vec![id_or_name.into()],
+            flavor_from_row,
         )
-        .bind(id_or_name)
-        .fetch_optional(self.conn().await?)
-        .await?;
-        row.as_ref().map(flavor_from_row).transpose()
+        .await
     }
 
     pub async fn list_flavors(&mut self) -> DbResult<Vec<Flavor>> {
-        let rows = sqlx::query(
+        self.fetch_all_as(
             "SELECT id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, updated_at \
              FROM flavors ORDER BY name",
+            Vec::new(),
+            flavor_from_row,
         )
-        .fetch_all(self.conn().await?)
-        .await?;
-        rows.iter().map(flavor_from_row).collect()
+        .await
     }
 
     pub async fn delete_flavor(&mut self, id: &str) -> DbResult<()> {

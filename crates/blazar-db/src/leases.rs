@@ -184,11 +184,8 @@ impl Tx {
 
     pub async fn get_lease(&mut self, id: &str) -> DbResult<Option<Lease>> {
         let sql = format!("SELECT {LEASE_COLUMNS} FROM leases WHERE id = $1");
-        let row = sqlx::query(&sql)
-            .bind(id)
-            .fetch_optional(self.conn().await?)
-            .await?;
-        row.as_ref().map(lease_from_row).transpose()
+        self.fetch_optional_as(&sql, vec![id.into()], lease_from_row)
+            .await
     }
 
     /// Reads a lease and, on PostgreSQL, locks it until the transaction ends, so an update,
@@ -198,11 +195,8 @@ impl Tx {
             "SELECT {LEASE_COLUMNS} FROM leases WHERE id = $1{}",
             self.for_update()
         );
-        let row = sqlx::query(&sql)
-            .bind(id)
-            .fetch_optional(self.conn().await?)
-            .await?;
-        row.as_ref().map(lease_from_row).transpose()
+        self.fetch_optional_as(&sql, vec![id.into()], lease_from_row)
+            .await
     }
 
     pub async fn delete_lease(&mut self, id: &str) -> DbResult<()> {
@@ -254,11 +248,8 @@ impl Tx {
         let sql = format!(
             "SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.lease_id = $1 ORDER BY r.ordinal"
         );
-        let rows = sqlx::query(&sql)
-            .bind(lease_id)
-            .fetch_all(self.conn().await?)
-            .await?;
-        rows.iter().map(reservation_from_row).collect()
+        self.fetch_all_as(&sql, vec![lease_id.into()], reservation_from_row)
+            .await
     }
 
     /// Reservations that hold fewer units than they were granted (healing fills them).
@@ -267,17 +258,14 @@ impl Tx {
             "SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.missing_resources = 1 \
              AND r.status IN ('pending', 'active') ORDER BY r.lease_id, r.ordinal"
         );
-        let rows = sqlx::query(&sql).fetch_all(self.conn().await?).await?;
-        rows.iter().map(reservation_from_row).collect()
+        self.fetch_all_as(&sql, Vec::new(), reservation_from_row)
+            .await
     }
 
     pub async fn get_reservation(&mut self, id: &str) -> DbResult<Option<Reservation>> {
         let sql = format!("SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.id = $1");
-        let row = sqlx::query(&sql)
-            .bind(id)
-            .fetch_optional(self.conn().await?)
-            .await?;
-        row.as_ref().map(reservation_from_row).transpose()
+        self.fetch_optional_as(&sql, vec![id.into()], reservation_from_row)
+            .await
     }
 }
 

@@ -622,6 +622,32 @@ impl Tx {
             .await?)
     }
 
+    /// Runs a query and converts every row it answers.
+    pub(crate) async fn fetch_all_as<T>(
+        &mut self,
+        sql: &str,
+        args: Vec<Arg>,
+        from_row: impl Fn(&sqlx::any::AnyRow) -> DbResult<T>,
+    ) -> DbResult<Vec<T>> {
+        let rows = bind_all(sqlx::query(sql), args)
+            .fetch_all(self.conn().await?)
+            .await?;
+        rows.iter().map(from_row).collect()
+    }
+
+    /// Runs a query and converts the row it answers, if any.
+    pub(crate) async fn fetch_optional_as<T>(
+        &mut self,
+        sql: &str,
+        args: Vec<Arg>,
+        from_row: impl Fn(&sqlx::any::AnyRow) -> DbResult<T>,
+    ) -> DbResult<Option<T>> {
+        let row = bind_all(sqlx::query(sql), args)
+            .fetch_optional(self.conn().await?)
+            .await?;
+        row.as_ref().map(from_row).transpose()
+    }
+
     /// The backend's JSON functions: (the aggregate, the array constructor).
     pub(crate) fn json_functions(&self) -> (&'static str, &'static str) {
         match self.backend {

@@ -251,15 +251,13 @@ impl Tx {
         resource_type: &str,
         name: &str,
     ) -> DbResult<Option<Property>> {
-        let row = sqlx::query(
+        self.fetch_optional_as(
             "SELECT id, resource_type, property_name, private, is_unique, created_at, \
              updated_at FROM resource_properties WHERE resource_type = $1 AND property_name = $2",
+            vec![resource_type.into(), name.into()],
+            property_from_row,
         )
-        .bind(resource_type)
-        .bind(name)
-        .fetch_optional(self.conn().await?)
-        .await?;
-        row.as_ref().map(property_from_row).transpose()
+        .await
     }
 
     pub async fn set_property_private(
