@@ -51,7 +51,7 @@ fn current_request_id() -> Option<String> {
 }
 
 /// The lease status the events imply, with the transitional states of running actions.
-pub(crate) fn status_from_events(events: &[blazar_core::Event]) -> LeaseStatus {
+fn status_from_events(events: &[blazar_core::Event]) -> LeaseStatus {
     let (start, end) = (
         event_status(events, EventType::StartLease),
         event_status(events, EventType::EndLease),
@@ -61,6 +61,29 @@ pub(crate) fn status_from_events(events: &[blazar_core::Event]) -> LeaseStatus {
         (EventStatus::InProgress, _) => LeaseStatus::Starting,
         _ => LeaseStatus::derive(start, end),
     }
+}
+
+/// Moves `lease` to the status its events imply (ERROR when `failed`) and writes it, if
+/// that changes it; a lease in ERROR stays there until it terminates. Returns whether it
+/// moved.
+pub(crate) async fn settle_lease_status(
+    tx: &mut Tx,
+    lease: &mut Lease,
+    failed: bool,
+    now: DateTime<Utc>,
+) -> ServiceResult<bool> {
+    let events = tx.events_of(&lease.id).await?;
+    let mut status = status_from_events(&events);
+    if failed || (lease.status == LeaseStatus::Error && status != LeaseStatus::Terminating) {
+        status = LeaseStatus::Error;
+    }
+    if status == lease.status {
+        return Ok(false);
+    }
+    lease.status = status;
+    lease.updated_at = Some(now);
+    tx.update_lease(lease).await?;
+    Ok(true)
 }
 
 fn action_from_row(row: &ActionRecord) -> ServiceResult<Action> {
@@ -490,20 +513,10 @@ impl Service {
             self.settle_event(tx, &lease.id, event_type, purpose, now)
                 .await?;
         }
-        let events = tx.events_of(&lease.id).await?;
-        let mut status = status_from_events(&events);
         // A change that failed for good leaves the lease in ERROR, as a failed update does
         // in Blazar.
-        if failure.is_some() && purpose == ActionPurpose::Change {
-            status = LeaseStatus::Error;
-        }
-        if lease.status == LeaseStatus::Error && status != LeaseStatus::Terminating {
-            status = LeaseStatus::Error;
-        }
-        if status != lease.status {
-            lease.status = status;
-            lease.updated_at = Some(now);
-            tx.update_lease(&lease).await?;
+        let failed = failure.is_some() && purpose == ActionPurpose::Change;
+        if settle_lease_status(tx, &mut lease, failed, now).await? {
             tracing::info!(lease.id = %lease.id, lease.status = %lease.status, "lease status");
         }
         Ok(())
