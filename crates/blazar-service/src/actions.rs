@@ -176,35 +176,16 @@ impl Service {
                 .or_default()
                 .push((a.resource_id, a.units));
         }
-        let request_id = current_request_id();
         for (resource_type, held) in &by_type {
-            let resources: Vec<i64> = held.iter().map(|h| h.0).collect();
-            let units: Vec<i64> = held.iter().map(|h| h.1).collect();
-            let payload = json!({
-                "lease_name": lease.name,
-                "user_id": lease.user_id,
-                "reservation_type": reservation.resource_type(),
-                "resources": resources,
-                "units": units,
-                "params": Value::Object(reservation.spec.fields()),
-                "lease_start": lease.start.timestamp(),
-                "lease_end": lease.end.timestamp(),
-                "at": at.timestamp(),
-            });
-            let seq = tx
-                .insert_action(&NewAction {
-                    lease_id: lease.id.clone(),
-                    reservation_id: reservation.id.clone(),
-                    project_id: lease.project_id.clone(),
-                    kind,
-                    purpose,
-                    resource_type: (*resource_type).to_string(),
-                    payload: payload.to_string(),
-                    resources,
-                    request_id: request_id.clone(),
-                    created_at: self.now(),
-                })
-                .await?;
+            let action = self.lease_action(
+                lease,
+                reservation,
+                (kind, purpose),
+                resource_type,
+                held,
+                Some(at),
+            );
+            let seq = tx.insert_action(&action).await?;
             tracing::debug!(
                 action.seq = seq, action.kind = %kind, action.purpose = %purpose,
                 lease.id = %lease.id, reservation.id = %reservation.id, "action recorded"
@@ -234,30 +215,57 @@ impl Service {
         {
             return Ok(());
         }
-        let payload = json!({
+        let action = self.lease_action(
+            lease,
+            reservation,
+            (kind, purpose),
+            reservation.resource_type(),
+            &[],
+            None,
+        );
+        tx.insert_action(&action).await?;
+        Ok(())
+    }
+
+    /// An action of `reservation` on `held` (resources of `resource_type`, with the units of
+    /// each), carrying what a worker needs to know of the lease; `at` is when a hand-over
+    /// was decided.
+    fn lease_action(
+        &self,
+        lease: &Lease,
+        reservation: &Reservation,
+        (kind, purpose): (ActionKind, ActionPurpose),
+        resource_type: &str,
+        held: &[(i64, i64)],
+        at: Option<DateTime<Utc>>,
+    ) -> NewAction {
+        let resources: Vec<i64> = held.iter().map(|h| h.0).collect();
+        let units: Vec<i64> = held.iter().map(|h| h.1).collect();
+        let mut payload = json!({
             "lease_name": lease.name,
             "user_id": lease.user_id,
             "reservation_type": reservation.resource_type(),
-            "resources": [],
-            "units": [],
+            "resources": resources,
+            "units": units,
             "params": Value::Object(reservation.spec.fields()),
             "lease_start": lease.start.timestamp(),
             "lease_end": lease.end.timestamp(),
         });
-        tx.insert_action(&NewAction {
+        if let Some(at) = at {
+            payload["at"] = json!(at.timestamp());
+        }
+        NewAction {
             lease_id: lease.id.clone(),
             reservation_id: reservation.id.clone(),
             project_id: lease.project_id.clone(),
             kind,
             purpose,
-            resource_type: reservation.resource_type().to_string(),
+            resource_type: resource_type.to_string(),
             payload: payload.to_string(),
-            resources: Vec::new(),
+            resources,
             request_id: current_request_id(),
             created_at: self.now(),
-        })
-        .await?;
-        Ok(())
+        }
     }
 
     /// Records an inventory action on one host (`Enrol` after it is added, `Withdraw` after
