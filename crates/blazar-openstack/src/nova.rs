@@ -2,6 +2,7 @@
 //! servers on a host. Microversion 2.61 (hypervisor facts up to 2.87 need <2.88; 2.53 for
 //! hypervisor search by name).
 
+use std::future::Future;
 use std::time::Duration;
 
 use reqwest::Method;
@@ -90,6 +91,35 @@ fn aggregate_from(v: &Value) -> Aggregate {
             .filter_map(|h| h.as_str().map(str::to_string))
             .collect(),
         metadata: v["metadata"].as_object().cloned().unwrap_or_default(),
+    }
+}
+
+/// Lists the servers `remaining` every half second until none is left, at most `within`;
+/// then a transient error (503) for `request`, telling how many servers are `still` there.
+async fn wait_until_gone<T, Fut>(
+    remaining: impl Fn() -> Fut,
+    within: Duration,
+    request: &str,
+    still: &str,
+) -> Result<()>
+where
+    Fut: Future<Output = Result<Vec<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let left = remaining().await?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(Error::Status {
+                service: "compute".into(),
+                request: request.to_string(),
+                status: 503,
+                message: format!("{} server(s) {still}", left.len()),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
@@ -270,22 +300,14 @@ impl<'a> Nova<'a> {
             tracing::info!(host, server.id = %id, server.name = %name, "deleting a server on a reserved host");
             self.delete_server(id).await?;
         }
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let left = self.servers_on_host(host).await?;
-            if left.is_empty() {
-                return Ok(servers.len());
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(Error::Status {
-                    service: "compute".into(),
-                    request: format!("delete servers on {host}"),
-                    status: 503,
-                    message: format!("{} server(s) still on {host}", left.len()),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        wait_until_gone(
+            || self.servers_on_host(host),
+            within,
+            &format!("delete servers on {host}"),
+            &format!("still on {host}"),
+        )
+        .await?;
+        Ok(servers.len())
     }
 
     /// The flavor `id`, if Nova has it (admin view, private flavors included).
@@ -462,22 +484,14 @@ impl<'a> Nova<'a> {
             tracing::info!(server.id = %server, flavor.id = id, "deleting a server of an ended instance reservation");
             self.delete_server(server).await?;
         }
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let left = self.servers_with_flavor(id).await?;
-            if left.is_empty() {
-                return Ok(servers.len());
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(Error::Status {
-                    service: "compute".into(),
-                    request: format!("delete servers of flavor {id}"),
-                    status: 503,
-                    message: format!("{} server(s) of flavor {id} still there", left.len()),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        wait_until_gone(
+            || self.servers_with_flavor(id),
+            within,
+            &format!("delete servers of flavor {id}"),
+            &format!("of flavor {id} still there"),
+        )
+        .await?;
+        Ok(servers.len())
     }
 
     /// The server group named `name` of the session's project, made with `policy` if
