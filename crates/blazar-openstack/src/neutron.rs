@@ -182,11 +182,7 @@ impl<'a> Neutron<'a> {
 
     /// The floating IPs tagged `tag`, every project's.
     pub async fn floatingips_tagged(&self, tag: &str) -> Result<Vec<FloatingIp>> {
-        let found = self
-            .api
-            .get(&format!("/v2.0/floatingips?tags={}", urlencode(tag)))
-            .await?;
-        Ok(items(&found, "floatingips").map(floatingip_from).collect())
+        self.tagged("floatingips", tag, floatingip_from).await
     }
 
     /// Makes the floating IP `address` in `project_id`, tagged `tags`. Already made (by an
@@ -261,11 +257,21 @@ impl<'a> Neutron<'a> {
 
     /// The networks tagged `tag`, every project's.
     pub async fn networks_tagged(&self, tag: &str) -> Result<Vec<Network>> {
+        self.tagged("networks", tag, network_from).await
+    }
+
+    /// The resources of `collection` (`floatingips`, `networks`) tagged `tag`.
+    async fn tagged<T>(
+        &self,
+        collection: &str,
+        tag: &str,
+        from: fn(&Value) -> T,
+    ) -> Result<Vec<T>> {
         let found = self
             .api
-            .get(&format!("/v2.0/networks?tags={}", urlencode(tag)))
+            .get(&format!("/v2.0/{collection}?tags={}", urlencode(tag)))
             .await?;
-        Ok(items(&found, "networks").map(network_from).collect())
+        Ok(items(&found, collection).map(from).collect())
     }
 
     /// The network on segment (`network_type`, `segmentation_id`), if Neutron has one.
