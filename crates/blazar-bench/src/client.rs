@@ -123,4 +123,25 @@ impl Api {
     pub async fn get(&self, path: &str, who: Who) -> anyhow::Result<Reply> {
         self.call(Method::GET, path, who, None).await
     }
+
+    /// A measured request: its reply if it succeeded, else the failure as a phase records
+    /// it (an error status after `what`).
+    pub async fn call_ok(
+        &self,
+        method: Method,
+        path: &str,
+        who: Who,
+        body: Option<&Value>,
+        what: &str,
+    ) -> Result<Reply, String> {
+        let reply = self
+            .call(method, path, who, body)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        if reply.is_success() {
+            Ok(reply)
+        } else {
+            Err(format!("{what}{} {}", reply.status, reply.text()))
+        }
+    }
 }

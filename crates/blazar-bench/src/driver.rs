@@ -457,12 +457,14 @@ impl Driver {
                 async move {
                     let (index, body) = &bodies[k];
                     let reply = api
-                        .call(Method::POST, "/os-hosts", Who::Admin, Some(body))
-                        .await
-                        .map_err(|e| format!("{e:#}"))?;
-                    if !reply.is_success() {
-                        return Err(format!("host create: {} {}", reply.status, reply.text()));
-                    }
+                        .call_ok(
+                            Method::POST,
+                            "/os-hosts",
+                            Who::Admin,
+                            Some(body),
+                            "host create: ",
+                        )
+                        .await?;
                     let body = reply.json().map_err(|e| e.to_string())?;
                     let id = match &body["host"]["id"] {
                         Value::String(s) => s.clone(),
@@ -541,47 +543,25 @@ impl Driver {
                 }
             }
         }
-        let bodies: Arc<Vec<Value>> = Arc::new(
-            plan.iter()
-                .map(|&(rack, slot)| {
-                    let (start, end) = self.seed_window(rack, slot);
-                    let rack_name = format!("r{rack:04}");
-                    lease_body(
-                        &format!("bench-seed-{rack_name}-s{slot}"),
-                        &fmt_minute(start),
-                        &fmt_minute(end),
-                        vec![(
-                            self.cfg.rack_size as u32,
-                            Some(("rack", rack_name.as_str())),
-                        )],
-                    )
-                })
-                .collect(),
-        );
+        let bodies: Vec<Value> = plan
+            .iter()
+            .map(|&(rack, slot)| {
+                let (start, end) = self.seed_window(rack, slot);
+                let rack_name = format!("r{rack:04}");
+                lease_body(
+                    &format!("bench-seed-{rack_name}-s{slot}"),
+                    &fmt_minute(start),
+                    &fmt_minute(end),
+                    vec![(
+                        self.cfg.rack_size as u32,
+                        Some(("rack", rack_name.as_str())),
+                    )],
+                )
+            })
+            .collect();
         let t0 = Instant::now();
-        let api = self.api.clone();
-        let done = Arc::new(AtomicUsize::new(0));
         let total = bodies.len();
-        let progress = done.clone();
-        let results = run_concurrently(self.cfg.seed_concurrency, total, f64::INFINITY, move |k| {
-            let api = api.clone();
-            let bodies = bodies.clone();
-            let progress = progress.clone();
-            async move {
-                let reply = api
-                    .call(Method::POST, "/leases", Who::Admin, Some(&bodies[k]))
-                    .await
-                    .map_err(|e| format!("{e:#}"))?;
-                progress.fetch_add(1, Ordering::Relaxed);
-                if reply.is_success() {
-                    Ok(Outcome::Ok)
-                } else {
-                    Err(format!("seed lease: {} {}", reply.status, reply.text()))
-                }
-            }
-        })
-        .await;
-        let failures: Vec<String> = results.samples.into_iter().filter_map(|s| s.1).collect();
+        let failures = self.create_leases(bodies, Who::Admin, "seed lease: ").await;
         let ok = total - failures.len();
         self.seeded_allocations += ok * self.cfg.rack_size;
         seed.leases_created = ok;
@@ -604,44 +584,22 @@ impl Driver {
     }
 
     async fn create_project_leases(&mut self, log: &dyn Fn(&str)) -> anyhow::Result<()> {
-        let bodies: Arc<Vec<Value>> = Arc::new(
-            (0..self.cfg.project_leases)
-                .map(|i| {
-                    // The year after the benchmark year: never in the way of seeded leases.
-                    let (start, end) = self.random_window(0x5052_4f4a_0000_0000 | i as u64);
-                    let (start, end) = (start + TimeDelta::days(366), end + TimeDelta::days(366));
-                    lease_body(
-                        &format!("bench-project-{i:04}"),
-                        &fmt_minute(start),
-                        &fmt_minute(end),
-                        vec![(1, Some(("gpu", "true")))],
-                    )
-                })
-                .collect(),
-        );
-        let api = self.api.clone();
-        let results = run_concurrently(
-            self.cfg.seed_concurrency,
-            bodies.len(),
-            f64::INFINITY,
-            move |k| {
-                let api = api.clone();
-                let bodies = bodies.clone();
-                async move {
-                    let reply = api
-                        .call(Method::POST, "/leases", Who::Member, Some(&bodies[k]))
-                        .await
-                        .map_err(|e| format!("{e:#}"))?;
-                    if reply.is_success() {
-                        Ok(Outcome::Ok)
-                    } else {
-                        Err(format!("project lease: {} {}", reply.status, reply.text()))
-                    }
-                }
-            },
-        )
-        .await;
-        let failures: Vec<String> = results.samples.into_iter().filter_map(|s| s.1).collect();
+        let bodies: Vec<Value> = (0..self.cfg.project_leases)
+            .map(|i| {
+                // The year after the benchmark year: never in the way of seeded leases.
+                let (start, end) = self.random_window(0x5052_4f4a_0000_0000 | i as u64);
+                let (start, end) = (start + TimeDelta::days(366), end + TimeDelta::days(366));
+                lease_body(
+                    &format!("bench-project-{i:04}"),
+                    &fmt_minute(start),
+                    &fmt_minute(end),
+                    vec![(1, Some(("gpu", "true")))],
+                )
+            })
+            .collect();
+        let failures = self
+            .create_leases(bodies, Who::Member, "project lease: ")
+            .await;
         if let Some(first) = failures.first() {
             log(&format!(
                 "{} project lease creates failed, first: {first}",
@@ -658,6 +616,29 @@ impl Driver {
         Ok(())
     }
 
+    /// Creates the leases `bodies` as `who`, `seed_concurrency` at a time and untimed.
+    /// Returns the failures, each after `what`.
+    async fn create_leases(&self, bodies: Vec<Value>, who: Who, what: &'static str) -> Vec<String> {
+        let bodies = Arc::new(bodies);
+        let api = self.api.clone();
+        let results = run_concurrently(
+            self.cfg.seed_concurrency,
+            bodies.len(),
+            f64::INFINITY,
+            move |k| {
+                let api = api.clone();
+                let bodies = bodies.clone();
+                async move {
+                    api.call_ok(Method::POST, "/leases", who, Some(&bodies[k]), what)
+                        .await?;
+                    Ok(Outcome::Ok)
+                }
+            },
+        )
+        .await;
+        results.samples.into_iter().filter_map(|s| s.1).collect()
+    }
+
     async fn measure_read(&self, op: &str, path: &'static str, who: Who, c: usize) -> OpStats {
         let items = match self.api.get(path, who).await {
             Ok(reply) if reply.is_success() => reply.json().ok().and_then(|v| {
@@ -672,12 +653,8 @@ impl Driver {
         let results = run_concurrently(c, self.cfg.read_ops, self.cfg.phase_seconds, move |_| {
             let api = api.clone();
             async move {
-                let reply = api.get(path, who).await.map_err(|e| format!("{e:#}"))?;
-                if reply.is_success() {
-                    Ok(Outcome::Ok)
-                } else {
-                    Err(format!("{} {}", reply.status, reply.text()))
-                }
+                api.call_ok(Method::GET, path, who, None, "").await?;
+                Ok(Outcome::Ok)
             }
         })
         .await;
@@ -724,12 +701,8 @@ impl Driver {
             async move {
                 let (body, end) = &bodies[i];
                 let reply = api
-                    .call(Method::POST, "/leases", Who::Admin, Some(body))
-                    .await
-                    .map_err(|e| format!("{e:#}"))?;
-                if !reply.is_success() {
-                    return Err(format!("{} {}", reply.status, reply.text()));
-                }
+                    .call_ok(Method::POST, "/leases", Who::Admin, Some(body), "")
+                    .await?;
                 let id = lease_id_of(&reply)?;
                 Ok(Outcome::Created(Created { id, end: *end }))
             }
@@ -746,35 +719,17 @@ impl Driver {
         batch: Vec<Created>,
     ) -> (OpStats, Vec<Created>) {
         let batch = Arc::new(batch);
-        let api = self.api.clone();
-        let leases = batch.clone();
-        let results = run_concurrently(c, batch.len(), self.cfg.phase_seconds, move |i| {
-            let api = api.clone();
-            let leases = leases.clone();
-            async move {
-                let lease = &leases[i];
+        let phase = self.cfg.phase_seconds;
+        let results = self
+            .on_each_lease(c, phase, &batch, |api, lease| async move {
                 let end = lease.end + TimeDelta::hours(1);
                 let body = json!({ "end_date": fmt_minute(end) });
-                let reply = api
-                    .call(
-                        Method::PUT,
-                        &format!("/leases/{}", lease.id),
-                        Who::Admin,
-                        Some(&body),
-                    )
-                    .await
-                    .map_err(|e| format!("{e:#}"))?;
-                if reply.is_success() {
-                    Ok(Outcome::Created(Created {
-                        id: lease.id.clone(),
-                        end,
-                    }))
-                } else {
-                    Err(format!("{} {}", reply.status, reply.text()))
-                }
-            }
-        })
-        .await;
+                let path = format!("/leases/{}", lease.id);
+                api.call_ok(Method::PUT, &path, Who::Admin, Some(&body), "")
+                    .await?;
+                Ok(Outcome::Created(Created { id: lease.id, end }))
+            })
+            .await;
         // Every lease stays ours, extended or not (a refused extension keeps its end).
         let extended: HashMap<String, NaiveDateTime> = results
             .created
@@ -798,30 +753,15 @@ impl Driver {
         batch: Vec<Created>,
     ) -> (OpStats, Vec<Created>) {
         let batch = Arc::new(batch);
-        let api = self.api.clone();
-        let leases = batch.clone();
-        let results = run_concurrently(c, batch.len(), self.cfg.phase_seconds, move |i| {
-            let api = api.clone();
-            let leases = leases.clone();
-            async move {
-                let lease = &leases[i];
-                let reply = api
-                    .call(
-                        Method::DELETE,
-                        &format!("/leases/{}", lease.id),
-                        Who::Admin,
-                        None,
-                    )
-                    .await
-                    .map_err(|e| format!("{e:#}"))?;
-                if reply.is_success() {
-                    Ok(Outcome::Created(lease.clone()))
-                } else {
-                    Err(format!("{} {}", reply.status, reply.text()))
-                }
-            }
-        })
-        .await;
+        let phase = self.cfg.phase_seconds;
+        let results = self
+            .on_each_lease(c, phase, &batch, |api, lease| async move {
+                let path = format!("/leases/{}", lease.id);
+                api.call_ok(Method::DELETE, &path, Who::Admin, None, "")
+                    .await?;
+                Ok(Outcome::Created(lease))
+            })
+            .await;
         let deleted: std::collections::HashSet<&str> =
             results.created.iter().map(|c| c.id.as_str()).collect();
         let kept = batch
@@ -856,12 +796,8 @@ impl Driver {
             async move {
                 barrier.wait().await;
                 let reply = api
-                    .call(Method::POST, "/leases", Who::Admin, Some(&body))
-                    .await
-                    .map_err(|e| format!("{e:#}"))?;
-                if !reply.is_success() {
-                    return Err(format!("{} {}", reply.status, reply.text()));
-                }
+                    .call_ok(Method::POST, "/leases", Who::Admin, Some(&body), "")
+                    .await?;
                 Ok(Outcome::Created(Created {
                     id: lease_id_of(&reply)?,
                     end,
@@ -919,12 +855,8 @@ impl Driver {
         );
         let reply = self
             .api
-            .call(Method::POST, "/leases", Who::Admin, Some(&body))
-            .await
-            .map_err(|e| format!("{e:#}"))?;
-        if !reply.is_success() {
-            return Err(format!("create: {} {}", reply.status, reply.text()));
-        }
+            .call_ok(Method::POST, "/leases", Who::Admin, Some(&body), "create: ")
+            .await?;
         let id = lease_id_of(&reply)?;
         let created = Instant::now();
         let deadline = created + Duration::from_secs_f64(self.cfg.lag_timeout_s);
@@ -946,37 +878,38 @@ impl Driver {
         Ok(lag)
     }
 
+    /// Runs `request` on each of `leases`, `c` at a time, for at most `max_seconds`.
+    async fn on_each_lease<F, Fut>(
+        &self,
+        c: usize,
+        max_seconds: f64,
+        leases: &Arc<Vec<Created>>,
+        request: F,
+    ) -> PhaseResults
+    where
+        F: Fn(Api, Created) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Outcome, String>> + Send + 'static,
+    {
+        let api = self.api.clone();
+        let list = leases.clone();
+        run_concurrently(c, leases.len(), max_seconds, move |i| {
+            request(api.clone(), list[i].clone())
+        })
+        .await
+    }
+
     /// Deletes what the step created, untimed, so the next step starts from seeded state.
     async fn cleanup(&self, leases: Vec<Created>, log: &dyn Fn(&str)) {
         let leases = Arc::new(leases);
-        let api = self.api.clone();
-        let list = leases.clone();
-        let results = run_concurrently(
-            self.cfg.seed_concurrency,
-            leases.len(),
-            f64::INFINITY,
-            move |i| {
-                let api = api.clone();
-                let list = list.clone();
-                async move {
-                    let reply = api
-                        .call(
-                            Method::DELETE,
-                            &format!("/leases/{}", list[i].id),
-                            Who::Admin,
-                            None,
-                        )
-                        .await
-                        .map_err(|e| format!("{e:#}"))?;
-                    if reply.is_success() {
-                        Ok(Outcome::Ok)
-                    } else {
-                        Err(format!("{} {}", reply.status, reply.text()))
-                    }
-                }
-            },
-        )
-        .await;
+        let c = self.cfg.seed_concurrency;
+        let results = self
+            .on_each_lease(c, f64::INFINITY, &leases, |api, lease| async move {
+                let path = format!("/leases/{}", lease.id);
+                api.call_ok(Method::DELETE, &path, Who::Admin, None, "")
+                    .await?;
+                Ok(Outcome::Ok)
+            })
+            .await;
         let failed = results.samples.iter().filter(|s| s.1.is_some()).count();
         log(&format!(
             "  cleanup: deleted {} measured leases in {:.1} s{}",

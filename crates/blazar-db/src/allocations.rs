@@ -202,11 +202,8 @@ impl Tx {
         let sql = format!(
             "SELECT {ALLOCATION_COLUMNS} FROM allocations WHERE lease_id = $1 ORDER BY resource_id"
         );
-        let rows = sqlx::query(&sql)
-            .bind(lease_id)
-            .fetch_all(self.conn().await?)
-            .await?;
-        rows.iter().map(allocation_from_row).collect()
+        self.fetch_all_as(&sql, vec![lease_id.into()], allocation_from_row)
+            .await
     }
 
     /// What the allocations of `resource_type` overlapping `[start, blocked_until)` use, in
@@ -259,13 +256,8 @@ impl Tx {
             "SELECT {ALLOCATION_COLUMNS} FROM allocations \
              WHERE resource_type = $1 AND resource_id = $2 AND end_at > $3 ORDER BY start_at"
         );
-        let rows = sqlx::query(&sql)
-            .bind(resource_type)
-            .bind(resource_id)
-            .bind(to_secs(now))
-            .fetch_all(self.conn().await?)
-            .await?;
-        rows.iter().map(allocation_from_row).collect()
+        let args = vec![resource_type.into(), resource_id.into(), now.into()];
+        self.fetch_all_as(&sql, args, allocation_from_row).await
     }
 
     pub async fn delete_allocation(&mut self, id: &str) -> DbResult<()> {

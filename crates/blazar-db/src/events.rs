@@ -6,7 +6,7 @@ use sqlx::any::AnyRow;
 
 use blazar_core::Event;
 
-use crate::{DbResult, Tx, from_opt_secs, from_secs, to_secs, wire};
+use crate::{DbResult, Tx, from_opt_secs, from_secs, wire};
 
 const EVENT_COLUMNS: &str =
     "e.id, e.lease_id, e.event_type, e.event_time, e.rank, e.status, e.created_at, e.updated_at";
@@ -78,11 +78,8 @@ impl Tx {
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events e WHERE e.lease_id = $1 ORDER BY e.event_time, e.rank"
         );
-        let rows = sqlx::query(&sql)
-            .bind(lease_id)
-            .fetch_all(self.conn().await?)
-            .await?;
-        rows.iter().map(event_from_row).collect()
+        self.fetch_all_as(&sql, vec![lease_id.into()], event_from_row)
+            .await
     }
 
     /// The earliest undone event due at `now`. Callers hold the scheduler lock, so no other
@@ -94,11 +91,8 @@ impl Tx {
             "SELECT {EVENT_COLUMNS} FROM events e WHERE e.status = 'UNDONE' AND e.event_time <= $1 \
              ORDER BY e.event_time, e.rank, e.id LIMIT 1"
         );
-        let row = sqlx::query(&sql)
-            .bind(to_secs(now))
-            .fetch_optional(self.conn().await?)
-            .await?;
-        row.as_ref().map(event_from_row).transpose()
+        self.fetch_optional_as(&sql, vec![now.into()], event_from_row)
+            .await
     }
 
     /// When the next undone event is due, if any.

@@ -2,7 +2,7 @@
 //! (`kind` tells them apart, type-specific fields live in `attrs`), their extra
 //! capabilities, flavors, and the notification outbox.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
@@ -11,7 +11,8 @@ use sqlx::any::AnyRow;
 
 use blazar_core::{Flavor, ResourceRecord};
 
-use crate::{DbError, DbResult, Tx, from_opt_secs, from_secs, placeholders, to_secs};
+use crate::properties::RESOURCE_CAPABILITIES;
+use crate::{DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewResource {
@@ -103,27 +104,8 @@ impl Tx {
         value: &str,
         now: DateTime<Utc>,
     ) -> DbResult<()> {
-        let property_id = self.ensure_property(kind, key, now).await?;
-        self.check_unique_value(
-            "resource_capabilities",
-            "resource_id",
-            &property_id,
-            resource_id,
-            key,
-            value,
-        )
-        .await?;
-        sqlx::query(
-            "INSERT INTO resource_capabilities (resource_id, property_id, value) VALUES ($1, $2, $3) \
-             ON CONFLICT (resource_id, property_id) DO UPDATE SET value = excluded.value",
-        )
-        .bind(resource_id)
-        .bind(&property_id)
-        .bind(value)
-        .execute(self.conn().await?)
-        .await?;
-        self.bump_inventory(kind).await?;
-        Ok(())
+        self.set_capability(RESOURCE_CAPABILITIES, kind, resource_id, key, value, now)
+            .await
     }
 
     pub async fn remove_resource_capability(
@@ -132,16 +114,8 @@ impl Tx {
         resource_id: i64,
         key: &str,
     ) -> DbResult<()> {
-        sqlx::query(
-            "DELETE FROM resource_capabilities WHERE resource_id = $1 AND property_id IN \
-             (SELECT id FROM resource_properties WHERE resource_type = $2 AND property_name = $3)",
-        )
-        .bind(resource_id)
-        .bind(kind)
-        .bind(key)
-        .execute(self.conn().await?)
-        .await?;
-        self.bump_inventory(kind).await?;
+        self.remove_capability(RESOURCE_CAPABILITIES, kind, resource_id, key)
+            .await?;
         Ok(())
     }
 
@@ -161,10 +135,8 @@ impl Tx {
         };
         let mut record = resource_from_row(&row)?;
         record.capabilities = self
-            .resource_capabilities(&[record.id])
-            .await?
-            .remove(&record.id)
-            .unwrap_or_default();
+            .capabilities_of(RESOURCE_CAPABILITIES, record.id)
+            .await?;
         Ok(Some(record))
     }
 
@@ -190,43 +162,14 @@ impl Tx {
             .collect::<DbResult<Vec<_>>>()?;
         let ids: Vec<i64> = records.iter().map(|r| r.id).collect();
         if !ids.is_empty() {
-            let mut caps = self.kind_capabilities(kind).await?;
+            let mut caps = self
+                .all_capabilities(RESOURCE_CAPABILITIES, Some(kind))
+                .await?;
             for r in records.iter_mut() {
                 r.capabilities = caps.remove(&r.id).unwrap_or_default();
             }
         }
         Ok(records)
-    }
-
-    async fn kind_capabilities(
-        &mut self,
-        kind: &str,
-    ) -> DbResult<HashMap<i64, BTreeMap<String, String>>> {
-        let rows = sqlx::query(
-            "SELECT c.resource_id, p.property_name, c.value FROM resource_capabilities c \
-             JOIN resource_properties p ON p.id = c.property_id WHERE p.resource_type = $1",
-        )
-        .bind(kind)
-        .fetch_all(self.conn().await?)
-        .await?;
-        group(&rows)
-    }
-
-    async fn resource_capabilities(
-        &mut self,
-        ids: &[i64],
-    ) -> DbResult<HashMap<i64, BTreeMap<String, String>>> {
-        let sql = format!(
-            "SELECT c.resource_id, p.property_name, c.value FROM resource_capabilities c \
-             JOIN resource_properties p ON p.id = c.property_id WHERE c.resource_id IN ({})",
-            placeholders(1, ids.len())
-        );
-        let mut query = sqlx::query(&sql);
-        for id in ids {
-            query = query.bind(*id);
-        }
-        let rows = query.fetch_all(self.conn().await?).await?;
-        group(&rows)
     }
 
     /// The kind of a resource, for bumping its inventory version.
@@ -266,34 +209,12 @@ impl Tx {
 
     pub async fn delete_resource(&mut self, id: i64) -> DbResult<()> {
         let kind = self.kind_of(id).await?;
-        sqlx::query("DELETE FROM resource_capabilities WHERE resource_id = $1")
-            .bind(id)
-            .execute(self.conn().await?)
-            .await?;
-        sqlx::query("DELETE FROM resources WHERE id = $1")
-            .bind(id)
-            .execute(self.conn().await?)
+        self.delete_with_capabilities(RESOURCE_CAPABILITIES, "resources", id)
             .await?;
         if let Some(kind) = kind {
             self.bump_inventory(&kind).await?;
         }
         Ok(())
-    }
-
-    /// Property names of a non-host kind with their distinct values.
-    pub async fn list_resource_properties(
-        &mut self,
-        kind: &str,
-    ) -> DbResult<Vec<crate::PropertyWithValues>> {
-        let rows = sqlx::query(
-            "SELECT DISTINCT p.property_name, p.private, p.is_unique, c.value \
-             FROM resource_properties p JOIN resource_capabilities c ON c.property_id = p.id \
-             WHERE p.resource_type = $1 ORDER BY p.property_name, c.value",
-        )
-        .bind(kind)
-        .fetch_all(self.conn().await?)
-        .await?;
-        crate::hosts::group_property_values(&rows)
     }
 
     pub async fn insert_flavor(&mut self, f: &Flavor) -> DbResult<()> {
@@ -335,24 +256,23 @@ impl Tx {
 
     /// A flavor by id, or else by name.
     pub async fn find_flavor(&mut self, id_or_name: &str) -> DbResult<Option<Flavor>> {
-        let row = sqlx::query(
+        self.fetch_optional_as(
             "SELECT id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, updated_at \
              FROM flavors WHERE id = $1 OR name = $1 ORDER BY CASE WHEN id = $1 THEN 0 ELSE 1 END LIMIT 1",
+            vec![id_or_name.into()],
+            flavor_from_row,
         )
-        .bind(id_or_name)
-        .fetch_optional(self.conn().await?)
-        .await?;
-        row.as_ref().map(flavor_from_row).transpose()
+        .await
     }
 
     pub async fn list_flavors(&mut self) -> DbResult<Vec<Flavor>> {
-        let rows = sqlx::query(
+        self.fetch_all_as(
             "SELECT id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, updated_at \
              FROM flavors ORDER BY name",
+            Vec::new(),
+            flavor_from_row,
         )
-        .fetch_all(self.conn().await?)
-        .await?;
-        rows.iter().map(flavor_from_row).collect()
+        .await
     }
 
     pub async fn delete_flavor(&mut self, id: &str) -> DbResult<()> {
@@ -408,15 +328,4 @@ impl Tx {
             })
             .collect()
     }
-}
-
-fn group(rows: &[AnyRow]) -> DbResult<HashMap<i64, BTreeMap<String, String>>> {
-    let mut out: HashMap<i64, BTreeMap<String, String>> = HashMap::new();
-    for row in rows {
-        let id: i64 = row.try_get("resource_id")?;
-        let name: String = row.try_get("property_name")?;
-        let value: String = row.try_get("value")?;
-        out.entry(id).or_default().insert(name, value);
-    }
-    Ok(out)
 }

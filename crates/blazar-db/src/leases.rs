@@ -17,18 +17,35 @@ const RESERVATION_COLUMNS: &str = "r.id, r.lease_id, r.ordinal, r.resource_id, r
     r.updated_at";
 
 fn lease_from_row(row: &AnyRow) -> DbResult<Lease> {
+    lease_from_tuple((
+        row.try_get("id")?,
+        row.try_get("name")?,
+        row.try_get("user_id")?,
+        row.try_get("project_id")?,
+        row.try_get("trust_id")?,
+        row.try_get("start_at")?,
+        row.try_get("end_at")?,
+        row.try_get("status")?,
+        row.try_get("degraded")?,
+        row.try_get("created_at")?,
+        row.try_get("updated_at")?,
+    ))
+}
+
+/// A lease from its columns in table order, as a row or as a JSON array holds them.
+fn lease_from_tuple(t: LeaseColumns) -> DbResult<Lease> {
     Ok(Lease {
-        id: row.try_get("id")?,
-        name: row.try_get("name")?,
-        user_id: row.try_get("user_id")?,
-        project_id: row.try_get("project_id")?,
-        trust_id: row.try_get("trust_id")?,
-        start: from_secs(row.try_get("start_at")?)?,
-        end: from_secs(row.try_get("end_at")?)?,
-        status: wire(&row.try_get::<String, _>("status")?, "lease status")?,
-        degraded: row.try_get::<i64, _>("degraded")? != 0,
-        created_at: from_secs(row.try_get("created_at")?)?,
-        updated_at: from_opt_secs(row.try_get("updated_at")?)?,
+        id: t.0,
+        name: t.1,
+        user_id: t.2,
+        project_id: t.3,
+        trust_id: t.4,
+        start: from_secs(t.5)?,
+        end: from_secs(t.6)?,
+        status: wire(&t.7, "lease status")?,
+        degraded: t.8 != 0,
+        created_at: from_secs(t.9)?,
+        updated_at: from_opt_secs(t.10)?,
     })
 }
 
@@ -71,6 +88,32 @@ fn reservation_from_tuple(t: ReservationTuple) -> DbResult<Reservation> {
     })
 }
 
+/// The columns of a lease an update may change, as `$1`-`$6` of its insert and update
+/// alike, so both store them the same way.
+fn lease_changes(lease: &Lease) -> Vec<Arg> {
+    vec![
+        (&lease.name).into(),
+        lease.start.into(),
+        lease.end.into(),
+        lease.status.into(),
+        lease.degraded.into(),
+        lease.updated_at.into(),
+    ]
+}
+
+/// The columns of a reservation an update may change, as `$1`-`$6` of its insert and
+/// update alike.
+fn reservation_changes(r: &Reservation) -> Vec<Arg> {
+    vec![
+        r.status.into(),
+        r.missing_resources.into(),
+        r.resources_changed.into(),
+        Value::Object(r.spec.fields()).to_string().into(),
+        r.updated_at.into(),
+        r.granted_units.into(),
+    ]
+}
+
 /// The WHERE clause of a lease filter (over table alias `l`) and its bound values, numbered
 /// from `$1`.
 fn filter_clause(filter: &LeaseFilter) -> (String, Vec<String>) {
@@ -109,22 +152,19 @@ fn filter_clause(filter: &LeaseFilter) -> (String, Vec<String>) {
 impl Tx {
     pub async fn insert_lease(&mut self, lease: &Lease) -> DbResult<()> {
         self.lease_revised(&lease.id);
+        let mut args = lease_changes(lease);
+        args.extend([
+            (&lease.id).into(),
+            (&lease.user_id).into(),
+            (&lease.project_id).into(),
+            (&lease.trust_id).into(),
+            lease.created_at.into(),
+        ]);
         self.write(
-            "INSERT INTO leases (id, name, user_id, project_id, trust_id, start_at, end_at, status, \
-             degraded, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-            vec![
-                (&lease.id).into(),
-                (&lease.name).into(),
-                (&lease.user_id).into(),
-                (&lease.project_id).into(),
-                (&lease.trust_id).into(),
-                lease.start.into(),
-                lease.end.into(),
-                lease.status.into(),
-                lease.degraded.into(),
-                lease.created_at.into(),
-                lease.updated_at.into(),
-            ],
+            "INSERT INTO leases (name, start_at, end_at, status, degraded, updated_at, id, \
+             user_id, project_id, trust_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            args,
         )
         .await
     }
@@ -132,29 +172,20 @@ impl Tx {
     /// Rewrites the mutable columns of a lease.
     pub async fn update_lease(&mut self, lease: &Lease) -> DbResult<()> {
         self.lease_revised(&lease.id);
+        let mut args = lease_changes(lease);
+        args.push((&lease.id).into());
         self.write(
             "UPDATE leases SET name = $1, start_at = $2, end_at = $3, status = $4, degraded = $5, \
              updated_at = $6, revision = revision + 1 WHERE id = $7",
-            vec![
-                (&lease.name).into(),
-                lease.start.into(),
-                lease.end.into(),
-                lease.status.into(),
-                lease.degraded.into(),
-                lease.updated_at.into(),
-                (&lease.id).into(),
-            ],
+            args,
         )
         .await
     }
 
     pub async fn get_lease(&mut self, id: &str) -> DbResult<Option<Lease>> {
         let sql = format!("SELECT {LEASE_COLUMNS} FROM leases WHERE id = $1");
-        let row = sqlx::query(&sql)
-            .bind(id)
-            .fetch_optional(self.conn().await?)
-            .await?;
-        row.as_ref().map(lease_from_row).transpose()
+        self.fetch_optional_as(&sql, vec![id.into()], lease_from_row)
+            .await
     }
 
     /// Reads a lease and, on PostgreSQL, locks it until the transaction ends, so an update,
@@ -164,11 +195,8 @@ impl Tx {
             "SELECT {LEASE_COLUMNS} FROM leases WHERE id = $1{}",
             self.for_update()
         );
-        let row = sqlx::query(&sql)
-            .bind(id)
-            .fetch_optional(self.conn().await?)
-            .await?;
-        row.as_ref().map(lease_from_row).transpose()
+        self.fetch_optional_as(&sql, vec![id.into()], lease_from_row)
+            .await
     }
 
     pub async fn delete_lease(&mut self, id: &str) -> DbResult<()> {
@@ -186,42 +214,32 @@ impl Tx {
 
     pub async fn insert_reservation(&mut self, r: &Reservation) -> DbResult<()> {
         self.revise_lease(&r.lease_id);
+        let mut args = reservation_changes(r);
+        args.extend([
+            (&r.id).into(),
+            (&r.lease_id).into(),
+            r.ordinal.into(),
+            (&r.resource_id).into(),
+            r.resource_type().into(),
+            r.created_at.into(),
+        ]);
         self.write(
-            "INSERT INTO reservations (id, lease_id, ordinal, resource_id, resource_type, status, \
-             missing_resources, resources_changed, params, created_at, updated_at, granted_units) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            vec![
-                (&r.id).into(),
-                (&r.lease_id).into(),
-                r.ordinal.into(),
-                (&r.resource_id).into(),
-                r.resource_type().into(),
-                r.status.into(),
-                r.missing_resources.into(),
-                r.resources_changed.into(),
-                Value::Object(r.spec.fields()).to_string().into(),
-                r.created_at.into(),
-                r.updated_at.into(),
-                r.granted_units.into(),
-            ],
+            "INSERT INTO reservations (status, missing_resources, resources_changed, params, \
+             updated_at, granted_units, id, lease_id, ordinal, resource_id, resource_type, \
+             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            args,
         )
         .await
     }
 
     pub async fn update_reservation(&mut self, r: &Reservation) -> DbResult<()> {
         self.revise_lease(&r.lease_id);
+        let mut args = reservation_changes(r);
+        args.push((&r.id).into());
         self.write(
             "UPDATE reservations SET status = $1, missing_resources = $2, resources_changed = $3, \
              params = $4, updated_at = $5, granted_units = $6 WHERE id = $7",
-            vec![
-                r.status.into(),
-                r.missing_resources.into(),
-                r.resources_changed.into(),
-                Value::Object(r.spec.fields()).to_string().into(),
-                r.updated_at.into(),
-                r.granted_units.into(),
-                (&r.id).into(),
-            ],
+            args,
         )
         .await
     }
@@ -230,11 +248,8 @@ impl Tx {
         let sql = format!(
             "SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.lease_id = $1 ORDER BY r.ordinal"
         );
-        let rows = sqlx::query(&sql)
-            .bind(lease_id)
-            .fetch_all(self.conn().await?)
-            .await?;
-        rows.iter().map(reservation_from_row).collect()
+        self.fetch_all_as(&sql, vec![lease_id.into()], reservation_from_row)
+            .await
     }
 
     /// Reservations that hold fewer units than they were granted (healing fills them).
@@ -243,17 +258,14 @@ impl Tx {
             "SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.missing_resources = 1 \
              AND r.status IN ('pending', 'active') ORDER BY r.lease_id, r.ordinal"
         );
-        let rows = sqlx::query(&sql).fetch_all(self.conn().await?).await?;
-        rows.iter().map(reservation_from_row).collect()
+        self.fetch_all_as(&sql, Vec::new(), reservation_from_row)
+            .await
     }
 
     pub async fn get_reservation(&mut self, id: &str) -> DbResult<Option<Reservation>> {
         let sql = format!("SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.id = $1");
-        let row = sqlx::query(&sql)
-            .bind(id)
-            .fetch_optional(self.conn().await?)
-            .await?;
-        row.as_ref().map(reservation_from_row).transpose()
+        self.fetch_optional_as(&sql, vec![id.into()], reservation_from_row)
+            .await
     }
 }
 
@@ -265,6 +277,21 @@ type ReservationTuple = (
     String,
     String,
     i64,
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    String,
+    i64,
+    i64,
+    Option<i64>,
+);
+
+/// Lease columns in table order.
+type LeaseColumns = (
+    String,
+    String,
     String,
     String,
     String,
@@ -296,30 +323,37 @@ type LeaseTuple = (
 );
 
 fn lease_tree_from_tuple(t: LeaseTuple) -> DbResult<(i64, LeaseTree)> {
-    let lease = Lease {
-        id: t.0,
-        name: t.1,
-        user_id: t.2,
-        project_id: t.3,
-        trust_id: t.4,
-        start: from_secs(t.5)?,
-        end: from_secs(t.6)?,
-        status: wire(&t.7, "lease status")?,
-        degraded: t.8 != 0,
-        created_at: from_secs(t.9)?,
-        updated_at: from_opt_secs(t.10)?,
-    };
-    let reservations =
-        t.11.unwrap_or_default()
-            .into_iter()
-            .map(reservation_from_tuple)
-            .collect::<DbResult<_>>()?;
-    let events =
-        t.12.unwrap_or_default()
-            .into_iter()
-            .map(event_from_tuple)
-            .collect::<DbResult<_>>()?;
-    Ok((t.13, (lease, reservations, events)))
+    let (
+        id,
+        name,
+        user_id,
+        project_id,
+        trust_id,
+        start,
+        end,
+        status,
+        degraded,
+        created_at,
+        updated_at,
+        reservations,
+        events,
+        revision,
+    ) = t;
+    let lease = lease_from_tuple((
+        id, name, user_id, project_id, trust_id, start, end, status, degraded, created_at,
+        updated_at,
+    ))?;
+    let reservations = reservations
+        .unwrap_or_default()
+        .into_iter()
+        .map(reservation_from_tuple)
+        .collect::<DbResult<_>>()?;
+    let events = events
+        .unwrap_or_default()
+        .into_iter()
+        .map(event_from_tuple)
+        .collect::<DbResult<_>>()?;
+    Ok((revision, (lease, reservations, events)))
 }
 
 impl Tx {

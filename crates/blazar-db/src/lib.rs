@@ -12,6 +12,7 @@ mod events;
 mod hosts;
 mod inventory;
 mod leases;
+mod properties;
 mod tokens;
 
 use std::str::FromStr;
@@ -25,9 +26,10 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 pub use actions::{ActionOutcome, NewAction};
 pub use allocations::{AllocationUsage, AllocationView, GrantRow, NewAllocation};
-pub use hosts::{NewHost, PropertyWithValues};
+pub use hosts::NewHost;
 pub use inventory::{NewResource, NotificationRow};
 pub use leases::LeaseTree;
+pub use properties::PropertyWithValues;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -291,37 +293,13 @@ impl Store {
             Some(writer) => writer.begin_with("BEGIN IMMEDIATE").await?,
             None => self.pool.begin().await?,
         };
-        Ok(Tx {
-            inner,
-            backend: self.backend,
-            pending: Deferred::default(),
-            flushes: 0,
-            versions: Default::default(),
-            bumped: Default::default(),
-            revise: Default::default(),
-            revised: Default::default(),
-            recorded_actions: false,
-            writer: true,
-            _guard: guard,
-        })
+        Ok(Tx::new(inner, self.backend, true, guard))
     }
 
     /// A read-only transaction: a consistent snapshot for composing a response.
     pub async fn read(&self) -> DbResult<Tx> {
         let inner = self.pool.begin().await?;
-        Ok(Tx {
-            inner,
-            backend: self.backend,
-            pending: Deferred::default(),
-            flushes: 0,
-            versions: Default::default(),
-            bumped: Default::default(),
-            revise: Default::default(),
-            revised: Default::default(),
-            recorded_actions: false,
-            writer: false,
-            _guard: None,
-        })
+        Ok(Tx::new(inner, self.backend, false, None))
     }
 
     pub async fn close(&self) {
@@ -551,6 +529,28 @@ impl Deferred {
 }
 
 impl Tx {
+    /// A transaction just begun, with nothing read, queued or changed yet.
+    fn new(
+        inner: sqlx::Transaction<'static, Any>,
+        backend: Backend,
+        writer: bool,
+        guard: Option<OwnedMutexGuard<()>>,
+    ) -> Tx {
+        Tx {
+            inner,
+            backend,
+            pending: Deferred::default(),
+            flushes: 0,
+            versions: Default::default(),
+            bumped: Default::default(),
+            revise: Default::default(),
+            revised: Default::default(),
+            recorded_actions: false,
+            writer,
+            _guard: guard,
+        }
+    }
+
     pub async fn commit(mut self) -> DbResult<()> {
         self.write_revisions().await?;
         self.flush().await?;
@@ -620,6 +620,32 @@ impl Tx {
             .persistent(false)
             .fetch_all(&mut *self.inner)
             .await?)
+    }
+
+    /// Runs a query and converts every row it answers.
+    pub(crate) async fn fetch_all_as<T>(
+        &mut self,
+        sql: &str,
+        args: Vec<Arg>,
+        from_row: impl Fn(&sqlx::any::AnyRow) -> DbResult<T>,
+    ) -> DbResult<Vec<T>> {
+        let rows = bind_all(sqlx::query(sql), args)
+            .fetch_all(self.conn().await?)
+            .await?;
+        rows.iter().map(from_row).collect()
+    }
+
+    /// Runs a query and converts the row it answers, if any.
+    pub(crate) async fn fetch_optional_as<T>(
+        &mut self,
+        sql: &str,
+        args: Vec<Arg>,
+        from_row: impl Fn(&sqlx::any::AnyRow) -> DbResult<T>,
+    ) -> DbResult<Option<T>> {
+        let row = bind_all(sqlx::query(sql), args)
+            .fetch_optional(self.conn().await?)
+            .await?;
+        row.as_ref().map(from_row).transpose()
     }
 
     /// The backend's JSON functions: (the aggregate, the array constructor).
@@ -710,12 +736,7 @@ impl Tx {
     /// Serialises the event scheduler across processes on PostgreSQL (SQLite writers are
     /// serialised already), so events run one at a time in time order everywhere.
     pub async fn lock_scheduler(&mut self) -> DbResult<()> {
-        if self.backend == Backend::Postgres {
-            sqlx::query("SELECT pg_advisory_xact_lock(7355608)")
-                .execute(self.conn().await?)
-                .await?;
-        }
-        Ok(())
+        self.advisory_lock(7_355_608).await
     }
 
     /// Serialises transactions that allocate resources, on PostgreSQL (SQLite writers are
@@ -723,8 +744,14 @@ impl Tx {
     /// but racing writers would then fail and retry in storms; queueing them is faster. The
     /// lock is transaction-scoped and re-entrant.
     pub async fn lock_allocations(&mut self) -> DbResult<()> {
+        self.advisory_lock(7_355_609).await
+    }
+
+    /// Takes the transaction-scoped PostgreSQL advisory lock `key`; nothing on SQLite, whose
+    /// writers are serialised already.
+    async fn advisory_lock(&mut self, key: i64) -> DbResult<()> {
         if self.backend == Backend::Postgres {
-            sqlx::query("SELECT pg_advisory_xact_lock(7355609)")
+            sqlx::query(&format!("SELECT pg_advisory_xact_lock({key})"))
                 .execute(self.conn().await?)
                 .await?;
         }

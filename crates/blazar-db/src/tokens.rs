@@ -52,21 +52,15 @@ impl Tx {
     }
 
     pub async fn api_token(&mut self, id: &str) -> DbResult<Option<ApiToken>> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM api_tokens WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(self.conn().await?)
-            .await?;
-        row.as_ref().map(token_from_row).transpose()
+        let sql = format!("SELECT {COLUMNS} FROM api_tokens WHERE id = $1");
+        self.fetch_optional_as(&sql, vec![id.into()], token_from_row)
+            .await
     }
 
     /// Every token, oldest first.
     pub async fn list_api_tokens(&mut self) -> DbResult<Vec<ApiToken>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM api_tokens ORDER BY created_at, id"
-        ))
-        .fetch_all(self.conn().await?)
-        .await?;
-        rows.iter().map(token_from_row).collect()
+        let sql = format!("SELECT {COLUMNS} FROM api_tokens ORDER BY created_at, id");
+        self.fetch_all_as(&sql, Vec::new(), token_from_row).await
     }
 
     /// Marks a token revoked at `at`. False if there is no such token or it was revoked

@@ -17,6 +17,7 @@ use serde_json::{Map, json};
 
 use crate::Cloud;
 use crate::error::Error;
+use crate::nova::{Aggregate, Nova};
 use crate::placement::reservation_provider_name;
 
 #[derive(Debug, Clone)]
@@ -88,13 +89,7 @@ impl OpenStackBackend {
     /// first (Blazar's "terminate preemptibles").
     async fn start_hosts(&self, action: &Action, hosts: &[String]) -> Result<(), Error> {
         let nova = self.cloud.nova(action.request_id.as_deref());
-        let zone = format!("{}{}", self.settings.az_prefix, action.reservation_id);
-        let aggregate = nova
-            .ensure_aggregate(&action.reservation_id, Some(&zone))
-            .await?;
-        let mut metadata = Map::new();
-        metadata.insert(self.settings.owner_key.clone(), json!(action.project_id));
-        nova.set_metadata(&aggregate, metadata).await?;
+        let aggregate = self.reservation_aggregate(&nova, action).await?;
         let freepool = nova.ensure_aggregate(&self.settings.freepool, None).await?;
         for host in hosts {
             nova.remove_host(&freepool, host).await?;
@@ -442,13 +437,24 @@ impl OpenStackBackend {
     /// (the hosts join it at start).
     async fn prepare(&self, action: &Action) -> Result<(), Error> {
         let nova = self.cloud.nova(action.request_id.as_deref());
+        self.reservation_aggregate(&nova, action).await.map(|_| ())
+    }
+
+    /// The aggregate named after the reservation, in its own zone and owned by its project,
+    /// made (or its owner set) if need be.
+    async fn reservation_aggregate(
+        &self,
+        nova: &Nova<'_>,
+        action: &Action,
+    ) -> Result<Aggregate, Error> {
         let zone = format!("{}{}", self.settings.az_prefix, action.reservation_id);
         let aggregate = nova
             .ensure_aggregate(&action.reservation_id, Some(&zone))
             .await?;
         let mut metadata = Map::new();
         metadata.insert(self.settings.owner_key.clone(), json!(action.project_id));
-        nova.set_metadata(&aggregate, metadata).await
+        nova.set_metadata(&aggregate, metadata).await?;
+        Ok(aggregate)
     }
 
     /// A reservation deleted before it started: its (empty) aggregate goes.

@@ -58,6 +58,16 @@ impl Error {
     }
 }
 
+/// A call's outcome, with the failures `done` accepts counted as success: a 404 where
+/// something is to be gone, a 409 where it is to be there (done by an earlier attempt).
+pub(crate) fn tolerate<T>(result: Result<T>, done: impl Fn(&Error) -> bool) -> Result<()> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) if done(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// The human message in an OpenStack error body, whichever service's shape it has: Nova's
 /// `{"itemNotFound": {"message": ..}}`, Placement's `{"errors": [{"detail": ..}]}`, Neutron's
 /// `{"NeutronError": {"message": ..}}`, Keystone's `{"error": {"message": ..}}`.

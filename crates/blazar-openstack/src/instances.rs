@@ -79,10 +79,7 @@ fn flavor_of(action: &Action) -> Result<(Value, Map<String, Value>), Error> {
 
 impl OpenStackBackend {
     fn nova_in_project<'a>(&self, session: &'a crate::Session, action: &'a Action) -> Nova<'a> {
-        Nova {
-            session,
-            request_id: action.request_id.as_deref(),
-        }
+        Nova::new(session, action.request_id.as_deref())
     }
 
     /// Carries out an action of an instance reservation. Making it ready (`prepare`, and

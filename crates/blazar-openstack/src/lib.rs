@@ -50,10 +50,7 @@ impl Cloud {
     }
 
     pub fn nova<'a>(&'a self, request_id: Option<&'a str>) -> nova::Nova<'a> {
-        nova::Nova {
-            session: &self.session,
-            request_id,
-        }
+        nova::Nova::new(&self.session, request_id)
     }
 
     /// Whether Glance has an image named `name` made from server `server_id`.
@@ -68,24 +65,17 @@ impl Cloud {
             )
             .await?
             .body;
-        Ok(found["images"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|i| i["instance_uuid"].as_str() == Some(server_id)))
+        Ok(
+            session::items(&found, "images")
+                .any(|i| i["instance_uuid"].as_str() == Some(server_id)),
+        )
     }
 
     pub fn neutron<'a>(&'a self, request_id: Option<&'a str>) -> neutron::Neutron<'a> {
-        neutron::Neutron {
-            session: &self.session,
-            request_id,
-        }
+        neutron::Neutron::new(&self.session, request_id)
     }
 
     pub fn placement<'a>(&'a self, request_id: Option<&'a str>) -> placement::Placement<'a> {
-        placement::Placement {
-            session: &self.session,
-            request_id,
-        }
+        placement::Placement::new(&self.session, request_id)
     }
 }

@@ -9,13 +9,12 @@ use ipnet::IpNet;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, tolerate};
 use crate::placement::urlencode;
-use crate::session::{Call, Session};
+use crate::session::{Api, Session, items};
 
 pub struct Neutron<'a> {
-    pub(crate) session: &'a Session,
-    pub(crate) request_id: Option<&'a str>,
+    api: Api<'a>,
 }
 
 /// Where an address stands on a Neutron network (Blazar's `FloatingIPPool.fetch_subnet`).
@@ -70,10 +69,7 @@ fn text(v: &Value, k: &str) -> String {
 }
 
 fn tags_of(v: &Value) -> Vec<String> {
-    v["tags"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    items(v, "tags")
         .filter_map(|t| t.as_str().map(str::to_string))
         .collect()
 }
@@ -108,41 +104,23 @@ fn in_range(address: IpAddr, start: &str, end: &str) -> bool {
     }
 }
 
-impl Neutron<'_> {
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value> {
-        let answer = self
-            .session
-            .call(
-                "network",
-                method,
-                path,
-                Call {
-                    body,
-                    headers: Vec::new(),
-                    request_id: self.request_id,
-                },
-            )
-            .await?;
-        Ok(answer.body)
+impl<'a> Neutron<'a> {
+    pub(crate) fn new(session: &'a Session, request_id: Option<&'a str>) -> Neutron<'a> {
+        Neutron {
+            api: Api::new(session, "network", Vec::new(), request_id),
+        }
     }
 
     /// A call whose 404 means "already gone".
     async fn call_gone_ok(&self, method: Method, path: &str, body: Option<Value>) -> Result<()> {
-        match self.call(method, path, body).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
+        tolerate(self.api.call(method, path, body).await, Error::is_not_found)
     }
 
     /// Checks `address` against network `network_id` as Blazar does when it is registered.
     pub async fn check_address(&self, network_id: &str, address: IpAddr) -> Result<AddressCheck> {
         let network = match self
-            .call(
-                Method::GET,
-                &format!("/v2.0/networks/{}", urlencode(network_id)),
-                None,
-            )
+            .api
+            .get(&format!("/v2.0/networks/{}", urlencode(network_id)))
             .await
         {
             Ok(n) => n,
@@ -150,11 +128,11 @@ impl Neutron<'_> {
             Err(e) => return Err(e),
         };
         let subnets = self
-            .call(
-                Method::GET,
-                &format!("/v2.0/subnets?network_id={}", urlencode(network_id)),
-                None,
-            )
+            .api
+            .get(&format!(
+                "/v2.0/subnets?network_id={}",
+                urlencode(network_id)
+            ))
             .await?;
         let listed: Vec<String> = network["network"]["subnets"]
             .as_array()
@@ -162,7 +140,7 @@ impl Neutron<'_> {
             .flatten()
             .filter_map(|s| s.as_str().map(str::to_string))
             .collect();
-        for subnet in subnets["subnets"].as_array().into_iter().flatten() {
+        for subnet in items(&subnets, "subnets") {
             let id = text(subnet, "id");
             if !listed.is_empty() && !listed.contains(&id) {
                 continue;
@@ -174,10 +152,7 @@ impl Neutron<'_> {
                 continue;
             }
             let gateway = subnet["gateway_ip"].as_str().and_then(|g| g.parse().ok());
-            let pooled = subnet["allocation_pools"]
-                .as_array()
-                .into_iter()
-                .flatten()
+            let pooled = items(subnet, "allocation_pools")
                 .any(|p| in_range(address, &text(p, "start"), &text(p, "end")));
             return Ok(if pooled || gateway == Some(address) {
                 AddressCheck::UsedByNeutron { subnet_id: id }
@@ -195,39 +170,19 @@ impl Neutron<'_> {
         address: &str,
     ) -> Result<Option<FloatingIp>> {
         let found = self
-            .call(
-                Method::GET,
-                &format!(
-                    "/v2.0/floatingips?floating_network_id={}&floating_ip_address={}",
-                    urlencode(network_id),
-                    urlencode(address)
-                ),
-                None,
-            )
+            .api
+            .get(&format!(
+                "/v2.0/floatingips?floating_network_id={}&floating_ip_address={}",
+                urlencode(network_id),
+                urlencode(address)
+            ))
             .await?;
-        Ok(found["floatingips"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(floatingip_from)
-            .next())
+        Ok(items(&found, "floatingips").map(floatingip_from).next())
     }
 
     /// The floating IPs tagged `tag`, every project's.
     pub async fn floatingips_tagged(&self, tag: &str) -> Result<Vec<FloatingIp>> {
-        let found = self
-            .call(
-                Method::GET,
-                &format!("/v2.0/floatingips?tags={}", urlencode(tag)),
-                None,
-            )
-            .await?;
-        Ok(found["floatingips"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(floatingip_from)
-            .collect())
+        self.tagged("floatingips", tag, floatingip_from).await
     }
 
     /// Makes the floating IP `address` in `project_id`, tagged `tags`. Already made (by an
@@ -259,6 +214,7 @@ impl Neutron<'_> {
                     body["subnet_id"] = json!(subnet);
                 }
                 let made = self
+                    .api
                     .call(
                         Method::POST,
                         "/v2.0/floatingips",
@@ -269,12 +225,13 @@ impl Neutron<'_> {
             }
         };
         if tags.iter().any(|t| !fip.tags.contains(t)) {
-            self.call(
-                Method::PUT,
-                &format!("/v2.0/floatingips/{}/tags", fip.id),
-                Some(json!({ "tags": tags })),
-            )
-            .await?;
+            self.api
+                .call(
+                    Method::PUT,
+                    &format!("/v2.0/floatingips/{}/tags", fip.id),
+                    Some(json!({ "tags": tags })),
+                )
+                .await?;
         }
         Ok(fip)
     }
@@ -300,19 +257,21 @@ impl Neutron<'_> {
 
     /// The networks tagged `tag`, every project's.
     pub async fn networks_tagged(&self, tag: &str) -> Result<Vec<Network>> {
+        self.tagged("networks", tag, network_from).await
+    }
+
+    /// The resources of `collection` (`floatingips`, `networks`) tagged `tag`.
+    async fn tagged<T>(
+        &self,
+        collection: &str,
+        tag: &str,
+        from: fn(&Value) -> T,
+    ) -> Result<Vec<T>> {
         let found = self
-            .call(
-                Method::GET,
-                &format!("/v2.0/networks?tags={}", urlencode(tag)),
-                None,
-            )
+            .api
+            .get(&format!("/v2.0/{collection}?tags={}", urlencode(tag)))
             .await?;
-        Ok(found["networks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(network_from)
-            .collect())
+        Ok(items(&found, collection).map(from).collect())
     }
 
     /// The network on segment (`network_type`, `segmentation_id`), if Neutron has one.
@@ -321,22 +280,12 @@ impl Neutron<'_> {
         network_type: &str,
         segmentation_id: i64,
     ) -> Result<Option<Network>> {
-        let found = self
-            .call(
-                Method::GET,
-                &format!(
+        let found = self.api.get(&format!(
                     "/v2.0/networks?provider%3Anetwork_type={}&provider%3Asegmentation_id={segmentation_id}",
                     urlencode(network_type)
-                ),
-                None,
-            )
+                ))
             .await?;
-        Ok(found["networks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(network_from)
-            .next())
+        Ok(items(&found, "networks").map(network_from).next())
     }
 
     /// Makes the provider network `new` unless the segment already carries one with the
@@ -367,6 +316,7 @@ impl Neutron<'_> {
             body["description"] = json!(description);
         }
         let made = self
+            .api
             .call(
                 Method::POST,
                 "/v2.0/networks",
@@ -374,12 +324,13 @@ impl Neutron<'_> {
             )
             .await?;
         let network = network_from(&made["network"]);
-        self.call(
-            Method::PUT,
-            &format!("/v2.0/networks/{}/tags", network.id),
-            Some(json!({ "tags": new.tags })),
-        )
-        .await?;
+        self.api
+            .call(
+                Method::PUT,
+                &format!("/v2.0/networks/{}/tags", network.id),
+                Some(json!({ "tags": new.tags })),
+            )
+            .await?;
         Ok(network)
     }
 
@@ -387,11 +338,8 @@ impl Neutron<'_> {
     /// router interfaces on its subnets, the subnets, any port left, then the network.
     pub async fn delete_network(&self, network_id: &str) -> Result<()> {
         let ports = self
-            .call(
-                Method::GET,
-                &format!("/v2.0/ports?network_id={}", urlencode(network_id)),
-                None,
-            )
+            .api
+            .get(&format!("/v2.0/ports?network_id={}", urlencode(network_id)))
             .await?;
         let ports: Vec<Value> = ports["ports"].as_array().cloned().unwrap_or_default();
         for port in &ports {
@@ -400,7 +348,7 @@ impl Neutron<'_> {
                 || owner == "network:ha_router_replicated_interface"
             {
                 let router = text(port, "device_id");
-                for fixed in port["fixed_ips"].as_array().into_iter().flatten() {
+                for fixed in items(port, "fixed_ips") {
                     self.call_gone_ok(
                         Method::PUT,
                         &format!("/v2.0/routers/{router}/remove_router_interface"),
@@ -424,13 +372,13 @@ impl Neutron<'_> {
             .await?;
         }
         let subnets = self
-            .call(
-                Method::GET,
-                &format!("/v2.0/subnets?network_id={}", urlencode(network_id)),
-                None,
-            )
+            .api
+            .get(&format!(
+                "/v2.0/subnets?network_id={}",
+                urlencode(network_id)
+            ))
             .await?;
-        for subnet in subnets["subnets"].as_array().into_iter().flatten() {
+        for subnet in items(&subnets, "subnets") {
             self.call_gone_ok(
                 Method::DELETE,
                 &format!("/v2.0/subnets/{}", text(subnet, "id")),

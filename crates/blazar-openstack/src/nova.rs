@@ -2,13 +2,14 @@
 //! servers on a host. Microversion 2.61 (hypervisor facts up to 2.87 need <2.88; 2.53 for
 //! hypervisor search by name).
 
+use std::future::Future;
 use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::error::{Error, Result};
-use crate::session::{Call, Session};
+use crate::error::{Error, Result, tolerate};
+use crate::session::{Api, Session, items};
 
 const MICROVERSION: &str = "2.61";
 
@@ -51,8 +52,7 @@ pub struct Aggregate {
 }
 
 pub struct Nova<'a> {
-    pub(crate) session: &'a Session,
-    pub(crate) request_id: Option<&'a str>,
+    api: Api<'a>,
 }
 
 fn hypervisor_from(v: &Value) -> Hypervisor {
@@ -87,70 +87,69 @@ fn aggregate_from(v: &Value) -> Aggregate {
         id: v["id"].as_i64().unwrap_or_default(),
         name: v["name"].as_str().unwrap_or_default().to_string(),
         availability_zone: v["availability_zone"].as_str().map(str::to_string),
-        hosts: v["hosts"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        hosts: items(v, "hosts")
             .filter_map(|h| h.as_str().map(str::to_string))
             .collect(),
         metadata: v["metadata"].as_object().cloned().unwrap_or_default(),
     }
 }
 
-impl Nova<'_> {
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value> {
-        let answer = self
-            .session
-            .call(
-                "compute",
-                method,
-                path,
-                Call {
-                    body,
-                    headers: vec![
-                        ("openstack-api-version", format!("compute {MICROVERSION}")),
-                        ("x-openstack-nova-api-version", MICROVERSION.to_string()),
-                    ],
-                    request_id: self.request_id,
-                },
-            )
-            .await?;
-        Ok(answer.body)
+/// Lists the servers `remaining` every half second until none is left, at most `within`;
+/// then a transient error (503) for `request`, telling how many servers are `still` there.
+async fn wait_until_gone<T, Fut>(
+    remaining: impl Fn() -> Fut,
+    within: Duration,
+    request: &str,
+    still: &str,
+) -> Result<()>
+where
+    Fut: Future<Output = Result<Vec<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let left = remaining().await?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(Error::Status {
+                service: "compute".into(),
+                request: request.to_string(),
+                status: 503,
+                message: format!("{} server(s) {still}", left.len()),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+impl<'a> Nova<'a> {
+    pub(crate) fn new(session: &'a Session, request_id: Option<&'a str>) -> Nova<'a> {
+        let headers = vec![
+            ("openstack-api-version", format!("compute {MICROVERSION}")),
+            ("x-openstack-nova-api-version", MICROVERSION.to_string()),
+        ];
+        Nova {
+            api: Api::new(session, "compute", headers, request_id),
+        }
     }
 
     /// The hypervisor named `name` (its hypervisor hostname, or its id).
     pub async fn find_hypervisor(&self, name: &str) -> Result<Option<Hypervisor>> {
-        let all = self
-            .call(Method::GET, "/os-hypervisors/detail", None)
-            .await?;
-        Ok(all["hypervisors"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        let all = self.api.get("/os-hypervisors/detail").await?;
+        Ok(items(&all, "hypervisors")
             .map(hypervisor_from)
             .find(|h| h.hypervisor_hostname == name || h.id == name || h.service_host == name))
     }
 
     pub async fn hypervisors(&self) -> Result<Vec<Hypervisor>> {
-        let all = self
-            .call(Method::GET, "/os-hypervisors/detail", None)
-            .await?;
-        Ok(all["hypervisors"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(hypervisor_from)
-            .collect())
+        let all = self.api.get("/os-hypervisors/detail").await?;
+        Ok(items(&all, "hypervisors").map(hypervisor_from).collect())
     }
 
     pub async fn compute_services(&self) -> Result<Vec<ComputeService>> {
-        let all = self
-            .call(Method::GET, "/os-services?binary=nova-compute", None)
-            .await?;
-        Ok(all["services"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        let all = self.api.get("/os-services?binary=nova-compute").await?;
+        Ok(items(&all, "services")
             .map(|s| ComputeService {
                 host: s["host"].as_str().unwrap_or_default().to_string(),
                 state: s["state"].as_str().unwrap_or_default().to_string(),
@@ -162,13 +161,8 @@ impl Nova<'_> {
     }
 
     pub async fn aggregates(&self) -> Result<Vec<Aggregate>> {
-        let all = self.call(Method::GET, "/os-aggregates", None).await?;
-        Ok(all["aggregates"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(aggregate_from)
-            .collect())
+        let all = self.api.get("/os-aggregates").await?;
+        Ok(items(&all, "aggregates").map(aggregate_from).collect())
     }
 
     pub async fn find_aggregate(&self, name: &str) -> Result<Option<Aggregate>> {
@@ -193,6 +187,7 @@ impl Nova<'_> {
             aggregate["availability_zone"] = json!(az);
         }
         match self
+            .api
             .call(
                 Method::POST,
                 "/os-aggregates",
@@ -212,6 +207,7 @@ impl Nova<'_> {
 
     async fn aggregate_action(&self, id: i64, action: Value) -> Result<Aggregate> {
         let made = self
+            .api
             .call(
                 Method::POST,
                 &format!("/os-aggregates/{id}/action"),
@@ -226,15 +222,12 @@ impl Nova<'_> {
         if aggregate.hosts.iter().any(|h| h == host) {
             return Ok(());
         }
-        match self
-            .aggregate_action(aggregate.id, json!({"add_host": {"host": host}}))
-            .await
-        {
-            Ok(_) => Ok(()),
+        tolerate(
+            self.aggregate_action(aggregate.id, json!({"add_host": {"host": host}}))
+                .await,
             // "already exists in aggregate": done by an earlier attempt.
-            Err(e) if e.is_conflict() && e.to_string().contains("already") => Ok(()),
-            Err(e) => Err(e),
-        }
+            |e| e.is_conflict() && e.to_string().contains("already"),
+        )
     }
 
     /// Removes `host`; absent is fine. Nova answers 409 while servers are still on a host
@@ -243,14 +236,11 @@ impl Nova<'_> {
         if !aggregate.hosts.iter().any(|h| h == host) {
             return Ok(());
         }
-        match self
-            .aggregate_action(aggregate.id, json!({"remove_host": {"host": host}}))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
+        tolerate(
+            self.aggregate_action(aggregate.id, json!({"remove_host": {"host": host}}))
+                .await,
+            Error::is_not_found,
+        )
     }
 
     pub async fn set_metadata(
@@ -274,36 +264,21 @@ impl Nova<'_> {
 
     /// Deletes the aggregate (hosts must be out of it); absent is fine.
     pub async fn delete_aggregate(&self, aggregate: &Aggregate) -> Result<()> {
-        match self
-            .call(
-                Method::DELETE,
-                &format!("/os-aggregates/{}", aggregate.id),
-                None,
-            )
+        self.api
+            .delete(&format!("/os-aggregates/{}", aggregate.id))
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
     }
 
     /// Ids and names of the servers on `host`, every project's.
     pub async fn servers_on_host(&self, host: &str) -> Result<Vec<(String, String)>> {
         let found = self
-            .call(
-                Method::GET,
-                &format!(
-                    "/servers?all_tenants=1&host={}",
-                    crate::placement::urlencode(host)
-                ),
-                None,
-            )
+            .api
+            .get(&format!(
+                "/servers?all_tenants=1&host={}",
+                crate::placement::urlencode(host)
+            ))
             .await?;
-        Ok(found["servers"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        Ok(items(&found, "servers")
             .map(|s| {
                 (
                     s["id"].as_str().unwrap_or_default().to_string(),
@@ -314,14 +289,7 @@ impl Nova<'_> {
     }
 
     pub async fn delete_server(&self, id: &str) -> Result<()> {
-        match self
-            .call(Method::DELETE, &format!("/servers/{id}"), None)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.api.delete(&format!("/servers/{id}")).await
     }
 
     /// Deletes every server on `host` and waits until none is left, at most `within`
@@ -332,30 +300,19 @@ impl Nova<'_> {
             tracing::info!(host, server.id = %id, server.name = %name, "deleting a server on a reserved host");
             self.delete_server(id).await?;
         }
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let left = self.servers_on_host(host).await?;
-            if left.is_empty() {
-                return Ok(servers.len());
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(Error::Status {
-                    service: "compute".into(),
-                    request: format!("delete servers on {host}"),
-                    status: 503,
-                    message: format!("{} server(s) still on {host}", left.len()),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        wait_until_gone(
+            || self.servers_on_host(host),
+            within,
+            &format!("delete servers on {host}"),
+            &format!("still on {host}"),
+        )
+        .await?;
+        Ok(servers.len())
     }
 
     /// The flavor `id`, if Nova has it (admin view, private flavors included).
     pub async fn flavor(&self, id: &str) -> Result<Option<Value>> {
-        match self
-            .call(Method::GET, &format!("/flavors/{id}"), None)
-            .await
-        {
+        match self.api.get(&format!("/flavors/{id}")).await {
             Ok(found) => Ok(Some(found["flavor"].clone())),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
@@ -380,13 +337,8 @@ impl Nova<'_> {
         let flavor = match by_id {
             Some(f) => f,
             None => {
-                let all = self
-                    .call(Method::GET, "/flavors/detail?is_public=None", None)
-                    .await?;
-                let Some(found) = all["flavors"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+                let all = self.api.get("/flavors/detail?is_public=None").await?;
+                let Some(found) = items(&all, "flavors")
                     .find(|f| f["name"].as_str() == Some(id_or_name))
                     .cloned()
                 else {
@@ -410,13 +362,8 @@ impl Nova<'_> {
     /// Ids of the flavors named `reservation:<id>` after their own id: the reservation
     /// flavors blazar-rs (or Blazar) made, private ones included.
     pub async fn reservation_flavors(&self) -> Result<Vec<String>> {
-        let all = self
-            .call(Method::GET, "/flavors/detail?is_public=None", None)
-            .await?;
-        Ok(all["flavors"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        let all = self.api.get("/flavors/detail?is_public=None").await?;
+        Ok(items(&all, "flavors")
             .filter_map(|f| {
                 let id = f["id"].as_str()?;
                 (f["name"].as_str() == Some(&format!("reservation:{id}"))).then(|| id.to_string())
@@ -444,50 +391,36 @@ impl Nova<'_> {
             self.delete_flavor(&id).await?;
         }
         if stale || existing.is_none() {
-            match self
-                .call(Method::POST, "/flavors", Some(json!({ "flavor": flavor })))
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if e.is_conflict() => {}
-                Err(e) => return Err(e),
-            }
+            tolerate(
+                self.api
+                    .call(Method::POST, "/flavors", Some(json!({ "flavor": flavor })))
+                    .await,
+                Error::is_conflict,
+            )?;
         }
         if !extra_specs.is_empty() {
-            self.call(
-                Method::POST,
-                &format!("/flavors/{id}/os-extra_specs"),
-                Some(json!({ "extra_specs": extra_specs })),
-            )
-            .await?;
+            self.api
+                .call(
+                    Method::POST,
+                    &format!("/flavors/{id}/os-extra_specs"),
+                    Some(json!({ "extra_specs": extra_specs })),
+                )
+                .await?;
         }
         Ok(())
     }
 
     pub async fn delete_flavor(&self, id: &str) -> Result<()> {
-        match self
-            .call(Method::DELETE, &format!("/flavors/{id}"), None)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.api.delete(&format!("/flavors/{id}")).await
     }
 
     /// Projects that may use the private flavor `id`.
     pub async fn flavor_access(&self, id: &str) -> Result<Vec<String>> {
         let found = self
-            .call(
-                Method::GET,
-                &format!("/flavors/{id}/os-flavor-access"),
-                None,
-            )
+            .api
+            .get(&format!("/flavors/{id}/os-flavor-access"))
             .await?;
-        Ok(found["flavor_access"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        Ok(items(&found, "flavor_access")
             .filter_map(|a| a["tenant_id"].as_str().map(str::to_string))
             .collect())
     }
@@ -497,47 +430,40 @@ impl Nova<'_> {
         if self.flavor_access(id).await?.iter().any(|p| p == project) {
             return Ok(());
         }
-        match self
-            .call(
-                Method::POST,
-                &format!("/flavors/{id}/action"),
-                Some(json!({"addTenantAccess": {"tenant": project}})),
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_conflict() => Ok(()),
-            Err(e) => Err(e),
-        }
+        tolerate(
+            self.api
+                .call(
+                    Method::POST,
+                    &format!("/flavors/{id}/action"),
+                    Some(json!({"addTenantAccess": {"tenant": project}})),
+                )
+                .await,
+            Error::is_conflict,
+        )
     }
 
     /// Takes the flavor away from `project`; not allowed (or no flavor) is fine.
     pub async fn remove_flavor_access(&self, id: &str, project: &str) -> Result<()> {
-        match self
-            .call(
-                Method::POST,
-                &format!("/flavors/{id}/action"),
-                Some(json!({"removeTenantAccess": {"tenant": project}})),
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
+        tolerate(
+            self.api
+                .call(
+                    Method::POST,
+                    &format!("/flavors/{id}/action"),
+                    Some(json!({"removeTenantAccess": {"tenant": project}})),
+                )
+                .await,
+            Error::is_not_found,
+        )
     }
 
     /// Ids of every project's servers booted with flavor `id`.
     pub async fn servers_with_flavor(&self, id: &str) -> Result<Vec<String>> {
         let found = match self
-            .call(
-                Method::GET,
-                &format!(
-                    "/servers?all_tenants=1&flavor={}",
-                    crate::placement::urlencode(id)
-                ),
-                None,
-            )
+            .api
+            .get(&format!(
+                "/servers?all_tenants=1&flavor={}",
+                crate::placement::urlencode(id)
+            ))
             .await
         {
             Ok(found) => found,
@@ -545,10 +471,7 @@ impl Nova<'_> {
             Err(e) if e.is_not_found() || e.status() == Some(400) => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
-        Ok(found["servers"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        Ok(items(&found, "servers")
             .filter_map(|s| s["id"].as_str().map(str::to_string))
             .collect())
     }
@@ -561,22 +484,14 @@ impl Nova<'_> {
             tracing::info!(server.id = %server, flavor.id = id, "deleting a server of an ended instance reservation");
             self.delete_server(server).await?;
         }
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let left = self.servers_with_flavor(id).await?;
-            if left.is_empty() {
-                return Ok(servers.len());
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(Error::Status {
-                    service: "compute".into(),
-                    request: format!("delete servers of flavor {id}"),
-                    status: 503,
-                    message: format!("{} server(s) of flavor {id} still there", left.len()),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        wait_until_gone(
+            || self.servers_with_flavor(id),
+            within,
+            &format!("delete servers of flavor {id}"),
+            &format!("of flavor {id} still there"),
+        )
+        .await?;
+        Ok(servers.len())
     }
 
     /// The server group named `name` of the session's project, made with `policy` if
@@ -586,6 +501,7 @@ impl Nova<'_> {
             return Ok(id);
         }
         let made = self
+            .api
             .call(
                 Method::POST,
                 "/os-server-groups",
@@ -609,34 +525,25 @@ impl Nova<'_> {
         } else {
             "/os-server-groups?limit=1000"
         };
-        let found = self.call(Method::GET, path, None).await?;
-        Ok(found["server_groups"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        let found = self.api.get(path).await?;
+        Ok(items(&found, "server_groups")
             .find(|g| g["name"].as_str() == Some(name))
             .and_then(|g| g["id"].as_str().map(str::to_string)))
     }
 
     pub async fn delete_server_group(&self, id: &str) -> Result<()> {
-        match self
-            .call(Method::DELETE, &format!("/os-server-groups/{id}"), None)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.api.delete(&format!("/os-server-groups/{id}")).await
     }
 
     /// Snapshots a server (Blazar's `before_end: snapshot`).
     pub async fn create_image(&self, server_id: &str, name: &str) -> Result<()> {
-        self.call(
-            Method::POST,
-            &format!("/servers/{server_id}/action"),
-            Some(json!({"createImage": {"name": name}})),
-        )
-        .await
-        .map(|_| ())
+        self.api
+            .call(
+                Method::POST,
+                &format!("/servers/{server_id}/action"),
+                Some(json!({"createImage": {"name": name}})),
+            )
+            .await
+            .map(|_| ())
     }
 }

@@ -5,7 +5,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::error::Result;
-use crate::session::{Call, Session};
+use crate::session::{Api, Session, items};
 
 const MICROVERSION: &str = "1.29";
 
@@ -18,8 +18,7 @@ pub struct Provider {
 }
 
 pub struct Placement<'a> {
-    pub(crate) session: &'a Session,
-    pub(crate) request_id: Option<&'a str>,
+    api: Api<'a>,
 }
 
 /// The nested provider Blazar keeps per host for instance reservations' classes.
@@ -36,31 +35,18 @@ fn provider_from(v: &Value) -> Provider {
     }
 }
 
-impl Placement<'_> {
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value> {
-        Ok(self
-            .session
-            .call(
-                "placement",
-                method,
-                path,
-                Call {
-                    body,
-                    headers: vec![("openstack-api-version", format!("placement {MICROVERSION}"))],
-                    request_id: self.request_id,
-                },
-            )
-            .await?
-            .body)
+impl<'a> Placement<'a> {
+    pub(crate) fn new(session: &'a Session, request_id: Option<&'a str>) -> Placement<'a> {
+        let headers = vec![("openstack-api-version", format!("placement {MICROVERSION}"))];
+        Placement {
+            api: Api::new(session, "placement", headers, request_id),
+        }
     }
 
     pub async fn provider_by_name(&self, name: &str) -> Result<Option<Provider>> {
         let found = self
-            .call(
-                Method::GET,
-                &format!("/resource_providers?name={}", urlencode(name)),
-                None,
-            )
+            .api
+            .get(&format!("/resource_providers?name={}", urlencode(name)))
             .await?;
         Ok(found["resource_providers"]
             .as_array()
@@ -74,6 +60,7 @@ impl Placement<'_> {
             return Ok(found);
         }
         match self
+            .api
             .call(
                 Method::POST,
                 "/resource_providers",
@@ -98,24 +85,16 @@ impl Placement<'_> {
     }
 
     pub async fn delete_provider(&self, uuid: &str) -> Result<()> {
-        match self
-            .call(Method::DELETE, &format!("/resource_providers/{uuid}"), None)
+        self.api
+            .delete(&format!("/resource_providers/{uuid}"))
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
     }
 
     /// Inventories by resource class: (total, allocation_ratio, reserved).
     pub async fn inventories(&self, uuid: &str) -> Result<Vec<(String, i64, f64, i64)>> {
         let found = self
-            .call(
-                Method::GET,
-                &format!("/resource_providers/{uuid}/inventories"),
-                None,
-            )
+            .api
+            .get(&format!("/resource_providers/{uuid}/inventories"))
             .await?;
         Ok(found["inventories"]
             .as_object()
@@ -134,16 +113,10 @@ impl Placement<'_> {
 
     pub async fn traits(&self, uuid: &str) -> Result<Vec<String>> {
         let found = self
-            .call(
-                Method::GET,
-                &format!("/resource_providers/{uuid}/traits"),
-                None,
-            )
+            .api
+            .get(&format!("/resource_providers/{uuid}/traits"))
             .await?;
-        Ok(found["traits"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        Ok(items(&found, "traits")
             .filter_map(|t| t.as_str().map(str::to_string))
             .collect())
     }
@@ -152,18 +125,16 @@ impl Placement<'_> {
 impl Placement<'_> {
     /// Creates the custom resource class `name`; already there is fine.
     pub async fn ensure_resource_class(&self, name: &str) -> Result<()> {
-        self.call(Method::PUT, &format!("/resource_classes/{name}"), None)
+        self.api
+            .call(Method::PUT, &format!("/resource_classes/{name}"), None)
             .await
             .map(|_| ())
     }
 
     /// Names of the custom resource classes of instance reservations.
     pub async fn reservation_classes(&self) -> Result<Vec<String>> {
-        let found = self.call(Method::GET, "/resource_classes", None).await?;
-        Ok(found["resource_classes"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        let found = self.api.get("/resource_classes").await?;
+        Ok(items(&found, "resource_classes")
             .filter_map(|c| c["name"].as_str())
             .filter(|n| n.starts_with(RESERVATION_CLASS_PREFIX))
             .map(str::to_string)
@@ -173,14 +144,7 @@ impl Placement<'_> {
     /// Deletes the resource class `name`; absent is fine. Placement refuses (409) while an
     /// inventory still uses it.
     pub async fn delete_resource_class(&self, name: &str) -> Result<()> {
-        match self
-            .call(Method::DELETE, &format!("/resource_classes/{name}"), None)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.api.delete(&format!("/resource_classes/{name}")).await
     }
 
     /// Sets the provider's inventory of `class` to `total` units of one (Blazar's instance
@@ -189,16 +153,11 @@ impl Placement<'_> {
     pub async fn set_slots(&self, uuid: &str, class: &str, total: i64) -> Result<()> {
         let mut tries = 0;
         loop {
-            let provider = self
-                .call(Method::GET, &format!("/resource_providers/{uuid}"), None)
-                .await?;
+            let provider = self.api.get(&format!("/resource_providers/{uuid}")).await?;
             let generation = provider["generation"].as_i64().unwrap_or(0);
             let current = self
-                .call(
-                    Method::GET,
-                    &format!("/resource_providers/{uuid}/inventories"),
-                    None,
-                )
+                .api
+                .get(&format!("/resource_providers/{uuid}/inventories"))
                 .await?;
             if current["inventories"][class]["total"].as_i64() == Some(total) {
                 return Ok(());
@@ -225,7 +184,7 @@ impl Placement<'_> {
                     format!("/resource_providers/{uuid}/inventories/{class}"),
                 )
             };
-            match self.call(method, &path, Some(body)).await {
+            match self.api.call(method, &path, Some(body)).await {
                 Ok(_) => return Ok(()),
                 Err(e) if e.is_conflict() && tries < 5 => tries += 1,
                 Err(e) => return Err(e),
@@ -236,18 +195,9 @@ impl Placement<'_> {
     /// Removes the provider's inventory of `class`; absent is fine. Placement refuses (409)
     /// while servers still hold units of it.
     pub async fn delete_inventory(&self, uuid: &str, class: &str) -> Result<()> {
-        match self
-            .call(
-                Method::DELETE,
-                &format!("/resource_providers/{uuid}/inventories/{class}"),
-                None,
-            )
+        self.api
+            .delete(&format!("/resource_providers/{uuid}/inventories/{class}"))
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
-        }
     }
 
     /// Names of the providers with every trait of `required` and none of `forbidden`.
@@ -262,19 +212,13 @@ impl Placement<'_> {
             .chain(forbidden.iter().map(|t| format!("!{t}")))
             .collect();
         let found = self
-            .call(
-                Method::GET,
-                &format!(
-                    "/resource_providers?required={}",
-                    urlencode(&query.join(","))
-                ),
-                None,
-            )
+            .api
+            .get(&format!(
+                "/resource_providers?required={}",
+                urlencode(&query.join(","))
+            ))
             .await?;
-        Ok(found["resource_providers"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        Ok(items(&found, "resource_providers")
             .filter_map(|p| p["name"].as_str().map(str::to_string))
             .collect())
     }

@@ -9,7 +9,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::error::{Error, Result, message_of};
+use crate::error::{Error, Result, message_of, tolerate};
 
 #[derive(Debug, Clone)]
 pub enum Credentials {
@@ -71,6 +71,66 @@ pub struct Call<'a> {
 pub struct Answer {
     pub status: StatusCode,
     pub body: Value,
+}
+
+/// Calls to one service, each with the service's own headers (microversions) and the
+/// request id, answering the body: what the Nova, Neutron and Placement clients share.
+pub(crate) struct Api<'a> {
+    session: &'a Session,
+    service_type: &'static str,
+    headers: Vec<(&'static str, String)>,
+    request_id: Option<&'a str>,
+}
+
+impl<'a> Api<'a> {
+    pub(crate) fn new(
+        session: &'a Session,
+        service_type: &'static str,
+        headers: Vec<(&'static str, String)>,
+        request_id: Option<&'a str>,
+    ) -> Api<'a> {
+        Api {
+            session,
+            service_type,
+            headers,
+            request_id,
+        }
+    }
+
+    pub(crate) async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value> {
+        let call = Call {
+            body,
+            headers: self.headers.clone(),
+            request_id: self.request_id,
+        };
+        Ok(self
+            .session
+            .call(self.service_type, method, path, call)
+            .await?
+            .body)
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> Result<Value> {
+        self.call(Method::GET, path, None).await
+    }
+
+    /// Deletes what `path` names; already gone is fine.
+    pub(crate) async fn delete(&self, path: &str) -> Result<()> {
+        tolerate(
+            self.call(Method::DELETE, path, None).await,
+            Error::is_not_found,
+        )
+    }
+}
+
+/// The elements of list `key` of a service's answer (none when it has no such list).
+pub(crate) fn items<'v>(body: &'v Value, key: &str) -> impl Iterator<Item = &'v Value> {
+    body[key].as_array().into_iter().flatten()
 }
 
 impl Session {
@@ -165,7 +225,7 @@ impl Session {
         let mut catalog = Vec::new();
         for service in body["token"]["catalog"].as_array().into_iter().flatten() {
             let kind = service["type"].as_str().unwrap_or_default();
-            for e in service["endpoints"].as_array().into_iter().flatten() {
+            for e in items(service, "endpoints") {
                 catalog.push((
                     kind.to_string(),
                     e["interface"].as_str().unwrap_or_default().to_string(),

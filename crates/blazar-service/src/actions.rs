@@ -51,7 +51,7 @@ fn current_request_id() -> Option<String> {
 }
 
 /// The lease status the events imply, with the transitional states of running actions.
-pub(crate) fn status_from_events(events: &[blazar_core::Event]) -> LeaseStatus {
+fn status_from_events(events: &[blazar_core::Event]) -> LeaseStatus {
     let (start, end) = (
         event_status(events, EventType::StartLease),
         event_status(events, EventType::EndLease),
@@ -61,6 +61,29 @@ pub(crate) fn status_from_events(events: &[blazar_core::Event]) -> LeaseStatus {
         (EventStatus::InProgress, _) => LeaseStatus::Starting,
         _ => LeaseStatus::derive(start, end),
     }
+}
+
+/// Moves `lease` to the status its events imply (ERROR when `failed`) and writes it, if
+/// that changes it; a lease in ERROR stays there until it terminates. Returns whether it
+/// moved.
+pub(crate) async fn settle_lease_status(
+    tx: &mut Tx,
+    lease: &mut Lease,
+    failed: bool,
+    now: DateTime<Utc>,
+) -> ServiceResult<bool> {
+    let events = tx.events_of(&lease.id).await?;
+    let mut status = status_from_events(&events);
+    if failed || (lease.status == LeaseStatus::Error && status != LeaseStatus::Terminating) {
+        status = LeaseStatus::Error;
+    }
+    if status == lease.status {
+        return Ok(false);
+    }
+    lease.status = status;
+    lease.updated_at = Some(now);
+    tx.update_lease(lease).await?;
+    Ok(true)
 }
 
 fn action_from_row(row: &ActionRecord) -> ServiceResult<Action> {
@@ -153,35 +176,16 @@ impl Service {
                 .or_default()
                 .push((a.resource_id, a.units));
         }
-        let request_id = current_request_id();
         for (resource_type, held) in &by_type {
-            let resources: Vec<i64> = held.iter().map(|h| h.0).collect();
-            let units: Vec<i64> = held.iter().map(|h| h.1).collect();
-            let payload = json!({
-                "lease_name": lease.name,
-                "user_id": lease.user_id,
-                "reservation_type": reservation.resource_type(),
-                "resources": resources,
-                "units": units,
-                "params": Value::Object(reservation.spec.fields()),
-                "lease_start": lease.start.timestamp(),
-                "lease_end": lease.end.timestamp(),
-                "at": at.timestamp(),
-            });
-            let seq = tx
-                .insert_action(&NewAction {
-                    lease_id: lease.id.clone(),
-                    reservation_id: reservation.id.clone(),
-                    project_id: lease.project_id.clone(),
-                    kind,
-                    purpose,
-                    resource_type: (*resource_type).to_string(),
-                    payload: payload.to_string(),
-                    resources,
-                    request_id: request_id.clone(),
-                    created_at: self.now(),
-                })
-                .await?;
+            let action = self.lease_action(
+                lease,
+                reservation,
+                (kind, purpose),
+                resource_type,
+                held,
+                Some(at),
+            );
+            let seq = tx.insert_action(&action).await?;
             tracing::debug!(
                 action.seq = seq, action.kind = %kind, action.purpose = %purpose,
                 lease.id = %lease.id, reservation.id = %reservation.id, "action recorded"
@@ -211,30 +215,57 @@ impl Service {
         {
             return Ok(());
         }
-        let payload = json!({
+        let action = self.lease_action(
+            lease,
+            reservation,
+            (kind, purpose),
+            reservation.resource_type(),
+            &[],
+            None,
+        );
+        tx.insert_action(&action).await?;
+        Ok(())
+    }
+
+    /// An action of `reservation` on `held` (resources of `resource_type`, with the units of
+    /// each), carrying what a worker needs to know of the lease; `at` is when a hand-over
+    /// was decided.
+    fn lease_action(
+        &self,
+        lease: &Lease,
+        reservation: &Reservation,
+        (kind, purpose): (ActionKind, ActionPurpose),
+        resource_type: &str,
+        held: &[(i64, i64)],
+        at: Option<DateTime<Utc>>,
+    ) -> NewAction {
+        let resources: Vec<i64> = held.iter().map(|h| h.0).collect();
+        let units: Vec<i64> = held.iter().map(|h| h.1).collect();
+        let mut payload = json!({
             "lease_name": lease.name,
             "user_id": lease.user_id,
             "reservation_type": reservation.resource_type(),
-            "resources": [],
-            "units": [],
+            "resources": resources,
+            "units": units,
             "params": Value::Object(reservation.spec.fields()),
             "lease_start": lease.start.timestamp(),
             "lease_end": lease.end.timestamp(),
         });
-        tx.insert_action(&NewAction {
+        if let Some(at) = at {
+            payload["at"] = json!(at.timestamp());
+        }
+        NewAction {
             lease_id: lease.id.clone(),
             reservation_id: reservation.id.clone(),
             project_id: lease.project_id.clone(),
             kind,
             purpose,
-            resource_type: reservation.resource_type().to_string(),
+            resource_type: resource_type.to_string(),
             payload: payload.to_string(),
-            resources: Vec::new(),
+            resources,
             request_id: current_request_id(),
             created_at: self.now(),
-        })
-        .await?;
-        Ok(())
+        }
     }
 
     /// Records an inventory action on one host (`Enrol` after it is added, `Withdraw` after
@@ -490,20 +521,10 @@ impl Service {
             self.settle_event(tx, &lease.id, event_type, purpose, now)
                 .await?;
         }
-        let events = tx.events_of(&lease.id).await?;
-        let mut status = status_from_events(&events);
         // A change that failed for good leaves the lease in ERROR, as a failed update does
         // in Blazar.
-        if failure.is_some() && purpose == ActionPurpose::Change {
-            status = LeaseStatus::Error;
-        }
-        if lease.status == LeaseStatus::Error && status != LeaseStatus::Terminating {
-            status = LeaseStatus::Error;
-        }
-        if status != lease.status {
-            lease.status = status;
-            lease.updated_at = Some(now);
-            tx.update_lease(&lease).await?;
+        let failed = failure.is_some() && purpose == ActionPurpose::Change;
+        if settle_lease_status(tx, &mut lease, failed, now).await? {
             tracing::info!(lease.id = %lease.id, lease.status = %lease.status, "lease status");
         }
         Ok(())

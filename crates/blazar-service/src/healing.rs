@@ -47,20 +47,33 @@ impl Service {
         Ok(())
     }
 
-    /// Allocations of a reservation added since `before` was read, for hand-over.
-    async fn new_allocations(
+    /// Hands over the allocations of `reservation` that `is_new` picks out: what a change
+    /// (healing, an update) added to a reservation in force.
+    pub(crate) async fn hand_over_added(
         &self,
         tx: &mut Tx,
         lease: &Lease,
         reservation: &Reservation,
-        before: &HashSet<String>,
-    ) -> ServiceResult<Vec<Allocation>> {
-        Ok(tx
+        is_new: impl Fn(&Allocation) -> bool,
+        at: DateTime<Utc>,
+    ) -> ServiceResult<()> {
+        let added: Vec<Allocation> = tx
             .allocations_of_lease(&lease.id)
             .await?
             .into_iter()
-            .filter(|a| a.reservation_id == reservation.id && !before.contains(&a.id))
-            .collect())
+            .filter(|a| a.reservation_id == reservation.id && is_new(a))
+            .collect();
+        self.record_action(
+            tx,
+            lease,
+            reservation,
+            ActionKind::Start,
+            ActionPurpose::Change,
+            &added,
+            at,
+        )
+        .await?;
+        Ok(())
     }
 
     /// Tries to give `reservation` `missing` more units over what is left of `[start, end)`.
@@ -102,19 +115,8 @@ impl Service {
             Err(other) => return Err(other),
         };
         if added > 0 && reservation.status == ReservationStatus::Active {
-            let fresh = self
-                .new_allocations(tx, lease, reservation, &before)
+            self.hand_over_added(tx, lease, reservation, |a| !before.contains(&a.id), now)
                 .await?;
-            self.record_action(
-                tx,
-                lease,
-                reservation,
-                ActionKind::Start,
-                ActionPurpose::Change,
-                &fresh,
-                now,
-            )
-            .await?;
         }
         Ok(added)
     }

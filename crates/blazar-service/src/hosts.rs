@@ -36,6 +36,25 @@ pub struct AllocationEntry {
     pub reservations: Vec<AllocationView>,
 }
 
+/// The `/allocations` entries of `resources` (internal id, API id), in their order, each
+/// with the views of its allocations.
+pub(crate) fn allocation_entries(
+    resources: impl IntoIterator<Item = (i64, String)>,
+    views: Vec<AllocationView>,
+) -> Vec<AllocationEntry> {
+    let mut by_id: HashMap<i64, Vec<AllocationView>> = HashMap::new();
+    for v in views {
+        by_id.entry(v.resource_id).or_default().push(v);
+    }
+    resources
+        .into_iter()
+        .map(|(id, resource_id)| AllocationEntry {
+            resource_id,
+            reservations: by_id.remove(&id).unwrap_or_default(),
+        })
+        .collect()
+}
+
 #[derive(Debug, Clone)]
 pub enum PropertyListing {
     Names(Vec<String>),
@@ -434,19 +453,14 @@ impl Service {
         detail: bool,
         all: bool,
     ) -> ServiceResult<PropertyListing> {
-        self.authorize_own("blazar:oshosts:get_resource_properties", identity)?;
-        let show_private = all && self.is_admin(identity);
-        let properties = in_tx!(self, read, |tx| {
-            Ok(tx.list_properties(PHYSICAL_HOST).await?)
-        })?
-        .into_iter()
-        .filter(|p| show_private || !p.private)
-        .collect::<Vec<_>>();
-        Ok(if detail {
-            PropertyListing::Detail(properties)
-        } else {
-            PropertyListing::Names(properties.into_iter().map(|p| p.property_name).collect())
-        })
+        self.list_properties(
+            identity,
+            "blazar:oshosts:get_resource_properties",
+            PHYSICAL_HOST,
+            detail,
+            all,
+        )
+        .await
     }
 
     pub async fn update_host_property(
@@ -496,17 +510,10 @@ impl Service {
             let views = tx
                 .allocation_views(PHYSICAL_HOST, host_id, lease_id, reservation_id, self.now())
                 .await?;
-            let mut by_host: HashMap<i64, Vec<AllocationView>> = HashMap::new();
-            for v in views {
-                by_host.entry(v.resource_id).or_default().push(v);
-            }
-            Ok(ids
-                .into_iter()
-                .map(|id| AllocationEntry {
-                    resource_id: id.to_string(),
-                    reservations: by_host.remove(&id).unwrap_or_default(),
-                })
-                .collect())
+            Ok(allocation_entries(
+                ids.into_iter().map(|id| (id, id.to_string())),
+                views,
+            ))
         })
     }
 

@@ -1,13 +1,15 @@
 //! Inventory use cases besides hosts: floating IPs, network segments, devices (one generic
 //! implementation over a per-kind description) and standalone flavors.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use blazar_core::{Flavor, Property, ResourceRecord};
-use blazar_db::{AllocationView, NewResource};
+use blazar_db::NewResource;
 use serde_json::{Map, Value};
 
-use crate::hosts::{AllocationEntry, PropertyListing, as_bool, as_text, check_capability_key};
+use crate::hosts::{
+    AllocationEntry, PropertyListing, allocation_entries, as_bool, as_text, check_capability_key,
+};
 use crate::pool::{DEVICE, FLOATINGIP, NETWORK};
 use crate::{Identity, Service, ServiceError, ServiceResult, new_id};
 
@@ -439,17 +441,10 @@ impl Service {
             let views = tx
                 .allocation_views(spec.kind, one, lease_id, reservation_id, self.now())
                 .await?;
-            let mut by_id: HashMap<i64, Vec<AllocationView>> = HashMap::new();
-            for v in views {
-                by_id.entry(v.resource_id).or_default().push(v);
-            }
-            Ok(records
-                .into_iter()
-                .map(|r| AllocationEntry {
-                    resource_id: r.uid.clone(),
-                    reservations: by_id.remove(&r.id).unwrap_or_default(),
-                })
-                .collect())
+            Ok(allocation_entries(
+                records.into_iter().map(|r| (r.id, r.uid)),
+                views,
+            ))
         })
     }
 
@@ -460,19 +455,14 @@ impl Service {
         detail: bool,
         all: bool,
     ) -> ServiceResult<PropertyListing> {
-        self.authorize_own(&format!("{}:get_resource_properties", spec.rules), identity)?;
-        let show_private = all && self.is_admin(identity);
-        let properties = in_tx!(self, read, |tx| {
-            Ok(tx.list_resource_properties(spec.kind).await?)
-        })?
-        .into_iter()
-        .filter(|p| show_private || !p.private)
-        .collect::<Vec<_>>();
-        Ok(if detail {
-            PropertyListing::Detail(properties)
-        } else {
-            PropertyListing::Names(properties.into_iter().map(|p| p.property_name).collect())
-        })
+        self.list_properties(
+            identity,
+            &format!("{}:get_resource_properties", spec.rules),
+            spec.kind,
+            detail,
+            all,
+        )
+        .await
     }
 
     pub async fn update_resource_property(
@@ -607,6 +597,29 @@ impl Service {
 
 /// Shared by the host and pool property endpoints.
 impl Service {
+    /// `GET .../properties` under policy `rule`: the properties of `kind`, with their values
+    /// (`detail`) or by name; private ones only for an admin who asks for `all`.
+    pub(crate) async fn list_properties(
+        &self,
+        identity: &Identity,
+        rule: &str,
+        kind: &str,
+        detail: bool,
+        all: bool,
+    ) -> ServiceResult<PropertyListing> {
+        self.authorize_own(rule, identity)?;
+        let show_private = all && self.is_admin(identity);
+        let properties = in_tx!(self, read, |tx| { Ok(tx.list_properties(kind).await?) })?
+            .into_iter()
+            .filter(|p| show_private || !p.private)
+            .collect::<Vec<_>>();
+        Ok(if detail {
+            PropertyListing::Detail(properties)
+        } else {
+            PropertyListing::Names(properties.into_iter().map(|p| p.property_name).collect())
+        })
+    }
+
     /// `PATCH .../properties/<name>`: `private` (Blazar) and `is_unique` (Chameleon), either
     /// or both.
     pub(crate) async fn set_property_private(

@@ -753,21 +753,11 @@ impl Service {
                         lost.join(", ")
                     )));
                 }
-                let added: Vec<Allocation> = tx
-                    .allocations_of_lease(&lease.id)
-                    .await?
-                    .into_iter()
-                    .filter(|a| {
-                        a.reservation_id == reservation.id && !held.contains(&a.resource_id)
-                    })
-                    .collect();
-                self.record_action(
+                self.hand_over_added(
                     tx,
                     lease,
                     reservation,
-                    ActionKind::Start,
-                    ActionPurpose::Change,
-                    &added,
+                    |a| !held.contains(&a.resource_id),
                     stamp,
                 )
                 .await?;

@@ -11,14 +11,12 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 
 use blazar_core::reservation::BeforeEnd;
-use blazar_core::{
-    ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationStatus,
-};
-use blazar_core::{Allocation, Event};
+use blazar_core::{ActionKind, ActionPurpose, EventStatus, EventType, ReservationStatus};
+use blazar_core::{Allocation, Event, Lease, Reservation};
 use blazar_db::Tx;
 use chrono::{DateTime, Utc};
 
-use crate::actions::status_from_events;
+use crate::actions::settle_lease_status;
 use crate::{Service, ServiceResult};
 
 /// What one tick did.
@@ -26,6 +24,44 @@ use crate::{Service, ServiceResult};
 pub struct TickReport {
     pub executed: usize,
     pub failed: usize,
+}
+
+/// How a lease's start or end moves its reservations (see [`Service::hand_over`]).
+struct HandOver {
+    kind: ActionKind,
+    purpose: ActionPurpose,
+    /// Which reservations take part, by status.
+    applies: fn(ReservationStatus) -> bool,
+    /// The status a reservation that holds nothing moves to, if any.
+    settled: fn(ReservationStatus) -> Option<ReservationStatus>,
+}
+
+/// A start hands over what each pending reservation holds; one that holds nothing is
+/// active at once.
+const START: HandOver = HandOver {
+    kind: ActionKind::Start,
+    purpose: ActionPurpose::LeaseStart,
+    applies: |status| status == ReservationStatus::Pending,
+    settled: |_| Some(ReservationStatus::Active),
+};
+
+/// An end takes back whatever may have been handed over, even by a start that failed
+/// half-way (a take-back of something never handed over is a no-op); a reservation that
+/// holds nothing is deleted at once, unless it is in ERROR.
+const END: HandOver = HandOver {
+    kind: ActionKind::Stop,
+    purpose: ActionPurpose::LeaseEnd,
+    applies: |status| status != ReservationStatus::Deleted,
+    settled: |status| (status != ReservationStatus::Error).then_some(ReservationStatus::Deleted),
+};
+
+/// The allocations of `allocations` that reservation `reservation_id` holds.
+fn held(allocations: &[Allocation], reservation_id: &str) -> Vec<Allocation> {
+    allocations
+        .iter()
+        .filter(|a| a.reservation_id == reservation_id)
+        .cloned()
+        .collect()
 }
 
 /// Upper bound of events run by one tick, so a flood of due events cannot starve shutdown.
@@ -84,47 +120,14 @@ impl Service {
         let kind = event.event_type;
         let mut reservations = tx.reservations_of(&lease.id).await?;
         let allocations = tx.allocations_of_lease(&lease.id).await?;
-        let held = |reservation_id: &str| -> Vec<Allocation> {
-            allocations
-                .iter()
-                .filter(|a| a.reservation_id == reservation_id)
-                .cloned()
-                .collect()
-        };
 
         match kind {
             EventType::StartLease => {
                 // Hand-overs happen after commit (`actions.rs`); the lease is STARTING until
-                // they are done. A reservation that holds nothing is active at once.
-                let mut recorded = false;
-                for reservation in reservations.iter_mut() {
-                    if reservation.status != ReservationStatus::Pending {
-                        continue;
-                    }
-                    if self
-                        .record_action(
-                            tx,
-                            &lease,
-                            reservation,
-                            ActionKind::Start,
-                            ActionPurpose::LeaseStart,
-                            &held(&reservation.id),
-                            now,
-                        )
-                        .await?
-                    {
-                        recorded = true;
-                        continue;
-                    }
-                    reservation.status = ReservationStatus::Active;
-                    reservation.updated_at = Some(now);
-                    tx.update_reservation(reservation).await?;
-                }
-                event.status = if recorded {
-                    EventStatus::InProgress
-                } else {
-                    EventStatus::Done
-                };
+                // they are done.
+                event.status = self
+                    .hand_over(tx, &lease, &mut reservations, &allocations, &START, now)
+                    .await?;
             }
             EventType::EndLease => {
                 // Hand-overs nobody has started yet are not started at all; the start event
@@ -139,39 +142,9 @@ impl Service {
                     now,
                 )
                 .await?;
-                let mut recorded = false;
-                for reservation in reservations.iter_mut() {
-                    if reservation.status == ReservationStatus::Deleted {
-                        continue;
-                    }
-                    // Take back whatever may have been handed over, even by a start that
-                    // failed half-way: a take-back of something never handed over is a no-op.
-                    if self
-                        .record_action(
-                            tx,
-                            &lease,
-                            reservation,
-                            ActionKind::Stop,
-                            ActionPurpose::LeaseEnd,
-                            &held(&reservation.id),
-                            now,
-                        )
-                        .await?
-                    {
-                        recorded = true;
-                        continue;
-                    }
-                    if reservation.status != ReservationStatus::Error {
-                        reservation.status = ReservationStatus::Deleted;
-                        reservation.updated_at = Some(now);
-                        tx.update_reservation(reservation).await?;
-                    }
-                }
-                event.status = if recorded {
-                    EventStatus::InProgress
-                } else {
-                    EventStatus::Done
-                };
+                event.status = self
+                    .hand_over(tx, &lease, &mut reservations, &allocations, &END, now)
+                    .await?;
             }
             EventType::BeforeEndLease => {
                 tracing::info!(lease.id = %lease.id, lease.end = %lease.end, "lease ends soon");
@@ -187,7 +160,7 @@ impl Service {
                             reservation,
                             ActionKind::Snapshot,
                             ActionPurpose::BeforeEnd,
-                            &held(&reservation.id),
+                            &held(&allocations, &reservation.id),
                             now,
                         )
                         .await?;
@@ -199,22 +172,59 @@ impl Service {
         event.updated_at = Some(now);
         tx.update_event(&event).await?;
 
-        let events = tx.events_of(&lease.id).await?;
-        let mut derived = status_from_events(&events);
         // A lease whose start failed stays in ERROR through its end.
-        if lease.status == LeaseStatus::Error && derived != LeaseStatus::Terminating {
-            derived = LeaseStatus::Error;
-        }
-        if derived != lease.status {
-            lease.status = derived;
-            lease.updated_at = Some(now);
-            tx.update_lease(&lease).await?;
-        }
+        settle_lease_status(tx, &mut lease, false, now).await?;
         tracing::info!(
             lease.id = %lease.id, event.type = %kind, lease.status = %lease.status,
             lag_ms = (now - event.time).num_milliseconds(), "event done"
         );
         Ok(Some(true))
+    }
+
+    /// Records `how.kind` for each reservation `how.applies` to, handing over or taking back
+    /// what it holds. One that holds nothing moves at once to the status `how.settled`
+    /// gives (if any); the others move when their actions finish. Returns the status of the
+    /// event: in progress while actions are open.
+    async fn hand_over(
+        &self,
+        tx: &mut Tx,
+        lease: &Lease,
+        reservations: &mut [Reservation],
+        allocations: &[Allocation],
+        how: &HandOver,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<EventStatus> {
+        let mut recorded = false;
+        for reservation in reservations.iter_mut() {
+            if !(how.applies)(reservation.status) {
+                continue;
+            }
+            if self
+                .record_action(
+                    tx,
+                    lease,
+                    reservation,
+                    how.kind,
+                    how.purpose,
+                    &held(allocations, &reservation.id),
+                    now,
+                )
+                .await?
+            {
+                recorded = true;
+                continue;
+            }
+            if let Some(status) = (how.settled)(reservation.status) {
+                reservation.status = status;
+                reservation.updated_at = Some(now);
+                tx.update_reservation(reservation).await?;
+            }
+        }
+        Ok(if recorded {
+            EventStatus::InProgress
+        } else {
+            EventStatus::Done
+        })
     }
 
     /// The time of the earliest event not run yet (`None` if there is none or on a read
