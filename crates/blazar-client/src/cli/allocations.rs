@@ -6,9 +6,9 @@ use serde_json::{Map, Value};
 
 use super::inventory::Kind;
 use super::leases::show_object;
-use super::output::{ListOutput, ShowOutput, render_list, sort_objects};
+use super::output::{ListOutput, ShowOutput, check_sort, render_list, sort_objects};
 use super::resolve::{IdShape, Lookup, find_id};
-use super::{CliResult, Context, Failure, emit};
+use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -92,13 +92,7 @@ fn filter(
 }
 
 pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    if !LIST_COLUMNS.contains(&args.sort_by.as_str()) {
-        return Err(Failure::plain(format!(
-            "Invalid sort option {}; use one of {}",
-            args.sort_by,
-            LIST_COLUMNS.join(", ")
-        )));
-    }
+    check_sort(&args.sort_by, LIST_COLUMNS)?;
     let kind = args.resource_type.kind();
     let mut items: Vec<Map<String, Value>> = ctx
         .client

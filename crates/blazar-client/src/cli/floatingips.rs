@@ -5,8 +5,8 @@ use clap::Args;
 use serde_json::{Map, Value};
 
 use super::leases::show_object;
-use super::output::{ListOutput, ShowOutput, render_list, sort_objects};
-use super::{CliResult, Context, Failure, emit};
+use super::output::{ListOutput, ShowOutput, check_sort, render_list, sort_objects};
+use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
 const LIST_COLUMNS: &[&str] = &["id", "floating_ip_address", "floating_network_id"];
@@ -66,13 +66,7 @@ pub struct DeleteArgs {
 }
 
 pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    if !LIST_COLUMNS.contains(&args.sort_by.as_str()) {
-        return Err(Failure::plain(format!(
-            "Invalid sort option {}; use one of {}",
-            args.sort_by,
-            LIST_COLUMNS.join(", ")
-        )));
-    }
+    check_sort(&args.sort_by, LIST_COLUMNS)?;
     let mut items: Vec<Map<String, Value>> = ctx.client.get("/floatingips", "floatingips").await?;
     sort_objects(&mut items, &args.sort_by);
     emit(&render_list(&items, LIST_COLUMNS, &args.out)?);

@@ -11,7 +11,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::leases::show_object;
-use super::output::{ListOutput, ShowOutput, render_list, render_show, show_fields, sort_objects};
+use super::output::{
+    ListOutput, ShowOutput, check_sort, render_list, render_show, show_fields, sort_objects,
+};
 use super::resolve::{IdShape, Lookup, find_id};
 use super::{CliResult, Context, Failure, emit};
 use blazar_client::client::segment;
@@ -284,12 +286,7 @@ fn extras(pairs: &[String]) -> Map<String, Value> {
 
 pub async fn list(ctx: &Context, kind: &Kind, args: ListArgs) -> CliResult {
     let sort_by = args.sort_by.as_deref().unwrap_or(kind.default_sort);
-    if !kind.list_columns.contains(&sort_by) {
-        return Err(Failure::plain(format!(
-            "Invalid sort option {sort_by}; use one of {}",
-            kind.list_columns.join(", ")
-        )));
-    }
+    check_sort(sort_by, kind.list_columns)?;
     let mut items: Vec<Map<String, Value>> = ctx.client.get(kind.path, kind.plural).await?;
     sort_objects(&mut items, sort_by);
     if args.out.is_human() {
@@ -499,13 +496,7 @@ async fn properties(
 }
 
 pub async fn property_list(ctx: &Context, kind: &Kind, args: PropertyListArgs) -> CliResult {
-    if !PROPERTY_COLUMNS.contains(&args.sort_by.as_str()) {
-        return Err(Failure::plain(format!(
-            "Invalid sort option {}; use one of {}",
-            args.sort_by,
-            PROPERTY_COLUMNS.join(", ")
-        )));
-    }
+    check_sort(&args.sort_by, PROPERTY_COLUMNS)?;
     let mut items = properties(ctx, kind, args.detail, args.all).await?;
     sort_objects(&mut items, &args.sort_by);
     emit(&render_list(&items, PROPERTY_COLUMNS, &args.out)?);

@@ -15,7 +15,9 @@ use clap::{ArgGroup, Args};
 use serde_json::{Map, Value};
 
 use super::human::{describe_date, localize};
-use super::output::{ListOutput, ShowOutput, render_list, render_show, show_fields, sort_objects};
+use super::output::{
+    ListOutput, ShowOutput, check_sort, render_list, render_show, show_fields, sort_objects,
+};
 use super::reservations::{parse_create, parse_physical, parse_update};
 use super::resolve::{IdShape, Lookup, find_id};
 use super::{CliResult, Context, EXIT_TIMEOUT, EXIT_UNREACHABLE, Failure, emit};
@@ -221,13 +223,7 @@ pub struct WaitArgs {
 }
 
 pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    if !LIST_COLUMNS.contains(&args.sort_by.as_str()) {
-        return Err(Failure::plain(format!(
-            "Invalid sort option {}; use one of {}",
-            args.sort_by,
-            LIST_COLUMNS.join(", ")
-        )));
-    }
+    check_sort(&args.sort_by, LIST_COLUMNS)?;
     let mut leases: Vec<Map<String, Value>> = ctx.client.get("/leases", "leases").await?;
     sort_objects(&mut leases, &args.sort_by);
     if args.out.is_human() {

@@ -307,6 +307,17 @@ fn py_cmp(a: &Py, b: &Py) -> Option<std::cmp::Ordering> {
     }
 }
 
+/// Refuses a `--sort-by` that is not one of the listed columns, in the Python client's words.
+pub fn check_sort(sort_by: &str, columns: &[&str]) -> Result<(), Failure> {
+    if columns.contains(&sort_by) {
+        return Ok(());
+    }
+    Err(Failure::plain(format!(
+        "Invalid sort option {sort_by}; use one of {}",
+        columns.join(", ")
+    )))
+}
+
 /// Sorts objects by one key, as the Python client's `sorted(key=lambda x: x[sort_by])`.
 pub fn sort_objects(items: &mut [Map<String, Value>], key: &str) {
     let mut keyed: Vec<(Py, Map<String, Value>)> = items
