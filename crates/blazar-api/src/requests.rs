@@ -11,328 +11,188 @@ fn sent<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::
     Value::deserialize(deserializer).map(Some)
 }
 
-/// `POST /v1/leases`, as python-blazarclient sends it.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct NewLease {
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub name: Option<Value>,
-    /// `YYYY-MM-DD HH:MM` (UTC) or `now`.
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub start_date: Option<Value>,
-    /// `YYYY-MM-DD HH:MM` (UTC) or `now`.
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub end_date: Option<Value>,
-    /// `YYYY-MM-DD HH:MM` (UTC).
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub before_end_date: Option<Value>,
-    /// A list with one object per reservation: `resource_type` plus the keys of that type.
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub reservations: Option<Value>,
-    /// Custom events; only an empty list is accepted (the events come from the dates).
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub events: Option<Value>,
-    /// Any other key; the server refuses them.
-    #[serde(flatten)]
-    pub other: Map<String, Value>,
+/// A request body: every named field is an `Option<Value>` that is `Some` exactly when the key
+/// was sent, and the field after `..` (`other` or `values`) keeps every other key, in the
+/// order sent.
+macro_rules! body {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$field_meta:meta])* $field:ident, )*
+            ..
+            $(#[$rest_meta:meta])*
+            $rest:ident
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+        pub struct $name {
+            $(
+                $(#[$field_meta])*
+                #[serde(default, deserialize_with = "sent", skip_serializing_if = "Option::is_none")]
+                pub $field: Option<Value>,
+            )*
+            $(#[$rest_meta])*
+            #[serde(flatten)]
+            pub $rest: Map<String, Value>,
+        }
+    };
 }
 
-/// `PUT /v1/leases/{id}`: any of the keys; a reservation change carries the reservation's
-/// `id`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct LeaseUpdate {
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub name: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub start_date: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub end_date: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub before_end_date: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub reservations: Option<Value>,
-    /// Any other key; the server refuses them.
-    #[serde(flatten)]
-    pub other: Map<String, Value>,
+body! {
+    /// `POST /v1/leases`, as python-blazarclient sends it.
+    pub struct NewLease {
+        name,
+        /// `YYYY-MM-DD HH:MM` (UTC) or `now`.
+        start_date,
+        /// `YYYY-MM-DD HH:MM` (UTC) or `now`.
+        end_date,
+        /// `YYYY-MM-DD HH:MM` (UTC).
+        before_end_date,
+        /// A list with one object per reservation: `resource_type` plus the keys of that type.
+        reservations,
+        /// Custom events; only an empty list is accepted (the events come from the dates).
+        events,
+        ..
+        /// Any other key; the server refuses them.
+        other
+    }
 }
 
-/// `POST /v1/os-hosts`: the host's name (or `hypervisor_hostname`), then hypervisor facts,
-/// `reservable` and extra capabilities as flat keys.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct NewHost {
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub name: Option<Value>,
-    /// Facts (`vcpus`, `memory_mb`, ...), `reservable` and extra capabilities.
-    #[serde(flatten)]
-    pub values: Map<String, Value>,
+body! {
+    /// `PUT /v1/leases/{id}`: any of the keys; a reservation change carries the reservation's
+    /// `id`.
+    pub struct LeaseUpdate {
+        name,
+        start_date,
+        end_date,
+        before_end_date,
+        reservations,
+        ..
+        /// Any other key; the server refuses them.
+        other
+    }
 }
 
-/// `PUT /v1/os-hosts/{id}`: facts, `reservable` and extra capabilities to set; a `null`
-/// capability is removed.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct HostUpdate {
-    #[serde(flatten)]
-    pub values: Map<String, Value>,
+body! {
+    /// `POST /v1/os-hosts`: the host's name (or `hypervisor_hostname`), then hypervisor facts,
+    /// `reservable` and extra capabilities as flat keys.
+    pub struct NewHost {
+        name,
+        ..
+        /// Facts (`vcpus`, `memory_mb`, ...), `reservable` and extra capabilities.
+        values
+    }
 }
 
-/// `POST /v1/floatingips`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct NewFloatingIp {
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub floating_network_id: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub subnet_id: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub floating_ip_address: Option<Value>,
-    /// `reservable`; any other key is refused.
-    #[serde(flatten)]
-    pub other: Map<String, Value>,
+body! {
+    /// `PUT /v1/os-hosts/{id}`: facts, `reservable` and extra capabilities to set; a `null`
+    /// capability is removed.
+    pub struct HostUpdate {
+        ..
+        values
+    }
 }
 
-/// `POST /v1/networks` (Chameleon): a network segment.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct NewNetwork {
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub network_type: Option<Value>,
-    /// Required for VLAN segments only.
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub physical_network: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub segment_id: Option<Value>,
-    /// `reservable` and extra capabilities.
-    #[serde(flatten)]
-    pub other: Map<String, Value>,
+body! {
+    /// `POST /v1/floatingips`.
+    pub struct NewFloatingIp {
+        floating_network_id,
+        subnet_id,
+        floating_ip_address,
+        ..
+        /// `reservable`; any other key is refused.
+        other
+    }
 }
 
-/// `POST /v1/devices` (Chameleon).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct NewDevice {
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub name: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub device_type: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub device_driver: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub vendor_id: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub product_id: Option<Value>,
-    /// `reservable` and extra capabilities.
-    #[serde(flatten)]
-    pub other: Map<String, Value>,
+body! {
+    /// `POST /v1/networks` (Chameleon): a network segment.
+    pub struct NewNetwork {
+        network_type,
+        /// Required for VLAN segments only.
+        physical_network,
+        segment_id,
+        ..
+        /// `reservable` and extra capabilities.
+        other
+    }
 }
 
-/// `PUT /v1/floatingips|networks|devices/{id}`: `reservable` and extra capabilities to set
-/// (a `null` capability is removed); a device also takes `device_type` and `device_driver`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct ResourceUpdate {
-    #[serde(flatten)]
-    pub values: Map<String, Value>,
+body! {
+    /// `POST /v1/devices` (Chameleon).
+    pub struct NewDevice {
+        name,
+        device_type,
+        device_driver,
+        vendor_id,
+        product_id,
+        ..
+        /// `reservable` and extra capabilities.
+        other
+    }
 }
 
-/// `PATCH .../properties/{name}`: `private` (Blazar) and `is_unique` (Chameleon).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct PropertyUpdate {
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub private: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub is_unique: Option<Value>,
-    /// Any other key; the server refuses them.
-    #[serde(flatten)]
-    pub other: Map<String, Value>,
+body! {
+    /// `PUT /v1/floatingips|networks|devices/{id}`: `reservable` and extra capabilities to set
+    /// (a `null` capability is removed); a device also takes `device_type` and `device_driver`.
+    pub struct ResourceUpdate {
+        ..
+        values
+    }
 }
 
-/// `POST /v1/flavors`: a flavor for `flavor:instance` reservations without Nova.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct NewFlavor {
-    /// Chosen by the server when absent.
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub id: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub name: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub vcpus: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub ram: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub disk: Option<Value>,
-    /// Nova's name for the ephemeral disk size, preferred to `ephemeral`.
-    #[serde(
-        rename = "OS-FLV-EXT-DATA:ephemeral",
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub nova_ephemeral: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub ephemeral: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub extra_specs: Option<Value>,
-    /// Any other key; the server refuses them.
-    #[serde(flatten)]
-    pub other: Map<String, Value>,
+body! {
+    /// `PATCH .../properties/{name}`: `private` (Blazar) and `is_unique` (Chameleon).
+    pub struct PropertyUpdate {
+        private,
+        is_unique,
+        ..
+        /// Any other key; the server refuses them.
+        other
+    }
 }
 
-/// `PUT /v1/os-hosts|devices/{id}/allocation` (Chameleon): which reservations of the
-/// resource to move elsewhere (all of them when neither is given).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Reallocation {
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub lease_id: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub reservation_id: Option<Value>,
-    /// Any other key; the server refuses them.
-    #[serde(flatten)]
-    pub other: Map<String, Value>,
+body! {
+    /// `POST /v1/flavors`: a flavor for `flavor:instance` reservations without Nova.
+    pub struct NewFlavor {
+        /// Chosen by the server when absent.
+        id,
+        name,
+        vcpus,
+        ram,
+        disk,
+        /// Nova's name for the ephemeral disk size, preferred to `ephemeral`.
+        #[serde(rename = "OS-FLV-EXT-DATA:ephemeral")]
+        nova_ephemeral,
+        ephemeral,
+        extra_specs,
+        ..
+        /// Any other key; the server refuses them.
+        other
+    }
 }
 
-/// `POST /v1/reconcile`: `{"dry_run": true}` only reports.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct ReconcileRequest {
-    #[serde(
-        default,
-        deserialize_with = "sent",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub dry_run: Option<Value>,
-    /// Any other key; the server refuses them.
-    #[serde(flatten)]
-    pub other: Map<String, Value>,
+body! {
+    /// `PUT /v1/os-hosts|devices/{id}/allocation` (Chameleon): which reservations of the
+    /// resource to move elsewhere (all of them when neither is given).
+    pub struct Reallocation {
+        lease_id,
+        reservation_id,
+        ..
+        /// Any other key; the server refuses them.
+        other
+    }
+}
+
+body! {
+    /// `POST /v1/reconcile`: `{"dry_run": true}` only reports.
+    pub struct ReconcileRequest {
+        dry_run,
+        ..
+        /// Any other key; the server refuses them.
+        other
+    }
 }
 
 #[cfg(test)]
