@@ -1193,13 +1193,18 @@ mod tests {
             (Value::Null, Affinity::Any),
             (json!("None"), Affinity::Any),
             (json!(true), Affinity::Same),
-            (json!("False"), Affinity::Different),
+            (json!("True"), Affinity::Same),
             (json!("yes"), Affinity::Same),
+            (json!(false), Affinity::Different),
+            (json!("False"), Affinity::Different),
+            (json!("off"), Affinity::Different),
         ];
         for (value, expected) in cases {
             assert_eq!(Affinity::from_value(Some(&value)), Ok(expected), "{value}");
         }
         assert_eq!(Affinity::from_value(None), Ok(Affinity::Any));
+        assert!(Affinity::from_value(Some(&json!("sometimes"))).is_err());
+        assert!(Affinity::from_value(Some(&json!(3))).is_err());
         assert!(Affinity::from_value(Some(&json!(1))).is_err());
     }
 

@@ -455,7 +455,6 @@ fn has_trait(host: &HostRecord, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn h(host: i64, slots: i64, in_use: bool) -> HostSlots {
         HostSlots {
@@ -492,28 +491,6 @@ mod tests {
                 "{amount} {affinity:?} keep {keep:?}"
             );
         }
-    }
-
-    #[test]
-    fn affinity_spellings() {
-        let cases = [
-            (json!(null), Affinity::Any),
-            (json!("None"), Affinity::Any),
-            (json!(true), Affinity::Same),
-            (json!("True"), Affinity::Same),
-            (json!("yes"), Affinity::Same),
-            (json!(false), Affinity::Different),
-            (json!("off"), Affinity::Different),
-        ];
-        for (value, expected) in cases {
-            assert_eq!(
-                Affinity::from_value(Some(&value)).unwrap(),
-                expected,
-                "{value}"
-            );
-        }
-        assert!(Affinity::from_value(Some(&json!("sometimes"))).is_err());
-        assert!(Affinity::from_value(Some(&json!(3))).is_err());
     }
 
     #[test]
