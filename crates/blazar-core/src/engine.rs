@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use crate::reservation::Affinity;
 use crate::time::TimeWindow;
 
 /// Why a request for `min..=max` resources could not be met.
@@ -134,6 +135,52 @@ pub fn free_slots(capacity: Usage, peak: Usage, slot: Usage) -> i64 {
     fit(capacity.vcpus, peak.vcpus, slot.vcpus)
         .min(fit(capacity.memory_mb, peak.memory_mb, slot.memory_mb))
         .min(fit(capacity.disk_gb, peak.disk_gb, slot.disk_gb))
+}
+
+/// One host's free slots in a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostSlots {
+    pub host: i64,
+    pub slots: i64,
+    /// Whether other instance reservations already use the host in the window (packing
+    /// prefers those, keeping empty hosts whole for host reservations).
+    pub in_use: bool,
+}
+
+/// Spreads `amount` instances over hosts by affinity. `keep` lists hosts the reservation
+/// uses already, preferred. Returns (host, units) or `None` when they do not fit.
+pub fn place(
+    candidates: &[HostSlots],
+    keep: &[i64],
+    amount: i64,
+    affinity: Affinity,
+) -> Option<Vec<(i64, i64)>> {
+    let mut ordered: Vec<HostSlots> = candidates.iter().copied().filter(|c| c.slots > 0).collect();
+    ordered.sort_by_key(|c| (!keep.contains(&c.host), !c.in_use, c.host));
+    match affinity {
+        Affinity::Same => ordered
+            .iter()
+            .find(|c| c.slots >= amount)
+            .map(|c| vec![(c.host, amount)]),
+        Affinity::Different => {
+            let wanted = usize::try_from(amount).ok()?;
+            (ordered.len() >= wanted)
+                .then(|| ordered.iter().take(wanted).map(|c| (c.host, 1)).collect())
+        }
+        Affinity::Any => {
+            let mut left = amount;
+            let mut out = Vec::new();
+            for c in &ordered {
+                if left == 0 {
+                    break;
+                }
+                let take = c.slots.min(left);
+                out.push((c.host, take));
+                left -= take;
+            }
+            (left == 0).then_some(out)
+        }
+    }
 }
 
 /// Blocked windows per resource, for checking and for fast candidate search in memory.

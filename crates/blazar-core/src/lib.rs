@@ -4,6 +4,7 @@
 pub mod engine;
 pub mod host;
 pub mod lease;
+pub mod offer;
 pub mod query;
 pub mod records;
 pub mod reservation;

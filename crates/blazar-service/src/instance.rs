@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use blazar_core::Flavor;
+pub use blazar_core::engine::{HostSlots, place};
 use blazar_core::engine::{Usage, free_slots, peak_usage};
 use blazar_core::host::HostRecord;
 use blazar_core::reservation::{FlavorChoice, FoundFlavor, ReservationSpec, SourceFlavor};
@@ -105,52 +106,6 @@ pub fn capacity(host: &HostRecord, defaults: Ratios) -> Usage {
         vcpus: scale(host.facts.vcpus, ratio(RATIO_KEYS[0], defaults.cpu)),
         memory_mb: scale(host.facts.memory_mb, ratio(RATIO_KEYS[1], defaults.ram)),
         disk_gb: scale(host.facts.local_gb, ratio(RATIO_KEYS[2], defaults.disk)),
-    }
-}
-
-/// One host's free slots in a window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HostSlots {
-    pub host: i64,
-    pub slots: i64,
-    /// Whether other instance reservations already use the host in the window (packing
-    /// prefers those, keeping empty hosts whole for host reservations).
-    pub in_use: bool,
-}
-
-/// Spreads `amount` instances over hosts by affinity. `keep` lists hosts the reservation
-/// uses already, preferred. Returns (host, units) or `None` when they do not fit.
-pub fn place(
-    candidates: &[HostSlots],
-    keep: &[i64],
-    amount: i64,
-    affinity: Affinity,
-) -> Option<Vec<(i64, i64)>> {
-    let mut ordered: Vec<HostSlots> = candidates.iter().copied().filter(|c| c.slots > 0).collect();
-    ordered.sort_by_key(|c| (!keep.contains(&c.host), !c.in_use, c.host));
-    match affinity {
-        Affinity::Same => ordered
-            .iter()
-            .find(|c| c.slots >= amount)
-            .map(|c| vec![(c.host, amount)]),
-        Affinity::Different => {
-            let wanted = usize::try_from(amount).ok()?;
-            (ordered.len() >= wanted)
-                .then(|| ordered.iter().take(wanted).map(|c| (c.host, 1)).collect())
-        }
-        Affinity::Any => {
-            let mut left = amount;
-            let mut out = Vec::new();
-            for c in &ordered {
-                if left == 0 {
-                    break;
-                }
-                let take = c.slots.min(left);
-                out.push((c.host, take));
-                left -= take;
-            }
-            (left == 0).then_some(out)
-        }
     }
 }
 

@@ -1,0 +1,851 @@
+//! "When can I have it?": the earliest (or longest) windows in which a whole lease request
+//! fits, and what each of its reservations would be granted there.
+//!
+//! The search works on what the store read for the request's candidate resources (their
+//! allocations inside the search window) and decides exactly as a lease create decides:
+//! whole resources are picked with [`engine::pick`] in the same preference order, instance
+//! slots are placed with [`engine::place`] over the peak usage of the window, and each
+//! reservation sees what the ones before it in the same lease were given.
+//!
+//! Why checking a few starts is exact: whether a window fits depends only on which
+//! allocations it overlaps (for instance slots too: intervals that all overlap the window
+//! and each other share an instant inside it, so the peak use is fixed by the set). That set
+//! changes, as the start moves minute by minute with the length fixed, only where the start
+//! passes an allocation's end or the window's end passes an allocation's start. So the
+//! earliest fitting start is the first minute of the search or one of those points, and
+//! the longest fitting length at a start is the longest wanted or one that ends just where
+//! an allocation starts. The search checks those only, and answers what a minute-by-minute
+//! scan would (a property test below checks it against a brute-force scan).
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Duration, DurationRound, Utc};
+
+use crate::engine::{self, HostSlots, Usage, free_slots, peak_usage};
+use crate::reservation::Affinity;
+use crate::time::TimeWindow;
+
+/// One allocation of a resource, as far as the search cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Busy {
+    pub start: DateTime<Utc>,
+    /// Its end plus the cleaning margin: the resource is taken until then.
+    pub until: DateTime<Utc>,
+    /// A whole resource (a host, an address, ...) rather than instance slots on a host.
+    pub exclusive: bool,
+    /// What instance slots use of a host, all units together (nothing for whole resources).
+    pub usage: Usage,
+}
+
+impl Busy {
+    fn overlaps(&self, start: DateTime<Utc>, until: DateTime<Utc>) -> bool {
+        self.start < until && start < self.until
+    }
+}
+
+/// The allocations of the candidate resources that reach into the search window, by
+/// resource type and resource id.
+#[derive(Debug, Clone, Default)]
+pub struct Occupancy {
+    by_kind: HashMap<String, HashMap<i64, Vec<Busy>>>,
+}
+
+impl Occupancy {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, kind: &str, resource: i64, busy: Busy) {
+        self.by_kind
+            .entry(kind.to_string())
+            .or_default()
+            .entry(resource)
+            .or_default()
+            .push(busy);
+    }
+
+    fn of(&self, kind: &str, resource: i64) -> &[Busy] {
+        self.by_kind
+            .get(kind)
+            .and_then(|m| m.get(&resource))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Busy> + '_ {
+        self.by_kind.values().flat_map(|m| m.values()).flatten()
+    }
+}
+
+/// What one reservation of the request needs, with its candidates already filtered by
+/// its properties, reservability and (for instances) the fit of one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Demand {
+    /// Between `min` and `max` whole resources of `kind` among `candidates` (in preference
+    /// order); every one of `required` must be among those granted.
+    Whole {
+        kind: String,
+        candidates: Vec<i64>,
+        required: Vec<i64>,
+        min: usize,
+        max: usize,
+    },
+    /// `amount` instances of size `slot` on hosts of resource type `kind`, placed by
+    /// `affinity`; `hosts` are the candidates with their capacity (totals times ratios).
+    Slots {
+        kind: String,
+        hosts: Vec<(i64, Usage)>,
+        slot: Usage,
+        amount: i64,
+        affinity: Affinity,
+    },
+}
+
+/// What one reservation would be granted: (resource, units) pairs, one unit per whole
+/// resource and the number of instances per host for slots.
+pub type Granted = Vec<(i64, i64)>;
+
+/// Why a window does not fit: the reservation (0-based) that could not be met there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unmet(pub usize);
+
+/// Grants made so far in one window, which later reservations of the lease must respect.
+#[derive(Default)]
+struct Overlay {
+    /// Whole resources taken, by kind.
+    whole: HashMap<String, HashSet<i64>>,
+    /// Instance slots placed on hosts, by kind and host.
+    slots: HashMap<String, HashMap<i64, Usage>>,
+}
+
+impl Overlay {
+    fn taken(&self, kind: &str, id: i64) -> bool {
+        self.whole.get(kind).is_some_and(|s| s.contains(&id))
+    }
+
+    fn slots_on(&self, kind: &str, id: i64) -> Option<Usage> {
+        self.slots.get(kind).and_then(|m| m.get(&id)).copied()
+    }
+}
+
+fn add(a: Usage, b: Usage) -> Usage {
+    Usage {
+        vcpus: a.vcpus.saturating_add(b.vcpus),
+        memory_mb: a.memory_mb.saturating_add(b.memory_mb),
+        disk_gb: a.disk_gb.saturating_add(b.disk_gb),
+    }
+}
+
+/// What every reservation would be granted if the lease took `[start, until)` (its window
+/// followed by the cleaning margin), reservation by reservation in request order, or which
+/// reservation could not be met.
+pub fn fit(
+    demands: &[Demand],
+    occupancy: &Occupancy,
+    start: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Result<Vec<Granted>, Unmet> {
+    let mut overlay = Overlay::default();
+    let mut granted = Vec::with_capacity(demands.len());
+    for (i, demand) in demands.iter().enumerate() {
+        let grant = match demand {
+            Demand::Whole {
+                kind,
+                candidates,
+                required,
+                min,
+                max,
+            } => {
+                let busy: HashSet<i64> = candidates
+                    .iter()
+                    .chain(required)
+                    .copied()
+                    .filter(|&id| {
+                        overlay.taken(kind, id)
+                            || overlay.slots_on(kind, id).is_some()
+                            || occupancy
+                                .of(kind, id)
+                                .iter()
+                                .any(|b| b.overlaps(start, until))
+                    })
+                    .collect();
+                if required.iter().any(|id| busy.contains(id)) {
+                    return Err(Unmet(i));
+                }
+                let chosen =
+                    engine::pick(candidates, &busy, required, *min, *max).map_err(|_| Unmet(i))?;
+                let taken = overlay.whole.entry(kind.clone()).or_default();
+                taken.extend(chosen.iter().copied());
+                chosen.into_iter().map(|id| (id, 1)).collect()
+            }
+            Demand::Slots {
+                kind,
+                hosts,
+                slot,
+                amount,
+                affinity,
+            } => {
+                let window = TimeWindow::new(start, until).map_err(|_| Unmet(i))?;
+                let mut free = Vec::with_capacity(hosts.len());
+                for &(id, capacity) in hosts {
+                    if overlay.taken(kind, id) {
+                        continue;
+                    }
+                    let uses = occupancy.of(kind, id);
+                    let overlapping: Vec<&Busy> =
+                        uses.iter().filter(|b| b.overlaps(start, until)).collect();
+                    if overlapping.iter().any(|b| b.exclusive) {
+                        continue;
+                    }
+                    let intervals: Vec<(TimeWindow, Usage)> = overlapping
+                        .iter()
+                        .filter_map(|b| {
+                            TimeWindow::new(b.start, b.until).ok().map(|w| (w, b.usage))
+                        })
+                        .collect();
+                    let mine = overlay.slots_on(kind, id);
+                    // This lease's earlier slots cover the whole window: they add to the peak.
+                    let used = add(peak_usage(&intervals, &window), mine.unwrap_or_default());
+                    free.push(HostSlots {
+                        host: id,
+                        slots: free_slots(capacity, used, *slot),
+                        in_use: !overlapping.is_empty() || mine.is_some(),
+                    });
+                }
+                let placement = engine::place(&free, &[], *amount, *affinity).ok_or(Unmet(i))?;
+                let placed = overlay.slots.entry(kind.clone()).or_default();
+                for &(host, units) in &placement {
+                    let total = placed.entry(host).or_default();
+                    *total = add(*total, slot.times(units));
+                }
+                placement
+            }
+        };
+        granted.push(grant);
+    }
+    Ok(granted)
+}
+
+/// The order offers are ranked in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Order {
+    /// Earliest start first.
+    #[default]
+    Earliest,
+    /// Longest window first (with a range of durations), then earliest.
+    Longest,
+}
+
+/// What to look for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Search {
+    /// The first minute a lease may start.
+    pub not_before: DateTime<Utc>,
+    /// The last minute a lease may end.
+    pub not_after: DateTime<Utc>,
+    /// The shortest acceptable duration, in minutes (at least one).
+    pub min_minutes: i64,
+    /// The longest wanted duration, in minutes (`min_minutes` for a fixed duration).
+    pub max_minutes: i64,
+    /// The cleaning margin that follows every lease.
+    pub cleaning: Duration,
+    pub order: Order,
+    /// How many offers, at most.
+    pub limit: usize,
+}
+
+/// A window in which the whole request fits, and what each reservation would get there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offer {
+    pub window: TimeWindow,
+    pub granted: Vec<Granted>,
+}
+
+/// Rounds up to the next whole minute (dates a lease can be given are whole minutes).
+pub fn ceil_to_minute(t: DateTime<Utc>) -> DateTime<Utc> {
+    let down = t.duration_trunc(Duration::minutes(1)).unwrap_or(t);
+    if down < t {
+        down + Duration::minutes(1)
+    } else {
+        down
+    }
+}
+
+impl Search {
+    /// The latest minute a window of `minutes` may start at.
+    fn latest_start(&self, minutes: i64) -> DateTime<Utc> {
+        self.not_after - Duration::minutes(minutes)
+    }
+
+    /// The longest duration in `[min_minutes, max_minutes]` (and ending by `not_after`)
+    /// that fits at `start`, with its grants; none when the shortest does not. Below
+    /// the longest wanted, only lengths that end just before an allocation starts (after
+    /// the cleaning margin) can be the longest that fits: they are checked longest first.
+    fn longest_at(
+        &self,
+        demands: &[Demand],
+        occupancy: &Occupancy,
+        start: DateTime<Utc>,
+    ) -> Option<(i64, Vec<Granted>)> {
+        let room = (self.not_after - start).num_minutes();
+        let max = self.max_minutes.min(room);
+        if max < self.min_minutes {
+            return None;
+        }
+        let at = |minutes: i64| {
+            fit(
+                demands,
+                occupancy,
+                start,
+                start + Duration::minutes(minutes) + self.cleaning,
+            )
+            .ok()
+        };
+        // The shortest must fit: offers start where the shortest wanted window fits.
+        let shortest = at(self.min_minutes)?;
+        if max == self.min_minutes {
+            return Some((max, shortest));
+        }
+        if let Some(granted) = at(max) {
+            return Some((max, granted));
+        }
+        let mut lengths: Vec<i64> = occupancy
+            .all()
+            .map(|b| (b.start - start - self.cleaning).num_minutes())
+            .filter(|m| (self.min_minutes..max).contains(m))
+            .collect();
+        lengths.sort_unstable_by(|a, b| b.cmp(a));
+        lengths.dedup();
+        Some(
+            lengths
+                .into_iter()
+                .find_map(|minutes| at(minutes).map(|granted| (minutes, granted)))
+                .unwrap_or((self.min_minutes, shortest)),
+        )
+    }
+}
+
+/// The starts worth checking for windows of `minutes`, in order: the first minute of the
+/// search, every allocation end after it (rounded up to a minute), and every first minute
+/// at which such a window reaches an allocation's start, up to the latest start possible.
+fn candidate_starts(occupancy: &Occupancy, search: &Search, minutes: i64) -> Vec<DateTime<Utc>> {
+    let first = ceil_to_minute(search.not_before);
+    let last = search.latest_start(minutes);
+    let reach = Duration::minutes(minutes) + search.cleaning;
+    let mut starts: Vec<DateTime<Utc>> = occupancy
+        .all()
+        .flat_map(|b| {
+            let reaching = floor_to_minute(b.start - reach) + Duration::minutes(1);
+            [ceil_to_minute(b.until), reaching]
+        })
+        .filter(|t| *t > first && *t <= last)
+        .collect();
+    if first <= last {
+        starts.push(first);
+    }
+    starts.sort_unstable();
+    starts.dedup();
+    starts
+}
+
+fn floor_to_minute(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.duration_trunc(Duration::minutes(1)).unwrap_or(t)
+}
+
+/// The offers for a request, ranked, at most `search.limit`. Offers never overlap each
+/// other: after one, the next is the best window that starts once it has ended, so they
+/// read as alternatives across the search window.
+pub fn search(demands: &[Demand], occupancy: &Occupancy, search: &Search) -> Vec<Offer> {
+    if search.limit == 0 || search.min_minutes < 1 || search.max_minutes < search.min_minutes {
+        return Vec::new();
+    }
+    let starts = candidate_starts(occupancy, search, search.min_minutes);
+    let offer = |start: DateTime<Utc>, (minutes, granted): (i64, Vec<Granted>)| {
+        TimeWindow::new(start, start + Duration::minutes(minutes))
+            .ok()
+            .map(|window| Offer { window, granted })
+    };
+    let mut offers: Vec<Offer> = Vec::new();
+    match search.order {
+        Order::Earliest => {
+            // After an offer, its end is a start worth checking too.
+            let mut from = ceil_to_minute(search.not_before);
+            let mut next = 0;
+            while offers.len() < search.limit {
+                let mut found = None;
+                let check = |t: DateTime<Utc>| {
+                    if t > search.latest_start(search.min_minutes) {
+                        return None;
+                    }
+                    search.longest_at(demands, occupancy, t).map(|f| (t, f))
+                };
+                if !offers.is_empty() {
+                    found = check(from);
+                }
+                while found.is_none() && next < starts.len() {
+                    let t = starts[next];
+                    next += 1;
+                    if t >= from {
+                        found = check(t);
+                    }
+                }
+                let Some((t, fitted)) = found else { break };
+                let Some(o) = offer(t, fitted) else { break };
+                from = o.window.end();
+                offers.push(o);
+            }
+        }
+        Order::Longest => {
+            let mut all: Vec<(DateTime<Utc>, i64, Vec<Granted>)> = Vec::new();
+            for &t in &starts {
+                if let Some((minutes, granted)) = search.longest_at(demands, occupancy, t) {
+                    all.push((t, minutes, granted));
+                    // Scanning in start order, `limit` disjoint windows of the longest
+                    // length wanted are the best answer already.
+                    let full = all.iter().filter(|(_, m, _)| *m == search.max_minutes);
+                    if disjoint_count(full) >= search.limit {
+                        break;
+                    }
+                }
+            }
+            all.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            for (t, minutes, granted) in all {
+                if offers.len() >= search.limit {
+                    break;
+                }
+                let Some(o) = offer(t, (minutes, granted)) else {
+                    continue;
+                };
+                if offers.iter().all(|other| !other.window.overlaps(&o.window)) {
+                    offers.push(o);
+                }
+            }
+        }
+    }
+    offers
+}
+
+/// How many of these windows (in start order, all the same length) can be kept without
+/// overlapping each other, taken greedily.
+fn disjoint_count<'a>(
+    windows: impl Iterator<Item = &'a (DateTime<Utc>, i64, Vec<Granted>)>,
+) -> usize {
+    let mut count = 0;
+    let mut free_from: Option<DateTime<Utc>> = None;
+    for (t, minutes, _) in windows {
+        if free_from.is_none_or(|f| *t >= f) {
+            count += 1;
+            free_from = Some(*t + Duration::minutes(*minutes));
+        }
+    }
+    count
+}
+
+/// The latest end a lease starting at `start` can reach, keeping what it holds: each
+/// demand lists only the resources the lease holds (all of them required), and the
+/// occupancy leaves out the lease's own allocations. Searched up to `horizon`; `None`
+/// when not even `at_least` minutes fit.
+pub fn latest_end(
+    demands: &[Demand],
+    occupancy: &Occupancy,
+    start: DateTime<Utc>,
+    at_least: i64,
+    horizon: DateTime<Utc>,
+    cleaning: Duration,
+) -> Option<DateTime<Utc>> {
+    let search = Search {
+        not_before: start,
+        not_after: horizon,
+        min_minutes: at_least.max(1),
+        max_minutes: (horizon - start).num_minutes(),
+        cleaning,
+        order: Order::Earliest,
+        limit: 1,
+    };
+    search
+        .longest_at(demands, occupancy, start)
+        .map(|(minutes, _)| start + Duration::minutes(minutes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use proptest::prelude::*;
+
+    const HOST: &str = "physical:host";
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap()
+    }
+
+    fn at(minute: i64) -> DateTime<Utc> {
+        t0() + Duration::minutes(minute)
+    }
+
+    fn whole(kind: &str, candidates: &[i64], min: usize, max: usize) -> Demand {
+        Demand::Whole {
+            kind: kind.into(),
+            candidates: candidates.to_vec(),
+            required: Vec::new(),
+            min,
+            max,
+        }
+    }
+
+    fn busy(start: i64, until: i64) -> Busy {
+        Busy {
+            start: at(start),
+            until: at(until),
+            exclusive: true,
+            usage: Usage::default(),
+        }
+    }
+
+    fn slots(start: i64, until: i64, vcpus: i64) -> Busy {
+        Busy {
+            start: at(start),
+            until: at(until),
+            exclusive: false,
+            usage: Usage {
+                vcpus,
+                memory_mb: 0,
+                disk_gb: 0,
+            },
+        }
+    }
+
+    fn search_for(min: i64, max: i64, until: i64, order: Order, limit: usize) -> Search {
+        Search {
+            not_before: at(0),
+            not_after: at(until),
+            min_minutes: min,
+            max_minutes: max,
+            cleaning: Duration::zero(),
+            order,
+            limit,
+        }
+    }
+
+    fn windows(offers: &[Offer]) -> Vec<(i64, i64)> {
+        offers
+            .iter()
+            .map(|o| {
+                (
+                    (o.window.start() - t0()).num_minutes(),
+                    (o.window.end() - t0()).num_minutes(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_earliest_window_starts_when_enough_resources_are_free() {
+        let mut occ = Occupancy::new();
+        occ.add(HOST, 1, busy(0, 60));
+        occ.add(HOST, 2, busy(0, 90));
+        occ.add(HOST, 3, busy(30, 200));
+        let demands = [whole(HOST, &[1, 2, 3], 2, 2)];
+        let offers = search(
+            &demands,
+            &occ,
+            &search_for(60, 60, 1000, Order::Earliest, 3),
+        );
+        assert_eq!(windows(&offers), vec![(90, 150), (150, 210), (210, 270)]);
+        assert_eq!(offers[0].granted, vec![vec![(1, 1), (2, 1)]]);
+    }
+
+    #[test]
+    fn the_cleaning_margin_follows_the_window() {
+        let mut occ = Occupancy::new();
+        occ.add(HOST, 1, busy(100, 200));
+        let demands = [whole(HOST, &[1], 1, 1)];
+        let mut s = search_for(60, 60, 1000, Order::Earliest, 1);
+        assert_eq!(windows(&search(&demands, &occ, &s)), vec![(0, 60)]);
+        s.cleaning = Duration::minutes(41);
+        assert_eq!(windows(&search(&demands, &occ, &s)), vec![(200, 260)]);
+    }
+
+    #[test]
+    fn a_lease_reservations_do_not_share_whole_resources() {
+        let occ = Occupancy::new();
+        let demands = [whole(HOST, &[1, 2], 1, 1), whole(HOST, &[1, 2], 1, 1)];
+        let offers = search(&demands, &occ, &search_for(10, 10, 100, Order::Earliest, 1));
+        assert_eq!(offers[0].granted, vec![vec![(1, 1)], vec![(2, 1)]]);
+        let three = [
+            whole(HOST, &[1, 2], 1, 1),
+            whole(HOST, &[1, 2], 1, 1),
+            whole(HOST, &[1, 2], 1, 1),
+        ];
+        assert!(search(&three, &occ, &search_for(10, 10, 100, Order::Earliest, 1)).is_empty());
+    }
+
+    #[test]
+    fn instance_slots_count_peak_use_and_exclude_whole_hosts() {
+        let cap = Usage {
+            vcpus: 4,
+            memory_mb: 0,
+            disk_gb: 0,
+        };
+        let mut occ = Occupancy::new();
+        occ.add(HOST, 1, slots(0, 50, 3));
+        occ.add(HOST, 1, slots(50, 100, 2));
+        occ.add(HOST, 2, busy(0, 120));
+        let demand = |amount| Demand::Slots {
+            kind: HOST.into(),
+            hosts: vec![(1, cap), (2, cap)],
+            slot: Usage {
+                vcpus: 1,
+                memory_mb: 0,
+                disk_gb: 0,
+            },
+            amount,
+            affinity: Affinity::Any,
+        };
+        // Two slots fit on host 1 from minute 50 (peak 2 of 4), three only from 100.
+        let two = search(
+            &[demand(2)],
+            &occ,
+            &search_for(30, 30, 500, Order::Earliest, 1),
+        );
+        assert_eq!(windows(&two), vec![(50, 80)]);
+        let five = search(
+            &[demand(5)],
+            &occ,
+            &search_for(30, 30, 500, Order::Earliest, 1),
+        );
+        assert_eq!(windows(&five), vec![(120, 150)]);
+        assert_eq!(five[0].granted, vec![vec![(1, 4), (2, 1)]]);
+    }
+
+    #[test]
+    fn longest_windows_rank_first() {
+        let mut occ = Occupancy::new();
+        occ.add(HOST, 1, busy(30, 40));
+        occ.add(HOST, 1, busy(100, 110));
+        let demands = [whole(HOST, &[1], 1, 1)];
+        let offers = search(&demands, &occ, &search_for(10, 100, 300, Order::Longest, 3));
+        assert_eq!(windows(&offers), vec![(110, 210), (40, 100), (0, 30)]);
+        let earliest = search(
+            &demands,
+            &occ,
+            &search_for(10, 100, 300, Order::Earliest, 3),
+        );
+        assert_eq!(windows(&earliest), vec![(0, 30), (40, 100), (110, 210)]);
+    }
+
+    #[test]
+    fn latest_end_keeps_the_resources_held() {
+        let mut occ = Occupancy::new();
+        occ.add(HOST, 1, busy(300, 400));
+        let held = [Demand::Whole {
+            kind: HOST.into(),
+            candidates: vec![1],
+            required: vec![1],
+            min: 1,
+            max: 1,
+        }];
+        assert_eq!(
+            latest_end(&held, &occ, at(0), 60, at(10_000), Duration::minutes(10)),
+            Some(at(290))
+        );
+        assert_eq!(
+            latest_end(&held, &occ, at(0), 295, at(10_000), Duration::minutes(10)),
+            None
+        );
+    }
+
+    /// A direct check of one minute, written independently of `fit`: counts free whole
+    /// resources and the instance use minute by minute.
+    fn fits_naive(demands: &[Demand], occ: &Occupancy, start: i64, len: i64, clean: i64) -> bool {
+        let until = start + len + clean;
+        let mut taken: HashSet<i64> = HashSet::new();
+        let mut mine: HashMap<i64, i64> = HashMap::new();
+        let minute_of = |t: DateTime<Utc>| (t - t0()).num_minutes();
+        for d in demands {
+            match d {
+                Demand::Whole {
+                    candidates,
+                    min,
+                    max,
+                    ..
+                } => {
+                    let free: Vec<i64> = candidates
+                        .iter()
+                        .copied()
+                        .filter(|id| !taken.contains(id) && !mine.contains_key(id))
+                        .filter(|id| {
+                            occ.of(HOST, *id)
+                                .iter()
+                                .all(|b| minute_of(b.until) <= start || minute_of(b.start) >= until)
+                        })
+                        .collect();
+                    if free.len() < *min {
+                        return false;
+                    }
+                    taken.extend(free.into_iter().take(*max));
+                }
+                Demand::Slots {
+                    hosts,
+                    slot,
+                    amount,
+                    affinity,
+                    ..
+                } => {
+                    let mut per_host = Vec::new();
+                    for &(id, cap) in hosts {
+                        if taken.contains(&id) {
+                            continue;
+                        }
+                        let uses = occ.of(HOST, id);
+                        let mut peak = 0;
+                        let mut blocked = false;
+                        for m in start..until {
+                            let mut used = mine.get(&id).copied().unwrap_or(0);
+                            for b in uses {
+                                if minute_of(b.start) <= m && m < minute_of(b.until) {
+                                    blocked |= b.exclusive;
+                                    used += b.usage.vcpus;
+                                }
+                            }
+                            peak = peak.max(used);
+                        }
+                        if !blocked {
+                            per_host.push((id, (cap.vcpus - peak).max(0) / slot.vcpus));
+                        }
+                    }
+                    let total: i64 = per_host.iter().map(|(_, s)| *s).sum();
+                    let ok = match affinity {
+                        Affinity::Any => total >= *amount,
+                        Affinity::Same => per_host.iter().any(|(_, s)| *s >= *amount),
+                        Affinity::Different => {
+                            per_host.iter().filter(|(_, s)| *s >= 1).count() as i64 >= *amount
+                        }
+                    };
+                    if !ok {
+                        return false;
+                    }
+                    // Record what `place` would take, for the demands after this one.
+                    let placed = engine::place(
+                        &per_host
+                            .iter()
+                            .map(|&(host, slots)| HostSlots {
+                                host,
+                                slots,
+                                in_use: uses_in(occ, host, start, until)
+                                    || mine.contains_key(&host),
+                            })
+                            .collect::<Vec<_>>(),
+                        &[],
+                        *amount,
+                        *affinity,
+                    );
+                    for (host, units) in placed.unwrap_or_default() {
+                        *mine.entry(host).or_default() += units * slot.vcpus;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    fn uses_in(occ: &Occupancy, host: i64, start: i64, until: i64) -> bool {
+        occ.of(HOST, host)
+            .iter()
+            .any(|b| b.overlaps(at(start), at(until)))
+    }
+
+    fn scenario() -> impl Strategy<Value = (Occupancy, Vec<Demand>, i64, i64)> {
+        let allocation = (0i64..5, 0i64..400, 1i64..120, any::<bool>(), 1i64..4);
+        (
+            prop::collection::vec(allocation, 0..14),
+            1usize..4,
+            any::<bool>(),
+            0usize..4,
+            prop::sample::select(vec![Affinity::Any, Affinity::Same, Affinity::Different]),
+            1i64..180,
+            0i64..20,
+        )
+            .prop_map(
+                |(allocs, hosts_wanted, with_slots, amount, affinity, len, clean)| {
+                    let mut occ = Occupancy::new();
+                    for (host, start, span, exclusive, vcpus) in allocs {
+                        let b = if exclusive {
+                            busy(start, start + span)
+                        } else {
+                            slots(start, start + span, vcpus)
+                        };
+                        occ.add(HOST, host, b);
+                    }
+                    let mut demands = vec![whole(HOST, &[0, 1, 2, 3, 4], 1, hosts_wanted)];
+                    if with_slots {
+                        demands.push(Demand::Slots {
+                            kind: HOST.into(),
+                            hosts: (0..5)
+                                .map(|h| {
+                                    (
+                                        h,
+                                        Usage {
+                                            vcpus: 4,
+                                            memory_mb: 0,
+                                            disk_gb: 0,
+                                        },
+                                    )
+                                })
+                                .collect(),
+                            slot: Usage {
+                                vcpus: 1,
+                                memory_mb: 0,
+                                disk_gb: 0,
+                            },
+                            amount: amount as i64 + 1,
+                            affinity,
+                        });
+                    }
+                    (occ, demands, len, clean)
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// The first offer is the first minute at which a brute-force scan finds the request
+        /// fits, and every offer fits by the same scan.
+        #[test]
+        fn the_first_offer_is_the_earliest_minute_that_fits((occ, demands, len, clean) in scenario()) {
+            let horizon = 700;
+            let mut s = search_for(len, len, horizon, Order::Earliest, 3);
+            s.cleaning = Duration::minutes(clean);
+            let offers = search(&demands, &occ, &s);
+            let brute = (0..=horizon - len).find(|&m| fits_naive(&demands, &occ, m, len, clean));
+            let first = offers.first().map(|o| (o.window.start() - t0()).num_minutes());
+            prop_assert_eq!(first, brute);
+            for o in &offers {
+                let m = (o.window.start() - t0()).num_minutes();
+                prop_assert!(fits_naive(&demands, &occ, m, len, clean));
+            }
+            for pair in offers.windows(2) {
+                prop_assert!(pair[0].window.end() <= pair[1].window.start());
+            }
+        }
+
+        /// With a range of durations, the first offer starts at the earliest minute the
+        /// shortest fits and lasts the longest a brute-force scan finds at that start.
+        #[test]
+        fn the_first_offer_lasts_the_longest_that_fits((occ, demands, len, clean) in scenario(), extra in 0i64..200) {
+            let horizon = 700;
+            let (min, max) = (len, len + extra);
+            let mut s = search_for(min, max, horizon, Order::Earliest, 1);
+            s.cleaning = Duration::minutes(clean);
+            let offers = search(&demands, &occ, &s);
+            let brute = (0..=horizon - min).find(|&m| fits_naive(&demands, &occ, m, min, clean)).map(|m| {
+                let longest = (min..=max.min(horizon - m))
+                    .rev()
+                    .find(|&l| fits_naive(&demands, &occ, m, l, clean))
+                    .unwrap_or(min);
+                (m, m + longest)
+            });
+            prop_assert_eq!(windows(&offers).first().copied(), brute);
+        }
+    }
+}
