@@ -8,7 +8,7 @@ pub mod requests;
 
 pub use requests::{
     HostUpdate, LeaseUpdate, NewDevice, NewFlavor, NewFloatingIp, NewHost, NewLease, NewNetwork,
-    PropertyUpdate, Reallocation, ReconcileRequest, ResourceUpdate,
+    OfferRequest, PropertyUpdate, Reallocation, ReconcileRequest, ResourceUpdate,
 };
 
 use std::collections::BTreeMap;
@@ -281,6 +281,61 @@ pub struct Action {
     pub not_before: String,
     pub created_at: String,
     pub updated_at: Option<String>,
+}
+
+/// `POST /v1/leases/offers`: windows in which a lease request fits.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Offers {
+    pub offers: Vec<Offer>,
+}
+
+/// One window the whole request fits in, and what each reservation would get there.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Offer {
+    pub start_date: String,
+    pub end_date: String,
+    /// The window's length in minutes.
+    pub duration: i64,
+    /// One per requested reservation, in request order.
+    pub reservations: Vec<OfferedReservation>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OfferedReservation {
+    pub resource_type: String,
+    /// Hosts, addresses, segments or devices; instances for instance reservations.
+    pub amount: i64,
+    pub resources: Vec<OfferedResource>,
+}
+
+/// A resource an offer grants: a host (with `slots`, the instances on it, for instance
+/// reservations), a floating IP (named by its address), a network segment or a device.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OfferedResource {
+    pub id: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<i64>,
+}
+
+/// `GET /v1/leases/{id}/extension`: whether and how far a lease can be extended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Extension {
+    pub lease_id: String,
+    pub end_date: String,
+    /// The end asked about (`end_date` or `prolong_for` of the query), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_end_date: Option<String>,
+    /// Whether an update to `requested_end_date` would be granted now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub possible: Option<bool>,
+    /// Why it would be refused: the update's own message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The latest end the lease reaches keeping every resource it holds, up to
+    /// `searched_until`; null when it cannot be extended at all.
+    pub latest_end_date: Option<String>,
+    pub searched_until: String,
 }
 
 #[cfg(test)]

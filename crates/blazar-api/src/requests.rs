@@ -53,6 +53,33 @@ body! {
         reservations,
         /// Custom events; only an empty list is accepted (the events come from the dates).
         events,
+        /// With `start_date: "earliest"`: the lease's length in minutes (no `end_date`).
+        duration,
+        /// With `start_date: "earliest"`: the search window, as for offers.
+        not_before,
+        not_after,
+        ..
+        /// Any other key; the server refuses them.
+        other
+    }
+}
+
+body! {
+    /// `POST /v1/leases/offers`: a lease request without dates, and where to look.
+    pub struct OfferRequest {
+        reservations,
+        /// Minutes; or `min_duration` and `max_duration` for the longest window up to a bound.
+        duration,
+        min_duration,
+        max_duration,
+        /// `YYYY-MM-DD HH:MM` (UTC) or `now` (the default).
+        not_before,
+        /// `YYYY-MM-DD HH:MM` (UTC); 30 days after `not_before` by default.
+        not_after,
+        /// How many offers (5 by default).
+        limit,
+        /// `earliest` (the default) or `longest`.
+        order,
         ..
         /// Any other key; the server refuses them.
         other

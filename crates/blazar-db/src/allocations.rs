@@ -57,6 +57,9 @@ impl NewAllocation {
     }
 }
 
+/// Resource ids per statement of [`Tx::usage_among`].
+const USAGE_CHUNK: usize = 500;
+
 /// What one allocation holds of its resource, and when: all an instance search needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AllocationUsage {
@@ -224,10 +227,48 @@ impl Tx {
                                             WHERE resource_type = $1), 0)"
         );
         let args = vec![resource_type.into(), start.into(), blocked_until.into()];
+        self.fetch_usage(&sql, args).await
+    }
+
+    /// The allocations of the resources `ids` of a type that reach into `[start, until)`,
+    /// leaving out those of lease `except` (a lease asking how far it could grow). Only
+    /// allocations near the window are read: the history before it costs nothing.
+    pub async fn usage_among(
+        &mut self,
+        resource_type: &str,
+        ids: &[i64],
+        start: DateTime<Utc>,
+        until: DateTime<Utc>,
+        except: Option<&str>,
+    ) -> DbResult<Vec<AllocationUsage>> {
+        let (agg, array) = self.json_functions();
+        let mut out = Vec::new();
+        // Bounded statements: a request may have thousands of candidates.
+        for chunk in ids.chunks(USAGE_CHUNK) {
+            let sql = format!(
+                "SELECT CAST({agg}({array}(resource_id, exclusive, start_at, blocked_until, \
+                 units, vcpus, memory_mb, disk_gb)) AS TEXT) AS json FROM allocations \
+                 WHERE resource_type = $1 AND blocked_until > $2 AND start_at < $3 \
+                 AND start_at >= $2 - COALESCE((SELECT max_span FROM allocation_spans \
+                                                WHERE resource_type = $1), 0) \
+                 AND lease_id <> $4 AND resource_id IN ({})",
+                crate::placeholders(5, chunk.len())
+            );
+            let mut args: Vec<Arg> = vec![
+                resource_type.into(),
+                start.into(),
+                until.into(),
+                except.unwrap_or("").into(),
+            ];
+            args.extend(chunk.iter().map(|id| Arg::from(*id)));
+            out.extend(self.fetch_usage(&sql, args).await?);
+        }
+        Ok(out)
+    }
+
+    async fn fetch_usage(&mut self, sql: &str, args: Vec<Arg>) -> DbResult<Vec<AllocationUsage>> {
         type Tuple = (i64, i64, i64, i64, i64, i64, i64, i64);
-        let tuples: Vec<Tuple> = self
-            .fetch_json_array(&sql, args, "allocation usage")
-            .await?;
+        let tuples: Vec<Tuple> = self.fetch_json_array(sql, args, "allocation usage").await?;
         tuples
             .into_iter()
             .map(|t| {

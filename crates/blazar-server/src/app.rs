@@ -28,6 +28,8 @@ pub fn router(state: AppState) -> Router {
                 .put(leases::update_lease)
                 .delete(leases::delete_lease),
         )
+        .route("/leases/offers", post(leases::lease_offers))
+        .route("/leases/{lease_id}/extension", get(leases::lease_extension))
         .route("/leases/{lease_id}/actions", get(leases::lease_actions))
         // Chameleon's per-lease views.
         .route("/leases/{lease_id}/hosts", get(leases::lease_hosts))

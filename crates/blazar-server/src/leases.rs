@@ -90,6 +90,29 @@ pub async fn create_lease(
     ))
 }
 
+/// `POST /v1/leases/offers` (additive): the windows in which a lease request fits.
+pub async fn lease_offers(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Wire(body): Wire<blazar_api::OfferRequest>,
+) -> ApiResult<impl IntoResponse> {
+    let request = from_wire::offer_request(body)?;
+    let offers = state.service.lease_offers(&identity, &request).await?;
+    Ok(Json(to_wire::offers(offers)))
+}
+
+/// `GET /v1/leases/{id}/extension` (additive): whether and how far a lease can be extended.
+pub async fn lease_extension(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Path(id): Path<String>,
+    Query(query): Query,
+) -> ApiResult<impl IntoResponse> {
+    let ask = from_wire::extension_ask(&query)?;
+    let extension = state.service.lease_extension(&identity, &id, ask).await?;
+    Ok(Json(Envelope("extension", to_wire::extension(extension))))
+}
+
 /// `GET /v1/leases/{id}/actions`: what was done in the cloud for the lease (additive).
 pub async fn lease_actions(
     State(state): State<AppState>,

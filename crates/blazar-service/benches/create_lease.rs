@@ -94,6 +94,7 @@ fn lease(
         end: When::At(end),
         before_end: None,
         reservations: vec![r],
+        earliest: None,
     }
 }
 

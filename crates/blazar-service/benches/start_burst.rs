@@ -97,6 +97,7 @@ async fn burst(leases: usize, latency: Duration, workers: usize) -> f64 {
                     end: When::At(start + chrono::Duration::hours(2)),
                     before_end: None,
                     reservations: vec![r],
+                    earliest: None,
                 },
             )
             .await

@@ -111,9 +111,9 @@ pub fn capacity(host: &HostRecord, defaults: Ratios) -> Usage {
 
 /// An instance request, whatever type it came from.
 pub(crate) struct Shape {
-    slot: Usage,
-    amount: i64,
-    affinity: Affinity,
+    pub(crate) slot: Usage,
+    pub(crate) amount: i64,
+    pub(crate) affinity: Affinity,
     queries: Vec<(&'static str, blazar_core::reservation::Query)>,
     /// Capabilities a host must have (true) or must not have (false).
     traits: Vec<(String, bool)>,
@@ -164,6 +164,32 @@ impl Shape {
     }
 }
 
+/// The hosts an instance shape may use, with their capacity (totals times ratios): those
+/// that match its queries and traits and could hold one instance when empty, in id order.
+pub(crate) async fn shape_hosts(
+    tx: &mut Tx,
+    shape: &Shape,
+    ratios: Ratios,
+    cache: &HostCache,
+) -> ServiceResult<Vec<(i64, Usage)>> {
+    let queries: Vec<(&str, &blazar_core::reservation::Query)> =
+        shape.queries.iter().map(|(f, q)| (*f, q)).collect();
+    let (inventory, matching) = cache.matching(tx, &queries, &shape.key).await?;
+    Ok(matching
+        .iter()
+        .filter_map(|&id| inventory.get(id))
+        .filter(|host| match &shape.trait_hosts {
+            Some(hosts) => hosts.contains(&host.facts.hypervisor_hostname),
+            None => shape
+                .traits
+                .iter()
+                .all(|(name, required)| has_trait(host, name) == *required),
+        })
+        .map(|host| (host.id, capacity(host, ratios)))
+        .filter(|(_, cap)| free_slots(*cap, Usage::default(), shape.slot) > 0)
+        .collect())
+}
+
 /// Free slots per candidate host for `slot`-sized instances over the request's window.
 async fn host_slots(
     tx: &mut Tx,
@@ -173,9 +199,7 @@ async fn host_slots(
     cache: &HostCache,
 ) -> ServiceResult<(Vec<HostSlots>, usize)> {
     tx.lock_allocations().await?;
-    let queries: Vec<(&str, &blazar_core::reservation::Query)> =
-        shape.queries.iter().map(|(f, q)| (*f, q)).collect();
-    let (inventory, matching) = cache.matching(tx, &queries, &shape.key).await?;
+    let hosts = shape_hosts(tx, shape, ratios, cache).await?;
     let window = TimeWindow::new(request.window.start(), request.blocked_until)
         .map_err(|e| ServiceError::Internal(e.to_string()))?;
     let overlapping = tx
@@ -196,27 +220,9 @@ async fn host_slots(
             shared.entry(a.resource_id).or_default().push((w, usage));
         }
     }
-    let mut fitting = 0;
+    let fitting = hosts.len();
     let mut out = Vec::new();
-    for &id in matching.iter() {
-        let Some(host) = inventory.get(id) else {
-            continue;
-        };
-        let traits_hold = match &shape.trait_hosts {
-            Some(hosts) => hosts.contains(&host.facts.hypervisor_hostname),
-            None => shape
-                .traits
-                .iter()
-                .all(|(name, required)| has_trait(host, name) == *required),
-        };
-        if !traits_hold {
-            continue;
-        }
-        let cap = capacity(host, ratios);
-        if free_slots(cap, Usage::default(), shape.slot) == 0 {
-            continue;
-        }
-        fitting += 1;
+    for (id, cap) in hosts {
         if exclusive.contains(&id) {
             continue;
         }

@@ -35,6 +35,9 @@ pub struct NewLease {
     pub before_end: Option<DateTime<Utc>>,
     /// Reservation requests as sent: `resource_type` plus the fields of that type.
     pub reservations: Vec<Map<String, Value>>,
+    /// Book the earliest window of this search instead of `start` and `end`
+    /// (`start_date: "earliest"`), found and booked in one transaction.
+    pub earliest: Option<crate::offers::SearchWindow>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -75,10 +78,17 @@ const PREPARE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 pub(crate) struct LeasePlan {
     identity: Identity,
     name: String,
-    window: TimeWindow,
-    before_end: Option<DateTime<Utc>>,
+    dates: PlanDates,
     requests: Vec<ReservationSpec>,
-    blocked_until: DateTime<Utc>,
+}
+
+/// When a new lease takes place.
+enum PlanDates {
+    /// The dates asked for, checked.
+    Fixed(CreatePlan),
+    /// The earliest window of a search, decided in the writing transaction, so that no
+    /// concurrent create can take it in between.
+    Earliest(blazar_core::offer::Search),
 }
 
 pub(crate) fn check_name(name: &str) -> ServiceResult<()> {
@@ -143,7 +153,7 @@ impl Service {
         self.authorize("blazar:leases:get", identity, &lease_target(lease))
     }
 
-    fn validated_requests(
+    pub(crate) fn validated_requests(
         &self,
         requests: &[Map<String, Value>],
     ) -> ServiceResult<Vec<ReservationSpec>> {
@@ -174,7 +184,7 @@ impl Service {
     /// Asks the cloud, before any transaction, what `flavor:instance` requests name: the
     /// flavor as the caller sees it (Blazar reads it with the user's token), and which hosts
     /// satisfy its `trait:` requirements now.
-    async fn ask_cloud_for_flavors(
+    pub(crate) async fn ask_cloud_for_flavors(
         &self,
         identity: &Identity,
         requests: &mut [ReservationSpec],
@@ -208,22 +218,28 @@ impl Service {
         self.authorize_own("blazar:leases:post", identity)?;
         check_name(&request.name)?;
         let now = truncate_to_minute(self.now());
-        let CreatePlan { window, before_end } = plan_create(
-            request.start,
-            request.end,
-            request.before_end,
-            Duration::minutes(self.settings().minutes_before_end_lease),
-            now,
-        )?;
+        let dates = match &request.earliest {
+            Some(search) => PlanDates::Earliest(search.resolve(
+                now,
+                self.settings().cleaning(),
+                blazar_core::offer::Order::Earliest,
+                1,
+            )?),
+            None => PlanDates::Fixed(plan_create(
+                request.start,
+                request.end,
+                request.before_end,
+                Duration::minutes(self.settings().minutes_before_end_lease),
+                now,
+            )?),
+        };
         let mut requests = self.validated_requests(&request.reservations)?;
         self.ask_cloud_for_flavors(identity, &mut requests).await?;
         let plan = LeasePlan {
             identity: identity.clone(),
             name: request.name.clone(),
-            window,
-            before_end,
+            dates,
             requests,
-            blocked_until: window.end() + self.settings().cleaning(),
         };
         let view = match &self.batcher {
             Some(batcher) => batcher.create(self, plan).await?,
@@ -285,6 +301,11 @@ impl Service {
         tx: &mut Tx,
         plan: &LeasePlan,
     ) -> ServiceResult<LeaseView> {
+        let CreatePlan { window, before_end } = match &plan.dates {
+            PlanDates::Fixed(dates) => *dates,
+            PlanDates::Earliest(search) => self.earliest_dates(tx, plan, search).await?,
+        };
+        let blocked_until = window.end() + self.settings().cleaning();
         // Whole seconds (Service::now), as stored: the view built here equals a read.
         let created = self.now();
         let lease = Lease {
@@ -293,8 +314,8 @@ impl Service {
             user_id: plan.identity.user_id.clone(),
             project_id: plan.identity.project_id.clone(),
             trust_id: new_trust_id(),
-            start: plan.window.start(),
-            end: plan.window.end(),
+            start: window.start(),
+            end: window.end(),
             status: LeaseStatus::Pending,
             degraded: false,
             created_at: created,
@@ -328,8 +349,8 @@ impl Service {
                 lease_id: &lease.id,
                 reservation_id: &reservation.id,
                 ordinal: i + 1,
-                window: plan.window,
-                blocked_until: plan.blocked_until,
+                window,
+                blocked_until,
                 keep: &[],
                 explain,
             };
@@ -347,15 +368,10 @@ impl Service {
             reservations.push(reservation);
         }
         let mut events = vec![
-            new_event(
-                &lease.id,
-                EventType::StartLease,
-                plan.window.start(),
-                created,
-            ),
-            new_event(&lease.id, EventType::EndLease, plan.window.end(), created),
+            new_event(&lease.id, EventType::StartLease, window.start(), created),
+            new_event(&lease.id, EventType::EndLease, window.end(), created),
         ];
-        if let Some(t) = plan.before_end {
+        if let Some(t) = before_end {
             events.push(new_event(&lease.id, EventType::BeforeEndLease, t, created));
         }
         for event in &events {
@@ -372,10 +388,41 @@ impl Service {
         })
     }
 
+    /// The dates of the earliest window of `search` in which the plan's reservations fit,
+    /// read under the allocation lock so that what the search saw stays true until the
+    /// allocations are written.
+    async fn earliest_dates(
+        &self,
+        tx: &mut Tx,
+        plan: &LeasePlan,
+        search: &blazar_core::offer::Search,
+    ) -> ServiceResult<CreatePlan> {
+        tx.lock_allocations().await?;
+        let found = self
+            .find_offers(tx, &plan.identity, &plan.requests, search, None)
+            .await?;
+        let Some(offer) = found.first() else {
+            return Err(ServiceError::Conflict(format!(
+                "No window of {} minute(s) between {} and {} fits the request",
+                search.min_minutes,
+                search.not_before.format("%Y-%m-%d %H:%M"),
+                search.not_after.format("%Y-%m-%d %H:%M"),
+            )));
+        };
+        let now = truncate_to_minute(self.now());
+        Ok(plan_create(
+            When::At(offer.window.start()),
+            When::At(offer.window.end()),
+            None,
+            Duration::minutes(self.settings().minutes_before_end_lease),
+            now.min(offer.window.start()),
+        )?)
+    }
+
     /// Whether refusals of this reservation may carry counts and reasons for `identity`:
     /// the `blazar:leases:explain_refusal` rule allows it, and a non-admin's queries name no
     /// private property (a count would tell which resources have it).
-    async fn may_explain(
+    pub(crate) async fn may_explain(
         &self,
         tx: &mut Tx,
         identity: &Identity,

@@ -47,6 +47,7 @@ mod instance;
 mod inventory;
 mod leases;
 mod monitor;
+mod offers;
 mod policy;
 mod pool;
 mod reallocation;
@@ -77,6 +78,10 @@ pub use instance::Ratios;
 pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
 pub use leases::{LeaseUpdate, Listed, NewLease};
 pub use monitor::MonitorReport;
+pub use offers::{
+    DEFAULT_OFFERS, DEFAULT_SEARCH_DAYS, Extension, ExtensionAsk, LeaseOffer, MAX_OFFERS,
+    MAX_SEARCH_DAYS, OfferRequest, OfferedReservation, OfferedResource, SearchWindow,
+};
 pub use policy::{Authorizer, DefaultPolicy, Target, policy_denied};
 pub use reallocation::ReallocationFilter;
 pub use reconcile::{DesiredState, HeldHosts, ReconcileReport};

@@ -75,7 +75,7 @@ fn bare_refusal(kind: &str) -> String {
 }
 
 /// How many units a pool spec wants: `(min, max)`.
-fn count(spec: &ReservationSpec) -> (u32, u32) {
+pub(crate) fn count(spec: &ReservationSpec) -> (u32, u32) {
     match spec {
         ReservationSpec::FloatingIp(f) => (f.amount, f.amount),
         ReservationSpec::Device(d) => (d.min, d.max),
@@ -85,7 +85,7 @@ fn count(spec: &ReservationSpec) -> (u32, u32) {
 
 /// Resources of the spec's pool that match it, in preference order, and those it names
 /// (`required_floatingips`, unless `loose`).
-async fn matching(
+pub(crate) async fn matching(
     tx: &mut Tx,
     spec: &ReservationSpec,
     explain: bool,

@@ -56,7 +56,24 @@ const NEW_LEASE_FIELDS: &[&str] = &[
     "before_end_date",
     "reservations",
     "events",
+    "duration",
+    "not_before",
+    "not_after",
 ];
+
+const OFFER_FIELDS: &[&str] = &[
+    "reservations",
+    "duration",
+    "min_duration",
+    "max_duration",
+    "not_before",
+    "not_after",
+    "limit",
+    "order",
+];
+
+/// `start_date` of a create that books the earliest window of a search.
+const EARLIEST: &str = "earliest";
 
 const LEASE_UPDATE_FIELDS: &[&str] = &[
     "name",
@@ -153,15 +170,18 @@ fn reservations_field(value: Option<Value>) -> ApiResult<Option<Vec<Map<String, 
 /// `POST /v1/leases`.
 pub fn new_lease(body: blazar_api::NewLease) -> ApiResult<blazar_service::NewLease> {
     check_lease_fields(&body.other, NEW_LEASE_FIELDS)?;
-    let missing: Vec<&str> = [
-        ("name", &body.name),
-        ("start_date", &body.start_date),
-        ("end_date", &body.end_date),
-    ]
-    .into_iter()
-    .filter(|(_, value)| value.as_ref().is_none_or(Value::is_null))
-    .map(|(key, _)| key)
-    .collect();
+    let earliest = matches!(&body.start_date, Some(Value::String(s)) if s == EARLIEST);
+    let mut required = vec![("name", &body.name), ("start_date", &body.start_date)];
+    if earliest {
+        required.push(("duration", &body.duration));
+    } else {
+        required.push(("end_date", &body.end_date));
+    }
+    let missing: Vec<&str> = required
+        .into_iter()
+        .filter(|(_, value)| value.as_ref().is_none_or(Value::is_null))
+        .map(|(key, _)| key)
+        .collect();
     if !missing.is_empty() {
         return Err(ApiError::bad_request(format!(
             "Missing parameter {}",
@@ -178,13 +198,155 @@ pub fn new_lease(body: blazar_api::NewLease) -> ApiResult<blazar_service::NewLea
             ));
         }
     }
+    let search = if earliest {
+        if given(body.end_date.clone()).is_some() {
+            return Err(ApiError::bad_request(
+                "end_date cannot be given with start_date \"earliest\": give the duration in \
+                 minutes instead",
+            ));
+        }
+        if given(body.before_end_date.clone()).is_some() {
+            return Err(ApiError::bad_request(
+                "before_end_date cannot be given with start_date \"earliest\": the end is not \
+                 known yet",
+            ));
+        }
+        let minutes = minutes_field("duration", body.duration)?.unwrap_or_default();
+        Some(blazar_service::SearchWindow {
+            not_before: when_field("not_before", body.not_before)?,
+            not_after: minute_field("not_after", body.not_after)?,
+            min_minutes: minutes,
+            max_minutes: minutes,
+        })
+    } else {
+        for (key, value) in [
+            ("duration", &body.duration),
+            ("not_before", &body.not_before),
+            ("not_after", &body.not_after),
+        ] {
+            if given(value.clone()).is_some() {
+                return Err(ApiError::bad_request(format!(
+                    "{key} is only taken with start_date \"earliest\""
+                )));
+            }
+        }
+        None
+    };
     Ok(blazar_service::NewLease {
         name: string_field("name", body.name)?.unwrap_or_default(),
-        start: when_field("start_date", body.start_date)?.unwrap_or(When::Now),
+        start: if earliest {
+            When::Now
+        } else {
+            when_field("start_date", body.start_date)?.unwrap_or(When::Now)
+        },
         end: when_field("end_date", body.end_date)?.unwrap_or(When::Now),
         before_end: before_end_field(body.before_end_date)?,
         reservations: reservations_field(body.reservations)?.unwrap_or_default(),
+        earliest: search,
     })
+}
+
+/// `POST /v1/leases/offers`.
+pub fn offer_request(body: blazar_api::OfferRequest) -> ApiResult<blazar_service::OfferRequest> {
+    if !body.other.is_empty() {
+        let unknown: Vec<&str> = body.other.keys().map(String::as_str).collect();
+        return Err(ApiError::bad_request(format!(
+            "Unknown field(s) {}; accepted fields: {}",
+            unknown.join(", "),
+            OFFER_FIELDS.join(", ")
+        )));
+    }
+    let reservations = reservations_field(body.reservations)?.unwrap_or_default();
+    if reservations.is_empty() {
+        return Err(ApiError::bad_request(
+            "Missing parameter reservations: offers are for at least one reservation",
+        ));
+    }
+    let duration = minutes_field("duration", body.duration)?;
+    let min = minutes_field("min_duration", body.min_duration)?;
+    let max = minutes_field("max_duration", body.max_duration)?;
+    let (min_minutes, max_minutes) = match (duration, min, max) {
+        (Some(d), None, None) => (d, d),
+        (None, Some(min), Some(max)) => (min, max),
+        (None, Some(min), None) => (min, min),
+        (None, None, Some(max)) => (1, max),
+        (None, None, None) => {
+            return Err(ApiError::bad_request(
+                "Missing parameter duration (minutes), or min_duration and max_duration",
+            ));
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "Give either duration or min_duration/max_duration, not both",
+            ));
+        }
+    };
+    let limit = match given(body.limit) {
+        None => blazar_service::DEFAULT_OFFERS,
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "Malformed parameter limit: expected a positive integer, got {v}"
+                ))
+            })?,
+    };
+    let order = match string_field("order", body.order)?.as_deref() {
+        None | Some("earliest") => blazar_core::offer::Order::Earliest,
+        Some("longest") => blazar_core::offer::Order::Longest,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "Malformed parameter order: expected earliest or longest, got {other}"
+            )));
+        }
+    };
+    Ok(blazar_service::OfferRequest {
+        reservations,
+        window: blazar_service::SearchWindow {
+            not_before: when_field("not_before", body.not_before)?,
+            not_after: minute_field("not_after", body.not_after)?,
+            min_minutes,
+            max_minutes,
+        },
+        limit,
+        order,
+    })
+}
+
+/// A whole number of minutes (a JSON integer, or a string of digits as form fields send).
+fn minutes_field(key: &str, value: Option<Value>) -> ApiResult<Option<i64>> {
+    let bad = |v: &Value| {
+        ApiError::bad_request(format!(
+            "Malformed parameter {key}: expected a whole number of minutes, got {v}"
+        ))
+    };
+    match given(value) {
+        None => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .filter(|m| *m >= 1)
+            .map(Some)
+            .ok_or_else(|| bad(&Value::Number(n))),
+        Some(Value::String(s)) => s
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|m| *m >= 1)
+            .map(Some)
+            .ok_or_else(|| bad(&Value::String(s))),
+        Some(other) => Err(bad(&other)),
+    }
+}
+
+/// A `YYYY-MM-DD HH:MM` date.
+fn minute_field(key: &str, value: Option<Value>) -> ApiResult<Option<DateTime<Utc>>> {
+    match string_field(key, value)? {
+        None => Ok(None),
+        Some(text) => parse_minute(&text)
+            .map(Some)
+            .ok_or_else(|| invalid_date(&text)),
+    }
 }
 
 /// `PUT /v1/leases/{id}`.
@@ -397,4 +559,53 @@ mod tests {
         assert!(!reconcile(read(read_map(json!({"dry_run": true}))).unwrap()).unwrap());
         assert!(reconcile(read(read_map(json!({}))).unwrap()).unwrap());
     }
+}
+
+/// `GET /v1/leases/{id}/extension?end_date=...` or `?prolong_for=...` (minutes, or a number
+/// followed by `m`, `h` or `d` as the CLI's `--prolong-for` takes it).
+pub fn extension_ask(
+    query: &std::collections::HashMap<String, String>,
+) -> ApiResult<blazar_service::ExtensionAsk> {
+    if let Some(unknown) = query
+        .keys()
+        .find(|k| !matches!(k.as_str(), "end_date" | "prolong_for"))
+    {
+        return Err(ApiError::bad_request(format!(
+            "Unknown query parameter {unknown}; accepted: end_date, prolong_for"
+        )));
+    }
+    match (query.get("end_date"), query.get("prolong_for")) {
+        (None, None) => Ok(blazar_service::ExtensionAsk::Latest),
+        (Some(_), Some(_)) => Err(ApiError::bad_request(
+            "Give either end_date or prolong_for, not both",
+        )),
+        (Some(text), None) => parse_minute(text)
+            .map(blazar_service::ExtensionAsk::EndAt)
+            .ok_or_else(|| invalid_date(text)),
+        (None, Some(text)) => span_minutes(text)
+            .map(blazar_service::ExtensionAsk::ProlongBy)
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "Malformed parameter prolong_for: expected minutes or a number followed by \
+                     m, h or d, got {text}"
+                ))
+            }),
+    }
+}
+
+/// `90`, `90m`, `8h` or `2d` as minutes (at least one, at most a year).
+fn span_minutes(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let (number, unit) = match text.char_indices().last()? {
+        (i, c) if c.is_ascii_alphabetic() => (&text[..i], c.to_ascii_lowercase()),
+        _ => (text, 'm'),
+    };
+    let n: i64 = number.trim().parse().ok()?;
+    let minutes = n.checked_mul(match unit {
+        'm' => 1,
+        'h' => 60,
+        'd' => 1440,
+        _ => return None,
+    })?;
+    (1..=366 * 1440).contains(&minutes).then_some(minutes)
 }

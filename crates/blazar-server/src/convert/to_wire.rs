@@ -272,3 +272,48 @@ pub fn health(status: &str) -> Health {
         status: status.to_string(),
     }
 }
+
+/// `POST /v1/leases/offers`.
+pub fn offers(offers: Vec<blazar_service::LeaseOffer>) -> blazar_api::Offers {
+    let is_instance = |kind: &str| kind == "virtual:instance" || kind == "flavor:instance";
+    blazar_api::Offers {
+        offers: offers
+            .into_iter()
+            .map(|o| blazar_api::Offer {
+                start_date: format_t(o.window.start()),
+                end_date: format_t(o.window.end()),
+                duration: (o.window.end() - o.window.start()).num_minutes(),
+                reservations: o
+                    .reservations
+                    .into_iter()
+                    .map(|r| blazar_api::OfferedReservation {
+                        resource_type: r.resource_type.to_string(),
+                        amount: r.resources.iter().map(|x| x.units).sum(),
+                        resources: r
+                            .resources
+                            .into_iter()
+                            .map(|x| blazar_api::OfferedResource {
+                                id: x.id,
+                                name: x.name,
+                                slots: is_instance(r.resource_type).then_some(x.units),
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// `GET /v1/leases/{id}/extension`.
+pub fn extension(e: blazar_service::Extension) -> blazar_api::Extension {
+    blazar_api::Extension {
+        lease_id: e.lease_id,
+        end_date: format_t(e.end),
+        requested_end_date: e.requested_end.map(format_t),
+        possible: e.possible,
+        reason: e.refusal,
+        latest_end_date: e.latest_end.map(format_t),
+        searched_until: format_t(e.horizon),
+    }
+}

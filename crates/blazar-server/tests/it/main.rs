@@ -17,6 +17,7 @@ mod keystone;
 mod leases;
 mod lifecycle;
 mod matrix;
+mod offers;
 mod openstack;
 mod policy_file;
 mod processes;

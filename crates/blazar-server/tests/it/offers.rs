@@ -1,0 +1,594 @@
+//! "When can I have it?": offers, the earliest-window create and extension checks.
+
+use futures::future::join_all;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::harness::TestApp;
+
+fn hosts(min: i64, max: i64, props: &str) -> Value {
+    json!({"resource_type": "physical:host", "min": min, "max": max,
+           "hypervisor_properties": "", "resource_properties": props})
+}
+
+fn lease(name: &str, start: &str, end: &str, reservations: Value) -> Value {
+    json!({"name": name, "start_date": start, "end_date": end, "events": [],
+           "reservations": reservations})
+}
+
+/// `2030-01-01T10:00:00.000000` as `2030-01-01 10:00`, the form a create takes.
+fn input_date(output: &Value) -> String {
+    let text = output.as_str().unwrap();
+    format!("{} {}", &text[..10], &text[11..16])
+}
+
+/// Books an offer with a plain create of its dates and the same reservations, and checks
+/// that it is granted exactly what the offer said.
+async fn book(app: &TestApp, name: &str, offer: &Value, reservations: &Value) -> String {
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                name,
+                &input_date(&offer["start_date"]),
+                &input_date(&offer["end_date"]),
+                reservations.clone(),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{offer}: {}", r.body);
+    let id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let mut offered: Vec<String> = offer["reservations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            ["physical:host", "virtual:instance", "flavor:instance"]
+                .contains(&r["resource_type"].as_str().unwrap())
+        })
+        .flat_map(|r| r["resources"].as_array().unwrap().clone())
+        .map(|x| x["id"].as_str().unwrap().to_string())
+        .collect();
+    offered.sort();
+    offered.dedup();
+    if !offered.is_empty() {
+        assert_eq!(app.hosts_of(&id).await, offered, "{offer}");
+    }
+    id
+}
+
+async fn offers(app: &TestApp, body: Value) -> Vec<Value> {
+    let r = app.post("/v1/leases/offers", body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.body["offers"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn offers_are_the_earliest_windows_and_booking_one_succeeds() {
+    let app = TestApp::spawn().await;
+    for i in 1..=4 {
+        let rack = if i <= 3 { "r1" } else { "r2" };
+        app.create_host(&format!("h{i}"), json!({"rack": rack}))
+            .await;
+    }
+    // h1 and h2 busy until 12:00, h3 from 11:00 to 14:00; h4 is another rack.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "a",
+                "2030-01-01 09:00",
+                "2030-01-01 12:00",
+                json!([hosts(2, 2, r#"["=", "$rack", "r1"]"#)]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(
+        app.hosts_of(r.body["lease"]["id"].as_str().unwrap()).await,
+        ["1", "2"]
+    );
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "b",
+                "2030-01-01 11:00",
+                "2030-01-01 14:00",
+                json!([hosts(1, 1, r#"["=", "$rack", "r1"]"#)]),
+            ),
+        )
+        .await;
+    assert_eq!(
+        app.hosts_of(r.body["lease"]["id"].as_str().unwrap()).await,
+        ["3"]
+    );
+
+    let request = json!([hosts(2, 2, r#"["=", "$rack", "r1"]"#)]);
+    let found = offers(
+        &app,
+        json!({"reservations": request, "duration": 180,
+               "not_before": "2030-01-01 08:00", "not_after": "2030-01-02 08:00", "limit": 3}),
+    )
+    .await;
+    // 08:00 to 09:00 is too short before lease a; from 12:00 h1 and h2 are free again.
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert_eq!(found[0]["start_date"], "2030-01-01T12:00:00.000000");
+    assert_eq!(found[0]["end_date"], "2030-01-01T15:00:00.000000");
+    assert_eq!(found[0]["duration"], 180);
+    assert_eq!(found[1]["start_date"], "2030-01-01T15:00:00.000000");
+    let granted = &found[0]["reservations"][0];
+    assert_eq!(granted["resource_type"], "physical:host");
+    assert_eq!(granted["amount"], 2);
+    assert_eq!(
+        granted["resources"],
+        json!([{"id": "1", "name": "h1"}, {"id": "2", "name": "h2"}])
+    );
+
+    // The offer is bookable as it is, and afterwards the next one is later.
+    book(&app, "first", &found[0], &request).await;
+    let again = offers(
+        &app,
+        json!({"reservations": request, "duration": 180,
+               "not_before": "2030-01-01 08:00", "not_after": "2030-01-02 08:00"}),
+    )
+    .await;
+    // At 14:00 only h3 is free again; from 15:00 all three are.
+    assert_eq!(again[0]["start_date"], "2030-01-01T15:00:00.000000");
+    assert_eq!(
+        again[0]["reservations"][0]["resources"],
+        json!([{"id": "1", "name": "h1"}, {"id": "2", "name": "h2"}])
+    );
+    book(&app, "second", &again[0], &request).await;
+}
+
+#[tokio::test]
+async fn offers_for_mixed_types_grant_every_reservation() {
+    let app = TestApp::spawn().await;
+    app.create_host(
+        "big",
+        json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100}),
+    )
+    .await;
+    app.create_host(
+        "small",
+        json!({"vcpus": 2, "memory_mb": 4096, "local_gb": 20}),
+    )
+    .await;
+    let r = app
+        .post(
+            "/v1/networks",
+            json!({"network_type": "vlan", "physical_network": "physnet1", "segment_id": "1001"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let request = json!([
+        {"resource_type": "virtual:instance", "amount": 3, "vcpus": 2, "memory_mb": 2048,
+         "disk_gb": 10, "affinity": null, "resource_properties": ""},
+        {"resource_type": "network", "network_name": "net", "resource_properties": ""},
+    ]);
+    let found = offers(
+        &app,
+        json!({"reservations": request, "duration": 60, "not_before": "2030-01-01 10:00"}),
+    )
+    .await;
+    assert_eq!(found.len(), 5);
+    assert_eq!(found[0]["start_date"], "2030-01-01T10:00:00.000000");
+    let instances = &found[0]["reservations"][0];
+    assert_eq!(instances["resource_type"], "virtual:instance");
+    assert_eq!(instances["amount"], 3);
+    let slots: i64 = instances["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["slots"].as_i64().unwrap())
+        .sum();
+    assert_eq!(slots, 3);
+    let network = &found[0]["reservations"][1];
+    assert_eq!(network["resource_type"], "network");
+    assert_eq!(network["resources"][0]["name"], "1001");
+    assert!(network["resources"][0].get("slots").is_none());
+    let id = book(&app, "mixed", &found[0], &request).await;
+    let shown = app.get(&format!("/v1/leases/{id}")).await;
+    assert_eq!(shown.status, StatusCode::OK);
+    // The segment is taken for that hour now: the next offer starts when it is over.
+    let next = offers(
+        &app,
+        json!({"reservations": request, "duration": 60, "not_before": "2030-01-01 10:00",
+               "limit": 1}),
+    )
+    .await;
+    assert_eq!(next[0]["start_date"], "2030-01-01T11:00:00.000000");
+}
+
+#[tokio::test]
+async fn longest_offers_with_a_range_of_durations() {
+    let app = TestApp::spawn().await;
+    app.create_host("h1", json!({})).await;
+    for (name, start, end) in [
+        ("a", "2030-01-01 10:00", "2030-01-01 11:00"),
+        ("b", "2030-01-01 15:00", "2030-01-01 16:00"),
+    ] {
+        let r = app
+            .post(
+                "/v1/leases",
+                lease(name, start, end, json!([hosts(1, 1, "")])),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    }
+    let found = offers(
+        &app,
+        json!({"reservations": [hosts(1, 1, "")], "min_duration": 60, "max_duration": 300,
+               "not_before": "2030-01-01 08:00", "not_after": "2030-01-01 18:00",
+               "order": "longest"}),
+    )
+    .await;
+    let windows: Vec<(String, String)> = found
+        .iter()
+        .map(|o| (input_date(&o["start_date"]), input_date(&o["end_date"])))
+        .collect();
+    assert_eq!(
+        windows,
+        [
+            ("2030-01-01 11:00".into(), "2030-01-01 15:00".into()),
+            ("2030-01-01 08:00".into(), "2030-01-01 10:00".into()),
+            ("2030-01-01 16:00".into(), "2030-01-01 18:00".into()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn offer_requests_are_checked_like_creates() {
+    let app = TestApp::spawn().await;
+    app.create_host("h1", json!({"rack": "r1"})).await;
+    let ok = hosts(1, 1, "");
+    let cases = [
+        (json!({"reservations": [ok], "duration": 0}), "duration"),
+        (
+            json!({"reservations": [ok], "duration": "soon"}),
+            "duration",
+        ),
+        (json!({"reservations": [ok]}), "Missing parameter duration"),
+        (
+            json!({"reservations": [ok], "duration": 60, "min_duration": 30}),
+            "not both",
+        ),
+        (
+            json!({"reservations": [ok], "min_duration": 90, "max_duration": 30}),
+            "max_duration",
+        ),
+        (json!({"reservations": [], "duration": 60}), "reservations"),
+        (
+            json!({"reservations": [ok], "duration": 60, "limit": 0}),
+            "limit",
+        ),
+        (
+            json!({"reservations": [ok], "duration": 60, "limit": -1}),
+            "limit",
+        ),
+        (
+            json!({"reservations": [ok], "duration": 60, "order": "best"}),
+            "order",
+        ),
+        (
+            json!({"reservations": [ok], "duration": 60, "color": "red"}),
+            "Unknown field",
+        ),
+        (
+            json!({"reservations": [ok], "duration": 60, "not_before": "tomorrow"}),
+            "invalid date",
+        ),
+        (
+            json!({"reservations": [ok], "duration": 60, "not_before": "2030-01-02 00:00",
+                   "not_after": "2030-01-01 00:00"}),
+            "not_after",
+        ),
+        (
+            json!({"reservations": [ok], "duration": 60, "not_before": "2030-01-01 00:00",
+                   "not_after": "2032-01-01 00:00"}),
+            "366 days",
+        ),
+        (
+            json!({"reservations": [hosts(1, 1, r#"["=", "$colour", "red"]"#)], "duration": 60}),
+            "Unknown property $colour",
+        ),
+        (
+            json!({"reservations": [{"resource_type": "physical:host", "min": 2, "max": 1}],
+                   "duration": 60}),
+            "min",
+        ),
+        (
+            json!({"reservations": [{"resource_type": "teleporter"}], "duration": 60}),
+            "teleporter",
+        ),
+    ];
+    for (body, expected) in cases {
+        let r = app.post("/v1/leases/offers", body.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.body);
+        assert!(r.message().contains(expected), "{body}: {}", r.message());
+        assert_eq!(r.body["error_code"], 400);
+    }
+    // Nothing fits: an empty list, not an error.
+    let none = offers(
+        &app,
+        json!({"reservations": [hosts(2, 2, "")], "duration": 60}),
+    )
+    .await;
+    assert!(none.is_empty());
+}
+
+#[tokio::test]
+async fn earliest_create_books_the_first_offer() {
+    let app = TestApp::spawn().await;
+    app.create_host("h1", json!({})).await;
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "a",
+                "2029-12-31 08:30",
+                "2029-12-31 10:00",
+                json!([hosts(1, 1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "soon", "start_date": "earliest", "duration": 45,
+                   "reservations": [hosts(1, 1, "")]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    // 08:00 to 08:30 is too short; the host is free from 10:00.
+    assert_eq!(r.body["lease"]["start_date"], "2029-12-31T10:00:00.000000");
+    assert_eq!(r.body["lease"]["end_date"], "2029-12-31T10:45:00.000000");
+    let before_end = r.body["lease"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_type"] == "before_end_lease")
+        .map(|e| e["time"].clone());
+    assert_eq!(before_end, Some(json!("2029-12-31T10:00:00.000000")));
+
+    let cases = [
+        (
+            json!({"name": "x", "start_date": "earliest", "reservations": [hosts(1, 1, "")]}),
+            "Missing parameter duration",
+        ),
+        (
+            json!({"name": "x", "start_date": "earliest", "duration": 60,
+                "end_date": "2030-01-01 00:00", "reservations": [hosts(1, 1, "")]}),
+            "end_date cannot be given",
+        ),
+        (
+            json!({"name": "x", "start_date": "2030-01-01 00:00", "end_date": "2030-01-01 01:00",
+                "duration": 60, "reservations": [hosts(1, 1, "")]}),
+            "only taken with start_date",
+        ),
+    ];
+    for (body, expected) in cases {
+        let r = app.post("/v1/leases", body.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.body);
+        assert!(r.message().contains(expected), "{body}: {}", r.message());
+    }
+    // No window in the search: 409, nothing written.
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "never", "start_date": "earliest", "duration": 60,
+                   "not_after": "2029-12-31 09:00", "reservations": [hosts(1, 1, "")]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        r.message().contains("No window of 60 minute(s)"),
+        "{}",
+        r.message()
+    );
+    assert_eq!(
+        app.get("/v1/leases").await.body["leases"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+/// Fifty concurrent `earliest` creates for one host get fifty consecutive windows that do
+/// not overlap: the search and the booking are one transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_concurrent_earliest_creates_get_consecutive_windows() {
+    let app = TestApp::spawn().await;
+    app.create_host("only", json!({})).await;
+    let requests = (0..50).map(|i| {
+        app.post(
+            "/v1/leases",
+            json!({"name": format!("e{i}"), "start_date": "earliest", "duration": 60,
+                   "not_before": "2030-01-01 00:00", "reservations": [hosts(1, 1, "")]}),
+        )
+    });
+    let responses = join_all(requests).await;
+    let mut starts: Vec<String> = responses
+        .iter()
+        .map(|r| {
+            assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+            r.body["lease"]["start_date"].as_str().unwrap().to_string()
+        })
+        .collect();
+    starts.sort();
+    let expected: Vec<String> = (0..50)
+        .map(|h| {
+            let t = chrono::NaiveDate::from_ymd_opt(2030, 1, 1)
+                .unwrap()
+                .and_hms_opt(0, 0, 0)
+                .unwrap()
+                + chrono::Duration::hours(h);
+            t.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()
+        })
+        .collect();
+    assert_eq!(starts, expected);
+}
+
+#[tokio::test]
+async fn extension_checks_say_whether_and_how_far() {
+    let mut app = TestApp::spawn().await;
+    app.create_host("h1", json!({})).await;
+    let mine = app
+        .post(
+            "/v1/leases",
+            lease(
+                "mine",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([hosts(1, 1, "")]),
+            ),
+        )
+        .await;
+    let id = mine.body["lease"]["id"].as_str().unwrap().to_string();
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "next",
+                "2030-01-01 14:00",
+                "2030-01-01 16:00",
+                json!([hosts(1, 1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+
+    let r = app
+        .get(&format!("/v1/leases/{id}/extension?prolong_for=1h"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let e = &r.body["extension"];
+    assert_eq!(e["possible"], true);
+    assert_eq!(e["requested_end_date"], "2030-01-01T13:00:00.000000");
+    assert_eq!(e["latest_end_date"], "2030-01-01T14:00:00.000000");
+    assert_eq!(e["end_date"], "2030-01-01T12:00:00.000000");
+
+    let r = app
+        .get(&format!(
+            "/v1/leases/{id}/extension?end_date=2030-01-01%2015:00"
+        ))
+        .await;
+    let e = &r.body["extension"];
+    assert_eq!(e["possible"], false, "{e}");
+    assert!(
+        e["reason"].as_str().unwrap().contains("2030-01-01 14:00"),
+        "{e}"
+    );
+    // The answer agrees with an update.
+    let refused = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"end_date": "2030-01-01 15:00"}),
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+    let granted = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"end_date": "2030-01-01 14:00"}),
+        )
+        .await;
+    assert_eq!(granted.status, StatusCode::OK, "{}", granted.body);
+    let r = app.get(&format!("/v1/leases/{id}/extension")).await;
+    assert_eq!(
+        r.body["extension"]["latest_end_date"],
+        json!(null),
+        "{}",
+        r.body
+    );
+    assert!(r.body["extension"].get("possible").is_none());
+
+    for bad in [
+        "prolong_for=soon",
+        "end_date=later",
+        "prolong_for=1h&end_date=2030-01-01%2015:00",
+        "x=1",
+    ] {
+        let r = app.get(&format!("/v1/leases/{id}/extension?{bad}")).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.body);
+    }
+    assert_eq!(
+        app.get("/v1/leases/nope/extension").await.status,
+        StatusCode::NOT_FOUND
+    );
+    // Another project may not ask about the lease.
+    app.act_as("other-project", "other-user", "member");
+    let r = app.get(&format!("/v1/leases/{id}/extension")).await;
+    r.assert_denied("blazar:leases:get");
+}
+
+/// On random inventories and bookings, every offer is granted, as offered, to a plain
+/// create of its dates made at once.
+#[tokio::test]
+async fn every_offer_is_bookable_as_offered() {
+    let mut seed: u64 = 0x5eed_cafe;
+    let mut next = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % n
+    };
+    for scenario in 0..6 {
+        let app = TestApp::spawn().await;
+        for h in 0..5 {
+            let rack = if next(2) == 0 { "r1" } else { "r2" };
+            app.create_host(
+                &format!("s{scenario}h{h}"),
+                json!({"rack": rack, "vcpus": 4, "memory_mb": 8192, "local_gb": 100}),
+            )
+            .await;
+        }
+        // Random bookings over one day, some refused (that is fine).
+        for i in 0..8 {
+            let start = next(20);
+            let len = 1 + next(5);
+            let reservation = if next(3) == 0 {
+                json!({"resource_type": "virtual:instance", "amount": 1 + next(3), "vcpus": 1,
+                       "memory_mb": 1024, "disk_gb": 10, "affinity": null,
+                       "resource_properties": ""})
+            } else {
+                hosts(1, 1 + next(2) as i64, "")
+            };
+            app.post(
+                "/v1/leases",
+                lease(
+                    &format!("bg{i}"),
+                    &format!("2030-01-01 {start:02}:00"),
+                    &format!("2030-01-01 {:02}:30", (start + len).min(23)),
+                    json!([reservation]),
+                ),
+            )
+            .await;
+        }
+        let request = json!([
+            hosts(1, 1 + next(2) as i64, if next(2) == 0 { r#"["=", "$rack", "r1"]"# } else { "" }),
+            {"resource_type": "virtual:instance", "amount": 1 + next(4), "vcpus": 2,
+             "memory_mb": 1024, "disk_gb": 10, "affinity": if next(2) == 0 { json!(null) } else { json!(false) },
+             "resource_properties": ""},
+        ]);
+        let found = offers(
+            &app,
+            json!({"reservations": request, "duration": 60 + 30 * next(4),
+                   "not_before": "2030-01-01 00:00", "not_after": "2030-01-02 12:00"}),
+        )
+        .await;
+        for (i, offer) in found.iter().enumerate() {
+            let id = book(&app, &format!("offer{i}"), offer, &request).await;
+            // The instances land where the offer put them.
+            let r = app
+                .get(&format!("/v1/os-hosts/allocations?lease_id={id}"))
+                .await;
+            assert_eq!(r.status, StatusCode::OK);
+            let r = app.delete(&format!("/v1/leases/{id}")).await;
+            assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+        }
+    }
+}

@@ -1,0 +1,545 @@
+//! "When can I have it?": offers for a lease request, the create that books the earliest
+//! one in its own transaction, and how far a lease can be extended.
+//!
+//! The search itself is pure (`blazar_core::offer`); this module gives it what a lease
+//! create would see: the candidates of each reservation (the same host cache, pool matching
+//! and instance shapes allocation uses) and their allocations inside the search window only.
+
+use std::collections::{BTreeMap, HashMap};
+
+use blazar_core::engine::Usage;
+use blazar_core::lease::When;
+use blazar_core::offer::{self, Busy, Demand, Occupancy, Offer, Order, Search};
+use blazar_core::{PHYSICAL_HOST, ReservationSpec, ResourceRecord, TimeWindow};
+use blazar_db::Tx;
+use chrono::{DateTime, Duration, Utc};
+use serde_json::{Map, Value};
+
+use crate::resources::{count, filter_key};
+use crate::{Identity, Service, ServiceError, ServiceResult, truncate_to_minute};
+
+/// How far ahead a search looks when the request does not say.
+pub const DEFAULT_SEARCH_DAYS: i64 = 30;
+/// The longest search window taken: a year of allocations is read at most.
+pub const MAX_SEARCH_DAYS: i64 = 366;
+/// Offers answered when the request does not say.
+pub const DEFAULT_OFFERS: usize = 5;
+/// The most offers one request may ask for.
+pub const MAX_OFFERS: usize = 100;
+
+/// Where and how long to look: a lease of `min_minutes` to `max_minutes` that starts no
+/// earlier than `not_before` (now when absent) and ends by `not_after` (30 days after
+/// `not_before` when absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchWindow {
+    pub not_before: Option<When>,
+    pub not_after: Option<DateTime<Utc>>,
+    pub min_minutes: i64,
+    pub max_minutes: i64,
+}
+
+impl SearchWindow {
+    /// The core search for this window at minute `now`, or why it is not a valid one.
+    pub(crate) fn resolve(
+        &self,
+        now: DateTime<Utc>,
+        cleaning: Duration,
+        order: Order,
+        limit: usize,
+    ) -> ServiceResult<Search> {
+        let bad = |m: String| Err(ServiceError::BadRequest(m));
+        if self.min_minutes < 1 {
+            return bad("The duration must be at least one minute".into());
+        }
+        if self.max_minutes < self.min_minutes {
+            return bad("max_duration must not be shorter than min_duration".into());
+        }
+        let not_before = self.not_before.map_or(now, |w| w.resolve(now)).max(now);
+        let not_after = self
+            .not_after
+            .unwrap_or(not_before + Duration::days(DEFAULT_SEARCH_DAYS));
+        if not_after <= not_before {
+            return bad(format!(
+                "not_after ({}) must be later than not_before ({})",
+                not_after.format("%Y-%m-%d %H:%M"),
+                not_before.format("%Y-%m-%d %H:%M")
+            ));
+        }
+        if not_after - not_before > Duration::days(MAX_SEARCH_DAYS) {
+            return bad(format!(
+                "The search window is longer than {MAX_SEARCH_DAYS} days; narrow not_before \
+                 and not_after"
+            ));
+        }
+        if self.max_minutes > Duration::days(MAX_SEARCH_DAYS).num_minutes() {
+            return bad(format!(
+                "The duration is longer than {MAX_SEARCH_DAYS} days"
+            ));
+        }
+        Ok(Search {
+            not_before,
+            not_after,
+            min_minutes: self.min_minutes,
+            max_minutes: self.max_minutes,
+            cleaning,
+            order,
+            limit,
+        })
+    }
+}
+
+/// `POST /v1/leases/offers`: a lease request without dates, and where to look.
+#[derive(Debug, Clone)]
+pub struct OfferRequest {
+    /// Reservation requests as a lease create takes them.
+    pub reservations: Vec<Map<String, Value>>,
+    pub window: SearchWindow,
+    pub limit: usize,
+    pub order: Order,
+}
+
+/// One resource an offer would grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OfferedResource {
+    /// The id the API shows: a host's id, a floating IP's, segment's or device's uuid.
+    pub id: String,
+    /// The host name, floating IP address, segment id or device name.
+    pub name: String,
+    /// Units on it: instances on a host for instance reservations, one otherwise.
+    pub units: i64,
+}
+
+/// What one reservation of the request would be granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OfferedReservation {
+    pub resource_type: &'static str,
+    pub resources: Vec<OfferedResource>,
+}
+
+/// A window the whole request fits in, bookable with a plain create of those dates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseOffer {
+    pub window: TimeWindow,
+    pub reservations: Vec<OfferedReservation>,
+}
+
+/// Whether a lease can be extended, and how far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extension {
+    pub lease_id: String,
+    /// The lease's end now.
+    pub end: DateTime<Utc>,
+    /// The end asked about, if one was.
+    pub requested_end: Option<DateTime<Utc>>,
+    /// Whether an update to `requested_end` would be granted now.
+    pub possible: Option<bool>,
+    /// Why not, when it would be refused (the update's own message).
+    pub refusal: Option<String>,
+    /// The latest end the lease reaches keeping every resource it holds, searched up to
+    /// `horizon`; `None` when it cannot be extended at all.
+    pub latest_end: Option<DateTime<Utc>>,
+    pub horizon: DateTime<Utc>,
+}
+
+impl Service {
+    /// Offers for a lease request: ranked windows in which a create of the same
+    /// reservations would succeed, with what each would be granted.
+    pub async fn lease_offers(
+        &self,
+        identity: &Identity,
+        request: &OfferRequest,
+    ) -> ServiceResult<Vec<LeaseOffer>> {
+        self.authorize_own("blazar:leases:post", identity)?;
+        if request.limit == 0 || request.limit > MAX_OFFERS {
+            return Err(ServiceError::BadRequest(format!(
+                "limit must be between 1 and {MAX_OFFERS}"
+            )));
+        }
+        let now = truncate_to_minute(self.now());
+        let search = request.window.resolve(
+            now,
+            self.settings().cleaning(),
+            request.order,
+            request.limit,
+        )?;
+        let mut specs = self.validated_requests(&request.reservations)?;
+        self.ask_cloud_for_flavors(identity, &mut specs).await?;
+        in_tx!(self, read, |tx| {
+            let offers = self
+                .find_offers(tx, identity, &specs, &search, None)
+                .await?;
+            self.describe_offers(tx, &specs, offers).await
+        })
+    }
+
+    /// The offers for `specs` as of `tx`, leaving out the allocations of lease `except`.
+    pub(crate) async fn find_offers(
+        &self,
+        tx: &mut Tx,
+        identity: &Identity,
+        specs: &[ReservationSpec],
+        search: &Search,
+        except: Option<&str>,
+    ) -> ServiceResult<Vec<Offer>> {
+        let mut demands = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let mut spec = spec.clone();
+            crate::instance::resolve_flavor(tx, &mut spec).await?;
+            demands.push(self.demand(tx, identity, &spec).await?);
+        }
+        let occupancy = occupancy(
+            tx,
+            &demands,
+            search.not_before,
+            search.not_after + search.cleaning,
+            except,
+        )
+        .await?;
+        Ok(offer::search(&demands, &occupancy, search))
+    }
+
+    /// What a reservation spec needs, with its candidates as allocation would choose them.
+    async fn demand(
+        &self,
+        tx: &mut Tx,
+        identity: &Identity,
+        spec: &ReservationSpec,
+    ) -> ServiceResult<Demand> {
+        Ok(match spec {
+            ReservationSpec::Host(host) => {
+                let queries = [
+                    ("hypervisor_properties", &host.hypervisor_properties),
+                    ("resource_properties", &host.resource_properties),
+                ];
+                let (_, matching) = self
+                    .host_cache
+                    .matching(tx, &queries, &filter_key(&queries))
+                    .await?;
+                Demand::Whole {
+                    kind: PHYSICAL_HOST.to_string(),
+                    candidates: matching.to_vec(),
+                    required: Vec::new(),
+                    min: count(host.min),
+                    max: count(host.max),
+                }
+            }
+            ReservationSpec::Instance(_) | ReservationSpec::FlavorInstance(_) => {
+                let shape = crate::instance::Shape::of(spec, &self.trait_hosts)?;
+                let hosts = crate::instance::shape_hosts(
+                    tx,
+                    &shape,
+                    self.settings.ratios,
+                    &self.host_cache,
+                )
+                .await?;
+                Demand::Slots {
+                    kind: PHYSICAL_HOST.to_string(),
+                    hosts,
+                    slot: shape.slot,
+                    amount: shape.amount,
+                    affinity: shape.affinity,
+                }
+            }
+            ReservationSpec::FloatingIp(_)
+            | ReservationSpec::Network(_)
+            | ReservationSpec::Device(_) => {
+                let explain = self.may_explain(tx, identity, spec).await?;
+                let (candidates, required) =
+                    crate::pool::matching(tx, spec, explain, false).await?;
+                let (min, max) = crate::pool::count(spec);
+                Demand::Whole {
+                    kind: spec.kind().to_string(),
+                    candidates,
+                    required,
+                    min: count(min),
+                    max: count(max),
+                }
+            }
+        })
+    }
+
+    /// Offers as the API shows them: ids and names of what each reservation would get.
+    async fn describe_offers(
+        &self,
+        tx: &mut Tx,
+        specs: &[ReservationSpec],
+        offers: Vec<Offer>,
+    ) -> ServiceResult<Vec<LeaseOffer>> {
+        let inventory = self.host_cache.inventory(tx).await?;
+        let mut pools: HashMap<&str, BTreeMap<i64, ResourceRecord>> = HashMap::new();
+        for spec in specs {
+            let kind = spec.kind();
+            if kind != PHYSICAL_HOST && !pools.contains_key(kind) {
+                let records = tx.list_resources(kind).await?;
+                pools.insert(kind, records.into_iter().map(|r| (r.id, r)).collect());
+            }
+        }
+        Ok(offers
+            .into_iter()
+            .map(|o| LeaseOffer {
+                window: o.window,
+                reservations: specs
+                    .iter()
+                    .zip(o.granted)
+                    .map(|(spec, granted)| OfferedReservation {
+                        resource_type: spec.resource_type(),
+                        resources: granted
+                            .into_iter()
+                            .map(|(id, units)| {
+                                let (uid, name) = if spec.kind() == PHYSICAL_HOST {
+                                    let name = inventory
+                                        .get(id)
+                                        .map(|h| h.facts.hypervisor_hostname.clone())
+                                        .unwrap_or_default();
+                                    (id.to_string(), name)
+                                } else {
+                                    pools
+                                        .get(spec.kind())
+                                        .and_then(|p| p.get(&id))
+                                        .map(|r| (r.uid.clone(), pool_name(r)))
+                                        .unwrap_or_else(|| (id.to_string(), String::new()))
+                                };
+                                OfferedResource {
+                                    id: uid,
+                                    name,
+                                    units,
+                                }
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+}
+
+/// The name a pool resource is known by: a floating IP's address, a segment's id, a device's
+/// name.
+fn pool_name(r: &ResourceRecord) -> String {
+    ["floating_ip_address", "name", "segment_id"]
+        .iter()
+        .find_map(|k| match r.attrs.get(*k) {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        })
+        .unwrap_or_else(|| r.uid.clone())
+}
+
+/// The allocations of every candidate of `demands` that reach into `[start, until)`.
+async fn occupancy(
+    tx: &mut Tx,
+    demands: &[Demand],
+    start: DateTime<Utc>,
+    until: DateTime<Utc>,
+    except: Option<&str>,
+) -> ServiceResult<Occupancy> {
+    let mut ids: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for demand in demands {
+        match demand {
+            Demand::Whole {
+                kind,
+                candidates,
+                required,
+                ..
+            } => ids
+                .entry(kind)
+                .or_default()
+                .extend(candidates.iter().chain(required)),
+            Demand::Slots { kind, hosts, .. } => ids
+                .entry(kind)
+                .or_default()
+                .extend(hosts.iter().map(|(id, _)| *id)),
+        }
+    }
+    let mut occupancy = Occupancy::new();
+    for (kind, mut ids) in ids {
+        ids.sort_unstable();
+        ids.dedup();
+        for a in tx.usage_among(kind, &ids, start, until, except).await? {
+            let usage = if a.exclusive {
+                Usage::default()
+            } else {
+                Usage {
+                    vcpus: a.vcpus,
+                    memory_mb: a.memory_mb,
+                    disk_gb: a.disk_gb,
+                }
+                .times(a.units)
+            };
+            occupancy.add(
+                kind,
+                a.resource_id,
+                Busy {
+                    start: a.start,
+                    until: a.blocked_until,
+                    exclusive: a.exclusive,
+                    usage,
+                },
+            );
+        }
+    }
+    Ok(occupancy)
+}
+
+/// What an extension check asks about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtensionAsk {
+    /// Only how far the lease can go.
+    Latest,
+    /// Whether it can end at this minute.
+    EndAt(DateTime<Utc>),
+    /// Whether it can end this many minutes later.
+    ProlongBy(i64),
+}
+
+impl Service {
+    /// Whether a lease can be extended (to an end, or by some minutes), and the latest end
+    /// it can reach keeping every resource it holds, searched up to 30 days past its end or
+    /// the end asked about. Reads only; the answer holds until someone else books.
+    pub async fn lease_extension(
+        &self,
+        identity: &Identity,
+        id: &str,
+        ask: ExtensionAsk,
+    ) -> ServiceResult<Extension> {
+        let now = truncate_to_minute(self.now());
+        in_tx!(self, read, |tx| {
+            let lease = tx
+                .get_lease(id)
+                .await?
+                .ok_or_else(|| crate::leases::lease_not_found(id))?;
+            let target = crate::leases::lease_target(&lease);
+            self.authorize("blazar:leases:get", identity, &target)?;
+            self.authorize("blazar:leases:put", identity, &target)?;
+            let requested_end = match ask {
+                ExtensionAsk::Latest => None,
+                ExtensionAsk::EndAt(t) => Some(t),
+                ExtensionAsk::ProlongBy(minutes) => Some(lease.end + Duration::minutes(minutes)),
+            };
+            // The lease rules first: a lease that may not move its end has no extension.
+            let events = tx.events_of(&lease.id).await?;
+            let rule = requested_end.map(|end| {
+                let dates = blazar_core::lease::DatesRequest {
+                    end: Some(When::At(end)),
+                    ..Default::default()
+                };
+                blazar_core::lease::plan_update(&lease, &events, &dates, now)
+            });
+            let refused_by_rule = match rule {
+                Some(Err(refusal)) => Some(ServiceError::from(refusal).to_string()),
+                _ => None,
+            };
+            let horizon = (lease.end + Duration::days(DEFAULT_SEARCH_DAYS))
+                .max(requested_end.unwrap_or(lease.end))
+                .min(lease.end + Duration::days(MAX_SEARCH_DAYS));
+            let movable = !matches!(
+                lease.status,
+                blazar_core::LeaseStatus::Terminated
+                    | blazar_core::LeaseStatus::Terminating
+                    | blazar_core::LeaseStatus::Error
+            ) && lease.end > now;
+            let latest_end = if movable {
+                self.latest_end(tx, &lease, horizon).await?
+            } else {
+                None
+            };
+            let (possible, refusal) = match (requested_end, refused_by_rule) {
+                (None, _) => (None, None),
+                (Some(_), Some(why)) => (Some(false), Some(why)),
+                (Some(end), None) => {
+                    let fits = latest_end.is_some_and(|latest| latest >= end);
+                    let why = (!fits).then(|| match latest_end {
+                        Some(latest) if latest > lease.end => format!(
+                            "The lease's resources are booked after {}: it can be extended to \
+                             {} at the latest",
+                            latest.format("%Y-%m-%d %H:%M"),
+                            latest.format("%Y-%m-%d %H:%M")
+                        ),
+                        _ => "The lease's resources are booked right after it ends: it cannot \
+                              be extended"
+                            .to_string(),
+                    });
+                    (Some(fits), why)
+                }
+            };
+            Ok(Extension {
+                lease_id: lease.id.clone(),
+                end: lease.end,
+                requested_end,
+                possible,
+                refusal,
+                latest_end: latest_end.filter(|t| *t > lease.end),
+                horizon,
+            })
+        })
+    }
+
+    /// The latest end (up to `horizon`) at which the lease still holds every resource it
+    /// holds now: each reservation kept on exactly its resources, instance slots on the
+    /// same hosts in the same numbers.
+    async fn latest_end(
+        &self,
+        tx: &mut Tx,
+        lease: &blazar_core::Lease,
+        horizon: DateTime<Utc>,
+    ) -> ServiceResult<Option<DateTime<Utc>>> {
+        let held = tx.allocations_of_lease(&lease.id).await?;
+        let inventory = self.host_cache.inventory(tx).await?;
+        let mut whole: BTreeMap<(String, String), Vec<i64>> = BTreeMap::new();
+        let mut demands = Vec::new();
+        for a in &held {
+            if a.exclusive {
+                whole
+                    .entry((a.reservation_id.clone(), a.resource_type.clone()))
+                    .or_default()
+                    .push(a.resource_id);
+            } else {
+                let Some(host) = inventory.get(a.resource_id) else {
+                    continue;
+                };
+                demands.push(Demand::Slots {
+                    kind: a.resource_type.clone(),
+                    hosts: vec![(
+                        a.resource_id,
+                        crate::instance::capacity(host, self.settings.ratios),
+                    )],
+                    slot: Usage {
+                        vcpus: a.vcpus,
+                        memory_mb: a.memory_mb,
+                        disk_gb: a.disk_gb,
+                    },
+                    amount: a.units,
+                    affinity: blazar_core::reservation::Affinity::Same,
+                });
+            }
+        }
+        for ((_, kind), ids) in whole {
+            demands.push(Demand::Whole {
+                kind,
+                min: ids.len(),
+                max: ids.len(),
+                candidates: ids.clone(),
+                required: ids,
+            });
+        }
+        let cleaning = self.settings().cleaning();
+        let occupancy = occupancy(
+            tx,
+            &demands,
+            lease.start,
+            horizon + cleaning,
+            Some(&lease.id),
+        )
+        .await?;
+        let current = (lease.end - lease.start).num_minutes();
+        Ok(offer::latest_end(
+            &demands,
+            &occupancy,
+            lease.start,
+            current,
+            horizon,
+            cleaning,
+        ))
+    }
+}
