@@ -438,6 +438,55 @@ pub fn reconcile(body: blazar_api::ReconcileRequest) -> ApiResult<bool> {
     Ok(!dry_run)
 }
 
+/// `GET /v1/leases/{id}/extension?end_date=...` or `?prolong_for=...` (minutes, or a number
+/// followed by `m`, `h` or `d` as the CLI's `--prolong-for` takes it).
+pub fn extension_ask(
+    query: &std::collections::HashMap<String, String>,
+) -> ApiResult<blazar_service::ExtensionAsk> {
+    if let Some(unknown) = query
+        .keys()
+        .find(|k| !matches!(k.as_str(), "end_date" | "prolong_for"))
+    {
+        return Err(ApiError::bad_request(format!(
+            "Unknown query parameter {unknown}; accepted: end_date, prolong_for"
+        )));
+    }
+    match (query.get("end_date"), query.get("prolong_for")) {
+        (None, None) => Ok(blazar_service::ExtensionAsk::Latest),
+        (Some(_), Some(_)) => Err(ApiError::bad_request(
+            "Give either end_date or prolong_for, not both",
+        )),
+        (Some(text), None) => parse_minute(text)
+            .map(blazar_service::ExtensionAsk::EndAt)
+            .ok_or_else(|| invalid_date(text)),
+        (None, Some(text)) => span_minutes(text)
+            .map(blazar_service::ExtensionAsk::ProlongBy)
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "Malformed parameter prolong_for: expected minutes or a number followed by \
+                     m, h or d, got {text}"
+                ))
+            }),
+    }
+}
+
+/// `90`, `90m`, `8h` or `2d` as minutes (at least one, at most a year).
+fn span_minutes(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let (number, unit) = match text.char_indices().last()? {
+        (i, c) if c.is_ascii_alphabetic() => (&text[..i], c.to_ascii_lowercase()),
+        _ => (text, 'm'),
+    };
+    let n: i64 = number.trim().parse().ok()?;
+    let minutes = n.checked_mul(match unit {
+        'm' => 1,
+        'h' => 60,
+        'd' => 1440,
+        _ => return None,
+    })?;
+    (1..=366 * 1440).contains(&minutes).then_some(minutes)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -559,53 +608,4 @@ mod tests {
         assert!(!reconcile(read(read_map(json!({"dry_run": true}))).unwrap()).unwrap());
         assert!(reconcile(read(read_map(json!({}))).unwrap()).unwrap());
     }
-}
-
-/// `GET /v1/leases/{id}/extension?end_date=...` or `?prolong_for=...` (minutes, or a number
-/// followed by `m`, `h` or `d` as the CLI's `--prolong-for` takes it).
-pub fn extension_ask(
-    query: &std::collections::HashMap<String, String>,
-) -> ApiResult<blazar_service::ExtensionAsk> {
-    if let Some(unknown) = query
-        .keys()
-        .find(|k| !matches!(k.as_str(), "end_date" | "prolong_for"))
-    {
-        return Err(ApiError::bad_request(format!(
-            "Unknown query parameter {unknown}; accepted: end_date, prolong_for"
-        )));
-    }
-    match (query.get("end_date"), query.get("prolong_for")) {
-        (None, None) => Ok(blazar_service::ExtensionAsk::Latest),
-        (Some(_), Some(_)) => Err(ApiError::bad_request(
-            "Give either end_date or prolong_for, not both",
-        )),
-        (Some(text), None) => parse_minute(text)
-            .map(blazar_service::ExtensionAsk::EndAt)
-            .ok_or_else(|| invalid_date(text)),
-        (None, Some(text)) => span_minutes(text)
-            .map(blazar_service::ExtensionAsk::ProlongBy)
-            .ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "Malformed parameter prolong_for: expected minutes or a number followed by \
-                     m, h or d, got {text}"
-                ))
-            }),
-    }
-}
-
-/// `90`, `90m`, `8h` or `2d` as minutes (at least one, at most a year).
-fn span_minutes(text: &str) -> Option<i64> {
-    let text = text.trim();
-    let (number, unit) = match text.char_indices().last()? {
-        (i, c) if c.is_ascii_alphabetic() => (&text[..i], c.to_ascii_lowercase()),
-        _ => (text, 'm'),
-    };
-    let n: i64 = number.trim().parse().ok()?;
-    let minutes = n.checked_mul(match unit {
-        'm' => 1,
-        'h' => 60,
-        'd' => 1440,
-        _ => return None,
-    })?;
-    (1..=366 * 1440).contains(&minutes).then_some(minutes)
 }
