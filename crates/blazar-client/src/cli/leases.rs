@@ -102,6 +102,13 @@ pub struct CreateArgs {
     /// Length of the lease instead of --end-date, e.g. 3h, 1d12h
     #[arg(long, value_name = "DURATION")]
     duration: Option<String>,
+    /// Book the earliest window of --duration in which the lease fits, from --start-date
+    /// (default now) to --within (default 30 days); searched and booked at once
+    #[arg(long, requires = "duration", conflicts_with_all = ["end", "before_end", "wait"])]
+    earliest: bool,
+    /// With --earliest: the lease must end within this span of --start-date, e.g. 7d
+    #[arg(long, value_name = "DURATION", requires = "earliest")]
+    within: Option<String>,
     /// Time for taking an action before the end of the lease (default: depends on system
     /// default)
     #[arg(long = "before-end-date", value_name = "DATE")]
@@ -308,6 +315,9 @@ fn parse_event(argument: &str) -> CliResult<Value> {
 }
 
 pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
+    if args.earliest {
+        return create_earliest(ctx, args).await;
+    }
     let now = Utc::now();
     let start = match &args.start {
         Some(text) => parse_date(text, now).map_err(incorrect)?,
@@ -404,6 +414,39 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
     };
     print_created(ctx, last, &args.out)?;
     conclude_wait(ctx, &id, &args.name, "ACTIVE", timeout, outcome)
+}
+
+/// `lease-create --earliest`: the server searches and books the first window that fits.
+async fn create_earliest(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
+    let mut reservations = Vec::new();
+    for argument in &args.physical_reservations {
+        reservations.push(Value::Object(parse_physical(argument)?));
+    }
+    for argument in &args.reservations {
+        reservations.push(Value::Object(parse_create(argument)?));
+    }
+    if reservations.is_empty() {
+        return Err(incorrect(
+            "a lease needs at least one --physical-reservation or --reservation",
+        ));
+    }
+    let mut body =
+        super::offers::search_window(args.start.as_deref(), None, args.within.as_deref())?;
+    body.extend(super::offers::durations(
+        args.duration.as_deref(),
+        None,
+        None,
+    )?);
+    body.insert("name".into(), Value::String(args.name.clone()));
+    body.insert("start_date".into(), Value::String("earliest".into()));
+    body.insert("reservations".into(), Value::Array(reservations));
+    body.insert("events".into(), Value::Array(Vec::new()));
+    let lease: Map<String, Value> = ctx
+        .client
+        .post("/leases", "lease", &Value::Object(body))
+        .await?;
+    print_created(ctx, lease, &args.out)?;
+    Ok(0)
 }
 
 fn print_created(ctx: &Context, lease: Map<String, Value>, out: &ShowOutput) -> CliResult<()> {

@@ -7,6 +7,7 @@ mod floatingips;
 mod human;
 mod inventory;
 mod leases;
+mod offers;
 mod output;
 mod python;
 mod reservations;
@@ -228,6 +229,8 @@ pub enum Command {
     LeaseDelete(leases::DeleteArgs),
     #[command(name = "lease-wait")]
     LeaseWait(leases::WaitArgs),
+    #[command(name = "lease-offers")]
+    LeaseOffers(offers::OffersArgs),
 
     /// Print a list of hosts
     #[command(
@@ -465,6 +468,7 @@ async fn dispatch(command: Command, global: &GlobalArgs) -> CliResult<u8> {
         Command::LeaseShow(a) => ok(leases::show(&ctx, a).await),
         Command::LeaseCreate(a) => leases::create(&ctx, a).await,
         Command::LeaseUpdate(a) => ok(leases::update(&ctx, a).await),
+        Command::LeaseOffers(a) => ok(offers::offers(&ctx, a).await),
         Command::LeaseDelete(a) => ok(leases::delete(&ctx, a).await),
         Command::LeaseWait(a) => leases::wait(&ctx, a).await,
 

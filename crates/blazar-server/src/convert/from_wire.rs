@@ -515,7 +515,7 @@ mod tests {
         assert_eq!(
             message(lease(json!({"zz": 1, "name": "a", "aa": 3}))),
             "Unknown field(s) zz, aa; accepted fields: name, start_date, end_date, \
-             before_end_date, reservations, events"
+             before_end_date, reservations, events, duration, not_before, not_after"
         );
         assert_eq!(
             message(lease(json!({"name": "a", "start_date": null}))),

@@ -1,0 +1,104 @@
+//! `lease-offers` and `lease-create --earliest`, as a user runs them.
+
+use serde_json::Value;
+
+use crate::harness::Server;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offers_then_earliest_create() {
+    let s = Server::start().await;
+    for name in ["compute-1", "compute-2", "compute-3"] {
+        s.blazar(&["host-create", name]).await.ok();
+    }
+    s.blazar(&[
+        "lease-create",
+        "--physical-reservation",
+        "min=2,max=2,hypervisor_properties=,resource_properties=",
+        "--start-date",
+        "2030-01-01 09:00",
+        "--end-date",
+        "2030-01-01 12:00",
+        "busy",
+    ])
+    .await
+    .ok();
+    let search = [
+        "lease-offers",
+        "--physical-reservation",
+        "min=2,max=2,hypervisor_properties=,resource_properties=",
+        "--duration",
+        "3h",
+        "--start-date",
+        "2030-01-01 08:00",
+        "--within",
+        "1d",
+        "--limit",
+        "2",
+    ];
+    let mut json_args = search.to_vec();
+    json_args.extend(["-f", "json"]);
+    let run = s.blazar(&json_args).await;
+    let offers: Value = serde_json::from_str(run.ok()).unwrap();
+    assert_eq!(offers.as_array().unwrap().len(), 2, "{offers}");
+    assert_eq!(offers[0]["start_date"], "2030-01-01T12:00:00.000000");
+    assert_eq!(offers[0]["end_date"], "2030-01-01T15:00:00.000000");
+    assert_eq!(offers[0]["duration"], 180);
+    assert_eq!(offers[0]["resources"][0]["resource_type"], "physical:host");
+
+    let mut table_args = search.to_vec();
+    table_args.push("--utc");
+    let table = s.blazar(&table_args).await;
+    let text = table.ok();
+    assert!(text.contains("start_date"), "{text}");
+    assert!(
+        text.contains("physical:host: compute-1, compute-2"),
+        "{text}"
+    );
+    assert!(text.contains("3h"), "{text}");
+
+    let created = s
+        .blazar(&[
+            "lease-create",
+            "--earliest",
+            "--physical-reservation",
+            "min=2,max=2,hypervisor_properties=,resource_properties=",
+            "--duration",
+            "3h",
+            "--start-date",
+            "2030-01-01 08:00",
+            "--within",
+            "1d",
+            "-f",
+            "json",
+            "soonest",
+        ])
+        .await;
+    // As python-blazarclient prints it: a line, then the lease.
+    let text = created.ok().trim_start_matches("Created a new lease:\n");
+    let lease: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(lease["start_date"], "2030-01-01T12:00:00.000000");
+    assert_eq!(lease["end_date"], "2030-01-01T15:00:00.000000");
+
+    // Wrong usage is caught before any request.
+    let bad = s
+        .blazar(&[
+            "lease-offers",
+            "--physical-reservation",
+            "min=1,max=1",
+            "--duration",
+            "90s",
+        ])
+        .await;
+    assert_eq!(bad.code, 1, "{}", bad.transcript());
+    assert!(bad.stderr.contains("whole minutes"), "{}", bad.transcript());
+    let bad = s
+        .blazar(&[
+            "lease-create",
+            "--earliest",
+            "--physical-reservation",
+            "min=1,max=1",
+            "x",
+        ])
+        .await;
+    assert_eq!(bad.code, 2, "{}", bad.transcript());
+}
