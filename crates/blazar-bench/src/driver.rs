@@ -41,6 +41,8 @@ pub const OPERATIONS: &[&str] = &[
     "lease_create_mixed",
     "lease_update",
     "lease_delete",
+    "lease_offers",
+    "lease_create_earliest",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -348,6 +350,12 @@ impl Driver {
                         let batch: Vec<Created> = pool.drain(..n).collect();
                         let (stats, updated) = self.measure_update(op, c, batch).await;
                         pool.extend(updated);
+                        stats
+                    }
+                    "lease_offers" => self.measure_offers(op, c).await,
+                    "lease_create_earliest" => {
+                        let (stats, created) = self.measure_earliest(op, c).await;
+                        leftovers.extend(created);
                         stats
                     }
                     "lease_delete" => {
@@ -705,6 +713,101 @@ impl Driver {
                     .await?;
                 let id = lease_id_of(&reply)?;
                 Ok(Outcome::Created(Created { id, end: *end }))
+            }
+        })
+        .await;
+        let created = results.created.clone();
+        (results.stats(op, c), created)
+    }
+
+    /// The body of an offer search (and, with a name, of an `earliest` create): ten GPU
+    /// hosts for four hours within 30 days of a random minute of the benchmark year.
+    fn search_body(&self, salt: u64, name: Option<&str>) -> Value {
+        let (from, _) = self.random_window(salt);
+        let mut body = json!({
+            "reservations": [{
+                "resource_type": "physical:host", "min": 10, "max": 10,
+                "hypervisor_properties": "",
+                "resource_properties": json!(["==", "$gpu", "true"]).to_string(),
+            }],
+            "duration": 240,
+            "not_before": fmt_minute(from),
+            "not_after": fmt_minute(from + TimeDelta::days(30)),
+        });
+        if let (Some(name), Some(map)) = (name, body.as_object_mut()) {
+            map.insert("name".into(), json!(name));
+            map.insert("start_date".into(), json!("earliest"));
+            map.insert("events".into(), json!([]));
+        }
+        body
+    }
+
+    /// `POST /v1/leases/offers`: five offers for ten matching hosts.
+    async fn measure_offers(&self, op: &str, c: usize) -> OpStats {
+        let salt = mix64(c as u64 ^ 0x0FFE);
+        let bodies: Arc<Vec<Value>> = Arc::new(
+            (0..self.cfg.read_ops)
+                .map(|i| self.search_body(salt ^ (i as u64) << 20, None))
+                .collect(),
+        );
+        let api = self.api.clone();
+        let results = run_concurrently(c, self.cfg.read_ops, self.cfg.phase_seconds, move |i| {
+            let api = api.clone();
+            let bodies = bodies.clone();
+            async move {
+                let reply = api
+                    .call_ok(
+                        Method::POST,
+                        "/leases/offers",
+                        Who::Admin,
+                        Some(&bodies[i]),
+                        "",
+                    )
+                    .await?;
+                let found = reply
+                    .json()
+                    .ok()
+                    .and_then(|v| v.get("offers").and_then(Value::as_array).map(Vec::len));
+                match found {
+                    Some(n) if n > 0 => Ok(Outcome::Ok),
+                    _ => Err(format!("no offers in {}", reply.text())),
+                }
+            }
+        })
+        .await;
+        results.stats(op, c)
+    }
+
+    /// `POST /v1/leases` with `start_date: "earliest"`: search and book in one request.
+    async fn measure_earliest(&self, op: &str, c: usize) -> (OpStats, Vec<Created>) {
+        let salt = mix64(c as u64 ^ 0xEA51);
+        let bodies: Arc<Vec<Value>> = Arc::new(
+            (0..self.cfg.write_ops)
+                .map(|i| {
+                    let name = format!("bench-{op}-c{c}-{i:05}");
+                    self.search_body(salt ^ (i as u64) << 20, Some(&name))
+                })
+                .collect(),
+        );
+        let api = self.api.clone();
+        let results = run_concurrently(c, self.cfg.write_ops, self.cfg.phase_seconds, move |i| {
+            let api = api.clone();
+            let bodies = bodies.clone();
+            async move {
+                let reply = api
+                    .call_ok(Method::POST, "/leases", Who::Admin, Some(&bodies[i]), "")
+                    .await?;
+                let id = lease_id_of(&reply)?;
+                let end = reply
+                    .json()
+                    .ok()
+                    .and_then(|v| {
+                        v.pointer("/lease/end_date")
+                            .and_then(Value::as_str)
+                            .and_then(parse_wire)
+                    })
+                    .ok_or_else(|| format!("no end date in {}", reply.text()))?;
+                Ok(Outcome::Created(Created { id, end }))
             }
         })
         .await;
