@@ -9,4 +9,5 @@ mod formats;
 mod harness;
 mod hosts;
 mod leases;
+mod timeline;
 mod waiting;
