@@ -21,7 +21,8 @@ use crate::{Identity, Service, ServiceError, ServiceResult};
 pub const TIMELINE_RULE: &str = "blazar:timeline:get";
 
 /// Up to this many resources, their allocations are read by id (one index probe each);
-/// beyond, the window is read once for the range of ids and the rest dropped here.
+/// beyond, the window is read once for the whole type and other resources' rows dropped
+/// here (they are not looked up).
 const PROBE_LIMIT: usize = 500;
 
 /// What a timeline request asks for, as parsed from its query string.
@@ -159,27 +160,17 @@ impl Service {
                 _ => None,
             };
             let keys: Vec<i64> = candidates.iter().map(|c| c.key).collect();
-            let rows = if keys.len() <= PROBE_LIMIT {
-                tx.timeline_allocations(
-                    resource_type,
-                    TimelineResources::Ids(&keys),
-                    window.start(),
-                    window.end(),
-                )
-                .await?
+            let resources = if keys.len() <= PROBE_LIMIT {
+                TimelineResources::Ids(&keys)
             } else {
-                let first = keys.iter().copied().min().unwrap_or_default();
-                let last = keys.iter().copied().max().unwrap_or_default();
-                tx.timeline_allocations(
-                    resource_type,
-                    TimelineResources::Range(first, last),
-                    window.start(),
-                    window.end(),
-                )
-                .await?
+                TimelineResources::All
             };
+            let rows = tx
+                .timeline_allocations(resource_type, resources, window.start(), window.end())
+                .await?;
             let mut by_resource: HashMap<i64, Vec<BusyInterval>> = HashMap::new();
-            for row in rows {
+            let wanted: HashSet<i64> = keys.iter().copied().collect();
+            for row in rows.into_iter().filter(|r| wanted.contains(&r.resource_id)) {
                 by_resource
                     .entry(row.resource_id)
                     .or_default()
