@@ -338,6 +338,81 @@ pub struct Extension {
     pub searched_until: String,
 }
 
+/// `GET /v1/<resources>/timeline` (additive): a page of the resources of one type over a
+/// window, each with the allocations that overlap it, for calendars.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Timeline {
+    pub resource_type: String,
+    pub start_date: String,
+    pub end_date: String,
+    pub resources: Vec<TimelineResource>,
+    /// The `marker` of the next page; null on the last one.
+    pub next_marker: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TimelineResource {
+    pub id: String,
+    /// `hypervisor_hostname`, `floating_ip_address`, `physical_network:segment_id` or the
+    /// device's name.
+    pub name: String,
+    /// Whether it may be reserved now.
+    pub reservable: bool,
+    /// Periods in which it may not be reserved (maintenance), for a calendar to shade: the
+    /// whole window while it is not reservable.
+    pub non_reservable: Vec<TimelinePeriod>,
+    /// Hosts only: what instances may use of the host (totals times allocation ratios).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_capacity: Option<InstanceSize>,
+    /// The allocations that overlap the window, in start order, with their own dates.
+    pub busy: Vec<TimelineInterval>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TimelinePeriod {
+    pub start_date: String,
+    pub end_date: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct InstanceSize {
+    pub vcpus: i64,
+    pub memory_mb: i64,
+    pub disk_gb: i64,
+}
+
+/// One allocation of a resource. Whose lease it is (`lease_id`, `lease_name`, `project_id`,
+/// `reservation_id`) is null unless the caller is an admin or of the lease's project.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TimelineInterval {
+    pub start_date: String,
+    pub end_date: String,
+    /// The end of the cleaning margin after `end_date`; null without one.
+    pub blocked_until: Option<String>,
+    /// The lease's status, as the lease API spells it.
+    pub status: String,
+    pub degraded: bool,
+    /// Whether the lease is the caller's project's.
+    pub own: bool,
+    pub lease_id: Option<String>,
+    pub lease_name: Option<String>,
+    pub project_id: Option<String>,
+    pub reservation_id: Option<String>,
+    /// `whole` (the resource itself) or `instances` (slots of a host).
+    pub allocation: String,
+    /// For `instances`: how many slots, and the size of one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<SlotUse>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SlotUse {
+    pub units: i64,
+    pub vcpus: i64,
+    pub memory_mb: i64,
+    pub disk_gb: i64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

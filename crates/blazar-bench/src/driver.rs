@@ -37,6 +37,8 @@ pub const OPERATIONS: &[&str] = &[
     "lease_list_project",
     "host_list",
     "allocation_list",
+    "host_timeline_month",
+    "host_timeline_week_query",
     "lease_create",
     "lease_create_mixed",
     "lease_update",
@@ -335,6 +337,14 @@ impl Driver {
                     "allocation_list" => {
                         self.measure_read(op, "/os-hosts/allocations", Who::Admin, c)
                             .await
+                    }
+                    "host_timeline_month" => {
+                        let path = self.timeline_path(31, None);
+                        self.measure_read(op, &path, Who::Member, c).await
+                    }
+                    "host_timeline_week_query" => {
+                        let path = self.timeline_path(7, Some(self.hundred_hosts_query()));
+                        self.measure_read(op, &path, Who::Member, c).await
                     }
                     "lease_create" | "lease_create_mixed" => {
                         let (stats, created) = self.measure_create(op, c).await;
@@ -647,21 +657,47 @@ impl Driver {
         results.samples.into_iter().filter_map(|s| s.1).collect()
     }
 
-    async fn measure_read(&self, op: &str, path: &'static str, who: Who, c: usize) -> OpStats {
+    /// `GET /v1/os-hosts/timeline` over `days` from February 1st of the benchmark year (the
+    /// seeded leases cover the whole year), optionally with a property query.
+    fn timeline_path(&self, days: i64, query: Option<String>) -> String {
+        let start = self.year_start + TimeDelta::days(31);
+        let end = start + TimeDelta::days(days);
+        let mut path = format!(
+            "/os-hosts/timeline?start={}&end={}",
+            encode_query_value(&fmt_minute(start)),
+            encode_query_value(&fmt_minute(end))
+        );
+        if let Some(query) = query {
+            path.push_str(&format!("&query={}", encode_query_value(&query)));
+        }
+        path
+    }
+
+    /// A property query matching about 100 hosts: the first racks (racks sort by name).
+    fn hundred_hosts_query(&self) -> String {
+        let racks = (100 / self.cfg.rack_size).max(1);
+        json!(["<", "$rack", format!("r{racks:04}")]).to_string()
+    }
+
+    async fn measure_read(&self, op: &str, path: &str, who: Who, c: usize) -> OpStats {
         let items = match self.api.get(path, who).await {
             Ok(reply) if reply.is_success() => reply.json().ok().and_then(|v| {
-                v.as_object()
-                    .and_then(|o| o.values().next())
-                    .and_then(Value::as_array)
+                // A list under its envelope key, or a timeline's resources.
+                let inner = v.as_object().and_then(|o| o.values().next())?;
+                inner
+                    .as_array()
+                    .or_else(|| inner.get("resources").and_then(Value::as_array))
                     .map(Vec::len)
             }),
             _ => None,
         };
         let api = self.api.clone();
+        let path: Arc<str> = Arc::from(path);
         let results = run_concurrently(c, self.cfg.read_ops, self.cfg.phase_seconds, move |_| {
             let api = api.clone();
+            let path = path.clone();
             async move {
-                api.call_ok(Method::GET, path, who, None, "").await?;
+                api.call_ok(Method::GET, &path, who, None, "").await?;
                 Ok(Outcome::Ok)
             }
         })
@@ -1036,6 +1072,19 @@ pub fn parse_wire(text: &str) -> Option<NaiveDateTime> {
     ]
     .iter()
     .find_map(|f| NaiveDateTime::parse_from_str(text, f).ok())
+}
+
+/// Percent-encodes a query string value (dates have a space, queries `$` and quotes).
+fn encode_query_value(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 /// Counts overlapping allocation pairs in a `GET /v1/os-hosts/allocations` body.

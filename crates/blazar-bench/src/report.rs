@@ -445,6 +445,22 @@ pub fn render_targets(run: &RunReport, postgres: bool) -> String {
         100.0,
     );
     row(
+        &format!("timeline of {} hosts over a month p50, c=1", step.hosts),
+        "<= 150 ms".into(),
+        find(step, "host_timeline_month", 1).map(|o| o.p50_ms),
+        " ms",
+        true,
+        150.0,
+    );
+    row(
+        "timeline of ~100 hosts matching a property over a week p50, c=1",
+        "<= 10 ms".into(),
+        find(step, "host_timeline_week_query", 1).map(|o| o.p50_ms),
+        " ms",
+        true,
+        10.0,
+    );
+    row(
         "server RSS after seeding",
         "<= 200 MB".into(),
         step.rss_after_seed_mb,

@@ -5,7 +5,7 @@ use std::fmt;
 
 use blazar_api::{
     Allocation, Host, HostUpdate, Lease, LeaseUpdate, NewHost, PropertyDetail, PropertyName,
-    PropertyUpdate, ResourceProperty,
+    PropertyUpdate, ResourceProperty, Timeline,
 };
 use reqwest::{Method, StatusCode};
 use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
@@ -282,6 +282,16 @@ impl Client {
         self.delete(&format!("/leases/{}", segment(lease_id))).await
     }
 
+    /// One page of the occupancy timeline of `resources` (`/os-hosts`, `/floatingips`,
+    /// `/networks`, `/devices`).
+    pub async fn timeline(&self, resources: &str, query: &TimelineQuery) -> Result<Timeline> {
+        self.get(
+            &format!("{resources}/timeline{}", query.to_query_string()),
+            "timeline",
+        )
+        .await
+    }
+
     pub async fn list_hosts(&self) -> Result<Vec<Host>> {
         self.get("/os-hosts", "hosts").await
     }
@@ -368,6 +378,56 @@ impl Client {
 
 fn to_json<B: Serialize + ?Sized>(body: &B) -> Result<Value> {
     serde_json::to_value(body).map_err(|e| Error::Config(format!("cannot encode the request: {e}")))
+}
+
+/// What to ask a timeline for (`GET /v1/<resources>/timeline`); absent parts take the
+/// server's defaults (from now, for a week, every resource).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TimelineQuery {
+    /// Blazar's input format (`YYYY-MM-DD HH:MM`, UTC) or `now`.
+    pub start: Option<String>,
+    pub end: Option<String>,
+    /// A property query, as in `resource_properties`.
+    pub query: Option<String>,
+    pub limit: Option<usize>,
+    pub marker: Option<String>,
+}
+
+impl TimelineQuery {
+    /// The query string, `?` included (empty when nothing is asked).
+    fn to_query_string(&self) -> String {
+        let limit = self.limit.map(|l| l.to_string());
+        let pairs = [
+            ("start", self.start.as_deref()),
+            ("end", self.end.as_deref()),
+            ("query", self.query.as_deref()),
+            ("limit", limit.as_deref()),
+            ("marker", self.marker.as_deref()),
+        ];
+        let parts: Vec<String> = pairs
+            .iter()
+            .filter_map(|(k, v)| v.map(|v| format!("{k}={}", query_value(v))))
+            .collect();
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", parts.join("&"))
+        }
+    }
+}
+
+/// Percent-encodes a query string value: everything but unreserved characters, so `&`, `=`,
+/// `+` and `$` in a property query arrive as typed.
+fn query_value(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 /// Percent-encodes one path segment, so that a name with `/`, `?` or spaces stays one

@@ -10,6 +10,7 @@ pub mod records;
 pub mod reservation;
 pub mod status;
 pub mod time;
+pub mod timeline;
 
 pub use host::{HostFacts, HostRecord};
 pub use lease::{Allocation, Event, Lease, LeaseView, Refusal, Reservation, When};
@@ -23,6 +24,7 @@ pub use status::{
     ReservationStatus, action_backoff,
 };
 pub use time::{TimeWindow, WindowError};
+pub use timeline::{BusyInterval, Holder, Holding, ResourceTimeline, Timeline};
 
 /// The resource type string Blazar uses for whole-host reservations.
 pub const PHYSICAL_HOST: &str = "physical:host";

@@ -13,6 +13,7 @@ mod hosts;
 mod inventory;
 mod leases;
 mod properties;
+mod timeline;
 mod tokens;
 
 use std::str::FromStr;
@@ -30,6 +31,7 @@ pub use hosts::NewHost;
 pub use inventory::{NewResource, NotificationRow};
 pub use leases::LeaseTree;
 pub use properties::PropertyWithValues;
+pub use timeline::{TimelineResources, TimelineRow};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

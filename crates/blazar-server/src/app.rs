@@ -11,7 +11,7 @@ use axum::routing::{get, patch, post};
 use crate::convert::{Envelope, to_wire};
 use crate::error::{framework_error, method_not_allowed_fallback, not_found_fallback};
 use crate::state::AppState;
-use crate::{hosts, inventory, leases};
+use crate::{hosts, inventory, leases, timeline};
 
 /// Largest request body accepted; a lease request is a few kilobytes.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -38,6 +38,7 @@ pub fn router(state: AppState) -> Router {
         .route("/os-hosts", get(hosts::list_hosts).post(hosts::create_host))
         .route("/os-hosts/allocations", get(hosts::list_host_allocations))
         .route("/os-hosts/properties", get(hosts::list_host_properties))
+        .route("/os-hosts/timeline", get(timeline::host_timeline))
         .route(
             "/os-hosts/properties/{property_name}",
             patch(hosts::update_host_property),

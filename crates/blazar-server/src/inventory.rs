@@ -54,6 +54,16 @@ pub fn routes(spec: &'static KindSpec) -> Router<AppState> {
         )
         .route("/properties", get(move |s, c, q| properties(s, c, q, spec)))
         .route(
+            "/timeline",
+            get(
+                move |State(state): State<AppState>,
+                      Caller(identity): Caller,
+                      Query(query): Query| async move {
+                    crate::timeline::show_timeline(&state, &identity, &query, spec.kind).await
+                },
+            ),
+        )
+        .route(
             "/properties/{name}",
             patch(move |s, c, p, b| update_property(s, c, p, b, spec)),
         )

@@ -19,6 +19,7 @@ pub mod policy;
 pub mod reply;
 pub mod secret;
 pub mod state;
+pub mod timeline;
 pub mod tokens;
 
 use std::sync::Arc;

@@ -91,6 +91,9 @@ const DEFAULT_RULES: &[(&str, &str)] = &[
     ("blazar:flavors:put", "rule:admin"),
     ("blazar:flavors:delete", "rule:admin"),
     ("blazar:handovers:get", "rule:project_reader_or_admin"),
+    // Occupancy calendars (GET /v1/<resources>/timeline) are for every user; only admins and
+    // a lease's own project see whose lease an interval is.
+    ("blazar:timeline:get", "@"),
 ];
 
 /// Families whose every action is admin-only by default. A rule of one of them that is not

@@ -54,6 +54,7 @@ mod reallocation;
 mod reconcile;
 mod resources;
 mod scheduler;
+mod timeline;
 pub mod tokens;
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -87,6 +88,7 @@ pub use reallocation::ReallocationFilter;
 pub use reconcile::{DesiredState, HeldHosts, ReconcileReport};
 pub use resources::Grant;
 pub use scheduler::TickReport;
+pub use timeline::{TIMELINE_RULE, TimelineRequest};
 
 /// Errors a use case reports. Each maps to one HTTP status; the message is for the user.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

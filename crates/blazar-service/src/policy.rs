@@ -55,6 +55,8 @@ impl Authorizer for DefaultPolicy {
             | "blazar:leases:reallocate" => Self::project_member_or_admin(caller, target),
             // Counts in refusals are for everyone; private properties are guarded apart.
             crate::leases::EXPLAIN_REFUSAL => true,
+            // Calendars are for users; whose leases they show is decided apart.
+            crate::timeline::TIMELINE_RULE => true,
             r if r.starts_with("blazar:oshosts:")
                 || r.starts_with("blazar:floatingips:")
                 || r.starts_with("blazar:networks:")
@@ -137,6 +139,8 @@ mod tests {
             ("blazar:oshosts:get", &["admin"], &mine, true),
             ("blazar:floatingips:get", &["reader"], &mine, true),
             ("blazar:floatingips:post", &["member"], &mine, false),
+            ("blazar:timeline:get", &[], &mine, true),
+            ("blazar:timeline:get", &["reader"], &mine, true),
             ("admin", &["member"], &mine, false),
             ("blazar:unknown", &["admin"], &mine, false),
         ];

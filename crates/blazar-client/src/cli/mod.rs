@@ -13,6 +13,7 @@ mod python;
 mod reservations;
 mod resolve;
 mod table;
+mod timeline;
 mod yaml;
 
 use std::io::Write;
@@ -416,6 +417,9 @@ pub enum Command {
     #[command(name = "allocation-show")]
     AllocationShow(allocations::ShowArgs),
 
+    #[command(name = "timeline")]
+    Timeline(timeline::TimelineArgs),
+
     /// Print a shell completion script
     #[command(after_help = "\
 Examples:
@@ -526,6 +530,8 @@ async fn dispatch(command: Command, global: &GlobalArgs) -> CliResult<u8> {
 
         Command::AllocationList(a) => ok(allocations::list(&ctx, a).await),
         Command::AllocationShow(a) => ok(allocations::show(&ctx, a).await),
+
+        Command::Timeline(a) => ok(timeline::show(&ctx, a).await),
 
         Command::Completion { .. } => Ok(0),
     }

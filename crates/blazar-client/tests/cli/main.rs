@@ -10,4 +10,5 @@ mod harness;
 mod hosts;
 mod leases;
 mod offers;
+mod timeline;
 mod waiting;

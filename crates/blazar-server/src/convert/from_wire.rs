@@ -487,6 +487,62 @@ fn span_minutes(text: &str) -> Option<i64> {
     (1..=366 * 1440).contains(&minutes).then_some(minutes)
 }
 
+/// A timeline's query string: `start`, `end` (Blazar's input format, `now`, or the format
+/// dates are sent in), `query`, `limit`, `marker`. Other parameters are refused, so a typo
+/// does not silently show another window.
+pub fn timeline_request(
+    query: &std::collections::HashMap<String, String>,
+) -> ApiResult<blazar_service::TimelineRequest> {
+    const KNOWN: &[&str] = &["start", "end", "query", "limit", "marker"];
+    let mut unknown: Vec<&str> = query
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !KNOWN.contains(k))
+        .collect();
+    if !unknown.is_empty() {
+        unknown.sort_unstable();
+        return Err(ApiError::bad_request(format!(
+            "Unknown parameter {}; a timeline takes {}",
+            unknown.join(", "),
+            KNOWN.join(", ")
+        )));
+    }
+    let date = |key: &str| -> ApiResult<Option<When>> {
+        let Some(text) = query.get(key) else {
+            return Ok(None);
+        };
+        match parse_input(text) {
+            Some(InputDate::Now) => Ok(Some(When::Now)),
+            Some(InputDate::At(t)) => Ok(Some(When::At(t))),
+            None => blazar_api::dates::parse_t(text)
+                .map(|t| Some(When::At(t)))
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!(
+                        "{text} is an invalid {key} date. Required format: %Y-%m-%d %H:%M"
+                    ))
+                }),
+        }
+    };
+    let limit = match query.get("limit") {
+        None => None,
+        Some(text) => match text.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "Malformed parameter limit: must be a positive integer, got {text}"
+                )));
+            }
+        },
+    };
+    Ok(blazar_service::TimelineRequest {
+        start: date("start")?,
+        end: date("end")?,
+        query: query.get("query").filter(|q| !q.trim().is_empty()).cloned(),
+        limit,
+        marker: query.get("marker").filter(|m| !m.is_empty()).cloned(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -8,6 +8,7 @@ use blazar_api::{
     Notification, PoolResource, PropertyDetail, PropertyListing, PropertyName, ReconcileReport,
     Reservation, ReservationAllocation, ResourceProperty, Version,
 };
+use blazar_api::{InstanceSize, SlotUse, TimelineInterval, TimelinePeriod, TimelineResource};
 use blazar_core::{ActionRecord, Property, ResourceRecord};
 use blazar_core::{HostRecord, LeaseView};
 use blazar_service::{AllocationEntry, GrantRow, NotificationRow};
@@ -315,5 +316,72 @@ pub fn extension(e: blazar_service::Extension) -> blazar_api::Extension {
         reason: e.refusal,
         latest_end_date: e.latest_end.map(format_t),
         searched_until: format_t(e.horizon),
+    }
+}
+
+/// A timeline of `resource_type`: a non-reservable resource gets one period covering the
+/// window, so a calendar shades it without knowing the rule.
+pub fn timeline(resource_type: &str, t: blazar_core::Timeline) -> blazar_api::Timeline {
+    let start_date = format_t(t.window.start());
+    let end_date = format_t(t.window.end());
+    let resources = t
+        .resources
+        .into_iter()
+        .map(|r| TimelineResource {
+            id: r.id,
+            name: r.name,
+            reservable: r.reservable,
+            non_reservable: if r.reservable {
+                Vec::new()
+            } else {
+                vec![TimelinePeriod {
+                    start_date: start_date.clone(),
+                    end_date: end_date.clone(),
+                }]
+            },
+            instance_capacity: r.instance_capacity.map(|c| InstanceSize {
+                vcpus: c.vcpus,
+                memory_mb: c.memory_mb,
+                disk_gb: c.disk_gb,
+            }),
+            busy: r.busy.into_iter().map(timeline_interval).collect(),
+        })
+        .collect();
+    blazar_api::Timeline {
+        resource_type: resource_type.to_string(),
+        start_date,
+        end_date,
+        resources,
+        next_marker: t.next_marker,
+    }
+}
+
+fn timeline_interval(b: blazar_core::BusyInterval) -> TimelineInterval {
+    let (allocation, slots) = match b.holding {
+        blazar_core::Holding::Whole => ("whole", None),
+        blazar_core::Holding::Slots { units, size } => (
+            "instances",
+            Some(SlotUse {
+                units,
+                vcpus: size.vcpus,
+                memory_mb: size.memory_mb,
+                disk_gb: size.disk_gb,
+            }),
+        ),
+    };
+    let holder = b.holder;
+    TimelineInterval {
+        start_date: format_t(b.start),
+        end_date: format_t(b.end),
+        blocked_until: (b.blocked_until != b.end).then(|| format_t(b.blocked_until)),
+        status: b.status.to_string(),
+        degraded: b.degraded,
+        own: b.own,
+        lease_id: holder.as_ref().map(|h| h.lease_id.clone()),
+        lease_name: holder.as_ref().map(|h| h.lease_name.clone()),
+        project_id: holder.as_ref().map(|h| h.project_id.clone()),
+        reservation_id: holder.map(|h| h.reservation_id),
+        allocation: allocation.to_string(),
+        slots,
     }
 }

@@ -23,4 +23,5 @@ mod policy_file;
 mod processes;
 mod responses;
 mod support;
+mod timeline;
 mod tokens;

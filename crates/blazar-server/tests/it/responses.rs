@@ -389,3 +389,69 @@ async fn errors() {
     text.push_str(&s.finish());
     insta::assert_snapshot!("errors", text);
 }
+
+#[tokio::test]
+async fn timeline() {
+    let mut app = TestApp::spawn().await;
+    app.create_host(
+        "compute-1",
+        json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100}),
+    )
+    .await;
+    let spare = app.create_host("compute-2", json!({})).await;
+    app.put(
+        &format!("/v1/os-hosts/{spare}"),
+        json!({"reservable": false}),
+    )
+    .await
+    .assert_status(StatusCode::OK);
+    app.create_host("compute-3", json!({})).await;
+    app.post(
+        "/v1/devices",
+        json!({"name": "gpu-1", "device_type": "gpu", "device_driver": "k8s"}),
+    )
+    .await
+    .assert_status(StatusCode::CREATED);
+    app.host_lease("whole", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await
+        .assert_status(StatusCode::CREATED);
+    app.act_as("alpha", "alice", "member");
+    app.post(
+        "/v1/leases",
+        lease_body(
+            "slots",
+            json!([{"resource_type": "virtual:instance", "amount": 2, "vcpus": 2,
+                    "memory_mb": 1024, "disk_gb": 10, "affinity": true,
+                    "resource_properties": ""}]),
+        ),
+    )
+    .await
+    .assert_status(StatusCode::CREATED);
+    app.post(
+        "/v1/leases",
+        lease_body(
+            "device",
+            json!([{"resource_type": "device", "min": 1, "max": 1, "resource_properties": ""}]),
+        ),
+    )
+    .await
+    .assert_status(StatusCode::CREATED);
+    app.act_as_admin();
+    let mut s = Transcript::new(&app);
+    s.note("as an admin");
+    s.get("/v1/os-hosts/timeline?start=2030-01-01%2000:00&end=2030-01-02%2000:00")
+        .await;
+    s.get("/v1/os-hosts/timeline?start=2030-01-01%2000:00&limit=1")
+        .await;
+    s.get("/v1/os-hosts/timeline?start=yesterday").await;
+    let mut text = s.finish();
+    app.act_as("beta", "bob", "member");
+    let mut s = Transcript::new(&app);
+    s.note("as a member of project beta");
+    s.get("/v1/os-hosts/timeline?start=2030-01-01%2000:00&end=2030-01-02%2000:00")
+        .await;
+    s.get("/v1/devices/timeline?start=2030-01-01%2000:00&end=2030-01-02%2000:00")
+        .await;
+    text.push_str(&s.finish());
+    insta::assert_snapshot!("timeline", text);
+}

@@ -1,0 +1,436 @@
+//! Occupancy timelines (`GET /v1/<resources>/timeline`): every resource of a type (or those
+//! matching a property query), a page at a time, with the allocations that overlap a
+//! window. For users' calendars, so any authenticated caller may ask; whose leases they are
+//! is shown to admins and to the lease's own project only.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use blazar_core::engine::Usage;
+use blazar_core::timeline::timeline_window;
+use blazar_core::{
+    BusyInterval, Holder, Holding, PHYSICAL_HOST, PropertyQuery, ResourceTimeline, Timeline, When,
+};
+use blazar_db::{TimelineResources, TimelineRow, Tx};
+use serde_json::Value;
+
+use crate::pool::{DEVICE, FLOATINGIP, NETWORK};
+use crate::resources::{UnknownProperty, check_known_properties};
+use crate::{Identity, Service, ServiceError, ServiceResult};
+
+/// The policy rule of every timeline.
+pub const TIMELINE_RULE: &str = "blazar:timeline:get";
+
+/// Up to this many resources, their allocations are read by id (one index probe each);
+/// beyond, the window is read once for the whole type and other resources' rows dropped
+/// here (they are not looked up).
+const PROBE_LIMIT: usize = 500;
+
+/// What a timeline request asks for, as parsed from its query string.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TimelineRequest {
+    pub start: Option<When>,
+    pub end: Option<When>,
+    /// A property query in the language of `resource_properties`.
+    pub query: Option<String>,
+    /// At most this many resources (all when absent).
+    pub limit: Option<usize>,
+    /// The API id of the last resource of the previous page.
+    pub marker: Option<String>,
+}
+
+/// A resource that made it onto the page, before its allocations are read.
+struct Candidate {
+    key: i64,
+    id: String,
+    name: String,
+    reservable: bool,
+    capacity: Option<Usage>,
+}
+
+/// How a pool resource is named on a calendar.
+fn pool_name(kind: &str, attrs: &serde_json::Map<String, Value>, uid: &str) -> String {
+    let text = |key: &str| match attrs.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    let name = match kind {
+        FLOATINGIP => text("floating_ip_address"),
+        NETWORK => match (text("physical_network"), text("segment_id")) {
+            (Some(physical), Some(segment)) => Some(format!("{physical}:{segment}")),
+            (None, Some(segment)) => Some(segment),
+            _ => None,
+        },
+        DEVICE => text("name"),
+        _ => None,
+    };
+    name.unwrap_or_else(|| uid.to_string())
+}
+
+/// The pool kind in messages (as allocation's refusals word it).
+fn noun(kind: &str) -> &'static str {
+    match kind {
+        FLOATINGIP => "floating IP",
+        NETWORK => "network segment",
+        _ => "device",
+    }
+}
+
+/// The capability maps as a caller who may not see `private` properties knows them.
+fn public_capabilities<'a>(
+    all: impl Iterator<Item = &'a BTreeMap<String, String>>,
+    private: &HashSet<String>,
+) -> Vec<BTreeMap<String, String>> {
+    all.map(|c| {
+        c.iter()
+            .filter(|(k, _)| !private.contains(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    })
+    .collect()
+}
+
+impl Service {
+    /// The timeline of `resource_type` (`physical:host`, `virtual:floatingip`, `network`,
+    /// `device`) for `identity`.
+    pub async fn timeline(
+        &self,
+        identity: &Identity,
+        resource_type: &str,
+        request: &TimelineRequest,
+    ) -> ServiceResult<Timeline> {
+        self.authorize_own(TIMELINE_RULE, identity)?;
+        if ![PHYSICAL_HOST, FLOATINGIP, NETWORK, DEVICE].contains(&resource_type) {
+            return Err(ServiceError::NotFound(format!(
+                "No timeline for resource type {resource_type}"
+            )));
+        }
+        let window = timeline_window(self.now(), request.start, request.end)
+            .map_err(ServiceError::BadRequest)?;
+        let query = match request.query.as_deref() {
+            Some(text) => PropertyQuery::parse(text).map_err(|e| {
+                ServiceError::BadRequest(format!("Malformed parameter query {text}: {e}"))
+            })?,
+            None => None,
+        };
+        if request.limit == Some(0) {
+            return Err(ServiceError::BadRequest(
+                "Malformed parameter limit: must be a positive integer".into(),
+            ));
+        }
+        let admin = self.is_admin(identity);
+        // Every host over a month is a large answer: a few at a time keep the server's
+        // memory bounded however many calendars ask at once.
+        let _permit = self
+            .large_reads
+            .acquire()
+            .await
+            .map_err(|_| ServiceError::Internal("the server is shutting down".into()))?;
+        in_tx!(self, read, |tx| {
+            // A non-admin's query may not name a private property: which resources match
+            // would tell its values. It reads as a property nobody has.
+            let private = match &query {
+                Some(q) if !admin => {
+                    let private = tx.private_property_names(resource_type).await?;
+                    if q.keys().iter().any(|k| private.contains(*k)) {
+                        private
+                    } else {
+                        HashSet::new()
+                    }
+                }
+                _ => HashSet::new(),
+            };
+            let candidates = if resource_type == PHYSICAL_HOST {
+                self.host_candidates(tx, query.as_ref(), &private).await?
+            } else {
+                pool_candidates(tx, resource_type, query.as_ref(), &private).await?
+            };
+            let mut candidates = match &request.marker {
+                None => candidates,
+                Some(marker) => {
+                    self.after_marker(tx, resource_type, candidates, marker)
+                        .await?
+                }
+            };
+            let next_marker = match request.limit {
+                Some(limit) if candidates.len() > limit => {
+                    candidates.truncate(limit);
+                    candidates.last().map(|c| c.id.clone())
+                }
+                _ => None,
+            };
+            let keys: Vec<i64> = candidates.iter().map(|c| c.key).collect();
+            let resources = if keys.len() <= PROBE_LIMIT {
+                TimelineResources::Ids(&keys)
+            } else {
+                TimelineResources::All
+            };
+            let rows = tx
+                .timeline_allocations(resource_type, resources, window.start(), window.end())
+                .await?;
+            let mut by_resource: HashMap<i64, Vec<BusyInterval>> = HashMap::new();
+            let wanted: HashSet<i64> = keys.iter().copied().collect();
+            for row in rows.into_iter().filter(|r| wanted.contains(&r.resource_id)) {
+                by_resource
+                    .entry(row.resource_id)
+                    .or_default()
+                    .push(busy_interval(row, identity, admin));
+            }
+            let resources = candidates
+                .into_iter()
+                .map(|c| ResourceTimeline {
+                    busy: by_resource.remove(&c.key).unwrap_or_default(),
+                    id: c.id,
+                    name: c.name,
+                    reservable: c.reservable,
+                    instance_capacity: c.capacity,
+                })
+                .collect();
+            Ok(Timeline {
+                window,
+                resources,
+                next_marker,
+            })
+        })
+    }
+
+    /// Hosts matching `query` (non-reservable ones included: a calendar shades them), in id
+    /// order, with their instance capacity.
+    async fn host_candidates(
+        &self,
+        tx: &mut Tx,
+        query: Option<&PropertyQuery>,
+        private: &HashSet<String>,
+    ) -> ServiceResult<Vec<Candidate>> {
+        let inventory = self.host_cache.inventory(tx).await?;
+        if let Some(q) = query {
+            let known = if private.is_empty() {
+                check_known_properties(
+                    "query",
+                    q,
+                    blazar_core::HostRecord::is_column,
+                    inventory.hosts.iter().map(|h| &h.capabilities),
+                    "host",
+                )
+            } else {
+                let public =
+                    public_capabilities(inventory.hosts.iter().map(|h| &h.capabilities), private);
+                check_known_properties(
+                    "query",
+                    q,
+                    blazar_core::HostRecord::is_column,
+                    public.iter(),
+                    "host",
+                )
+            };
+            if let Err(unknown) = known {
+                return Err(unknown.into_error(tx, PHYSICAL_HOST).await);
+            }
+        }
+        let ratios = self.settings.ratios;
+        let mut candidates: Vec<Candidate> = inventory
+            .hosts
+            .iter()
+            .filter(|h| {
+                let lookup = |k: &str| h.property(k);
+                query.is_none_or(|q| q.matches(&lookup))
+            })
+            .map(|h| Candidate {
+                key: h.id,
+                id: h.id.to_string(),
+                name: h.facts.hypervisor_hostname.clone(),
+                reservable: h.reservable,
+                capacity: Some(crate::instance::capacity(h, ratios)),
+            })
+            .collect();
+        candidates.sort_by_key(|c| c.key);
+        Ok(candidates)
+    }
+
+    /// The candidates after the resource `marker` names; a marker that names no resource of
+    /// the type is refused, as a page cannot be placed after it.
+    async fn after_marker(
+        &self,
+        tx: &mut Tx,
+        resource_type: &str,
+        candidates: Vec<Candidate>,
+        marker: &str,
+    ) -> ServiceResult<Vec<Candidate>> {
+        let not_found = || ServiceError::BadRequest(format!("Marker {marker} not found"));
+        let key = if resource_type == PHYSICAL_HOST {
+            let id: i64 = marker.parse().map_err(|_| not_found())?;
+            let inventory = self.host_cache.inventory(tx).await?;
+            inventory.get(id).ok_or_else(not_found)?.id
+        } else {
+            tx.get_resource(resource_type, marker)
+                .await?
+                .ok_or_else(not_found)?
+                .id
+        };
+        Ok(candidates.into_iter().filter(|c| c.key > key).collect())
+    }
+}
+
+/// Floating IPs, network segments or devices matching `query`, in the order the list shows
+/// them (registration order).
+async fn pool_candidates(
+    tx: &mut Tx,
+    kind: &str,
+    query: Option<&PropertyQuery>,
+    private: &HashSet<String>,
+) -> ServiceResult<Vec<Candidate>> {
+    let pool = tx.list_resources(kind).await?;
+    if let Some(q) = query {
+        let columns = crate::pool::columns(kind);
+        let is_column = |k: &str| columns.contains(&k);
+        let known: Result<(), UnknownProperty> = if private.is_empty() {
+            check_known_properties(
+                "query",
+                q,
+                is_column,
+                pool.iter().map(|r| &r.capabilities),
+                noun(kind),
+            )
+        } else {
+            let public = public_capabilities(pool.iter().map(|r| &r.capabilities), private);
+            check_known_properties("query", q, is_column, public.iter(), noun(kind))
+        };
+        if let Err(unknown) = known {
+            return Err(unknown.into_error(tx, kind).await);
+        }
+    }
+    let mut candidates: Vec<Candidate> = pool
+        .iter()
+        .filter(|r| {
+            let lookup = |k: &str| crate::pool::property(r, k);
+            query.is_none_or(|q| q.matches(&lookup))
+        })
+        .map(|r| Candidate {
+            key: r.id,
+            id: r.uid.clone(),
+            name: pool_name(kind, &r.attrs, &r.uid),
+            reservable: r.reservable,
+            capacity: None,
+        })
+        .collect();
+    candidates.sort_by_key(|c| c.key);
+    Ok(candidates)
+}
+
+/// One allocation as `identity` may see it: whose lease it is only for an admin or the
+/// lease's own project.
+fn busy_interval(row: TimelineRow, identity: &Identity, admin: bool) -> BusyInterval {
+    let own = row.project_id == identity.project_id;
+    let holder = (admin || own).then_some(Holder {
+        lease_id: row.lease_id,
+        lease_name: row.lease_name,
+        project_id: row.project_id,
+        reservation_id: row.reservation_id,
+    });
+    let holding = if row.exclusive {
+        Holding::Whole
+    } else {
+        Holding::Slots {
+            units: row.units,
+            size: Usage {
+                vcpus: row.vcpus,
+                memory_mb: row.memory_mb,
+                disk_gb: row.disk_gb,
+            },
+        }
+    };
+    BusyInterval {
+        start: row.start,
+        end: row.end,
+        blocked_until: row.blocked_until,
+        status: row.status,
+        degraded: row.degraded,
+        own,
+        holder,
+        holding,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pool_resources_are_named_for_people() {
+        let attrs = |v: Value| v.as_object().unwrap().clone();
+        let rows = [
+            (
+                FLOATINGIP,
+                json!({"floating_ip_address": "172.24.4.10"}),
+                "172.24.4.10",
+            ),
+            (
+                NETWORK,
+                json!({"physical_network": "physnet1", "segment_id": 1001}),
+                "physnet1:1001",
+            ),
+            (
+                NETWORK,
+                json!({"physical_network": null, "segment_id": 7}),
+                "7",
+            ),
+            (DEVICE, json!({"name": "gpu-1"}), "gpu-1"),
+            (DEVICE, json!({"name": ""}), "uid-1"),
+        ];
+        for (kind, fields, expected) in rows {
+            assert_eq!(
+                pool_name(kind, &attrs(fields.clone()), "uid-1"),
+                expected,
+                "{fields}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_projects_intervals_hide_whose_they_are() {
+        let t = chrono::DateTime::from_timestamp(1_900_000_000, 0).unwrap();
+        let row = TimelineRow {
+            resource_id: 1,
+            start: t,
+            end: t,
+            blocked_until: t,
+            exclusive: false,
+            units: 2,
+            vcpus: 1,
+            memory_mb: 512,
+            disk_gb: 5,
+            reservation_id: "r".into(),
+            lease_id: "l".into(),
+            lease_name: "n".into(),
+            project_id: "p1".into(),
+            status: blazar_core::LeaseStatus::Active,
+            degraded: false,
+        };
+        let who = |project: &str| Identity {
+            user_id: "u".into(),
+            project_id: project.into(),
+            roles: vec!["member".into()],
+        };
+        let mine = busy_interval(row.clone(), &who("p1"), false);
+        assert!(mine.own);
+        assert_eq!(mine.holder.map(|h| h.lease_name), Some("n".to_string()));
+        let theirs = busy_interval(row.clone(), &who("p2"), false);
+        assert!(!theirs.own);
+        assert_eq!(theirs.holder, None);
+        assert_eq!(
+            theirs.holding,
+            Holding::Slots {
+                units: 2,
+                size: Usage {
+                    vcpus: 1,
+                    memory_mb: 512,
+                    disk_gb: 5
+                }
+            }
+        );
+        let admin = busy_interval(row, &who("p2"), true);
+        assert!(!admin.own);
+        assert_eq!(admin.holder.map(|h| h.project_id), Some("p1".to_string()));
+    }
+}
