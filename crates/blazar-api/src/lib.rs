@@ -17,11 +17,99 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Blazar's error body (shape (a) of the spec): `error_name` repeats the numeric code.
+/// A refused lease create or update adds `reasons` (Blazar's clients ignore extra keys).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ErrorBody {
     pub error_code: u16,
     pub error_message: String,
     pub error_name: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasons: Option<Vec<RefusalReason>>,
+}
+
+/// One thing at fault in a refused lease create or update. Only the keys that apply are
+/// sent: a shortfall has `reservation`, `resource_type`, `requested` and, when the caller
+/// may be told, `matching`, `free`, the window and `next_offer`; a policy refusal has
+/// `rule`; a bad field has `field`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RefusalReason {
+    /// The reservation's 1-based position in a create, or its id in an update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<ReservationRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested: Option<Requested>,
+    /// Resources that match the request and are reservable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matching: Option<i64>,
+    /// Of them, those free in the window (free slots, for instances).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_date: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_date: Option<String>,
+    /// Sent (null when none is known) whenever the counts are: the next window of the same
+    /// length the request would fit in.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub next_offer: Option<Option<OfferWindow>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// A key that is there, even as null, reads as `Some`.
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// A reservation named by position (create) or id (update).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum ReservationRef {
+    Position(u64),
+    Id(String),
+}
+
+/// What a refused reservation asked for; the keys of its type are sent.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Requested {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_gb: Option<i64>,
+    /// `same`, `different` or `any` host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flavor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_floatingips: Vec<String>,
+}
+
+/// A window offered instead of the one refused.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OfferWindow {
+    pub start_date: String,
+    pub end_date: String,
 }
 
 /// The framework's error body, for unknown URLs, wrong methods and version problems.

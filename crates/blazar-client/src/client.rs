@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 /// The body of `POST /v1/leases`, as python-blazarclient sends it.
 pub use blazar_api::NewLease;
 
-use crate::error::{Error, Result, error_message};
+use crate::error::{Error, Result, error_message, error_reasons};
 
 /// What the client sends as `User-Agent`.
 pub const USER_AGENT: &str = concat!("blazar-rs-client/", env!("CARGO_PKG_VERSION"));
@@ -201,7 +201,11 @@ impl Client {
             if message.is_empty() {
                 message = format!("{status} from {url}");
             }
-            return Err(Error::Api { status, message });
+            return Err(Error::Api {
+                status,
+                message,
+                reasons: error_reasons(&text),
+            });
         }
         Ok(bytes.to_vec())
     }

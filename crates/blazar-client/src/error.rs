@@ -9,7 +9,12 @@ pub enum Error {
     /// the best text found in another error shape; the CLI prints it as `ERROR: <message>`
     /// like python-blazarclient does.
     #[error("{message}")]
-    Api { status: StatusCode, message: String },
+    Api {
+        status: StatusCode,
+        message: String,
+        /// Why a lease create or update was refused, item by item (empty otherwise).
+        reasons: Vec<blazar_api::RefusalReason>,
+    },
 
     /// The server could not be reached, or the connection broke.
     #[error("cannot reach {url}: {detail}")]
@@ -80,6 +85,14 @@ pub(crate) fn error_message(text: &str) -> String {
     text.trim().to_string()
 }
 
+/// The `reasons` of a refused lease create or update; none in any other body.
+pub(crate) fn error_reasons(text: &str) -> Vec<blazar_api::RefusalReason> {
+    serde_json::from_str::<blazar_api::ErrorBody>(text)
+        .ok()
+        .and_then(|body| body.reasons)
+        .unwrap_or_default()
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
@@ -105,6 +118,34 @@ mod tests {
         ];
         for (body, expected) in cases {
             assert_eq!(error_message(body), expected, "{body}");
+            assert!(error_reasons(body).is_empty(), "{body}");
         }
+    }
+
+    #[test]
+    fn reasons_of_a_refusal() {
+        let body = r#"{"error_code": 409, "error_message": "Not enough hosts available",
+            "error_name": 409, "reasons": [
+                {"reservation": 1, "resource_type": "physical:host", "requested": {"min": 2, "max": 3}},
+                {"reservation": "r-1", "matching": 4, "free": 1, "next_offer": null},
+                {"rule": "blazar:leases:post"}]}"#;
+        let reasons = error_reasons(body);
+        assert_eq!(reasons.len(), 3);
+        assert_eq!(
+            reasons[0].reservation,
+            Some(blazar_api::ReservationRef::Position(1))
+        );
+        assert_eq!(reasons[0].requested.as_ref().and_then(|r| r.max), Some(3));
+        assert_eq!(
+            reasons[1].reservation,
+            Some(blazar_api::ReservationRef::Id("r-1".into()))
+        );
+        assert_eq!(
+            reasons[1].next_offer,
+            Some(None),
+            "null is there, not absent"
+        );
+        assert_eq!(reasons[0].next_offer, None);
+        assert_eq!(reasons[2].rule.as_deref(), Some("blazar:leases:post"));
     }
 }

@@ -145,6 +145,12 @@ pub enum Refusal {
     /// The request is wrong whatever the state (a 400).
     #[error("{0}")]
     Invalid(String),
+    /// A date of the request is wrong whatever the state (a 400): `field` names it.
+    #[error("{message}")]
+    BadDate {
+        field: &'static str,
+        message: String,
+    },
     /// The lease is in a state that does not allow it now (a 409).
     #[error("{0}")]
     Conflict(String),
@@ -152,6 +158,13 @@ pub enum Refusal {
 
 fn invalid(message: impl Into<String>) -> Refusal {
     Refusal::Invalid(message.into())
+}
+
+fn bad_date(field: &'static str, message: impl Into<String>) -> Refusal {
+    Refusal::BadDate {
+        field,
+        message: message.into(),
+    }
 }
 
 /// A date as requested: a minute, or `now` (the current minute).
@@ -181,12 +194,15 @@ fn check_before_end(
     end: DateTime<Utc>,
 ) -> Result<(), Refusal> {
     if t <= start || t >= end {
-        return Err(invalid(format!(
-            "before_end_date {} must be strictly between the start ({}) and end ({}) dates",
-            minute(t),
-            minute(start),
-            minute(end)
-        )));
+        return Err(bad_date(
+            "before_end_date",
+            format!(
+                "before_end_date {} must be strictly between the start ({}) and end ({}) dates",
+                minute(t),
+                minute(start),
+                minute(end)
+            ),
+        ));
     }
     Ok(())
 }
@@ -209,11 +225,14 @@ pub fn plan_create(
 ) -> Result<CreatePlan, Refusal> {
     let start = start.resolve(now);
     if start < now {
-        return Err(invalid("Start date must be later than current date"));
+        return Err(bad_date(
+            "start_date",
+            "Start date must be later than current date",
+        ));
     }
     let end = end.resolve(now);
     let window = TimeWindow::new(start, end)
-        .map_err(|_| invalid("End date must be later than start date."))?;
+        .map_err(|_| bad_date("end_date", "End date must be later than start date."))?;
     let before_end = match before_end {
         Some(t) => {
             check_before_end(t, start, end)?;
@@ -303,18 +322,23 @@ pub fn plan_update(
     }
     let new_start = request.start.map_or(lease.start, |w| w.resolve(now));
     if started && new_start != lease.start {
-        return Err(invalid(
+        return Err(bad_date(
+            "start_date",
             "Cannot modify the start date of already started leases",
         ));
     }
     if !started && request.start.is_some() && new_start < now {
-        return Err(invalid("Start date must be later than current date"));
+        return Err(bad_date(
+            "start_date",
+            "Start date must be later than current date",
+        ));
     }
     let new_end = request.end.map_or(lease.end, |w| w.resolve(now));
     let window = match TimeWindow::new(new_start, new_end) {
         Ok(w) if new_end >= now => w,
         _ => {
-            return Err(invalid(
+            return Err(bad_date(
+                "end_date",
                 "End date must be later than current and start date",
             ));
         }

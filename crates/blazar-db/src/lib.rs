@@ -560,6 +560,15 @@ impl Tx {
         Ok(())
     }
 
+    /// Sends every queued write, so that what the database would refuse at commit (an
+    /// overlap, say) fails here as it would there, then undoes the whole transaction: a
+    /// dry run answers what a commit would have answered and keeps nothing.
+    pub async fn rollback(mut self) -> DbResult<()> {
+        self.flush().await?;
+        self.inner.rollback().await?;
+        Ok(())
+    }
+
     pub fn backend(&self) -> Backend {
         self.backend
     }

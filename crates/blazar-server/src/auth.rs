@@ -64,6 +64,7 @@ impl IntoResponse for AuthFailure {
                                     project-scoped token"
                         .into(),
                     error_name: serde_json::Value::from(403),
+                    reasons: None,
                 }),
             )
                 .into_response(),

@@ -3,31 +3,50 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use blazar_api::{ErrorBody, FrameworkError};
-use blazar_service::ServiceError;
+use blazar_api::{ErrorBody, FrameworkError, RefusalReason};
+use blazar_service::{RefusalKind, ServiceError};
 use serde_json::Value;
 
 /// An error answered in Blazar's application error shape:
-/// `{"error_code": N, "error_message": "...", "error_name": N}`.
+/// `{"error_code": N, "error_message": "...", "error_name": N}`, plus `reasons` for a
+/// refused lease create or update.
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
+    pub reasons: Option<Vec<RefusalReason>>,
 }
 
 impl ApiError {
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
         ApiError {
-            status: StatusCode::BAD_REQUEST,
+            status,
             message: message.into(),
+            reasons: None,
         }
     }
 
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+
     pub fn not_found(message: impl Into<String>) -> Self {
-        ApiError {
-            status: StatusCode::NOT_FOUND,
-            message: message.into(),
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    }
+
+    /// This error with `reason` added (a refused lease create or update).
+    pub fn with_reason(mut self, reason: RefusalReason) -> Self {
+        self.reasons.get_or_insert_with(Vec::new).push(reason);
+        self
+    }
+
+    /// A refusal of a lease create or update: its body carries a `reasons` list, empty when
+    /// nothing more than the message is known.
+    pub fn explained(mut self) -> Self {
+        if self.status.is_client_error() {
+            self.reasons.get_or_insert_with(Vec::new);
         }
+        self
     }
 }
 
@@ -38,12 +57,27 @@ impl From<ServiceError> for ApiError {
             ServiceError::Forbidden(_) => StatusCode::FORBIDDEN,
             ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
             ServiceError::Conflict(_) | ServiceError::Retry(_) => StatusCode::CONFLICT,
+            ServiceError::Refused(r) => match r.kind {
+                RefusalKind::BadRequest => StatusCode::BAD_REQUEST,
+                RefusalKind::Forbidden => StatusCode::FORBIDDEN,
+                RefusalKind::NotFound => StatusCode::NOT_FOUND,
+                RefusalKind::Conflict => StatusCode::CONFLICT,
+            },
             ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        ApiError {
-            status,
-            message: e.to_string(),
+        match e {
+            ServiceError::Refused(r) => ApiError {
+                status,
+                message: r.message,
+                reasons: Some(
+                    r.reasons
+                        .iter()
+                        .map(crate::convert::to_wire::reason)
+                        .collect(),
+                ),
+            },
+            other => ApiError::new(status, other.to_string()),
         }
     }
 }
@@ -57,6 +91,7 @@ impl IntoResponse for ApiError {
                 error_code: 500,
                 error_message: "Internal Server Error".into(),
                 error_name: Value::from("INTERNAL_SERVER_ERROR"),
+                reasons: None,
             };
             return (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response();
         }
@@ -65,6 +100,7 @@ impl IntoResponse for ApiError {
             error_code: code,
             error_message: self.message,
             error_name: Value::from(code),
+            reasons: self.reasons,
         };
         (self.status, Json(body)).into_response()
     }

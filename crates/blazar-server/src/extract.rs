@@ -28,19 +28,19 @@ impl FromRequest<AppState> for JsonObject {
                 )));
             }
         }
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|rejection| ApiError {
-                status: if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            ApiError::new(
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                     StatusCode::PAYLOAD_TOO_LARGE
                 } else {
                     StatusCode::BAD_REQUEST
                 },
-                message: format!(
+                format!(
                     "The request body could not be read: {}",
                     rejection.body_text()
                 ),
-            })?;
+            )
+        })?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(JsonObject(Map::new()));
         }

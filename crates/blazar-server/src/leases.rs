@@ -77,17 +77,31 @@ pub async fn list_leases(
     ))
 }
 
+/// `POST /v1/leases`; with `?dry_run=true` the same answer (the would-be lease, with what
+/// each reservation would be granted as `allocations`, or the same refusal) and nothing
+/// written. A refusal carries `reasons` beside Blazar's message.
 pub async fn create_lease(
     State(state): State<AppState>,
     Caller(identity): Caller,
+    Query(query): Query,
     Wire(body): Wire<blazar_api::NewLease>,
 ) -> ApiResult<impl IntoResponse> {
-    let request = from_wire::new_lease(body)?;
-    let lease = state.service.create_lease(&identity, &request).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(Envelope("lease", to_wire::lease(lease))),
-    ))
+    async {
+        let dry_run = crate::reply::strict_flag(&query, "dry_run")?;
+        let request = from_wire::new_lease(body)?;
+        let lease = if dry_run {
+            let tried = state
+                .service
+                .dry_run_create_lease(&identity, &request)
+                .await?;
+            to_wire::lease_with_grants(tried.view, &tried.grants)
+        } else {
+            to_wire::lease(state.service.create_lease(&identity, &request).await?)
+        };
+        Ok((StatusCode::CREATED, Json(Envelope("lease", lease))))
+    }
+    .await
+    .map_err(ApiError::explained)
 }
 
 /// `POST /v1/leases/offers` (additive): the windows in which a lease request fits.
@@ -193,15 +207,30 @@ pub async fn show_lease(
     Ok(Json(Envelope("lease", body)))
 }
 
+/// `PUT /v1/leases/{id}`; `?dry_run=true` as for a create.
 pub async fn update_lease(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(id): Path<String>,
+    Query(query): Query,
     Wire(body): Wire<blazar_api::LeaseUpdate>,
 ) -> ApiResult<impl IntoResponse> {
-    let update = from_wire::lease_update(body)?;
-    let lease = state.service.update_lease(&identity, &id, &update).await?;
-    Ok(Json(Envelope("lease", to_wire::lease(lease))))
+    async {
+        let dry_run = crate::reply::strict_flag(&query, "dry_run")?;
+        let update = from_wire::lease_update(body)?;
+        let lease = if dry_run {
+            let tried = state
+                .service
+                .dry_run_update_lease(&identity, &id, &update)
+                .await?;
+            to_wire::lease_with_grants(tried.view, &tried.grants)
+        } else {
+            to_wire::lease(state.service.update_lease(&identity, &id, &update).await?)
+        };
+        Ok(Json(Envelope("lease", lease)))
+    }
+    .await
+    .map_err(ApiError::explained)
 }
 
 pub async fn delete_lease(

@@ -309,10 +309,10 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 fn request_timeout() -> Response {
     use axum::response::IntoResponse;
-    crate::error::ApiError {
-        status: axum::http::StatusCode::REQUEST_TIMEOUT,
-        message: "The request took too long to arrive or to be served".into(),
-    }
+    crate::error::ApiError::new(
+        axum::http::StatusCode::REQUEST_TIMEOUT,
+        "The request took too long to arrive or to be served",
+    )
     .into_response()
 }
 

@@ -111,7 +111,9 @@ impl Service {
         let added = match self.refill(tx, &reservation.spec, &request, missing).await {
             Ok(n) => n,
             // No replacement is not an error of the operation that triggered healing.
-            Err(ServiceError::Conflict(_)) | Err(ServiceError::BadRequest(_)) => 0,
+            Err(
+                ServiceError::Conflict(_) | ServiceError::BadRequest(_) | ServiceError::Refused(_),
+            ) => 0,
             Err(other) => return Err(other),
         };
         if added > 0 && reservation.status == ReservationStatus::Active {

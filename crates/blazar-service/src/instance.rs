@@ -277,17 +277,21 @@ pub(crate) async fn allocate_shape(
     let (slots, fitting) = host_slots(tx, shape, request, ratios, cache).await?;
     let placement = place(&slots, request.keep, shape.amount, shape.affinity).ok_or_else(|| {
         if !request.explain {
-            return ServiceError::Conflict(crate::resources::NOT_ENOUGH_HOSTS.into());
+            return ServiceError::refused(
+                crate::resources::NOT_ENOUGH_HOSTS,
+                vec![request.reason(kind, None)],
+            );
         }
         let free = slots
             .iter()
             .fold(0i64, |total, s| total.saturating_add(s.slots));
+        let reason = request.reason(kind, Some((fitting, usize::try_from(free).unwrap_or(0))));
         let placement_rule = match shape.affinity {
             Affinity::Same => ", all on one host",
             Affinity::Different => ", each on a different host",
             Affinity::Any => "",
         };
-        ServiceError::Conflict(format!(
+        ServiceError::refused(format!(
             "Not enough hosts available for reservation {} ({kind}, {} instance(s) of {} vCPU, {} MB \
              RAM, {} GB disk{placement_rule}): {fitting} host(s) match the filters and fit one \
              instance, with {free} free slot(s) on {} host(s) from {} to {}",
@@ -299,7 +303,7 @@ pub(crate) async fn allocate_shape(
             slots.iter().filter(|s| s.slots > 0).count(),
             request.window.start().format("%Y-%m-%d %H:%M"),
             request.window.end().format("%Y-%m-%d %H:%M"),
-        ))
+        ), vec![reason])
     })?;
     write_slots(tx, shape, request, &placement).await?;
     Ok(Grant {

@@ -19,7 +19,9 @@ use serde_json::{Map, Value};
 
 use crate::policy::Target;
 use crate::resources::AllocationRequest;
-use crate::{Identity, Service, ServiceError, ServiceResult, new_id};
+use crate::{
+    Identity, Reason, Requested, ReservationRef, Service, ServiceError, ServiceResult, new_id,
+};
 
 /// The policy rule deciding whether a refused create or update says why.
 pub const EXPLAIN_REFUSAL: &str = "blazar:leases:explain_refusal";
@@ -70,6 +72,14 @@ pub enum Listed<T> {
     Fresh(i64, Box<LeaseView>),
 }
 
+/// What a create or update would have answered, found by carrying it out in a transaction
+/// that is then rolled back: the lease, and what each reservation would be granted.
+#[derive(Debug, Clone)]
+pub struct DryRun {
+    pub view: LeaseView,
+    pub grants: Vec<blazar_db::GrantRow>,
+}
+
 /// How long a lease create waits for the cloud to make its instance reservations' server
 /// groups (as host enrolment waits for the freepool).
 const PREPARE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -93,15 +103,17 @@ enum PlanDates {
 
 pub(crate) fn check_name(name: &str) -> ServiceResult<()> {
     if name.trim().is_empty() {
-        return Err(ServiceError::BadRequest(
-            "The lease name must not be empty".into(),
-        ));
+        return Err(
+            ServiceError::BadRequest("The lease name must not be empty".into())
+                .with_reason(Reason::field("name")),
+        );
     }
     let len = name.chars().count();
     if len > MAX_LEASE_NAME_LEN {
         return Err(ServiceError::BadRequest(format!(
             "The lease name is {len} characters long; the limit is {MAX_LEASE_NAME_LEN}"
-        )));
+        ))
+        .with_reason(Reason::field("name")));
     }
     Ok(())
 }
@@ -176,7 +188,13 @@ impl Service {
                         )));
                     }
                 };
-                Ok(ReservationSpec::parse(kind, request, None)?)
+                ReservationSpec::parse(kind, request, None).map_err(|e| {
+                    ServiceError::from(e).with_reason(Reason {
+                        reservation: Some(ReservationRef::Position(i + 1)),
+                        resource_type: Some(kind.to_string()),
+                        ..Reason::default()
+                    })
+                })
             })
             .collect()
     }
@@ -215,7 +233,49 @@ impl Service {
         identity: &Identity,
         request: &NewLease,
     ) -> ServiceResult<LeaseView> {
-        self.authorize_own("blazar:leases:post", identity)?;
+        async {
+            let plan = self.plan_lease(identity, request).await?;
+            let view = match &self.batcher {
+                Some(batcher) => batcher.create(self, plan).await?,
+                None => self.write_new_lease_alone(&plan).await?,
+            };
+            tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
+            self.wake_for(&view);
+            self.with_groups_made(identity, view).await
+        }
+        .await
+        .map_err(ServiceError::explained)
+    }
+
+    /// What [`Self::create_lease`] would answer, the same 201 or refusal, and what it would
+    /// grant, with nothing written and nobody (scheduler, workers, cloud) told. Not through
+    /// the group-commit writer, whose transaction commits: in a transaction of its own that
+    /// is rolled back. The answer does not wait for the cloud's server groups.
+    pub async fn dry_run_create_lease(
+        &self,
+        identity: &Identity,
+        request: &NewLease,
+    ) -> ServiceResult<DryRun> {
+        async {
+            let plan = self.plan_lease(identity, request).await?;
+            in_tx!(self, write, dry_run = true, |tx| {
+                let view = self.write_new_lease(tx, &plan).await?;
+                let grants = tx.grants_of_lease(&view.lease.id).await?;
+                Ok(DryRun { view, grants })
+            })
+        }
+        .await
+        .map_err(ServiceError::explained)
+    }
+
+    /// Checks a create (policy, name, dates, reservations) and asks the cloud what it needs
+    /// to know, before any transaction.
+    async fn plan_lease(
+        &self,
+        identity: &Identity,
+        request: &NewLease,
+    ) -> ServiceResult<LeasePlan> {
+        self.authorize_explained("blazar:leases:post", identity, &Target::own(identity))?;
         check_name(&request.name)?;
         let now = truncate_to_minute(self.now());
         let dates = match &request.earliest {
@@ -235,19 +295,12 @@ impl Service {
         };
         let mut requests = self.validated_requests(&request.reservations)?;
         self.ask_cloud_for_flavors(identity, &mut requests).await?;
-        let plan = LeasePlan {
+        Ok(LeasePlan {
             identity: identity.clone(),
             name: request.name.clone(),
             dates,
             requests,
-        };
-        let view = match &self.batcher {
-            Some(batcher) => batcher.create(self, plan).await?,
-            None => self.write_new_lease_alone(&plan).await?,
-        };
-        tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
-        self.wake_for(&view);
-        self.with_groups_made(identity, view).await
+        })
     }
 
     /// Blazar answers a lease create once the server groups of its instance reservations
@@ -354,7 +407,15 @@ impl Service {
                 keep: &[],
                 explain,
             };
-            let grant = self.allocate(tx, &reservation.spec, &allocation).await?;
+            let grant = match self.allocate(tx, &reservation.spec, &allocation).await {
+                Ok(grant) => grant,
+                Err(e) => {
+                    let at = ReservationRef::Position(i + 1);
+                    return Err(self
+                        .finalise_refusal(tx, &plan.identity, e, at, &reservation.spec, &allocation)
+                        .await);
+                }
+            };
             reservation.granted_units = grant.units;
             tx.update_reservation(&reservation).await?;
             self.record_reservation_action(
@@ -417,6 +478,34 @@ impl Service {
             Duration::minutes(self.settings().minutes_before_end_lease),
             now.min(offer.window.start()),
         )?)
+    }
+
+    /// The one place where the reasons of a refused allocation are completed, with the
+    /// request at hand: which reservation it was (its position in a create, its id in an
+    /// update) and what it asked for. Counts are there only if the caller may be told them
+    /// (`AllocationRequest::explain`); so will be the next offer.
+    async fn finalise_refusal(
+        &self,
+        _tx: &mut Tx,
+        _identity: &Identity,
+        error: ServiceError,
+        reservation: ReservationRef,
+        spec: &ReservationSpec,
+        _request: &AllocationRequest<'_>,
+    ) -> ServiceError {
+        let ServiceError::Refused(mut refused) = error else {
+            return error;
+        };
+        for reason in &mut refused.reasons {
+            reason.reservation = Some(reservation.clone());
+            reason.requested.get_or_insert_with(|| Requested::of(spec));
+            if let Some(availability) = &mut reason.availability {
+                // Hook for the offer search: the next window of the same length in which
+                // `spec` fits, searched in `_tx` for `_identity` from `_request.window`.
+                availability.next_offer = None;
+            }
+        }
+        ServiceError::Refused(refused)
     }
 
     /// Whether refusals of this reservation may carry counts and reasons for `identity`:
@@ -628,24 +717,56 @@ impl Service {
         id: &str,
         update: &LeaseUpdate,
     ) -> ServiceResult<LeaseView> {
+        let view = self
+            .change_lease(identity, id, update, false)
+            .await
+            .map_err(ServiceError::explained)?
+            .view;
+        tracing::info!(lease.id = %view.lease.id, "lease updated");
+        self.wake_for(&view);
+        Ok(view)
+    }
+
+    /// What [`Self::update_lease`] would answer, the same 200 or refusal, and what the
+    /// lease would then hold, with nothing written (its revision and `updated_at` stay) and
+    /// nobody told.
+    pub async fn dry_run_update_lease(
+        &self,
+        identity: &Identity,
+        id: &str,
+        update: &LeaseUpdate,
+    ) -> ServiceResult<DryRun> {
+        self.change_lease(identity, id, update, true)
+            .await
+            .map_err(ServiceError::explained)
+    }
+
+    /// An update in one transaction, rolled back if `dry_run` (then with the grants).
+    async fn change_lease(
+        &self,
+        identity: &Identity,
+        id: &str,
+        update: &LeaseUpdate,
+        dry_run: bool,
+    ) -> ServiceResult<DryRun> {
         if let Some(name) = &update.name {
             check_name(name)?;
         }
-        let view = in_tx!(self, write, |tx| {
+        in_tx!(self, write, dry_run = dry_run, |tx| {
             let mut lease = tx
                 .lock_lease(id)
                 .await?
                 .ok_or_else(|| lease_not_found(id))?;
-            self.check_visible(identity, &lease)?;
+            self.authorize_explained("blazar:leases:get", identity, &lease_target(&lease))?;
             // Checked against the lease's project (Blazar checks the caller's own).
-            self.authorize("blazar:leases:put", identity, &lease_target(&lease))?;
+            self.authorize_explained("blazar:leases:put", identity, &lease_target(&lease))?;
             let stamp = self.now();
             let events = tx.events_of(&lease.id).await?;
             let plan = plan_update(&lease, &events, &update.dates(), truncate_to_minute(stamp))?;
             if let Some(name) = &update.name {
                 lease.name = name.clone();
             }
-            match plan {
+            let view = match plan {
                 UpdatePlan::Rename => {
                     lease.updated_at = Some(stamp);
                     tx.update_lease(&lease).await?;
@@ -692,11 +813,14 @@ impl Service {
                     tx.update_lease(&lease).await?;
                     load_view(tx, lease).await
                 }
-            }
-        })?;
-        tracing::info!(lease.id = %view.lease.id, "lease updated");
-        self.wake_for(&view);
-        Ok(view)
+            }?;
+            let grants = if dry_run {
+                tx.grants_of_lease(id).await?
+            } else {
+                Vec::new()
+            };
+            Ok(DryRun { view, grants })
+        })
     }
 
     /// Carries out the reservation part of an update: the requested changes, validated
@@ -741,7 +865,14 @@ impl Service {
                     )));
                 }
                 let spec =
-                    ReservationSpec::parse(stored.resource_type(), entry, Some(&stored.spec))?;
+                    ReservationSpec::parse(stored.resource_type(), entry, Some(&stored.spec))
+                        .map_err(|e| {
+                            ServiceError::from(e).with_reason(Reason {
+                                reservation: Some(ReservationRef::Id(rid.clone())),
+                                resource_type: Some(stored.resource_type().to_string()),
+                                ..Reason::default()
+                            })
+                        })?;
                 changes.insert(rid, spec);
             }
             if !invalid.is_empty() {
@@ -784,7 +915,15 @@ impl Service {
                 keep: &held,
                 explain,
             };
-            let grant = self.allocate(tx, &spec, &request).await?;
+            let grant = match self.allocate(tx, &spec, &request).await {
+                Ok(grant) => grant,
+                Err(e) => {
+                    let at = ReservationRef::Id(reservation.id.clone());
+                    return Err(self
+                        .finalise_refusal(tx, identity, e, at, &spec, &request)
+                        .await);
+                }
+            };
             if reservation.status == ReservationStatus::Active {
                 let chosen_set: HashSet<i64> = grant.resources.iter().copied().collect();
                 let lost: Vec<String> = held
@@ -798,7 +937,13 @@ impl Service {
                          reservation can grow but not give resources back",
                         i + 1,
                         lost.join(", ")
-                    )));
+                    ))
+                    .with_reason(Reason {
+                        reservation: Some(ReservationRef::Id(reservation.id.clone())),
+                        resource_type: Some(spec.kind().to_string()),
+                        requested: Some(Requested::of(&spec)),
+                        ..Reason::default()
+                    }));
                 }
                 self.hand_over_added(
                     tx,

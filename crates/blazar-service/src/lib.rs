@@ -6,10 +6,16 @@
 /// to a concurrent transaction is run again from the start. Inside the block `tx` is the
 /// `&mut Tx`; `return Ok(..)` commits, `return Err(..)` and `?` roll back.
 ///
+/// With `dry_run = <bool>` true, the block's answer is returned and everything it wrote is
+/// rolled back (nobody is woken): a dry run decides exactly as the real call would.
+///
 /// A macro rather than a function taking an async closure: such closures are not `Send` on
 /// stable Rust yet, and the API serves requests on a multi-threaded runtime.
 macro_rules! in_tx {
-    ($service:expr, $begin:ident, |$tx:ident| $body:block) => {{
+    ($service:expr, $begin:ident, |$tx:ident| $body:block) => {
+        in_tx!($service, $begin, dry_run = false, |$tx| $body)
+    };
+    ($service:expr, $begin:ident, dry_run = $dry_run:expr, |$tx:ident| $body:block) => {{
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
@@ -23,6 +29,10 @@ macro_rules! in_tx {
                 }
                 .await;
                 let value = value?;
+                if $dry_run {
+                    owned.rollback().await?;
+                    return Ok(value);
+                }
                 let recorded = owned.recorded_actions();
                 owned.commit().await?;
                 if recorded {
@@ -52,6 +62,7 @@ mod policy;
 mod pool;
 mod reallocation;
 mod reconcile;
+mod refusal;
 mod resources;
 mod scheduler;
 mod timeline;
@@ -77,7 +88,7 @@ pub use blazar_db::{SqliteSync, Store, StoreOptions};
 pub use hosts::{AllocationEntry, PropertyListing};
 pub use instance::Ratios;
 pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
-pub use leases::{LeaseUpdate, Listed, NewLease};
+pub use leases::{DryRun, LeaseUpdate, Listed, NewLease};
 pub use monitor::MonitorReport;
 pub use offers::{
     DEFAULT_OFFERS, DEFAULT_SEARCH_DAYS, Extension, ExtensionAsk, LeaseOffer, MAX_OFFERS,
@@ -86,6 +97,7 @@ pub use offers::{
 pub use policy::{Authorizer, DefaultPolicy, Target, policy_denied};
 pub use reallocation::ReallocationFilter;
 pub use reconcile::{DesiredState, HeldHosts, ReconcileReport};
+pub use refusal::{Availability, Reason, RefusalKind, Refused, Requested, ReservationRef};
 pub use resources::Grant;
 pub use scheduler::TickReport;
 pub use timeline::{TIMELINE_RULE, TimelineRequest};
@@ -101,6 +113,10 @@ pub enum ServiceError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// A create or update refused (4xx), with the reasons a program can read beside the
+    /// message (boxed: errors travel in every `Result`).
+    #[error("{}", .0.message)]
+    Refused(Box<Refused>),
     /// A concurrent transaction won a race; the whole use case may be run again.
     #[error("conflict with a concurrent request: {0}")]
     Retry(String),
@@ -127,6 +143,9 @@ impl From<blazar_core::Refusal> for ServiceError {
     fn from(e: blazar_core::Refusal) -> Self {
         match e {
             blazar_core::Refusal::Invalid(m) => ServiceError::BadRequest(m),
+            blazar_core::Refusal::BadDate { field, message } => {
+                ServiceError::BadRequest(message).with_reason(Reason::field(field))
+            }
             blazar_core::Refusal::Conflict(m) => ServiceError::Conflict(m),
         }
     }

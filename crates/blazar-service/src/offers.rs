@@ -202,7 +202,7 @@ impl Service {
     async fn demand(
         &self,
         tx: &mut Tx,
-        identity: &Identity,
+        _identity: &Identity,
         spec: &ReservationSpec,
     ) -> ServiceResult<Demand> {
         Ok(match spec {
@@ -243,16 +243,21 @@ impl Service {
             ReservationSpec::FloatingIp(_)
             | ReservationSpec::Network(_)
             | ReservationSpec::Device(_) => {
-                let explain = self.may_explain(tx, identity, spec).await?;
-                let (candidates, required) =
-                    crate::pool::matching(tx, spec, explain, false).await?;
+                let (candidates, required, missing) =
+                    crate::pool::matching(tx, spec, false).await?;
                 let (min, max) = crate::pool::count(spec);
+                // A required address that is not a reservable one of the network: no window
+                // will ever grant it (a create is refused the same way).
+                let (min, max) = match missing {
+                    Some(_) => (usize::MAX, usize::MAX),
+                    None => (count(min), count(max)),
+                };
                 Demand::Whole {
                     kind: spec.kind().to_string(),
                     candidates,
                     required,
-                    min: count(min),
-                    max: count(max),
+                    min,
+                    max,
                 }
             }
         })

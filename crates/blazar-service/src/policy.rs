@@ -91,6 +91,18 @@ impl crate::Service {
         }
     }
 
+    /// [`Self::authorize`] for lease creates and updates: a refusal names the rule in its
+    /// reasons.
+    pub(crate) fn authorize_explained(
+        &self,
+        rule: &str,
+        caller: &Identity,
+        target: &Target<'_>,
+    ) -> ServiceResult<()> {
+        self.authorize(rule, caller, target)
+            .map_err(|e| e.with_reason(crate::Reason::rule(rule)))
+    }
+
     /// Checks `rule` for `caller` on the caller's own project.
     pub(crate) fn authorize_own(&self, rule: &str, caller: &Identity) -> ServiceResult<()> {
         self.authorize(rule, caller, &Target::own(caller))

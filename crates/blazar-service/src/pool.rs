@@ -83,14 +83,13 @@ pub(crate) fn count(spec: &ReservationSpec) -> (u32, u32) {
     }
 }
 
-/// Resources of the spec's pool that match it, in preference order, and those it names
-/// (`required_floatingips`, unless `loose`).
+/// Resources of the spec's pool that match it, in preference order, those it names
+/// (`required_floatingips`, unless `loose`), and the first named one that is not among them.
 pub(crate) async fn matching(
     tx: &mut Tx,
     spec: &ReservationSpec,
-    explain: bool,
     loose: bool,
-) -> ServiceResult<(Vec<i64>, Vec<i64>)> {
+) -> ServiceResult<(Vec<i64>, Vec<i64>, Option<String>)> {
     let kind = spec.kind();
     let pool = tx.list_resources(kind).await?;
     let columns = columns(kind);
@@ -127,6 +126,7 @@ pub(crate) async fn matching(
         })
         .collect();
     let mut required = Vec::new();
+    let mut missing = None;
     for address in wanted {
         let found = matching.iter().find(|r| {
             r.attrs.get("floating_ip_address").and_then(Value::as_str) == Some(address.as_str())
@@ -134,18 +134,11 @@ pub(crate) async fn matching(
         match found {
             Some(r) => required.push(r.id),
             None => {
-                if !explain {
-                    return Err(ServiceError::Conflict(bare_refusal(kind)));
-                }
-                return Err(ServiceError::Conflict(format!(
-                    "Not enough floating IPs available: the required floating IP {address} is \
-                     not a reservable floating IP of network {}",
-                    network.unwrap_or_default()
-                )));
+                missing.get_or_insert_with(|| address.clone());
             }
         }
     }
-    Ok((matching.iter().map(|r| r.id).collect(), required))
+    Ok((matching.iter().map(|r| r.id).collect(), required, missing))
 }
 
 /// Chooses whole units of the spec's pool for the window and writes their allocations.
@@ -157,7 +150,7 @@ pub(crate) async fn allocate(
     let kind = spec.kind();
     tx.lock_allocations().await?;
     let (min, max) = count(spec);
-    let (matching, required) = matching(tx, spec, request.explain, false).await?;
+    let (matching, required, missing) = matching(tx, spec, false).await?;
     let busy = tx
         .busy_among(
             kind,
@@ -166,15 +159,34 @@ pub(crate) async fn allocate(
             request.blocked_until,
         )
         .await?;
-    if required.iter().any(|id| busy.contains(id)) {
+    let required_busy = required.iter().filter(|id| busy.contains(id)).count();
+    if missing.is_some() || required_busy > 0 {
+        // The counts are of the required addresses: how many are reservable addresses of
+        // the network, and how many of those are free.
+        let counts = (required.len(), required.len() - required_busy);
         if !request.explain {
-            return Err(ServiceError::Conflict(bare_refusal(kind)));
+            return Err(ServiceError::refused(
+                bare_refusal(kind),
+                vec![request.reason(kind, None)],
+            ));
         }
-        return Err(ServiceError::Conflict(format!(
-            "Not enough floating IPs available for reservation {}: a required floating IP is \
-             reserved by another lease in that window",
-            request.ordinal
-        )));
+        let reason = request.reason(kind, Some(counts));
+        let message = match missing {
+            Some(address) => format!(
+                "Not enough floating IPs available: the required floating IP {address} is \
+                 not a reservable floating IP of network {}",
+                match spec {
+                    ReservationSpec::FloatingIp(f) => f.network_id.as_str(),
+                    _ => "",
+                }
+            ),
+            None => format!(
+                "Not enough floating IPs available for reservation {}: a required floating IP \
+                 is reserved by another lease in that window",
+                request.ordinal
+            ),
+        };
+        return Err(ServiceError::refused(message, vec![reason]));
     }
     let keep: Vec<i64> = required
         .iter()
@@ -193,20 +205,24 @@ pub(crate) async fn allocate(
     .await?
     .map_err(|s| {
         if !request.explain {
-            return ServiceError::Conflict(bare_refusal(kind));
+            return ServiceError::refused(bare_refusal(kind), vec![request.reason(kind, None)]);
         }
-        ServiceError::Conflict(format!(
-            "Not enough {}s available for reservation {} ({}, {} wanted): {} match the request \
+        let reason = request.reason(kind, Some((s.matching, s.free)));
+        ServiceError::refused(
+            format!(
+                "Not enough {}s available for reservation {} ({}, {} wanted): {} match the request \
              and are reservable, {} of them free from {} to {}",
-            noun(kind),
-            request.ordinal,
-            kind,
-            min,
-            s.matching,
-            s.free,
-            request.window.start().format("%Y-%m-%d %H:%M"),
-            request.window.end().format("%Y-%m-%d %H:%M"),
-        ))
+                noun(kind),
+                request.ordinal,
+                kind,
+                min,
+                s.matching,
+                s.free,
+                request.window.start().format("%Y-%m-%d %H:%M"),
+                request.window.end().format("%Y-%m-%d %H:%M"),
+            ),
+            vec![reason],
+        )
     })?;
     grant_whole(tx, kind, request, chosen).await
 }
@@ -220,6 +236,6 @@ pub(crate) async fn refill(
     missing: i64,
 ) -> ServiceResult<i64> {
     tx.lock_allocations().await?;
-    let (matching, _) = matching(tx, spec, request.explain, true).await?;
+    let (matching, _, _) = matching(tx, spec, true).await?;
     refill_whole(tx, spec.kind(), &matching, request, missing).await
 }

@@ -13,7 +13,7 @@ use blazar_core::{PHYSICAL_HOST, PropertyQuery, TimeWindow, engine};
 use blazar_db::{Backend, NewAllocation, Tx};
 use chrono::{DateTime, Utc};
 
-use crate::{ServiceError, ServiceResult};
+use crate::{Availability, Reason, ServiceError, ServiceResult};
 
 /// What an allocation is for.
 #[derive(Debug, Clone)]
@@ -30,6 +30,20 @@ pub struct AllocationRequest<'a> {
     /// bare message: the `blazar:leases:explain_refusal` rule, and never when a non-admin's
     /// query names a private property.
     pub explain: bool,
+}
+
+impl AllocationRequest<'_> {
+    /// The reason a shortfall of this request gives: with `counts` (matching, free) when
+    /// the caller may be told them. The lease fills in what was requested.
+    pub(crate) fn reason(&self, resource_type: &str, counts: Option<(usize, usize)>) -> Reason {
+        let availability = counts.map(|(matching, free)| Availability {
+            matching: i64::try_from(matching).unwrap_or(i64::MAX),
+            free: i64::try_from(free).unwrap_or(i64::MAX),
+            window: self.window,
+            next_offer: None,
+        });
+        Reason::shortfall(self.ordinal, resource_type, availability)
+    }
 }
 
 /// What an allocation granted.
@@ -439,18 +453,25 @@ pub(crate) async fn allocate_hosts(
     .await?
     .map_err(|s| {
         if !request.explain {
-            return ServiceError::Conflict(NOT_ENOUGH_HOSTS.into());
+            return ServiceError::refused(
+                NOT_ENOUGH_HOSTS,
+                vec![request.reason(PHYSICAL_HOST, None)],
+            );
         }
-        ServiceError::Conflict(format!(
-            "Not enough hosts available for reservation {} (physical:host, min {}): {} host(s) \
+        let reason = request.reason(PHYSICAL_HOST, Some((s.matching, s.free)));
+        ServiceError::refused(
+            format!(
+                "Not enough hosts available for reservation {} (physical:host, min {}): {} host(s) \
              match the filters and are reservable, {} of them free from {} to {}",
-            request.ordinal,
-            s.min,
-            s.matching,
-            s.free,
-            request.window.start().format("%Y-%m-%d %H:%M"),
-            request.window.end().format("%Y-%m-%d %H:%M"),
-        ))
+                request.ordinal,
+                s.min,
+                s.matching,
+                s.free,
+                request.window.start().format("%Y-%m-%d %H:%M"),
+                request.window.end().format("%Y-%m-%d %H:%M"),
+            ),
+            vec![reason],
+        )
     })?;
     grant_whole(tx, PHYSICAL_HOST, request, chosen).await
 }

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use blazar_client::NewLease;
-use blazar_client::api::LeaseUpdate;
+use blazar_client::api::{LeaseUpdate, RefusalReason, ReservationRef};
 use blazar_client::time::{
     DateInput, describe_duration, floor_minute, format_minute, parse_date, parse_duration,
     parse_wire,
@@ -75,7 +75,9 @@ Examples:
   blazar lease-create --physical-reservation 'min=1,max=2,resource_properties=[\"==\", \"$gpu\", \"true\"]' \\
       --start-date now+2m --duration 3h --wait gpu-lease
   blazar lease-create --reservation resource_type=virtual:floatingip,network_id=NET_ID,amount=1 \\
-      --end-date '2030-01-05 12:00' fip-lease")]
+      --end-date '2030-01-05 12:00' fip-lease
+  blazar lease-create --physical-reservation min=4,max=4,hypervisor_properties=,resource_properties= \\
+      --start-date now --duration 8h --dry-run big-lease")]
 pub struct CreateArgs {
     /// Name for the lease
     #[arg(value_name = "LEASE")]
@@ -138,6 +140,10 @@ pub struct CreateArgs {
         help_heading = "Waiting"
     )]
     poll_interval: String,
+    /// Only ask whether the lease would be created, and with what: the server answers as
+    /// for a create (the lease and its hosts, or why not) and writes nothing
+    #[arg(long, conflicts_with = "wait")]
+    dry_run: bool,
     #[command(flatten)]
     out: ShowOutput,
 }
@@ -152,6 +158,7 @@ Durations are a number and a unit (s, m, h, d, w), combinable: 30m, 1h30m, 2d.
 
 Examples:
   blazar lease-update --prolong-for 1h my-lease
+  blazar lease-update --prolong-for 8h --dry-run my-lease
   blazar lease-update --end-date '2030-01-01 15:00' --defer-by 30m my-lease
   blazar lease-update --name new-name 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40
   blazar lease-update --reservation id=2852eded-93ec-4feb-a13e-fe756f7e33d7,max=1 my-lease"
@@ -190,6 +197,10 @@ pub struct UpdateArgs {
     /// Time of the before-end action
     #[arg(long, value_name = "DATE")]
     before_end_date: Option<String>,
+    /// Only ask whether the lease could be changed so: the server answers as for the
+    /// update (the lease as it would be, or why not) and writes nothing
+    #[arg(long)]
+    dry_run: bool,
 }
 
 /// Delete a lease
@@ -273,6 +284,94 @@ pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {
         .await?;
     emit(&show_object(ctx, lease, &args.out)?);
     Ok(())
+}
+
+/// The line after a dry run's lease.
+const DRY_RUN_NOTE: &str = "Dry run: nothing was written.\n";
+
+/// Why the server refused a lease create or update, one line per reason, for after its
+/// message. Dates are Blazar's, in UTC.
+pub fn describe_reasons(reasons: &[RefusalReason]) -> String {
+    reasons
+        .iter()
+        .map(|r| format!("  {}\n", describe_reason(r)))
+        .collect()
+}
+
+fn describe_reason(r: &RefusalReason) -> String {
+    let minute = |text: &str| parse_wire(text).map_or_else(|| text.to_string(), format_minute);
+    let mut parts: Vec<String> = Vec::new();
+    let mut subject = match &r.reservation {
+        Some(ReservationRef::Position(n)) => format!("reservation {n}"),
+        Some(ReservationRef::Id(id)) => format!("reservation {id}"),
+        None => String::new(),
+    };
+    if let Some(kind) = &r.resource_type {
+        subject = format!("{subject} ({kind})").trim_start().to_string();
+    }
+    if let Some(q) = &r.requested {
+        parts.push(format!("requested {}", describe_requested(q)));
+    }
+    if let Some(matching) = r.matching {
+        parts.push(format!("{matching} matching"));
+    }
+    if let Some(free) = r.free {
+        let window = match (&r.start_date, &r.end_date) {
+            (Some(start), Some(end)) => {
+                format!(" from {} to {} UTC", minute(start), minute(end))
+            }
+            _ => String::new(),
+        };
+        parts.push(format!("{free} free{window}"));
+    }
+    if let Some(Some(offer)) = &r.next_offer {
+        parts.push(format!(
+            "next offer: {} to {} UTC",
+            minute(&offer.start_date),
+            minute(&offer.end_date)
+        ));
+    }
+    if let Some(rule) = &r.rule {
+        parts.push(format!("refused by policy rule {rule}"));
+    }
+    if let Some(field) = &r.field {
+        parts.push(format!("bad field: {field}"));
+    }
+    match (subject.is_empty(), parts.is_empty()) {
+        (true, _) => parts.join("; "),
+        (false, true) => subject,
+        (false, false) => format!("{subject}: {}", parts.join("; ")),
+    }
+}
+
+fn describe_requested(q: &blazar_client::api::Requested) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let numbers = [
+        ("min", q.min.map(i64::from)),
+        ("max", q.max.map(i64::from)),
+        ("amount", q.amount.map(i64::from)),
+        ("vcpus", q.vcpus),
+        ("memory_mb", q.memory_mb),
+        ("disk_gb", q.disk_gb),
+    ];
+    for (key, value) in numbers {
+        if let Some(v) = value {
+            out.push(format!("{key} {v}"));
+        }
+    }
+    for (key, value) in [
+        ("affinity", &q.affinity),
+        ("flavor", &q.flavor),
+        ("network", &q.network_id),
+    ] {
+        if let Some(v) = value {
+            out.push(format!("{key} {v}"));
+        }
+    }
+    if !q.required_floatingips.is_empty() {
+        out.push(format!("addresses {}", q.required_floatingips.join(" ")));
+    }
+    out.join(", ")
 }
 
 fn incorrect(detail: impl std::fmt::Display) -> Failure {
@@ -393,6 +492,15 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
         .map(|t| std_duration("--timeout", t))
         .transpose()?;
     let poll = std_duration("--poll-interval", &args.poll_interval)?;
+    if args.dry_run {
+        let lease: Map<String, Value> = ctx
+            .client
+            .post("/leases?dry_run=true", "lease", &request)
+            .await?;
+        let table = show_object(ctx, lease, &args.out)?;
+        emit(&format!("Would create a new lease:\n{table}{DRY_RUN_NOTE}"));
+        return Ok(0);
+    }
     let lease: Map<String, Value> = ctx.client.post("/leases", "lease", &request).await?;
     let id = lease
         .get("id")
@@ -547,6 +655,18 @@ pub async fn update(ctx: &Context, args: UpdateArgs) -> CliResult {
             "No values to update passed: give --name, --end-date, --prolong-for, --reduce-by, \
              --start-date, --defer-by, --advance-by, --before-end-date or --reservation",
         ));
+    }
+    if args.dry_run {
+        let lease: Map<String, Value> = ctx
+            .client
+            .put(&format!("{path}?dry_run=true"), "lease", &changes)
+            .await?;
+        let table = show_object(ctx, lease, &ShowOutput::table())?;
+        emit(&format!(
+            "Would update lease {}:\n{table}{DRY_RUN_NOTE}",
+            args.id
+        ));
+        return Ok(());
     }
     let _: Value = ctx.client.put(&path, "lease", &changes).await?;
     emit(&format!("Updated lease: {}\n", args.id));

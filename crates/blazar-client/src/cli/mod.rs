@@ -64,6 +64,12 @@ impl From<Error> for Failure {
                 "ERROR: {e}. Is the server running, and is the endpoint right (--os-endpoint, \
                  BLAZAR_URL, or the Keystone catalog)?"
             ),
+            Error::Api { reasons, .. } if !reasons.is_empty() => {
+                format!(
+                    "ERROR: {e}\n{}",
+                    leases::describe_reasons(reasons).trim_end()
+                )
+            }
             _ => format!("ERROR: {e}"),
         };
         Failure::plain(message)

@@ -319,3 +319,98 @@ async fn generic_reservations_reach_the_server_with_python_types() {
     ];
     assert_transcript!("generic_reservations", runs);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_runs_and_explained_refusals() {
+    let s = Server::start().await;
+    three_hosts(&s).await;
+    let hosts = |n: &str| format!("min={n},max={n},hypervisor_properties=,resource_properties=");
+    let window = [
+        "--start-date",
+        "2030-01-01 10:00",
+        "--end-date",
+        "2030-01-01 12:00",
+    ];
+    let create = |n: &str, name: &str, dry: bool| {
+        let mut argv: Vec<String> = vec!["lease-create".into(), "--physical-reservation".into()];
+        argv.push(hosts(n));
+        argv.extend(window.iter().map(|a| a.to_string()));
+        if dry {
+            argv.push("--dry-run".into());
+        }
+        argv.push(name.into());
+        argv
+    };
+    let run = |argv: Vec<String>| {
+        let s = &s;
+        async move {
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            s.blazar(&argv).await
+        }
+    };
+
+    let tried = run(create("2", "demo", true)).await;
+    assert!(
+        tried.ok().starts_with("Would create a new lease:\n"),
+        "{}",
+        tried.stdout
+    );
+    assert!(
+        tried.stdout.ends_with("Dry run: nothing was written.\n"),
+        "{}",
+        tried.stdout
+    );
+    assert!(tried.stdout.contains("physical:host"), "{}", tried.stdout);
+    let empty = s.blazar(&["lease-list", "-f", "value"]).await;
+    assert_eq!(empty.ok(), "", "the dry run wrote no lease");
+
+    let refused = run(create("4", "too-big", true)).await;
+    assert_eq!(refused.code, 1);
+    assert_eq!(
+        refused.stderr,
+        "ERROR: Not enough hosts available for reservation 1 (physical:host, min 4): 3 host(s) \
+         match the filters and are reservable, 3 of them free from 2030-01-01 10:00 to \
+         2030-01-01 12:00\n  reservation 1 (physical:host): requested min 4, max 4; 3 matching; \
+         3 free from 2030-01-01 10:00 to 2030-01-01 12:00 UTC\n"
+    );
+
+    run(create("2", "demo", false)).await.ok();
+    let prolonged = s
+        .blazar(&["lease-update", "--prolong-for", "8h", "--dry-run", "demo"])
+        .await;
+    assert!(
+        prolonged.ok().starts_with("Would update lease demo:\n"),
+        "{}",
+        prolonged.stdout
+    );
+    assert!(
+        prolonged.stdout.contains("2030-01-01T20:00"),
+        "{}",
+        prolonged.stdout
+    );
+    assert!(
+        prolonged
+            .stdout
+            .ends_with("Dry run: nothing was written.\n")
+    );
+    let end = s
+        .blazar(&["lease-show", "-f", "value", "-c", "end_date", "demo"])
+        .await;
+    assert_eq!(
+        end.ok().trim(),
+        "2030-01-01T12:00:00.000000",
+        "nothing moved"
+    );
+
+    let runs = [
+        tried,
+        refused,
+        prolonged,
+        run(create("2", "second", true)).await,
+        s.blazar(&["lease-update", "--prolong-for", "1h", "--dry-run", "demo"])
+            .await,
+        s.blazar(&["lease-create", "--dry-run", "--wait", "x"])
+            .await,
+    ];
+    assert_transcript!("dry_runs_and_explained_refusals", runs);
+}

@@ -30,10 +30,10 @@ fn flat<T: Serialize>(body: &T) -> ApiResult<Map<String, Value>> {
     match serde_json::to_value(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Ok(Map::new()),
-        Err(e) => Err(ApiError {
-            status: axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-            message: format!("re-reading a request body: {e}"),
-        }),
+        Err(e) => Err(ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            format!("re-reading a request body: {e}"),
+        )),
     }
 }
 
@@ -89,18 +89,22 @@ fn check_lease_fields(other: &Map<String, Value>, accepted: &[&str]) -> ApiResul
         .keys()
         .map(String::as_str)
         .partition(|key| PROTECTED_LEASE_FIELDS.contains(key));
+    let with_fields =
+        |error: ApiError, keys: &[&str]| keys.iter().fold(error, |e, k| e.with_reason(field(k)));
     if !protected.is_empty() {
-        return Err(ApiError::bad_request(format!(
+        let error = ApiError::bad_request(format!(
             "{} cannot be set: the server manages these fields",
             protected.join(", ")
-        )));
+        ));
+        return Err(with_fields(error, &protected));
     }
     if !unknown.is_empty() {
-        return Err(ApiError::bad_request(format!(
+        let error = ApiError::bad_request(format!(
             "Unknown field(s) {}; accepted fields: {}",
             unknown.join(", "),
             accepted.join(", ")
-        )));
+        ));
+        return Err(with_fields(error, &unknown));
     }
     Ok(())
 }
@@ -116,7 +120,16 @@ fn string_field(key: &str, value: Option<Value>) -> ApiResult<Option<String>> {
         Some(Value::String(s)) => Ok(Some(s)),
         Some(other) => Err(ApiError::bad_request(format!(
             "Malformed parameter {key}: expected a string, got {other}"
-        ))),
+        ))
+        .with_reason(field(key))),
+    }
+}
+
+/// The reason of a refusal about one field of the body.
+fn field(key: &str) -> blazar_api::RefusalReason {
+    blazar_api::RefusalReason {
+        field: Some(key.to_string()),
+        ..blazar_api::RefusalReason::default()
     }
 }
 
@@ -183,10 +196,10 @@ pub fn new_lease(body: blazar_api::NewLease) -> ApiResult<blazar_service::NewLea
         .map(|(key, _)| key)
         .collect();
     if !missing.is_empty() {
-        return Err(ApiError::bad_request(format!(
-            "Missing parameter {}",
-            missing.join(", ")
-        )));
+        let error = ApiError::bad_request(format!("Missing parameter {}", missing.join(", ")));
+        return Err(missing
+            .iter()
+            .fold(error, |e, key| e.with_reason(field(key))));
     }
     match given(body.events) {
         None => {}

@@ -11,7 +11,7 @@ use blazar_api::{
 use blazar_api::{InstanceSize, SlotUse, TimelineInterval, TimelinePeriod, TimelineResource};
 use blazar_core::{ActionRecord, Property, ResourceRecord};
 use blazar_core::{HostRecord, LeaseView};
-use blazar_service::{AllocationEntry, GrantRow, NotificationRow};
+use blazar_service::{AllocationEntry, GrantRow, NotificationRow, Reason, ReservationRef};
 use serde_json::{Map, Value};
 
 pub fn host(h: HostRecord) -> Host {
@@ -37,6 +37,45 @@ pub fn host(h: HostRecord) -> Host {
         created_at: format_space(h.created_at),
         updated_at: h.updated_at.map(format_space),
         capabilities,
+    }
+}
+
+/// One reason of a refused create or update. The window and the offer go with the counts:
+/// all or none.
+pub fn reason(r: &Reason) -> blazar_api::RefusalReason {
+    let availability = r.availability.as_ref();
+    blazar_api::RefusalReason {
+        reservation: r.reservation.as_ref().map(|at| match at {
+            ReservationRef::Position(n) => {
+                blazar_api::ReservationRef::Position(u64::try_from(*n).unwrap_or(u64::MAX))
+            }
+            ReservationRef::Id(id) => blazar_api::ReservationRef::Id(id.clone()),
+        }),
+        resource_type: r.resource_type.clone(),
+        requested: r.requested.as_ref().map(|q| blazar_api::Requested {
+            min: q.min,
+            max: q.max,
+            amount: q.amount,
+            vcpus: q.vcpus,
+            memory_mb: q.memory_mb,
+            disk_gb: q.disk_gb,
+            affinity: q.affinity.map(str::to_string),
+            flavor: q.flavor.clone(),
+            network_id: q.network_id.clone(),
+            required_floatingips: q.required_floatingips.clone(),
+        }),
+        matching: availability.map(|a| a.matching),
+        free: availability.map(|a| a.free),
+        start_date: availability.map(|a| format_t(a.window.start())),
+        end_date: availability.map(|a| format_t(a.window.end())),
+        next_offer: availability.map(|a| {
+            a.next_offer.map(|w| blazar_api::OfferWindow {
+                start_date: format_t(w.start()),
+                end_date: format_t(w.end()),
+            })
+        }),
+        rule: r.rule.clone(),
+        field: r.field.clone(),
     }
 }
 

@@ -9,6 +9,7 @@ mod auth_modes;
 mod basics;
 mod concurrency;
 mod connections;
+mod dry_run;
 mod harness;
 mod hosts;
 mod instances;
