@@ -646,9 +646,14 @@ mod tests {
                 "must be strictly between",
             ),
         ];
-        for (start, end, before_end, expected) in refusals {
+        let fields = ["start_date", "end_date", "before_end_date"];
+        for ((start, end, before_end, expected), field) in refusals.into_iter().zip(fields) {
             let refusal = plan_create(start, end, before_end, notice, now).unwrap_err();
             assert!(refusal.to_string().contains(expected), "{refusal}");
+            assert!(
+                matches!(refusal, Refusal::BadDate { field: f, .. } if f == field),
+                "{refusal:?} should name {field}"
+            );
         }
     }
 }

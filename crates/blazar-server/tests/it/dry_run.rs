@@ -67,7 +67,10 @@ async fn everything(app: &TestApp) -> Value {
 
 async fn revisions(app: &TestApp) -> Vec<(String, i64)> {
     let mut tx = app.store().read().await.unwrap();
-    tx.lease_revisions(&LeaseFilter::default()).await.unwrap()
+    let revisions = tx.lease_revisions(&LeaseFilter::default()).await.unwrap();
+    // Ended now: a transaction left open would hold the test database past the test.
+    tx.commit().await.unwrap();
+    revisions
 }
 
 /// The lease minus what differs between two creates of the same request.
