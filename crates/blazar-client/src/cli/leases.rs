@@ -18,7 +18,7 @@ use super::human::{describe_date, localize};
 use super::output::{
     ListOutput, ShowOutput, check_sort, render_list, render_show, show_fields, sort_objects,
 };
-use super::reservations::{parse_create, parse_physical, parse_update};
+use super::reservations::{parse_all, parse_update};
 use super::resolve::{IdShape, Lookup, find_id};
 use super::{CliResult, Context, EXIT_TIMEOUT, EXIT_UNREACHABLE, Failure, emit};
 
@@ -457,13 +457,7 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
         }
         None => None,
     };
-    let mut reservations = Vec::new();
-    for argument in &args.physical_reservations {
-        reservations.push(parse_physical(argument)?);
-    }
-    for argument in &args.reservations {
-        reservations.push(parse_create(argument)?);
-    }
+    let reservations = parse_all(&args.physical_reservations, &args.reservations)?;
     if reservations.is_empty() {
         return Err(incorrect(
             "a lease needs at least one --physical-reservation or --reservation",
@@ -526,13 +520,7 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
 
 /// `lease-create --earliest`: the server searches and books the first window that fits.
 async fn create_earliest(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
-    let mut reservations = Vec::new();
-    for argument in &args.physical_reservations {
-        reservations.push(Value::Object(parse_physical(argument)?));
-    }
-    for argument in &args.reservations {
-        reservations.push(Value::Object(parse_create(argument)?));
-    }
+    let reservations = parse_all(&args.physical_reservations, &args.reservations)?;
     if reservations.is_empty() {
         return Err(incorrect(
             "a lease needs at least one --physical-reservation or --reservation",
@@ -547,7 +535,10 @@ async fn create_earliest(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
     )?);
     body.insert("name".into(), Value::String(args.name.clone()));
     body.insert("start_date".into(), Value::String("earliest".into()));
-    body.insert("reservations".into(), Value::Array(reservations));
+    body.insert(
+        "reservations".into(),
+        Value::Array(reservations.into_iter().map(Value::Object).collect()),
+    );
     body.insert("events".into(), Value::Array(Vec::new()));
     let lease: Map<String, Value> = ctx
         .client

@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 
 use super::human::localize;
 use super::output::{ListOutput, render_list};
-use super::reservations::{parse_create, parse_physical};
+use super::reservations::parse_all;
 use super::{CliResult, Context, Failure, emit};
 
 const COLUMNS: &[&str] = &["start_date", "end_date", "duration", "resources"];
@@ -159,13 +159,7 @@ fn summary(offer: &Value) -> String {
 }
 
 pub async fn offers(ctx: &Context, args: OffersArgs) -> CliResult {
-    let mut reservations = Vec::new();
-    for argument in &args.physical_reservations {
-        reservations.push(Value::Object(parse_physical(argument)?));
-    }
-    for argument in &args.reservations {
-        reservations.push(Value::Object(parse_create(argument)?));
-    }
+    let reservations = parse_all(&args.physical_reservations, &args.reservations)?;
     if reservations.is_empty() {
         return Err(Failure::plain(
             "an offer needs at least one --physical-reservation or --reservation",
@@ -181,7 +175,10 @@ pub async fn offers(ctx: &Context, args: OffersArgs) -> CliResult {
         args.min_duration.as_deref(),
         args.max_duration.as_deref(),
     )?);
-    body.insert("reservations".into(), Value::Array(reservations));
+    body.insert(
+        "reservations".into(),
+        Value::Array(reservations.into_iter().map(Value::Object).collect()),
+    );
     body.insert("limit".into(), json!(args.limit));
     body.insert("order".into(), json!(args.order));
     let found: Vec<Value> = ctx

@@ -153,6 +153,19 @@ fn parse_with_defaults(
     Ok(params)
 }
 
+/// Every `--physical-reservation`, then every `--reservation`, as request objects: what
+/// lease-create, lease-create --earliest and lease-offers send.
+pub fn parse_all(physical: &[String], generic: &[String]) -> CliResult<Vec<Map<String, Value>>> {
+    let mut reservations = Vec::with_capacity(physical.len() + generic.len());
+    for argument in physical {
+        reservations.push(parse_physical(argument)?);
+    }
+    for argument in generic {
+        reservations.push(parse_create(argument)?);
+    }
+    Ok(reservations)
+}
+
 /// One `--physical-reservation` of `lease-create`, checked as python-blazarclient checks
 /// it.
 pub fn parse_physical(argument: &str) -> CliResult<Map<String, Value>> {
