@@ -9,7 +9,9 @@
 # Options:
 #   --quick             small scales and few requests
 #   --backends LIST     sqlite,postgres (default both); sqlite-normal is SQLite with
-#                       --sqlite-synchronous normal, to measure what durability costs
+#                       --sqlite-synchronous normal, to measure what durability costs;
+#                       postgres-replicas is PostgreSQL with a second, `--role api` server
+#                       on the same database, the driver's requests spread over both
 #   --steps LIST        scale steps HOSTS:ALLOCATIONS,... (default: see below)
 #   --results DIR       where to write (default bench-results/<date>-<mode>)
 #   --pg-url URL        PostgreSQL server to create the throwaway database on
@@ -67,6 +69,7 @@ fi
 BENCH="$ROOT/target/release/blazar-bench"
 
 SERVER_PID=""
+REPLICA_PID=""
 TMPDIR_SQLITE=""
 PG_DB=""
 cleanup() {
@@ -75,6 +78,11 @@ cleanup() {
         wait "$SERVER_PID" 2>/dev/null || true
     fi
     SERVER_PID=""
+    if [ -n "$REPLICA_PID" ] && kill -0 "$REPLICA_PID" 2>/dev/null; then
+        kill "$REPLICA_PID" 2>/dev/null || true
+        wait "$REPLICA_PID" 2>/dev/null || true
+    fi
+    REPLICA_PID=""
     if [ -n "$TMPDIR_SQLITE" ]; then rm -rf "$TMPDIR_SQLITE"; TMPDIR_SQLITE=""; fi
     if [ -n "$PG_DB" ]; then
         psql "$PG_URL/postgres" -qc "DROP DATABASE IF EXISTS $PG_DB" >/dev/null 2>&1 || true
@@ -97,7 +105,7 @@ for backend in "${BACKEND_LIST[@]}"; do
             TMPDIR_SQLITE="$(mktemp -d)"
             URL="$TMPDIR_SQLITE/blazar.db"
             ;;
-        postgres)
+        postgres|postgres-replicas)
             PG_DB="blazar_bench_$$"
             psql "$PG_URL/postgres" -qc "CREATE DATABASE $PG_DB" >/dev/null
             URL="$PG_URL/$PG_DB"
@@ -119,8 +127,22 @@ for backend in "${BACKEND_LIST[@]}"; do
         kill -0 "$SERVER_PID" 2>/dev/null || { echo "server exited, see $RESULTS/server-$backend.log" >&2; exit 1; }
         sleep 0.1
     done
-    echo "$backend: blazar-server pid $SERVER_PID on 127.0.0.1:$PORT, steps $STEPS" >&2
-    "$BENCH" run --url "http://127.0.0.1:$PORT" --label "$LABEL" \
+    URLS="http://127.0.0.1:$PORT"
+    if [ "$backend" = postgres-replicas ]; then
+        LABEL="blazar-rs postgres, 2 replicas"
+        PORT2="$(free_port)"
+        "$SERVER" --listen "127.0.0.1:$PORT2" --database-url "$URL" --log warn --role api \
+            >"$RESULTS/server-$backend-api.log" 2>&1 &
+        REPLICA_PID=$!
+        for _ in $(seq 1 100); do
+            curl -fsS -o /dev/null "http://127.0.0.1:$PORT2/healthz" 2>/dev/null && break
+            kill -0 "$REPLICA_PID" 2>/dev/null || { echo "replica exited, see $RESULTS/server-$backend-api.log" >&2; exit 1; }
+            sleep 0.1
+        done
+        URLS="$URLS,http://127.0.0.1:$PORT2"
+    fi
+    echo "$backend: blazar-server pid $SERVER_PID at $URLS, steps $STEPS" >&2
+    "$BENCH" run --url "$URLS" --label "$LABEL" \
         --steps "$STEPS" --server-pid "$SERVER_PID" "${DRIVER_ARGS[@]}" ${EXTRA[@]+"${EXTRA[@]}"} \
         --out "$RESULTS/$backend.json" --markdown "$RESULTS/$backend.md" \
         >/dev/null 2> >(tee "$RESULTS/driver-$backend.log" >&2)

@@ -45,27 +45,42 @@ pub fn format_space(t: DateTime<Utc>) -> String {
     format_fixed(t, ' ', t.timestamp_subsec_micros() != 0)
 }
 
-/// The two formats above with plain integer formatting: lists print a dozen dates per lease
-/// and tens of thousands per allocation list, and chrono's `format` re-reads its pattern
-/// every time (the larger part of a list's rendering cost).
+/// The two formats above, digits written by hand: lists print a dozen dates per lease and
+/// hundreds of thousands per allocation list, and both chrono's `format` (which re-reads
+/// its pattern) and `write!` (a formatter call and a UTC-to-local step per field) were most
+/// of a list's rendering cost.
 fn format_fixed(t: DateTime<Utc>, separator: char, micros: bool) -> String {
-    use std::fmt::Write;
+    let naive = t.naive_utc();
     let mut out = String::with_capacity(26);
-    // Writing to a String cannot fail.
-    let _ = write!(
-        out,
-        "{:04}-{:02}-{:02}{separator}{:02}:{:02}:{:02}",
-        t.year(),
-        t.month(),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    );
+    match u32::try_from(naive.year()) {
+        Ok(year) if year <= 9999 => push_digits(&mut out, year, 4),
+        // Outside what Blazar's format knows; chrono's own digits, sign included.
+        _ => out.push_str(&format!("{:04}", naive.year())),
+    }
+    out.push('-');
+    push_digits(&mut out, naive.month(), 2);
+    out.push('-');
+    push_digits(&mut out, naive.day(), 2);
+    out.push(separator);
+    push_digits(&mut out, naive.hour(), 2);
+    out.push(':');
+    push_digits(&mut out, naive.minute(), 2);
+    out.push(':');
+    push_digits(&mut out, naive.second(), 2);
     if micros {
-        let _ = write!(out, ".{:06}", t.timestamp_subsec_micros());
+        out.push('.');
+        // A leap second's nanoseconds run past 999,999,999: it prints as Blazar's would.
+        push_digits(&mut out, (naive.nanosecond() / 1_000).min(999_999), 6);
     }
     out
+}
+
+/// Appends `value` as exactly `width` decimal digits, zero-padded (`value` < 10^width).
+fn push_digits(out: &mut String, value: u32, width: u32) {
+    for place in (0..width).rev() {
+        let digit = (value / 10u32.pow(place)) % 10;
+        out.push(char::from(b'0' + digit as u8));
+    }
 }
 
 /// Parses what [`format_t`] prints (the client reads lease dates back this way).
@@ -121,5 +136,24 @@ mod tests {
             format_t(precise),
             precise.format("%Y-%m-%dT%H:%M:%S%.6f").to_string()
         );
+    }
+
+    #[test]
+    fn output_formats_agree_with_chrono_over_the_calendar() {
+        // Seconds and microseconds from year 1 to 9999, by a step that visits every field.
+        let first = Utc.with_ymd_and_hms(1, 1, 1, 0, 0, 0).unwrap();
+        let last = Utc.with_ymd_and_hms(9999, 12, 31, 23, 59, 59).unwrap();
+        let mut t = first;
+        while t <= last {
+            assert_eq!(format_t(t), t.format("%Y-%m-%dT%H:%M:%S%.6f").to_string());
+            let space = if t.timestamp_subsec_micros() == 0 {
+                t.format("%Y-%m-%d %H:%M:%S").to_string()
+            } else {
+                t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
+            };
+            assert_eq!(format_space(t), space);
+            t += chrono::Duration::seconds(86_400 * 37 + 3_661)
+                + chrono::Duration::microseconds(7_919);
+        }
     }
 }

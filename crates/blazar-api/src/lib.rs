@@ -30,7 +30,7 @@ pub struct ErrorBody {
 /// One thing at fault in a refused lease create or update. Only the keys that apply are
 /// sent: a shortfall has `reservation`, `resource_type`, `requested` and, when the caller
 /// may be told, `matching`, `free`, the window and `next_offer`; a policy refusal has
-/// `rule`; a bad field has `field`.
+/// `rule`; a bad field has `field`; a usage-enforcement filter's refusal has `filter`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct RefusalReason {
     /// The reservation's 1-based position in a create, or its id in an update.
@@ -62,6 +62,69 @@ pub struct RefusalReason {
     pub rule: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// The usage-enforcement filter that refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// The project quota exceeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaRefusal>,
+}
+
+/// Which project quota a create or update would exceed: its name, the limit, what the
+/// project holds without the request and what the request adds, at the worst instant of the
+/// lease (`at`, for concurrent limits) or in the worst month (`month`, `YYYY-MM`, for the
+/// host-hour budget).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct QuotaRefusal {
+    pub name: String,
+    pub limit: i64,
+    pub in_use: serde_json::Number,
+    pub requested: serde_json::Number,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub month: Option<String>,
+}
+
+/// A calendar feed of a project's leases (ours). `path` (`/ical/<id>_<secret>.ics`, from the
+/// server's root) is in the answer to its creation only: it is the secret.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct IcalFeed {
+    pub id: String,
+    pub project_id: String,
+    pub description: String,
+    pub created_by: Option<String>,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// A project's quotas (ours; Blazar has none): every limit in force, `-1` for none, the
+/// ones the project's own overrides set, and what it holds now.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Quota {
+    pub project_id: String,
+    pub hosts: i64,
+    pub floatingips: i64,
+    pub instances: i64,
+    pub max_lease_duration: i64,
+    pub max_start_ahead: i64,
+    pub host_hours_per_month: i64,
+    /// The limits set for this project, by name; the others are the defaults.
+    pub overrides: BTreeMap<String, i64>,
+    pub usage: QuotaUsage,
+}
+
+/// What a project's reservations hold at `at`, and its weighted host-hours in that month
+/// (`YYYY-MM`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct QuotaUsage {
+    pub at: String,
+    pub hosts: i64,
+    pub floatingips: i64,
+    pub instances: i64,
+    pub month: String,
+    pub host_hours: serde_json::Number,
 }
 
 /// A key that is there, even as null, reads as `Some`.
@@ -148,7 +211,21 @@ pub struct Link {
     pub rel: String,
 }
 
-/// `GET /healthz`: `ok`, or why not.
+/// One event of `GET /v1/leases/events` (the data of a server-sent event whose id is `seq`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LeaseEvent {
+    /// Its place in the order of events; resume after it with `Last-Event-ID`.
+    pub seq: i64,
+    /// The notification's event type: `lease.create`, `lease.event.start_lease`, ...
+    pub event_type: String,
+    pub lease_id: Option<String>,
+    pub project_id: Option<String>,
+    /// The lease's status the event left it in, when the event says.
+    pub status: Option<String>,
+    pub created_at: String,
+}
+
+/// `GET /healthz` and `GET /readyz`: `ok`, or why not.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Health {
     pub status: String,

@@ -5,6 +5,8 @@
 //! `X-Project-Id`/`X-User-Id`/`X-Roles` headers; the Blazar reference peer strips those and maps
 //! an `X-Auth-Token` of the form `peer:<user>:<project>:<roles>` to that identity.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -25,7 +27,9 @@ pub enum Who {
 #[derive(Clone)]
 pub struct Api {
     http: reqwest::Client,
-    base: String,
+    /// One base URL per server; requests go to each in turn (replicas on one database).
+    bases: Arc<Vec<String>>,
+    next: Arc<AtomicUsize>,
 }
 
 /// What a request returned: the status and the raw body (parsed only when needed, so that
@@ -54,17 +58,26 @@ impl Api {
     /// `fresh_connections` opens a new TCP connection per request, as python-blazarclient does
     /// against Blazar (whose WSGI server answers `Connection: close`); otherwise connections
     /// are kept alive and reused.
-    pub fn new(base: &str, fresh_connections: bool, timeout: Duration) -> anyhow::Result<Api> {
-        let url = reqwest::Url::parse(base).with_context(|| format!("parsing --url {base}"))?;
-        let host = url.host_str().unwrap_or_default();
-        let loopback = host == "localhost"
-            || host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback());
-        if !loopback {
-            bail!("blazar-bench only targets loopback servers, not {base}");
+    /// `urls` is one base URL or several separated by commas: replicas of one service,
+    /// which the requests are spread over in turn.
+    pub fn new(urls: &str, fresh_connections: bool, timeout: Duration) -> anyhow::Result<Api> {
+        let mut bases = Vec::new();
+        for base in urls.split(',').map(str::trim).filter(|b| !b.is_empty()) {
+            let url = reqwest::Url::parse(base).with_context(|| format!("parsing --url {base}"))?;
+            let host = url.host_str().unwrap_or_default();
+            let loopback = host == "localhost"
+                || host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback());
+            if !loopback {
+                bail!("blazar-bench only targets loopback servers, not {base}");
+            }
+            bases.push(base.trim_end_matches('/').to_string());
+        }
+        if bases.is_empty() {
+            bail!("--url names no server");
         }
         let mut builder = reqwest::Client::builder()
             .timeout(timeout)
@@ -76,7 +89,8 @@ impl Api {
         };
         Ok(Api {
             http: builder.build().context("building the HTTP client")?,
-            base: base.trim_end_matches('/').to_string(),
+            bases: Arc::new(bases),
+            next: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -87,7 +101,8 @@ impl Api {
         who: Who,
         body: Option<&Value>,
     ) -> anyhow::Result<Reply> {
-        let url = format!("{}/v1{path}", self.base);
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.bases.len();
+        let url = format!("{}/v1{path}", self.bases[turn]);
         let mut request = self
             .http
             .request(method.clone(), &url)

@@ -22,13 +22,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use chrono::{NaiveDate, NaiveDateTime, TimeDelta, Utc};
+use chrono::{NaiveDate, NaiveDateTime, TimeDelta, Timelike, Utc};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::client::{Api, Who};
 use crate::model::{
-    LagStats, OpStats, OverlapCheck, SeedReport, StepReport, load_avg, percentile, rss_mb,
+    BurstStats, LagStats, OpStats, OverlapCheck, SeedReport, StepReport, load_avg, percentile,
+    rss_mb,
 };
 
 /// The operations the driver measures, in the order it runs them at each step. Reads come
@@ -41,6 +42,7 @@ pub const OPERATIONS: &[&str] = &[
     "host_timeline_week_query",
     "lease_create",
     "lease_create_mixed",
+    "lease_create_instance",
     "lease_update",
     "lease_delete",
     "lease_offers",
@@ -135,6 +137,7 @@ pub struct Config {
     pub lag_samples: usize,
     pub lag_poll_ms: u64,
     pub lag_timeout_s: f64,
+    pub burst_leases: usize,
     pub server_pid: Option<u32>,
     pub only: Option<Vec<String>>,
     pub seed: u64,
@@ -180,6 +183,25 @@ pub struct Driver {
     seeded_allocations: usize,
     project_allocations: usize,
     project_ready: bool,
+}
+
+/// A lease of `amount` instances of 2 vCPU, 2 GB of RAM and 20 GB of disk on any hosts.
+fn instance_body(name: &str, start: &str, end: &str, amount: usize) -> Value {
+    json!({
+        "name": name,
+        "start_date": start,
+        "end_date": end,
+        "events": [],
+        "reservations": [{
+            "resource_type": "virtual:instance",
+            "amount": amount,
+            "vcpus": 2,
+            "memory_mb": 2048,
+            "disk_gb": 20,
+            "affinity": null,
+            "resource_properties": "",
+        }],
+    })
 }
 
 fn lease_body(
@@ -346,7 +368,7 @@ impl Driver {
                         let path = self.timeline_path(7, Some(self.hundred_hosts_query()));
                         self.measure_read(op, &path, Who::Member, c).await
                     }
-                    "lease_create" | "lease_create_mixed" => {
+                    "lease_create" | "lease_create_mixed" | "lease_create_instance" => {
                         let (stats, created) = self.measure_create(op, c).await;
                         if *op == "lease_create" {
                             pool.extend(created);
@@ -411,6 +433,15 @@ impl Driver {
                 lag.samples, lag.p50_ms, lag.max_ms, lag.timeouts
             ));
             report.start_lag = Some(lag);
+        }
+        if self.cfg.burst_leases > 0 && self.wanted("burst") {
+            let (burst, created) = self.measure_burst(self.cfg.burst_leases, log).await;
+            log(&format!(
+                "  burst: {} of {} leases created; ACTIVE p50 {:.0} ms, last {:.0} ms after their start time, {} timeouts",
+                burst.created, burst.leases, burst.p50_ms, burst.last_ms, burst.timeouts
+            ));
+            leftovers.extend(created);
+            report.burst = Some(burst);
         }
         leftovers.append(&mut pool);
         self.cleanup(leftovers, log).await;
@@ -728,12 +759,12 @@ impl Driver {
                     } else {
                         vec![((i % 10 + 1) as u32, Some(("gpu", "true")))]
                     };
-                    let body = lease_body(
-                        &format!("bench-{op}-c{c}-{i:05}"),
-                        &fmt_minute(start),
-                        &fmt_minute(end),
-                        reservations,
-                    );
+                    let name = format!("bench-{op}-c{c}-{i:05}");
+                    let body = if op == "lease_create_instance" {
+                        instance_body(&name, &fmt_minute(start), &fmt_minute(end), i % 4 + 1)
+                    } else {
+                        lease_body(&name, &fmt_minute(start), &fmt_minute(end), reservations)
+                    };
                     (body, end)
                 })
                 .collect(),
@@ -1015,6 +1046,84 @@ impl Driver {
             .call(Method::DELETE, &format!("/leases/{id}"), Who::Admin, None)
             .await;
         Ok(lag)
+    }
+
+    /// `n` one-host leases that all start at the same minute boundary (at least 45 s ahead,
+    /// so the creates are done by then), then the lease list read every 100 ms until each
+    /// is ACTIVE: how long after the start time the scheduler and the workers get there.
+    async fn measure_burst(&self, n: usize, log: &dyn Fn(&str)) -> (BurstStats, Vec<Created>) {
+        let mut stats = BurstStats {
+            leases: n,
+            ..BurstStats::default()
+        };
+        let now = Utc::now().naive_utc();
+        let Some(start) = (now + TimeDelta::seconds(105))
+            .with_second(0)
+            .and_then(|t| t.with_nanosecond(0))
+        else {
+            stats.errors.push("no start minute".into());
+            return (stats, Vec::new());
+        };
+        let end = start + TimeDelta::minutes(30);
+        log(&format!("  burst: {n} leases starting at {start} UTC"));
+        let bodies: Arc<Vec<Value>> = Arc::new(
+            (0..n)
+                .map(|i| {
+                    lease_body(
+                        &format!("bench-burst-{i:05}"),
+                        &fmt_minute(start),
+                        &fmt_minute(end),
+                        vec![(1, None)],
+                    )
+                })
+                .collect(),
+        );
+        let api = self.api.clone();
+        let results = run_concurrently(16, n, 120.0, move |i| {
+            let api = api.clone();
+            let bodies = bodies.clone();
+            async move {
+                let reply = api
+                    .call_ok(Method::POST, "/leases", Who::Admin, Some(&bodies[i]), "")
+                    .await?;
+                let id = lease_id_of(&reply)?;
+                Ok(Outcome::Created(Created { id, end }))
+            }
+        })
+        .await;
+        let created = results.created.clone();
+        stats.created = created.len();
+        let mut waiting: std::collections::HashSet<String> =
+            created.iter().map(|c| c.id.clone()).collect();
+        let start_at = start.and_utc();
+        let mut lags = Vec::new();
+        let deadline = start_at + TimeDelta::seconds(self.cfg.lag_timeout_s.max(60.0) as i64);
+        while !waiting.is_empty() && Utc::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if Utc::now() < start_at {
+                continue;
+            }
+            let Ok(reply) = self.api.get("/leases", Who::Admin).await else {
+                continue;
+            };
+            let Ok(body) = reply.json() else {
+                continue;
+            };
+            let seen = (Utc::now() - start_at).num_milliseconds() as f64;
+            for lease in body["leases"].as_array().into_iter().flatten() {
+                if lease["status"] == "ACTIVE"
+                    && let Some(id) = lease["id"].as_str()
+                    && waiting.remove(id)
+                {
+                    lags.push(seen);
+                }
+            }
+        }
+        lags.sort_by(f64::total_cmp);
+        stats.timeouts = waiting.len();
+        stats.p50_ms = percentile(&lags, 50.0);
+        stats.last_ms = lags.last().copied().unwrap_or(0.0);
+        (stats, created)
     }
 
     /// Runs `request` on each of `leases`, `c` at a time, for at most `max_seconds`.
@@ -1317,6 +1426,7 @@ mod tests {
             lag_samples: 0,
             lag_poll_ms: 5,
             lag_timeout_s: 1.0,
+            burst_leases: 0,
             server_pid: None,
             only: None,
             seed: 7,

@@ -42,7 +42,8 @@ enum Command {
 
 #[derive(Args)]
 struct RunArgs {
-    /// Base URL of the server (loopback only); the driver calls URL/v1/...
+    /// Base URL of the server (loopback only); the driver calls URL/v1/... Several, comma
+    /// separated, are replicas on one database: requests go to each in turn.
     #[arg(long, default_value = "http://127.0.0.1:1234")]
     url: String,
     /// Names the server and backend in tables and JSON, e.g. "blazar-rs sqlite".
@@ -90,10 +91,15 @@ struct RunArgs {
     /// Give up on a lease that is not ACTIVE after this many seconds.
     #[arg(long, default_value_t = 30.0)]
     lag_timeout: f64,
+    /// Leases starting in the same minute whose start is measured at each step (the burst
+    /// scenario; 0 to skip). Each holds one host, so at most as many as there are hosts.
+    #[arg(long, default_value_t = 0)]
+    burst_leases: usize,
     /// PID of the server, to report its resident memory (/proc/PID/status VmRSS).
     #[arg(long)]
     server_pid: Option<u32>,
-    /// Only these operations (comma-separated; names as in the tables, plus start_lag).
+    /// Only these operations (comma-separated; names as in the tables, plus start_lag and
+    /// burst).
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
     /// Open a new connection per request (as Blazar's clients do) instead of keep-alive.
@@ -155,6 +161,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         lag_samples: args.lag_samples,
         lag_poll_ms: args.lag_poll_ms.max(1),
         lag_timeout_s: args.lag_timeout,
+        burst_leases: args.burst_leases,
         server_pid: args.server_pid,
         only: args.only.clone(),
         seed: args.seed,

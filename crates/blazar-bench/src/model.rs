@@ -78,6 +78,8 @@ pub struct StepReport {
     pub peak_rss_mb: Option<f64>,
     pub ops: Vec<OpStats>,
     pub start_lag: Option<LagStats>,
+    #[serde(default)]
+    pub burst: Option<BurstStats>,
     pub overlap_check: Option<OverlapCheck>,
     pub seconds: f64,
     /// The machine's 1-minute load average when the measurements began and ended: on a
@@ -128,6 +130,21 @@ pub struct LagStats {
     pub p50_ms: f64,
     pub max_ms: f64,
     /// Leases that did not become ACTIVE within the wait limit.
+    pub timeouts: usize,
+    pub errors: Vec<String>,
+}
+
+/// A burst of leases starting in the same minute: how late after their start time they
+/// were seen ACTIVE.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BurstStats {
+    /// Leases asked for, and created (a create refused for want of a free host is left out).
+    pub leases: usize,
+    pub created: usize,
+    /// When each lease was first seen ACTIVE, after the start time: median and the last.
+    pub p50_ms: f64,
+    pub last_ms: f64,
+    /// Leases not ACTIVE within the wait limit.
     pub timeouts: usize,
     pub errors: Vec<String>,
 }

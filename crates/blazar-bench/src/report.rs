@@ -105,6 +105,16 @@ pub fn render_run(run: &RunReport) -> String {
                 lag.timeouts
             ));
         }
+        if let Some(burst) = &step.burst {
+            notes.push(format!(
+                "burst of {} leases starting in one minute ({} created): ACTIVE p50 {} ms, last {} ms after the start time ({} timeouts)",
+                burst.leases,
+                burst.created,
+                ms(burst.p50_ms),
+                ms(burst.last_ms),
+                burst.timeouts
+            ));
+        }
         notes.push(format!(
             "step took {:.0} s; machine load average {} at the start, {} at the end",
             step.seconds,

@@ -163,6 +163,16 @@ impl Client {
     /// Sends one request and returns the raw body of a 2xx answer; any other status becomes
     /// [`Error::Api`] with the server's message.
     pub async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Vec<u8>> {
+        Ok(self.send_for_headers(method, path, body).await?.1)
+    }
+
+    /// Like [`Client::send`], with the answer's headers.
+    pub async fn send_for_headers(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(reqwest::header::HeaderMap, Vec<u8>)> {
         let url = format!("{}{}", self.endpoint, path);
         if self.debug {
             let body = body.map(|b| format!(" {b}")).unwrap_or_default();
@@ -184,6 +194,7 @@ impl Client {
             .await
             .map_err(|e| Error::unreachable(&url, &e))?;
         let status = response.status();
+        let headers = response.headers().clone();
         let bytes = response
             .bytes()
             .await
@@ -207,7 +218,18 @@ impl Client {
                 reasons: error_reasons(&text),
             });
         }
-        Ok(bytes.to_vec())
+        Ok((headers, bytes.to_vec()))
+    }
+
+    /// `GET` a path and return the value under `key` of the envelope, with the answer's
+    /// headers.
+    pub async fn get_with_headers<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        key: &str,
+    ) -> Result<(reqwest::header::HeaderMap, T)> {
+        let (headers, body) = self.send_for_headers(Method::GET, path, None).await?;
+        Ok((headers, unwrap_envelope(&self.url(path), &body, key)?))
     }
 
     /// `GET` a path and return the value under `key` of the envelope.

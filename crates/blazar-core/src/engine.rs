@@ -183,6 +183,44 @@ pub fn place(
     }
 }
 
+/// Candidates a batched placement reads first, after the ones the reservation keeps; each
+/// further probe reads twice as many more.
+pub const PLACE_BATCH: usize = 32;
+
+/// Where each probe of a batched placement ends, over `total` candidates of which the first
+/// `kept` are the reservation's own: `kept + 32`, then `+ 64`, `+ 128`, ..., the last at
+/// `total`. Doubling keeps a search that must see every candidate to a few probes.
+pub fn probe_ends(kept: usize, total: usize) -> Vec<usize> {
+    let mut ends = Vec::new();
+    let mut size = PLACE_BATCH;
+    let mut end = kept.saturating_add(size);
+    loop {
+        ends.push(end.min(total));
+        if end >= total {
+            return ends;
+        }
+        size = size.saturating_mul(2);
+        end = end.saturating_add(size);
+    }
+}
+
+/// [`place`] over the shortest probe of `candidates` (the kept ones first, then in the
+/// order the search reads them) in which the instances fit, as an allocation that reads the
+/// candidates' usage probe by probe finds it; `None` when they do not fit in all of them.
+/// A candidate that cannot be used has zero slots but keeps its place, so that every
+/// caller's probes cover the same hosts.
+pub fn place_in_batches(
+    candidates: &[HostSlots],
+    kept: usize,
+    keep: &[i64],
+    amount: i64,
+    affinity: Affinity,
+) -> Option<Vec<(i64, i64)>> {
+    probe_ends(kept, candidates.len())
+        .into_iter()
+        .find_map(|end| place(&candidates[..end], keep, amount, affinity))
+}
+
 /// Blocked windows per resource, for checking and for fast candidate search in memory.
 #[derive(Debug, Default, Clone)]
 pub struct Ledger {
@@ -239,6 +277,56 @@ mod tests {
 
     fn set(ids: &[i64]) -> HashSet<i64> {
         ids.iter().copied().collect()
+    }
+
+    #[test]
+    fn probes_double_after_the_kept_candidates() {
+        assert_eq!(probe_ends(0, 0), vec![0]);
+        assert_eq!(probe_ends(0, 10), vec![10]);
+        assert_eq!(probe_ends(0, 32), vec![32]);
+        assert_eq!(probe_ends(0, 100), vec![32, 96, 100]);
+        assert_eq!(probe_ends(3, 300), vec![35, 99, 227, 300]);
+    }
+
+    #[test]
+    fn batched_placement_stops_at_the_first_probe_that_fits() {
+        let hosts = |slots: &[i64], used: &[i64]| -> Vec<HostSlots> {
+            slots
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| HostSlots {
+                    host: i as i64 + 1,
+                    slots: n,
+                    in_use: used.contains(&(i as i64 + 1)),
+                })
+                .collect()
+        };
+        // 100 hosts of 2 slots, host 90 already in use: a whole search would pack onto
+        // host 90; the first probe (hosts 1 to 32) already fits.
+        let many = hosts(&[2; 100], &[90]);
+        assert_eq!(place(&many, &[], 2, Affinity::Any), Some(vec![(90, 2)]));
+        assert_eq!(
+            place_in_batches(&many, 0, &[], 2, Affinity::Any),
+            Some(vec![(1, 2)])
+        );
+        // Hosts that cannot be used keep their place: the first 40 are full, so the second
+        // probe (33 to 96) is where 8 instances on different hosts are found.
+        let mut slots = vec![0; 40];
+        slots.extend([1; 60]);
+        let placed = place_in_batches(&hosts(&slots, &[]), 0, &[], 8, Affinity::Different);
+        assert_eq!(placed, Some((41..=48).map(|h| (h, 1)).collect::<Vec<_>>()));
+        // What fits nowhere is None, as with a whole search.
+        assert_eq!(
+            place_in_batches(&hosts(&[1; 100], &[]), 0, &[], 3, Affinity::Same),
+            None
+        );
+        // Kept hosts come first and are preferred.
+        let mut kept = hosts(&[2; 50], &[]);
+        kept.rotate_left(45);
+        assert_eq!(
+            place_in_batches(&kept, 1, &[46], 2, Affinity::Any),
+            Some(vec![(46, 2)])
+        );
     }
 
     #[test]
@@ -384,6 +472,39 @@ mod tests {
                 free: 0
             }
         );
+    }
+
+    proptest! {
+        /// A batched placement fits exactly when a whole one does, and what it grants is
+        /// a valid placement: within each host's slots and by the affinity.
+        #[test]
+        fn batched_placement_fits_when_a_whole_one_does(
+            slots in proptest::collection::vec(0i64..4, 0..200),
+            amount in 1i64..12,
+            affinity in prop_oneof![
+                Just(Affinity::Any), Just(Affinity::Same), Just(Affinity::Different)
+            ],
+        ) {
+            let candidates: Vec<HostSlots> = slots
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| HostSlots { host: i as i64, slots: n, in_use: i % 7 == 0 })
+                .collect();
+            let whole = place(&candidates, &[], amount, affinity);
+            let batched = place_in_batches(&candidates, 0, &[], amount, affinity);
+            prop_assert_eq!(whole.is_some(), batched.is_some());
+            if let Some(placement) = batched {
+                prop_assert_eq!(placement.iter().map(|p| p.1).sum::<i64>(), amount);
+                for (host, units) in &placement {
+                    prop_assert!(*units <= slots[*host as usize]);
+                }
+                match affinity {
+                    Affinity::Same => prop_assert_eq!(placement.len(), 1),
+                    Affinity::Different => prop_assert!(placement.iter().all(|p| p.1 == 1)),
+                    Affinity::Any => {}
+                }
+            }
+        }
     }
 
     proptest! {

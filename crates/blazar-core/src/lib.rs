@@ -6,6 +6,7 @@ pub mod host;
 pub mod lease;
 pub mod offer;
 pub mod query;
+pub mod quota;
 pub mod records;
 pub mod reservation;
 pub mod status;
@@ -16,7 +17,7 @@ pub use host::{HostFacts, HostRecord};
 pub use lease::{Allocation, Event, Lease, LeaseView, Refusal, Reservation, When};
 pub use query::{PropertyQuery, QueryError};
 pub use records::{
-    ActionRecord, ApiToken, Flavor, Handover, LeaseFilter, Property, ResourceRecord,
+    ActionRecord, ApiToken, Flavor, Handover, IcalFeed, LeaseFilter, Property, ResourceRecord,
 };
 pub use reservation::{ReservationSpec, SpecError};
 pub use status::{

@@ -4,7 +4,7 @@
 //! The search works on what the store read for the request's candidate resources (their
 //! allocations inside the search window) and decides exactly as a lease create decides:
 //! whole resources are picked with [`engine::pick`] in the same preference order, instance
-//! slots are placed with [`engine::place`] over the peak usage of the window, and each
+//! slots are placed with [`engine::place_in_batches`] over the peak usage of the window, and each
 //! reservation sees what the ones before it in the same lease were given.
 //!
 //! Why checking a few starts is exact: whether a window fits depends only on which
@@ -185,15 +185,25 @@ pub fn fit(
                 affinity,
             } => {
                 let window = TimeWindow::new(start, until).map_err(|_| Unmet(i))?;
+                // One entry per candidate, in order, those that cannot be used with zero
+                // slots: the probes of `place_in_batches` then cover the hosts a create's
+                // do.
                 let mut free = Vec::with_capacity(hosts.len());
                 for &(id, capacity) in hosts {
+                    let unusable = HostSlots {
+                        host: id,
+                        slots: 0,
+                        in_use: true,
+                    };
                     if overlay.taken(kind, id) {
+                        free.push(unusable);
                         continue;
                     }
                     let uses = occupancy.of(kind, id);
                     let overlapping: Vec<&Busy> =
                         uses.iter().filter(|b| b.overlaps(start, until)).collect();
                     if overlapping.iter().any(|b| b.exclusive) {
+                        free.push(unusable);
                         continue;
                     }
                     let intervals: Vec<(TimeWindow, Usage)> = overlapping
@@ -211,7 +221,8 @@ pub fn fit(
                         in_use: !overlapping.is_empty() || mine.is_some(),
                     });
                 }
-                let placement = engine::place(&free, &[], *amount, *affinity).ok_or(Unmet(i))?;
+                let placement =
+                    engine::place_in_batches(&free, 0, &[], *amount, *affinity).ok_or(Unmet(i))?;
                 let placed = overlay.slots.entry(kind.clone()).or_default();
                 for &(host, units) in &placement {
                     let total = placed.entry(host).or_default();

@@ -38,6 +38,30 @@ pub struct ResourceRecord {
     pub updated_at: Option<DateTime<Utc>>,
 }
 
+impl ResourceRecord {
+    /// The name people know the resource by, on calendars and in offers: a floating IP's
+    /// address, a segment as `physical_network:segment_id` (its id alone when it has no
+    /// physical network), a device's name; the API id when the attribute is missing.
+    pub fn display_name(&self) -> String {
+        let text = |key: &str| match self.attrs.get(key) {
+            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            Some(Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        let name = match self.kind.as_str() {
+            crate::reservation::FLOATINGIP => text("floating_ip_address"),
+            crate::reservation::NETWORK => match (text("physical_network"), text("segment_id")) {
+                (Some(physical), Some(segment)) => Some(format!("{physical}:{segment}")),
+                (None, Some(segment)) => Some(segment),
+                _ => None,
+            },
+            crate::reservation::DEVICE => text("name"),
+            _ => None,
+        };
+        name.unwrap_or_else(|| self.uid.clone())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Property {
     pub id: String,
@@ -59,6 +83,20 @@ pub struct Handover {
     pub reservation_id: String,
     pub started_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,
+}
+
+/// A project's leases published as an iCalendar feed at a URL carrying a secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IcalFeed {
+    /// The public part of the feed's URL, used to find it.
+    pub id: String,
+    /// Hex SHA-256 digest of the secret part of the URL.
+    pub secret_sha256: String,
+    pub project_id: String,
+    pub description: String,
+    /// The user who created it, when known.
+    pub created_by: Option<String>,
+    pub created_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,4 +145,50 @@ pub struct LeaseFilter {
     pub user_id: Option<String>,
     pub status: Option<String>,
     pub name: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reservation::{DEVICE, FLOATINGIP, NETWORK};
+    use serde_json::json;
+
+    #[test]
+    fn pool_resources_are_named_for_people() {
+        let rows = [
+            (
+                FLOATINGIP,
+                json!({"floating_ip_address": "172.24.4.10"}),
+                "172.24.4.10",
+            ),
+            (
+                NETWORK,
+                json!({"physical_network": "physnet1", "segment_id": 1001}),
+                "physnet1:1001",
+            ),
+            (
+                NETWORK,
+                json!({"physical_network": null, "segment_id": 7}),
+                "7",
+            ),
+            (NETWORK, json!({"physical_network": "physnet1"}), "uid-1"),
+            (DEVICE, json!({"name": "gpu-1"}), "gpu-1"),
+            (DEVICE, json!({"name": ""}), "uid-1"),
+            (FLOATINGIP, json!({}), "uid-1"),
+        ];
+        for (kind, fields, expected) in rows {
+            let record = ResourceRecord {
+                id: 1,
+                uid: "uid-1".into(),
+                kind: kind.into(),
+                uniq: String::new(),
+                attrs: fields.as_object().cloned().unwrap_or_default(),
+                reservable: true,
+                capabilities: BTreeMap::new(),
+                created_at: DateTime::UNIX_EPOCH,
+                updated_at: None,
+            };
+            assert_eq!(record.display_name(), expected, "{fields}");
+        }
+    }
 }

@@ -82,6 +82,9 @@ wire_enum!(
         Release => "release",
         /// Snapshot what runs on the resources before the lease ends (`before_end: snapshot`).
         Snapshot => "snapshot",
+        /// Tell the usage-enforcement filters that the lease ended (Blazar's `on_end`); no
+        /// resource and no backend is involved.
+        OnEnd => "on_end",
     }
 );
 
@@ -102,6 +105,8 @@ wire_enum!(
         Reserve => "reserve",
         /// The lease is about to end.
         BeforeEnd => "before_end",
+        /// Usage enforcement was told of the lease: nothing waits for it.
+        Enforcement => "enforcement",
     }
 );
 
@@ -170,6 +175,34 @@ impl LeaseStatus {
         )
     }
 
+    /// Whether a lease in this status may still become `target`: not once it is in `ERROR`
+    /// (unless that is the target) or past the target in a lease's life (`TERMINATED` when
+    /// waiting for `ACTIVE`). Transient statuses that can lead anywhere (`UPDATING`,
+    /// `DELETING`) keep every target open.
+    pub fn can_still_become(self, target: LeaseStatus) -> bool {
+        fn rank(status: LeaseStatus) -> Option<u8> {
+            match status {
+                LeaseStatus::Creating => Some(0),
+                LeaseStatus::Pending => Some(1),
+                LeaseStatus::Starting => Some(2),
+                LeaseStatus::Active => Some(3),
+                LeaseStatus::Terminating => Some(4),
+                LeaseStatus::Terminated => Some(5),
+                _ => None,
+            }
+        }
+        if self == target {
+            return true;
+        }
+        if self == LeaseStatus::Error {
+            return false;
+        }
+        match (rank(self), rank(target)) {
+            (Some(now), Some(wanted)) => now < wanted,
+            _ => true,
+        }
+    }
+
     /// The stable status implied by the statuses of the start and end events, as Blazar derives
     /// it after every operation.
     pub fn derive(start: EventStatus, end: EventStatus) -> LeaseStatus {
@@ -185,6 +218,31 @@ impl LeaseStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reachable_statuses() {
+        use LeaseStatus::*;
+        let cases = [
+            (Pending, Active, true),
+            (Starting, Active, true),
+            (Active, Active, true),
+            (Updating, Active, true),
+            (Error, Active, false),
+            (Error, Error, true),
+            (Terminating, Active, false),
+            (Terminated, Active, false),
+            (Active, Terminated, true),
+            (Active, Pending, false),
+            (Pending, Error, true),
+        ];
+        for (now, target, expected) in cases {
+            assert_eq!(
+                now.can_still_become(target),
+                expected,
+                "{now:?} -> {target:?}"
+            );
+        }
+    }
 
     #[test]
     fn wire_names_round_trip() {

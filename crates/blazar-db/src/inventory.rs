@@ -1,6 +1,6 @@
 //! The inventory besides hosts: floating IPs, network segments and devices in one table
 //! (`kind` tells them apart, type-specific fields live in `attrs`), their extra
-//! capabilities, flavors, and the notification outbox.
+//! capabilities, and flavors.
 
 use std::collections::BTreeMap;
 
@@ -22,15 +22,6 @@ pub struct NewResource {
     pub attrs: Map<String, Value>,
     pub reservable: bool,
     pub capabilities: BTreeMap<String, String>,
-    pub created_at: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct NotificationRow {
-    pub id: String,
-    pub event_type: String,
-    pub lease_id: Option<String>,
-    pub payload: Value,
     pub created_at: DateTime<Utc>,
 }
 
@@ -281,51 +272,5 @@ impl Tx {
             .execute(self.conn().await?)
             .await?;
         Ok(())
-    }
-
-    pub async fn insert_notification(&mut self, n: &NotificationRow) -> DbResult<()> {
-        sqlx::query(
-            "INSERT INTO notifications (id, seq, event_type, lease_id, payload, created_at) \
-             VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM notifications), $2, $3, $4, $5)",
-        )
-        .bind(&n.id)
-        .bind(&n.event_type)
-        .bind(n.lease_id.as_deref())
-        .bind(n.payload.to_string())
-        .bind(to_secs(n.created_at))
-        .execute(self.conn().await?)
-        .await?;
-        Ok(())
-    }
-
-    pub async fn list_notifications(
-        &mut self,
-        lease_id: Option<&str>,
-    ) -> DbResult<Vec<NotificationRow>> {
-        let mut sql =
-            String::from("SELECT id, event_type, lease_id, payload, created_at FROM notifications");
-        if lease_id.is_some() {
-            sql.push_str(" WHERE lease_id = $1");
-        }
-        sql.push_str(" ORDER BY seq");
-        let mut query = sqlx::query(&sql);
-        if let Some(l) = lease_id {
-            query = query.bind(l);
-        }
-        let rows = query.fetch_all(self.conn().await?).await?;
-        rows.iter()
-            .map(|row| {
-                let payload: String = row.try_get("payload")?;
-                Ok(NotificationRow {
-                    id: row.try_get("id")?,
-                    event_type: row.try_get("event_type")?,
-                    lease_id: row.try_get("lease_id")?,
-                    payload: serde_json::from_str(&payload).map_err(|_| {
-                        DbError::Corrupt(format!("notification payload {payload:?}"))
-                    })?,
-                    created_at: from_secs(row.try_get("created_at")?)?,
-                })
-            })
-            .collect()
     }
 }

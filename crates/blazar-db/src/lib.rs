@@ -9,10 +9,14 @@
 mod actions;
 mod allocations;
 mod events;
+mod feeds;
+mod gauges;
 mod hosts;
 mod inventory;
 mod leases;
+mod notifications;
 mod properties;
+mod quotas;
 mod timeline;
 mod tokens;
 
@@ -26,11 +30,14 @@ use sqlx::{Any, AnyPool, Executor};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 pub use actions::{ActionOutcome, NewAction};
-pub use allocations::{AllocationUsage, AllocationView, GrantRow, NewAllocation};
+pub use allocations::{AllocationFilter, AllocationUsage, AllocationView, GrantRow, NewAllocation};
 pub use hosts::NewHost;
-pub use inventory::{NewResource, NotificationRow};
+pub use inventory::NewResource;
 pub use leases::LeaseTree;
+pub use notifications::NotificationRow;
+pub use notifications::SequencedNotification;
 pub use properties::PropertyWithValues;
+pub use quotas::{ProjectAllocation, QuotaRow};
 pub use timeline::{TimelineResources, TimelineRow};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +131,16 @@ impl SqliteSync {
             SqliteSync::Normal => "NORMAL",
         }
     }
+}
+
+/// Connections of a store's pools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolUse {
+    /// Open, idle or in use.
+    pub open: u32,
+    pub idle: u32,
+    /// The most that may be open.
+    pub max: u32,
 }
 
 #[derive(Clone)]
@@ -284,6 +301,54 @@ impl Store {
         self.backend
     }
 
+    /// How the connection pools are used now (SQLite's writer connection included).
+    pub fn pool_use(&self) -> PoolUse {
+        let pools = std::iter::once(&self.pool).chain(self.writer.as_ref());
+        let mut usage = PoolUse::default();
+        for pool in pools {
+            usage.open += pool.size();
+            usage.idle += u32::try_from(pool.num_idle()).unwrap_or(u32::MAX);
+            usage.max += pool.options().get_max_connections();
+        }
+        usage
+    }
+
+    /// The migrations this build knows that the database has not applied (successfully):
+    /// empty when the schema is what this build expects. Fails when the database cannot be
+    /// reached.
+    pub async fn pending_migrations(&self) -> DbResult<Vec<i64>> {
+        let migrator = match self.backend {
+            Backend::Sqlite => &SQLITE_MIGRATOR,
+            Backend::Postgres => &POSTGRES_MIGRATOR,
+        };
+        let mut tx = self.read().await?;
+        // A database that never ran the migrator has no table: every migration is pending.
+        let applied: Vec<i64> = match tx
+            .fetch_rows(
+                "SELECT CAST(version AS BIGINT) AS version FROM _sqlx_migrations \
+                 WHERE success = TRUE",
+                vec![],
+            )
+            .await
+        {
+            Ok(rows) => rows
+                .iter()
+                .map(|row| sqlx::Row::try_get::<i64, _>(row, "version"))
+                .collect::<Result<_, _>>()?,
+            Err(DbError::Sql(sqlx::Error::Database(e))) => {
+                tracing::debug!(error = %e, "no migration table");
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
+        let _ = tx.commit().await;
+        Ok(migrator
+            .iter()
+            .map(|m| m.version)
+            .filter(|v| !applied.contains(v))
+            .collect())
+    }
+
     /// A transaction that may write. On SQLite it holds the database write lock from the
     /// start, so what it reads stays true until it commits.
     pub async fn write(&self) -> DbResult<Tx> {
@@ -380,6 +445,8 @@ pub struct Tx {
     revised: std::collections::HashSet<String>,
     /// Whether this transaction recorded outside-world actions (workers are woken after commit).
     recorded_actions: bool,
+    /// Whether this transaction wrote notifications (the publisher is woken after commit).
+    recorded_notifications: bool,
     writer: bool,
     _guard: Option<OwnedMutexGuard<()>>,
 }
@@ -548,6 +615,7 @@ impl Tx {
             revise: Default::default(),
             revised: Default::default(),
             recorded_actions: false,
+            recorded_notifications: false,
             writer,
             _guard: guard,
         }
@@ -582,6 +650,17 @@ impl Tx {
     /// Whether this transaction recorded actions for the workers.
     pub fn recorded_actions(&self) -> bool {
         self.recorded_actions
+    }
+
+    /// Whether this transaction changed a lease (itself, its reservations or its events):
+    /// whoever waits on a lease may look again once it commits.
+    pub fn changed_leases(&self) -> bool {
+        !self.revise.is_empty() || !self.revised.is_empty()
+    }
+
+    /// Whether this transaction wrote notifications for the publisher.
+    pub fn recorded_notifications(&self) -> bool {
+        self.recorded_notifications
     }
 
     /// The connection, with every queued write sent: reads see what this transaction wrote.
@@ -750,12 +829,85 @@ impl Tx {
         self.advisory_lock(7_355_608).await
     }
 
-    /// Serialises transactions that allocate resources, on PostgreSQL (SQLite writers are
-    /// serialised already). The exclusion constraint alone keeps allocations from overlapping,
-    /// but racing writers would then fail and retry in storms; queueing them is faster. The
-    /// lock is transaction-scoped and re-entrant.
+    /// Serialises notification claims on PostgreSQL (SQLite writers are serialised
+    /// already), so each claim sees the ones committed before it.
+    pub async fn lock_notification_claims(&mut self) -> DbResult<()> {
+        self.advisory_lock(7_355_610).await
+    }
+
+    /// Serialises, on PostgreSQL, the transactions that decide from a view of many resources
+    /// at once (an `earliest` search and the window it books, the healing of a pool
+    /// reservation); SQLite writers are serialised already. Ordinary allocations claim
+    /// only what they pick ([`Tx::try_claim_resources`]). Transaction-scoped, re-entrant.
     pub async fn lock_allocations(&mut self) -> DbResult<()> {
         self.advisory_lock(7_355_609).await
+    }
+
+    /// Claims, for this transaction, the resources of `ids` of a type that no concurrent
+    /// transaction has claimed, without waiting, and answers (claimed, contended), both in
+    /// the order given. On PostgreSQL a claim is a transaction-scoped advisory lock per
+    /// resource: writers picking among the same candidates pass over each other's picks
+    /// instead of queueing behind one lock or colliding on the exclusion constraint (which
+    /// stays the guarantee). On SQLite, whose writers are serialised, everything is claimed.
+    pub async fn try_claim_resources(
+        &mut self,
+        kind: &str,
+        ids: &[i64],
+    ) -> DbResult<(Vec<i64>, Vec<i64>)> {
+        if self.backend != Backend::Postgres || ids.is_empty() {
+            return Ok((ids.to_vec(), Vec::new()));
+        }
+        // VALUES is read in order, so the claims are tried in preference order.
+        let (sql, args) = claim_statement(
+            "v.id AS id, pg_try_advisory_xact_lock(KEY) AS got",
+            kind,
+            ids,
+        );
+        let rows = self.fetch_rows(&sql, args).await?;
+        let mut claimed = Vec::with_capacity(ids.len());
+        let mut contended = Vec::new();
+        for row in rows {
+            let id: i64 = sqlx::Row::try_get(&row, "id")?;
+            let got: bool = sqlx::Row::try_get(&row, "got")?;
+            if got {
+                claimed.push(id);
+            } else {
+                contended.push(id);
+            }
+        }
+        Ok((claimed, contended))
+    }
+
+    /// Claims the resources of `ids`, waiting for the transactions that hold them, in
+    /// ascending id order (two waiters then never wait for each other in a circle within
+    /// one call; PostgreSQL breaks any wider cycle, and the transaction is retried).
+    pub async fn claim_resources(&mut self, kind: &str, ids: &[i64]) -> DbResult<()> {
+        if self.backend != Backend::Postgres || ids.is_empty() {
+            return Ok(());
+        }
+        let mut sorted = ids.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let (sql, args) = claim_statement("pg_advisory_xact_lock(KEY)", kind, &sorted);
+        // Executed, not fetched: the function answers `void`, which the Any driver cannot read.
+        bind_all(sqlx::query(&sql), args)
+            .execute(self.conn().await?)
+            .await?;
+        Ok(())
+    }
+
+    /// Serialises, on PostgreSQL, the transactions that check and write one project's
+    /// usage against its quotas (SQLite writers are serialised already).
+    pub async fn lock_project_usage(&mut self, project_id: &str) -> DbResult<()> {
+        if self.backend != Backend::Postgres {
+            return Ok(());
+        }
+        sqlx::query("SELECT pg_advisory_xact_lock(CAST($1 AS INTEGER), hashtext($2))")
+            .bind(i64::from(claim_space("project usage")))
+            .bind(project_id)
+            .execute(self.conn().await?)
+            .await?;
+        Ok(())
     }
 
     /// Takes the transaction-scoped PostgreSQL advisory lock `key`; nothing on SQLite, whose
@@ -900,6 +1052,33 @@ pub(crate) fn from_secs(s: i64) -> DbResult<DateTime<Utc>> {
 
 pub(crate) fn from_opt_secs(s: Option<i64>) -> DbResult<Option<DateTime<Utc>>> {
     s.map(from_secs).transpose()
+}
+
+/// The first key of the two-key advisory locks for claims of a kind: a fixed hash (FNV-1a)
+/// so every replica agrees. The two-key space never meets the one-key locks above.
+fn claim_space(kind: &str) -> i32 {
+    let hash = kind.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    i32::from_ne_bytes(hash.to_ne_bytes())
+}
+
+/// `SELECT <select> FROM (VALUES <ids>) AS v(id)`, one row per id in the order given, with
+/// `KEY` in `select` standing for the two-key lock of that row's resource: the statement of
+/// both kinds of claim, with its arguments.
+fn claim_statement(select: &str, kind: &str, ids: &[i64]) -> (String, Vec<Arg>) {
+    let rows = (2..ids.len() + 2)
+        .map(|i| format!("(CAST(${i} AS BIGINT))"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let select = select.replace(
+        "KEY",
+        "CAST($1 AS INTEGER), CAST(v.id & 2147483647 AS INTEGER)",
+    );
+    let sql = format!("SELECT {select} FROM (VALUES {rows}) AS v(id)");
+    let mut args: Vec<Arg> = vec![Arg::from(i64::from(claim_space(kind)))];
+    args.extend(ids.iter().map(|id| Arg::from(*id)));
+    (sql, args)
 }
 
 pub(crate) fn placeholders(start: usize, count: usize) -> String {

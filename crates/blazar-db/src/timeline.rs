@@ -68,9 +68,7 @@ impl Tx {
         // right index, so it is named. PostgreSQL plans from its statistics.
         let index = match (self.backend, resources) {
             (crate::Backend::Postgres, _) => "",
-            (crate::Backend::Sqlite, TimelineResources::Ids(_)) => {
-                " INDEXED BY allocations_resource_span"
-            }
+            (crate::Backend::Sqlite, TimelineResources::Ids(_)) => self.by_resource_index(),
             (crate::Backend::Sqlite, TimelineResources::All) => " INDEXED BY allocations_start",
         };
         let mut sql = format!(

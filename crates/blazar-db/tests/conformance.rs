@@ -661,3 +661,40 @@ async fn an_action_goes_to_one_claimant() {
     one.close().await;
     two.close().await;
 }
+
+/// Reads near a window find an allocation that started long before it: the longest span
+/// of a type is kept (grown by a longer allocation, never shrunk by a shorter one), and
+/// reads look back that far.
+#[tokio::test]
+async fn a_long_allocation_is_found_far_from_its_start_after_shorter_ones() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let reservation = seed_lease(&store, "l1").await;
+    let day = |d: u32, h: u32| t(2030, 1, d, h, 0);
+    for (host, window) in [
+        (1, (day(1, 10), day(1, 12), day(1, 12))),
+        // Twenty days long: the longest span grows.
+        (2, (day(2, 0), day(22, 0), day(22, 0))),
+        (3, (day(3, 10), day(3, 11), day(3, 11))),
+    ] {
+        allocate(&store, rows::allocation(&reservation, "l1", host, window))
+            .await
+            .unwrap();
+    }
+    let mut tx = store.read().await.unwrap();
+    let busy = tx
+        .busy_among("physical:host", &[1, 2, 3], day(20, 0), day(20, 1))
+        .await
+        .unwrap();
+    assert_eq!(busy.into_iter().collect::<Vec<_>>(), vec![2]);
+    let usage = tx
+        .usage_among("physical:host", &[1, 2, 3], day(21, 0), day(21, 1), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        usage.iter().map(|u| u.resource_id).collect::<Vec<_>>(),
+        vec![2]
+    );
+    tx.commit().await.unwrap();
+    store.close().await;
+}

@@ -405,6 +405,8 @@ impl OpenStackBackend {
             | ActionKind::Prepare
             | ActionKind::Release
             | ActionKind::Snapshot => {}
+            // The service's workers tell usage enforcement themselves; nothing in the cloud.
+            ActionKind::OnEnd => return Ok(()),
         }
         match (action.reservation_type.as_str(), action.kind) {
             (crate::pools::FLOATINGIP, ActionKind::Start | ActionKind::Stop) => {

@@ -5,11 +5,16 @@
 //! * `nova`, `placement`, `neutron`: the calls Blazar's plugins make, each made idempotent
 //!   (an action can run twice).
 //! * `backend`: [`OpenStackBackend`], the `Backend` that maps actions onto those calls.
+//! * `external_filter`: Blazar's `ExternalServiceFilter`, usage enforcement asked of a
+//!   site's own service (accounting) over HTTP.
+//! * `notifier`: [`RabbitNotifier`], oslo.messaging notifications over RabbitMQ.
 
 pub mod backend;
 pub mod error;
+pub mod external_filter;
 mod instances;
 pub mod neutron;
+pub mod notifier;
 pub mod nova;
 pub mod placement;
 mod pools;
@@ -18,6 +23,8 @@ pub mod session;
 
 pub use backend::{OpenStackBackend, OpenStackSettings};
 pub use error::{Error, Result};
+pub use external_filter::{ExternalServiceConfig, ExternalServiceFilter};
+pub use notifier::{NotifierSettings, RabbitNotifier};
 pub use session::{Credentials, Session, SessionConfig};
 
 /// One session with per-call request ids: the entry point to Nova and Placement.

@@ -308,7 +308,13 @@ impl Session {
             for (name, value) in &call.headers {
                 request = request.header(*name, value);
             }
-            if let Some(id) = call.request_id {
+            // The action's request id, or, for calls made while serving a request (flavor
+            // and host look-ups), that request's global id.
+            if let Some(id) = call
+                .request_id
+                .map(str::to_string)
+                .or_else(blazar_service::current_request_id)
+            {
                 request = request.header("x-openstack-request-id", id);
             }
             if let Some(body) = &call.body {

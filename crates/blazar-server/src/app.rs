@@ -1,17 +1,19 @@
-//! The router: Blazar's v1 routes, version discovery, and the middleware every response
-//! goes through (request ids, microversion headers, `.json` suffixes, body limit).
+//! The router: Blazar's v1 routes, version discovery, health, readiness and metrics, and the
+//! middleware every response goes through (request ids, metrics, microversion headers,
+//! `.json` suffixes, body limit).
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, patch, post};
+use axum::routing::{delete, get, patch, post};
+use tracing::Instrument;
 
 use crate::convert::{Envelope, to_wire};
 use crate::error::{framework_error, method_not_allowed_fallback, not_found_fallback};
 use crate::state::AppState;
-use crate::{hosts, inventory, leases, timeline};
+use crate::{calendar, hosts, ical, inventory, leases, quotas, timeline};
 
 /// Largest request body accepted; a lease request is a few kilobytes.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -29,6 +31,7 @@ pub fn router(state: AppState) -> Router {
                 .delete(leases::delete_lease),
         )
         .route("/leases/offers", post(leases::lease_offers))
+        .route("/leases/events", get(leases::lease_events))
         .route("/leases/{lease_id}/extension", get(leases::lease_extension))
         .route("/leases/{lease_id}/actions", get(leases::lease_actions))
         // Chameleon's per-lease views.
@@ -39,6 +42,10 @@ pub fn router(state: AppState) -> Router {
         .route("/os-hosts/allocations", get(hosts::list_host_allocations))
         .route("/os-hosts/properties", get(hosts::list_host_properties))
         .route("/os-hosts/timeline", get(timeline::host_timeline))
+        .route(
+            "/os-hosts/timeline/properties",
+            get(timeline::host_timeline_properties),
+        )
         .route(
             "/os-hosts/properties/{property_name}",
             patch(hosts::update_host_property),
@@ -56,6 +63,15 @@ pub fn router(state: AppState) -> Router {
         .route("/handovers", get(hosts::list_handovers))
         .route("/reconcile", post(hosts::reconcile))
         .route("/notifications", get(inventory::list_notifications))
+        .route("/quotas", get(quotas::list_quotas))
+        .route("/ical-feeds", get(ical::list_feeds).post(ical::create_feed))
+        .route("/ical-feeds/{feed_id}", delete(ical::delete_feed))
+        .route(
+            "/quotas/{project_id}",
+            get(quotas::show_quota)
+                .put(quotas::update_quota)
+                .delete(quotas::delete_quota),
+        )
         .nest("/floatingips", inventory::floatingip_routes())
         .nest("/networks", inventory::network_routes())
         .nest("/devices", inventory::device_routes())
@@ -64,17 +80,27 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed_fallback)
         .layer(middleware::from_fn(microversion))
         // Outside the microversion check, as keystonemiddleware wraps Blazar's app; inside
-        // request ids, so a 401 carries one too. `/`, `/versions` and `/healthz` stay open.
+        // request ids, so a 401 carries one too. `/`, `/versions`, `/healthz` and the
+        // calendar page stay open (the page's data calls carry the user's token).
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
 
     Router::new()
         .route("/", get(versions))
         .route("/versions", get(versions))
         .route("/healthz", get(health))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(crate::metrics::metrics))
         .nest("/v1", v1)
+        .merge(calendar::routes())
+        .merge(ical::routes())
         .fallback(not_found_fallback)
         .method_not_allowed_fallback(method_not_allowed_fallback)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // Inside request ids, so that what it logs carries them.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::metrics::track,
+        ))
         .layer(middleware::from_fn(request_id))
         .with_state(state)
 }
@@ -99,6 +125,10 @@ pub fn strip_json_suffix(mut req: Request) -> Request {
     req
 }
 
+/// oslo.middleware's `request_id` and `global_request_id`: every response gets an id of its
+/// own in `x-openstack-request-id`; an inbound `X-OpenStack-Request-Id: req-<uuid>` is the
+/// global id that outbound calls caused by the request carry (ours when there is none, or
+/// it is malformed).
 async fn request_id(req: Request, next: Next) -> Response {
     let id = format!("req-{}", uuid::Uuid::new_v4());
     // The global request id (oslo's): the caller's, when it sent a well-formed one, else
@@ -113,7 +143,17 @@ async fn request_id(req: Request, next: Next) -> Response {
         })
         .map(str::to_string)
         .unwrap_or_else(|| id.clone());
-    let mut response = blazar_service::with_request_id(global, next.run(req)).await;
+    // Every log line of the request carries both ids, as oslo.log shows `request_id` and
+    // `global_request_id`.
+    let span = tracing::info_span!(
+        "request",
+        request.id = %id,
+        request.global_id = %global,
+        http.method = %req.method(),
+    );
+    let mut response = blazar_service::with_request_id(global, next.run(req))
+        .instrument(span)
+        .await;
     if let Ok(value) = HeaderValue::from_str(&id) {
         response
             .headers_mut()
@@ -199,6 +239,32 @@ async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> 
         }
         Err(e) => {
             tracing::error!(error = %e, "health check: database unreachable");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(to_wire::health("database unreachable")),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// `GET /readyz`: 200 when the database answers and has every migration this build knows,
+/// 503 otherwise (a load balancer then sends requests elsewhere).
+async fn ready(State(state): State<AppState>) -> Response {
+    match state.service.store().pending_migrations().await {
+        Ok(pending) if pending.is_empty() => {
+            (StatusCode::OK, axum::Json(to_wire::health("ok"))).into_response()
+        }
+        Ok(pending) => {
+            tracing::warn!(migrations.pending = ?pending, "not ready: migrations not applied");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(to_wire::health("migrations not applied")),
+            )
+                .into_response()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready: database unreachable");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 axum::Json(to_wire::health("database unreachable")),

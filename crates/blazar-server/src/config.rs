@@ -1,6 +1,7 @@
 //! Configuration: command-line flags, `BLAZAR_*` environment variables, and a TOML file
 //! (`--config`), in that order of precedence, over built-in defaults.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -210,9 +211,345 @@ pub struct Cli {
     /// hosts are down or disabled; 0 turns it off [default: 60].
     #[arg(long, env = "BLAZAR_MONITOR_INTERVAL")]
     pub monitor_interval: Option<u64>,
+    /// Usage-enforcement filters to enable, as Blazar's `[enforcement] enabled_filters`:
+    /// MaxLeaseDurationFilter, ExternalServiceFilter [default: none].
+    #[arg(
+        long = "enforcement-filter",
+        env = "BLAZAR_ENFORCEMENT_ENABLED_FILTERS",
+        value_delimiter = ','
+    )]
+    pub enabled_filters: Vec<String>,
+    /// MaxLeaseDurationFilter: longest lease in seconds; -1 for no limit [default: -1].
+    #[arg(long, env = "BLAZAR_MAX_LEASE_DURATION", allow_negative_numbers = true)]
+    pub max_lease_duration: Option<i64>,
+    /// MaxLeaseDurationFilter: projects it leaves alone (ids, comma-separated).
+    #[arg(
+        long,
+        env = "BLAZAR_MAX_LEASE_DURATION_EXEMPT_PROJECT_IDS",
+        value_delimiter = ','
+    )]
+    pub max_lease_duration_exempt_project_ids: Vec<String>,
+    /// ExternalServiceFilter: the service's base URL (check-create, check-update and on-end
+    /// are resolved against it).
+    #[arg(long, env = "BLAZAR_EXTERNAL_SERVICE_BASE_ENDPOINT")]
+    pub external_service_base_endpoint: Option<String>,
+    /// ExternalServiceFilter: a URL instead of <base>/check-create.
+    #[arg(long, env = "BLAZAR_EXTERNAL_SERVICE_CHECK_CREATE_ENDPOINT")]
+    pub external_service_check_create_endpoint: Option<String>,
+    /// ExternalServiceFilter: a URL instead of <base>/check-update.
+    #[arg(long, env = "BLAZAR_EXTERNAL_SERVICE_CHECK_UPDATE_ENDPOINT")]
+    pub external_service_check_update_endpoint: Option<String>,
+    /// ExternalServiceFilter: a URL instead of <base>/on-end.
+    #[arg(long, env = "BLAZAR_EXTERNAL_SERVICE_ON_END_ENDPOINT")]
+    pub external_service_on_end_endpoint: Option<String>,
+    /// ExternalServiceFilter: sent as X-Auth-Token; prefer the environment or the file.
+    #[arg(long, env = "BLAZAR_EXTERNAL_SERVICE_TOKEN", hide_env_values = true)]
+    pub external_service_token: Option<Secret>,
+    /// ExternalServiceFilter: seconds a call may take; no answer in time refuses the
+    /// create or update [default: 10].
+    #[arg(long, env = "BLAZAR_EXTERNAL_SERVICE_TIMEOUT")]
+    pub external_service_timeout: Option<f64>,
+    /// oslo.messaging transport URL notifications are published to, e.g.
+    /// rabbit://user:pass@host:5672/ (several hosts separated by commas); without it they
+    /// only go to the outbox (`GET /v1/notifications`). File: `[notifications] transport_url`.
+    #[arg(
+        long,
+        env = "BLAZAR_NOTIFICATIONS_TRANSPORT_URL",
+        hide_env_values = true
+    )]
+    pub notifications_transport_url: Option<Secret>,
+    /// Notification topics; each notification goes to routing key `<topic>.info` of every
+    /// one [default: notifications].
+    #[arg(long, env = "BLAZAR_NOTIFICATIONS_TOPICS", value_delimiter = ',')]
+    pub notifications_topics: Vec<String>,
+    /// Topic exchange notifications are published to (oslo.messaging's control_exchange)
+    /// [default: openstack].
+    #[arg(long, env = "BLAZAR_NOTIFICATIONS_EXCHANGE")]
+    pub notifications_exchange: Option<String>,
+    /// `publisher_id` of the notifications [default: blazar.lease].
+    #[arg(long, env = "BLAZAR_NOTIFICATIONS_PUBLISHER_ID")]
+    pub notifications_publisher_id: Option<String>,
+    /// Declare the exchange and the `<topic>.info` queues durable (oslo.messaging's
+    /// amqp_durable_queues; must match how the site declared them) [default: false].
+    #[arg(long, env = "BLAZAR_NOTIFICATIONS_DURABLE")]
+    pub notifications_durable: Option<bool>,
+    /// Default quota: hosts a project may hold at any one instant; -1 for no limit
+    /// [default: -1]. File: `[quotas] hosts`.
+    #[arg(long, env = "BLAZAR_QUOTA_HOSTS", allow_negative_numbers = true)]
+    pub quota_hosts: Option<i64>,
+    /// Default quota: floating IPs a project may hold at any one instant [default: -1].
+    #[arg(long, env = "BLAZAR_QUOTA_FLOATINGIPS", allow_negative_numbers = true)]
+    pub quota_floatingips: Option<i64>,
+    /// Default quota: instance slots a project's instance reservations may hold at any one
+    /// instant [default: -1].
+    #[arg(long, env = "BLAZAR_QUOTA_INSTANCES", allow_negative_numbers = true)]
+    pub quota_instances: Option<i64>,
+    /// Default quota: longest lease in seconds [default: -1].
+    #[arg(
+        long,
+        env = "BLAZAR_QUOTA_MAX_LEASE_DURATION",
+        allow_negative_numbers = true
+    )]
+    pub quota_max_lease_duration: Option<i64>,
+    /// Default quota: furthest ahead a lease may start, in seconds [default: -1].
+    #[arg(
+        long,
+        env = "BLAZAR_QUOTA_MAX_START_AHEAD",
+        allow_negative_numbers = true
+    )]
+    pub quota_max_start_ahead: Option<i64>,
+    /// Default quota: weighted host-hours a project may reserve per calendar month (UTC)
+    /// [default: -1].
+    #[arg(
+        long,
+        env = "BLAZAR_QUOTA_HOST_HOURS_PER_MONTH",
+        allow_negative_numbers = true
+    )]
+    pub quota_host_hours_per_month: Option<i64>,
+    /// How much an hour of a host counts toward the monthly budget, by host property:
+    /// `KEY=VALUE:WEIGHT`, e.g. `node_type=gpu:2` (comma-separated; a host matching none
+    /// weighs 1). File: `[quotas.host_weights]`, `"node_type=gpu" = 2.0`.
+    #[arg(
+        long = "quota-host-weight",
+        env = "BLAZAR_QUOTA_HOST_WEIGHTS",
+        value_delimiter = ','
+    )]
+    pub quota_host_weights: Vec<String>,
     /// Log filter, as RUST_LOG [default: info].
     #[arg(long, env = "BLAZAR_LOG", global = true)]
     pub log: Option<String>,
+    /// Log lines as `text` for people or `json` (one object per line) for log collectors
+    /// [default: text].
+    #[arg(long, env = "BLAZAR_LOG_FORMAT", value_enum, global = true)]
+    pub log_format: Option<LogFormat>,
+    /// Who may read `/metrics`: `loopback` clients, anyone (`open`), or `admin` tokens
+    /// [default: loopback].
+    #[arg(long, env = "BLAZAR_METRICS_ACCESS", value_enum)]
+    pub metrics_access: Option<crate::metrics::MetricsAccess>,
+    /// Long polls (`?wait_for=`) and event streams open at once; more are answered 503
+    /// [default: 1024].
+    #[arg(long, env = "BLAZAR_MAX_WAITERS")]
+    pub max_waiters: Option<usize>,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The file's `[quotas]` table: the default limits, and the host weights of the budget.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotasFile {
+    pub hosts: Option<i64>,
+    pub floatingips: Option<i64>,
+    pub instances: Option<i64>,
+    pub max_lease_duration: Option<i64>,
+    pub max_start_ahead: Option<i64>,
+    pub host_hours_per_month: Option<i64>,
+    /// `"KEY=VALUE" = weight`.
+    pub host_weights: Option<BTreeMap<String, f64>>,
+}
+
+/// A host weight's selector and factor: `KEY=VALUE` and a positive, finite number.
+fn host_weight(selector: &str, weight: f64) -> anyhow::Result<blazar_service::HostWeight> {
+    let Some((key, value)) = selector.split_once('=') else {
+        anyhow::bail!("quota host weight {selector:?}: the selector must be KEY=VALUE");
+    };
+    let (key, value) = (key.trim(), value.trim());
+    if key.is_empty() {
+        anyhow::bail!("quota host weight {selector:?}: the property name is empty");
+    }
+    if !(weight.is_finite() && (0.0..=1_000_000.0).contains(&weight)) {
+        anyhow::bail!("quota host weight {selector:?}: the weight must be 0 or more, got {weight}");
+    }
+    Ok(blazar_service::HostWeight {
+        key: key.to_string(),
+        value: value.to_string(),
+        weight,
+    })
+}
+
+/// `[quotas]` from the flags and environment over the file's table.
+fn quota_settings(cli: &Cli, file: QuotasFile) -> anyhow::Result<blazar_service::QuotaSettings> {
+    use blazar_core::quota::QuotaKind;
+    let mut defaults = blazar_core::quota::QuotaValues::default();
+    for (kind, flag, from_file) in [
+        (QuotaKind::Hosts, cli.quota_hosts, file.hosts),
+        (
+            QuotaKind::FloatingIps,
+            cli.quota_floatingips,
+            file.floatingips,
+        ),
+        (QuotaKind::Instances, cli.quota_instances, file.instances),
+        (
+            QuotaKind::LeaseDuration,
+            cli.quota_max_lease_duration,
+            file.max_lease_duration,
+        ),
+        (
+            QuotaKind::StartAhead,
+            cli.quota_max_start_ahead,
+            file.max_start_ahead,
+        ),
+        (
+            QuotaKind::HostHoursPerMonth,
+            cli.quota_host_hours_per_month,
+            file.host_hours_per_month,
+        ),
+    ] {
+        let value = flag.or(from_file);
+        if let Some(v) = value
+            && v < -1
+        {
+            anyhow::bail!(
+                "quota {} must be -1 (no limit) or 0 or more, got {v}",
+                kind.as_str()
+            );
+        }
+        defaults.set(kind, value);
+    }
+    let mut host_weights = Vec::new();
+    if cli.quota_host_weights.is_empty() {
+        for (selector, weight) in file.host_weights.unwrap_or_default() {
+            host_weights.push(host_weight(&selector, weight)?);
+        }
+    } else {
+        for item in cli.quota_host_weights.iter().map(|i| i.trim()) {
+            if item.is_empty() {
+                continue;
+            }
+            let Some((selector, weight)) = item.rsplit_once(':') else {
+                anyhow::bail!("quota host weight {item:?}: write KEY=VALUE:WEIGHT");
+            };
+            let weight: f64 = weight.trim().parse().map_err(|_| {
+                anyhow::anyhow!("quota host weight {item:?}: {weight:?} is not a number")
+            })?;
+            host_weights.push(host_weight(selector, weight)?);
+        }
+    }
+    Ok(blazar_service::QuotaSettings {
+        defaults,
+        host_weights,
+    })
+}
+
+/// The file's `[enforcement]` table: Blazar's option names.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnforcementFile {
+    pub enabled_filters: Option<Vec<String>>,
+    pub max_lease_duration: Option<i64>,
+    pub max_lease_duration_exempt_project_ids: Option<Vec<String>>,
+    pub external_service_base_endpoint: Option<String>,
+    pub external_service_check_create_endpoint: Option<String>,
+    pub external_service_check_update_endpoint: Option<String>,
+    pub external_service_on_end_endpoint: Option<String>,
+    pub external_service_token: Option<Secret>,
+    pub external_service_timeout: Option<f64>,
+}
+
+/// The filters Blazar has, by the names operators enable them with.
+pub const FILTERS: [&str; 2] = ["MaxLeaseDurationFilter", "ExternalServiceFilter"];
+
+/// Usage enforcement as configured (checked when the server starts).
+#[derive(Debug, Clone)]
+pub struct EnforcementConfig {
+    /// In the order given, each once.
+    pub enabled_filters: Vec<String>,
+    pub max_lease_duration: i64,
+    pub max_lease_duration_exempt_project_ids: Vec<String>,
+    pub external_service_base_endpoint: Option<String>,
+    pub external_service_check_create_endpoint: Option<String>,
+    pub external_service_check_update_endpoint: Option<String>,
+    pub external_service_on_end_endpoint: Option<String>,
+    pub external_service_token: Secret,
+    pub external_service_timeout: std::time::Duration,
+}
+
+/// The file's `[notifications]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotificationsFile {
+    pub transport_url: Option<Secret>,
+    pub topics: Option<Vec<String>>,
+    pub exchange: Option<String>,
+    pub publisher_id: Option<String>,
+    pub durable: Option<bool>,
+}
+
+/// Where notifications are published; `None` in [`Config::notifications`] when no transport
+/// URL is configured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotificationsConfig {
+    pub transport_url: Secret,
+    pub topics: Vec<String>,
+    pub exchange: String,
+    pub publisher_id: String,
+    pub durable: bool,
+}
+
+impl NotificationsConfig {
+    fn resolve(cli: &Cli, file: &NotificationsFile) -> anyhow::Result<Option<Self>> {
+        let Some(transport_url) = cli
+            .notifications_transport_url
+            .clone()
+            .or(file.transport_url.clone())
+            .filter(|url| !url.expose().is_empty())
+        else {
+            return Ok(None);
+        };
+        let topics = if cli.notifications_topics.is_empty() {
+            file.topics
+                .clone()
+                .unwrap_or_else(|| vec!["notifications".into()])
+        } else {
+            cli.notifications_topics.clone()
+        };
+        let topics: Vec<String> = topics
+            .into_iter()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect();
+        if topics.is_empty() {
+            anyhow::bail!("notifications topics must name at least one topic");
+        }
+        let config = NotificationsConfig {
+            transport_url,
+            topics,
+            exchange: cli
+                .notifications_exchange
+                .clone()
+                .or(file.exchange.clone())
+                .unwrap_or_else(|| "openstack".into()),
+            publisher_id: cli
+                .notifications_publisher_id
+                .clone()
+                .or(file.publisher_id.clone())
+                .unwrap_or_else(|| "blazar.lease".into()),
+            durable: cli.notifications_durable.or(file.durable).unwrap_or(false),
+        };
+        // A bad URL is a configuration error at start, not a publisher failing forever.
+        blazar_openstack::notifier::amqp_uris(config.transport_url.expose())
+            .map_err(|e| anyhow::anyhow!("notifications {e}"))?;
+        Ok(Some(config))
+    }
+
+    /// The publisher's settings.
+    pub fn notifier_settings(&self) -> blazar_openstack::NotifierSettings {
+        blazar_openstack::NotifierSettings {
+            transport_url: self.transport_url.expose().to_string(),
+            exchange: self.exchange.clone(),
+            topics: self.topics.clone(),
+            publisher_id: self.publisher_id.clone(),
+            durable: self.durable,
+            ..blazar_openstack::NotifierSettings::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -353,6 +690,12 @@ pub struct FileConfig {
     pub monitor_interval: Option<u64>,
     pub reconcile_interval: Option<u64>,
     pub log: Option<String>,
+    pub log_format: Option<LogFormat>,
+    pub metrics_access: Option<crate::metrics::MetricsAccess>,
+    pub max_waiters: Option<usize>,
+    pub enforcement: Option<EnforcementFile>,
+    pub notifications: Option<NotificationsFile>,
+    pub quotas: Option<QuotasFile>,
 }
 
 /// Keystone settings as configured (checked when the server starts in keystone mode).
@@ -397,7 +740,14 @@ pub struct Config {
     pub sqlite_synchronous: SqliteSynchronous,
     pub ratios: blazar_service::Ratios,
     pub connections: crate::listener::ConnectionLimits,
+    pub enforcement: EnforcementConfig,
+    /// `None`: notifications stay in the outbox.
+    pub notifications: Option<NotificationsConfig>,
+    pub quotas: blazar_service::QuotaSettings,
     pub log: String,
+    pub log_format: LogFormat,
+    pub metrics_access: crate::metrics::MetricsAccess,
+    pub max_waiters: usize,
 }
 
 /// A number of seconds from the configuration, checked to lie in `(0, max]`.
@@ -414,6 +764,115 @@ fn ratio(name: &str, value: f64) -> anyhow::Result<f64> {
         anyhow::bail!("{name} must be more than 0 and at most 1000, got {value}");
     }
     Ok(value)
+}
+
+/// `[enforcement]` from the flags and environment over the file's table.
+fn enforcement_config(cli: &Cli, file: EnforcementFile) -> anyhow::Result<EnforcementConfig> {
+    let listed = if cli.enabled_filters.is_empty() {
+        file.enabled_filters.unwrap_or_default()
+    } else {
+        cli.enabled_filters.clone()
+    };
+    let mut enabled_filters: Vec<String> = Vec::new();
+    for name in listed.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        if !FILTERS.contains(&name) {
+            anyhow::bail!(
+                "enabled_filters: {name} is not a usage-enforcement filter (known: {})",
+                FILTERS.join(", ")
+            );
+        }
+        if !enabled_filters.iter().any(|n| n == name) {
+            enabled_filters.push(name.to_string());
+        }
+    }
+    let max_lease_duration = cli
+        .max_lease_duration
+        .or(file.max_lease_duration)
+        .unwrap_or(-1);
+    if max_lease_duration < -1 {
+        anyhow::bail!("max_lease_duration must be -1 (no limit) or more, got {max_lease_duration}");
+    }
+    let timeout = seconds(
+        "external_service_timeout",
+        cli.external_service_timeout
+            .or(file.external_service_timeout)
+            .unwrap_or(10.0),
+        600.0,
+    )?;
+    Ok(EnforcementConfig {
+        enabled_filters,
+        max_lease_duration,
+        max_lease_duration_exempt_project_ids: if cli
+            .max_lease_duration_exempt_project_ids
+            .is_empty()
+        {
+            file.max_lease_duration_exempt_project_ids
+                .unwrap_or_default()
+        } else {
+            cli.max_lease_duration_exempt_project_ids.clone()
+        },
+        external_service_base_endpoint: cli
+            .external_service_base_endpoint
+            .clone()
+            .or(file.external_service_base_endpoint),
+        external_service_check_create_endpoint: cli
+            .external_service_check_create_endpoint
+            .clone()
+            .or(file.external_service_check_create_endpoint),
+        external_service_check_update_endpoint: cli
+            .external_service_check_update_endpoint
+            .clone()
+            .or(file.external_service_check_update_endpoint),
+        external_service_on_end_endpoint: cli
+            .external_service_on_end_endpoint
+            .clone()
+            .or(file.external_service_on_end_endpoint),
+        external_service_token: cli
+            .external_service_token
+            .clone()
+            .or(file.external_service_token)
+            .unwrap_or_default(),
+        external_service_timeout: timeout,
+    })
+}
+
+impl Config {
+    /// The usage-enforcement filters as configured, in order; a bad external service URL
+    /// stops the start, as in Blazar.
+    pub fn usage_enforcement(&self) -> anyhow::Result<blazar_service::Enforcement> {
+        let e = &self.enforcement;
+        let mut filters: Vec<std::sync::Arc<dyn blazar_service::UsageFilter>> = Vec::new();
+        for name in &e.enabled_filters {
+            match name.as_str() {
+                "MaxLeaseDurationFilter" => filters.push(std::sync::Arc::new(
+                    blazar_service::MaxLeaseDurationFilter {
+                        max_seconds: e.max_lease_duration,
+                        exempt_project_ids: e.max_lease_duration_exempt_project_ids.clone(),
+                    },
+                )),
+                "ExternalServiceFilter" => {
+                    let filter = blazar_openstack::ExternalServiceFilter::new(
+                        &blazar_openstack::ExternalServiceConfig {
+                            base_endpoint: e.external_service_base_endpoint.clone(),
+                            check_create_endpoint: e.external_service_check_create_endpoint.clone(),
+                            check_update_endpoint: e.external_service_check_update_endpoint.clone(),
+                            on_end_endpoint: e.external_service_on_end_endpoint.clone(),
+                            token: e.external_service_token.expose().to_string(),
+                            timeout: e.external_service_timeout,
+                        },
+                    )
+                    .map_err(|m| anyhow::anyhow!("ExternalServiceFilter: {m}"))?;
+                    filters.push(std::sync::Arc::new(filter));
+                }
+                other => anyhow::bail!("unknown usage-enforcement filter {other}"),
+            }
+        }
+        Ok(blazar_service::Enforcement::new(
+            filters,
+            self.keystone.url.clone(),
+            self.openstack.region.clone(),
+        ))
+    }
 }
 
 impl Config {
@@ -547,12 +1006,17 @@ impl Config {
                     .clamp(1, 86_400),
             ),
         };
+        let enforcement = enforcement_config(&cli, file.enforcement.clone().unwrap_or_default())?;
+        let quotas = quota_settings(&cli, file.quotas.clone().unwrap_or_default())?;
         let monitor_seconds = cli.monitor_interval.or(file.monitor_interval).unwrap_or(60);
         let reconcile_seconds = cli
             .reconcile_interval
             .or(file.reconcile_interval)
             .unwrap_or(300);
+        let notifications =
+            NotificationsConfig::resolve(&cli, &file.notifications.clone().unwrap_or_default())?;
         Ok(Config {
+            notifications,
             reconcile_interval: (reconcile_seconds > 0)
                 .then(|| std::time::Duration::from_secs(reconcile_seconds.min(86_400))),
             monitor_interval: (monitor_seconds > 0)
@@ -645,12 +1109,42 @@ impl Config {
                 .unwrap_or(SqliteSynchronous::Full),
             ratios,
             connections,
+            enforcement,
+            quotas,
             log: cli.log.or(file.log).unwrap_or_else(|| "info".into()),
+            log_format: cli.log_format.or(file.log_format).unwrap_or_default(),
+            metrics_access: cli
+                .metrics_access
+                .or(file.metrics_access)
+                .unwrap_or_default(),
+            max_waiters: cli
+                .max_waiters
+                .or(file.max_waiters)
+                .unwrap_or(1024)
+                .clamp(1, 1_000_000),
         })
     }
 }
 
 impl Config {
+    /// Settings of `/metrics`, long polls and event streams. A long poll must answer within
+    /// the request timeout, so the longest wait stays a second short of it (5 min at most).
+    pub fn observe_settings(&self) -> crate::state::ObserveSettings {
+        let max_wait = self
+            .connections
+            .request_timeout
+            .saturating_sub(std::time::Duration::from_secs(1))
+            .clamp(
+                std::time::Duration::from_secs(1),
+                std::time::Duration::from_secs(300),
+            );
+        crate::state::ObserveSettings {
+            metrics_access: self.metrics_access,
+            max_waiters: self.max_waiters,
+            max_wait,
+        }
+    }
+
     /// The store's SQLite durability setting.
     pub fn sqlite_sync(&self) -> blazar_service::SqliteSync {
         match self.sqlite_synchronous {
@@ -876,6 +1370,103 @@ mod tests {
                 assert_eq!(roles, vec!["member", "reader", "admin"]);
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn notifications_come_from_the_file_table_or_the_options() {
+        assert_eq!(config(&[]).notifications, None);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blazar.toml");
+        std::fs::write(
+            &path,
+            "[notifications]\ntransport_url = \"rabbit://u:secret@mq:5672/blazar\"\n\
+             topics = [\"notifications\", \"billing\"]\ndurable = true\n",
+        )
+        .unwrap();
+        let file = path.to_str().unwrap();
+        let n = config(&["--config", file]).notifications.unwrap();
+        assert_eq!(n.transport_url.expose(), "rabbit://u:secret@mq:5672/blazar");
+        assert_eq!(n.topics, ["notifications", "billing"]);
+        assert_eq!(
+            (n.exchange.as_str(), n.publisher_id.as_str(), n.durable),
+            ("openstack", "blazar.lease", true)
+        );
+        assert!(!format!("{n:?}").contains("secret"));
+        let n = config(&[
+            "--config",
+            file,
+            "--notifications-exchange",
+            "blazar",
+            "--notifications-topics",
+            "other",
+        ])
+        .notifications
+        .unwrap();
+        assert_eq!(
+            (n.exchange.as_str(), n.topics.as_slice()),
+            ("blazar", &["other".to_string()][..])
+        );
+        let bad = Cli::parse_from([
+            "blazar-server",
+            "--notifications-transport-url",
+            "kafka://broker:9092",
+        ]);
+        let err = Config::resolve(bad).unwrap_err().to_string();
+        assert!(err.contains("rabbit://"), "{err}");
+    }
+
+    #[test]
+    fn quotas_come_from_the_file_table_or_the_options() {
+        use blazar_core::quota::QuotaKind;
+        assert_eq!(config(&[]).quotas, blazar_service::QuotaSettings::default());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blazar.toml");
+        std::fs::write(
+            &path,
+            "[quotas]\nhosts = 10\nhost_hours_per_month = 5000\n\
+             [quotas.host_weights]\n\"node_type=gpu\" = 2.0\n",
+        )
+        .unwrap();
+        let file = path.to_str().unwrap();
+        let q = config(&["--config", file]).quotas;
+        assert_eq!(q.defaults.limit(QuotaKind::Hosts), Some(10));
+        assert_eq!(q.defaults.limit(QuotaKind::HostHoursPerMonth), Some(5000));
+        assert_eq!(q.defaults.limit(QuotaKind::Instances), None);
+        assert_eq!(
+            q.host_weights,
+            [blazar_service::HostWeight {
+                key: "node_type".into(),
+                value: "gpu".into(),
+                weight: 2.0
+            }]
+        );
+        let q = config(&[
+            "--config",
+            file,
+            "--quota-hosts",
+            "-1",
+            "--quota-host-weight",
+            "node_type=fpga:1.5,gpu=a=b:3",
+        ])
+        .quotas;
+        assert_eq!(q.defaults.limit(QuotaKind::Hosts), None);
+        assert_eq!(
+            q.host_weights
+                .iter()
+                .map(|w| (w.key.as_str(), w.value.as_str(), w.weight))
+                .collect::<Vec<_>>(),
+            [("node_type", "fpga", 1.5), ("gpu", "a=b", 3.0)]
+        );
+        for bad in [
+            &["--quota-hosts", "-2"][..],
+            &["--quota-host-weight", "node_type:2"],
+            &["--quota-host-weight", "node_type=gpu:x"],
+            &["--quota-host-weight", "node_type=gpu:-1"],
+        ] {
+            let mut argv = vec!["blazar-server"];
+            argv.extend_from_slice(bad);
+            assert!(Config::resolve(Cli::parse_from(argv)).is_err(), "{bad:?}");
         }
     }
 }

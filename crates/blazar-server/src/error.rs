@@ -15,6 +15,36 @@ pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
     pub reasons: Option<Vec<RefusalReason>>,
+    /// For a refused lease create or update, what refused it (the `reason` label of
+    /// `/metrics`' refusal counter).
+    pub refusal: Option<&'static str>,
+}
+
+/// A response extension naming what refused a lease create or update, read by the
+/// metrics middleware.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusalLabel(pub &'static str);
+
+/// The kind of thing that refused, from a refusal's reasons: a usage-enforcement filter, a
+/// policy rule, resources that are not free, or a field of the request.
+fn refusal_label(refused: &blazar_service::Refused) -> &'static str {
+    let any = |f: fn(&blazar_service::Reason) -> bool| refused.reasons.iter().any(f);
+    if any(|r| r.filter.is_some()) {
+        "enforcement"
+    } else if any(|r| r.rule.is_some()) {
+        "policy"
+    } else if any(|r| r.availability.is_some() || r.resource_type.is_some()) {
+        "resources"
+    } else if any(|r| r.field.is_some()) {
+        "request"
+    } else {
+        match refused.kind {
+            RefusalKind::BadRequest => "request",
+            RefusalKind::Forbidden => "policy",
+            RefusalKind::NotFound => "not_found",
+            RefusalKind::Conflict => "conflict",
+        }
+    }
 }
 
 impl ApiError {
@@ -23,6 +53,7 @@ impl ApiError {
             status,
             message: message.into(),
             reasons: None,
+            refusal: None,
         }
     }
 
@@ -45,6 +76,12 @@ impl ApiError {
     pub fn explained(mut self) -> Self {
         if self.status.is_client_error() {
             self.reasons.get_or_insert_with(Vec::new);
+            self.refusal.get_or_insert(match self.status {
+                StatusCode::FORBIDDEN => "policy",
+                StatusCode::NOT_FOUND => "not_found",
+                StatusCode::CONFLICT => "conflict",
+                _ => "request",
+            });
         }
         self
     }
@@ -69,6 +106,7 @@ impl From<ServiceError> for ApiError {
         match e {
             ServiceError::Refused(r) => ApiError {
                 status,
+                refusal: Some(refusal_label(&r)),
                 message: r.message,
                 reasons: Some(
                     r.reasons
@@ -84,7 +122,9 @@ impl From<ServiceError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
+        // A cloud that cannot be asked just now is the caller's to know (503, try again
+        // later, with the message); any other server error is logged and kept generic.
+        if self.status.is_server_error() && self.status != StatusCode::SERVICE_UNAVAILABLE {
             // The cause is logged once, here; the user gets a generic body.
             tracing::error!(error = %self.message, "internal error");
             let body = ErrorBody {
@@ -102,7 +142,11 @@ impl IntoResponse for ApiError {
             error_name: Value::from(code),
             reasons: self.reasons,
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(label) = self.refusal {
+            response.extensions_mut().insert(RefusalLabel(label));
+        }
+        response
     }
 }
 
@@ -117,6 +161,23 @@ pub fn framework_error(status: StatusCode, message: &str) -> Response {
         }),
     )
         .into_response()
+}
+
+/// 503 for a long poll or event stream beyond `max_waiters`, in Blazar's error shape, with
+/// `Retry-After`: the client may poll plainly or try again.
+pub fn too_many_waiters() -> Response {
+    let body = ErrorBody {
+        error_code: 503,
+        error_message: "Too many requests are waiting on leases; try again later".into(),
+        error_name: Value::from(503),
+        reasons: None,
+    };
+    let mut response = (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("1"),
+    );
+    response
 }
 
 pub async fn not_found_fallback() -> Response {
@@ -135,3 +196,35 @@ pub async fn method_not_allowed_fallback() -> Response {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn answer(e: ServiceError) -> (StatusCode, serde_json::Value) {
+        let response = ApiError::from(e).into_response();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_cloud_that_cannot_be_asked_is_a_503_with_its_message() {
+        let (status, body) = answer(ServiceError::Unavailable(
+            "Nova did not answer; try again later".into(),
+        ))
+        .await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["error_code"], 503);
+        assert_eq!(
+            body["error_message"],
+            "Nova did not answer; try again later"
+        );
+        // Other server errors stay generic: their cause is for the log, not the caller.
+        let (status, body) = answer(ServiceError::Internal("disk on fire".into())).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body["error_message"], "Internal Server Error");
+    }
+}

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 
 use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::ApiResult;
@@ -80,18 +80,14 @@ pub async fn list_host_allocations(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Query(query): Query,
-) -> ApiResult<impl IntoResponse> {
-    let entries = state
-        .service
-        .host_allocations(
-            &identity,
-            None,
-            query.get("lease_id").map(String::as_str),
-            query.get("reservation_id").map(String::as_str),
-        )
-        .await?;
-    let allocations: Vec<_> = entries.into_iter().map(to_wire::allocation).collect();
-    Ok(Json(Envelope("allocations", allocations)))
+) -> ApiResult<Response> {
+    crate::allocations::stream_allocations(
+        &state,
+        &identity,
+        blazar_service::AllocationKind::Hosts,
+        &query,
+    )
+    .await
 }
 
 pub async fn show_host_allocation(
@@ -100,17 +96,16 @@ pub async fn show_host_allocation(
     Path(id): Path<String>,
     Query(query): Query,
 ) -> ApiResult<impl IntoResponse> {
-    let mut entries = state
+    let entry = state
         .service
-        .host_allocations(
+        .host_allocation(
             &identity,
-            Some(&id),
+            &id,
             query.get("lease_id").map(String::as_str),
             query.get("reservation_id").map(String::as_str),
         )
         .await?;
-    let entry = entries.pop().map(to_wire::allocation);
-    Ok(Json(Envelope("allocation", entry)))
+    Ok(Json(Envelope("allocation", to_wire::allocation(entry))))
 }
 
 /// `PUT /v1/os-hosts/{id}/allocation` (Chameleon): moves reservations off the host.

@@ -64,6 +64,14 @@ pub fn routes(spec: &'static KindSpec) -> Router<AppState> {
             ),
         )
         .route(
+            "/timeline/properties",
+            get(
+                move |State(state): State<AppState>, Caller(identity): Caller| async move {
+                    crate::timeline::show_timeline_properties(&state, &identity, spec.kind).await
+                },
+            ),
+        )
+        .route(
             "/properties/{name}",
             patch(move |s, c, p, b| update_property(s, c, p, b, spec)),
         )
@@ -193,19 +201,14 @@ async fn allocations(
     Caller(identity): Caller,
     Query(query): Query,
     spec: &'static KindSpec,
-) -> ApiResult<impl IntoResponse> {
-    let entries = state
-        .service
-        .resource_allocations(
-            &identity,
-            spec,
-            None,
-            query.get("lease_id").map(String::as_str),
-            query.get("reservation_id").map(String::as_str),
-        )
-        .await?;
-    let allocations: Vec<_> = entries.into_iter().map(to_wire::allocation).collect();
-    Ok(Json(Envelope("allocations", allocations)))
+) -> ApiResult<Response> {
+    crate::allocations::stream_allocations(
+        &state,
+        &identity,
+        blazar_service::AllocationKind::Pool(spec),
+        &query,
+    )
+    .await
 }
 
 async fn allocation(
@@ -215,20 +218,17 @@ async fn allocation(
     Query(query): Query,
     spec: &'static KindSpec,
 ) -> ApiResult<impl IntoResponse> {
-    let mut entries = state
+    let entry = state
         .service
-        .resource_allocations(
+        .resource_allocation(
             &identity,
             spec,
-            Some(&id),
+            &id,
             query.get("lease_id").map(String::as_str),
             query.get("reservation_id").map(String::as_str),
         )
         .await?;
-    Ok(Json(Envelope(
-        "allocation",
-        entries.pop().map(to_wire::allocation),
-    )))
+    Ok(Json(Envelope("allocation", to_wire::allocation(entry))))
 }
 
 async fn properties(

@@ -241,6 +241,14 @@ impl TokenCache {
     }
 }
 
+/// A user's token as the calendar's sign-in hands it to the page.
+pub struct UserToken {
+    pub token: String,
+    pub expires_at: String,
+    pub project_id: String,
+    pub roles: Vec<String>,
+}
+
 struct ServiceToken {
     token: HeaderValue,
     expires_at: DateTime<Utc>,
@@ -356,6 +364,63 @@ impl Keystone {
             token,
             expires_at: parse_time(&body.token.expires_at)?,
         })
+    }
+
+    /// A user's own project-scoped token from their password (the calendar's sign-in):
+    /// `None` when Keystone refuses the credentials or the scope.
+    pub async fn password_token(
+        &self,
+        username: &str,
+        password: &str,
+        project: &str,
+        domain: &str,
+    ) -> Result<Option<UserToken>, KeystoneError> {
+        let body = json!({"auth": {
+            "identity": {"methods": ["password"], "password": {"user": {
+                "name": username, "domain": {"name": domain}, "password": password,
+            }}},
+            "scope": {"project": {"name": project, "domain": {"name": domain}}},
+        }});
+        let response = self
+            .http
+            .post(format!("{}/auth/tokens?nocatalog", self.url))
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| KeystoneError::Unavailable(format!("{}: {e}", self.url)))?;
+        let status = response.status();
+        // 401 for wrong credentials; 400 and 404 for a scope that names nothing.
+        if status == reqwest::StatusCode::UNAUTHORIZED
+            || status == reqwest::StatusCode::BAD_REQUEST
+            || status == reqwest::StatusCode::NOT_FOUND
+        {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(KeystoneError::Unavailable(format!(
+                "a user's login to {} answered {status}",
+                self.url
+            )));
+        }
+        let token = response
+            .headers()
+            .get("x-subject-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .ok_or_else(|| KeystoneError::Unavailable("no X-Subject-Token in the login".into()))?;
+        let body: TokenBody = response
+            .json()
+            .await
+            .map_err(|e| KeystoneError::Unavailable(format!("unreadable login answer: {e}")))?;
+        let Some(principal) = principal_of(body.token)? else {
+            return Ok(None);
+        };
+        Ok(Some(UserToken {
+            token,
+            expires_at: principal.expires_at.to_rfc3339(),
+            project_id: principal.project_id,
+            roles: principal.roles,
+        }))
     }
 
     /// The service's own token, logging in again when it is missing, near its expiry, or

@@ -1,10 +1,13 @@
 //! `/v1/leases`: handlers.
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
+use axum::response::sse::{Event, KeepAlive, Sse};
 use blazar_api::PoolResource;
 use blazar_core::LeaseFilter;
 use blazar_core::LeaseStatus;
@@ -189,22 +192,164 @@ pub async fn lease_devices(
     Ok(Json(Envelope("devices", devices)))
 }
 
+/// How long a long poll waits when it names no `timeout`.
+const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+
 /// `GET /v1/leases/{id}`; with `?allocations=true` each reservation also lists what it was
 /// granted (`allocations`: resource type and id, dates, units), which Blazar's object lacks.
+/// With `?wait_for=STATUS[&timeout=S]` (additive) it answers once the lease is in that
+/// status or can no longer get there, or after the timeout with the lease as it is then;
+/// such an answer carries `Blazar-Wait-For`, so a client knows the server waited.
 pub async fn show_lease(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(id): Path<String>,
     Query(query): Query,
-) -> ApiResult<impl IntoResponse> {
-    let lease = state.service.get_lease(&identity, &id).await?;
+) -> ApiResult<axum::response::Response> {
+    let (lease, waited) = match query.get("wait_for") {
+        None => (state.service.get_lease(&identity, &id).await?, None),
+        Some(target) => {
+            let target: LeaseStatus = target.to_ascii_uppercase().parse().map_err(|_| {
+                let known: Vec<&str> = LeaseStatus::ALL.iter().map(|s| s.as_str()).collect();
+                ApiError::bad_request(format!(
+                    "Invalid wait_for status {target}; use one of {}",
+                    known.join(", ")
+                ))
+            })?;
+            let timeout = match query.get("timeout") {
+                None => DEFAULT_WAIT,
+                Some(text) => match text.parse::<f64>() {
+                    Ok(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s.min(86_400.0)),
+                    _ => {
+                        return Err(ApiError::bad_request(format!(
+                            "Invalid timeout {text}; give a number of seconds"
+                        )));
+                    }
+                },
+            }
+            .min(state.observe.max_wait);
+            let Ok(_permit) = state.waiters.clone().try_acquire_owned() else {
+                return Ok(crate::error::too_many_waiters());
+            };
+            let mut stopping = state.stopping.clone();
+            let lease = tokio::select! {
+                waited = state.service.wait_for_lease(&identity, &id, target, timeout) => waited?,
+                () = stopped(&mut stopping) => state.service.get_lease(&identity, &id).await?,
+            };
+            (lease, Some(target))
+        }
+    };
     let body = if crate::reply::flag(&query, "allocations") {
         let grants = state.service.lease_grants(&identity, &id).await?;
         to_wire::lease_with_grants(lease, &grants)
     } else {
         to_wire::lease(lease)
     };
-    Ok(Json(Envelope("lease", body)))
+    let mut response = Json(Envelope("lease", body)).into_response();
+    if let Some(target) = waited
+        && let Ok(value) = HeaderValue::from_str(target.as_str())
+    {
+        response.headers_mut().insert("blazar-wait-for", value);
+    }
+    Ok(response)
+}
+
+/// `GET /v1/leases/events` (additive): the lease events of the caller's project (an
+/// admin's: every project's, or `?project_id=`'s) as server-sent events, each one's data a
+/// JSON object and its id the event's place in the outbox. Starts after `Last-Event-ID`
+/// (or `?after=`), else with the events from now on; a stream cut resumes where it stopped.
+pub async fn lease_events(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Query(query): Query,
+    headers: axum::http::HeaderMap,
+) -> ApiResult<axum::response::Response> {
+    let after = match headers
+        .get("last-event-id")
+        .map(|v| v.to_str().unwrap_or("").trim().to_string())
+        .or_else(|| query.get("after").cloned())
+    {
+        None => None,
+        Some(text) if text.is_empty() => None,
+        Some(text) => Some(text.parse::<i64>().map_err(|_| {
+            ApiError::bad_request(format!("Invalid event id {text}; give an event's id"))
+        })?),
+    };
+    let Ok(permit) = state.waiters.clone().try_acquire_owned() else {
+        return Ok(crate::error::too_many_waiters());
+    };
+    let reader = state
+        .service
+        .lease_events(&identity, after, query.get("project_id").cloned())
+        .await?;
+    let stream = EventStream {
+        service: state.service.clone(),
+        reader,
+        pending: std::collections::VecDeque::new(),
+        changes: state.service.lease_changes(),
+        stopping: state.stopping.clone(),
+        _permit: permit,
+    };
+    let events = futures::stream::unfold(stream, EventStream::next);
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// Completes when the server starts stopping.
+async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|stopped| *stopped).await;
+}
+
+/// The state of one event stream; it holds a waiter permit for as long as it is open.
+struct EventStream {
+    service: blazar_service::Service,
+    reader: blazar_service::LeaseEvents,
+    pending: std::collections::VecDeque<blazar_service::LeaseEvent>,
+    changes: tokio::sync::watch::Receiver<u64>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl EventStream {
+    /// The next event, waiting for one as long as it takes; `None` ends the stream (the
+    /// server stops, or the database failed: the client resumes from its last event).
+    async fn next(mut self) -> Option<(Result<Event, std::convert::Infallible>, Self)> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                let seq = event.seq;
+                let data = match serde_json::to_string(&to_wire::lease_event(event)) {
+                    Ok(data) => data,
+                    Err(e) => {
+                        tracing::error!(error = %e, "rendering a lease event");
+                        return None;
+                    }
+                };
+                let sse = Event::default().id(seq.to_string()).data(data);
+                return Some((Ok(sse), self));
+            }
+            if *self.stopping.borrow() {
+                return None;
+            }
+            self.changes.borrow_and_update();
+            match self.service.next_lease_events(&mut self.reader).await {
+                Ok(events) if !events.is_empty() => {
+                    self.pending.extend(events);
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "lease event stream ended");
+                    return None;
+                }
+            }
+            tokio::select! {
+                _ = self.changes.changed() => {}
+                () = tokio::time::sleep(blazar_service::WAIT_POLL) => {}
+                () = stopped(&mut self.stopping) => return None,
+            }
+        }
+    }
 }
 
 /// `PUT /v1/leases/{id}`; `?dry_run=true` as for a create.

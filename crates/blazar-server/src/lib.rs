@@ -1,21 +1,26 @@
 //! The blazar-rs server: Blazar's v1 REST API over axum and the lease event scheduler. This
 //! is the only crate that knows HTTP.
 
+pub mod allocations;
 pub mod app;
 pub mod auth;
+pub mod calendar;
 pub mod commands;
 pub mod config;
 pub mod convert;
 pub mod error;
 pub mod extract;
 pub mod hosts;
+pub mod ical;
 pub mod ids;
 pub mod inventory;
 pub mod keystone;
 pub mod lease_cache;
 pub mod leases;
 pub mod listener;
+pub mod metrics;
 pub mod policy;
+pub mod quotas;
 pub mod reply;
 pub mod secret;
 pub mod state;
@@ -135,9 +140,23 @@ impl<'a> StateBuilder<'a> {
             Some(backend) => backend,
             None => backend(config)?,
         };
-        let service =
-            Service::new(store, self.clock, settings, backend).with_authorizer(Arc::new(policy));
-        Ok(AppState::new(service, auth))
+        let enforcement = config.usage_enforcement()?;
+        if !enforcement.filter_names().is_empty() {
+            tracing::info!(filters = ?enforcement.filter_names(), "usage enforcement enabled");
+        }
+        let metrics = Arc::new(metrics::Metrics::new());
+        let event_lag = metrics.event_lag();
+        let service = Service::new(store, self.clock, settings, backend)
+            .with_authorizer(Arc::new(policy))
+            .with_enforcement(enforcement)
+            .with_quotas(config.quotas.clone())
+            .with_event_observer(Arc::new(move |lag| event_lag.observe(lag.as_secs_f64())));
+        Ok(AppState::with_metrics(
+            service,
+            auth,
+            metrics,
+            config.observe_settings(),
+        ))
     }
 }
 
@@ -274,7 +293,28 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             }
             _ => None,
         };
-        Some((scheduler, workers, monitor, reconciler))
+        // Notifications go out from the processes that run events, as Blazar's manager
+        // sends them; the outbox is shared, so any replica may publish any of them.
+        let publisher = match &config.notifications {
+            Some(notifications) => {
+                let notifier =
+                    blazar_openstack::RabbitNotifier::new(notifications.notifier_settings())
+                        .map_err(|e| anyhow::anyhow!("notifications: {e}"))?;
+                let service = state.service.clone();
+                let stop = wait_stop(stop_rx.clone());
+                tracing::info!(
+                    transport_url = %redact(notifications.transport_url.expose()),
+                    exchange = %notifications.exchange,
+                    topics = ?notifications.topics,
+                    "notification publisher started"
+                );
+                Some(tokio::spawn(async move {
+                    service.run_publisher(&notifier, poll, stop).await
+                }))
+            }
+            None => None,
+        };
+        Some((scheduler, workers, monitor, reconciler, publisher))
     } else {
         None
     };
@@ -296,10 +336,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::info!(database = %redact(&config.database_url), "blazar-server ready (manager only)");
         wait_stop(stop_rx.clone()).await;
     }
-    if let Some((scheduler, workers, monitor, reconciler)) = scheduler {
+    if let Some((scheduler, workers, monitor, reconciler, publisher)) = scheduler {
         let _ = scheduler.await;
         let _ = workers.await;
-        for task in [monitor, reconciler].into_iter().flatten() {
+        for task in [monitor, reconciler, publisher].into_iter().flatten() {
             let _ = task.await;
         }
     }
@@ -331,7 +371,13 @@ pub async fn serve_with_limits(
     limits: listener::ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = tower::util::MapRequestLayer::new(app::strip_json_suffix).layer(app::router(state));
+    let app =
+        tower::util::MapRequestLayer::new(app::strip_json_suffix).layer(app::router(state.clone()));
+    // Event streams and long polls end first, or a graceful shutdown would wait for them.
+    let shutdown = async move {
+        shutdown.await;
+        state.stop_watchers();
+    };
     listener::serve(listener, app, limits, shutdown).await
 }
 

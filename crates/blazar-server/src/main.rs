@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use clap::Parser;
 
-use blazar_server::config::{Cli, Command, Config};
+use blazar_server::config::{Cli, Command, Config, LogFormat};
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -18,34 +18,23 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_new(&config.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
     let result = match command {
         Command::Serve => {
             // Colours only for a person at a terminal, not in files or journals.
-            logs.with_ansi(std::io::stdout().is_terminal()).init();
+            init_logs(&config, false);
             blazar_server::run(config).await
         }
         // Commands print their results on standard output; logs go to standard error.
         Command::Token(token) => {
-            logs.with_writer(std::io::stderr)
-                .with_ansi(std::io::stderr().is_terminal())
-                .init();
+            init_logs(&config, true);
             blazar_server::commands::token(&config, token, &mut std::io::stdout()).await
         }
         Command::Reconcile { apply, .. } => {
-            logs.with_writer(std::io::stderr)
-                .with_ansi(std::io::stderr().is_terminal())
-                .init();
+            init_logs(&config, true);
             blazar_server::commands::reconcile(&config, apply, &mut std::io::stdout()).await
         }
         Command::Policy(policy) => {
-            logs.with_writer(std::io::stderr)
-                .with_ansi(std::io::stderr().is_terminal())
-                .init();
+            init_logs(&config, true);
             blazar_server::commands::policy(&config, policy, &mut std::io::stdout())
         }
     };
@@ -56,5 +45,30 @@ async fn main() -> std::process::ExitCode {
             eprintln!("blazar-server: {e}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// Installs the log subscriber: the configured filter and format, on standard output (the
+/// server) or standard error (commands, whose results go to standard output). Text is
+/// coloured only for a person at a terminal; JSON lines carry the fields of the spans they
+/// happen in (`request.global_id`, ...), flattened into `span` and `spans`.
+fn init_logs(config: &Config, to_stderr: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    match (config.log_format, to_stderr) {
+        (LogFormat::Json, false) => logs.json().with_current_span(true).init(),
+        (LogFormat::Json, true) => logs
+            .json()
+            .with_current_span(true)
+            .with_writer(std::io::stderr)
+            .init(),
+        (LogFormat::Text, false) => logs.with_ansi(std::io::stdout().is_terminal()).init(),
+        (LogFormat::Text, true) => logs
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init(),
     }
 }

@@ -94,6 +94,10 @@ const DEFAULT_RULES: &[(&str, &str)] = &[
     // Occupancy calendars (GET /v1/<resources>/timeline) are for every user; only admins and
     // a lease's own project see whose lease an interval is.
     ("blazar:timeline:get", "@"),
+    // Per-project quotas: a project's readers see its own, admins see and set every one.
+    ("blazar:quotas:get", "rule:project_reader_or_admin"),
+    ("blazar:quotas:put", "rule:admin"),
+    ("blazar:quotas:delete", "rule:admin"),
 ];
 
 /// Families whose every action is admin-only by default. A rule of one of them that is not

@@ -36,3 +36,27 @@ pub async fn host_timeline(
 ) -> ApiResult<impl IntoResponse> {
     show_timeline(&state, &identity, &query, blazar_core::PHYSICAL_HOST).await
 }
+
+/// The properties the timeline of `resource_type` may be grouped by, with their values.
+pub async fn show_timeline_properties(
+    state: &AppState,
+    identity: &blazar_service::Identity,
+    resource_type: &'static str,
+) -> ApiResult<impl IntoResponse + use<>> {
+    let listing = state
+        .service
+        .timeline_properties(identity, resource_type)
+        .await?;
+    Ok(Json(Envelope(
+        "resource_properties",
+        to_wire::property_listing(listing),
+    )))
+}
+
+/// `GET /v1/os-hosts/timeline/properties`.
+pub async fn host_timeline_properties(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+) -> ApiResult<impl IntoResponse> {
+    show_timeline_properties(&state, &identity, blazar_core::PHYSICAL_HOST).await
+}

@@ -46,7 +46,9 @@ pub async fn with_request_id<F: Future>(id: String, fut: F) -> F::Output {
     REQUEST_ID.scope(id, fut).await
 }
 
-fn current_request_id() -> Option<String> {
+/// The request id of the API call (or action) being served, if any: outbound calls send it
+/// as `X-OpenStack-Request-Id`, so the called service logs the same global id.
+pub fn current_request_id() -> Option<String> {
     REQUEST_ID.try_with(Clone::clone).ok()
 }
 
@@ -268,6 +270,78 @@ impl Service {
         }
     }
 
+    /// Records that the usage-enforcement filters are to be told that `view`'s lease ended
+    /// (its end, or a delete before it ended), with the lease as Blazar's `on_end` gets it,
+    /// resources included: the lease may be gone by the time the action runs. After the
+    /// lease's other actions, so the service hears of the end once the resources are back.
+    pub(crate) async fn record_on_end(
+        &self,
+        tx: &mut Tx,
+        view: &blazar_core::LeaseView,
+        allocations: &[Allocation],
+    ) -> ServiceResult<()> {
+        if !self.enforcement.wants_on_end() {
+            return Ok(());
+        }
+        let lease = &view.lease;
+        let resources = crate::enforcement::resources_by_reservation(tx, allocations).await?;
+        let context = self
+            .enforcement
+            .context(&lease.user_id, &lease.project_id)
+            .to_value();
+        let payload = json!({
+            "lease_name": lease.name,
+            "user_id": lease.user_id,
+            "resources": [],
+            "units": [],
+            "context": context,
+            "lease": crate::enforcement::stored_lease_values(view, &resources),
+        });
+        let seq = tx
+            .insert_action(&NewAction {
+                lease_id: lease.id.clone(),
+                reservation_id: String::new(),
+                project_id: lease.project_id.clone(),
+                kind: ActionKind::OnEnd,
+                purpose: ActionPurpose::Enforcement,
+                resource_type: String::new(),
+                payload: payload.to_string(),
+                resources: Vec::new(),
+                request_id: current_request_id(),
+                created_at: self.now(),
+            })
+            .await?;
+        tracing::debug!(action.seq = seq, lease.id = %lease.id, "usage enforcement to be told of the lease end");
+        Ok(())
+    }
+
+    /// Tells the usage-enforcement filters of a lease end, bounded by the action timeout.
+    /// A failure is logged by the caller and retried like any action; it never holds up the
+    /// lease.
+    async fn tell_lease_end(&self, row: &ActionRecord) -> Result<ActionOutput, ActionError> {
+        let payload: Value = serde_json::from_str(&row.payload)
+            .map_err(|_| ActionError::Permanent(format!("action {}: bad payload", row.seq)))?;
+        let tell = self
+            .enforcement
+            .on_end(&payload["context"], &payload["lease"]);
+        // The call carries the id of the request that ended or deleted the lease.
+        let told = match row.request_id.clone() {
+            Some(id) => {
+                tokio::time::timeout(self.settings.action_timeout, with_request_id(id, tell)).await
+            }
+            None => tokio::time::timeout(self.settings.action_timeout, tell).await,
+        };
+        match told {
+            Ok(Ok(())) => Ok(ActionOutput::default()),
+            Ok(Err(crate::enforcement::OnEndError::Transient(e))) => Err(ActionError::Transient(e)),
+            Ok(Err(crate::enforcement::OnEndError::Permanent(e))) => Err(ActionError::Permanent(e)),
+            Err(_) => Err(ActionError::Transient(format!(
+                "no answer within {} s",
+                self.settings.action_timeout.as_secs()
+            ))),
+        }
+    }
+
     /// Records an inventory action on one host (`Enrol` after it is added, `Withdraw` after
     /// it is removed), when the backend acts on the inventory.
     pub(crate) async fn record_host_action(
@@ -369,6 +443,7 @@ impl Service {
     /// One attempt at one claimed action, and its outcome recorded.
     async fn carry_out(&self, row: ActionRecord, report: &mut ActionReport) -> ServiceResult<()> {
         let result = match action_from_row(&row) {
+            Ok(_) if row.kind == ActionKind::OnEnd => self.tell_lease_end(&row).await,
             Ok(action) => {
                 let applied = tokio::time::timeout(
                     self.settings.action_timeout,
@@ -483,6 +558,7 @@ impl Service {
                 | ActionPurpose::Inventory
                 | ActionPurpose::Reserve
                 | ActionPurpose::BeforeEnd
+                | ActionPurpose::Enforcement
         ) {
             return Ok(());
         }
@@ -517,9 +593,13 @@ impl Service {
             ActionPurpose::LeaseEnd => Some(EventType::EndLease),
             _ => None,
         };
-        if let Some(event_type) = event_type {
-            self.settle_event(tx, &lease.id, event_type, purpose, now)
-                .await?;
+        let mut finished = Vec::new();
+        if let Some(event_type) = event_type
+            && self
+                .settle_event(tx, &lease.id, event_type, purpose, now)
+                .await?
+        {
+            finished.push(event_type);
         }
         // A change that failed for good leaves the lease in ERROR, as a failed update does
         // in Blazar.
@@ -527,11 +607,11 @@ impl Service {
         if settle_lease_status(tx, &mut lease, failed, now).await? {
             tracing::info!(lease.id = %lease.id, lease.status = %lease.status, "lease status");
         }
-        Ok(())
+        self.notify_events_done(tx, &lease, &finished).await
     }
 
     /// Marks the lease's `event_type` event done (or ERROR, if one of its actions failed)
-    /// once none of the actions of `purpose` is open any more.
+    /// once none of the actions of `purpose` is open any more. Returns whether it did.
     pub(crate) async fn settle_event(
         &self,
         tx: &mut Tx,
@@ -539,10 +619,10 @@ impl Service {
         event_type: EventType,
         purpose: ActionPurpose,
         now: DateTime<Utc>,
-    ) -> ServiceResult<()> {
+    ) -> ServiceResult<bool> {
         let (open, failed) = tx.action_counts(lease_id, purpose.as_str()).await?;
         if open > 0 {
-            return Ok(());
+            return Ok(false);
         }
         let events = tx.events_of(lease_id).await?;
         if let Some(mut event) = events
@@ -556,8 +636,9 @@ impl Service {
             };
             event.updated_at = Some(now);
             tx.update_event(&event).await?;
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Runs workers until `shutdown`: at most `settings.action_workers` actions at a time,

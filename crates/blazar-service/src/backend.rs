@@ -235,7 +235,8 @@ impl Backend for StandaloneBackend {
                 | ActionKind::Withdraw
                 | ActionKind::Prepare
                 | ActionKind::Release
-                | ActionKind::Snapshot => {}
+                | ActionKind::Snapshot
+                | ActionKind::OnEnd => {}
             }
         }
         tx.commit().await.map_err(db_error)?;
@@ -254,6 +255,7 @@ impl Backend for StandaloneBackend {
                     ActionKind::Prepare => "reservation prepared",
                     ActionKind::Release => "reservation released",
                     ActionKind::Snapshot => "snapshot requested",
+                    ActionKind::OnEnd => "usage enforcement told",
                 }
             );
         }

@@ -473,47 +473,33 @@ impl Service {
         self.set_property_private(PHYSICAL_HOST, name, body).await
     }
 
-    /// Allocations of every host (hosts without any included), or of one host.
-    pub async fn host_allocations(
+    /// The allocations of one host (the whole list streams: `Service::allocation_list`).
+    pub async fn host_allocation(
         &self,
         identity: &Identity,
-        host: Option<&str>,
+        host: &str,
         lease_id: Option<&str>,
         reservation_id: Option<&str>,
-    ) -> ServiceResult<Vec<AllocationEntry>> {
+    ) -> ServiceResult<AllocationEntry> {
         self.authorize_own("blazar:oshosts:get_allocations", identity)?;
-        let host_id = host.map(parse_host_id).transpose()?;
-        // Every allocation of every host can be a large answer: a few at a time keep the
-        // server's memory bounded however many clients ask at once.
-        let _permit = self
-            .large_reads
-            .acquire()
-            .await
-            .map_err(|_| ServiceError::Internal("the server is shutting down".into()))?;
+        let host_id = parse_host_id(host)?;
         in_tx!(self, read, |tx| {
-            let ids: Vec<i64> = match host_id {
-                Some(id) => {
-                    tx.get_host(id)
-                        .await?
-                        .ok_or_else(|| host_not_found(host.unwrap_or_default()))?;
-                    vec![id]
-                }
-                None => self
-                    .host_cache
-                    .inventory(tx)
-                    .await?
-                    .hosts
-                    .iter()
-                    .map(|h| h.id)
-                    .collect(),
-            };
-            let views = tx
-                .allocation_views(PHYSICAL_HOST, host_id, lease_id, reservation_id, self.now())
+            tx.get_host(host_id)
+                .await?
+                .ok_or_else(|| host_not_found(host))?;
+            let reservations = tx
+                .allocation_views(
+                    PHYSICAL_HOST,
+                    Some(host_id),
+                    lease_id,
+                    reservation_id,
+                    self.now(),
+                )
                 .await?;
-            Ok(allocation_entries(
-                ids.into_iter().map(|id| (id, id.to_string())),
-                views,
-            ))
+            Ok(AllocationEntry {
+                resource_id: host_id.to_string(),
+                reservations,
+            })
         })
     }
 

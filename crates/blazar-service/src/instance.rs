@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use blazar_core::Flavor;
 pub use blazar_core::engine::{HostSlots, place};
-use blazar_core::engine::{Usage, free_slots, peak_usage};
+use blazar_core::engine::{Usage, free_slots, peak_usage, probe_ends};
 use blazar_core::host::HostRecord;
 use blazar_core::reservation::{FlavorChoice, FoundFlavor, ReservationSpec, SourceFlavor};
 use blazar_core::{PHYSICAL_HOST, TimeWindow};
-use blazar_db::{NewAllocation, Tx};
+use blazar_db::{AllocationUsage, Backend, NewAllocation, Tx};
 use serde_json::Value;
 
 pub use blazar_core::reservation::{Affinity, FLAVOR_INSTANCE, VIRTUAL_INSTANCE};
@@ -190,7 +190,8 @@ pub(crate) async fn shape_hosts(
         .collect())
 }
 
-/// Free slots per candidate host for `slot`-sized instances over the request's window.
+/// Free slots per candidate host for `slot`-sized instances over the request's window, read
+/// for every candidate at once (healing, which is rare and wants the best host anywhere).
 async fn host_slots(
     tx: &mut Tx,
     shape: &Shape,
@@ -198,16 +199,27 @@ async fn host_slots(
     ratios: Ratios,
     cache: &HostCache,
 ) -> ServiceResult<(Vec<HostSlots>, usize)> {
-    tx.lock_allocations().await?;
     let hosts = shape_hosts(tx, shape, ratios, cache).await?;
-    let window = TimeWindow::new(request.window.start(), request.blocked_until)
-        .map_err(|e| ServiceError::Internal(e.to_string()))?;
     let overlapping = tx
         .usage_overlapping(PHYSICAL_HOST, request.window.start(), request.blocked_until)
         .await?;
-    let mut exclusive = std::collections::HashSet::new();
+    let slots = slots_of(&hosts, &overlapping, shape, request)?;
+    Ok((slots, hosts.len()))
+}
+
+/// The free slots of `hosts` given the allocations that overlap the request's window, one
+/// entry per host in their order (zero slots for a host held whole).
+fn slots_of(
+    hosts: &[(i64, Usage)],
+    overlapping: &[AllocationUsage],
+    shape: &Shape,
+    request: &AllocationRequest<'_>,
+) -> ServiceResult<Vec<HostSlots>> {
+    let window = TimeWindow::new(request.window.start(), request.blocked_until)
+        .map_err(|e| ServiceError::Internal(e.to_string()))?;
+    let mut exclusive = HashSet::new();
     let mut shared: HashMap<i64, Vec<(TimeWindow, Usage)>> = HashMap::new();
-    for a in &overlapping {
+    for a in overlapping {
         if a.exclusive {
             exclusive.insert(a.resource_id);
         } else if let Ok(w) = TimeWindow::new(a.start, a.blocked_until) {
@@ -220,32 +232,117 @@ async fn host_slots(
             shared.entry(a.resource_id).or_default().push((w, usage));
         }
     }
-    let fitting = hosts.len();
-    let mut out = Vec::new();
-    for (id, cap) in hosts {
-        if exclusive.contains(&id) {
-            continue;
-        }
-        let used = shared
-            .get(&id)
-            .map(|v| peak_usage(v, &window))
-            .unwrap_or_default();
-        out.push(HostSlots {
-            host: id,
-            slots: free_slots(cap, used, shape.slot),
-            in_use: shared.contains_key(&id),
-        });
-    }
-    Ok((out, fitting))
+    Ok(hosts
+        .iter()
+        .map(|&(id, cap)| {
+            if exclusive.contains(&id) {
+                return HostSlots {
+                    host: id,
+                    slots: 0,
+                    in_use: true,
+                };
+            }
+            let used = shared
+                .get(&id)
+                .map(|v| peak_usage(v, &window))
+                .unwrap_or_default();
+            HostSlots {
+                host: id,
+                slots: free_slots(cap, used, shape.slot),
+                in_use: shared.contains_key(&id),
+            }
+        })
+        .collect())
 }
 
+/// Where a new or changed instance reservation goes: the candidates are read probe by probe
+/// (the hosts it keeps, then in id order, `engine::probe_ends`) and the search stops at the
+/// first probe in which the instances fit, so that a large site reads the usage of a few
+/// dozen hosts rather than of every host. The offer search places with the same probes
+/// (`engine::place_in_batches`), so an offer is granted the hosts it named. Returns the
+/// placement (or `None`), the slots read and how many hosts fit one instance.
+async fn probe_slots(
+    tx: &mut Tx,
+    shape: &Shape,
+    request: &AllocationRequest<'_>,
+    ratios: Ratios,
+    cache: &HostCache,
+) -> ServiceResult<(Option<Vec<(i64, i64)>>, Vec<HostSlots>, usize)> {
+    let hosts = shape_hosts(tx, shape, ratios, cache).await?;
+    let fitting = hosts.len();
+    let mut order = hosts;
+    // The kept hosts first, the others still in id order.
+    order.sort_by_key(|(id, _)| !request.keep.contains(id));
+    let kept = order
+        .iter()
+        .filter(|(id, _)| request.keep.contains(id))
+        .count();
+    let mut slots: Vec<HostSlots> = Vec::with_capacity(order.len());
+    for end in probe_ends(kept, order.len()) {
+        let probe = &order[slots.len()..end];
+        let ids: Vec<i64> = probe.iter().map(|(id, _)| *id).collect();
+        let overlapping = tx
+            .usage_among(
+                PHYSICAL_HOST,
+                &ids,
+                request.window.start(),
+                request.blocked_until,
+                None,
+            )
+            .await?;
+        slots.extend(slots_of(probe, &overlapping, shape, request)?);
+        if let Some(placement) = place(&slots, request.keep, shape.amount, shape.affinity) {
+            return Ok((Some(placement), slots, fitting));
+        }
+    }
+    Ok((None, slots, fitting))
+}
+
+/// Writes the slots of `placement`. On PostgreSQL the placed hosts are claimed first
+/// (waiting, in id order, for writers placing on them now) and their use read again: the
+/// exclusion constraint keeps whole hosts apart but does not add up shared capacity, so
+/// this check is what keeps two concurrent placements from overfilling one host. A host
+/// that no longer has room sends the transaction round again.
 async fn write_slots(
     tx: &mut Tx,
     shape: &Shape,
     request: &AllocationRequest<'_>,
     placement: &[(i64, i64)],
+    ratios: Ratios,
+    cache: &HostCache,
 ) -> ServiceResult<()> {
     let hosts: Vec<i64> = placement.iter().map(|(h, _)| *h).collect();
+    if tx.backend() == Backend::Postgres {
+        tx.claim_resources(PHYSICAL_HOST, &hosts).await?;
+        let capacity: HashMap<i64, Usage> = shape_hosts(tx, shape, ratios, cache)
+            .await?
+            .into_iter()
+            .filter(|(id, _)| hosts.contains(id))
+            .collect();
+        let placed: Vec<(i64, Usage)> = hosts
+            .iter()
+            .map(|id| (*id, capacity.get(id).copied().unwrap_or_default()))
+            .collect();
+        let now = tx
+            .usage_among(
+                PHYSICAL_HOST,
+                &hosts,
+                request.window.start(),
+                request.blocked_until,
+                None,
+            )
+            .await?;
+        let room = slots_of(&placed, &now, shape, request)?;
+        let full = placement
+            .iter()
+            .zip(&room)
+            .any(|((_, units), free)| free.slots < *units);
+        if full {
+            return Err(ServiceError::Retry(
+                "a chosen host was filled concurrently".into(),
+            ));
+        }
+    }
     if lock_reservable(tx, PHYSICAL_HOST, &hosts).await?.len() != hosts.len() {
         return Err(ServiceError::Retry(
             "a chosen host changed concurrently".into(),
@@ -274,8 +371,8 @@ pub(crate) async fn allocate_shape(
     cache: &HostCache,
     kind: &str,
 ) -> ServiceResult<Grant> {
-    let (slots, fitting) = host_slots(tx, shape, request, ratios, cache).await?;
-    let placement = place(&slots, request.keep, shape.amount, shape.affinity).ok_or_else(|| {
+    let (placement, slots, fitting) = probe_slots(tx, shape, request, ratios, cache).await?;
+    let placement = placement.ok_or_else(|| {
         if !request.explain {
             return ServiceError::refused(
                 crate::resources::NOT_ENOUGH_HOSTS,
@@ -305,7 +402,7 @@ pub(crate) async fn allocate_shape(
             request.window.end().format("%Y-%m-%d %H:%M"),
         ), vec![reason])
     })?;
-    write_slots(tx, shape, request, &placement).await?;
+    write_slots(tx, shape, request, &placement, ratios, cache).await?;
     Ok(Grant {
         resources: placement.iter().map(|(h, _)| *h).collect(),
         units: shape.amount,
@@ -357,7 +454,7 @@ pub(crate) async fn refill_shape(
     };
     match place(&available, &[], wanted.amount, wanted.affinity) {
         Some(placement) => {
-            write_slots(tx, &wanted, request, &placement).await?;
+            write_slots(tx, &wanted, request, &placement, ratios, cache).await?;
             Ok(missing)
         }
         None => Ok(0),

@@ -7,9 +7,7 @@ use blazar_core::{Flavor, Property, ResourceRecord};
 use blazar_db::NewResource;
 use serde_json::{Map, Value};
 
-use crate::hosts::{
-    AllocationEntry, PropertyListing, allocation_entries, as_bool, as_text, check_capability_key,
-};
+use crate::hosts::{AllocationEntry, PropertyListing, as_bool, as_text, check_capability_key};
 use crate::pool::{DEVICE, FLOATINGIP, NETWORK};
 use crate::{Identity, Service, ServiceError, ServiceResult, new_id};
 
@@ -416,35 +414,35 @@ impl Service {
     }
 
     /// Allocations of every resource of a kind, or of one.
-    pub async fn resource_allocations(
+    /// The allocations of one floating IP, segment or device (the whole list streams:
+    /// `Service::allocation_list`).
+    pub async fn resource_allocation(
         &self,
         identity: &Identity,
         spec: &KindSpec,
-        resource: Option<&str>,
+        uid: &str,
         lease_id: Option<&str>,
         reservation_id: Option<&str>,
-    ) -> ServiceResult<Vec<AllocationEntry>> {
+    ) -> ServiceResult<AllocationEntry> {
         self.authorize_own(&format!("{}:get_allocations", spec.rules), identity)?;
         in_tx!(self, read, |tx| {
-            let records: Vec<ResourceRecord> = match resource {
-                Some(uid) => vec![
-                    tx.get_resource(spec.kind, uid)
-                        .await?
-                        .ok_or_else(|| not_found(spec, uid))?,
-                ],
-                None => tx.list_resources(spec.kind).await?,
-            };
-            let one = match resource {
-                Some(_) => records.first().map(|r| r.id),
-                None => None,
-            };
-            let views = tx
-                .allocation_views(spec.kind, one, lease_id, reservation_id, self.now())
+            let record = tx
+                .get_resource(spec.kind, uid)
+                .await?
+                .ok_or_else(|| not_found(spec, uid))?;
+            let reservations = tx
+                .allocation_views(
+                    spec.kind,
+                    Some(record.id),
+                    lease_id,
+                    reservation_id,
+                    self.now(),
+                )
                 .await?;
-            Ok(allocation_entries(
-                records.into_iter().map(|r| (r.id, r.uid)),
-                views,
-            ))
+            Ok(AllocationEntry {
+                resource_id: record.uid,
+                reservations,
+            })
         })
     }
 

@@ -1,6 +1,7 @@
 //! Lease use cases: create, show, list, update, delete.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use blazar_core::LeaseFilter;
 use blazar_core::lease::{
@@ -15,12 +16,14 @@ use blazar_core::{
 use blazar_core::{Allocation, Event, Lease, LeaseView, Reservation};
 use blazar_db::Tx;
 use chrono::{DateTime, Duration, Utc};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
+use crate::enforcement::{EnforcedLease, UsageFilter, iso};
 use crate::policy::Target;
 use crate::resources::AllocationRequest;
 use crate::{
-    Identity, Reason, Requested, ReservationRef, Service, ServiceError, ServiceResult, new_id,
+    Identity, Reason, Requested, ReservationRef, Retry, Service, ServiceError, ServiceResult,
+    new_id,
 };
 
 /// The policy rule deciding whether a refused create or update says why.
@@ -53,6 +56,14 @@ pub struct LeaseUpdate {
 }
 
 impl LeaseUpdate {
+    /// Whether it changes more than the name: what Blazar puts to the filters.
+    fn moves_anything(&self) -> bool {
+        self.start.is_some()
+            || self.end.is_some()
+            || self.before_end.is_some()
+            || self.reservations.is_some()
+    }
+
     fn dates(&self) -> DatesRequest {
         DatesRequest {
             start: self.start,
@@ -78,6 +89,60 @@ pub enum Listed<T> {
 pub struct DryRun {
     pub view: LeaseView,
     pub grants: Vec<blazar_db::GrantRow>,
+}
+
+/// A create or update carried out and rolled back, with the resources each reservation
+/// would hold (by reservation id) as usage-enforcement filters see them.
+type Trial = (DryRun, HashMap<String, Vec<Value>>);
+
+/// Blazar's input date format, in which `before_end_date` reaches its filters.
+const BLAZAR_INPUT_DATE: &str = "%Y-%m-%d %H:%M";
+
+/// The new lease of an update as Blazar's `check_update` gets it: the values the request
+/// sets, the dates it leads to, and the reservations (those of the request, or all the
+/// lease's if it names none), each with the resources it would hold.
+fn update_values(
+    update: &LeaseUpdate,
+    after: &LeaseView,
+    held: &HashMap<String, Vec<Value>>,
+) -> EnforcedLease {
+    let reservations = match &update.reservations {
+        Some(entries) => Value::Array(
+            entries
+                .iter()
+                .map(|sent| {
+                    let mut r = sent.clone();
+                    let resources = sent
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .and_then(|id| held.get(id))
+                        .cloned()
+                        .unwrap_or_default();
+                    r.insert("allocations".into(), Value::Array(resources));
+                    Value::Object(r)
+                })
+                .collect(),
+        ),
+        None => crate::enforcement::stored_lease_values(after, held)["reservations"].take(),
+    };
+    let mut values = Map::new();
+    if let Some(name) = &update.name {
+        values.insert("name".into(), json!(name));
+    }
+    values.insert("start_date".into(), json!(iso(after.lease.start)));
+    values.insert("end_date".into(), json!(iso(after.lease.end)));
+    if let Some(t) = update.before_end {
+        values.insert(
+            "before_end_date".into(),
+            json!(t.format(BLAZAR_INPUT_DATE).to_string()),
+        );
+    }
+    values.insert("reservations".into(), reservations);
+    EnforcedLease {
+        start: after.lease.start,
+        end: after.lease.end,
+        values: Value::Object(values),
+    }
 }
 
 /// How long a lease create waits for the cloud to make its instance reservations' server
@@ -233,18 +298,35 @@ impl Service {
         identity: &Identity,
         request: &NewLease,
     ) -> ServiceResult<LeaseView> {
-        async {
+        let created = async {
             let plan = self.plan_lease(identity, request).await?;
+            self.enforce_create(identity, request, &plan).await?;
             let view = match &self.batcher {
                 Some(batcher) => batcher.create(self, plan).await?,
                 None => self.write_new_lease_alone(&plan).await?,
             };
             tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
             self.wake_for(&view);
+            // The create writer commits outside `in_tx!`; event streams look again.
+            self.announce_lease_change();
             self.with_groups_made(identity, view).await
         }
-        .await
-        .map_err(ServiceError::explained)
+        .await;
+        match created {
+            Ok(view) => Ok(view),
+            Err(e) => {
+                let e = e.explained();
+                self.notify_refusal(
+                    identity,
+                    "lease.create.refused",
+                    None,
+                    Some(&request.name),
+                    &e,
+                )
+                .await;
+                Err(self.with_next_offer(identity, e).await)
+            }
+        }
     }
 
     /// What [`Self::create_lease`] would answer, the same 201 or refusal, and what it would
@@ -256,16 +338,131 @@ impl Service {
         identity: &Identity,
         request: &NewLease,
     ) -> ServiceResult<DryRun> {
-        async {
+        let planned = async {
             let plan = self.plan_lease(identity, request).await?;
-            in_tx!(self, write, dry_run = true, |tx| {
-                let view = self.write_new_lease(tx, &plan).await?;
-                let grants = tx.grants_of_lease(&view.lease.id).await?;
-                Ok(DryRun { view, grants })
-            })
+            let filters = self.enforcement.consulted(true);
+            let trial = self.trial_create(&plan, !filters.is_empty()).await?;
+            if !filters.is_empty() {
+                self.check_create(identity, request, &plan, &filters, Some(&trial))
+                    .await?;
+            }
+            Ok::<_, ServiceError>(trial.0)
         }
-        .await
-        .map_err(ServiceError::explained)
+        .await;
+        match planned {
+            Ok(dry_run) => Ok(dry_run),
+            Err(e) => Err(self.with_next_offer(identity, e.explained()).await),
+        }
+    }
+
+    /// Asks the enabled usage-enforcement filters whether `request` may be created, before
+    /// its write transaction. A filter that reads the resources (or a create whose dates are
+    /// only found by writing it, `earliest`) needs a trial first: the create carried out in
+    /// a transaction that is rolled back, whose refusal, if any, is answered as is (Blazar
+    /// searches the candidates before it asks the filters too).
+    async fn enforce_create(
+        &self,
+        identity: &Identity,
+        request: &NewLease,
+        plan: &LeasePlan,
+    ) -> ServiceResult<()> {
+        let filters = self.enforcement.consulted(false);
+        if filters.is_empty() {
+            return Ok(());
+        }
+        let needs_trial = matches!(plan.dates, PlanDates::Earliest(_))
+            || (!plan.requests.is_empty() && filters.iter().any(|f| f.reads_allocations()));
+        let trial = match needs_trial {
+            true => Some(self.trial_create(plan, true).await?),
+            false => None,
+        };
+        self.check_create(identity, request, plan, &filters, trial.as_ref())
+            .await
+    }
+
+    /// The create of `plan` carried out and rolled back: what it would answer and grant,
+    /// and (`with_resources`) the resources each reservation would hold, as filters see them.
+    async fn trial_create(&self, plan: &LeasePlan, with_resources: bool) -> ServiceResult<Trial> {
+        in_tx!(self, write, dry_run = true, |tx| {
+            let view = self.write_new_lease(tx, plan).await?;
+            let grants = tx.grants_of_lease(&view.lease.id).await?;
+            let resources = if with_resources {
+                let allocations = tx.allocations_of_lease(&view.lease.id).await?;
+                crate::enforcement::resources_by_reservation(tx, &allocations).await?
+            } else {
+                HashMap::new()
+            };
+            Ok((DryRun { view, grants }, resources))
+        })
+    }
+
+    /// Asks `filters`, in order, about a create; the first refusal is the answer. The lease
+    /// is given as Blazar's `check_create` gets it: the request's values with the dates
+    /// parsed, `user_id`, `project_id`, `status` `CREATING`, and each reservation request as
+    /// sent with the resources it would hold (none without a trial).
+    async fn check_create(
+        &self,
+        identity: &Identity,
+        request: &NewLease,
+        plan: &LeasePlan,
+        filters: &[Arc<dyn UsageFilter>],
+        trial: Option<&Trial>,
+    ) -> ServiceResult<()> {
+        let window = match (trial, &plan.dates) {
+            (Some((dry, _)), _) => (dry.view.lease.start, dry.view.lease.end),
+            (None, PlanDates::Fixed(dates)) => (dates.window.start(), dates.window.end()),
+            (None, PlanDates::Earliest(_)) => {
+                return Err(ServiceError::Internal(
+                    "a create of the earliest window is checked without its dates".into(),
+                ));
+            }
+        };
+        let reservations: Vec<Value> = request
+            .reservations
+            .iter()
+            .enumerate()
+            .map(|(i, sent)| {
+                let held = trial
+                    .and_then(|(dry, resources)| {
+                        dry.view
+                            .reservations
+                            .get(i)
+                            .and_then(|r| resources.get(&r.id))
+                    })
+                    .cloned()
+                    .unwrap_or_default();
+                let mut r = sent.clone();
+                r.insert("allocations".into(), Value::Array(held));
+                Value::Object(r)
+            })
+            .collect();
+        let mut values = json!({
+            "name": request.name,
+            "start_date": iso(window.0),
+            "end_date": iso(window.1),
+            "user_id": identity.user_id,
+            "project_id": identity.project_id,
+            "status": LeaseStatus::Creating.as_str(),
+            "reservations": reservations,
+        });
+        if let Some(t) = request.before_end {
+            values["before_end_date"] = json!(t.format(BLAZAR_INPUT_DATE).to_string());
+        }
+        let lease = EnforcedLease {
+            start: window.0,
+            end: window.1,
+            values,
+        };
+        let context = self
+            .enforcement
+            .context(&identity.user_id, &identity.project_id);
+        for filter in filters {
+            filter
+                .check_create(&context, &lease)
+                .await
+                .map_err(|d| crate::enforcement::refusal(filter.name(), d))?;
+        }
+        Ok(())
     }
 
     /// Checks a create (policy, name, dates, reservations) and asks the cloud what it needs
@@ -411,9 +608,11 @@ impl Service {
                 Ok(grant) => grant,
                 Err(e) => {
                     let at = ReservationRef::Position(i + 1);
-                    return Err(self
-                        .finalise_refusal(tx, &plan.identity, e, at, &reservation.spec, &allocation)
-                        .await);
+                    return Err(self.finalise_refusal(e, at, &reservation.spec, || Retry {
+                        specs: plan.requests.clone(),
+                        window,
+                        except_lease: None,
+                    }));
                 }
             };
             reservation.granted_units = grant.units;
@@ -428,6 +627,10 @@ impl Service {
             .await?;
             reservations.push(reservation);
         }
+        // After every allocation of the lease is written (and under the allocation lock), so
+        // the project's use it measures includes this lease and every create before it.
+        self.check_quotas(tx, &lease.project_id, &lease.id, window, None)
+            .await?;
         let mut events = vec![
             new_event(&lease.id, EventType::StartLease, window.start(), created),
             new_event(&lease.id, EventType::EndLease, window.end(), created),
@@ -442,11 +645,13 @@ impl Service {
         events.sort_by_key(|e| (e.time, e.rank));
         // Built from what was written rather than read back: the writes stay queued until
         // the commit, one round trip for all of them.
-        Ok(LeaseView {
+        let view = LeaseView {
             lease,
             reservations,
             events,
-        })
+        };
+        self.notify_lease_view(tx, "lease.create", &view).await?;
+        Ok(view)
     }
 
     /// The dates of the earliest window of `search` in which the plan's reservations fit,
@@ -483,15 +688,14 @@ impl Service {
     /// The one place where the reasons of a refused allocation are completed, with the
     /// request at hand: which reservation it was (its position in a create, its id in an
     /// update) and what it asked for. Counts are there only if the caller may be told them
-    /// (`AllocationRequest::explain`); so will be the next offer.
-    async fn finalise_refusal(
+    /// (`AllocationRequest::explain`); so is the next offer, searched for `retry` once the
+    /// refused transaction is gone ([`Self::with_next_offer`]).
+    fn finalise_refusal(
         &self,
-        _tx: &mut Tx,
-        _identity: &Identity,
         error: ServiceError,
         reservation: ReservationRef,
         spec: &ReservationSpec,
-        _request: &AllocationRequest<'_>,
+        retry: impl FnOnce() -> Retry,
     ) -> ServiceError {
         let ServiceError::Refused(mut refused) = error else {
             return error;
@@ -499,10 +703,65 @@ impl Service {
         for reason in &mut refused.reasons {
             reason.reservation = Some(reservation.clone());
             reason.requested.get_or_insert_with(|| Requested::of(spec));
+        }
+        if refused.reasons.iter().any(|r| r.availability.is_some()) {
+            refused.retry = Some(Box::new(retry()));
+        }
+        ServiceError::Refused(refused)
+    }
+
+    /// `error` with the next offer in its explained reasons: the earliest window of the
+    /// refused one's length, starting from its start (or now) within the default search
+    /// window, in which every reservation of the lease fits. Searched in a read transaction
+    /// of its own, after the refused one, so a refusal never holds the allocation lock
+    /// longer; the answer is advice, not a hold. An update of a lease that has started
+    /// gets none (it cannot move); the extension check answers how far it can go.
+    async fn with_next_offer(&self, identity: &Identity, error: ServiceError) -> ServiceError {
+        let ServiceError::Refused(mut refused) = error else {
+            return error;
+        };
+        let Some(retry) = refused.retry.take() else {
+            return ServiceError::Refused(refused);
+        };
+        let now = truncate_to_minute(self.now());
+        let minutes = (retry.window.end() - retry.window.start()).num_minutes();
+        let longest = Duration::days(crate::offers::MAX_SEARCH_DAYS).num_minutes();
+        let started = retry.window.start() < now && retry.except_lease.is_some();
+        if started || !(1..=longest).contains(&minutes) {
+            return ServiceError::Refused(refused);
+        }
+        let not_before = retry.window.start().max(now);
+        let search = blazar_core::offer::Search {
+            not_before,
+            not_after: not_before
+                + Duration::days(crate::offers::DEFAULT_SEARCH_DAYS)
+                + Duration::minutes(minutes),
+            min_minutes: minutes,
+            max_minutes: minutes,
+            cleaning: self.settings().cleaning(),
+            order: blazar_core::offer::Order::Earliest,
+            limit: 1,
+        };
+        let found = in_tx!(self, read, |tx| {
+            self.find_offers(
+                tx,
+                identity,
+                &retry.specs,
+                &search,
+                retry.except_lease.as_deref(),
+            )
+            .await
+        });
+        let next = match found {
+            Ok(offers) => offers.first().map(|o| o.window),
+            Err(e) => {
+                tracing::warn!(error = %e, "no next offer for a refusal: the search failed");
+                None
+            }
+        };
+        for reason in &mut refused.reasons {
             if let Some(availability) = &mut reason.availability {
-                // Hook for the offer search: the next window of the same length in which
-                // `spec` fits, searched in `_tx` for `_identity` from `_request.window`.
-                availability.next_offer = None;
+                availability.next_offer = next;
             }
         }
         ServiceError::Refused(refused)
@@ -717,11 +976,15 @@ impl Service {
         id: &str,
         update: &LeaseUpdate,
     ) -> ServiceResult<LeaseView> {
-        let view = self
-            .change_lease(identity, id, update, false)
-            .await
-            .map_err(ServiceError::explained)?
-            .view;
+        let view = match self.change_lease(identity, id, update, false).await {
+            Ok(changed) => changed.view,
+            Err(e) => {
+                let e = e.explained();
+                self.notify_refusal(identity, "lease.update.refused", Some(id), None, &e)
+                    .await;
+                return Err(self.with_next_offer(identity, e).await);
+            }
+        };
         tracing::info!(lease.id = %view.lease.id, "lease updated");
         self.wake_for(&view);
         Ok(view)
@@ -736,9 +999,10 @@ impl Service {
         id: &str,
         update: &LeaseUpdate,
     ) -> ServiceResult<DryRun> {
-        self.change_lease(identity, id, update, true)
-            .await
-            .map_err(ServiceError::explained)
+        match self.change_lease(identity, id, update, true).await {
+            Ok(dry_run) => Ok(dry_run),
+            Err(e) => Err(self.with_next_offer(identity, e.explained()).await),
+        }
     }
 
     /// An update in one transaction, rolled back if `dry_run` (then with the grants).
@@ -752,7 +1016,74 @@ impl Service {
         if let Some(name) = &update.name {
             check_name(name)?;
         }
-        in_tx!(self, write, dry_run = dry_run, |tx| {
+        // As Blazar: a rename (or nothing) is not put to the filters.
+        let filters = if update.moves_anything() {
+            self.enforcement.consulted(dry_run)
+        } else {
+            Vec::new()
+        };
+        if filters.is_empty() {
+            return in_tx!(self, write, dry_run = dry_run, |tx| {
+                self.apply_update(tx, identity, id, update, dry_run).await
+            });
+        }
+        // A trial gives the filters the lease before and after; they decide outside every
+        // transaction; then the update is carried out (a dry run answers the trial).
+        let (trial, current, new) = in_tx!(self, write, dry_run = true, |tx| {
+            let filter = LeaseFilter {
+                id: Some(id.to_string()),
+                ..LeaseFilter::default()
+            };
+            let before = tx.lease_trees(&filter).await?.pop();
+            let held_before = tx.allocations_of_lease(id).await?;
+            let held_before =
+                crate::enforcement::resources_by_reservation(tx, &held_before).await?;
+            let trial = self.apply_update(tx, identity, id, update, true).await?;
+            let Some((lease, reservations, events)) = before else {
+                return Err(lease_not_found(id));
+            };
+            let before = LeaseView {
+                lease,
+                reservations,
+                events,
+            };
+            let current = EnforcedLease {
+                start: before.lease.start,
+                end: before.lease.end,
+                values: crate::enforcement::stored_lease_values(&before, &held_before),
+            };
+            let held_after = tx.allocations_of_lease(id).await?;
+            let held_after = crate::enforcement::resources_by_reservation(tx, &held_after).await?;
+            let new = update_values(update, &trial.view, &held_after);
+            Ok((trial, current, new))
+        })?;
+        // Blazar's context names the lease's owner, whoever asks.
+        let owner = &trial.view.lease;
+        let context = self.enforcement.context(&owner.user_id, &owner.project_id);
+        for filter in &filters {
+            filter
+                .check_update(&context, &current, &new)
+                .await
+                .map_err(|d| crate::enforcement::refusal(filter.name(), d))?;
+        }
+        if dry_run {
+            return Ok(trial);
+        }
+        in_tx!(self, write, |tx| {
+            self.apply_update(tx, identity, id, update, false).await
+        })
+    }
+
+    /// The update itself, in `tx`; `dry_run` adds what the lease would then be granted.
+    async fn apply_update(
+        &self,
+        tx: &mut Tx,
+        identity: &Identity,
+        id: &str,
+        update: &LeaseUpdate,
+        dry_run: bool,
+    ) -> ServiceResult<DryRun> {
+        {
             let mut lease = tx
                 .lock_lease(id)
                 .await?
@@ -778,6 +1109,7 @@ impl Service {
                     moves,
                     new_before_end,
                 } => {
+                    let baseline = self.quota_baseline(tx, &lease, window).await?;
                     self.change_reservations(
                         tx,
                         identity,
@@ -788,6 +1120,11 @@ impl Service {
                         stamp,
                     )
                     .await?;
+                    if let Some(baseline) = &baseline {
+                        self.check_quotas(tx, &lease.project_id, &lease.id, window, Some(baseline))
+                            .await?;
+                    }
+                    let mut rearmed = false;
                     for EventMove {
                         index,
                         time,
@@ -797,6 +1134,10 @@ impl Service {
                         let Some(event) = events.get(index) else {
                             continue;
                         };
+                        // Blazar announces a lease-ending notice that will come again.
+                        rearmed |= event.event_type == EventType::BeforeEndLease
+                            && event.status == EventStatus::Done
+                            && status == EventStatus::Undone;
                         let mut event = event.clone();
                         event.time = time;
                         event.status = status;
@@ -811,7 +1152,13 @@ impl Service {
                     lease.end = window.end();
                     lease.updated_at = Some(stamp);
                     tx.update_lease(&lease).await?;
-                    load_view(tx, lease).await
+                    let view = load_view(tx, lease).await?;
+                    self.notify_lease_view(tx, "lease.update", &view).await?;
+                    if rearmed {
+                        self.notify_lease_view(tx, "lease.event.before_end_lease.stop", &view)
+                            .await?;
+                    }
+                    Ok(view)
                 }
             }?;
             let grants = if dry_run {
@@ -820,7 +1167,7 @@ impl Service {
                 Vec::new()
             };
             Ok(DryRun { view, grants })
-        })
+        }
     }
 
     /// Carries out the reservation part of an update: the requested changes, validated
@@ -919,9 +1266,14 @@ impl Service {
                 Ok(grant) => grant,
                 Err(e) => {
                     let at = ReservationRef::Id(reservation.id.clone());
-                    return Err(self
-                        .finalise_refusal(tx, identity, e, at, &spec, &request)
-                        .await);
+                    return Err(self.finalise_refusal(e, at, &spec, || Retry {
+                        specs: reservations
+                            .iter()
+                            .map(|r| changes.get(&r.id).unwrap_or(&r.spec).clone())
+                            .collect(),
+                        window,
+                        except_lease: Some(lease.id.clone()),
+                    }));
                 }
             };
             if reservation.status == ReservationStatus::Active {
@@ -1014,6 +1366,18 @@ impl Service {
                 )
                 .await?;
             }
+            // Blazar tells usage enforcement of a delete unless the lease already ended.
+            let ended = event_status(&events, EventType::EndLease) != EventStatus::Undone;
+            if !(started && ended) && self.enforcement.wants_on_end() {
+                let view = LeaseView {
+                    lease: lease.clone(),
+                    reservations: reservations.clone(),
+                    events: events.clone(),
+                };
+                self.record_on_end(tx, &view, &allocations).await?;
+            }
+            self.notify_lease_deleted(tx, &lease, reservations, events)
+                .await?;
             tx.delete_lease(&lease.id).await?;
             Ok(())
         })?;

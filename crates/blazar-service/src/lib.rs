@@ -34,9 +34,17 @@ macro_rules! in_tx {
                     return Ok(value);
                 }
                 let recorded = owned.recorded_actions();
+                let notified = owned.recorded_notifications();
+                let changed = owned.changed_leases();
                 owned.commit().await?;
+                if changed || notified {
+                    $service.announce_lease_change();
+                }
                 if recorded {
                     $service.wake_workers();
+                }
+                if notified {
+                    $service.wake_publisher();
                 }
                 Ok(value)
             }
@@ -49,17 +57,23 @@ macro_rules! in_tx {
 }
 
 mod actions;
+mod allocation_list;
 mod backend;
 mod batch;
+mod enforcement;
+pub mod feeds;
 mod healing;
 mod hosts;
 mod instance;
 mod inventory;
 mod leases;
 mod monitor;
+mod notifications;
+mod observe;
 mod offers;
 mod policy;
 mod pool;
+mod quotas;
 mod reallocation;
 mod reconcile;
 mod refusal;
@@ -75,7 +89,8 @@ use blazar_db::{Backend as StoreBackend, DbError};
 use chrono::{DateTime, Duration, Timelike, Utc};
 use tokio::sync::Notify;
 
-pub use actions::{ActionReport, with_request_id};
+pub use actions::{ActionReport, current_request_id, with_request_id};
+pub use allocation_list::{AllocationKind, AllocationList, AllocationListRequest};
 pub use backend::{
     Action, ActionError, ActionOutput, Backend, HostHealth, InventoryError, StandaloneBackend,
 };
@@ -85,25 +100,35 @@ pub use blazar_db::{GrantRow, NotificationRow};
 /// The database handle and how to open it: the server opens the store once and hands it to
 /// the service; everything it reads or writes goes through the service's use cases.
 pub use blazar_db::{SqliteSync, Store, StoreOptions};
+pub use enforcement::{
+    Denial, EnforcedLease, Enforcement, EnforcementContext, MaxLeaseDurationFilter, OnEndError,
+    UsageFilter,
+};
 pub use hosts::{AllocationEntry, PropertyListing};
 pub use instance::Ratios;
 pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
 pub use leases::{DryRun, LeaseUpdate, Listed, NewLease};
 pub use monitor::MonitorReport;
+pub use notifications::{NotificationSink, PublishReport, lease_payload};
+pub use observe::{EventObserver, LeaseEvent, LeaseEvents, Monitoring, WAIT_POLL};
 pub use offers::{
     DEFAULT_OFFERS, DEFAULT_SEARCH_DAYS, Extension, ExtensionAsk, LeaseOffer, MAX_OFFERS,
     MAX_SEARCH_DAYS, OfferRequest, OfferedReservation, OfferedResource, SearchWindow,
 };
 pub use policy::{Authorizer, DefaultPolicy, Target, policy_denied};
+pub use quotas::{
+    HostWeight, ProjectQuota, QUOTAS_DELETE, QUOTAS_GET, QUOTAS_PUT, QuotaSettings, QuotaUsage,
+    format_amount,
+};
 pub use reallocation::ReallocationFilter;
 pub use reconcile::{DesiredState, HeldHosts, ReconcileReport};
-pub use refusal::{Availability, Reason, RefusalKind, Refused, Requested, ReservationRef};
+pub use refusal::{Availability, Reason, RefusalKind, Refused, Requested, ReservationRef, Retry};
 pub use resources::Grant;
 pub use scheduler::TickReport;
 pub use timeline::{TIMELINE_RULE, TimelineRequest};
 
 /// Errors a use case reports. Each maps to one HTTP status; the message is for the user.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ServiceError {
     #[error("{0}")]
     BadRequest(String),
@@ -273,6 +298,8 @@ pub struct Service {
     wake: Arc<Notify>,
     /// Rung after a commit that recorded actions.
     action_wake: Arc<Notify>,
+    /// Rung after a commit that wrote notifications.
+    publish_wake: Arc<Notify>,
     /// Who claims actions in this process (claims name their worker, so a late finish of an
     /// expired claim cannot overwrite another worker's).
     worker_id: Arc<str>,
@@ -283,6 +310,15 @@ pub struct Service {
     batcher: Option<Arc<batch::CreateBatcher>>,
     /// Permits for reads whose answer grows with the whole history (allocation lists).
     large_reads: Arc<tokio::sync::Semaphore>,
+    /// The usage-enforcement filters an operator enabled (none by default).
+    enforcement: Arc<enforcement::Enforcement>,
+    /// Moved after every commit that changed a lease, so that requests waiting on a lease
+    /// in this process look again at once (other processes' changes are polled for).
+    lease_changes: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Told how late each event ran (metrics).
+    event_observer: Option<EventObserver>,
+    /// Per-project limits (none by default).
+    quotas: Arc<quotas::QuotaSettings>,
 }
 
 /// How many times a use case is re-run after losing a race to a concurrent transaction.
@@ -308,9 +344,14 @@ impl Service {
             trait_hosts,
             wake: Arc::new(Notify::new()),
             action_wake: Arc::new(Notify::new()),
+            publish_wake: Arc::new(Notify::new()),
             worker_id: Arc::from(new_id().as_str()),
             scheduler_plan: Arc::new(AtomicI64::new(i64::MIN)),
             large_reads: Arc::new(tokio::sync::Semaphore::new(2)),
+            enforcement: Arc::new(enforcement::Enforcement::default()),
+            lease_changes: Arc::new(tokio::sync::watch::Sender::new(0)),
+            event_observer: None,
+            quotas: Arc::new(quotas::QuotaSettings::default()),
             // PostgreSQL runs writers side by side; SQLite queues them, so batch there.
             batcher: (store_backend == StoreBackend::Sqlite
                 && tokio::runtime::Handle::try_current().is_ok())
@@ -328,6 +369,12 @@ impl Service {
     /// Replaces Blazar's default policy rules.
     pub fn with_authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Self {
         self.authorizer = authorizer;
+        self
+    }
+
+    /// Enables usage-enforcement filters (Blazar's `[enforcement] enabled_filters`).
+    pub fn with_enforcement(mut self, enforcement: enforcement::Enforcement) -> Self {
+        self.enforcement = Arc::new(enforcement);
         self
     }
 

@@ -301,7 +301,7 @@ impl Service {
                                     pools
                                         .get(spec.kind())
                                         .and_then(|p| p.get(&id))
-                                        .map(|r| (r.uid.clone(), pool_name(r)))
+                                        .map(|r| (r.uid.clone(), r.display_name()))
                                         .unwrap_or_else(|| (id.to_string(), String::new()))
                                 };
                                 OfferedResource {
@@ -316,19 +316,6 @@ impl Service {
             })
             .collect())
     }
-}
-
-/// The name a pool resource is known by: a floating IP's address, a segment's id, a device's
-/// name.
-fn pool_name(r: &ResourceRecord) -> String {
-    ["floating_ip_address", "name", "segment_id"]
-        .iter()
-        .find_map(|k| match r.attrs.get(*k) {
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(Value::Number(n)) => Some(n.to_string()),
-            _ => None,
-        })
-        .unwrap_or_else(|| r.uid.clone())
 }
 
 /// The allocations of every candidate of `demands` that reach into `[start, until)`.

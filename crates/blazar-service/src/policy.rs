@@ -46,9 +46,10 @@ impl Authorizer for DefaultPolicy {
     fn allows(&self, rule: &str, caller: &Identity, target: &Target<'_>) -> bool {
         match rule {
             "admin" => caller.is_admin(),
-            "blazar:leases:get" | "blazar:floatingips:get" | "blazar:handovers:get" => {
-                Self::project_reader_or_admin(caller, target)
-            }
+            "blazar:leases:get"
+            | "blazar:floatingips:get"
+            | "blazar:handovers:get"
+            | crate::quotas::QUOTAS_GET => Self::project_reader_or_admin(caller, target),
             "blazar:leases:post"
             | "blazar:leases:put"
             | "blazar:leases:delete"
@@ -62,7 +63,9 @@ impl Authorizer for DefaultPolicy {
                 || r.starts_with("blazar:networks:")
                 || r.starts_with("blazar:devices:")
                 || r.starts_with("blazar:flavors:")
-                || r == "blazar:reconcile" =>
+                || r == "blazar:reconcile"
+                || r == crate::quotas::QUOTAS_PUT
+                || r == crate::quotas::QUOTAS_DELETE =>
             {
                 caller.is_admin()
             }
@@ -153,6 +156,11 @@ mod tests {
             ("blazar:floatingips:post", &["member"], &mine, false),
             ("blazar:timeline:get", &[], &mine, true),
             ("blazar:timeline:get", &["reader"], &mine, true),
+            ("blazar:quotas:get", &["reader"], &mine, true),
+            ("blazar:quotas:get", &["member"], &theirs, false),
+            ("blazar:quotas:put", &["member"], &mine, false),
+            ("blazar:quotas:put", &["admin"], &theirs, true),
+            ("blazar:quotas:delete", &["admin"], &theirs, true),
             ("admin", &["member"], &mine, false),
             ("blazar:unknown", &["admin"], &mine, false),
         ];

@@ -148,7 +148,7 @@ pub(crate) async fn allocate(
     request: &AllocationRequest<'_>,
 ) -> ServiceResult<Grant> {
     let kind = spec.kind();
-    tx.lock_allocations().await?;
+    // No allocation lock: `pick_free` claims what it picks (see there).
     let (min, max) = count(spec);
     let (matching, required, missing) = matching(tx, spec, false).await?;
     let busy = tx
@@ -224,6 +224,13 @@ pub(crate) async fn allocate(
             vec![reason],
         )
     })?;
+    // A required address claimed by a concurrent lease was waited for and found taken:
+    // this round saw it free, the next one refuses with the reason.
+    if required.iter().any(|id| !chosen.contains(id)) {
+        return Err(ServiceError::Retry(format!(
+            "a required {kind} resource was taken concurrently"
+        )));
+    }
     grant_whole(tx, kind, request, chosen).await
 }
 

@@ -17,11 +17,24 @@ pub enum RefusalKind {
 }
 
 /// A refused create or update: Blazar's message and why, item by item.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Refused {
     pub kind: RefusalKind,
     pub message: String,
     pub reasons: Vec<Reason>,
+    /// What to search for the next offer, when a reason has room for one; set where the
+    /// refused request is at hand, used once its transaction is gone. Never sent.
+    pub retry: Option<Box<Retry>>,
+}
+
+/// The request a refused create or update would have to move: every reservation of the
+/// lease as it would have been, the window asked for, and the lease whose own allocations
+/// do not count (an update's).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retry {
+    pub specs: Vec<ReservationSpec>,
+    pub window: TimeWindow,
+    pub except_lease: Option<String>,
 }
 
 /// The reservation a reason is about: its 1-based position in a create, its id in an update.
@@ -126,7 +139,7 @@ pub struct Availability {
 }
 
 /// One thing at fault in a refused create or update.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Reason {
     pub reservation: Option<ReservationRef>,
     pub resource_type: Option<String>,
@@ -137,6 +150,11 @@ pub struct Reason {
     pub rule: Option<String>,
     /// The request field at fault.
     pub field: Option<String>,
+    /// The usage-enforcement filter that refused (`MaxLeaseDurationFilter`, ...).
+    pub filter: Option<String>,
+    /// The project quota exceeded: which, its limit, the use without the request and what
+    /// the request adds.
+    pub quota: Option<blazar_core::quota::QuotaExcess>,
 }
 
 impl Reason {
@@ -176,6 +194,7 @@ impl ServiceError {
             kind: RefusalKind::Conflict,
             message: message.into(),
             reasons,
+            retry: None,
         }))
     }
 
@@ -212,6 +231,7 @@ impl ServiceError {
             kind,
             message,
             reasons: Vec::new(),
+            retry: None,
         }))
     }
 }

@@ -61,6 +61,12 @@ const PROBE_BATCH: usize = 128;
 /// Picks between `min` and `max` free resources of `kind` among `matching` (those in `keep`
 /// first), checking availability batch by batch in preference order and stopping as soon as
 /// `max` are free: on a large inventory most candidates are never looked at.
+///
+/// Every resource picked is claimed for this transaction first (see [`Tx::try_claim_resources`]):
+/// on PostgreSQL, concurrent writers choosing among the same candidates skip each other's
+/// claims and go on to the next free ones, and only wait for a claim they cannot do
+/// without (one to keep, or too few free otherwise). A claimed resource is probed again,
+/// since its allocation may have been committed between the probe and the claim.
 pub(crate) async fn pick_free(
     tx: &mut Tx,
     kind: &str,
@@ -79,21 +85,69 @@ pub(crate) async fn pick_free(
         let kept: HashSet<i64> = order.iter().copied().collect();
         order.extend(matching.iter().copied().filter(|id| !kept.contains(id)));
     }
+    let concurrent = tx.backend() == Backend::Postgres;
+    let (start, until) = (request.window.start(), request.blocked_until);
     let mut busy = HashSet::new();
+    let mut contended: Vec<i64> = Vec::new();
     let mut probed = 0;
     let mut free = 0;
     // A first batch sized to the request (most candidates are free at most times), then
     // larger ones while too few turn out free.
     let mut batch_size = (4 * max + 8).min(PROBE_BATCH);
     while probed < order.len() && free < max {
-        let batch = &order[probed..(probed + batch_size).min(order.len())];
-        let taken = tx
-            .busy_among(kind, batch, request.window.start(), request.blocked_until)
-            .await?;
-        free += batch.iter().filter(|id| !taken.contains(id)).count();
-        busy.extend(taken);
-        probed += batch.len();
+        let end = (probed + batch_size).min(order.len());
+        let batch = &order[probed..end];
+        let taken = tx.busy_among(kind, batch, start, until).await?;
+        busy.extend(taken.iter().copied());
+        let mut unclaimed: Vec<i64> = batch
+            .iter()
+            .copied()
+            .filter(|id| !taken.contains(id))
+            .collect();
+        // Claimed a few at a time, as many as are still wanted: what this request will not
+        // use stays free for the others.
+        let mut considered = 0;
+        while free < max && considered < unclaimed.len() {
+            let wanted = (max - free).min(unclaimed.len() - considered);
+            let ask = &unclaimed[considered..considered + wanted];
+            considered += wanted;
+            let (claimed, others) = tx.try_claim_resources(kind, ask).await?;
+            busy.extend(others.iter().copied());
+            contended.extend(others);
+            let late = if concurrent {
+                tx.busy_among(kind, &claimed, start, until).await?
+            } else {
+                HashSet::new()
+            };
+            free += claimed.iter().filter(|id| !late.contains(id)).count();
+            busy.extend(late);
+        }
+        // Free candidates of the batch left unclaimed are not offered to `pick`: the probe
+        // ends at the last one considered.
+        unclaimed.truncate(considered);
+        probed = match unclaimed.last() {
+            Some(last) if free >= max => batch
+                .iter()
+                .position(|id| id == last)
+                .map_or(end, |i| probed + i + 1),
+            _ => end,
+        };
         batch_size = PROBE_BATCH;
+    }
+    // Claims held by others that this request cannot do without: a resource to keep, or
+    // every one of them when too few are free otherwise. Waited for in id order, then
+    // probed again (the other transaction may have committed its allocation, or given up).
+    let needed: Vec<i64> = contended
+        .iter()
+        .copied()
+        .filter(|id| free < min || keep.contains(id))
+        .collect();
+    if !needed.is_empty() {
+        tx.claim_resources(kind, &needed).await?;
+        let late = tx.busy_among(kind, &needed, start, until).await?;
+        for id in needed.iter().filter(|id| !late.contains(id)) {
+            busy.remove(id);
+        }
     }
     // Candidates not probed are never reached by `pick`: it stops at `max` free ones.
     Ok(
@@ -418,13 +472,13 @@ pub(crate) fn matching_hosts(
         .collect())
 }
 
-/// The hosts a host reservation may take, under the allocation lock.
+/// The hosts a host reservation may take. No lock is needed: [`pick_free`] claims what it
+/// picks, and the database's exclusion constraint refuses any overlap left.
 async fn host_candidates(
     tx: &mut Tx,
     cache: &HostCache,
     spec: &HostSpec,
 ) -> ServiceResult<Arc<Vec<i64>>> {
-    tx.lock_allocations().await?;
     let queries = [
         ("hypervisor_properties", &spec.hypervisor_properties),
         ("resource_properties", &spec.resource_properties),

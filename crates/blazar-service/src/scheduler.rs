@@ -1,8 +1,8 @@
 //! The event scheduler: runs due `start_lease`, `end_lease` and `before_end_lease` events.
 //!
-//! Each event runs in its own write transaction that claims it, applies its effects and marks
-//! it done, so an event runs exactly once even with several manager processes or a crash
-//! half-way: a rolled-back event is still due and runs again. One scheduler at a time runs
+//! Due events run in write transactions (up to 50 each, in time order) that claim them,
+//! apply their effects and mark them done, so an event runs exactly once even with several
+//! manager processes or a crash half-way: a rolled-back event is still due and runs again. One scheduler at a time runs
 //! events (a transaction-scoped advisory lock on PostgreSQL, the single writer on SQLite),
 //! which keeps them in global time order across processes, so back-to-back leases hand a
 //! resource over end-before-start.
@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 
 use blazar_core::reservation::BeforeEnd;
 use blazar_core::{ActionKind, ActionPurpose, EventStatus, EventType, ReservationStatus};
-use blazar_core::{Allocation, Event, Lease, Reservation};
+use blazar_core::{Allocation, Event, Lease, LeaseView, Reservation};
 use blazar_db::Tx;
 use chrono::{DateTime, Utc};
 
@@ -67,6 +67,12 @@ fn held(allocations: &[Allocation], reservation_id: &str) -> Vec<Allocation> {
 /// Upper bound of events run by one tick, so a flood of due events cannot starve shutdown.
 const MAX_EVENTS_PER_TICK: usize = 10_000;
 
+/// Due events run in one transaction, in time order: at the top of the hour a large site
+/// starts hundreds of leases at once, and one commit each (an fsync on SQLite) would make the
+/// last of them start seconds late. Small enough that writers waiting for the lock wait
+/// tens of milliseconds at most; a failure rolls back the batch, whose events run again.
+const EVENTS_PER_TRANSACTION: usize = 50;
+
 /// How often the scheduler looks for tables whose planner statistics went stale
 /// (`Store::refresh_statistics`): much sooner than autovacuum's minute, because a burst of
 /// allocations slows every create until the planner knows about it.
@@ -77,18 +83,32 @@ impl Service {
     pub async fn tick(&self, now: DateTime<Utc>) -> ServiceResult<TickReport> {
         let mut report = TickReport::default();
         while report.executed + report.failed < MAX_EVENTS_PER_TICK {
-            let outcome = in_tx!(self, write, |tx| {
+            let (batch, dues, drained) = in_tx!(self, write, |tx| {
                 tx.lock_scheduler().await?;
-                let Some(event) = tx.claim_due_event(now).await? else {
-                    return Ok(None);
-                };
-                self.run_event(tx, event, now).await.map(Some)
+                let mut batch = TickReport::default();
+                let mut dues = Vec::new();
+                for _ in 0..EVENTS_PER_TRANSACTION {
+                    let Some(event) = tx.claim_due_event(now).await? else {
+                        return Ok((batch, dues, true));
+                    };
+                    let due = event.time;
+                    match self.run_event(tx, event, now).await? {
+                        None => continue,
+                        Some(true) => batch.executed += 1,
+                        Some(false) => batch.failed += 1,
+                    }
+                    dues.push(due);
+                }
+                Ok((batch, dues, false))
             })?;
-            match outcome {
-                None => break,
-                Some(None) => {}
-                Some(Some(true)) => report.executed += 1,
-                Some(Some(false)) => report.failed += 1,
+            // Observed once they committed: a rolled-back batch is run again later.
+            for due in dues {
+                self.observe_event_lag(now, due);
+            }
+            report.executed += batch.executed;
+            report.failed += batch.failed;
+            if drained {
+                break;
             }
         }
         Ok(report)
@@ -118,6 +138,8 @@ impl Service {
             _ => return Ok(None),
         }
         let kind = event.event_type;
+        // Events that finish in this transaction, announced once the lease is settled.
+        let mut finished = Vec::new();
         let mut reservations = tx.reservations_of(&lease.id).await?;
         let allocations = tx.allocations_of_lease(&lease.id).await?;
 
@@ -134,17 +156,34 @@ impl Service {
                 // is settled without them.
                 tx.cancel_pending_actions(&lease.id, ActionKind::Start.as_str(), now)
                     .await?;
-                self.settle_event(
-                    tx,
-                    &lease.id,
-                    EventType::StartLease,
-                    ActionPurpose::LeaseStart,
-                    now,
-                )
-                .await?;
+                if self
+                    .settle_event(
+                        tx,
+                        &lease.id,
+                        EventType::StartLease,
+                        ActionPurpose::LeaseStart,
+                        now,
+                    )
+                    .await?
+                {
+                    finished.push(EventType::StartLease);
+                }
+                // Usage enforcement hears of the lease as it was when it ended.
+                let ended = if self.enforcement.wants_on_end() {
+                    Some(LeaseView {
+                        lease: lease.clone(),
+                        reservations: reservations.clone(),
+                        events: tx.events_of(&lease.id).await?,
+                    })
+                } else {
+                    None
+                };
                 event.status = self
                     .hand_over(tx, &lease, &mut reservations, &allocations, &END, now)
                     .await?;
+                if let Some(ended) = ended {
+                    self.record_on_end(tx, &ended, &allocations).await?;
+                }
             }
             EventType::BeforeEndLease => {
                 tracing::info!(lease.id = %lease.id, lease.end = %lease.end, "lease ends soon");
@@ -174,6 +213,12 @@ impl Service {
 
         // A lease whose start failed stays in ERROR through its end.
         settle_lease_status(tx, &mut lease, false, now).await?;
+        // Blazar announces an event once its handler is through; here that is now, or when
+        // the last of its actions finishes (`actions.rs`).
+        if event.status == EventStatus::Done {
+            finished.push(kind);
+        }
+        self.notify_events_done(tx, &lease, &finished).await?;
         tracing::info!(
             lease.id = %lease.id, event.type = %kind, lease.status = %lease.status,
             lag_ms = (now - event.time).num_milliseconds(), "event done"

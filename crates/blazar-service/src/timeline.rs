@@ -11,7 +11,6 @@ use blazar_core::{
     BusyInterval, Holder, Holding, PHYSICAL_HOST, PropertyQuery, ResourceTimeline, Timeline, When,
 };
 use blazar_db::{TimelineResources, TimelineRow, Tx};
-use serde_json::Value;
 
 use crate::pool::{DEVICE, FLOATINGIP, NETWORK};
 use crate::resources::{UnknownProperty, check_known_properties};
@@ -47,26 +46,6 @@ struct Candidate {
     capacity: Option<Usage>,
 }
 
-/// How a pool resource is named on a calendar.
-fn pool_name(kind: &str, attrs: &serde_json::Map<String, Value>, uid: &str) -> String {
-    let text = |key: &str| match attrs.get(key) {
-        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-        Some(Value::Number(n)) => Some(n.to_string()),
-        _ => None,
-    };
-    let name = match kind {
-        FLOATINGIP => text("floating_ip_address"),
-        NETWORK => match (text("physical_network"), text("segment_id")) {
-            (Some(physical), Some(segment)) => Some(format!("{physical}:{segment}")),
-            (None, Some(segment)) => Some(segment),
-            _ => None,
-        },
-        DEVICE => text("name"),
-        _ => None,
-    };
-    name.unwrap_or_else(|| uid.to_string())
-}
-
 /// The pool kind in messages (as allocation's refusals word it).
 fn noun(kind: &str) -> &'static str {
     match kind {
@@ -91,6 +70,24 @@ fn public_capabilities<'a>(
 }
 
 impl Service {
+    /// The properties a calendar may group the timeline of `resource_type` by, with their
+    /// values: under the timeline's rule, so members (who may not list the inventory's
+    /// properties in Blazar's policy) can group what they see; private ones for admins only.
+    pub async fn timeline_properties(
+        &self,
+        identity: &Identity,
+        resource_type: &str,
+    ) -> ServiceResult<crate::PropertyListing> {
+        if ![PHYSICAL_HOST, FLOATINGIP, NETWORK, DEVICE].contains(&resource_type) {
+            return Err(ServiceError::NotFound(format!(
+                "No timeline for resource type {resource_type}"
+            )));
+        }
+        let admin = self.is_admin(identity);
+        self.list_properties(identity, TIMELINE_RULE, resource_type, true, admin)
+            .await
+    }
+
     /// The timeline of `resource_type` (`physical:host`, `virtual:floatingip`, `network`,
     /// `device`) for `identity`.
     pub async fn timeline(
@@ -308,7 +305,7 @@ async fn pool_candidates(
         .map(|r| Candidate {
             key: r.id,
             id: r.uid.clone(),
-            name: pool_name(kind, &r.attrs, &r.uid),
+            name: r.display_name(),
             reservable: r.reservable,
             capacity: None,
         })
@@ -354,38 +351,6 @@ fn busy_interval(row: TimelineRow, identity: &Identity, admin: bool) -> BusyInte
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn pool_resources_are_named_for_people() {
-        let attrs = |v: Value| v.as_object().unwrap().clone();
-        let rows = [
-            (
-                FLOATINGIP,
-                json!({"floating_ip_address": "172.24.4.10"}),
-                "172.24.4.10",
-            ),
-            (
-                NETWORK,
-                json!({"physical_network": "physnet1", "segment_id": 1001}),
-                "physnet1:1001",
-            ),
-            (
-                NETWORK,
-                json!({"physical_network": null, "segment_id": 7}),
-                "7",
-            ),
-            (DEVICE, json!({"name": "gpu-1"}), "gpu-1"),
-            (DEVICE, json!({"name": ""}), "uid-1"),
-        ];
-        for (kind, fields, expected) in rows {
-            assert_eq!(
-                pool_name(kind, &attrs(fields.clone()), "uid-1"),
-                expected,
-                "{fields}"
-            );
-        }
-    }
 
     #[test]
     fn other_projects_intervals_hide_whose_they_are() {

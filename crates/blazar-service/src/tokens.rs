@@ -24,7 +24,7 @@ pub const TOKEN_PREFIX: &str = "blz_";
 const ID_BYTES: usize = 8;
 const SECRET_BYTES: usize = 32;
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
         let _ = write!(out, "{b:02x}");
@@ -32,7 +32,7 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
-fn random_hex(len: usize) -> ServiceResult<String> {
+pub(crate) fn random_hex(len: usize) -> ServiceResult<String> {
     let mut bytes = vec![0u8; len];
     getrandom::fill(&mut bytes).map_err(|e| {
         ServiceError::Unavailable(format!("the operating system gave no random bytes: {e}"))
@@ -48,9 +48,19 @@ pub fn digest(secret: &str) -> String {
 /// Splits a token into its id and secret, if it has the token shape.
 pub fn split(token: &str) -> Option<(&str, &str)> {
     let rest = token.strip_prefix(TOKEN_PREFIX)?;
-    let (id, secret) = rest.split_once('_')?;
+    split_id_secret(rest, ID_BYTES, SECRET_BYTES)
+}
+
+/// Splits `<id>_<secret>` whose parts are hex of `id_bytes` and `secret_bytes` bytes (the
+/// shape of API tokens and of calendar feed URLs).
+pub(crate) fn split_id_secret(
+    text: &str,
+    id_bytes: usize,
+    secret_bytes: usize,
+) -> Option<(&str, &str)> {
+    let (id, secret) = text.split_once('_')?;
     let is_hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
-    (is_hex(id, ID_BYTES * 2) && is_hex(secret, SECRET_BYTES * 2)).then_some((id, secret))
+    (is_hex(id, id_bytes * 2) && is_hex(secret, secret_bytes * 2)).then_some((id, secret))
 }
 
 /// A token just issued: the only moment its secret exists outside the caller's hands.

@@ -39,6 +39,8 @@ pub struct TestAppBuilder {
     max_connections: u32,
     start: DateTime<Utc>,
     auto_actions: bool,
+    /// Options as the command line would set them (the database and auth are the kit's).
+    cli: Cli,
 }
 
 impl Default for TestAppBuilder {
@@ -54,6 +56,7 @@ impl Default for TestAppBuilder {
             max_connections: 16,
             start: epoch(),
             auto_actions: true,
+            cli: Cli::default(),
         }
     }
 }
@@ -118,6 +121,13 @@ impl TestAppBuilder {
         self
     }
 
+    /// Sets configuration options as the command line or environment would (usage
+    /// enforcement, ...).
+    pub fn configure(mut self, set: impl FnOnce(&mut Cli)) -> Self {
+        set(&mut self.cli);
+        self
+    }
+
     pub async fn spawn(self) -> TestApp {
         let db = match self.db {
             Some(db) => db,
@@ -129,7 +139,7 @@ impl TestAppBuilder {
             auth: Some(self.auth_mode),
             noauth_project_id: Some(NOAUTH_PROJECT.into()),
             noauth_user_id: Some(NOAUTH_USER.into()),
-            ..Cli::default()
+            ..self.cli
         })
         .expect("test configuration");
         let clock = Arc::new(ManualClock::new(self.start));

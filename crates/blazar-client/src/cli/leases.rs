@@ -337,6 +337,20 @@ fn describe_reason(r: &RefusalReason) -> String {
     if let Some(field) = &r.field {
         parts.push(format!("bad field: {field}"));
     }
+    if let Some(filter) = &r.filter {
+        parts.push(format!("refused by usage enforcement filter {filter}"));
+    }
+    if let Some(q) = &r.quota {
+        let when = match (&q.at, &q.month) {
+            (Some(at), _) => format!(" at {} UTC", minute(at)),
+            (None, Some(month)) => format!(" in {month}"),
+            (None, None) => String::new(),
+        };
+        parts.push(format!(
+            "quota {}: {} in use{when}, {} requested, limit {}",
+            q.name, q.in_use, q.requested, q.limit
+        ));
+    }
     match (subject.is_empty(), parts.is_empty()) {
         (true, _) => parts.join("; "),
         (false, true) => subject,

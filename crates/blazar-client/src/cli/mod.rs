@@ -2,6 +2,7 @@
 //! to an exit code.
 
 mod allocations;
+mod feeds;
 mod flavors;
 mod floatingips;
 mod human;
@@ -10,6 +11,7 @@ mod leases;
 mod offers;
 mod output;
 mod python;
+mod quotas;
 mod reservations;
 mod resolve;
 mod table;
@@ -409,6 +411,22 @@ pub enum Command {
     #[command(name = "floatingip-delete")]
     FloatingipDelete(floatingips::DeleteArgs),
 
+    #[command(name = "ical-feed-list")]
+    IcalFeedList(feeds::ListArgs),
+    #[command(name = "ical-feed-create")]
+    IcalFeedCreate(feeds::CreateArgs),
+    #[command(name = "ical-feed-delete")]
+    IcalFeedDelete(feeds::DeleteArgs),
+
+    #[command(name = "quota-list")]
+    QuotaList(quotas::ListArgs),
+    #[command(name = "quota-show")]
+    QuotaShow(quotas::ShowArgs),
+    #[command(name = "quota-set")]
+    QuotaSet(quotas::SetArgs),
+    #[command(name = "quota-delete")]
+    QuotaDelete(quotas::DeleteArgs),
+
     #[command(name = "flavor-list")]
     FlavorList(flavors::ListArgs),
     #[command(name = "flavor-show")]
@@ -528,6 +546,13 @@ async fn dispatch(command: Command, global: &GlobalArgs) -> CliResult<u8> {
         Command::FloatingipShow(a) => ok(floatingips::show(&ctx, a).await),
         Command::FloatingipCreate(a) => ok(floatingips::create(&ctx, a).await),
         Command::FloatingipDelete(a) => ok(floatingips::delete(&ctx, a).await),
+        Command::IcalFeedList(a) => ok(feeds::list(&ctx, a).await),
+        Command::IcalFeedCreate(a) => ok(feeds::create(&ctx, a).await),
+        Command::IcalFeedDelete(a) => ok(feeds::delete(&ctx, a).await),
+        Command::QuotaList(a) => ok(quotas::list(&ctx, a).await),
+        Command::QuotaShow(a) => ok(quotas::show(&ctx, a).await),
+        Command::QuotaSet(a) => ok(quotas::set(&ctx, a).await),
+        Command::QuotaDelete(a) => ok(quotas::delete(&ctx, a).await),
 
         Command::FlavorList(a) => ok(flavors::list(&ctx, a).await),
         Command::FlavorShow(a) => ok(flavors::show(&ctx, a).await),

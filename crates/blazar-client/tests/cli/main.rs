@@ -5,10 +5,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod config;
+mod feeds;
 mod formats;
 mod harness;
 mod hosts;
 mod leases;
 mod offers;
+mod quotas;
 mod timeline;
 mod waiting;

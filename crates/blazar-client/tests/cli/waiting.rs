@@ -87,6 +87,97 @@ async fn create_with_wait_returns_once_the_lease_is_active() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_uses_the_servers_long_poll() {
+    let s = Server::start().await;
+    s.blazar(&["host-create", "compute-1"]).await.ok();
+    let now = sync_clock(&s);
+    s.blazar(&[
+        "lease-create",
+        "--physical-reservation",
+        "min=1,max=1,hypervisor_properties=,resource_properties=",
+        "--start-date",
+        "now+5m",
+        "--end-date",
+        "now+65m",
+        "later",
+    ])
+    .await
+    .ok();
+    let base = s.base.clone();
+    let home = s.home.path().to_path_buf();
+    // An hour between polls: only the server's answer to the long poll can end this wait.
+    let wait = tokio::spawn(async move {
+        crate::harness::run_blazar(
+            &["lease-wait", "later", "--poll-interval", "1h"],
+            &[("BLAZAR_URL", &base)],
+            &home,
+        )
+        .await
+    });
+    // Let the client reach the server first (the wait ends at once either way).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.tick_at(now + TimeDelta::minutes(5)).await;
+    let run = tokio::time::timeout(Duration::from_secs(20), wait)
+        .await
+        .expect("lease-wait returned")
+        .unwrap();
+    assert_eq!(run.code, 0, "{}", run.transcript());
+}
+
+/// A server without long polls (as Blazar): it answers `?wait_for=` at once and without
+/// `Blazar-Wait-For`; the lease is ACTIVE from its third read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_falls_back_to_polling_a_server_without_long_polls() {
+    use std::sync::{Arc, Mutex};
+    let reads: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = reads.clone();
+    let app = axum::Router::new().route(
+        "/v1/leases/{id}",
+        axum::routing::get(move |uri: axum::http::Uri| {
+            let seen = seen.clone();
+            async move {
+                let mut reads = seen.lock().unwrap();
+                reads.push(uri.to_string());
+                let status = if reads.len() >= 3 {
+                    "ACTIVE"
+                } else {
+                    "PENDING"
+                };
+                axum::Json(serde_json::json!({"lease": {"id": "x", "status": status}}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let home = tempfile::tempdir().unwrap();
+    let id = "6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9";
+    let run = crate::harness::run_blazar(
+        &[
+            "lease-wait",
+            id,
+            "--poll-interval",
+            "50ms",
+            "--timeout",
+            "20s",
+        ],
+        &[("BLAZAR_URL", &base)],
+        home.path(),
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}", run.transcript());
+    let reads = reads.lock().unwrap().clone();
+    assert_eq!(reads.len(), 3, "{reads:?}");
+    assert!(reads[0].contains("wait_for=ACTIVE"), "{reads:?}");
+    assert!(
+        reads[1..].iter().all(|r| r == &format!("/v1/leases/{id}")),
+        "{reads:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_wait_exit_codes() {
     let s = Server::start().await;
     s.blazar(&["host-create", "compute-1"]).await.ok();

@@ -520,40 +520,122 @@ pub fn timeline_request(
             KNOWN.join(", ")
         )));
     }
-    let date = |key: &str| -> ApiResult<Option<When>> {
-        let Some(text) = query.get(key) else {
-            return Ok(None);
-        };
-        match parse_input(text) {
-            Some(InputDate::Now) => Ok(Some(When::Now)),
-            Some(InputDate::At(t)) => Ok(Some(When::At(t))),
-            None => blazar_api::dates::parse_t(text)
-                .map(|t| Some(When::At(t)))
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!(
-                        "{text} is an invalid {key} date. Required format: %Y-%m-%d %H:%M"
-                    ))
-                }),
-        }
-    };
-    let limit = match query.get("limit") {
-        None => None,
-        Some(text) => match text.trim().parse::<usize>() {
-            Ok(n) if n > 0 => Some(n),
-            _ => {
-                return Err(ApiError::bad_request(format!(
-                    "Malformed parameter limit: must be a positive integer, got {text}"
-                )));
-            }
-        },
-    };
     Ok(blazar_service::TimelineRequest {
-        start: date("start")?,
-        end: date("end")?,
+        start: query_date(query, "start")?,
+        end: query_date(query, "end")?,
         query: query.get("query").filter(|q| !q.trim().is_empty()).cloned(),
-        limit,
+        limit: query_limit(query)?,
         marker: query.get("marker").filter(|m| !m.is_empty()).cloned(),
     })
+}
+
+/// A date in a query string: Blazar's input format, `now`, or the format dates are sent in.
+fn query_date(
+    query: &std::collections::HashMap<String, String>,
+    key: &str,
+) -> ApiResult<Option<When>> {
+    let Some(text) = query.get(key) else {
+        return Ok(None);
+    };
+    match parse_input(text) {
+        Some(InputDate::Now) => Ok(Some(When::Now)),
+        Some(InputDate::At(t)) => Ok(Some(When::At(t))),
+        None => blazar_api::dates::parse_t(text)
+            .map(|t| Some(When::At(t)))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "{text} is an invalid {key} date. Required format: %Y-%m-%d %H:%M"
+                ))
+            }),
+    }
+}
+
+/// A page size in a query string: a positive integer.
+fn query_limit(query: &std::collections::HashMap<String, String>) -> ApiResult<Option<usize>> {
+    match query.get("limit") {
+        None => Ok(None),
+        Some(text) => match text.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(ApiError::bad_request(format!(
+                "Malformed parameter limit: must be a positive integer, got {text}"
+            ))),
+        },
+    }
+}
+
+/// An allocation list's query string: Blazar's `lease_id` and `reservation_id`, and ours,
+/// `start`/`end` (leases overlapping that window, ended ones included) and `limit`/`marker`
+/// (pages of resources). Other parameters are ignored, as Blazar ignores them.
+pub fn allocation_list_request(
+    query: &std::collections::HashMap<String, String>,
+) -> ApiResult<blazar_service::AllocationListRequest> {
+    let text = |key: &str| query.get(key).filter(|v| !v.is_empty()).cloned();
+    Ok(blazar_service::AllocationListRequest {
+        lease_id: text("lease_id"),
+        reservation_id: text("reservation_id"),
+        start: query_date(query, "start")?,
+        end: query_date(query, "end")?,
+        limit: query_limit(query)?,
+        marker: text("marker"),
+    })
+}
+
+/// A quota update: each key a limit's name, each value `-1` (no limit), a limit of 0 or
+/// more, or `null` (back to the default). At least one key; no other keys.
+pub fn quota_changes(
+    body: Map<String, Value>,
+) -> ApiResult<Vec<(blazar_core::quota::QuotaKind, Option<i64>)>> {
+    use blazar_core::quota::QuotaKind;
+    let field = |name: &str, message: String| {
+        ApiError::bad_request(message).with_reason(blazar_api::RefusalReason {
+            field: Some(name.to_string()),
+            ..blazar_api::RefusalReason::default()
+        })
+    };
+    if body.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "No quota to set: give one or more of {}",
+            QuotaKind::ALL.map(QuotaKind::as_str).join(", ")
+        )));
+    }
+    let mut changes = Vec::with_capacity(body.len());
+    for (key, value) in body {
+        let Some(kind) = QuotaKind::parse(&key) else {
+            return Err(field(
+                &key,
+                format!(
+                    "Unknown quota {key}: the quotas are {}",
+                    QuotaKind::ALL.map(QuotaKind::as_str).join(", ")
+                ),
+            ));
+        };
+        let value = match &value {
+            Value::Null => None,
+            Value::Number(n) => match n.as_i64() {
+                Some(v) if v >= -1 => Some(v),
+                _ => {
+                    return Err(field(
+                        &key,
+                        format!(
+                            "Invalid value {n} for quota {key}: use -1 (no limit), a whole number \
+                             of 0 or more, or null (the default)"
+                        ),
+                    ));
+                }
+            },
+            other => {
+                return Err(field(
+                    &key,
+                    format!(
+                        "Invalid value {other} for quota {key}: use -1 (no limit), a whole number \
+                         of 0 or more, or null (the default)"
+                    ),
+                ));
+            }
+        };
+        changes.push((kind, value));
+    }
+    Ok(changes)
 }
 
 #[cfg(test)]

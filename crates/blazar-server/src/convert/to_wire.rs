@@ -76,6 +76,68 @@ pub fn reason(r: &Reason) -> blazar_api::RefusalReason {
         }),
         rule: r.rule.clone(),
         field: r.field.clone(),
+        filter: r.filter.clone(),
+        quota: r.quota.as_ref().map(|q| blazar_api::QuotaRefusal {
+            name: q.kind.as_str().to_string(),
+            limit: q.limit,
+            in_use: number(q.in_use),
+            requested: number(q.requested),
+            at: q.at.map(format_t),
+            month: q.month.map(|m| m.start().format("%Y-%m").to_string()),
+        }),
+    }
+}
+
+/// A count or a weighted sum: whole numbers as integers, others with two decimals.
+fn number(v: f64) -> serde_json::Number {
+    let rounded = (v * 100.0).round() / 100.0;
+    if rounded.fract() == 0.0 && rounded.abs() < 9.0e15 {
+        serde_json::Number::from(rounded as i64)
+    } else {
+        serde_json::Number::from_f64(rounded).unwrap_or_else(|| serde_json::Number::from(0))
+    }
+}
+
+/// A project's quotas: limits in force, its overrides, what it holds now.
+pub fn ical_feed(feed: blazar_core::IcalFeed, path: Option<String>) -> blazar_api::IcalFeed {
+    blazar_api::IcalFeed {
+        id: feed.id,
+        project_id: feed.project_id,
+        description: feed.description,
+        created_by: feed.created_by,
+        created_at: format_space(feed.created_at),
+        path,
+    }
+}
+
+pub fn quota(q: blazar_service::ProjectQuota) -> blazar_api::Quota {
+    use blazar_core::quota::QuotaKind;
+    let limit = |kind| q.limits.get(kind).unwrap_or(-1);
+    let whole = |v: f64| v.round() as i64;
+    blazar_api::Quota {
+        project_id: q.project_id.clone(),
+        hosts: limit(QuotaKind::Hosts),
+        floatingips: limit(QuotaKind::FloatingIps),
+        instances: limit(QuotaKind::Instances),
+        max_lease_duration: limit(QuotaKind::LeaseDuration),
+        max_start_ahead: limit(QuotaKind::StartAhead),
+        host_hours_per_month: limit(QuotaKind::HostHoursPerMonth),
+        overrides: QuotaKind::ALL
+            .iter()
+            .filter_map(|k| q.overrides.get(*k).map(|v| (k.as_str().to_string(), v)))
+            .collect(),
+        usage: blazar_api::QuotaUsage {
+            at: format_t(q.usage.at),
+            hosts: whole(q.usage.hosts),
+            floatingips: whole(q.usage.floatingips),
+            instances: whole(q.usage.instances),
+            month: q
+                .usage
+                .month
+                .map(|m| m.start().format("%Y-%m").to_string())
+                .unwrap_or_default(),
+            host_hours: number(q.usage.host_hours),
+        },
     }
 }
 
@@ -304,6 +366,18 @@ pub fn version(host: &str) -> Version {
         }],
         min_version: "1.0".into(),
         max_version: "1.0".into(),
+    }
+}
+
+/// One event of the lease event stream.
+pub fn lease_event(event: blazar_service::LeaseEvent) -> blazar_api::LeaseEvent {
+    blazar_api::LeaseEvent {
+        seq: event.seq,
+        event_type: event.event_type,
+        lease_id: event.lease_id,
+        project_id: event.project_id,
+        status: event.status,
+        created_at: blazar_api::dates::format_t(event.created_at),
     }
 }
 

@@ -124,3 +124,124 @@ pub async fn assert_no_overlaps(app: &TestApp) {
         }
     }
 }
+
+/// As many concurrent creates as there are hosts, each for one host in the same window:
+/// every one is granted a host of its own. Writers that pick the same first free host pass
+/// over each other's claims instead of failing and retrying until they give up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn as_many_concurrent_creates_as_hosts_are_all_granted_distinct_hosts() {
+    let app = TestApp::spawn().await;
+    for i in 0..24 {
+        app.create_host(&format!("node-{i:02}"), json!({})).await;
+    }
+    let requests = (0..24).map(|i| {
+        app.post(
+            "/v1/leases",
+            lease_body(
+                &format!("one-each-{i}"),
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                1,
+                1,
+            ),
+        )
+    });
+    let responses = join_all(requests).await;
+    let statuses: Vec<_> = responses.iter().map(|r| r.status).collect();
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::CREATED),
+        "{statuses:?} {:?}",
+        responses
+            .iter()
+            .filter(|r| r.status != StatusCode::CREATED)
+            .map(|r| r.message())
+            .collect::<Vec<_>>()
+    );
+    let mut granted = Vec::new();
+    for r in &responses {
+        let id = r.body["lease"]["id"].as_str().unwrap();
+        let hosts = app.get(&format!("/v1/leases/{id}/hosts")).await.body["hosts"].clone();
+        let hosts = hosts.as_array().unwrap();
+        assert_eq!(hosts.len(), 1, "{hosts:?}");
+        granted.push(hosts[0]["id"].to_string());
+    }
+    granted.sort();
+    granted.dedup();
+    assert_eq!(granted.len(), 24, "two leases were given one host");
+    let late = app
+        .post(
+            "/v1/leases",
+            lease_body("late", "2030-01-01 11:00", "2030-01-01 13:00", 1, 1),
+        )
+        .await;
+    assert_eq!(late.status, StatusCode::CONFLICT, "{}", late.message());
+    assert_no_overlaps(&app).await;
+}
+
+/// Concurrent creates for floating IPs: as many creates as addresses, each for any one
+/// address, are all served with distinct addresses; of creates that all require one
+/// address of another network, exactly one wins and the others are told why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_floating_ip_creates_share_out_the_pool_and_one_wins_a_required_address() {
+    let app = TestApp::spawn().await;
+    let addresses = [("net-1", 1..=12), ("net-2", 1..=3)];
+    for (network, range) in addresses {
+        for i in range {
+            let r = app
+                .post(
+                    "/v1/floatingips",
+                    json!({"floating_network_id": network,
+                           "floating_ip_address": format!("10.{}.0.{i}", &network[4..])}),
+                )
+                .await;
+            assert_eq!(r.status, StatusCode::CREATED, "{}", r.message());
+        }
+    }
+    let body = |name: String, network: &str, required: Option<&str>| {
+        let mut reservation = json!({"resource_type": "virtual:floatingip",
+                                     "network_id": network, "amount": 1});
+        if let Some(address) = required {
+            reservation["required_floatingips"] = json!([address]);
+        }
+        json!({"name": name, "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+               "events": [], "reservations": [reservation]})
+    };
+    let any = (0..12).map(|i| app.post("/v1/leases", body(format!("any-{i}"), "net-1", None)));
+    let required = (0..10).map(|i| {
+        app.post(
+            "/v1/leases",
+            body(format!("required-{i}"), "net-2", Some("10.2.0.2")),
+        )
+    });
+    let (any, required) = futures::join!(join_all(any), join_all(required));
+    let failed: Vec<_> = any
+        .iter()
+        .filter(|r| r.status != StatusCode::CREATED)
+        .map(|r| (r.status, r.message()))
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    let winners = required
+        .iter()
+        .filter(|r| r.status == StatusCode::CREATED)
+        .count();
+    assert_eq!(winners, 1, "exactly one lease gets the required address");
+    for r in required.iter().filter(|r| r.status != StatusCode::CREATED) {
+        assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.message());
+        assert!(
+            r.message().contains("required floating IP"),
+            "{}",
+            r.message()
+        );
+    }
+    let allocations = app.get("/v1/floatingips/allocations").await.body["allocations"].clone();
+    let mut held = 0;
+    for entry in allocations.as_array().unwrap() {
+        let n = entry["reservations"].as_array().unwrap().len();
+        assert!(n <= 1, "address {} held {n} times", entry["resource_id"]);
+        held += n;
+    }
+    assert_eq!(
+        held, 13,
+        "twelve addresses of net-1 and the required one of net-2"
+    );
+}

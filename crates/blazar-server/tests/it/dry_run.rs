@@ -170,6 +170,7 @@ async fn a_refused_dry_run_create_is_the_same_refusal_and_writes_nothing() {
                 "free": 2,
                 "start_date": "2030-01-01T10:00:00.000000",
                 "end_date": "2030-01-01T12:00:00.000000",
+                // Four hosts together never fit in three: no next offer.
                 "next_offer": null,
             }],
         })
@@ -222,7 +223,9 @@ async fn a_dry_run_update_leaves_the_lease_as_it_was() {
             "free": 2,
             "start_date": "2030-01-01T10:00:00.000000",
             "end_date": "2030-01-01T14:00:00.000000",
-            "next_offer": null,
+            // Where the four hours would fit, the lease's own hours not counting.
+            "next_offer": {"start_date": "2030-01-01T15:00:00.000000",
+                           "end_date": "2030-01-01T19:00:00.000000"},
         }])
     );
     let real = app
@@ -437,7 +440,9 @@ async fn reasons_hide_counts_when_they_may_not_be_told_and_never_name_other_proj
                                   "required_floatingips": ["10.0.0.5"]},
                     "matching": 1, "free": 0,
                     "start_date": "2030-01-01T11:00:00.000000",
-                    "end_date": "2030-01-01T13:00:00.000000", "next_offer": null}])
+                    "end_date": "2030-01-01T13:00:00.000000",
+                    "next_offer": {"start_date": "2030-01-01T12:00:00.000000",
+                                   "end_date": "2030-01-01T14:00:00.000000"}}])
         );
         let text = r.body.to_string();
         for secret in &secrets {

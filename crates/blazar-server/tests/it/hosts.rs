@@ -646,3 +646,145 @@ async fn reallocation_moves_reservations_off_a_host() {
         assert_eq!(r.status, status, "{path} {body}: {}", r.body);
     }
 }
+
+#[tokio::test]
+async fn allocation_lists_page_and_filter_by_window_across_batches() {
+    let app = TestApp::spawn().await;
+    // More hosts than one batch of the streamed list reads, so that the answer is written
+    // in several parts; one lease per host, every third one in the past.
+    let mut hosts = Vec::new();
+    for i in 0..600 {
+        hosts.push(
+            app.create_host(&format!("compute-{i:03}"), json!({"n": i}))
+                .await,
+        );
+    }
+    app.set_time(crate::harness::t(2029, 12, 1, 0, 0));
+    for (i, host) in hosts.iter().enumerate() {
+        let day = if i % 3 == 0 { 2 } else { 20 };
+        let r = app
+            .host_lease(
+                &format!("l{i}"),
+                &format!("2029-12-{day:02} 10:00"),
+                &format!("2029-12-{day:02} 12:00"),
+                1,
+                1,
+                &format!(r#"["==", "$n", "{i}"]"#),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{host}: {}", r.body);
+    }
+    app.set_time(crate::harness::t(2029, 12, 10, 0, 0));
+    let held = |body: &serde_json::Value| -> usize {
+        body["allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["reservations"].as_array().unwrap().len())
+            .sum()
+    };
+
+    // Blazar's list: every host, in id order, with leases that have not ended.
+    let all = app.get("/v1/os-hosts/allocations").await;
+    assert_eq!(all.status, StatusCode::OK);
+    let entries = all.body["allocations"].as_array().unwrap();
+    assert_eq!(entries.len(), 600);
+    let ids: Vec<&str> = entries
+        .iter()
+        .map(|e| e["resource_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, hosts.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(held(&all.body), 400);
+    assert!(all.body.get("next_marker").is_none());
+
+    // A window shows what overlaps it, ended leases included.
+    let early = app
+        .get("/v1/os-hosts/allocations?start=2029-12-02 11:00&end=2029-12-03 00:00")
+        .await;
+    assert_eq!(held(&early.body), 200, "{}", early.body);
+    let both = app
+        .get("/v1/os-hosts/allocations?start=2029-12-01 00:00&end=2030-01-01 00:00")
+        .await;
+    assert_eq!(held(&both.body), 600);
+    let touching = app
+        .get("/v1/os-hosts/allocations?start=2029-12-02 12:00&end=2029-12-20 10:00")
+        .await;
+    assert_eq!(held(&touching.body), 0, "half-open windows do not meet");
+
+    // Pages of hosts: limit and marker, and the marker of the next page in the answer.
+    let mut seen = Vec::new();
+    let mut path = "/v1/os-hosts/allocations?limit=250".to_string();
+    loop {
+        let page = app.get(&path).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        for e in page.body["allocations"].as_array().unwrap() {
+            seen.push(e["resource_id"].as_str().unwrap().to_string());
+        }
+        match page.body["next_marker"].as_str() {
+            Some(marker) => {
+                assert_eq!(Some(marker), seen.last().map(String::as_str));
+                path = format!("/v1/os-hosts/allocations?limit=250&marker={marker}");
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, hosts);
+    let lease_filter = app
+        .get(&format!(
+            "/v1/os-hosts/allocations?limit=3&lease_id={}",
+            app.get("/v1/leases").await.body["leases"][0]["id"]
+                .as_str()
+                .unwrap()
+        ))
+        .await;
+    assert_eq!(
+        lease_filter.body["allocations"].as_array().unwrap().len(),
+        3
+    );
+
+    for (query, message) in [
+        ("limit=0", "Malformed parameter limit"),
+        ("limit=x", "Malformed parameter limit"),
+        ("marker=999999", "Marker 999999 not found"),
+        ("start=yesterday", "is an invalid start date"),
+        (
+            "start=2029-12-03 00:00&end=2029-12-02 00:00",
+            "must be later than start",
+        ),
+    ] {
+        let r = app.get(&format!("/v1/os-hosts/allocations?{query}")).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{query}: {}", r.body);
+        assert!(r.message().contains(message), "{query}: {}", r.body);
+    }
+}
+
+#[tokio::test]
+async fn pool_allocation_lists_page_too() {
+    let app = TestApp::spawn().await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let r = app
+            .post(
+                "/v1/floatingips",
+                json!({"floating_network_id": "net-1",
+                       "floating_ip_address": format!("10.0.0.{}", i + 10)}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        ids.push(r.body["floatingip"]["id"].as_str().unwrap().to_string());
+    }
+    let first = app.get("/v1/floatingips/allocations?limit=2").await;
+    let listed: Vec<&str> = first.body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["resource_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, [ids[0].as_str(), ids[1].as_str()]);
+    assert_eq!(first.body["next_marker"], ids[1].as_str());
+    let rest = app
+        .get(&format!("/v1/floatingips/allocations?marker={}", ids[1]))
+        .await;
+    assert_eq!(rest.body["allocations"].as_array().unwrap().len(), 3);
+    assert!(rest.body.get("next_marker").is_none());
+}

@@ -693,6 +693,8 @@ async fn healing_replaces_a_failed_resource_or_degrades_the_lease() {
     assert_eq!(
         kinds,
         [
+            "lease.create",
+            "lease.event.start_lease",
             "reservation.resources_changed",
             "lease.degraded",
             "lease.healed"
@@ -785,6 +787,77 @@ async fn concurrent_instance_reservations_never_oversubscribe_a_host() {
             .iter()
             .all(|r| r.status == StatusCode::CREATED || r.status == StatusCode::CONFLICT)
     );
+}
+
+/// Instance and whole-host creates racing over two hosts: a host ends up either held whole
+/// by one lease or shared by instances within its capacity, never both, never over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_instance_and_host_creates_neither_mix_nor_overfill_hosts() {
+    let app = TestApp::spawn().await;
+    for name in ["m1", "m2"] {
+        app.create_host(
+            name,
+            json!({"vcpus": 4, "memory_mb": 8192, "local_gb": 100}),
+        )
+        .await;
+    }
+    let whole = json!([{"resource_type": "physical:host", "min": 1, "max": 1,
+                        "hypervisor_properties": "", "resource_properties": ""}]);
+    let requests = (0..16).map(|i| {
+        let (name, reservations) = if i % 4 == 0 {
+            (format!("whole-{i}"), whole.clone())
+        } else {
+            (format!("slot-{i}"), instances(1, 1, 1024, 1, json!(null)))
+        };
+        app.post(
+            "/v1/leases",
+            lease(&name, "2030-01-01 10:00", "2030-01-01 12:00", reservations),
+        )
+    });
+    let responses = join_all(requests).await;
+    assert!(
+        responses
+            .iter()
+            .all(|r| r.status == StatusCode::CREATED || r.status == StatusCode::CONFLICT),
+        "{:?}",
+        responses
+            .iter()
+            .map(|r| (r.status, r.message()))
+            .collect::<Vec<_>>()
+    );
+    let names: std::collections::HashMap<String, String> = responses
+        .iter()
+        .filter(|r| r.status == StatusCode::CREATED)
+        .map(|r| {
+            (
+                r.body["lease"]["id"].as_str().unwrap().to_string(),
+                r.body["lease"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(!names.is_empty());
+    let allocations = app.get("/v1/os-hosts/allocations").await.body["allocations"].clone();
+    let mut placed = 0;
+    for entry in allocations.as_array().unwrap() {
+        let holders: Vec<&String> = entry["reservations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| &names[r["lease_id"].as_str().unwrap()])
+            .collect();
+        if holders.iter().any(|n| n.starts_with("whole-")) {
+            assert_eq!(holders.len(), 1, "a host held whole is shared: {holders:?}");
+        } else {
+            assert!(
+                holders.len() <= 4,
+                "4 vCPUs hold {} instances",
+                holders.len()
+            );
+            placed += holders.len();
+        }
+    }
+    let slots = names.values().filter(|n| n.starts_with("slot-")).count();
+    assert_eq!(placed, slots, "every instance lease holds one slot");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

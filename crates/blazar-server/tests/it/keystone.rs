@@ -305,3 +305,47 @@ async fn the_binary_validates_real_tokens_and_logs_no_secret() {
         "the service password is in the logs"
     );
 }
+
+#[tokio::test]
+async fn the_calendar_sign_in_gets_the_users_own_token_from_keystone() {
+    let Some(env) = env() else { return };
+    let app = app(&env, 60, Arc::new(ManualClock::new(Utc::now()))).await;
+    let r = app
+        .call(
+            None,
+            Method::POST,
+            "/calendar/api/sign-in",
+            Some(
+                json!({"username": "alpha-member", "password": env.user_password,
+                        "project": "alpha", "domain": "Default"}),
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let token = r.body["token"].as_str().unwrap().to_string();
+    assert!(
+        r.body["roles"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("member"))
+    );
+    // The token is the user's own: the API takes it as alpha's member.
+    let leases = app
+        .call(Some(&token), Method::GET, "/v1/leases", None, &[])
+        .await;
+    assert_eq!(leases.status, StatusCode::OK, "{}", leases.body);
+    let r = app
+        .call(
+            None,
+            Method::POST,
+            "/calendar/api/sign-in",
+            Some(
+                json!({"username": "alpha-member", "password": "not-the-password",
+                        "project": "alpha"}),
+            ),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
+}

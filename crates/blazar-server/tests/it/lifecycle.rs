@@ -241,3 +241,59 @@ async fn extending_an_active_lease_into_another_one_fails_cleanly() {
     assert_eq!(l["status"], "ACTIVE");
     assert_eq!(l["end_date"], "2030-01-01T12:00:00.000000");
 }
+
+#[tokio::test]
+async fn a_burst_of_events_runs_in_time_order_across_transactions() {
+    let app = TestApp::spawn().await;
+    // 70 hosts, each handed from a lease ending at 12:00 to one starting at 12:00: 140 events
+    // due at once, more than one scheduler transaction runs.
+    let mut first = Vec::new();
+    let mut second = Vec::new();
+    for i in 0..70 {
+        app.create_host(&format!("compute-{i:02}"), json!({"n": i.to_string()}))
+            .await;
+        let only = format!(r#"["==", "$n", "{i}"]"#);
+        let r = app
+            .host_lease(
+                &format!("a{i}"),
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                1,
+                1,
+                &only,
+            )
+            .await;
+        first.push(lease_id(&r.body));
+        let r = app
+            .host_lease(
+                &format!("b{i}"),
+                "2030-01-01 12:00",
+                "2030-01-01 14:00",
+                1,
+                1,
+                &only,
+            )
+            .await;
+        second.push(lease_id(&r.body));
+    }
+    assert_eq!(app.tick_at(t(2030, 1, 1, 10, 0)).await.executed, 70);
+    // The notices before the first leases end.
+    assert_eq!(app.tick_at(t(2030, 1, 1, 11, 0)).await.executed, 70);
+    // Every end before every start of the same instant, each event once.
+    assert_eq!(app.tick_at(t(2030, 1, 1, 12, 0)).await.executed, 140);
+    assert_eq!(app.tick_at(t(2030, 1, 1, 12, 0)).await.executed, 0);
+    for id in &first {
+        assert_eq!(lease(&app, id).await["status"], "TERMINATED");
+    }
+    for id in &second {
+        assert_eq!(lease(&app, id).await["status"], "ACTIVE");
+    }
+    let holders = app.get("/v1/handovers").await.body["handovers"].clone();
+    let holders = holders.as_array().unwrap();
+    assert_eq!(holders.len(), 70, "one holder per host");
+    assert!(
+        holders
+            .iter()
+            .all(|h| second.contains(&h["lease_id"].as_str().unwrap().to_string()))
+    );
+}

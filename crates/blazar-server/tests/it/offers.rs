@@ -186,7 +186,7 @@ async fn offers_for_mixed_types_grant_every_reservation() {
     assert_eq!(slots, 3);
     let network = &found[0]["reservations"][1];
     assert_eq!(network["resource_type"], "network");
-    assert_eq!(network["resources"][0]["name"], "1001");
+    assert_eq!(network["resources"][0]["name"], "physnet1:1001");
     assert!(network["resources"][0].get("slots").is_none());
     let id = book(&app, "mixed", &found[0], &request).await;
     let shown = app.get(&format!("/v1/leases/{id}")).await;
@@ -590,5 +590,163 @@ async fn every_offer_is_bookable_as_offered() {
             let r = app.delete(&format!("/v1/leases/{id}")).await;
             assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
         }
+    }
+}
+
+#[tokio::test]
+async fn refusals_name_the_next_offer_of_the_whole_lease() {
+    let app = TestApp::spawn().await;
+    for i in 1..=3 {
+        app.create_host(&format!("h{i}"), json!({})).await;
+    }
+    let busy = |name: &str, start: &str, end: &str, n: i64| {
+        lease(name, start, end, json!([hosts(n, n, "")]))
+    };
+    // Two hosts busy from 09:00 to 12:00, the third from 11:00 to 14:00.
+    let mut ids = Vec::new();
+    for (name, start, end, n) in [
+        ("a", "2030-01-01 09:00", "2030-01-01 12:00", 2),
+        ("b", "2030-01-01 11:00", "2030-01-01 14:00", 1),
+    ] {
+        let r = app.post("/v1/leases", busy(name, start, end, n)).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        ids.push(r.body["lease"]["id"].as_str().unwrap().to_string());
+    }
+
+    // Two hosts for three hours from 10:00 do not fit; the same window from 12:00 does,
+    // and it is what the offer search answers for the same request.
+    let refused_request = busy("c", "2030-01-01 10:00", "2030-01-01 13:00", 2);
+    for path in ["/v1/leases?dry_run=true", "/v1/leases"] {
+        let r = app.post(path, refused_request.clone()).await;
+        assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+        assert_eq!(
+            r.body["reasons"][0]["next_offer"],
+            json!({"start_date": "2030-01-01T12:00:00.000000",
+                   "end_date": "2030-01-01T15:00:00.000000"}),
+            "{}",
+            r.body
+        );
+    }
+    let found = offers(
+        &app,
+        json!({"reservations": [hosts(2, 2, "")], "duration": 180,
+               "not_before": "2030-01-01 10:00"}),
+    )
+    .await;
+    assert_eq!(found[0]["start_date"], "2030-01-01T12:00:00.000000");
+
+    // The next offer is for the whole lease: with a second reservation of one more host,
+    // three hosts are needed together, free only once lease b is over.
+    let both = lease(
+        "d",
+        "2030-01-01 10:00",
+        "2030-01-01 13:00",
+        json!([hosts(2, 2, ""), hosts(1, 1, "")]),
+    );
+    let r = app.post("/v1/leases", both).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    let next = &r.body["reasons"][0]["next_offer"];
+    assert_eq!(
+        next["start_date"], "2030-01-01T14:00:00.000000",
+        "{}",
+        r.body
+    );
+    // Booking it as named succeeds.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "d",
+                &input_date(&next["start_date"]),
+                &input_date(&next["end_date"]),
+                json!([hosts(2, 2, ""), hosts(1, 1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+
+    // A refused update of a lease that has not started: where the lease could move to,
+    // its own hours not counting against it. Lease a stretched to 15:00 needs two hosts for
+    // six hours; they are free from 09:00 to 14:00 only (d takes all three from 14:00 to
+    // 17:00), so the next such window starts at 17:00.
+    let r = app
+        .put(
+            &format!("/v1/leases/{}", ids[0]),
+            json!({"end_date": "2030-01-01 15:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert_eq!(
+        r.body["reasons"][0]["next_offer"],
+        json!({"start_date": "2030-01-01T17:00:00.000000",
+               "end_date": "2030-01-01T23:00:00.000000"}),
+        "{}",
+        r.body
+    );
+}
+
+#[tokio::test]
+async fn instance_offers_over_many_hosts_are_granted_as_offered() {
+    let app = TestApp::spawn().await;
+    // More hosts than two probes of the instance search read (32, then 64 more); the first
+    // 40 are full from 10:00 to 12:00 and host 110 is in use, so where the instances go
+    // depends on how far the search reads: a search of every host would pack onto 110.
+    let mut ids = Vec::new();
+    for i in 1..=120 {
+        ids.push(
+            app.create_host(
+                &format!("c{i:02}"),
+                json!({"vcpus": 4, "memory_mb": 8192, "local_gb": 100, "n": i.to_string()}),
+            )
+            .await,
+        );
+    }
+    let instances = |amount: i64, vcpus: i64| {
+        json!([{"resource_type": "virtual:instance", "amount": amount, "vcpus": vcpus,
+                "memory_mb": 1024, "disk_gb": 10, "affinity": false,
+                "resource_properties": ""}])
+    };
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "full",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                instances(40, 4),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let held = app.hosts_of(r.body["lease"]["id"].as_str().unwrap()).await;
+    let mut first = ids[..40].to_vec();
+    first.sort();
+    assert_eq!(held, first, "the first hosts in id order");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "one",
+                "2030-01-01 09:00",
+                "2030-01-01 13:00",
+                json!([{"resource_type": "virtual:instance", "amount": 1, "vcpus": 2,
+                        "memory_mb": 1024, "disk_gb": 10, "affinity": null,
+                        "resource_properties": r#"["==", "$n", "110"]"#}]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+
+    for (amount, affinity) in [(3, "false"), (2, "null"), (1, "true")] {
+        let mut request = instances(amount, 2);
+        request[0]["affinity"] = serde_json::from_str(affinity).unwrap();
+        let found = offers(
+            &app,
+            json!({"reservations": request, "duration": 60,
+                   "not_before": "2030-01-01 10:00", "limit": 1}),
+        )
+        .await;
+        assert_eq!(found[0]["start_date"], "2030-01-01T10:00:00.000000");
+        book(&app, &format!("i{amount}"), &found[0], &request).await;
     }
 }

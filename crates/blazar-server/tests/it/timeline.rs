@@ -547,3 +547,70 @@ async fn floating_ips_networks_and_devices_have_timelines() {
     assert_eq!(t["resources"][0]["name"], "172.24.4.11");
     assert_eq!(t["next_marker"], Value::Null);
 }
+
+/// What a calendar groups rows by: the properties with their values, readable by members
+/// under the timeline's rule (Blazar's own property listing is for admins), private ones
+/// for admins only.
+#[tokio::test]
+async fn the_timeline_lists_the_properties_to_group_by_for_members_too() {
+    let mut app = TestApp::spawn().await;
+    for (name, node_type, rack) in [
+        ("compute-1", "gpu", "r1"),
+        ("compute-2", "cpu", "r1"),
+        ("compute-3", "gpu", "r2"),
+    ] {
+        app.create_host(name, json!({"node_type": node_type, "rack": rack}))
+            .await;
+    }
+    app.patch("/v1/os-hosts/properties/rack", json!({"private": true}))
+        .await
+        .assert_status(StatusCode::OK);
+    let listed = |r: &crate::harness::Response| -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = r.body["resource_properties"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let mut values: Vec<String> = p["values"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap().to_string())
+                    .collect();
+                values.sort();
+                (p["property"].as_str().unwrap().to_string(), values)
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let r = app.get("/v1/os-hosts/timeline/properties").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        listed(&r),
+        [
+            (
+                "node_type".to_string(),
+                vec!["cpu".to_string(), "gpu".to_string()]
+            ),
+            ("rack".to_string(), vec!["r1".to_string(), "r2".to_string()]),
+        ]
+    );
+    app.act_as("alpha", "ada", "member");
+    assert_eq!(
+        app.get("/v1/os-hosts/properties").await.status,
+        StatusCode::FORBIDDEN
+    );
+    let r = app.get("/v1/os-hosts/timeline/properties").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        listed(&r),
+        [(
+            "node_type".to_string(),
+            vec!["cpu".to_string(), "gpu".to_string()]
+        )]
+    );
+    let r = app.get("/v1/devices/timeline/properties").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body, json!({"resource_properties": []}));
+}

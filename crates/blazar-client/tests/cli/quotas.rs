@@ -1,0 +1,71 @@
+//! `quota-*` commands, and a lease refused for its project's quota, as a user sees them.
+
+use crate::assert_transcript;
+use crate::harness::Server;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_set_show_refuse_and_delete() {
+    let s = Server::start().await;
+    for name in ["compute-1", "compute-2"] {
+        s.blazar(&["host-create", name]).await.ok();
+    }
+    let lease = |name: &'static str| {
+        [
+            "lease-create",
+            "--physical-reservation",
+            "min=1,max=1,hypervisor_properties=,resource_properties=",
+            "--start-date",
+            "2030-01-01 10:00",
+            "--end-date",
+            "2030-01-01 12:00",
+            "-f",
+            "value",
+            "-c",
+            "name",
+            name,
+        ]
+    };
+    let runs = vec![
+        s.blazar(&["quota-list"]).await,
+        s.blazar(&["quota-show", "admin-project"]).await,
+        s.blazar(&[
+            "quota-set",
+            "--hosts",
+            "1",
+            "--max-lease-duration",
+            "-1",
+            "--host-hours-per-month",
+            "100",
+            "admin-project",
+        ])
+        .await,
+        s.blazar(&["quota-set", "admin-project"]).await,
+        s.blazar(&["quota-set", "--hosts", "-5", "admin-project"])
+            .await,
+        s.blazar(&[&lease("first")[..11], &["--dry-run", "first"]].concat())
+            .await,
+        s.blazar(&lease("first")).await,
+        s.blazar(&lease("second")).await,
+        s.blazar(&[
+            "quota-list",
+            "-f",
+            "value",
+            "-c",
+            "project_id",
+            "-c",
+            "hosts",
+        ])
+        .await,
+        s.blazar(&[
+            "quota-set",
+            "--unset",
+            "max_lease_duration",
+            "admin-project",
+        ])
+        .await,
+        s.blazar(&["quota-delete", "admin-project"]).await,
+        s.blazar(&["quota-delete", "admin-project"]).await,
+        s.blazar(&lease("second")).await,
+    ];
+    assert_transcript!("quotas", runs);
+}

@@ -1,0 +1,364 @@
+//! Per-project quotas: the limits, and the pure arithmetic that decides them (the peak of
+//! concurrent use over a window, resource-hours per calendar month).
+//!
+//! A limit is an integer: `-1` means no limit, `0` or more is the limit. A project's own
+//! value (an override an admin set) wins over the configured default.
+
+use chrono::{DateTime, Datelike, TimeZone, Utc};
+
+use crate::TimeWindow;
+
+/// Each limit a project has, by the name the API and the configuration use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QuotaKind {
+    /// Hosts of `physical:host` reservations held at any one instant.
+    Hosts,
+    /// Floating IPs of `virtual:floatingip` reservations held at any one instant.
+    FloatingIps,
+    /// Instance slots (the instances `virtual:instance` and `flavor:instance` reservations
+    /// hold room for) held at any one instant.
+    Instances,
+    /// Longest lease, in seconds.
+    LeaseDuration,
+    /// Furthest a lease may start from now, in seconds.
+    StartAhead,
+    /// Host-hours (weighted per host) per calendar month, UTC.
+    HostHoursPerMonth,
+}
+
+impl QuotaKind {
+    pub const ALL: [QuotaKind; 6] = [
+        QuotaKind::Hosts,
+        QuotaKind::FloatingIps,
+        QuotaKind::Instances,
+        QuotaKind::LeaseDuration,
+        QuotaKind::StartAhead,
+        QuotaKind::HostHoursPerMonth,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuotaKind::Hosts => "hosts",
+            QuotaKind::FloatingIps => "floatingips",
+            QuotaKind::Instances => "instances",
+            QuotaKind::LeaseDuration => "max_lease_duration",
+            QuotaKind::StartAhead => "max_start_ahead",
+            QuotaKind::HostHoursPerMonth => "host_hours_per_month",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<QuotaKind> {
+        QuotaKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// What the limit counts, for messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            QuotaKind::Hosts => "host(s)",
+            QuotaKind::FloatingIps => "floating IP(s)",
+            QuotaKind::Instances => "instance slot(s)",
+            QuotaKind::LeaseDuration | QuotaKind::StartAhead => "second(s)",
+            QuotaKind::HostHoursPerMonth => "host-hour(s)",
+        }
+    }
+}
+
+/// One value per limit; `None` where nothing is set (a project without that override).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QuotaValues {
+    values: [Option<i64>; 6],
+}
+
+impl QuotaValues {
+    fn index(kind: QuotaKind) -> usize {
+        QuotaKind::ALL.iter().position(|k| *k == kind).unwrap_or(0)
+    }
+
+    pub fn get(&self, kind: QuotaKind) -> Option<i64> {
+        self.values[Self::index(kind)]
+    }
+
+    pub fn set(&mut self, kind: QuotaKind, value: Option<i64>) {
+        self.values[Self::index(kind)] = value;
+    }
+
+    /// `self` (a project's overrides) over `defaults`.
+    pub fn over(&self, defaults: &QuotaValues) -> QuotaValues {
+        let mut out = *defaults;
+        for kind in QuotaKind::ALL {
+            if let Some(v) = self.get(kind) {
+                out.set(kind, Some(v));
+            }
+        }
+        out
+    }
+
+    /// The limit in force: `None` when unset or `-1`.
+    pub fn limit(&self, kind: QuotaKind) -> Option<i64> {
+        self.get(kind).filter(|v| *v >= 0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.iter().all(Option::is_none)
+    }
+
+    /// Whether any limit applies at all (most sites set none: nothing is then read).
+    pub fn limits_anything(&self) -> bool {
+        QuotaKind::ALL.iter().any(|k| self.limit(*k).is_some())
+    }
+}
+
+/// A limit a create or update would go past: which, the limit, what the project uses
+/// without the request, and what the request adds, at the instant (concurrent limits) or
+/// in the month (the budget) where it is worst.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaExcess {
+    pub kind: QuotaKind,
+    pub limit: i64,
+    pub in_use: f64,
+    pub requested: f64,
+    pub at: Option<DateTime<Utc>>,
+    pub month: Option<TimeWindow>,
+}
+
+/// Some use of a resource over `[start, end)`: `amount` of it (hosts, addresses, slots or
+/// weighted host counts), by the lease being decided (`own`) or another of the project's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Use {
+    pub start: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub amount: f64,
+    pub own: bool,
+}
+
+/// The worst instant of a window for a concurrent limit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Peak {
+    pub at: DateTime<Utc>,
+    pub others: f64,
+    pub own: f64,
+}
+
+impl Peak {
+    pub fn total(&self) -> f64 {
+        self.others + self.own
+    }
+}
+
+/// The instant of `window` where the project uses the most while the own lease uses some
+/// (the earliest such instant on a tie), or `None` when the own lease uses nothing there.
+/// Only instants where the own lease holds something count: a project already over a limit
+/// lowered since is not refused a lease that adds nothing to it. Half-open intervals: a use
+/// ending when another starts never overlaps it.
+pub fn peak(uses: &[Use], window: TimeWindow) -> Option<Peak> {
+    // (time, others' change, own change); at one instant every change applies before the
+    // segment that starts there is measured.
+    let mut changes: Vec<(DateTime<Utc>, f64, f64)> = Vec::with_capacity(uses.len() * 2);
+    for u in uses {
+        let start = u.start.max(window.start());
+        let end = u.end.min(window.end());
+        if start >= end || u.amount == 0.0 {
+            continue;
+        }
+        let (others, own) = if u.own {
+            (0.0, u.amount)
+        } else {
+            (u.amount, 0.0)
+        };
+        changes.push((start, others, own));
+        changes.push((end, -others, -own));
+    }
+    changes.sort_by_key(|c| c.0);
+    let mut best: Option<Peak> = None;
+    let (mut others, mut own) = (0.0, 0.0);
+    let mut i = 0;
+    while i < changes.len() {
+        let at = changes[i].0;
+        while i < changes.len() && changes[i].0 == at {
+            others += changes[i].1;
+            own += changes[i].2;
+            i += 1;
+        }
+        // Sums of whole numbers and weights; a tiny residue from subtraction is nothing.
+        if at < window.end() && own > 1e-9 && best.is_none_or(|b| others + own > b.total() + 1e-9) {
+            best = Some(Peak { at, others, own });
+        }
+    }
+    best
+}
+
+/// The calendar month (UTC) that `t` falls in (`None` only past chrono's last year).
+pub fn month_of(t: DateTime<Utc>) -> Option<TimeWindow> {
+    let start = Utc
+        .with_ymd_and_hms(t.year(), t.month(), 1, 0, 0, 0)
+        .single()?;
+    let (year, month) = if t.month() == 12 {
+        (t.year() + 1, 1)
+    } else {
+        (t.year(), t.month() + 1)
+    };
+    let end = Utc.with_ymd_and_hms(year, month, 1, 0, 0, 0).single()?;
+    TimeWindow::new(start, end).ok()
+}
+
+/// The calendar months (UTC) a window touches, in order.
+pub fn months(window: TimeWindow) -> Vec<TimeWindow> {
+    let mut out: Vec<TimeWindow> = month_of(window.start()).into_iter().collect();
+    while let Some(last) = out.last().copied() {
+        if last.end() >= window.end() {
+            break;
+        }
+        match month_of(last.end()) {
+            Some(next) => out.push(next),
+            None => break,
+        }
+    }
+    out
+}
+
+/// Use within `month`, in amount-hours: (the others', the own lease's).
+pub fn hours_in(uses: &[Use], month: TimeWindow) -> (f64, f64) {
+    let (mut others, mut own) = (0.0, 0.0);
+    for u in uses {
+        let start = u.start.max(month.start());
+        let end = u.end.min(month.end());
+        if start >= end {
+            continue;
+        }
+        let hours = (end - start).num_seconds() as f64 / 3600.0 * u.amount;
+        if u.own {
+            own += hours;
+        } else {
+            others += hours;
+        }
+    }
+    (others, own)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(d: u32, h: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2030, 1, d, h, 0, 0).unwrap()
+    }
+
+    fn used(from: (u32, u32), to: (u32, u32), amount: f64, own: bool) -> Use {
+        Use {
+            start: at(from.0, from.1),
+            end: at(to.0, to.1),
+            amount,
+            own,
+        }
+    }
+
+    #[test]
+    fn peak_table() {
+        let w = TimeWindow::new(at(1, 10), at(1, 20)).unwrap();
+        // (uses, the peak expected: hour, others, own)
+        type Row = (Vec<Use>, Option<(u32, f64, f64)>);
+        let rows: Vec<Row> = vec![
+            (vec![], None),
+            (
+                vec![used((1, 10), (1, 20), 2.0, true)],
+                Some((10, 0.0, 2.0)),
+            ),
+            // Others overlapping only before the window do not count.
+            (
+                vec![
+                    used((1, 0), (1, 10), 5.0, false),
+                    used((1, 10), (1, 20), 1.0, true),
+                ],
+                Some((10, 0.0, 1.0)),
+            ),
+            // Two others that never overlap each other: the peak is 2 + own, not 3 + own.
+            (
+                vec![
+                    used((1, 10), (1, 12), 2.0, false),
+                    used((1, 14), (1, 16), 1.0, false),
+                    used((1, 10), (1, 20), 1.0, true),
+                ],
+                Some((10, 2.0, 1.0)),
+            ),
+            // Back to back: the end applies before the start.
+            (
+                vec![
+                    used((1, 8), (1, 12), 3.0, false),
+                    used((1, 12), (1, 20), 3.0, false),
+                    used((1, 10), (1, 20), 1.0, true),
+                ],
+                Some((10, 3.0, 1.0)),
+            ),
+            // Where the own lease holds nothing, the others' peak does not count.
+            (
+                vec![
+                    used((1, 10), (1, 12), 9.0, false),
+                    used((1, 14), (1, 16), 1.0, false),
+                    used((1, 13), (1, 20), 1.0, true),
+                ],
+                Some((14, 1.0, 1.0)),
+            ),
+            (vec![used((1, 10), (1, 20), 3.0, false)], None),
+        ];
+        for (uses, expected) in rows {
+            let got = peak(&uses, w).map(|p| (p.at, p.others, p.own));
+            let expected = expected.map(|(h, o, m)| (at(1, h), o, m));
+            assert_eq!(got, expected, "{uses:?}");
+        }
+    }
+
+    #[test]
+    fn months_of_windows() {
+        let w = TimeWindow::new(
+            at(30, 0),
+            Utc.with_ymd_and_hms(2030, 3, 1, 0, 0, 0).unwrap(),
+        )
+        .unwrap();
+        let starts: Vec<String> = months(w)
+            .iter()
+            .map(|m| m.start().format("%Y-%m").to_string())
+            .collect();
+        assert_eq!(starts, ["2030-01", "2030-02"]);
+        let dec = month_of(Utc.with_ymd_and_hms(2029, 12, 31, 23, 0, 0).unwrap()).unwrap();
+        assert_eq!(
+            dec.end(),
+            Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap()
+        );
+    }
+
+    #[test]
+    fn hours_are_clipped_to_the_month() {
+        let jan = month_of(at(1, 0)).unwrap();
+        let uses = [
+            Use {
+                start: Utc.with_ymd_and_hms(2029, 12, 31, 22, 0, 0).unwrap(),
+                end: at(1, 2),
+                amount: 2.0,
+                own: false,
+            },
+            Use {
+                start: at(31, 23),
+                end: Utc.with_ymd_and_hms(2030, 2, 1, 5, 0, 0).unwrap(),
+                amount: 1.0,
+                own: true,
+            },
+        ];
+        assert_eq!(hours_in(&uses, jan), (4.0, 1.0));
+    }
+
+    #[test]
+    fn overrides_win_and_minus_one_is_no_limit() {
+        let mut defaults = QuotaValues::default();
+        defaults.set(QuotaKind::Hosts, Some(4));
+        defaults.set(QuotaKind::Instances, Some(10));
+        let mut project = QuotaValues::default();
+        project.set(QuotaKind::Hosts, Some(-1));
+        project.set(QuotaKind::FloatingIps, Some(2));
+        let effective = project.over(&defaults);
+        assert_eq!(effective.limit(QuotaKind::Hosts), None);
+        assert_eq!(effective.limit(QuotaKind::FloatingIps), Some(2));
+        assert_eq!(effective.limit(QuotaKind::Instances), Some(10));
+        assert!(effective.limits_anything());
+        assert!(!QuotaValues::default().limits_anything());
+    }
+}

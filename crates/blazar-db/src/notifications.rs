@@ -1,0 +1,194 @@
+//! The notification outbox: written in the transaction whose change a notification
+//! describes, claimed and marked sent by a publisher in short transactions of its own.
+
+use chrono::{DateTime, Duration, Utc};
+use serde_json::Value;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::{Arg, DbError, DbResult, Tx, from_secs, to_secs};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NotificationRow {
+    pub id: String,
+    pub event_type: String,
+    pub lease_id: Option<String>,
+    pub payload: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A notification with its place in the outbox's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SequencedNotification {
+    pub seq: i64,
+    pub notification: NotificationRow,
+}
+
+const COLUMNS: &str = "id, event_type, lease_id, payload, created_at";
+
+fn notification_from_row(row: &AnyRow) -> DbResult<NotificationRow> {
+    let payload: String = row.try_get("payload")?;
+    Ok(NotificationRow {
+        id: row.try_get("id")?,
+        event_type: row.try_get("event_type")?,
+        lease_id: row.try_get("lease_id")?,
+        payload: serde_json::from_str(&payload)
+            .map_err(|_| DbError::Corrupt(format!("notification payload {payload:?}")))?,
+        created_at: from_secs(row.try_get("created_at")?)?,
+    })
+}
+
+impl Tx {
+    /// Adds a notification after those written before it: a lease's notifications are
+    /// written under its row lock, so their order is the order of the changes.
+    pub async fn insert_notification(&mut self, n: &NotificationRow) -> DbResult<()> {
+        self.recorded_notifications = true;
+        self.write(
+            "INSERT INTO notifications (id, seq, event_type, lease_id, payload, created_at) \
+             VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM notifications), $2, $3, $4, $5)",
+            vec![
+                (&n.id).into(),
+                (&n.event_type).into(),
+                Arg::Text(n.lease_id.clone()),
+                n.payload.to_string().into(),
+                n.created_at.into(),
+            ],
+        )
+        .await
+    }
+
+    pub async fn list_notifications(
+        &mut self,
+        lease_id: Option<&str>,
+    ) -> DbResult<Vec<NotificationRow>> {
+        let (filter, args): (&str, Vec<Arg>) = match lease_id {
+            Some(l) => (" WHERE lease_id = $1", vec![l.into()]),
+            None => ("", vec![]),
+        };
+        let sql = format!("SELECT {COLUMNS} FROM notifications{filter} ORDER BY seq, id");
+        let rows = self.fetch_rows(&sql, args).await?;
+        rows.iter().map(notification_from_row).collect()
+    }
+
+    /// Claims up to `limit` unsent notifications for `worker` until `now + claim_for`,
+    /// oldest first: those nobody holds (or whose claim expired), each only if no earlier
+    /// unsent notification of its lease is held by another publisher, so a lease's
+    /// notifications go out in order. Call [`Tx::lock_notification_claims`] first.
+    pub async fn claim_notifications(
+        &mut self,
+        now: DateTime<Utc>,
+        worker: &str,
+        claim_for: Duration,
+        limit: usize,
+    ) -> DbResult<Vec<NotificationRow>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM notifications n \
+             WHERE n.sent_at IS NULL \
+             AND (n.claimed_until IS NULL OR n.claimed_until < $1 OR n.claimed_by = $2) \
+             AND NOT EXISTS (SELECT 1 FROM notifications b WHERE b.lease_id = n.lease_id \
+                 AND b.sent_at IS NULL AND (b.seq < n.seq OR (b.seq = n.seq AND b.id < n.id)) \
+                 AND b.claimed_by <> $2 AND b.claimed_until >= $1) \
+             ORDER BY n.seq, n.id LIMIT $3"
+        );
+        let rows = self
+            .fetch_rows(
+                &sql,
+                vec![to_secs(now).into(), worker.into(), (limit as i64).into()],
+            )
+            .await?;
+        let claimed: Vec<NotificationRow> = rows
+            .iter()
+            .map(notification_from_row)
+            .collect::<DbResult<_>>()?;
+        for n in &claimed {
+            self.write(
+                "UPDATE notifications SET claimed_by = $1, claimed_until = $2 WHERE id = $3",
+                vec![worker.into(), (now + claim_for).into(), (&n.id).into()],
+            )
+            .await?;
+        }
+        Ok(claimed)
+    }
+
+    /// Marks notifications sent (the broker confirmed them).
+    pub async fn mark_notifications_sent(
+        &mut self,
+        ids: &[String],
+        now: DateTime<Utc>,
+    ) -> DbResult<()> {
+        for id in ids {
+            self.write(
+                "UPDATE notifications SET sent_at = $1, claimed_by = NULL, claimed_until = NULL \
+                 WHERE id = $2",
+                vec![now.into(), id.into()],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Gives back `worker`'s claims on notifications it could not send, so that they (and
+    /// the later ones of their leases) may be claimed again at once.
+    pub async fn release_notifications(&mut self, ids: &[String], worker: &str) -> DbResult<()> {
+        for id in ids {
+            self.write(
+                "UPDATE notifications SET claimed_by = NULL, claimed_until = NULL \
+                 WHERE id = $1 AND claimed_by = $2 AND sent_at IS NULL",
+                vec![id.into(), worker.into()],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Up to `limit` notifications written after sequence number `after`, in order. A
+    /// stream of them resumes from the last `seq` it delivered.
+    pub async fn notifications_after(
+        &mut self,
+        after: i64,
+        limit: usize,
+    ) -> DbResult<Vec<SequencedNotification>> {
+        let sql = format!(
+            "SELECT seq, {COLUMNS} FROM notifications WHERE seq > $1 ORDER BY seq, id LIMIT $2"
+        );
+        let rows = self
+            .fetch_rows(&sql, vec![after.into(), (limit as i64).into()])
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(SequencedNotification {
+                    seq: row.try_get("seq")?,
+                    notification: notification_from_row(row)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The sequence number of the latest notification (0 when there is none).
+    pub async fn last_notification_seq(&mut self) -> DbResult<i64> {
+        let rows = self
+            .fetch_rows(
+                "SELECT CAST(COALESCE(MAX(seq), 0) AS BIGINT) AS seq FROM notifications",
+                vec![],
+            )
+            .await?;
+        match rows.first() {
+            Some(row) => Ok(row.try_get("seq")?),
+            None => Ok(0),
+        }
+    }
+
+    /// How many notifications are not sent yet.
+    pub async fn unsent_notifications(&mut self) -> DbResult<i64> {
+        let rows = self
+            .fetch_rows(
+                "SELECT CAST(COUNT(*) AS BIGINT) AS n FROM notifications WHERE sent_at IS NULL",
+                vec![],
+            )
+            .await?;
+        match rows.first() {
+            Some(row) => Ok(row.try_get("n")?),
+            None => Ok(0),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! `/calendar` (additive): the reservation calendar, a page and its scripts compiled into the
+//! binary, so a site serves it with nothing installed beside the server and a browser on an
+//! offline network loads it. The page calls the v1 API itself, with the caller's own token,
+//! so it is held to the same policy as any client. Keystone sign-in (`POST
+//! /calendar/api/sign-in`) is the one call the page cannot make itself: Keystone may not be
+//! reachable from the browser, and it does not answer cross-origin requests.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+
+use crate::error::framework_error;
+use crate::extract::JsonObject;
+use crate::state::AppState;
+
+/// One asset: its path under `/calendar/`, content type and bytes.
+struct Asset {
+    path: &'static str,
+    content_type: &'static str,
+    body: &'static str,
+}
+
+const ASSETS: &[Asset] = &[
+    Asset {
+        path: "style.css",
+        content_type: "text/css; charset=utf-8",
+        body: include_str!("../calendar/style.css"),
+    },
+    Asset {
+        path: "app.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../calendar/app.js"),
+    },
+    Asset {
+        path: "api.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../calendar/api.js"),
+    },
+    Asset {
+        path: "gantt.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../calendar/gantt.js"),
+    },
+    Asset {
+        path: "time.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../calendar/time.js"),
+    },
+    Asset {
+        path: "panels.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../calendar/panels.js"),
+    },
+    Asset {
+        path: "icon.svg",
+        content_type: "image/svg+xml",
+        body: include_str!("../calendar/icon.svg"),
+    },
+];
+
+const INDEX: &str = include_str!("../calendar/index.html");
+
+/// Scripts and style sheets only from the server itself, never inline, so injected markup
+/// cannot run; the page may call this origin only, and no other site may frame it. Style
+/// attributes are allowed: the chart positions thousands of bars with them, and an
+/// attribute cannot run code.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+     style-src 'self'; style-src-elem 'self'; style-src-attr 'unsafe-inline'; img-src 'self'; \
+     connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+pub fn routes() -> Router<AppState> {
+    let mut router = Router::new()
+        .route("/calendar", get(index))
+        .route(
+            "/calendar/",
+            get(|| async { Redirect::permanent("/calendar") }),
+        )
+        .route("/calendar/api/sign-in", post(sign_in));
+    for asset in ASSETS {
+        router = router.route(
+            &format!("/calendar/{}", asset.path),
+            get(move || async move { page_response(asset.content_type, asset.body.to_string()) }),
+        );
+    }
+    router
+}
+
+/// A calendar response with the security headers every one of them carries. Assets are
+/// revalidated on each load, so an upgraded server never runs with yesterday's scripts.
+fn page_response(content_type: &'static str, body: String) -> Response {
+    let mut response = (StatusCode::OK, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// The page, told the authentication mode so it knows whether to ask for a sign-in.
+async fn index(State(state): State<AppState>) -> Response {
+    let body = INDEX.replace("{{auth_mode}}", state.auth.mode());
+    page_response("text/html; charset=utf-8", body)
+}
+
+#[derive(Deserialize)]
+struct SignIn {
+    username: String,
+    password: String,
+    project: String,
+    #[serde(default)]
+    domain: Option<String>,
+}
+
+/// `POST /calendar/api/sign-in` (keystone mode): Keystone's password authentication scoped
+/// to a project, on the user's behalf. The answer carries the token in its body only; the
+/// page keeps it in the tab's session storage.
+async fn sign_in(State(state): State<AppState>, JsonObject(body): JsonObject) -> Response {
+    let crate::auth::Auth::Keystone(keystone) = state.auth.as_ref() else {
+        return framework_error(
+            StatusCode::NOT_FOUND,
+            "Sign-in exchanges credentials with Keystone; this server does not use Keystone",
+        );
+    };
+    let request: SignIn = match serde_json::from_value(serde_json::Value::Object(body)) {
+        Ok(r) => r,
+        Err(e) => {
+            return framework_error(
+                StatusCode::BAD_REQUEST,
+                &format!("Malformed sign-in request: {e}"),
+            );
+        }
+    };
+    let domain = request
+        .domain
+        .filter(|d| !d.trim().is_empty())
+        .unwrap_or_else(|| "Default".to_string());
+    match keystone
+        .password_token(
+            &request.username,
+            &request.password,
+            &request.project,
+            &domain,
+        )
+        .await
+    {
+        Ok(Some(token)) => {
+            let mut response = axum::Json(serde_json::json!({
+                "token": token.token,
+                "expires_at": token.expires_at,
+                "user": {"name": request.username, "domain": domain},
+                "project": {"id": token.project_id, "name": request.project},
+                "roles": token.roles,
+            }))
+            .into_response();
+            // The token is a credential: no cache along the way may keep it.
+            response
+                .headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response
+        }
+        Ok(None) => framework_error(
+            StatusCode::UNAUTHORIZED,
+            "Keystone refused these credentials for this project",
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "calendar sign-in: Keystone unavailable");
+            framework_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Keystone could not be reached; try again later",
+            )
+        }
+    }
+}

@@ -1,0 +1,573 @@
+//! Per-project quotas: the API that shows and sets them, each limit refused with its reason
+//! (creates 403, updates 400, dry runs alike), the monthly host-hour budget with weights
+//! across a month boundary, and racing creates that never take a project past its quota.
+
+use futures::future::join_all;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::harness::TestApp;
+
+fn hosts(n: i64, props: &str) -> Value {
+    json!({"resource_type": "physical:host", "min": n, "max": n,
+           "hypervisor_properties": "", "resource_properties": props})
+}
+
+fn lease(name: &str, start: &str, end: &str, reservations: Value) -> Value {
+    json!({"name": name, "start_date": start, "end_date": end, "events": [],
+           "reservations": reservations})
+}
+
+fn id_of(r: &crate::harness::Response) -> String {
+    r.body["lease"]["id"].as_str().unwrap().to_string()
+}
+
+async fn app_with_hosts(n: usize, set: impl FnOnce(&mut blazar_server::config::Cli)) -> TestApp {
+    let app = TestApp::builder().configure(set).spawn().await;
+    for i in 0..n {
+        app.create_host(&format!("h{i}"), json!({})).await;
+    }
+    app
+}
+
+/// The one quota reason of a refusal.
+fn quota_reason(r: &crate::harness::Response) -> Value {
+    let reasons = r.body["reasons"].as_array().expect("reasons");
+    assert_eq!(reasons.len(), 1, "{}", r.body);
+    reasons[0]["quota"].clone()
+}
+
+#[tokio::test]
+async fn quotas_are_shown_set_and_removed_by_admins_and_read_by_their_project() {
+    let mut app = app_with_hosts(1, |cli| {
+        cli.quota_hosts = Some(4);
+        cli.quota_max_lease_duration = Some(604_800);
+    })
+    .await;
+
+    let r = app.get("/v1/quotas/alpha").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let q = &r.body["quota"];
+    assert_eq!(q["project_id"], "alpha");
+    assert_eq!(q["hosts"], 4);
+    assert_eq!(q["floatingips"], -1);
+    assert_eq!(q["max_lease_duration"], 604_800);
+    assert_eq!(q["overrides"], json!({}));
+    assert_eq!(q["usage"]["hosts"], 0);
+    assert_eq!(app.get("/v1/quotas").await.body, json!({"quotas": []}));
+
+    let r = app
+        .put(
+            "/v1/quotas/alpha",
+            json!({"hosts": 2, "host_hours_per_month": 100, "max_lease_duration": -1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let q = &r.body["quota"];
+    assert_eq!(q["hosts"], 2);
+    assert_eq!(q["host_hours_per_month"], 100);
+    assert_eq!(q["max_lease_duration"], -1);
+    assert_eq!(
+        q["overrides"],
+        json!({"hosts": 2, "host_hours_per_month": 100, "max_lease_duration": -1})
+    );
+    // null clears one override; the others stay.
+    let r = app
+        .put("/v1/quotas/alpha", json!({"max_lease_duration": null}))
+        .await;
+    assert_eq!(r.body["quota"]["max_lease_duration"], 604_800);
+    assert_eq!(
+        r.body["quota"]["overrides"],
+        json!({"hosts": 2, "host_hours_per_month": 100})
+    );
+    app.put("/v1/quotas/beta", json!({"floatingips": 1})).await;
+
+    for (body, field) in [
+        (json!({"hosts": -2}), "hosts"),
+        (json!({"hosts": 1.5}), "hosts"),
+        (json!({"hosts": "3"}), "hosts"),
+        (json!({"vcpus": 3}), "vcpus"),
+    ] {
+        let r = app.put("/v1/quotas/alpha", body.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.body);
+        assert_eq!(r.body["reasons"], json!([{"field": field}]), "{body}");
+    }
+    let r = app.put("/v1/quotas/alpha", json!({})).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+
+    let listed: Vec<Value> = app.get("/v1/quotas").await.body["quotas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["project_id"].clone())
+        .collect();
+    assert_eq!(listed, [json!("alpha"), json!("beta")]);
+
+    // A project's reader sees its own quota, and only its own; writes are for admins.
+    app.act_as("alpha", "u1", "reader");
+    assert_eq!(app.get("/v1/quotas/alpha").await.status, StatusCode::OK);
+    let r = app.get("/v1/quotas/beta").await;
+    r.assert_denied("blazar:quotas:get");
+    let mine: Vec<Value> = app.get("/v1/quotas").await.body["quotas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["project_id"].clone())
+        .collect();
+    assert_eq!(mine, [json!("alpha")]);
+    app.act_as("alpha", "u1", "member");
+    app.put("/v1/quotas/alpha", json!({"hosts": 9}))
+        .await
+        .assert_denied("blazar:quotas:put");
+    app.delete("/v1/quotas/alpha")
+        .await
+        .assert_denied("blazar:quotas:delete");
+
+    app.act_as_admin();
+    assert_eq!(
+        app.delete("/v1/quotas/alpha").await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.delete("/v1/quotas/alpha").await.status,
+        StatusCode::NOT_FOUND
+    );
+    let r = app.get("/v1/quotas/alpha").await;
+    assert_eq!(r.body["quota"]["hosts"], 4);
+    assert_eq!(r.body["quota"]["overrides"], json!({}));
+}
+
+#[tokio::test]
+async fn host_quota_counts_the_peak_over_the_window_not_the_sum() {
+    let mut app = app_with_hosts(4, |_| {}).await;
+    app.put("/v1/quotas/alpha", json!({"hosts": 2})).await;
+    app.act_as("alpha", "u1", "member");
+    for (name, start, end) in [
+        ("a", "2030-01-01 10:00", "2030-01-01 12:00"),
+        ("b", "2030-01-01 12:00", "2030-01-01 14:00"),
+        // Overlaps a, then b: never more than two at once.
+        ("c", "2030-01-01 10:00", "2030-01-01 14:00"),
+    ] {
+        let r = app
+            .post("/v1/leases", lease(name, start, end, json!([hosts(1, "")])))
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{name}: {}", r.body);
+    }
+    let third = lease(
+        "d",
+        "2030-01-01 11:00",
+        "2030-01-01 13:00",
+        json!([hosts(1, "")]),
+    );
+    for path in ["/v1/leases?dry_run=true", "/v1/leases"] {
+        let r = app.post(path, third.clone()).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}: {}", r.body);
+        assert_eq!(r.body["error_code"], 403);
+        assert_eq!(
+            r.message(),
+            "Quota hosts of project alpha exceeded: 2 host(s) reserved at 2030-01-01 11:00 \
+             and 1 requested, the limit is 2"
+        );
+        assert_eq!(
+            quota_reason(&r),
+            json!({"name": "hosts", "limit": 2, "in_use": 2, "requested": 1,
+                   "at": "2030-01-01T11:00:00.000000"})
+        );
+    }
+    // Another project is not counted; an override of -1 lifts the limit.
+    app.act_as("beta", "u2", "member");
+    let r = app.post("/v1/leases", third.clone()).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as_admin();
+    app.put("/v1/quotas/alpha", json!({"hosts": -1})).await;
+    app.act_as("alpha", "u1", "member");
+    let r = app.post("/v1/leases", third).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = app.get("/v1/quotas/alpha").await;
+    assert_eq!(r.body["quota"]["usage"]["hosts"], 0, "nothing is held now");
+}
+
+#[tokio::test]
+async fn instance_and_floating_ip_quotas_refuse_with_their_reason() {
+    let mut app = app_with_hosts(2, |cli| {
+        cli.quota_instances = Some(3);
+        cli.quota_floatingips = Some(1);
+    })
+    .await;
+    for address in ["10.0.0.5", "10.0.0.6"] {
+        let r = app
+            .post(
+                "/v1/floatingips",
+                json!({"floating_network_id": "net-1", "floating_ip_address": address}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    }
+    app.act_as("alpha", "u1", "member");
+    let instances = |amount: i64| {
+        json!([{"resource_type": "virtual:instance", "amount": amount, "vcpus": 1,
+                "memory_mb": 512, "disk_gb": 1, "affinity": null, "resource_properties": ""}])
+    };
+    let address = json!([{"resource_type": "virtual:floatingip", "network_id": "net-1",
+                          "amount": 1}]);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("i1", "2030-01-01 10:00", "2030-01-01 12:00", instances(2)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("i2", "2030-01-01 11:00", "2030-01-01 13:00", instances(2)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(
+        quota_reason(&r),
+        json!({"name": "instances", "limit": 3, "in_use": 2, "requested": 2,
+               "at": "2030-01-01T11:00:00.000000"})
+    );
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "f1",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                address.clone(),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "f2",
+                "2030-01-01 11:59",
+                "2030-01-01 13:00",
+                address.clone(),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(quota_reason(&r)["name"], "floatingips");
+    assert_eq!(quota_reason(&r)["in_use"], 1);
+    // Back to back is not at once.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("f3", "2030-01-01 12:00", "2030-01-01 13:00", address),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+}
+
+#[tokio::test]
+async fn lease_duration_and_start_ahead_quotas_refuse_creates() {
+    // The clock stands at 2029-12-31 08:00.
+    let mut app = app_with_hosts(1, |cli| {
+        cli.quota_max_lease_duration = Some(86_400);
+        cli.quota_max_start_ahead = Some(7 * 86_400);
+    })
+    .await;
+    app.act_as("alpha", "u1", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("long", "2030-01-01 10:00", "2030-01-02 10:01", json!([])),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(
+        r.message(),
+        "Quota max_lease_duration of project alpha exceeded: the lease would last 86460 \
+         second(s), the limit is 86400 second(s)"
+    );
+    assert_eq!(
+        quota_reason(&r),
+        json!({"name": "max_lease_duration", "limit": 86_400, "in_use": 0,
+               "requested": 86_460})
+    );
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("far", "2030-01-07 08:01", "2030-01-07 10:00", json!([])),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(quota_reason(&r)["name"], "max_start_ahead");
+    assert_eq!(quota_reason(&r)["requested"], 7 * 86_400 + 60);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("near", "2030-01-07 08:00", "2030-01-07 10:00", json!([])),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    // An override lifts a default for one project only.
+    app.act_as_admin();
+    app.put("/v1/quotas/alpha", json!({"max_lease_duration": -1}))
+        .await;
+    app.act_as("alpha", "u1", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("long", "2030-01-01 10:00", "2030-01-03 10:00", json!([])),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as("beta", "u2", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("long", "2030-01-01 10:00", "2030-01-03 10:00", json!([])),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+}
+
+#[tokio::test]
+async fn monthly_budget_counts_weighted_host_hours_per_calendar_month() {
+    let mut app = TestApp::builder()
+        .configure(|cli| {
+            cli.quota_host_hours_per_month = Some(100);
+            cli.quota_host_weights = vec!["node_type=gpu:2".into()];
+        })
+        .spawn()
+        .await;
+    app.create_host("gpu-1", json!({"node_type": "gpu"})).await;
+    app.create_host("cpu-1", json!({"node_type": "compute"}))
+        .await;
+    let gpu = r#"["=", "$node_type", "gpu"]"#;
+    let cpu = r#"["=", "$node_type", "compute"]"#;
+    app.act_as("alpha", "u1", "member");
+    // 36 hours on the GPU node across the month's end: 24 h (48 weighted) in January,
+    // 12 h (24 weighted) in February.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "gpu",
+                "2030-01-31 00:00",
+                "2030-02-01 12:00",
+                json!([hosts(1, gpu)]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    // January: 48 + 54 = 102 > 100.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "jan",
+                "2030-01-10 00:00",
+                "2030-01-12 06:00",
+                json!([hosts(1, cpu)]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(
+        r.message(),
+        "Quota host_hours_per_month of project alpha exceeded in 2030-01: 48 host-hour(s) in \
+         use and 54 requested, the limit is 100"
+    );
+    assert_eq!(
+        quota_reason(&r),
+        json!({"name": "host_hours_per_month", "limit": 100, "in_use": 48,
+               "requested": 54, "month": "2030-01"})
+    );
+    // 52 hours fit exactly.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "jan",
+                "2030-01-10 00:00",
+                "2030-01-12 04:00",
+                json!([hosts(1, cpu)]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    // February starts with 24 weighted hours used: 76 more fit, 77 do not.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "feb",
+                "2030-02-02 00:00",
+                "2030-02-05 05:00",
+                json!([hosts(1, cpu)]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(
+        quota_reason(&r),
+        json!({"name": "host_hours_per_month", "limit": 100, "in_use": 24,
+               "requested": 77, "month": "2030-02"})
+    );
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "feb",
+                "2030-02-02 00:00",
+                "2030-02-05 04:00",
+                json!([hosts(1, cpu)]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    // The usage shown is the month the clock is in (nothing yet in December).
+    let r = app.get("/v1/quotas/alpha").await;
+    assert_eq!(r.body["quota"]["usage"]["month"], "2029-12");
+    assert_eq!(r.body["quota"]["usage"]["host_hours"], 0);
+}
+
+#[tokio::test]
+async fn updates_are_refused_with_400_only_for_what_they_make_worse() {
+    let mut app = app_with_hosts(2, |_| {}).await;
+    app.put("/v1/quotas/alpha", json!({"hosts": 1})).await;
+    app.act_as("alpha", "u1", "member");
+    let a = app
+        .post(
+            "/v1/leases",
+            lease(
+                "a",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([hosts(1, "")]),
+            ),
+        )
+        .await;
+    let a = id_of(&a);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "b",
+                "2030-01-01 12:00",
+                "2030-01-01 14:00",
+                json!([hosts(1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    // Extending a into b's window: two hosts at once.
+    let extend = json!({"end_date": "2030-01-01 13:00"});
+    for path in [
+        format!("/v1/leases/{a}?dry_run=true"),
+        format!("/v1/leases/{a}"),
+    ] {
+        let r = app.put(&path, extend.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{path}: {}", r.body);
+        assert_eq!(
+            quota_reason(&r),
+            json!({"name": "hosts", "limit": 1, "in_use": 1, "requested": 1,
+                   "at": "2030-01-01T12:00:00.000000"})
+        );
+    }
+    let r = app.get(&format!("/v1/leases/{a}")).await;
+    assert_eq!(r.body["lease"]["end_date"], "2030-01-01T12:00:00.000000");
+
+    // An amount change is measured the same way.
+    let r = app.get(&format!("/v1/leases/{a}")).await;
+    let rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = app
+        .put(
+            &format!("/v1/leases/{a}"),
+            json!({"reservations": [{"id": rid, "min": 2, "max": 2}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert_eq!(quota_reason(&r)["requested"], 2);
+
+    // Lowered below what the project holds: shrinking is still allowed, growing is not.
+    app.act_as_admin();
+    app.put(
+        "/v1/quotas/alpha",
+        json!({"hosts": 0, "max_lease_duration": 3600}),
+    )
+    .await;
+    app.act_as("alpha", "u1", "member");
+    let r = app
+        .put(
+            &format!("/v1/leases/{a}"),
+            json!({"end_date": "2030-01-01 11:30"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = app
+        .put(
+            &format!("/v1/leases/{a}"),
+            json!({"end_date": "2030-01-01 11:45"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    // Longer than before, so the duration is refused; still one host, so hosts is not.
+    assert_eq!(
+        quota_reason(&r),
+        json!({"name": "max_lease_duration", "limit": 3600, "in_use": 0, "requested": 6300})
+    );
+    // A rename is never measured.
+    let r = app
+        .put(&format!("/v1/leases/{a}"), json!({"name": "renamed"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+}
+
+/// Fifty concurrent creates of one host each, in the same window, for a project allowed
+/// five: exactly five are created, the others refused for the quota, and never more than
+/// five hosts are held, whichever backend runs them (SQLite batches them in one
+/// transaction; PostgreSQL runs them side by side under the allocation lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_concurrent_creates_never_take_a_project_past_its_host_quota() {
+    let mut app = app_with_hosts(60, |cli| cli.quota_hosts = Some(5)).await;
+    app.act_as("alpha", "u1", "member");
+    let requests = (0..50).map(|i| {
+        app.post(
+            "/v1/leases",
+            lease(
+                &format!("race-{i}"),
+                "2030-01-01 10:00",
+                // Windows of different lengths, all holding 10:00-11:00.
+                &format!("2030-01-01 {}:00", 11 + i % 5),
+                json!([hosts(1, "")]),
+            ),
+        )
+    });
+    let responses = join_all(requests).await;
+    let created = responses
+        .iter()
+        .filter(|r| r.status == StatusCode::CREATED)
+        .count();
+    assert_eq!(
+        created,
+        5,
+        "{:?}",
+        responses
+            .iter()
+            .map(|r| (r.status, r.message()))
+            .collect::<Vec<_>>()
+    );
+    for r in responses.iter().filter(|r| r.status != StatusCode::CREATED) {
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+        let q = quota_reason(r);
+        assert_eq!(q["name"], "hosts");
+        assert_eq!(q["in_use"], 5);
+    }
+    let leases = app.get("/v1/leases").await.body["leases"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(leases, 5);
+}

@@ -1,0 +1,189 @@
+//! `GET /v1/<resources>/allocations` for every resource at once, read a batch of resources
+//! at a time so that the answer can be streamed: the server's memory does not grow with the
+//! number of allocations, however many clients read the list together.
+
+use blazar_core::PHYSICAL_HOST;
+use blazar_core::lease::When;
+use blazar_db::AllocationFilter;
+
+use crate::hosts::{AllocationEntry, allocation_entries};
+use crate::inventory::KindSpec;
+use crate::{Identity, Service, ServiceError, ServiceResult};
+
+/// Resources read per batch: small enough that a batch's allocations stay a few hundred
+/// kilobytes, large enough that a list of 10,000 hosts is a few dozen queries.
+const BATCH: usize = 250;
+
+/// Which allocation list.
+#[derive(Debug, Clone, Copy)]
+pub enum AllocationKind {
+    Hosts,
+    Pool(&'static KindSpec),
+}
+
+impl AllocationKind {
+    fn resource_type(self) -> &'static str {
+        match self {
+            AllocationKind::Hosts => PHYSICAL_HOST,
+            AllocationKind::Pool(spec) => spec.kind,
+        }
+    }
+
+    fn rule(self) -> String {
+        match self {
+            AllocationKind::Hosts => "blazar:oshosts:get_allocations".to_string(),
+            AllocationKind::Pool(spec) => format!("{}:get_allocations", spec.rules),
+        }
+    }
+}
+
+/// What an allocation list asks for.
+#[derive(Debug, Clone, Default)]
+pub struct AllocationListRequest {
+    pub lease_id: Option<String>,
+    pub reservation_id: Option<String>,
+    /// Only leases that end after `start` and begin before `end`. With neither, nor a lease
+    /// or reservation, only leases that have not ended (Blazar's list).
+    pub start: Option<When>,
+    pub end: Option<When>,
+    /// At most this many resources (all when absent).
+    pub limit: Option<usize>,
+    /// The API id of the last resource of the previous page.
+    pub marker: Option<String>,
+}
+
+/// An allocation list being read: the resources of the page, in id order, and the filter
+/// their allocations are read with. Each batch is read in a short read transaction of its
+/// own, so a slow reader holds no connection and no lock between batches; each batch is
+/// consistent, the list as a whole is as of the moments its batches were read.
+pub struct AllocationList {
+    service: Service,
+    resource_type: &'static str,
+    /// Internal id and API id of each resource of the page.
+    resources: Vec<(i64, String)>,
+    filter: AllocationFilter,
+    done: usize,
+    /// The API id to ask for the next page with, when the limit cut the list.
+    pub next_marker: Option<String>,
+}
+
+impl Service {
+    /// Starts reading an allocation list: checks the caller and the request, and takes the
+    /// page of resources. Nothing of the allocations is read yet.
+    pub async fn allocation_list(
+        &self,
+        identity: &Identity,
+        kind: AllocationKind,
+        request: &AllocationListRequest,
+    ) -> ServiceResult<AllocationList> {
+        self.authorize_own(&kind.rule(), identity)?;
+        if request.limit == Some(0) {
+            return Err(ServiceError::BadRequest(
+                "Malformed parameter limit: must be a positive integer".into(),
+            ));
+        }
+        let now = self.now();
+        let start = request.start.map(|w| w.resolve(now));
+        let end = request.end.map(|w| w.resolve(now));
+        if let (Some(start), Some(end)) = (start, end)
+            && end <= start
+        {
+            return Err(ServiceError::BadRequest(format!(
+                "end ({}) must be later than start ({})",
+                end.format("%Y-%m-%d %H:%M"),
+                start.format("%Y-%m-%d %H:%M")
+            )));
+        }
+        let resource_type = kind.resource_type();
+        let mut resources: Vec<(i64, String)> = in_tx!(self, read, |tx| {
+            Ok(match kind {
+                AllocationKind::Hosts => self
+                    .host_cache
+                    .inventory(tx)
+                    .await?
+                    .hosts
+                    .iter()
+                    .map(|h| (h.id, h.id.to_string()))
+                    .collect(),
+                AllocationKind::Pool(_) => tx
+                    .list_resources(resource_type)
+                    .await?
+                    .into_iter()
+                    .map(|r| (r.id, r.uid))
+                    .collect(),
+            })
+        })?;
+        resources.sort_unstable_by_key(|(id, _)| *id);
+        if let Some(marker) = &request.marker {
+            let Some(at) = resources.iter().position(|(_, uid)| uid == marker) else {
+                return Err(ServiceError::BadRequest(format!(
+                    "Marker {marker} not found"
+                )));
+            };
+            resources.drain(..=at);
+        }
+        let next_marker = match request.limit {
+            Some(limit) if resources.len() > limit => {
+                resources.truncate(limit);
+                resources.last().map(|(_, uid)| uid.clone())
+            }
+            _ => None,
+        };
+        let windowed = start.is_some() || end.is_some();
+        let unfiltered = request.lease_id.is_none() && request.reservation_id.is_none();
+        Ok(AllocationList {
+            service: self.clone(),
+            resource_type,
+            resources,
+            filter: AllocationFilter {
+                resources: None,
+                lease_id: request.lease_id.clone(),
+                reservation_id: request.reservation_id.clone(),
+                ends_after: if windowed {
+                    start
+                } else {
+                    unfiltered.then_some(now)
+                },
+                starts_before: end,
+            },
+            done: 0,
+            next_marker,
+        })
+    }
+}
+
+impl AllocationList {
+    /// The entries of the next batch of resources, in order; `None` once all are read.
+    pub async fn next_batch(&mut self) -> ServiceResult<Option<Vec<AllocationEntry>>> {
+        let Some(batch) = self.resources.get(self.done..) else {
+            return Ok(None);
+        };
+        if batch.is_empty() {
+            return Ok(None);
+        }
+        let batch = &batch[..batch.len().min(BATCH)];
+        let (Some((first, _)), Some((last, _))) = (batch.first(), batch.last()) else {
+            return Ok(None);
+        };
+        let filter = AllocationFilter {
+            resources: Some((*first, *last)),
+            ..self.filter.clone()
+        };
+        let service = &self.service;
+        // Bounds how many batches are read at once across all lists; held only while this
+        // one is read, never while the client takes its time over the answer.
+        let _permit = service
+            .large_reads
+            .acquire()
+            .await
+            .map_err(|_| ServiceError::Internal("the server is shutting down".into()))?;
+        let views = in_tx!(service, read, |tx| {
+            Ok(tx
+                .allocation_views_where(self.resource_type, &filter)
+                .await?)
+        })?;
+        let entries = allocation_entries(batch.iter().cloned(), views);
+        self.done += batch.len();
+        Ok(Some(entries))
+    }
+}

@@ -1,0 +1,227 @@
+//! What lets people and programs watch the service instead of asking it again and again:
+//! counts for monitoring, the lateness of events, waiting on a lease until it reaches a
+//! status, and the lease events of the notification outbox read as a stream.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use blazar_core::{LeaseStatus, LeaseView};
+use blazar_db::PoolUse;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::{Identity, Service, ServiceResult};
+
+/// Told how late each event ran (the time from when it was due to when its transaction
+/// committed).
+pub type EventObserver = Arc<dyn Fn(Duration) + Send + Sync>;
+
+/// How often a wait on a lease reads it again when nothing in this process woke it: the
+/// change may come from another replica.
+pub const WAIT_POLL: Duration = Duration::from_secs(2);
+
+/// What `/metrics` reads from the database at scrape time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Monitoring {
+    /// Leases per status (Blazar's spelling).
+    pub leases: Vec<(String, i64)>,
+    /// Notifications not published yet.
+    pub unsent_notifications: i64,
+    /// Outside-world actions pending or running.
+    pub open_actions: i64,
+    pub pool: PoolUse,
+}
+
+/// One lease event of the outbox, as the event stream shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseEvent {
+    /// Its place in the outbox's order (the stream's event id).
+    pub seq: i64,
+    /// `lease.create`, `lease.event.start_lease`, `lease.degraded`, ...
+    pub event_type: String,
+    pub lease_id: Option<String>,
+    pub project_id: Option<String>,
+    /// The lease's status the notification shows, if it shows one.
+    pub status: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Outbox rows read behind the cursor on every read: on PostgreSQL two transactions may
+/// commit their notifications out of sequence order, and a row committed late would
+/// otherwise be skipped by a reader already past it.
+const LOOK_BEHIND: i64 = 32;
+
+/// A reader of the lease events after a point in the outbox, for one caller. It remembers
+/// the ids it delivered within [`LOOK_BEHIND`] of its cursor so that it delivers each once.
+pub struct LeaseEvents {
+    identity: Identity,
+    /// `None`: every project's (an admin who asked for all).
+    project: Option<String>,
+    cursor: i64,
+    /// Where reading started: the caller has everything up to here.
+    floor: i64,
+    delivered: VecDeque<(i64, String)>,
+    seen: HashSet<String>,
+}
+
+impl LeaseEvents {
+    /// The sequence number of the last event delivered (or where reading started).
+    pub fn cursor(&self) -> i64 {
+        self.cursor
+    }
+}
+
+/// Rows read at once by an event stream.
+const EVENT_BATCH: usize = 200;
+
+impl Service {
+    /// Reports how late each event ran to `observer`.
+    pub fn with_event_observer(mut self, observer: EventObserver) -> Self {
+        self.event_observer = Some(observer);
+        self
+    }
+
+    pub(crate) fn observe_event_lag(&self, now: DateTime<Utc>, due: DateTime<Utc>) {
+        if let Some(observer) = &self.event_observer {
+            observer((now - due).to_std().unwrap_or_default());
+        }
+    }
+
+    /// Tells waiters in this process that a lease may have changed.
+    pub(crate) fn announce_lease_change(&self) {
+        self.lease_changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver that sees every commit of this process that changed a lease.
+    pub fn lease_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.lease_changes.subscribe()
+    }
+
+    /// The counts `/metrics` shows, in one read transaction.
+    pub async fn monitoring(&self) -> ServiceResult<Monitoring> {
+        let (leases, unsent_notifications, open_actions) = in_tx!(self, read, |tx| {
+            Ok((
+                tx.lease_status_counts().await?,
+                tx.unsent_notifications().await?,
+                tx.open_action_count().await?,
+            ))
+        })?;
+        Ok(Monitoring {
+            leases,
+            unsent_notifications,
+            open_actions,
+            pool: self.store.pool_use(),
+        })
+    }
+
+    /// Waits until lease `id` is `target`, can no longer become it, or `timeout` passes,
+    /// and answers the lease as it is then (as `get_lease` would; a lease deleted meanwhile
+    /// is a 404). Woken by this process's commits, and reads the lease every
+    /// [`WAIT_POLL`] for changes other replicas make.
+    pub async fn wait_for_lease(
+        &self,
+        identity: &Identity,
+        id: &str,
+        target: LeaseStatus,
+        timeout: Duration,
+    ) -> ServiceResult<LeaseView> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changes = self.lease_changes();
+        loop {
+            // Marked seen before reading, so that a change committed after this read wakes
+            // the wait below.
+            changes.borrow_and_update();
+            let view = self.get_lease(identity, id).await?;
+            if !view.lease.status.can_still_become(target) || view.lease.status == target {
+                return Ok(view);
+            }
+            let poll = tokio::time::Instant::now() + WAIT_POLL;
+            tokio::select! {
+                _ = changes.changed() => {}
+                () = tokio::time::sleep_until(poll.min(deadline)) => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return self.get_lease(identity, id).await;
+            }
+        }
+    }
+
+    /// A reader of the lease events `identity` may see, after outbox position `after`
+    /// (`None`: from now on). Members see their project's; admins every project's, or
+    /// `project`'s when they name one.
+    pub async fn lease_events(
+        &self,
+        identity: &Identity,
+        after: Option<i64>,
+        project: Option<String>,
+    ) -> ServiceResult<LeaseEvents> {
+        self.authorize_own("blazar:leases:get", identity)?;
+        let project = if self.is_admin(identity) {
+            project
+        } else {
+            Some(identity.project_id.clone())
+        };
+        let cursor = match after {
+            Some(after) => after.max(0),
+            None => in_tx!(self, read, |tx| { Ok(tx.last_notification_seq().await?) })?,
+        };
+        Ok(LeaseEvents {
+            identity: identity.clone(),
+            project,
+            cursor,
+            floor: cursor,
+            delivered: VecDeque::new(),
+            seen: HashSet::new(),
+        })
+    }
+
+    /// The next lease events of `reader`, in outbox order (empty when there are none yet).
+    pub async fn next_lease_events(
+        &self,
+        reader: &mut LeaseEvents,
+    ) -> ServiceResult<Vec<LeaseEvent>> {
+        // Permission may have been withdrawn since the stream opened.
+        self.authorize_own("blazar:leases:get", &reader.identity)?;
+        let from = (reader.cursor - LOOK_BEHIND).max(0);
+        let rows = in_tx!(self, read, |tx| {
+            Ok(tx.notifications_after(from, EVENT_BATCH).await?)
+        })?;
+        let mut events = Vec::new();
+        for row in rows {
+            let n = row.notification;
+            if row.seq <= reader.floor || reader.seen.contains(&n.id) {
+                continue;
+            }
+            reader.seen.insert(n.id.clone());
+            reader.delivered.push_back((row.seq, n.id.clone()));
+            reader.cursor = reader.cursor.max(row.seq);
+            let text = |key: &str| n.payload.get(key).and_then(Value::as_str).map(String::from);
+            let project_id = text("project_id");
+            if reader
+                .project
+                .as_ref()
+                .is_some_and(|p| project_id.as_deref() != Some(p.as_str()))
+            {
+                continue;
+            }
+            events.push(LeaseEvent {
+                seq: row.seq,
+                event_type: n.event_type,
+                lease_id: n.lease_id,
+                project_id,
+                status: text("status"),
+                created_at: n.created_at,
+            });
+        }
+        // Forget what fell behind the look-behind window.
+        while let Some((seq, id)) = reader.delivered.front() {
+            if *seq > reader.cursor - LOOK_BEHIND {
+                break;
+            }
+            reader.seen.remove(id);
+            reader.delivered.pop_front();
+        }
+        Ok(events)
+    }
+}

@@ -1,0 +1,569 @@
+//! Per-project quotas: the use cases that show and set them, and their enforcement inside
+//! the transaction that allocates.
+//!
+//! A create or update is measured after its allocations are written, in the same write
+//! transaction and under the allocation lock (PostgreSQL's advisory lock; SQLite has one
+//! writer, and creates written together in one batch read each other's rows), so two
+//! concurrent creates can never both fit under a limit that only one of them fits.
+//! Concurrent limits count the project's peak over the lease's window, instant by instant;
+//! the monthly budget counts weighted host-hours per calendar month (UTC). An update is only
+//! refused for a limit it makes worse: a project above a limit lowered since keeps its
+//! leases, and may shorten or shrink them.
+
+use std::collections::HashMap;
+
+use blazar_core::quota::{self, Peak, QuotaExcess, QuotaKind, QuotaValues, Use};
+use blazar_core::reservation::FLOATINGIP;
+use blazar_core::time::truncate_to_minute;
+use blazar_core::{PHYSICAL_HOST, TimeWindow};
+use blazar_db::{ProjectAllocation, QuotaRow, Tx};
+use chrono::{DateTime, Utc};
+
+use crate::policy::Target;
+use crate::refusal::{Reason, RefusalKind, Refused};
+use crate::{Identity, Service, ServiceError, ServiceResult};
+
+/// Rules guarding the quota use cases.
+pub const QUOTAS_GET: &str = "blazar:quotas:get";
+pub const QUOTAS_PUT: &str = "blazar:quotas:put";
+pub const QUOTAS_DELETE: &str = "blazar:quotas:delete";
+
+/// How much one hour of a host counts toward the monthly budget: hosts whose property `key`
+/// has `value` weigh `weight` (Chameleon's service-unit factors, `node_type=gpu` at 2, say).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostWeight {
+    pub key: String,
+    pub value: String,
+    pub weight: f64,
+}
+
+/// Quotas as an operator configured them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QuotaSettings {
+    /// Every project's limits unless it has an override (`None` or `-1`: no limit).
+    pub defaults: QuotaValues,
+    /// A host matching several weights weighs the largest; matching none, 1.
+    pub host_weights: Vec<HostWeight>,
+}
+
+/// A project's quotas as shown: every limit in force (`-1`: none), which come from the
+/// project's own overrides, and what it holds now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProjectQuota {
+    pub project_id: String,
+    pub limits: QuotaValues,
+    pub overrides: QuotaValues,
+    pub usage: QuotaUsage,
+}
+
+/// What a project's reservations hold at one instant, and its host-hours in that month.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaUsage {
+    pub at: DateTime<Utc>,
+    pub hosts: f64,
+    pub floatingips: f64,
+    pub instances: f64,
+    pub month: Option<TimeWindow>,
+    pub host_hours: f64,
+}
+
+/// What a project used over an update's new window before the update, so that an update is
+/// only refused for what it makes worse.
+pub(crate) struct QuotaBaseline {
+    limits: QuotaValues,
+    window: TimeWindow,
+    measure: Measure,
+}
+
+/// A project's use over a lease's window, split into the lease's own and the others'.
+#[derive(Default)]
+struct Measure {
+    peaks: HashMap<QuotaKind, Peak>,
+    /// Per month the window touches: (the month, others' host-hours, the lease's).
+    months: Vec<(TimeWindow, f64, f64)>,
+}
+
+impl Measure {
+    fn peak_total(&self, kind: QuotaKind) -> f64 {
+        self.peaks.get(&kind).map_or(0.0, Peak::total)
+    }
+
+    fn month_total(&self, month: TimeWindow) -> f64 {
+        self.months
+            .iter()
+            .find(|(m, _, _)| *m == month)
+            .map_or(0.0, |(_, others, own)| others + own)
+    }
+}
+
+const CONCURRENT: [QuotaKind; 3] = [
+    QuotaKind::Hosts,
+    QuotaKind::FloatingIps,
+    QuotaKind::Instances,
+];
+
+/// Which concurrent limit an allocation counts toward, and how much: a whole host, an
+/// address, or the instance slots a shared host allocation holds.
+fn counted(a: &ProjectAllocation) -> Option<(QuotaKind, f64)> {
+    match a.resource_type.as_str() {
+        PHYSICAL_HOST if a.exclusive => Some((QuotaKind::Hosts, 1.0)),
+        PHYSICAL_HOST => Some((QuotaKind::Instances, a.units as f64)),
+        FLOATINGIP => Some((QuotaKind::FloatingIps, 1.0)),
+        _ => None,
+    }
+}
+
+/// A number as a person writes it: whole numbers without decimals, others with two.
+pub fn format_amount(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round() as i64)
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn excess_message(project_id: &str, e: &QuotaExcess) -> String {
+    let name = e.kind.as_str();
+    match e.kind {
+        QuotaKind::LeaseDuration => format!(
+            "Quota {name} of project {project_id} exceeded: the lease would last {} \
+             second(s), the limit is {} second(s)",
+            format_amount(e.requested),
+            e.limit
+        ),
+        QuotaKind::StartAhead => format!(
+            "Quota {name} of project {project_id} exceeded: the lease would start {} \
+             second(s) from now, the limit is {} second(s) ahead",
+            format_amount(e.requested),
+            e.limit
+        ),
+        QuotaKind::HostHoursPerMonth => format!(
+            "Quota {name} of project {project_id} exceeded in {}: {} host-hour(s) in use \
+             and {} requested, the limit is {}",
+            e.month
+                .map(|m| m.start().format("%Y-%m").to_string())
+                .unwrap_or_default(),
+            format_amount(e.in_use),
+            format_amount(e.requested),
+            e.limit
+        ),
+        QuotaKind::Hosts | QuotaKind::FloatingIps | QuotaKind::Instances => format!(
+            "Quota {name} of project {project_id} exceeded: {} {} reserved at {} and {} \
+             requested, the limit is {}",
+            format_amount(e.in_use),
+            e.kind.noun(),
+            e.at.map(|t| t.format("%Y-%m-%d %H:%M").to_string())
+                .unwrap_or_default(),
+            format_amount(e.requested),
+            e.limit
+        ),
+    }
+}
+
+/// The refusal of a create (403, as Blazar refuses a create its enforcement denies) or an
+/// update (400, as Blazar refuses an update its enforcement denies), naming every limit
+/// exceeded; the message is the first one's.
+fn refusal(project_id: &str, excesses: Vec<QuotaExcess>, kind: RefusalKind) -> ServiceError {
+    let message = excesses
+        .first()
+        .map(|e| excess_message(project_id, e))
+        .unwrap_or_default();
+    ServiceError::Refused(Box::new(Refused {
+        kind,
+        message,
+        reasons: excesses
+            .into_iter()
+            .map(|e| Reason {
+                quota: Some(e),
+                ..Reason::default()
+            })
+            .collect(),
+        retry: None,
+    }))
+}
+
+impl Service {
+    /// Uses these quotas (none by default).
+    pub fn with_quotas(mut self, quotas: QuotaSettings) -> Self {
+        self.quotas = std::sync::Arc::new(quotas);
+        self
+    }
+
+    /// A project's limits in force: its overrides over the configured defaults.
+    async fn project_limits(&self, tx: &mut Tx, project_id: &str) -> ServiceResult<QuotaValues> {
+        let own = tx.quota_of(project_id).await?.map(|r| r.values);
+        Ok(own.unwrap_or_default().over(&self.quotas.defaults))
+    }
+
+    /// The whole-host allocations of `rows` as uses weighing their host's budget weight (1
+    /// unless a configured weight matches the host), `lease_id`'s marked as its own.
+    async fn weighted_hosts(
+        &self,
+        tx: &mut Tx,
+        rows: &[ProjectAllocation],
+        lease_id: &str,
+    ) -> ServiceResult<Vec<Use>> {
+        let weights = &self.quotas.host_weights;
+        let inventory = match weights.is_empty() {
+            true => None,
+            false => Some(self.host_cache.inventory(tx).await?),
+        };
+        let weight = |id: i64| -> f64 {
+            inventory
+                .as_ref()
+                .and_then(|inv| inv.get(id))
+                .and_then(|host| {
+                    weights
+                        .iter()
+                        .filter(|w| host.property(&w.key).is_some_and(|v| v == w.value.as_str()))
+                        .map(|w| w.weight)
+                        .reduce(f64::max)
+                })
+                .unwrap_or(1.0)
+        };
+        Ok(rows
+            .iter()
+            .filter(|a| a.resource_type == PHYSICAL_HOST && a.exclusive)
+            .map(|a| Use {
+                start: a.start,
+                end: a.end,
+                amount: weight(a.resource_id),
+                own: a.lease_id == lease_id,
+            })
+            .collect())
+    }
+
+    /// The project's use over `window` for the limits `limits` sets, with `lease_id`'s own
+    /// allocations apart. Taken under the allocation lock: what it reads stays true until
+    /// the transaction ends.
+    async fn measure(
+        &self,
+        tx: &mut Tx,
+        limits: &QuotaValues,
+        project_id: &str,
+        lease_id: &str,
+        window: TimeWindow,
+    ) -> ServiceResult<Measure> {
+        let budget = limits.limit(QuotaKind::HostHoursPerMonth).is_some();
+        let concurrent = CONCURRENT.iter().any(|k| limits.limit(*k).is_some());
+        if !budget && !concurrent {
+            return Ok(Measure::default());
+        }
+        // Two creates of one project must not both pass against the same usage.
+        tx.lock_project_usage(project_id).await?;
+        let months = if budget {
+            quota::months(window)
+        } else {
+            Vec::new()
+        };
+        let start = months.first().map_or(window.start(), |m| m.start());
+        let end = months.last().map_or(window.end(), |m| m.end());
+        let rows = tx.project_allocations(project_id, start, end).await?;
+        let mut uses: HashMap<QuotaKind, Vec<Use>> = HashMap::new();
+        for a in &rows {
+            if let Some((kind, amount)) = counted(a) {
+                uses.entry(kind).or_default().push(Use {
+                    start: a.start,
+                    end: a.end,
+                    amount,
+                    own: a.lease_id == lease_id,
+                });
+            }
+        }
+        let mut measure = Measure::default();
+        for kind in CONCURRENT {
+            if limits.limit(kind).is_some()
+                && let Some(p) = quota::peak(uses.get(&kind).map_or(&[][..], Vec::as_slice), window)
+            {
+                measure.peaks.insert(kind, p);
+            }
+        }
+        if budget {
+            let weighted = self.weighted_hosts(tx, &rows, lease_id).await?;
+            for month in months {
+                let (others, own) = quota::hours_in(&weighted, month);
+                measure.months.push((month, others, own));
+            }
+        }
+        Ok(measure)
+    }
+
+    /// What an update starts from (the lease's window before it, and the project's use
+    /// over the new window), or `None` when no limit applies to the project.
+    pub(crate) async fn quota_baseline(
+        &self,
+        tx: &mut Tx,
+        lease: &blazar_core::Lease,
+        new_window: TimeWindow,
+    ) -> ServiceResult<Option<QuotaBaseline>> {
+        let limits = self.project_limits(tx, &lease.project_id).await?;
+        if !limits.limits_anything() {
+            return Ok(None);
+        }
+        let window = TimeWindow::new(lease.start, lease.end)
+            .map_err(|e| ServiceError::Internal(format!("lease {}: {e}", lease.id)))?;
+        let measure = self
+            .measure(tx, &limits, &lease.project_id, &lease.id, new_window)
+            .await?;
+        Ok(Some(QuotaBaseline {
+            limits,
+            window,
+            measure,
+        }))
+    }
+
+    /// Refuses a create (`baseline` `None`) or an update whose allocations, already written
+    /// in `tx`, would take the project past a limit. Called in the allocating transaction.
+    pub(crate) async fn check_quotas(
+        &self,
+        tx: &mut Tx,
+        project_id: &str,
+        lease_id: &str,
+        window: TimeWindow,
+        baseline: Option<&QuotaBaseline>,
+    ) -> ServiceResult<()> {
+        let limits = match baseline {
+            Some(b) => b.limits,
+            None => {
+                let limits = self.project_limits(tx, project_id).await?;
+                if !limits.limits_anything() {
+                    return Ok(());
+                }
+                limits
+            }
+        };
+        let now = truncate_to_minute(self.now());
+        let mut excesses = Vec::new();
+        let seconds = |w: TimeWindow| (w.end() - w.start()).num_seconds() as f64;
+        let ahead = |w: TimeWindow| (w.start() - now).num_seconds() as f64;
+        for (kind, after, before) in [
+            (
+                QuotaKind::LeaseDuration,
+                seconds(window),
+                baseline.map(|b| seconds(b.window)),
+            ),
+            (
+                QuotaKind::StartAhead,
+                ahead(window),
+                baseline.map(|b| ahead(b.window)),
+            ),
+        ] {
+            if let Some(limit) = limits.limit(kind)
+                && after > limit as f64
+                && before.is_none_or(|b| after > b)
+            {
+                excesses.push(QuotaExcess {
+                    kind,
+                    limit,
+                    in_use: 0.0,
+                    requested: after,
+                    at: None,
+                    month: None,
+                });
+            }
+        }
+        let measure = self
+            .measure(tx, &limits, project_id, lease_id, window)
+            .await?;
+        for kind in CONCURRENT {
+            let (Some(limit), Some(p)) = (limits.limit(kind), measure.peaks.get(&kind)) else {
+                continue;
+            };
+            let before = baseline.map_or(0.0, |b| b.measure.peak_total(kind));
+            if p.total() > limit as f64 + 1e-9 && p.total() > before + 1e-9 {
+                excesses.push(QuotaExcess {
+                    kind,
+                    limit,
+                    in_use: p.others,
+                    requested: p.own,
+                    at: Some(p.at),
+                    month: None,
+                });
+            }
+        }
+        if let Some(limit) = limits.limit(QuotaKind::HostHoursPerMonth) {
+            for &(month, others, own) in &measure.months {
+                let before = baseline.map_or(0.0, |b| b.measure.month_total(month));
+                let total = others + own;
+                if own > 0.0 && total > limit as f64 + 1e-9 && total > before + 1e-9 {
+                    excesses.push(QuotaExcess {
+                        kind: QuotaKind::HostHoursPerMonth,
+                        limit,
+                        in_use: others,
+                        requested: own,
+                        at: None,
+                        month: Some(month),
+                    });
+                    break;
+                }
+            }
+        }
+        if excesses.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(
+            project.id = %project_id,
+            quotas = ?excesses.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+            "quota refused a lease"
+        );
+        let kind = match baseline {
+            None => RefusalKind::Forbidden,
+            Some(_) => RefusalKind::BadRequest,
+        };
+        Err(refusal(project_id, excesses, kind))
+    }
+
+    /// A project's quotas as shown (`blazar:quotas:get` on that project).
+    pub async fn get_quota(
+        &self,
+        identity: &Identity,
+        project_id: &str,
+    ) -> ServiceResult<ProjectQuota> {
+        self.authorize(QUOTAS_GET, identity, &project_target(project_id))?;
+        in_tx!(self, read, |tx| {
+            let row = tx.quota_of(project_id).await?;
+            self.shown(tx, project_id, row).await
+        })
+    }
+
+    /// The projects that have overrides; a caller who may not see every project (the
+    /// `admin` rule) sees only its own.
+    pub async fn list_quotas(&self, identity: &Identity) -> ServiceResult<Vec<ProjectQuota>> {
+        self.authorize_own(QUOTAS_GET, identity)?;
+        let all = self.is_admin(identity);
+        in_tx!(self, read, |tx| {
+            let rows = if all {
+                tx.list_quotas().await?
+            } else {
+                tx.quota_of(&identity.project_id)
+                    .await?
+                    .into_iter()
+                    .collect()
+            };
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                let project = row.project_id.clone();
+                out.push(self.shown(tx, &project, Some(row)).await?);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Sets (`Some`) or clears (`None`) some of a project's overrides; the others stay.
+    pub async fn set_quota(
+        &self,
+        identity: &Identity,
+        project_id: &str,
+        changes: &[(QuotaKind, Option<i64>)],
+    ) -> ServiceResult<ProjectQuota> {
+        self.authorize(QUOTAS_PUT, identity, &project_target(project_id))?;
+        for (kind, value) in changes {
+            if let Some(v) = value
+                && *v < -1
+            {
+                return Err(ServiceError::BadRequest(format!(
+                    "Invalid value {v} for quota {}: use -1 (no limit) or a limit of 0 or more",
+                    kind.as_str()
+                ))
+                .with_reason(Reason::field(kind.as_str())));
+            }
+        }
+        let quota = in_tx!(self, write, |tx| {
+            let now = self.now();
+            let mut row = tx.quota_of(project_id).await?.unwrap_or(QuotaRow {
+                project_id: project_id.to_string(),
+                values: QuotaValues::default(),
+                created_at: now,
+                updated_at: None,
+            });
+            for (kind, value) in changes {
+                row.values.set(*kind, *value);
+            }
+            row.updated_at = Some(now);
+            if row.values.is_empty() {
+                tx.delete_quota(project_id).await?;
+                return self.shown(tx, project_id, None).await;
+            }
+            tx.put_quota(&row).await?;
+            self.shown(tx, project_id, Some(row)).await
+        })?;
+        tracing::info!(project.id = %project_id, "quota overrides set");
+        Ok(quota)
+    }
+
+    /// Removes every override of a project: the defaults apply again.
+    pub async fn delete_quota(&self, identity: &Identity, project_id: &str) -> ServiceResult<()> {
+        self.authorize(QUOTAS_DELETE, identity, &project_target(project_id))?;
+        let removed = in_tx!(self, write, |tx| { Ok(tx.delete_quota(project_id).await?) })?;
+        if !removed {
+            return Err(ServiceError::NotFound(format!(
+                "Object with {{'project_id': '{project_id}'}} not found"
+            )));
+        }
+        tracing::info!(project.id = %project_id, "quota overrides removed");
+        Ok(())
+    }
+
+    /// A project's quotas with what it holds now.
+    async fn shown(
+        &self,
+        tx: &mut Tx,
+        project_id: &str,
+        row: Option<QuotaRow>,
+    ) -> ServiceResult<ProjectQuota> {
+        let overrides = row.map(|r| r.values).unwrap_or_default();
+        let mut limits = overrides.over(&self.quotas.defaults);
+        for kind in QuotaKind::ALL {
+            if limits.limit(kind).is_none() {
+                limits.set(kind, Some(-1));
+            }
+        }
+        let usage = self.usage_now(tx, project_id).await?;
+        Ok(ProjectQuota {
+            project_id: project_id.to_string(),
+            limits,
+            overrides,
+            usage,
+        })
+    }
+
+    /// What a project's reservations hold now, and its host-hours this month.
+    async fn usage_now(&self, tx: &mut Tx, project_id: &str) -> ServiceResult<QuotaUsage> {
+        let now = self.now();
+        let month = quota::month_of(now);
+        let (start, end) = match month {
+            Some(m) => (m.start(), m.end()),
+            None => (now, now + chrono::Duration::seconds(1)),
+        };
+        let rows = tx.project_allocations(project_id, start, end).await?;
+        let mut usage = QuotaUsage {
+            at: now,
+            hosts: 0.0,
+            floatingips: 0.0,
+            instances: 0.0,
+            month,
+            host_hours: 0.0,
+        };
+        for a in rows.iter().filter(|a| a.start <= now && now < a.end) {
+            match counted(a) {
+                Some((QuotaKind::Hosts, n)) => usage.hosts += n,
+                Some((QuotaKind::FloatingIps, n)) => usage.floatingips += n,
+                Some((QuotaKind::Instances, n)) => usage.instances += n,
+                _ => {}
+            }
+        }
+        if let Some(month) = month {
+            let weighted = self.weighted_hosts(tx, &rows, "").await?;
+            usage.host_hours = quota::hours_in(&weighted, month).0;
+        }
+        Ok(usage)
+    }
+}
+
+/// A project as the target of a quota rule (no user owns a quota).
+fn project_target(project_id: &str) -> Target<'_> {
+    Target {
+        project_id,
+        user_id: "",
+    }
+}
