@@ -188,6 +188,52 @@ impl Drop for InFlight {
     }
 }
 
+/// An event stream is a request in progress for as long as it is open, so the idle sweep
+/// and the connection bound leave it alone (their number is bounded by the waiter limit).
+/// Any other answer is done once its handler returns.
+fn hold_while_streaming(response: Response, in_flight: InFlight) -> Response {
+    let streaming = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if streaming {
+        response.map(|body| {
+            Body::new(HeldBody {
+                body,
+                _in_flight: in_flight,
+            })
+        })
+    } else {
+        response
+    }
+}
+
+/// A response body that keeps its request in flight until it is dropped.
+struct HeldBody {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for HeldBody {
+    type Data = hyper::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// Serves `app` on `listener` until `shutdown` completes, then lets requests in flight finish.
 pub async fn serve<S>(
     listener: TcpListener,
@@ -264,15 +310,19 @@ where
                 };
                 let app = app.clone();
                 async move {
-                    let _guard = guard;
-                    let request = request.map(Body::new);
+                    let mut request = request.map(Body::new);
+                    // Who is asking, for handlers that care (`/metrics` on loopback).
+                    request
+                        .extensions_mut()
+                        .insert(axum::extract::ConnectInfo(peer));
                     let response =
                         tokio::time::timeout(limits.request_timeout, app.oneshot(request)).await;
-                    Ok::<_, Infallible>(match response {
+                    let response = match response {
                         Ok(Ok(response)) => response,
                         Ok(Err(never)) => match never {},
                         Err(_) => request_timeout(),
-                    })
+                    };
+                    Ok::<_, Infallible>(hold_while_streaming(response, guard))
                 }
             });
             let builder = Builder::new(TokioExecutor::new());

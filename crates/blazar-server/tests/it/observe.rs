@@ -691,3 +691,32 @@ async fn the_event_stream_delivers_in_order_resumes_and_keeps_projects_apart() {
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
 }
+
+#[tokio::test]
+async fn an_open_event_stream_outlives_the_idle_connection_timeout() {
+    let mut app = TestApp::spawn_limited(
+        TestDatabase::new().await,
+        blazar_service::Settings::default(),
+        blazar_server::listener::ConnectionLimits {
+            header_read_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_millis(300),
+            ..Default::default()
+        },
+    )
+    .await;
+    app.create_host("compute-1", json!({})).await;
+    app.act_as("alpha", "alpha-user", "member");
+    let mut events = Events::open(&app, &[]).await;
+    // Several sweeps of idle connections pass while the stream has nothing to say.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let lease = app
+        .post(
+            "/v1/leases",
+            host_lease_body("a", "2030-01-01 10:00", "2030-01-01 12:00"),
+        )
+        .await;
+    lease.assert_status(StatusCode::CREATED);
+    let created = events.take(1).await;
+    assert_eq!(created[0].1, "lease.create");
+    assert_eq!(created[0].2, lease.body["lease"]["id"].as_str().unwrap());
+}
