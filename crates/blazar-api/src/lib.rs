@@ -99,6 +99,39 @@ pub struct IcalFeed {
     pub path: Option<String>,
 }
 
+/// A webhook (ours): lease events POSTed to `url`, signed with `secret`, which is in the
+/// answer to its creation only. `project_id` null: every project's events.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Webhook {
+    pub id: String,
+    pub project_id: Option<String>,
+    pub url: String,
+    /// Empty: every event type.
+    pub event_types: Vec<String>,
+    pub description: String,
+    pub created_by: Option<String>,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+/// One event's delivery to a webhook (ours); `id` is the event's notification id.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WebhookDelivery {
+    pub id: String,
+    pub webhook_id: String,
+    pub event_type: String,
+    pub lease_id: Option<String>,
+    /// `pending`, `delivered` or `dead`.
+    pub status: String,
+    pub attempts: i64,
+    pub next_attempt_at: Option<String>,
+    pub last_attempt_at: Option<String>,
+    /// The HTTP status the endpoint answered, or why there was none.
+    pub last_result: Option<String>,
+    pub created_at: String,
+}
+
 /// A project's quotas (ours; Blazar has none): every limit in force, `-1` for none, the
 /// ones the project's own overrides set, and what it holds now.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -18,6 +18,7 @@ pub use lease::{Allocation, Event, Lease, LeaseView, Refusal, Reservation, When}
 pub use query::{PropertyQuery, QueryError};
 pub use records::{
     ActionRecord, ApiToken, Flavor, Handover, IcalFeed, LeaseFilter, Property, ResourceRecord,
+    Webhook, WebhookDelivery,
 };
 pub use reservation::{ReservationSpec, SpecError};
 pub use status::{

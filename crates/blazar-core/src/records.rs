@@ -85,6 +85,39 @@ pub struct Handover {
     pub ended_at: Option<DateTime<Utc>>,
 }
 
+/// An HTTP(S) endpoint that receives lease events, signed with its secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Webhook {
+    pub id: String,
+    /// `None`: every project's events (an admin's webhook).
+    pub project_id: Option<String>,
+    pub url: String,
+    /// The HMAC-SHA256 key of its deliveries' signatures.
+    pub secret: String,
+    /// The event types it receives; empty: all of them.
+    pub event_types: Vec<String>,
+    pub description: String,
+    pub created_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Where a webhook's delivery of one event stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookDelivery {
+    pub webhook_id: String,
+    pub notification_id: String,
+    pub event_type: String,
+    pub lease_id: Option<String>,
+    /// `pending`, `delivered` or `dead`.
+    pub status: String,
+    pub attempts: i64,
+    pub next_attempt_at: DateTime<Utc>,
+    pub last_attempt_at: Option<DateTime<Utc>>,
+    /// The HTTP status answered, or why there was none.
+    pub last_result: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
 /// A project's leases published as an iCalendar feed at a URL carrying a secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IcalFeed {

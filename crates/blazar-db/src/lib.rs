@@ -19,6 +19,7 @@ mod properties;
 mod quotas;
 mod timeline;
 mod tokens;
+mod webhooks;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -39,6 +40,7 @@ pub use notifications::SequencedNotification;
 pub use properties::PropertyWithValues;
 pub use quotas::{ProjectAllocation, QuotaRow};
 pub use timeline::{TimelineResources, TimelineRow};
+pub use webhooks::{ClaimedDelivery, DeliveryCounts};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

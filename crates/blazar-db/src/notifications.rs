@@ -39,8 +39,9 @@ fn notification_from_row(row: &AnyRow) -> DbResult<NotificationRow> {
 }
 
 impl Tx {
-    /// Adds a notification after those written before it: a lease's notifications are
-    /// written under its row lock, so their order is the order of the changes.
+    /// Adds a notification after those written before it, and a pending delivery of it to
+    /// every webhook that takes it. A lease's notifications are written under its row lock,
+    /// so their order is the order of the changes.
     pub async fn insert_notification(&mut self, n: &NotificationRow) -> DbResult<()> {
         self.recorded_notifications = true;
         self.write(
@@ -54,7 +55,9 @@ impl Tx {
                 n.created_at.into(),
             ],
         )
-        .await
+        .await?;
+        let project = n.payload.get("project_id").and_then(Value::as_str);
+        self.fan_out_to_webhooks(&n.id, project).await
     }
 
     pub async fn list_notifications(

@@ -20,12 +20,14 @@ pub mod placement;
 mod pools;
 mod repair;
 pub mod session;
+pub mod webhook;
 
 pub use backend::{OpenStackBackend, OpenStackSettings};
 pub use error::{Error, Result};
 pub use external_filter::{ExternalServiceConfig, ExternalServiceFilter};
 pub use notifier::{NotifierSettings, RabbitNotifier};
 pub use session::{Credentials, Session, SessionConfig};
+pub use webhook::WebhookPoster;
 
 /// One session with per-call request ids: the entry point to Nova and Placement.
 pub struct Cloud {

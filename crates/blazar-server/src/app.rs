@@ -13,7 +13,7 @@ use tracing::Instrument;
 use crate::convert::{Envelope, to_wire};
 use crate::error::{framework_error, method_not_allowed_fallback, not_found_fallback};
 use crate::state::AppState;
-use crate::{calendar, hosts, ical, inventory, leases, quotas, timeline};
+use crate::{calendar, hosts, ical, inventory, leases, quotas, timeline, webhooks};
 
 /// Largest request body accepted; a lease request is a few kilobytes.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -66,6 +66,22 @@ pub fn router(state: AppState) -> Router {
         .route("/quotas", get(quotas::list_quotas))
         .route("/ical-feeds", get(ical::list_feeds).post(ical::create_feed))
         .route("/ical-feeds/{feed_id}", delete(ical::delete_feed))
+        .route(
+            "/webhooks",
+            get(webhooks::list_webhooks).post(webhooks::create_webhook),
+        )
+        .route(
+            "/webhooks/{webhook_id}",
+            get(webhooks::get_webhook).delete(webhooks::delete_webhook),
+        )
+        .route(
+            "/webhooks/{webhook_id}/deliveries",
+            get(webhooks::list_deliveries),
+        )
+        .route(
+            "/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver",
+            post(webhooks::redeliver),
+        )
         .route(
             "/quotas/{project_id}",
             get(quotas::show_quota)

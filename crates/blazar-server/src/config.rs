@@ -273,6 +273,22 @@ pub struct Cli {
     /// amqp_durable_queues; must match how the site declared them) [default: false].
     #[arg(long, env = "BLAZAR_NOTIFICATIONS_DURABLE")]
     pub notifications_durable: Option<bool>,
+    /// Webhooks: attempts of a delivery before it is dead [default: 8]. File: `[webhooks]
+    /// max_attempts`.
+    #[arg(long, env = "BLAZAR_WEBHOOK_MAX_ATTEMPTS")]
+    pub webhook_max_attempts: Option<u32>,
+    /// Webhooks: seconds before the second attempt of a failed delivery; the pause doubles
+    /// with each further one [default: 30]. File: `[webhooks] retry_base`.
+    #[arg(long, env = "BLAZAR_WEBHOOK_RETRY_BASE")]
+    pub webhook_retry_base: Option<f64>,
+    /// Webhooks: the longest pause between attempts, in seconds [default: 3600]. File:
+    /// `[webhooks] retry_max`.
+    #[arg(long, env = "BLAZAR_WEBHOOK_RETRY_MAX")]
+    pub webhook_retry_max: Option<f64>,
+    /// Webhooks: seconds an endpoint has to answer a delivery [default: 10]. File:
+    /// `[webhooks] timeout`.
+    #[arg(long, env = "BLAZAR_WEBHOOK_TIMEOUT")]
+    pub webhook_timeout: Option<f64>,
     /// Default quota: hosts a project may hold at any one instant; -1 for no limit
     /// [default: -1]. File: `[quotas] hosts`.
     #[arg(long, env = "BLAZAR_QUOTA_HOSTS", allow_negative_numbers = true)]
@@ -469,6 +485,59 @@ pub struct EnforcementConfig {
     pub external_service_on_end_endpoint: Option<String>,
     pub external_service_token: Secret,
     pub external_service_timeout: std::time::Duration,
+}
+
+/// The file's `[webhooks]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhooksFile {
+    pub max_attempts: Option<u32>,
+    pub retry_base: Option<f64>,
+    pub retry_max: Option<f64>,
+    pub timeout: Option<f64>,
+}
+
+fn webhook_settings(
+    cli: &Cli,
+    file: WebhooksFile,
+) -> anyhow::Result<blazar_service::WebhookSettings> {
+    let defaults = blazar_service::WebhookSettings::default();
+    let max_attempts = cli
+        .webhook_max_attempts
+        .or(file.max_attempts)
+        .unwrap_or(defaults.max_attempts);
+    if !(1..=100).contains(&max_attempts) {
+        anyhow::bail!("webhook max_attempts must be between 1 and 100, got {max_attempts}");
+    }
+    let secs = |name: &str, value: Option<f64>, default: std::time::Duration, max: f64| {
+        value.map_or(Ok(default), |v| seconds(name, v, max))
+    };
+    let retry_base = secs(
+        "webhook retry_base",
+        cli.webhook_retry_base.or(file.retry_base),
+        defaults.retry_base,
+        86_400.0,
+    )?;
+    let retry_max = secs(
+        "webhook retry_max",
+        cli.webhook_retry_max.or(file.retry_max),
+        defaults.retry_max,
+        7.0 * 86_400.0,
+    )?;
+    if retry_max < retry_base {
+        anyhow::bail!("webhook retry_max must be at least retry_base");
+    }
+    Ok(blazar_service::WebhookSettings {
+        max_attempts,
+        retry_base,
+        retry_max,
+        timeout: secs(
+            "webhook timeout",
+            cli.webhook_timeout.or(file.timeout),
+            defaults.timeout,
+            300.0,
+        )?,
+    })
 }
 
 /// The file's `[notifications]` table.
@@ -696,6 +765,7 @@ pub struct FileConfig {
     pub enforcement: Option<EnforcementFile>,
     pub notifications: Option<NotificationsFile>,
     pub quotas: Option<QuotasFile>,
+    pub webhooks: Option<WebhooksFile>,
 }
 
 /// Keystone settings as configured (checked when the server starts in keystone mode).
@@ -744,6 +814,7 @@ pub struct Config {
     /// `None`: notifications stay in the outbox.
     pub notifications: Option<NotificationsConfig>,
     pub quotas: blazar_service::QuotaSettings,
+    pub webhooks: blazar_service::WebhookSettings,
     pub log: String,
     pub log_format: LogFormat,
     pub metrics_access: crate::metrics::MetricsAccess,
@@ -1008,6 +1079,7 @@ impl Config {
         };
         let enforcement = enforcement_config(&cli, file.enforcement.clone().unwrap_or_default())?;
         let quotas = quota_settings(&cli, file.quotas.clone().unwrap_or_default())?;
+        let webhooks = webhook_settings(&cli, file.webhooks.clone().unwrap_or_default())?;
         let monitor_seconds = cli.monitor_interval.or(file.monitor_interval).unwrap_or(60);
         let reconcile_seconds = cli
             .reconcile_interval
@@ -1111,6 +1183,7 @@ impl Config {
             connections,
             enforcement,
             quotas,
+            webhooks,
             log: cli.log.or(file.log).unwrap_or_else(|| "info".into()),
             log_format: cli.log_format.or(file.log_format).unwrap_or_default(),
             metrics_access: cli

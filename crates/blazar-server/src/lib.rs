@@ -26,6 +26,7 @@ pub mod secret;
 pub mod state;
 pub mod timeline;
 pub mod tokens;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -150,6 +151,7 @@ impl<'a> StateBuilder<'a> {
             .with_authorizer(Arc::new(policy))
             .with_enforcement(enforcement)
             .with_quotas(config.quotas.clone())
+            .with_webhook_settings(config.webhooks.clone())
             .with_event_observer(Arc::new(move |lag| event_lag.observe(lag.as_secs_f64())));
         Ok(AppState::with_metrics(
             service,
@@ -314,7 +316,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             }
             None => None,
         };
-        Some((scheduler, workers, monitor, reconciler, publisher))
+        // Webhook deliveries go out from the same processes; any of them may deliver any.
+        let deliverer = {
+            let poster = blazar_openstack::WebhookPoster::new()
+                .map_err(|e| anyhow::anyhow!("webhooks: {e}"))?;
+            let service = state.service.clone();
+            let stop = wait_stop(stop_rx.clone());
+            tokio::spawn(async move { service.run_webhook_deliverer(&poster, poll, stop).await })
+        };
+        Some((
+            scheduler, workers, monitor, reconciler, publisher, deliverer,
+        ))
     } else {
         None
     };
@@ -336,9 +348,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::info!(database = %redact(&config.database_url), "blazar-server ready (manager only)");
         wait_stop(stop_rx.clone()).await;
     }
-    if let Some((scheduler, workers, monitor, reconciler, publisher)) = scheduler {
+    if let Some((scheduler, workers, monitor, reconciler, publisher, deliverer)) = scheduler {
         let _ = scheduler.await;
         let _ = workers.await;
+        let _ = deliverer.await;
         for task in [monitor, reconciler, publisher].into_iter().flatten() {
             let _ = task.await;
         }

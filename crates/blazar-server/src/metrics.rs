@@ -54,6 +54,8 @@ pub struct Metrics {
     event_lag: Histogram,
     leases: Family<StatusLabel, Gauge>,
     unsent_notifications: Gauge,
+    webhook_pending: Gauge,
+    webhook_dead: Gauge,
     open_actions: Gauge,
     database_up: Gauge,
     pool_open: Gauge,
@@ -108,6 +110,16 @@ impl Metrics {
             "outbox_unsent_notifications",
             "Notifications in the outbox not published yet",
         );
+        let webhook_pending = gauge(
+            &mut registry,
+            "webhook_deliveries_pending",
+            "Webhook deliveries waiting for their next attempt",
+        );
+        let webhook_dead = gauge(
+            &mut registry,
+            "webhook_deliveries_dead",
+            "Webhook deliveries given up on after their last attempt",
+        );
         let open_actions = gauge(
             &mut registry,
             "actions_open",
@@ -141,6 +153,8 @@ impl Metrics {
             event_lag,
             leases,
             unsent_notifications,
+            webhook_pending,
+            webhook_dead,
             open_actions,
             database_up,
             pool_open,
@@ -194,6 +208,8 @@ impl Metrics {
                         .set(count);
                 }
                 self.unsent_notifications.set(m.unsent_notifications);
+                self.webhook_pending.set(m.webhook_pending);
+                self.webhook_dead.set(m.webhook_dead);
                 self.open_actions.set(m.open_actions);
                 self.pool_open.set(i64::from(m.pool.open));
                 self.pool_idle.set(i64::from(m.pool.idle));

@@ -45,6 +45,7 @@ macro_rules! in_tx {
                 }
                 if notified {
                     $service.wake_publisher();
+                    $service.wake_webhooks();
                 }
                 Ok(value)
             }
@@ -81,6 +82,7 @@ mod resources;
 mod scheduler;
 mod timeline;
 pub mod tokens;
+mod webhooks;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -126,6 +128,10 @@ pub use refusal::{Availability, Reason, RefusalKind, Refused, Requested, Reserva
 pub use resources::Grant;
 pub use scheduler::TickReport;
 pub use timeline::{TIMELINE_RULE, TimelineRequest};
+pub use webhooks::{
+    DELIVERIES_LISTED, DeliveryReport, NewWebhook, WebhookRequest, WebhookSender, WebhookSettings,
+    webhook_signature,
+};
 
 /// Errors a use case reports. Each maps to one HTTP status; the message is for the user.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -300,6 +306,10 @@ pub struct Service {
     action_wake: Arc<Notify>,
     /// Rung after a commit that wrote notifications.
     publish_wake: Arc<Notify>,
+    /// Rung after a commit that wrote notifications (and so, perhaps, webhook deliveries).
+    webhook_wake: Arc<Notify>,
+    /// How webhook deliveries are tried.
+    webhooks: Arc<webhooks::WebhookSettings>,
     /// Who claims actions in this process (claims name their worker, so a late finish of an
     /// expired claim cannot overwrite another worker's).
     worker_id: Arc<str>,
@@ -345,6 +355,8 @@ impl Service {
             wake: Arc::new(Notify::new()),
             action_wake: Arc::new(Notify::new()),
             publish_wake: Arc::new(Notify::new()),
+            webhook_wake: Arc::new(Notify::new()),
+            webhooks: Arc::new(webhooks::WebhookSettings::default()),
             worker_id: Arc::from(new_id().as_str()),
             scheduler_plan: Arc::new(AtomicI64::new(i64::MIN)),
             large_reads: Arc::new(tokio::sync::Semaphore::new(2)),

@@ -30,6 +30,10 @@ pub struct Monitoring {
     pub unsent_notifications: i64,
     /// Outside-world actions pending or running.
     pub open_actions: i64,
+    /// Webhook deliveries waiting for their (next) attempt.
+    pub webhook_pending: i64,
+    /// Webhook deliveries given up on (dead letters).
+    pub webhook_dead: i64,
     pub pool: PoolUse,
 }
 
@@ -100,17 +104,20 @@ impl Service {
 
     /// The counts `/metrics` shows, in one read transaction.
     pub async fn monitoring(&self) -> ServiceResult<Monitoring> {
-        let (leases, unsent_notifications, open_actions) = in_tx!(self, read, |tx| {
+        let (leases, unsent_notifications, open_actions, webhooks) = in_tx!(self, read, |tx| {
             Ok((
                 tx.lease_status_counts().await?,
                 tx.unsent_notifications().await?,
                 tx.open_action_count().await?,
+                tx.webhook_delivery_counts().await?,
             ))
         })?;
         Ok(Monitoring {
             leases,
             unsent_notifications,
             open_actions,
+            webhook_pending: webhooks.pending,
+            webhook_dead: webhooks.dead,
             pool: self.store.pool_use(),
         })
     }

@@ -16,6 +16,7 @@ mod reservations;
 mod resolve;
 mod table;
 mod timeline;
+mod webhooks;
 mod yaml;
 
 use std::io::Write;
@@ -418,6 +419,19 @@ pub enum Command {
     #[command(name = "ical-feed-delete")]
     IcalFeedDelete(feeds::DeleteArgs),
 
+    #[command(name = "webhook-list")]
+    WebhookList(webhooks::ListArgs),
+    #[command(name = "webhook-create")]
+    WebhookCreate(webhooks::CreateArgs),
+    #[command(name = "webhook-show")]
+    WebhookShow(webhooks::ShowArgs),
+    #[command(name = "webhook-delete")]
+    WebhookDelete(webhooks::DeleteArgs),
+    #[command(name = "webhook-deliveries")]
+    WebhookDeliveries(webhooks::DeliveriesArgs),
+    #[command(name = "webhook-redeliver")]
+    WebhookRedeliver(webhooks::RedeliverArgs),
+
     #[command(name = "quota-list")]
     QuotaList(quotas::ListArgs),
     #[command(name = "quota-show")]
@@ -549,6 +563,12 @@ async fn dispatch(command: Command, global: &GlobalArgs) -> CliResult<u8> {
         Command::IcalFeedList(a) => ok(feeds::list(&ctx, a).await),
         Command::IcalFeedCreate(a) => ok(feeds::create(&ctx, a).await),
         Command::IcalFeedDelete(a) => ok(feeds::delete(&ctx, a).await),
+        Command::WebhookList(a) => ok(webhooks::list(&ctx, a).await),
+        Command::WebhookCreate(a) => ok(webhooks::create(&ctx, a).await),
+        Command::WebhookShow(a) => ok(webhooks::show(&ctx, a).await),
+        Command::WebhookDelete(a) => ok(webhooks::delete(&ctx, a).await),
+        Command::WebhookDeliveries(a) => ok(webhooks::deliveries(&ctx, a).await),
+        Command::WebhookRedeliver(a) => ok(webhooks::redeliver(&ctx, a).await),
         Command::QuotaList(a) => ok(quotas::list(&ctx, a).await),
         Command::QuotaShow(a) => ok(quotas::show(&ctx, a).await),
         Command::QuotaSet(a) => ok(quotas::set(&ctx, a).await),

@@ -87,6 +87,16 @@ impl Server {
         run
     }
 
+    /// Delivers the webhook deliveries due, as the server's deliverer would.
+    pub async fn deliver_webhooks(&self) -> blazar_service::DeliveryReport {
+        let poster = blazar_openstack::WebhookPoster::new().expect("webhook client");
+        self.app
+            .service
+            .deliver_webhooks(&poster)
+            .await
+            .expect("deliver webhooks")
+    }
+
     /// Moves the clock to `t` and runs the events due then.
     pub async fn tick_at(&self, t: DateTime<Utc>) {
         self.app.tick_at(t).await;

@@ -14,3 +14,4 @@ mod offers;
 mod quotas;
 mod timeline;
 mod waiting;
+mod webhooks;

@@ -110,6 +110,35 @@ pub fn ical_feed(feed: blazar_core::IcalFeed, path: Option<String>) -> blazar_ap
     }
 }
 
+pub fn webhook(w: blazar_core::Webhook, with_secret: bool) -> blazar_api::Webhook {
+    blazar_api::Webhook {
+        id: w.id,
+        project_id: w.project_id,
+        url: w.url,
+        event_types: w.event_types,
+        description: w.description,
+        created_by: w.created_by,
+        created_at: format_space(w.created_at),
+        secret: with_secret.then_some(w.secret),
+    }
+}
+
+pub fn webhook_delivery(d: blazar_core::WebhookDelivery) -> blazar_api::WebhookDelivery {
+    let pending = d.status == "pending";
+    blazar_api::WebhookDelivery {
+        id: d.notification_id,
+        webhook_id: d.webhook_id,
+        event_type: d.event_type,
+        lease_id: d.lease_id,
+        status: d.status,
+        attempts: d.attempts,
+        next_attempt_at: pending.then(|| format_space(d.next_attempt_at)),
+        last_attempt_at: d.last_attempt_at.map(format_space),
+        last_result: d.last_result,
+        created_at: format_space(d.created_at),
+    }
+}
+
 pub fn quota(q: blazar_service::ProjectQuota) -> blazar_api::Quota {
     use blazar_core::quota::QuotaKind;
     let limit = |kind| q.limits.get(kind).unwrap_or(-1);

@@ -32,3 +32,4 @@ mod responses;
 mod support;
 mod timeline;
 mod tokens;
+mod webhooks;

@@ -1,0 +1,202 @@
+//! `webhook-*` commands (`/v1/webhooks`): lease events POSTed to an endpoint of yours,
+//! signed with a secret shown once at creation.
+
+use clap::Args;
+use reqwest::Method;
+use serde_json::{Map, Value};
+
+use super::leases::show_object;
+use super::output::{ListOutput, ShowOutput, check_sort, render_list, sort_objects};
+use super::{CliResult, Context, emit};
+use blazar_client::client::segment;
+
+const LIST_COLUMNS: &[&str] = &["id", "project_id", "url", "event_types", "created_at"];
+const DELIVERY_COLUMNS: &[&str] = &[
+    "id",
+    "event_type",
+    "lease_id",
+    "status",
+    "attempts",
+    "last_result",
+    "next_attempt_at",
+    "created_at",
+];
+
+/// List webhooks (of your project; an admin sees every webhook)
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar webhook-list")]
+pub struct ListArgs {
+    /// Column name used to sort result
+    #[arg(long, value_name = "COLUMN", default_value = "created_at")]
+    sort_by: String,
+    #[command(flatten)]
+    out: ListOutput,
+}
+
+/// Register a webhook: your project's lease events are POSTed to URL, signed
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar webhook-create https://hooks.example.org/blazar
+  blazar webhook-create https://hooks.example.org/blazar --event-type lease.event.start_lease \\
+      --event-type lease.event.end_lease
+  blazar webhook-create https://billing.example.org/hook --all-projects   (admin)
+
+Each delivery carries X-Blazar-Timestamp and X-Blazar-Signature: sha256=<hex HMAC-SHA256
+of '<timestamp>.<body>' keyed with the secret printed here, once>. Failed deliveries are
+tried again with growing pauses, then kept as dead letters (webhook-deliveries).")]
+pub struct CreateArgs {
+    /// The http(s) endpoint that receives the events
+    #[arg(value_name = "URL")]
+    url: String,
+    /// An event type to receive (repeatable; default: every type)
+    #[arg(long = "event-type", value_name = "EVENT_TYPE")]
+    event_types: Vec<String>,
+    /// The project whose events it receives (default: yours; another needs admin)
+    #[arg(long, value_name = "PROJECT_ID", conflicts_with = "all_projects")]
+    project: Option<String>,
+    /// Receive every project's events (admin)
+    #[arg(long)]
+    all_projects: bool,
+    /// What the webhook is for
+    #[arg(long, default_value = "")]
+    description: String,
+    #[command(flatten)]
+    out: ShowOutput,
+}
+
+/// Show a webhook
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar webhook-show 1d8a5e0e-2f7b-4c1e-9d7a-3c8e2b1f0a9d")]
+pub struct ShowArgs {
+    /// ID of the webhook
+    #[arg(value_name = "WEBHOOK_ID")]
+    id: String,
+    #[command(flatten)]
+    out: ShowOutput,
+}
+
+/// Delete a webhook; its pending deliveries are dropped
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar webhook-delete 1d8a5e0e-2f7b-4c1e-9d7a-3c8e2b1f0a9d")]
+pub struct DeleteArgs {
+    /// ID of the webhook
+    #[arg(value_name = "WEBHOOK_ID")]
+    id: String,
+}
+
+/// List a webhook's latest deliveries
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar webhook-deliveries 1d8a5e0e-2f7b-4c1e-9d7a-3c8e2b1f0a9d --status dead")]
+pub struct DeliveriesArgs {
+    /// ID of the webhook
+    #[arg(value_name = "WEBHOOK_ID")]
+    id: String,
+    /// Only deliveries in this status
+    #[arg(long, value_parser = ["pending", "delivered", "dead"])]
+    status: Option<String>,
+    #[command(flatten)]
+    out: ListOutput,
+}
+
+/// Try a delivery again now (a dead letter, once the endpoint is back)
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  blazar webhook-redeliver 1d8a5e0e-2f7b-4c1e-9d7a-3c8e2b1f0a9d \\
+      5b0e4f7a-8c1d-4e2f-9a3b-6c7d8e9f0a1b")]
+pub struct RedeliverArgs {
+    /// ID of the webhook
+    #[arg(value_name = "WEBHOOK_ID")]
+    id: String,
+    /// ID of the delivery (webhook-deliveries lists them)
+    #[arg(value_name = "DELIVERY_ID")]
+    delivery: String,
+}
+
+pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
+    check_sort(&args.sort_by, LIST_COLUMNS)?;
+    let mut items: Vec<Map<String, Value>> = ctx.client.get("/webhooks", "webhooks").await?;
+    sort_objects(&mut items, &args.sort_by);
+    emit(&render_list(&items, LIST_COLUMNS, &args.out)?);
+    Ok(())
+}
+
+pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {
+    let mut body = Map::new();
+    body.insert("url".into(), Value::String(args.url));
+    if !args.event_types.is_empty() {
+        body.insert(
+            "event_types".into(),
+            Value::Array(args.event_types.into_iter().map(Value::String).collect()),
+        );
+    }
+    if let Some(project) = args.project {
+        body.insert("project_id".into(), Value::String(project));
+    }
+    if args.all_projects {
+        body.insert("all_projects".into(), Value::Bool(true));
+    }
+    body.insert("description".into(), Value::String(args.description));
+    let hook: Map<String, Value> = ctx
+        .client
+        .post("/webhooks", "webhook", &Value::Object(body))
+        .await?;
+    let table = show_object(ctx, hook, &args.out)?;
+    emit(&format!("Created a new webhook:\n{table}"));
+    Ok(())
+}
+
+pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {
+    let hook: Map<String, Value> = ctx
+        .client
+        .get(&format!("/webhooks/{}", segment(&args.id)), "webhook")
+        .await?;
+    emit(&show_object(ctx, hook, &args.out)?);
+    Ok(())
+}
+
+pub async fn delete(ctx: &Context, args: DeleteArgs) -> CliResult {
+    ctx.client
+        .delete(&format!("/webhooks/{}", segment(&args.id)))
+        .await?;
+    emit(&format!("Deleted webhook: {}\n", args.id));
+    Ok(())
+}
+
+pub async fn deliveries(ctx: &Context, args: DeliveriesArgs) -> CliResult {
+    let mut path = format!("/webhooks/{}/deliveries", segment(&args.id));
+    if let Some(status) = &args.status {
+        path.push_str(&format!("?status={status}"));
+    }
+    let items: Vec<Map<String, Value>> = ctx.client.get(&path, "deliveries").await?;
+    emit(&render_list(&items, DELIVERY_COLUMNS, &args.out)?);
+    Ok(())
+}
+
+pub async fn redeliver(ctx: &Context, args: RedeliverArgs) -> CliResult {
+    ctx.client
+        .send(
+            Method::POST,
+            &format!(
+                "/webhooks/{}/deliveries/{}/redeliver",
+                segment(&args.id),
+                segment(&args.delivery)
+            ),
+            Some(&Value::Object(Map::new())),
+        )
+        .await?;
+    emit(&format!(
+        "Delivery {} of webhook {} will be tried again now\n",
+        args.delivery, args.id
+    ));
+    Ok(())
+}

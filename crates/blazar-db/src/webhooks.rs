@@ -1,0 +1,331 @@
+//! Webhooks and their deliveries. A delivery row is written for every matching webhook in
+//! the transaction that writes a notification (see [`Tx::insert_notification`]); deliverers
+//! claim due rows in short transactions of their own and record each attempt's outcome.
+
+use chrono::{DateTime, Duration, Utc};
+use serde_json::Value;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use blazar_core::{Webhook, WebhookDelivery};
+
+use crate::{Arg, DbError, DbResult, Tx, from_secs, to_secs};
+
+const COLUMNS: &str = "id, project_id, url, secret, description, created_by, created_at";
+
+fn webhook_from_row(row: &AnyRow) -> DbResult<Webhook> {
+    Ok(Webhook {
+        id: row.try_get("id")?,
+        project_id: row.try_get("project_id")?,
+        url: row.try_get("url")?,
+        secret: row.try_get("secret")?,
+        event_types: Vec::new(),
+        description: row.try_get("description")?,
+        created_by: row.try_get("created_by")?,
+        created_at: from_secs(row.try_get("created_at")?)?,
+    })
+}
+
+const DELIVERY_COLUMNS: &str = "d.webhook_id, d.notification_id, n.event_type, d.lease_id, \
+     d.status, CAST(d.attempts AS BIGINT) AS attempts, d.next_attempt_at, d.last_attempt_at, \
+     d.last_result, d.created_at";
+
+fn delivery_from_row(row: &AnyRow) -> DbResult<WebhookDelivery> {
+    let last: Option<i64> = row.try_get("last_attempt_at")?;
+    Ok(WebhookDelivery {
+        webhook_id: row.try_get("webhook_id")?,
+        notification_id: row.try_get("notification_id")?,
+        event_type: row.try_get("event_type")?,
+        lease_id: row.try_get("lease_id")?,
+        status: row.try_get("status")?,
+        attempts: row.try_get("attempts")?,
+        next_attempt_at: from_secs(row.try_get("next_attempt_at")?)?,
+        last_attempt_at: last.map(from_secs).transpose()?,
+        last_result: row.try_get("last_result")?,
+        created_at: from_secs(row.try_get("created_at")?)?,
+    })
+}
+
+/// A delivery claimed for sending: where to, with what key, and the event itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedDelivery {
+    pub webhook_id: String,
+    pub url: String,
+    pub secret: String,
+    pub notification_id: String,
+    pub event_type: String,
+    pub lease_id: Option<String>,
+    pub payload: Value,
+    pub created_at: DateTime<Utc>,
+    /// Attempts made before this one.
+    pub attempts: i64,
+}
+
+/// Deliveries counted by status, for monitoring.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeliveryCounts {
+    pub pending: i64,
+    pub dead: i64,
+}
+
+impl Tx {
+    pub async fn insert_webhook(&mut self, webhook: &Webhook) -> DbResult<()> {
+        self.write(
+            &format!("INSERT INTO webhooks ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"),
+            vec![
+                (&webhook.id).into(),
+                Arg::Text(webhook.project_id.clone()),
+                (&webhook.url).into(),
+                (&webhook.secret).into(),
+                (&webhook.description).into(),
+                Arg::Text(webhook.created_by.clone()),
+                webhook.created_at.into(),
+            ],
+        )
+        .await?;
+        for event_type in &webhook.event_types {
+            self.write(
+                "INSERT INTO webhook_event_types (webhook_id, event_type) VALUES ($1, $2)",
+                vec![(&webhook.id).into(), event_type.into()],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn with_event_types(&mut self, mut hooks: Vec<Webhook>) -> DbResult<Vec<Webhook>> {
+        for hook in &mut hooks {
+            let rows = self
+                .fetch_rows(
+                    "SELECT event_type FROM webhook_event_types WHERE webhook_id = $1 \
+                     ORDER BY event_type",
+                    vec![(&hook.id).into()],
+                )
+                .await?;
+            hook.event_types = rows
+                .iter()
+                .map(|r| r.try_get("event_type"))
+                .collect::<Result<_, _>>()?;
+        }
+        Ok(hooks)
+    }
+
+    pub async fn webhook(&mut self, id: &str) -> DbResult<Option<Webhook>> {
+        let sql = format!("SELECT {COLUMNS} FROM webhooks WHERE id = $1");
+        match self
+            .fetch_optional_as(&sql, vec![id.into()], webhook_from_row)
+            .await?
+        {
+            Some(hook) => Ok(self.with_event_types(vec![hook]).await?.pop()),
+            None => Ok(None),
+        }
+    }
+
+    /// The webhooks of one project (its own, not the all-project ones), or every webhook.
+    pub async fn list_webhooks(&mut self, project_id: Option<&str>) -> DbResult<Vec<Webhook>> {
+        let hooks = match project_id {
+            Some(project) => {
+                let sql = format!(
+                    "SELECT {COLUMNS} FROM webhooks WHERE project_id = $1 ORDER BY created_at, id"
+                );
+                self.fetch_all_as(&sql, vec![project.into()], webhook_from_row)
+                    .await?
+            }
+            None => {
+                let sql = format!("SELECT {COLUMNS} FROM webhooks ORDER BY created_at, id");
+                self.fetch_all_as(&sql, Vec::new(), webhook_from_row)
+                    .await?
+            }
+        };
+        self.with_event_types(hooks).await
+    }
+
+    /// Deletes a webhook and its deliveries; false if there was none.
+    pub async fn delete_webhook(&mut self, id: &str) -> DbResult<bool> {
+        let done = sqlx::query("DELETE FROM webhooks WHERE id = $1")
+            .bind(id)
+            .execute(self.conn().await?)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Writes a pending delivery of notification `id` (just inserted) to every webhook of
+    /// project `project_id` or of every project that takes its event type.
+    pub(crate) async fn fan_out_to_webhooks(
+        &mut self,
+        id: &str,
+        project_id: Option<&str>,
+    ) -> DbResult<()> {
+        self.write(
+            "INSERT INTO webhook_deliveries (webhook_id, notification_id, seq, lease_id, status, \
+                 attempts, next_attempt_at, created_at) \
+             SELECT w.id, n.id, n.seq, n.lease_id, 'pending', 0, n.created_at, n.created_at \
+             FROM webhooks w, notifications n \
+             WHERE n.id = $1 AND (w.project_id IS NULL OR w.project_id = $2) \
+             AND (NOT EXISTS (SELECT 1 FROM webhook_event_types t WHERE t.webhook_id = w.id) \
+                  OR EXISTS (SELECT 1 FROM webhook_event_types t \
+                             WHERE t.webhook_id = w.id AND t.event_type = n.event_type))",
+            vec![id.into(), Arg::Text(project_id.map(String::from))],
+        )
+        .await
+    }
+
+    /// A webhook's deliveries, latest first, at most `limit`; only those of `status` if given.
+    pub async fn webhook_deliveries(
+        &mut self,
+        webhook_id: &str,
+        status: Option<&str>,
+        limit: usize,
+    ) -> DbResult<Vec<WebhookDelivery>> {
+        let (filter, mut args): (&str, Vec<Arg>) = match status {
+            Some(s) => (" AND d.status = $2", vec![webhook_id.into(), s.into()]),
+            None => ("", vec![webhook_id.into()]),
+        };
+        let limit_at = args.len() + 1;
+        args.push((limit as i64).into());
+        let sql = format!(
+            "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d \
+             JOIN notifications n ON n.id = d.notification_id \
+             WHERE d.webhook_id = $1{filter} ORDER BY d.seq DESC LIMIT ${limit_at}"
+        );
+        self.fetch_all_as(&sql, args, delivery_from_row).await
+    }
+
+    /// Claims up to `limit` due deliveries for `worker` until `now + claim_for`, oldest
+    /// first: each only if no earlier delivery of the same lease to the same webhook is
+    /// still pending, so a subscriber sees a lease's events in order. On PostgreSQL, call
+    /// [`Tx::lock_webhook_claims`] first.
+    pub async fn claim_webhook_deliveries(
+        &mut self,
+        now: DateTime<Utc>,
+        worker: &str,
+        claim_for: Duration,
+        limit: usize,
+    ) -> DbResult<Vec<ClaimedDelivery>> {
+        let rows = self
+            .fetch_rows(
+                "SELECT d.webhook_id, w.url, w.secret, d.notification_id, n.event_type, \
+                     d.lease_id, n.payload, n.created_at, CAST(d.attempts AS BIGINT) AS attempts \
+                 FROM webhook_deliveries d \
+                 JOIN webhooks w ON w.id = d.webhook_id \
+                 JOIN notifications n ON n.id = d.notification_id \
+                 WHERE d.status = 'pending' AND d.next_attempt_at <= $1 \
+                 AND (d.claimed_until IS NULL OR d.claimed_until < $1 OR d.claimed_by = $2) \
+                 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b \
+                     WHERE b.webhook_id = d.webhook_id AND b.lease_id = d.lease_id \
+                     AND b.status = 'pending' AND b.seq < d.seq) \
+                 ORDER BY d.seq, d.webhook_id LIMIT $3",
+                vec![to_secs(now).into(), worker.into(), (limit as i64).into()],
+            )
+            .await?;
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let payload: String = row.try_get("payload")?;
+            claimed.push(ClaimedDelivery {
+                webhook_id: row.try_get("webhook_id")?,
+                url: row.try_get("url")?,
+                secret: row.try_get("secret")?,
+                notification_id: row.try_get("notification_id")?,
+                event_type: row.try_get("event_type")?,
+                lease_id: row.try_get("lease_id")?,
+                payload: serde_json::from_str(&payload)
+                    .map_err(|_| DbError::Corrupt(format!("notification payload {payload:?}")))?,
+                created_at: from_secs(row.try_get("created_at")?)?,
+                attempts: row.try_get("attempts")?,
+            });
+        }
+        for d in &claimed {
+            self.write(
+                "UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $2 \
+                 WHERE webhook_id = $3 AND notification_id = $4",
+                vec![
+                    worker.into(),
+                    (now + claim_for).into(),
+                    (&d.webhook_id).into(),
+                    (&d.notification_id).into(),
+                ],
+            )
+            .await?;
+        }
+        Ok(claimed)
+    }
+
+    /// Records one attempt of a delivery `worker` holds: `status` is `delivered`, `dead`,
+    /// or `pending` with its next attempt at `next_attempt_at`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn record_webhook_attempt(
+        &mut self,
+        webhook_id: &str,
+        notification_id: &str,
+        worker: &str,
+        now: DateTime<Utc>,
+        status: &str,
+        result: &str,
+        next_attempt_at: DateTime<Utc>,
+    ) -> DbResult<()> {
+        self.write(
+            "UPDATE webhook_deliveries SET status = $1, attempts = attempts + 1, \
+                 last_attempt_at = $2, last_result = $3, next_attempt_at = $4, \
+                 claimed_by = NULL, claimed_until = NULL \
+             WHERE webhook_id = $5 AND notification_id = $6 AND claimed_by = $7 \
+             AND status = 'pending'",
+            vec![
+                status.into(),
+                now.into(),
+                result.into(),
+                next_attempt_at.into(),
+                webhook_id.into(),
+                notification_id.into(),
+                worker.into(),
+            ],
+        )
+        .await
+    }
+
+    /// Offers a dead (or delivered) delivery again at `now`, with its attempts counted
+    /// afresh; false if the webhook has no such delivery.
+    pub async fn redeliver_webhook(
+        &mut self,
+        webhook_id: &str,
+        notification_id: &str,
+        now: DateTime<Utc>,
+    ) -> DbResult<bool> {
+        let done = sqlx::query(
+            "UPDATE webhook_deliveries SET status = 'pending', attempts = 0, \
+                 next_attempt_at = $1, claimed_by = NULL, claimed_until = NULL \
+             WHERE webhook_id = $2 AND notification_id = $3",
+        )
+        .bind(to_secs(now))
+        .bind(webhook_id)
+        .bind(notification_id)
+        .execute(self.conn().await?)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Pending and dead deliveries over every webhook.
+    pub async fn webhook_delivery_counts(&mut self) -> DbResult<DeliveryCounts> {
+        let rows = self
+            .fetch_rows(
+                "SELECT status, CAST(COUNT(*) AS BIGINT) AS n FROM webhook_deliveries \
+                 WHERE status IN ('pending', 'dead') GROUP BY status",
+                vec![],
+            )
+            .await?;
+        let mut counts = DeliveryCounts::default();
+        for row in &rows {
+            let status: String = row.try_get("status")?;
+            let n: i64 = row.try_get("n")?;
+            match status.as_str() {
+                "pending" => counts.pending = n,
+                _ => counts.dead = n,
+            }
+        }
+        Ok(counts)
+    }
+
+    /// Serialises, on PostgreSQL, the claiming of webhook deliveries among replicas.
+    pub async fn lock_webhook_claims(&mut self) -> DbResult<()> {
+        self.advisory_lock(7_355_611).await
+    }
+}

@@ -1,0 +1,436 @@
+//! Webhooks: registered through the API, delivered to a real HTTP receiver, signed, retried
+//! with growing pauses, dead-lettered, redelivered, and sent once among replicas.
+
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use chrono::TimeDelta;
+use serde_json::{Value, json};
+
+use crate::harness::{TestApp, t};
+
+/// What a receiver got: path, headers of interest and the body.
+#[derive(Clone, Debug)]
+struct Received {
+    path: String,
+    event: String,
+    delivery: String,
+    timestamp: i64,
+    signature: String,
+    body: String,
+}
+
+#[derive(Clone, Default)]
+struct Receiver {
+    got: Arc<Mutex<Vec<Received>>>,
+    status: Arc<Mutex<u16>>,
+}
+
+impl Receiver {
+    async fn start() -> (Receiver, String) {
+        let receiver = Receiver {
+            status: Arc::new(Mutex::new(204)),
+            ..Receiver::default()
+        };
+        let app = axum::Router::new()
+            .route("/{*path}", axum::routing::post(receive))
+            .with_state(receiver.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        (receiver, base)
+    }
+
+    fn answer(&self, status: u16) {
+        *self.status.lock().unwrap() = status;
+    }
+
+    fn at(&self, path: &str) -> Vec<Received> {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.path == path)
+            .cloned()
+            .collect()
+    }
+}
+
+async fn receive(
+    State(receiver): State<Receiver>,
+    axum::extract::Path(path): axum::extract::Path<String>,
+    headers: HeaderMap,
+    body: String,
+) -> axum::response::Response {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    receiver.got.lock().unwrap().push(Received {
+        path: format!("/{path}"),
+        event: header("x-blazar-event"),
+        delivery: header("x-blazar-delivery"),
+        timestamp: header("x-blazar-timestamp").parse().unwrap_or(-1),
+        signature: header("x-blazar-signature"),
+        body,
+    });
+    let status = *receiver.status.lock().unwrap();
+    StatusCode::from_u16(status).unwrap().into_response()
+}
+
+fn lease_body(name: &str) -> Value {
+    json!({
+        "name": name,
+        "start_date": "2030-01-01 10:00",
+        "end_date": "2030-01-01 12:00",
+        "reservations": [{
+            "resource_type": "physical:host",
+            "min": 1, "max": 1,
+            "hypervisor_properties": "", "resource_properties": ""
+        }],
+        "events": []
+    })
+}
+
+async fn deliver(app: &TestApp) -> blazar_service::DeliveryReport {
+    let poster = blazar_openstack::WebhookPoster::new().unwrap();
+    app.service.deliver_webhooks(&poster).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_project_receives_its_own_events_signed_and_in_order() {
+    let mut app = TestApp::spawn().await;
+    let (receiver, base) = Receiver::start().await;
+    app.create_host("compute-1", json!({})).await;
+    app.create_host("compute-2", json!({})).await;
+
+    app.act_as("alpha", "alpha-user", "member");
+    let r = app
+        .post(
+            "/v1/webhooks",
+            json!({
+                "url": format!("{base}/alpha"),
+                "event_types": ["lease.delete", "lease.create", "lease.event.start_lease"],
+                "description": "alpha's billing"
+            }),
+        )
+        .await;
+    r.assert_status(StatusCode::CREATED);
+    let hook = r.body["webhook"].clone();
+    let secret = hook["secret"].as_str().unwrap().to_string();
+    assert_eq!(secret.len(), 64);
+    assert_eq!(hook["project_id"], "alpha");
+    assert_eq!(
+        hook["event_types"],
+        json!(["lease.create", "lease.delete", "lease.event.start_lease"])
+    );
+    let hook_id = hook["id"].as_str().unwrap().to_string();
+    // Only admins take every project's events; bad input is a 400.
+    let r = app
+        .post(
+            "/v1/webhooks",
+            json!({"url": format!("{base}/x"), "all_projects": true}),
+        )
+        .await;
+    r.assert_status(StatusCode::FORBIDDEN);
+    for bad in [
+        json!({"url": "ftp://example.org/"}),
+        json!({}),
+        json!({"url": format!("{base}/x"), "event_types": "lease.create"}),
+        json!({"url": format!("{base}/x"), "colour": "red"}),
+        json!({"url": format!("{base}/x"), "event_types": ["lease create"]}),
+    ] {
+        let r = app.post("/v1/webhooks", bad.clone()).await;
+        r.assert_status(StatusCode::BAD_REQUEST);
+        assert!(r.body["error_message"].is_string(), "{bad}: {}", r.body);
+    }
+    let alpha_lease = app.post("/v1/leases", lease_body("a")).await;
+    let alpha_lease = alpha_lease.body["lease"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    app.act_as_admin();
+    let r = app
+        .post(
+            "/v1/webhooks",
+            json!({"url": format!("{base}/all"), "all_projects": true}),
+        )
+        .await;
+    r.assert_status(StatusCode::CREATED);
+    assert_eq!(r.body["webhook"]["project_id"], Value::Null);
+
+    app.act_as("beta", "beta-user", "member");
+    let beta_lease = app.post("/v1/leases", lease_body("b")).await;
+    let beta_lease = beta_lease.body["lease"]["id"].as_str().unwrap().to_string();
+    // Beta sees neither alpha's webhook nor the admin's.
+    let r = app.get("/v1/webhooks").await;
+    assert_eq!(r.body["webhooks"], json!([]));
+    app.get(&format!("/v1/webhooks/{hook_id}"))
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    app.act_as("alpha", "alpha-user", "member");
+    app.delete(&format!("/v1/leases/{alpha_lease}"))
+        .await
+        .assert_status(StatusCode::NO_CONTENT);
+    let report = deliver(&app).await;
+    assert_eq!(report.retried + report.dead, 0, "{report:?}");
+
+    let alpha = receiver.at("/alpha");
+    let kinds: Vec<&str> = alpha.iter().map(|r| r.event.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["lease.create", "lease.event.start_lease", "lease.delete"]
+    );
+    for got in &alpha {
+        let body: Value = serde_json::from_str(&got.body).unwrap();
+        assert_eq!(body["lease_id"], alpha_lease.as_str());
+        assert_eq!(body["payload"]["project_id"], "alpha");
+        assert_eq!(body["event_type"], got.event.as_str());
+        assert_eq!(body["id"], got.delivery.as_str());
+        assert_eq!(
+            got.signature,
+            blazar_service::webhook_signature(&secret, got.timestamp, &got.body)
+        );
+        assert!((got.timestamp - app.service.now().timestamp()).abs() < 60);
+    }
+    // A signature made with another timestamp or secret does not match.
+    let first = &alpha[0];
+    assert_ne!(
+        first.signature,
+        blazar_service::webhook_signature(&secret, first.timestamp + 1, &first.body)
+    );
+    // The all-projects webhook got beta's events too.
+    let all = receiver.at("/all");
+    assert!(all.iter().any(|r| r.body.contains(&beta_lease)), "{all:?}");
+    assert!(all.iter().any(|r| r.event == "lease.delete"), "{all:?}");
+
+    // The list never shows the secret; deliveries say how they went.
+    let r = app.get("/v1/webhooks").await;
+    let listed = r.body["webhooks"].as_array().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].get("secret").is_none());
+    let r = app.get(&format!("/v1/webhooks/{hook_id}/deliveries")).await;
+    r.assert_status(StatusCode::OK);
+    let deliveries = r.body["deliveries"].as_array().unwrap();
+    assert_eq!(deliveries.len(), 3);
+    for d in deliveries {
+        assert_eq!(d["status"], "delivered");
+        assert_eq!(d["attempts"], 1);
+        assert_eq!(d["last_result"], "204");
+    }
+    app.get(&format!("/v1/webhooks/{hook_id}/deliveries?status=lost"))
+        .await
+        .assert_status(StatusCode::BAD_REQUEST);
+
+    // Deleted, it receives nothing more.
+    app.delete(&format!("/v1/webhooks/{hook_id}"))
+        .await
+        .assert_status(StatusCode::NO_CONTENT);
+    app.post("/v1/leases", lease_body("a2")).await;
+    deliver(&app).await;
+    assert_eq!(receiver.at("/alpha").len(), 3);
+}
+
+#[tokio::test]
+async fn failures_back_off_die_and_are_redelivered_in_lease_order() {
+    let mut app = TestApp::builder()
+        .configure(|cli| {
+            cli.webhook_max_attempts = Some(3);
+            cli.webhook_retry_base = Some(60.0);
+        })
+        .spawn()
+        .await;
+    let (receiver, base) = Receiver::start().await;
+    receiver.answer(500);
+    app.create_host("compute-1", json!({})).await;
+    app.act_as("alpha", "alpha-user", "member");
+    let r = app
+        .post("/v1/webhooks", json!({"url": format!("{base}/hook")}))
+        .await;
+    let hook_id = r.body["webhook"]["id"].as_str().unwrap().to_string();
+    let lease = app.post("/v1/leases", lease_body("a")).await;
+    let lease = lease.body["lease"]["id"].as_str().unwrap().to_string();
+
+    let report = deliver(&app).await;
+    assert_eq!((report.delivered, report.retried, report.dead), (0, 1, 0));
+    // Not due again yet: nothing is sent.
+    assert_eq!(
+        deliver(&app).await,
+        blazar_service::DeliveryReport::default()
+    );
+    // A later event of the same lease waits behind the failing one.
+    app.delete(&format!("/v1/leases/{lease}"))
+        .await
+        .assert_status(StatusCode::NO_CONTENT);
+    let start = app.service.now();
+    app.set_time(start + TimeDelta::seconds(60));
+    assert_eq!(deliver(&app).await.retried, 1);
+    let kinds: Vec<String> = receiver
+        .at("/hook")
+        .iter()
+        .map(|r| r.event.clone())
+        .collect();
+    assert_eq!(kinds, ["lease.create", "lease.create"]);
+    // The pause doubles: 120 s after the second attempt, the third, which is the last.
+    app.set_time(start + TimeDelta::seconds(60 + 119));
+    assert_eq!(
+        deliver(&app).await,
+        blazar_service::DeliveryReport::default()
+    );
+    app.set_time(start + TimeDelta::seconds(60 + 120));
+    let report = deliver(&app).await;
+    assert_eq!(report.dead, 1, "{report:?}");
+    // With the create dead, the delete goes (and fails once).
+    assert_eq!(
+        receiver.at("/hook").last().map(|r| r.event.clone()),
+        Some("lease.delete".into())
+    );
+    let r = app
+        .get(&format!("/v1/webhooks/{hook_id}/deliveries?status=dead"))
+        .await;
+    let dead = r.body["deliveries"].as_array().unwrap().clone();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0]["event_type"], "lease.create");
+    assert_eq!(dead[0]["attempts"], 3);
+    assert_eq!(dead[0]["last_result"], "500");
+    // The dead letter shows in the metrics.
+    let text = app
+        .client
+        .get(format!("{}/metrics", app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.contains("webhook_deliveries_dead") && l.ends_with(" 1")),
+        "{text}"
+    );
+
+    // The endpoint is back; the dead letter is offered again and goes before the delete.
+    receiver.answer(200);
+    let dead_id = dead[0]["id"].as_str().unwrap();
+    app.post(
+        &format!("/v1/webhooks/{hook_id}/deliveries/{dead_id}/redeliver"),
+        json!({}),
+    )
+    .await
+    .assert_status(StatusCode::ACCEPTED);
+    app.post(
+        &format!("/v1/webhooks/{hook_id}/deliveries/nope/redeliver"),
+        json!({}),
+    )
+    .await
+    .assert_status(StatusCode::NOT_FOUND);
+    assert_eq!(deliver(&app).await.delivered, 1);
+    app.set_time(start + TimeDelta::seconds(60 + 120 + 60));
+    assert_eq!(deliver(&app).await.delivered, 1);
+    let kinds: Vec<String> = receiver
+        .at("/hook")
+        .iter()
+        .map(|r| r.event.clone())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "lease.create",
+            "lease.create",
+            "lease.create",
+            "lease.delete",
+            "lease.create",
+            "lease.delete"
+        ]
+    );
+    let r = app
+        .get(&format!(
+            "/v1/webhooks/{hook_id}/deliveries?status=delivered"
+        ))
+        .await;
+    assert_eq!(r.body["deliveries"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn replicas_deliver_each_event_once() {
+    let app = TestApp::spawn().await;
+    let replica = app.replica().await;
+    let (receiver, base) = Receiver::start().await;
+    for i in 0..10 {
+        app.create_host(&format!("compute-{i}"), json!({})).await;
+    }
+    app.post(
+        "/v1/webhooks",
+        json!({"url": format!("{base}/hook"), "all_projects": true}),
+    )
+    .await
+    .assert_status(StatusCode::CREATED);
+    for i in 0..10 {
+        app.post("/v1/leases", lease_body(&format!("l{i}")))
+            .await
+            .assert_status(StatusCode::CREATED);
+    }
+    let (a, b) = tokio::join!(deliver(&app), deliver(&replica));
+    assert_eq!(a.delivered + b.delivered, 10, "{a:?} {b:?}");
+    let mut ids: Vec<String> = receiver
+        .at("/hook")
+        .into_iter()
+        .map(|r| r.delivery)
+        .collect();
+    assert_eq!(ids.len(), 10);
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 10);
+}
+
+#[tokio::test]
+async fn a_running_server_delivers_as_soon_as_the_event_commits() {
+    let db = crate::harness::TestDatabase::new().await;
+    let listen = format!("127.0.0.1:{}", crate::support::free_port());
+    let server = crate::support::ServerProcess::start(&[
+        "--listen",
+        &listen,
+        "--database-url",
+        &db.url,
+        "--poll-interval",
+        "10",
+    ])
+    .await;
+    let (receiver, base) = Receiver::start().await;
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("http://{listen}/v1/webhooks"))
+        .json(&json!({"url": format!("{base}/hook"), "event_types": ["lease.create"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = http
+        .post(format!("http://{listen}/v1/leases"))
+        .json(&json!({"name": "hooked", "start_date": "2030-01-01 10:00",
+                      "end_date": "2030-01-01 12:00", "reservations": [], "events": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    // Woken by the commit, not by its poll (10 s, longer than this wait).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while receiver.at("/hook").is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let got = receiver.at("/hook");
+    assert_eq!(got.len(), 1, "{}", server.logs());
+    assert_eq!(got[0].event, "lease.create");
+    assert!(got[0].body.contains("\"hooked\""));
+    server.stop().await;
+}

@@ -1,0 +1,504 @@
+//! Webhooks: lease events POSTed to HTTP(S) endpoints that projects register.
+//!
+//! A delivery is written for every matching webhook in the transaction that writes the
+//! notification, so what a subscriber receives is exactly what committed. Deliverers (any
+//! replica) claim due deliveries in a short transaction, POST outside any transaction, and
+//! record the outcome: a 2xx answer delivers; anything else, or no answer within the
+//! timeout, is tried again after a pause that doubles from `retry_base` up to `retry_max`,
+//! until `max_attempts`, when the delivery is dead (kept, listed, and redeliverable). A
+//! lease's later events wait behind its earlier pending one, so each webhook sees a lease's
+//! events in order.
+//!
+//! Each delivery is signed: `X-Blazar-Signature: sha256=<hex HMAC-SHA256>` over
+//! `<X-Blazar-Timestamp>.<body>` with the webhook's secret, so the receiver can check both
+//! the sender and the age of the message (and refuse replays of old ones).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use blazar_core::{Webhook, WebhookDelivery};
+use hmac::{Hmac, Mac};
+use serde_json::json;
+use sha2::Sha256;
+
+use crate::tokens::{hex, random_hex};
+use crate::{Identity, Service, ServiceError, ServiceResult};
+
+/// How deliveries are tried.
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// Attempts before a delivery is dead.
+    pub max_attempts: u32,
+    /// The pause after the first failed attempt; it doubles with each further one.
+    pub retry_base: Duration,
+    /// The longest pause between attempts.
+    pub retry_max: Duration,
+    /// Longest wait for an endpoint's answer; then the attempt failed.
+    pub timeout: Duration,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        WebhookSettings {
+            max_attempts: 8,
+            retry_base: Duration::from_secs(30),
+            retry_max: Duration::from_secs(3_600),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One POST of a delivery.
+#[derive(Debug, Clone)]
+pub struct WebhookRequest {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+    pub timeout: Duration,
+}
+
+/// Sends webhook deliveries: the HTTP status the endpoint answered, or why there was none.
+#[async_trait]
+pub trait WebhookSender: Send + Sync {
+    async fn post(&self, request: &WebhookRequest) -> Result<u16, String>;
+}
+
+/// A webhook to register.
+#[derive(Debug, Clone, Default)]
+pub struct NewWebhook {
+    pub url: String,
+    /// Empty: every event type.
+    pub event_types: Vec<String>,
+    /// Another project's (admins only).
+    pub project_id: Option<String>,
+    /// Every project's events (admins only).
+    pub all_projects: bool,
+    pub description: String,
+}
+
+/// What one run of the deliverer did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryReport {
+    pub delivered: usize,
+    pub retried: usize,
+    pub dead: usize,
+}
+
+/// Deliveries claimed at once by one deliverer.
+const CLAIM_BATCH: usize = 50;
+/// Deliveries listed at most.
+pub const DELIVERIES_LISTED: usize = 1_000;
+const SECRET_BYTES: usize = 32;
+const MAX_URL: usize = 2_048;
+const MAX_EVENT_TYPES: usize = 64;
+
+/// `sha256=<hex>`: the HMAC-SHA256 of `<timestamp>.<body>` keyed with `secret`.
+pub fn webhook_signature(secret: &str, timestamp: i64, body: &str) -> String {
+    // HMAC accepts keys of any length, so this cannot fail.
+    let mut mac = match Hmac::<Sha256>::new_from_slice(secret.as_bytes()) {
+        Ok(mac) => mac,
+        Err(_) => return String::new(),
+    };
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body.as_bytes());
+    format!("sha256={}", hex(&mac.finalize().into_bytes()))
+}
+
+/// The pause before attempt `attempts + 1`, after `attempts` failed ones.
+fn backoff(settings: &WebhookSettings, attempts: u32) -> Duration {
+    let factor = 2u32.saturating_pow(attempts.saturating_sub(1));
+    settings
+        .retry_base
+        .saturating_mul(factor)
+        .min(settings.retry_max)
+}
+
+fn check_url(url: &str) -> ServiceResult<String> {
+    let url = url.trim();
+    let bad = |why: &str| ServiceError::BadRequest(format!("Invalid webhook url {url:?}: {why}"));
+    if url.len() > MAX_URL {
+        return Err(bad("longer than 2048 characters"));
+    }
+    let parsed = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad("give an http or https URL"));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(bad("it names no host"));
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(bad(
+            "credentials do not belong in the URL; deliveries are signed",
+        ));
+    }
+    Ok(parsed.to_string())
+}
+
+fn check_event_types(types: Vec<String>) -> ServiceResult<Vec<String>> {
+    if types.len() > MAX_EVENT_TYPES {
+        return Err(ServiceError::BadRequest(format!(
+            "At most {MAX_EVENT_TYPES} event types"
+        )));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(types.len());
+    for t in types {
+        let t = t.trim().to_string();
+        let valid = !t.is_empty()
+            && t.len() <= 255
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !valid {
+            return Err(ServiceError::BadRequest(format!(
+                "Invalid event type {t:?}: event types are like lease.create"
+            )));
+        }
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+impl Service {
+    pub fn with_webhook_settings(mut self, settings: WebhookSettings) -> Self {
+        self.webhooks = std::sync::Arc::new(settings);
+        self
+    }
+
+    pub(crate) fn wake_webhooks(&self) {
+        self.webhook_wake.notify_one();
+    }
+
+    /// Registers a webhook of the caller's project, or (admins) of another project or of
+    /// every project. The answer carries the secret; it is never shown again.
+    pub async fn create_webhook(
+        &self,
+        identity: &Identity,
+        new: NewWebhook,
+    ) -> ServiceResult<Webhook> {
+        self.authorize_own("blazar:leases:get", identity)?;
+        let admin = self.is_admin(identity);
+        let project_id = match (
+            new.all_projects,
+            new.project_id.map(|p| p.trim().to_string()),
+        ) {
+            (true, Some(_)) => {
+                return Err(ServiceError::BadRequest(
+                    "give project_id or all_projects, not both".into(),
+                ));
+            }
+            (true, None) if !admin => {
+                return Err(ServiceError::Forbidden(
+                    "only an admin may receive every project's events".into(),
+                ));
+            }
+            (true, None) => None,
+            (false, Some(p)) if p.is_empty() => {
+                return Err(ServiceError::BadRequest(
+                    "project_id must not be empty".into(),
+                ));
+            }
+            (false, Some(p)) if p != identity.project_id && !admin => {
+                return Err(ServiceError::Forbidden(
+                    "only an admin may register a webhook of another project".into(),
+                ));
+            }
+            (false, Some(p)) => Some(p),
+            (false, None) => Some(identity.project_id.clone()),
+        };
+        if new.description.chars().count() > 255 {
+            return Err(ServiceError::BadRequest(
+                "description must be at most 255 characters".into(),
+            ));
+        }
+        let webhook = Webhook {
+            id: crate::new_id(),
+            project_id,
+            url: check_url(&new.url)?,
+            secret: random_hex(SECRET_BYTES)?,
+            event_types: check_event_types(new.event_types)?,
+            description: new.description,
+            created_by: Some(identity.user_id.clone()).filter(|u| !u.is_empty()),
+            created_at: self.now(),
+        };
+        in_tx!(self, write, |tx| {
+            tx.insert_webhook(&webhook).await?;
+            Ok(())
+        })?;
+        tracing::info!(
+            webhook.id = %webhook.id,
+            project.id = webhook.project_id.as_deref().unwrap_or("*"),
+            "webhook registered"
+        );
+        Ok(webhook)
+    }
+
+    /// A webhook the caller may see: its project's, or any for an admin.
+    async fn visible_webhook(&self, identity: &Identity, id: &str) -> ServiceResult<Webhook> {
+        self.authorize_own("blazar:leases:get", identity)?;
+        let admin = self.is_admin(identity);
+        let found = in_tx!(self, read, |tx| { Ok(tx.webhook(id).await?) })?;
+        match found {
+            Some(w) if admin || w.project_id.as_deref() == Some(identity.project_id.as_str()) => {
+                Ok(w)
+            }
+            _ => Err(ServiceError::NotFound(format!("Webhook {id} not found"))),
+        }
+    }
+
+    pub async fn get_webhook(&self, identity: &Identity, id: &str) -> ServiceResult<Webhook> {
+        self.visible_webhook(identity, id).await
+    }
+
+    /// The caller's project's webhooks (every webhook for an admin).
+    pub async fn list_webhooks(&self, identity: &Identity) -> ServiceResult<Vec<Webhook>> {
+        self.authorize_own("blazar:leases:get", identity)?;
+        let project = (!self.is_admin(identity)).then_some(identity.project_id.as_str());
+        in_tx!(self, read, |tx| { Ok(tx.list_webhooks(project).await?) })
+    }
+
+    /// Removes a webhook and its deliveries, sent or not.
+    pub async fn delete_webhook(&self, identity: &Identity, id: &str) -> ServiceResult<()> {
+        self.visible_webhook(identity, id).await?;
+        in_tx!(self, write, |tx| {
+            tx.delete_webhook(id).await?;
+            Ok(())
+        })?;
+        tracing::info!(webhook.id = %id, "webhook deleted");
+        Ok(())
+    }
+
+    /// A webhook's latest deliveries (of one status if given).
+    pub async fn webhook_deliveries(
+        &self,
+        identity: &Identity,
+        id: &str,
+        status: Option<&str>,
+    ) -> ServiceResult<Vec<WebhookDelivery>> {
+        if let Some(s) = status
+            && !matches!(s, "pending" | "delivered" | "dead")
+        {
+            return Err(ServiceError::BadRequest(format!(
+                "Invalid status {s:?}: pending, delivered or dead"
+            )));
+        }
+        self.visible_webhook(identity, id).await?;
+        in_tx!(self, read, |tx| {
+            Ok(tx.webhook_deliveries(id, status, DELIVERIES_LISTED).await?)
+        })
+    }
+
+    /// Offers a delivery again now, its attempts counted afresh (a dead letter, once the
+    /// endpoint is back).
+    pub async fn redeliver_webhook(
+        &self,
+        identity: &Identity,
+        id: &str,
+        notification_id: &str,
+    ) -> ServiceResult<()> {
+        self.visible_webhook(identity, id).await?;
+        let now = self.now();
+        let found = in_tx!(self, write, |tx| {
+            Ok(tx.redeliver_webhook(id, notification_id, now).await?)
+        })?;
+        if !found {
+            return Err(ServiceError::NotFound(format!(
+                "Delivery {notification_id} of webhook {id} not found"
+            )));
+        }
+        self.wake_webhooks();
+        Ok(())
+    }
+
+    /// Delivers every due delivery this process may claim now, through `sender`.
+    pub async fn deliver_webhooks(
+        &self,
+        sender: &dyn WebhookSender,
+    ) -> ServiceResult<DeliveryReport> {
+        let settings = self.webhooks.clone();
+        let mut report = DeliveryReport::default();
+        loop {
+            let now = self.now();
+            // Long enough for every POST of the batch to time out one after the other.
+            let claim_for =
+                chrono::Duration::from_std(settings.timeout.saturating_mul(CLAIM_BATCH as u32 + 1))
+                    .unwrap_or_else(|_| chrono::Duration::hours(1));
+            let claimed = in_tx!(self, write, |tx| {
+                tx.lock_webhook_claims().await?;
+                Ok(tx
+                    .claim_webhook_deliveries(now, &self.worker_id, claim_for, CLAIM_BATCH)
+                    .await?)
+            })?;
+            if claimed.is_empty() {
+                return Ok(report);
+            }
+            for d in &claimed {
+                let body = json!({
+                    "id": d.notification_id,
+                    "event_type": d.event_type,
+                    "lease_id": d.lease_id,
+                    "created_at": d.created_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    "payload": d.payload,
+                })
+                .to_string();
+                let timestamp = self.now().timestamp();
+                let request = WebhookRequest {
+                    url: d.url.clone(),
+                    headers: vec![
+                        ("Content-Type".into(), "application/json".into()),
+                        ("X-Blazar-Event".into(), d.event_type.clone()),
+                        ("X-Blazar-Delivery".into(), d.notification_id.clone()),
+                        ("X-Blazar-Webhook".into(), d.webhook_id.clone()),
+                        ("X-Blazar-Timestamp".into(), timestamp.to_string()),
+                        (
+                            "X-Blazar-Signature".into(),
+                            webhook_signature(&d.secret, timestamp, &body),
+                        ),
+                    ],
+                    body,
+                    timeout: settings.timeout,
+                };
+                let result = match tokio::time::timeout(
+                    settings.timeout + Duration::from_secs(1),
+                    sender.post(&request),
+                )
+                .await
+                {
+                    Ok(result) => result,
+                    Err(_) => Err("no answer in time".into()),
+                };
+                let attempts = u32::try_from(d.attempts)
+                    .unwrap_or(u32::MAX)
+                    .saturating_add(1);
+                let now = self.now();
+                let (status, text, next) = match result {
+                    Ok(code) if (200..300).contains(&code) => {
+                        report.delivered += 1;
+                        ("delivered", code.to_string(), now)
+                    }
+                    other => {
+                        let text = match other {
+                            Ok(code) => code.to_string(),
+                            Err(e) => e,
+                        };
+                        if attempts >= settings.max_attempts {
+                            report.dead += 1;
+                            tracing::warn!(
+                                webhook.id = %d.webhook_id,
+                                delivery = %d.notification_id,
+                                attempts,
+                                result = %text,
+                                "webhook delivery is dead"
+                            );
+                            ("dead", text, now)
+                        } else {
+                            report.retried += 1;
+                            let pause = chrono::Duration::from_std(backoff(&settings, attempts))
+                                .unwrap_or_else(|_| chrono::Duration::hours(1));
+                            ("pending", text, now + pause)
+                        }
+                    }
+                };
+                in_tx!(self, write, |tx| {
+                    tx.record_webhook_attempt(
+                        &d.webhook_id,
+                        &d.notification_id,
+                        &self.worker_id,
+                        now,
+                        status,
+                        &text,
+                        next,
+                    )
+                    .await?;
+                    Ok(())
+                })?;
+            }
+        }
+    }
+
+    /// Delivers webhooks through `sender` until `shutdown`: when a commit wrote
+    /// notifications, and at least every `poll` (retries coming due, other replicas' work,
+    /// expired claims).
+    pub async fn run_webhook_deliverer(
+        &self,
+        sender: &dyn WebhookSender,
+        poll: Duration,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        loop {
+            if let Err(e) = self.deliver_webhooks(sender).await {
+                tracing::error!(error = %e, "could not deliver webhooks");
+            }
+            tokio::select! {
+                _ = self.webhook_wake.notified() => {}
+                _ = tokio::time::sleep(poll) => {}
+                _ = &mut shutdown => break,
+            }
+        }
+    }
+
+    /// Pending and dead deliveries, for monitoring.
+    pub async fn webhook_backlog(&self) -> ServiceResult<blazar_db::DeliveryCounts> {
+        in_tx!(self, read, |tx| { Ok(tx.webhook_delivery_counts().await?) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signature_covers_the_timestamp_and_the_body() {
+        let a = webhook_signature("key", 1_700_000_000, "{}");
+        assert!(a.starts_with("sha256=") && a.len() == 7 + 64, "{a}");
+        assert_ne!(a, webhook_signature("key", 1_700_000_001, "{}"));
+        assert_ne!(a, webhook_signature("key", 1_700_000_000, "{ }"));
+        assert_ne!(a, webhook_signature("other", 1_700_000_000, "{}"));
+        // RFC 4231 test case 2, as a check of the construction.
+        let mut mac = Hmac::<Sha256>::new_from_slice(b"Jefe").unwrap();
+        mac.update(b"what do ya want for nothing?");
+        assert_eq!(
+            hex(&mac.finalize().into_bytes()),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn pauses_double_up_to_the_cap() {
+        let s = WebhookSettings {
+            retry_base: Duration::from_secs(30),
+            retry_max: Duration::from_secs(300),
+            ..WebhookSettings::default()
+        };
+        let pauses: Vec<u64> = (1..=6).map(|n| backoff(&s, n).as_secs()).collect();
+        assert_eq!(pauses, [30, 60, 120, 240, 300, 300]);
+    }
+
+    #[test]
+    fn urls_and_event_types_are_checked() {
+        assert!(check_url("https://hooks.example.org/blazar").is_ok());
+        assert!(check_url("http://127.0.0.1:8080/x").is_ok());
+        for bad in [
+            "ftp://x/y",
+            "not a url",
+            "https://user:pw@example.org/",
+            "mailto:a@b",
+        ] {
+            assert!(check_url(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            check_event_types(vec![
+                "lease.delete".into(),
+                "lease.create".into(),
+                "lease.create".into()
+            ])
+            .unwrap(),
+            ["lease.create", "lease.delete"]
+        );
+        assert!(check_event_types(vec!["lease create".into()]).is_err());
+        assert!(check_event_types(vec![String::new()]).is_err());
+    }
+}
