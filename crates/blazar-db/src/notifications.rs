@@ -41,8 +41,13 @@ fn notification_from_row(row: &AnyRow) -> DbResult<NotificationRow> {
 impl Tx {
     /// Adds a notification after those written before it, and a pending delivery of it to
     /// every webhook that takes it. A lease's notifications are written under its row lock,
-    /// so their order is the order of the changes.
-    pub async fn insert_notification(&mut self, n: &NotificationRow) -> DbResult<()> {
+    /// so their order is the order of the changes. `request_id`, the global id of the API
+    /// call that caused it, goes with each webhook delivery.
+    pub async fn insert_notification(
+        &mut self,
+        n: &NotificationRow,
+        request_id: Option<&str>,
+    ) -> DbResult<()> {
         self.recorded_notifications = true;
         self.write(
             "INSERT INTO notifications (id, seq, event_type, lease_id, payload, created_at) \
@@ -57,7 +62,7 @@ impl Tx {
         )
         .await?;
         let project = n.payload.get("project_id").and_then(Value::as_str);
-        self.fan_out_to_webhooks(&n.id, project).await
+        self.fan_out_to_webhooks(&n.id, project, request_id).await
     }
 
     pub async fn list_notifications(

@@ -59,6 +59,8 @@ pub struct ClaimedDelivery {
     pub created_at: DateTime<Utc>,
     /// Attempts made before this one.
     pub attempts: i64,
+    /// The global request id of the API call that caused the event.
+    pub request_id: Option<String>,
 }
 
 /// Deliveries counted by status, for monitoring.
@@ -155,17 +157,22 @@ impl Tx {
         &mut self,
         id: &str,
         project_id: Option<&str>,
+        request_id: Option<&str>,
     ) -> DbResult<()> {
         self.write(
             "INSERT INTO webhook_deliveries (webhook_id, notification_id, seq, lease_id, status, \
-                 attempts, next_attempt_at, created_at) \
-             SELECT w.id, n.id, n.seq, n.lease_id, 'pending', 0, n.created_at, n.created_at \
+                 attempts, next_attempt_at, request_id, created_at) \
+             SELECT w.id, n.id, n.seq, n.lease_id, 'pending', 0, n.created_at, $3, n.created_at \
              FROM webhooks w, notifications n \
              WHERE n.id = $1 AND (w.project_id IS NULL OR w.project_id = $2) \
              AND (NOT EXISTS (SELECT 1 FROM webhook_event_types t WHERE t.webhook_id = w.id) \
                   OR EXISTS (SELECT 1 FROM webhook_event_types t \
                              WHERE t.webhook_id = w.id AND t.event_type = n.event_type))",
-            vec![id.into(), Arg::Text(project_id.map(String::from))],
+            vec![
+                id.into(),
+                Arg::Text(project_id.map(String::from)),
+                Arg::Text(request_id.map(String::from)),
+            ],
         )
         .await
     }
@@ -205,7 +212,8 @@ impl Tx {
         let rows = self
             .fetch_rows(
                 "SELECT d.webhook_id, w.url, w.secret, d.notification_id, n.event_type, \
-                     d.lease_id, n.payload, n.created_at, CAST(d.attempts AS BIGINT) AS attempts \
+                     d.lease_id, n.payload, n.created_at, CAST(d.attempts AS BIGINT) AS attempts, \
+                     d.request_id \
                  FROM webhook_deliveries d \
                  JOIN webhooks w ON w.id = d.webhook_id \
                  JOIN notifications n ON n.id = d.notification_id \
@@ -232,6 +240,7 @@ impl Tx {
                     .map_err(|_| DbError::Corrupt(format!("notification payload {payload:?}")))?,
                 created_at: from_secs(row.try_get("created_at")?)?,
                 attempts: row.try_get("attempts")?,
+                request_id: row.try_get("request_id")?,
             });
         }
         for d in &claimed {

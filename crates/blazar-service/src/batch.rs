@@ -24,7 +24,18 @@ const MAX_BATCH: usize = 64;
 struct Job {
     service: Service,
     plan: LeasePlan,
+    /// The global request id of the create's API call: the writer thread runs outside the
+    /// request's task, so what the create records (actions, webhook deliveries) gets it here.
+    request_id: Option<String>,
     reply: oneshot::Sender<ServiceResult<LeaseView>>,
+}
+
+/// Runs `fut` as part of the request `id` names, if any.
+async fn as_request<F: std::future::Future>(id: &Option<String>, fut: F) -> F::Output {
+    match id {
+        Some(id) => crate::with_request_id(id.clone(), fut).await,
+        None => fut.await,
+    }
 }
 
 /// The queue of creates waiting for the writer task.
@@ -61,6 +72,7 @@ impl CreateBatcher {
         let job = Job {
             service: service.clone(),
             plan,
+            request_id: crate::current_request_id(),
             reply,
         };
         if let Err(mpsc::error::SendError(job)) = self.queue.send(job) {
@@ -134,7 +146,11 @@ async fn write_batch(batch: Vec<Job>) {
 
 async fn one_by_one(jobs: Vec<Job>) {
     for job in jobs {
-        let result = job.service.write_new_lease_alone(&job.plan).await;
+        let result = as_request(
+            &job.request_id,
+            job.service.write_new_lease_alone(&job.plan),
+        )
+        .await;
         let _ = job.reply.send(result);
     }
 }
@@ -147,7 +163,7 @@ async fn write_one(
     job: &Job,
 ) -> Result<ServiceResult<LeaseView>, ServiceError> {
     let savepoint = tx.savepoint().await?;
-    match job.service.write_new_lease(tx, &job.plan).await {
+    match as_request(&job.request_id, job.service.write_new_lease(tx, &job.plan)).await {
         Ok(view) => {
             tx.release(savepoint).await?;
             Ok(Ok(view))

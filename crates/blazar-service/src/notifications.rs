@@ -113,13 +113,16 @@ impl Service {
         event_type: &str,
         view: &LeaseView,
     ) -> ServiceResult<()> {
-        tx.insert_notification(&NotificationRow {
-            id: new_id(),
-            event_type: event_type.to_string(),
-            lease_id: Some(view.lease.id.clone()),
-            payload: lease_payload(view),
-            created_at: self.now(),
-        })
+        tx.insert_notification(
+            &NotificationRow {
+                id: new_id(),
+                event_type: event_type.to_string(),
+                lease_id: Some(view.lease.id.clone()),
+                payload: lease_payload(view),
+                created_at: self.now(),
+            },
+            crate::current_request_id().as_deref(),
+        )
         .await?;
         Ok(())
     }
@@ -215,7 +218,8 @@ impl Service {
             created_at: self.now(),
         };
         let written = in_tx!(self, write, |tx| {
-            tx.insert_notification(&row).await?;
+            tx.insert_notification(&row, crate::current_request_id().as_deref())
+                .await?;
             Ok(())
         });
         match written {

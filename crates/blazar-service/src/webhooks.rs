@@ -344,19 +344,24 @@ impl Service {
                 })
                 .to_string();
                 let timestamp = self.now().timestamp();
+                let mut headers = vec![
+                    ("Content-Type".into(), "application/json".into()),
+                    ("X-Blazar-Event".into(), d.event_type.clone()),
+                    ("X-Blazar-Delivery".into(), d.notification_id.clone()),
+                    ("X-Blazar-Webhook".into(), d.webhook_id.clone()),
+                    ("X-Blazar-Timestamp".into(), timestamp.to_string()),
+                    (
+                        "X-Blazar-Signature".into(),
+                        webhook_signature(&d.secret, timestamp, &body),
+                    ),
+                ];
+                // The API call that caused the event, so the receiver's logs match ours.
+                if let Some(id) = &d.request_id {
+                    headers.push(("X-OpenStack-Request-Id".into(), id.clone()));
+                }
                 let request = WebhookRequest {
                     url: d.url.clone(),
-                    headers: vec![
-                        ("Content-Type".into(), "application/json".into()),
-                        ("X-Blazar-Event".into(), d.event_type.clone()),
-                        ("X-Blazar-Delivery".into(), d.notification_id.clone()),
-                        ("X-Blazar-Webhook".into(), d.webhook_id.clone()),
-                        ("X-Blazar-Timestamp".into(), timestamp.to_string()),
-                        (
-                            "X-Blazar-Signature".into(),
-                            webhook_signature(&d.secret, timestamp, &body),
-                        ),
-                    ],
+                    headers,
                     body,
                     timeout: settings.timeout,
                 };

@@ -33,6 +33,8 @@ CREATE TABLE webhook_deliveries (
     last_result TEXT,
     claimed_by TEXT,
     claimed_until BIGINT,
+    -- The global request id of the API call that caused the event, sent with each attempt.
+    request_id TEXT,
     created_at BIGINT NOT NULL,
     PRIMARY KEY (webhook_id, notification_id)
 );

@@ -19,6 +19,7 @@ struct Received {
     delivery: String,
     timestamp: i64,
     signature: String,
+    request_id: String,
     body: String,
 }
 
@@ -79,6 +80,7 @@ async fn receive(
         delivery: header("x-blazar-delivery"),
         timestamp: header("x-blazar-timestamp").parse().unwrap_or(-1),
         signature: header("x-blazar-signature"),
+        request_id: header("x-openstack-request-id"),
         body,
     });
     let status = *receiver.status.lock().unwrap();
@@ -415,8 +417,10 @@ async fn a_running_server_delivers_as_soon_as_the_event_commits() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::CREATED);
+    let global = format!("req-{}", uuid::Uuid::new_v4());
     let r = http
         .post(format!("http://{listen}/v1/leases"))
+        .header("X-OpenStack-Request-Id", &global)
         .json(&json!({"name": "hooked", "start_date": "2030-01-01 10:00",
                       "end_date": "2030-01-01 12:00", "reservations": [], "events": []}))
         .send()
@@ -432,5 +436,7 @@ async fn a_running_server_delivers_as_soon_as_the_event_commits() {
     assert_eq!(got.len(), 1, "{}", server.logs());
     assert_eq!(got[0].event, "lease.create");
     assert!(got[0].body.contains("\"hooked\""));
+    // The delivery carries the global request id of the call that caused the event.
+    assert_eq!(got[0].request_id, global);
     server.stop().await;
 }
