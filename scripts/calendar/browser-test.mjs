@@ -241,6 +241,37 @@ try {
   check(/latest end|cannot be extended/i.test(extensionRefusal), `extension refusal: ${extensionRefusal}`);
   await shot(page, "extension-refused");
 
+  step = "a host without the grouped property, and an instance lease opened from its band";
+  const loner = await api(adminUrl, "POST", "/v1/os-hosts",
+    { name: "loner-1", vcpus: 8, memory_mb: 16384, local_gb: 100 });
+  check(loner.status === 201, `loner host: ${loner.status} ${JSON.stringify(loner.body)}`);
+  const at = (ms) => new Date(ms).toISOString().slice(0, 16).replace("T", " ");
+  const slotsStart = Math.ceil((Date.now() + 3600_000) / 3600_000) * 3600_000;
+  const slots = await api(adminUrl, "POST", "/v1/leases", {
+    name: "slots-on-loner", start_date: at(slotsStart), end_date: at(slotsStart + 4 * 3600_000),
+    events: [],
+    reservations: [{
+      resource_type: "virtual:instance", amount: 2, vcpus: 2, memory_mb: 2048, disk_gb: 10,
+      affinity: null, resource_properties: '["==", "$hypervisor_hostname", "loner-1"]',
+    }],
+  });
+  check(slots.status === 201, `instance lease: ${slots.status} ${JSON.stringify(slots.body)}`);
+  await applyFilters(page, { group: "node_type", name: "loner" });
+  // A name search loads every group's pages before it can say what matches.
+  await page.waitForFunction(() => window.calendarMetrics.complete, null, { timeout: 30_000 });
+  await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0))));
+  const lonerGroups = await page.$$eval(".row.group .label", (ns) => ns.map((n) => n.textContent));
+  check(JSON.stringify(lonerGroups) === JSON.stringify(["node_type not set (1)"]),
+    `groups of a host without node_type: ${lonerGroups}`);
+  const slotBar = `button.bar.slots[aria-label^="Lease slots-on-loner"]`;
+  await page.waitForSelector(slotBar, { timeout: 20_000 });
+  await page.click(slotBar);
+  await page.waitForFunction(() => document.querySelector("#panel-title").textContent.includes("slots-on-loner"));
+  await page.waitForSelector("#panel-body h3");
+  check((await page.textContent("#panel-body")).includes("virtual:instance"),
+    "the instance lease's panel shows its reservation");
+  await shot(page, "instance-lease-panel");
+
   step = "a refused booking shows the server's reasons";
   await applyFilters(page, {});
   await page.click("#book-button");

@@ -102,6 +102,10 @@ async function reload() {
       label: `${state.groupBy} = ${value}`,
       query: combinedQuery(["==", `$${state.groupBy}`, value]),
     }));
+    // The query language cannot ask for a property's absence: the last group pages through
+    // everything the filter matches and keeps what no group above holds (they are complete
+    // by the time it loads, since segments load in order).
+    segments.push({ label: `${state.groupBy} not set`, query: combinedQuery(null), rest: true });
   }
   try {
     if (state.query.trim()) JSON.parse(state.query);
@@ -172,7 +176,8 @@ async function loadMore(generation) {
 }
 
 function summary() {
-  const loaded = state.segments.reduce((n, s) => n + s.resources.length, 0);
+  // The "not set" group reads resources the groups above hold too: count each once.
+  const loaded = new Set(state.segments.flatMap((s) => s.resources.map((r) => r.id))).size;
   const more = state.segments.some((s) => !s.done) ? " (more below)" : "";
   const shown = gantt.rows.filter((r) => r.kind === "resource").length;
   const noun = TYPES[state.type].label.toLowerCase();
@@ -187,10 +192,13 @@ function explainText(error) {
 function rebuildRows() {
   const rows = [];
   const name = state.name.trim().toLowerCase();
+  const grouped = new Set();
   for (const segment of state.segments) {
     const matching = segment.resources.filter((r) =>
+      !(segment.rest && grouped.has(r.id)) &&
       (!name || r.name.toLowerCase().includes(name)) &&
       (!state.mine || r.busy.some((b) => b.own)));
+    if (!segment.rest) for (const r of segment.resources) grouped.add(r.id);
     // A group that finished with nothing in it is noise: only the values that match are shown.
     if (segment.done && !matching.length) continue;
     if (segment.label) rows.push({ kind: "group", label: `${segment.label} (${matching.length}${segment.done ? "" : "+"})` });
