@@ -4,8 +4,8 @@
 use clap::Args;
 use serde_json::{Map, Value};
 
-use super::leases::show_object;
-use super::output::{ListOutput, ShowOutput, check_sort, render_list, sort_objects};
+use super::leases::{get_and_list, show_object};
+use super::output::{ListOutput, ShowOutput};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
@@ -62,11 +62,8 @@ pub struct DeleteArgs {
 }
 
 pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    check_sort(&args.sort_by, LIST_COLUMNS)?;
-    let mut items: Vec<Map<String, Value>> = ctx.client.get("/ical-feeds", "ical_feeds").await?;
-    sort_objects(&mut items, &args.sort_by);
-    emit(&render_list(&items, LIST_COLUMNS, &args.out)?);
-    Ok(())
+    let from = ("/ical-feeds", "ical_feeds");
+    get_and_list(ctx, from, LIST_COLUMNS, &args.sort_by, &args.out).await
 }
 
 pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {

@@ -5,8 +5,8 @@
 use clap::Args;
 use serde_json::{Map, Value};
 
-use super::leases::show_object;
-use super::output::{ListOutput, ShowOutput, check_sort, render_list, sort_objects};
+use super::leases::{get_and_list, get_and_show, show_object};
+use super::output::{ListOutput, ShowOutput};
 use super::resolve::{IdShape, Lookup, find_id};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
@@ -93,21 +93,14 @@ pub struct DeleteArgs {
 }
 
 pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    check_sort(&args.sort_by, LIST_COLUMNS)?;
-    let mut items: Vec<Map<String, Value>> = ctx.client.get("/flavors", "flavors").await?;
-    sort_objects(&mut items, &args.sort_by);
-    emit(&render_list(&items, LIST_COLUMNS, &args.out)?);
-    Ok(())
+    let from = ("/flavors", "flavors");
+    get_and_list(ctx, from, LIST_COLUMNS, &args.sort_by, &args.out).await
 }
 
 pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {
     let id = find_id(ctx, &FLAVORS, &args.id).await?;
-    let object: Map<String, Value> = ctx
-        .client
-        .get(&format!("/flavors/{}", segment(&id)), "flavor")
-        .await?;
-    emit(&show_object(ctx, object, &args.out)?);
-    Ok(())
+    let path = format!("/flavors/{}", segment(&id));
+    get_and_show(ctx, &path, "flavor", &args.out).await
 }
 
 pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {

@@ -273,6 +273,29 @@ pub fn show_object(
     render_show(show_fields(&object, true), out)
 }
 
+/// `GET path` and prints the object under `key`, as a show-type command does.
+pub async fn get_and_show(ctx: &Context, path: &str, key: &str, out: &ShowOutput) -> CliResult {
+    let object: Map<String, Value> = ctx.client.get(path, key).await?;
+    emit(&show_object(ctx, object, out)?);
+    Ok(())
+}
+
+/// `GET path` and prints the list under `key` sorted by `sort_by`, as a list-type command
+/// of resources without dates to localise does.
+pub async fn get_and_list(
+    ctx: &Context,
+    (path, key): (&str, &str),
+    columns: &[&str],
+    sort_by: &str,
+    out: &ListOutput,
+) -> CliResult {
+    check_sort(sort_by, columns)?;
+    let mut items: Vec<Map<String, Value>> = ctx.client.get(path, key).await?;
+    sort_objects(&mut items, sort_by);
+    emit(&render_list(&items, columns, out)?);
+    Ok(())
+}
+
 pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {
     let id = find_id(ctx, &LEASES, &args.id).await?;
     let lease: Map<String, Value> = ctx

@@ -5,8 +5,8 @@ use clap::Args;
 use reqwest::Method;
 use serde_json::{Map, Value};
 
-use super::leases::show_object;
-use super::output::{ListOutput, ShowOutput, check_sort, render_list, sort_objects};
+use super::leases::{get_and_list, get_and_show, show_object};
+use super::output::{ListOutput, ShowOutput, render_list};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
@@ -123,11 +123,8 @@ pub struct RedeliverArgs {
 }
 
 pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    check_sort(&args.sort_by, LIST_COLUMNS)?;
-    let mut items: Vec<Map<String, Value>> = ctx.client.get("/webhooks", "webhooks").await?;
-    sort_objects(&mut items, &args.sort_by);
-    emit(&render_list(&items, LIST_COLUMNS, &args.out)?);
-    Ok(())
+    let from = ("/webhooks", "webhooks");
+    get_and_list(ctx, from, LIST_COLUMNS, &args.sort_by, &args.out).await
 }
 
 pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {
@@ -156,12 +153,8 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {
 }
 
 pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {
-    let hook: Map<String, Value> = ctx
-        .client
-        .get(&format!("/webhooks/{}", segment(&args.id)), "webhook")
-        .await?;
-    emit(&show_object(ctx, hook, &args.out)?);
-    Ok(())
+    let path = format!("/webhooks/{}", segment(&args.id));
+    get_and_show(ctx, &path, "webhook", &args.out).await
 }
 
 pub async fn delete(ctx: &Context, args: DeleteArgs) -> CliResult {
