@@ -11,6 +11,12 @@
 //! vCPUs (`sqlite-instance`: capacity counted over the window on every candidate host); it is
 //! deleted again outside the timed part, so every iteration sees the same state.
 //!
+//! `BLAZAR_BENCH_PAST=0.9` measures with history: the seeded leases are written with the clock
+//! before the year, then the clock moves to 90 % through it and the scheduler runs every
+//! event due by then (the leases of the first 90 % end: TERMINATED, their allocations over),
+//! and the measured creates fall in the year's last 10 %. With `BLAZAR_BENCH_ALLOCATIONS=
+//! 100000,1000000` that is the "flat over history" comparison of issue 15.
+//!
 //! Run: `cargo bench -p blazar-service --bench create_lease`.
 
 // A benchmark is a test harness: a broken fixture should stop it loudly.
@@ -21,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use blazar_core::When;
 use blazar_db::{Store, StoreOptions};
-use blazar_service::{Identity, NewLease, Service, Settings, StandaloneBackend, SystemClock};
+use blazar_service::{Identity, ManualClock, NewLease, Service, Settings, StandaloneBackend};
 use chrono::{DateTime, TimeZone, Utc};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use serde_json::{Map, Value, json};
@@ -44,6 +50,10 @@ fn mix64(mut z: u64) -> u64 {
 
 fn year_start() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2031, 1, 1, 0, 0, 0).unwrap()
+}
+
+fn year_end() -> DateTime<Utc> {
+    year_start() + chrono::Duration::minutes(YEAR_MINUTES)
 }
 
 fn admin() -> Identity {
@@ -100,7 +110,18 @@ fn lease(
 
 struct Fixture {
     service: Service,
+    /// Where measured creates may start: from here to the end of the year.
+    from: DateTime<Utc>,
     _dir: tempfile::TempDir,
+}
+
+/// The share of the seeded year already over when creates are measured.
+fn past() -> f64 {
+    std::env::var("BLAZAR_BENCH_PAST")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|p| (0.0..0.99).contains(p))
+        .unwrap_or(0.0)
 }
 
 /// A service over a fresh SQLite file with `hosts` hosts and `allocations` allocations.
@@ -113,9 +134,10 @@ async fn fixture(hosts: usize, allocations: usize) -> Fixture {
     })
     .await
     .unwrap();
+    let clock = Arc::new(ManualClock::new(year_start() - chrono::Duration::days(1)));
     let service = Service::new(
         store,
-        Arc::new(SystemClock),
+        clock.clone(),
         Settings::default(),
         Arc::new(StandaloneBackend),
     );
@@ -155,7 +177,29 @@ async fn fixture(hosts: usize, allocations: usize) -> Fixture {
         );
         service.create_lease(&who, &request).await.unwrap();
     }
-    Fixture { service, _dir: dir }
+    let from = year_start() + chrono::Duration::minutes((YEAR_MINUTES as f64 * past()) as i64);
+    clock.set(from);
+    if past() > 0.0 {
+        // Every start and end due by now, as a scheduler running all along would have.
+        let t = Instant::now();
+        let mut events = 0;
+        loop {
+            let report = service.tick(from).await.unwrap();
+            events += report.executed + report.failed;
+            if report.executed + report.failed == 0 {
+                break;
+            }
+        }
+        eprintln!(
+            "ran {events} events up to {from} in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    Fixture {
+        service,
+        from,
+        _dir: dir,
+    }
 }
 
 fn bench_create_lease(c: &mut Criterion) {
@@ -182,7 +226,7 @@ fn bench_create_lease(c: &mut Criterion) {
                     .into_iter()
                     .enumerate()
                 {
-                    let start = year_start() + chrono::Duration::days(180);
+                    let start = fx.from + (year_end() - fx.from) / 2;
                     let request = lease(
                         format!("check-{n}"),
                         start,
@@ -196,16 +240,20 @@ fn bench_create_lease(c: &mut Criterion) {
             let mut i = 0u64;
             for kind in ["host", "instance"] {
                 group.bench_function(
-                    BenchmarkId::new(format!("sqlite-{kind}"), format!("{hosts}/{allocations}")),
+                    BenchmarkId::new(
+                        format!("sqlite-{kind}"),
+                        format!("{hosts}/{allocations}/past{:.0}", past() * 100.0),
+                    ),
                     |b| {
                         b.iter_custom(|iters| {
                             runtime.block_on(async {
                                 let mut timed = Duration::ZERO;
                                 for _ in 0..iters {
                                     i += 1;
-                                    let start = year_start()
+                                    let open = (year_end() - fx.from).num_minutes() - 60;
+                                    let start = fx.from
                                         + chrono::Duration::minutes(
-                                            (mix64(i) % (YEAR_MINUTES as u64 - 60)) as i64,
+                                            (mix64(i) % open.max(1) as u64) as i64,
                                         );
                                     let wanted = match kind {
                                         "host" => reservation((i % 10 + 1) as usize, "gpu", "true"),
