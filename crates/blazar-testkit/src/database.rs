@@ -55,7 +55,11 @@ impl TestDatabase {
             .expect("create schema");
         conn.close().await.ok();
         let sep = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{sep}options=-c%20search_path%3D{schema}%2Cpublic");
+        // Every connection made for this test names the schema, so that the cleanup can end
+        // the ones still open (see `Drop`).
+        let url = format!(
+            "{base}{sep}options=-c%20search_path%3D{schema}%2Cpublic&application_name={schema}"
+        );
         TestDatabase {
             url,
             _dir: None,
@@ -81,15 +85,77 @@ impl Drop for TestDatabase {
                     return;
                 };
                 rt.block_on(async move {
-                    if let Ok(mut conn) = sqlx::PgConnection::connect(&base).await {
-                        let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                    let Ok(mut conn) = sqlx::PgConnection::connect(&base).await else {
+                        return;
+                    };
+                    // The test's own server may still hold a transaction open on the schema's
+                    // tables (an event stream's read, say) on the runtime this drop is
+                    // blocking: DROP would wait for it forever. End those connections first,
+                    // and never wait long for a lock.
+                    for _ in 0..5 {
+                        let _ = sqlx::query(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                             WHERE application_name = $1 AND pid <> pg_backend_pid()",
+                        )
+                        .bind(&schema)
+                        .execute(&mut conn)
+                        .await;
+                        let _ = sqlx::query("SET lock_timeout = '5s'")
                             .execute(&mut conn)
                             .await;
-                        let _ = conn.close().await;
+                        let dropped =
+                            sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                                .execute(&mut conn)
+                                .await;
+                        if dropped.is_ok() {
+                            break;
+                        }
                     }
+                    let _ = conn.close().await;
                 });
             })
             .join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// A test whose server still holds a transaction on its schema when the database is
+    /// dropped (on the runtime the drop blocks) must not hang the suite.
+    #[tokio::test]
+    async fn dropping_a_schema_ends_the_transactions_still_open_on_it() {
+        let Some(base) = postgres_url() else {
+            return;
+        };
+        let db = TestDatabase::postgres(base).await;
+        let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query("CREATE TABLE held (x INT)")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+        sqlx::query("SELECT * FROM held")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        // `holder` keeps its lock while this thread blocks in the drop.
+        let (done, finished) = std::sync::mpsc::channel();
+        let dropper = std::thread::spawn(move || {
+            drop(db);
+            let _ = done.send(());
+        });
+        assert!(
+            finished
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .is_ok(),
+            "the schema's drop waited on an open transaction"
+        );
+        dropper.join().unwrap();
+        drop(holder);
     }
 }
