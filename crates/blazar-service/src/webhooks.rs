@@ -3,7 +3,8 @@
 //! A delivery is written for every matching webhook in the transaction that writes the
 //! notification, so what a subscriber receives is exactly what committed. Deliverers (any
 //! replica) claim due deliveries in a short transaction, POST outside any transaction, and
-//! record the outcome: a 2xx answer delivers; anything else, or no answer within the
+//! record the outcome (up to 16 POSTs of a batch at once, so a slow endpoint delays the
+//! others by one timeout at most, per batch): a 2xx answer delivers; anything else, or no answer within the
 //! timeout, is tried again after a pause that doubles from `retry_base` up to `retry_max`,
 //! until `max_attempts`, when the delivery is dead (kept, listed, and redeliverable). A
 //! lease's later events wait behind its earlier pending one, so each webhook sees a lease's
@@ -17,6 +18,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use blazar_core::{Webhook, WebhookDelivery};
+use blazar_db::ClaimedDelivery;
+use futures::StreamExt;
 use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
@@ -86,6 +89,15 @@ pub struct DeliveryReport {
 
 /// Deliveries claimed at once by one deliverer.
 const CLAIM_BATCH: usize = 50;
+/// Deliveries of a batch in flight at once.
+const CONCURRENT_POSTS: usize = 16;
+
+/// How one attempt ended.
+enum Outcome {
+    Delivered,
+    Retried,
+    Dead,
+}
 /// Deliveries listed at most.
 pub const DELIVERIES_LISTED: usize = 1_000;
 const SECRET_BYTES: usize = 32;
@@ -334,93 +346,122 @@ impl Service {
             if claimed.is_empty() {
                 return Ok(report);
             }
-            for d in &claimed {
-                let body = json!({
-                    "id": d.notification_id,
-                    "event_type": d.event_type,
-                    "lease_id": d.lease_id,
-                    "created_at": d.created_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                    "payload": d.payload,
-                })
-                .to_string();
-                let timestamp = self.now().timestamp();
-                let mut headers = vec![
-                    ("Content-Type".into(), "application/json".into()),
-                    ("X-Blazar-Event".into(), d.event_type.clone()),
-                    ("X-Blazar-Delivery".into(), d.notification_id.clone()),
-                    ("X-Blazar-Webhook".into(), d.webhook_id.clone()),
-                    ("X-Blazar-Timestamp".into(), timestamp.to_string()),
-                    (
-                        "X-Blazar-Signature".into(),
-                        webhook_signature(&d.secret, timestamp, &body),
-                    ),
-                ];
-                // The API call that caused the event, so the receiver's logs match ours.
-                if let Some(id) = &d.request_id {
-                    headers.push(("X-OpenStack-Request-Id".into(), id.clone()));
-                }
-                let request = WebhookRequest {
-                    url: d.url.clone(),
-                    headers,
-                    body,
-                    timeout: settings.timeout,
-                };
-                let result = match tokio::time::timeout(
-                    settings.timeout + Duration::from_secs(1),
-                    sender.post(&request),
+            // A batch holds at most one delivery per webhook and lease (the claim leaves a
+            // lease's later ones behind its earlier), so they may go side by side: a slow or
+            // dead endpoint holds up only its own deliveries.
+            // Futures made first and boxed: a closure inside the stream would keep the
+            // deliverer's future from being `Send` (a known limit of higher-ranked lifetimes).
+            let attempts: Vec<_> = claimed
+                .iter()
+                .map(
+                    |d| -> futures::future::BoxFuture<'_, ServiceResult<Outcome>> {
+                        Box::pin(self.attempt_delivery(sender, d, &settings))
+                    },
                 )
-                .await
-                {
-                    Ok(result) => result,
-                    Err(_) => Err("no answer in time".into()),
-                };
-                let attempts = u32::try_from(d.attempts)
-                    .unwrap_or(u32::MAX)
-                    .saturating_add(1);
-                let now = self.now();
-                let (status, text, next) = match result {
-                    Ok(code) if (200..300).contains(&code) => {
-                        report.delivered += 1;
-                        ("delivered", code.to_string(), now)
-                    }
-                    other => {
-                        let text = match other {
-                            Ok(code) => code.to_string(),
-                            Err(e) => e,
-                        };
-                        if attempts >= settings.max_attempts {
-                            report.dead += 1;
-                            tracing::warn!(
-                                webhook.id = %d.webhook_id,
-                                delivery = %d.notification_id,
-                                attempts,
-                                result = %text,
-                                "webhook delivery is dead"
-                            );
-                            ("dead", text, now)
-                        } else {
-                            report.retried += 1;
-                            let pause = chrono::Duration::from_std(backoff(&settings, attempts))
-                                .unwrap_or_else(|_| chrono::Duration::hours(1));
-                            ("pending", text, now + pause)
-                        }
-                    }
-                };
-                in_tx!(self, write, |tx| {
-                    tx.record_webhook_attempt(
-                        &d.webhook_id,
-                        &d.notification_id,
-                        &self.worker_id,
-                        now,
-                        status,
-                        &text,
-                        next,
-                    )
-                    .await?;
-                    Ok(())
-                })?;
+                .collect();
+            let outcomes: Vec<ServiceResult<Outcome>> = futures::stream::iter(attempts)
+                .buffer_unordered(CONCURRENT_POSTS)
+                .collect()
+                .await;
+            for outcome in outcomes {
+                match outcome? {
+                    Outcome::Delivered => report.delivered += 1,
+                    Outcome::Retried => report.retried += 1,
+                    Outcome::Dead => report.dead += 1,
+                }
             }
         }
+    }
+
+    /// One attempt of a claimed delivery, its outcome recorded.
+    async fn attempt_delivery(
+        &self,
+        sender: &dyn WebhookSender,
+        d: &ClaimedDelivery,
+        settings: &WebhookSettings,
+    ) -> ServiceResult<Outcome> {
+        let body = json!({
+            "id": d.notification_id,
+            "event_type": d.event_type,
+            "lease_id": d.lease_id,
+            "created_at": d.created_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            "payload": d.payload,
+        })
+        .to_string();
+        let timestamp = self.now().timestamp();
+        let mut headers = vec![
+            ("Content-Type".into(), "application/json".into()),
+            ("X-Blazar-Event".into(), d.event_type.clone()),
+            ("X-Blazar-Delivery".into(), d.notification_id.clone()),
+            ("X-Blazar-Webhook".into(), d.webhook_id.clone()),
+            ("X-Blazar-Timestamp".into(), timestamp.to_string()),
+            (
+                "X-Blazar-Signature".into(),
+                webhook_signature(&d.secret, timestamp, &body),
+            ),
+        ];
+        // The API call that caused the event, so the receiver's logs match ours.
+        if let Some(id) = &d.request_id {
+            headers.push(("X-OpenStack-Request-Id".into(), id.clone()));
+        }
+        let request = WebhookRequest {
+            url: d.url.clone(),
+            headers,
+            body,
+            timeout: settings.timeout,
+        };
+        let result = match tokio::time::timeout(
+            settings.timeout + Duration::from_secs(1),
+            sender.post(&request),
+        )
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => Err("no answer in time".into()),
+        };
+        let attempts = u32::try_from(d.attempts)
+            .unwrap_or(u32::MAX)
+            .saturating_add(1);
+        let now = self.now();
+        let (outcome, status, text, next) = match result {
+            Ok(code) if (200..300).contains(&code) => {
+                (Outcome::Delivered, "delivered", code.to_string(), now)
+            }
+            other => {
+                let text = match other {
+                    Ok(code) => code.to_string(),
+                    Err(e) => e,
+                };
+                if attempts >= settings.max_attempts {
+                    tracing::warn!(
+                        webhook.id = %d.webhook_id,
+                        delivery = %d.notification_id,
+                        attempts,
+                        result = %text,
+                        "webhook delivery is dead"
+                    );
+                    (Outcome::Dead, "dead", text, now)
+                } else {
+                    let pause = chrono::Duration::from_std(backoff(settings, attempts))
+                        .unwrap_or_else(|_| chrono::Duration::hours(1));
+                    (Outcome::Retried, "pending", text, now + pause)
+                }
+            }
+        };
+        in_tx!(self, write, |tx| {
+            tx.record_webhook_attempt(
+                &d.webhook_id,
+                &d.notification_id,
+                &self.worker_id,
+                now,
+                status,
+                &text,
+                next,
+            )
+            .await?;
+            Ok(())
+        })?;
+        Ok(outcome)
     }
 
     /// Delivers webhooks through `sender` until `shutdown`: when a commit wrote

@@ -23,17 +23,20 @@ struct Received {
     body: String,
 }
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct Receiver {
     got: Arc<Mutex<Vec<Received>>>,
     status: Arc<Mutex<u16>>,
+    /// Requests to `/slow` wait for a permit before they are answered.
+    slow: Arc<tokio::sync::Semaphore>,
 }
 
 impl Receiver {
     async fn start() -> (Receiver, String) {
         let receiver = Receiver {
+            got: Arc::default(),
             status: Arc::new(Mutex::new(204)),
-            ..Receiver::default()
+            slow: Arc::new(tokio::sync::Semaphore::new(0)),
         };
         let app = axum::Router::new()
             .route("/{*path}", axum::routing::post(receive))
@@ -83,6 +86,9 @@ async fn receive(
         request_id: header("x-openstack-request-id"),
         body,
     });
+    if path == "slow" {
+        let _ = receiver.slow.acquire().await;
+    }
     let status = *receiver.status.lock().unwrap();
     StatusCode::from_u16(status).unwrap().into_response()
 }
@@ -439,4 +445,39 @@ async fn a_running_server_delivers_as_soon_as_the_event_commits() {
     // The delivery carries the global request id of the call that caused the event.
     assert_eq!(got[0].request_id, global);
     server.stop().await;
+}
+
+#[tokio::test]
+async fn a_slow_endpoint_does_not_hold_up_other_webhooks() {
+    let app = TestApp::builder()
+        .configure(|cli| cli.webhook_timeout = Some(60.0))
+        .spawn()
+        .await;
+    let (receiver, base) = Receiver::start().await;
+    app.create_host("compute-1", json!({})).await;
+    for path in ["slow", "fast"] {
+        app.post(
+            "/v1/webhooks",
+            json!({"url": format!("{base}/{path}"), "all_projects": true}),
+        )
+        .await
+        .assert_status(StatusCode::CREATED);
+    }
+    app.post("/v1/leases", lease_body("a"))
+        .await
+        .assert_status(StatusCode::CREATED);
+    let check = async {
+        // The fast endpoint has its delivery while the slow one still holds its own.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        while receiver.at("/fast").is_empty() || receiver.at("/slow").is_empty() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the fast endpoint waited for the slow one"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        receiver.slow.add_permits(1);
+    };
+    let (report, ()) = tokio::join!(deliver(&app), check);
+    assert_eq!(report.delivered, 2, "{report:?}");
 }
