@@ -5,7 +5,9 @@
 //! real scheduler and workers over SQLite.
 //!
 //! Run: `cargo bench -p blazar-service --bench start_burst` (BLAZAR_BENCH_LEASES=200,
-//! BLAZAR_BENCH_LATENCY_MS=0,50,200, BLAZAR_BENCH_WORKERS=1,16,64 choose others).
+//! BLAZAR_BENCH_LATENCY_MS=0,50,200, BLAZAR_BENCH_WORKERS=1,16,64 choose others;
+//! BLAZAR_BENCH_DATABASE_URL=postgres://... runs each burst in a fresh schema of that
+//! PostgreSQL database instead of a SQLite file).
 //! Prints a markdown table.
 
 // A benchmark is a test harness: a broken fixture should stop it loudly.
@@ -56,9 +58,9 @@ fn admin() -> Identity {
 
 /// Seconds from the start instant until every lease is ACTIVE.
 async fn burst(leases: usize, latency: Duration, workers: usize) -> f64 {
-    let dir = tempfile::tempdir().unwrap();
+    let (url, place) = place_for_burst().await;
     let store = Store::connect(&StoreOptions {
-        url: dir.path().join("burst.db").display().to_string(),
+        url,
         max_connections: 8,
         ..Default::default()
     })
@@ -138,7 +140,59 @@ async fn burst(leases: usize, latency: Duration, workers: usize) -> f64 {
     let took = t0.elapsed().as_secs_f64();
     stop_tx.send(true).unwrap();
     workers_task.await.unwrap();
+    service.store().close().await;
+    place.remove().await;
     took
+}
+
+/// Where one burst's database lives.
+enum Place {
+    /// Removed with the directory when dropped.
+    Sqlite { _dir: tempfile::TempDir },
+    /// A schema of the PostgreSQL database at `base`.
+    Postgres { base: String, schema: String },
+}
+
+/// A fresh database for one burst: a temporary SQLite file, or, when
+/// `BLAZAR_BENCH_DATABASE_URL` names a PostgreSQL database, a schema of its own in it.
+async fn place_for_burst() -> (String, Place) {
+    use sqlx::Connection;
+    match std::env::var("BLAZAR_BENCH_DATABASE_URL") {
+        Ok(base) if !base.is_empty() => {
+            let schema = format!("burst_{}", uuid::Uuid::new_v4().simple());
+            let mut conn = sqlx::PgConnection::connect(&base).await.unwrap();
+            let _ = sqlx::query("CREATE EXTENSION IF NOT EXISTS btree_gist WITH SCHEMA public")
+                .execute(&mut conn)
+                .await;
+            sqlx::query(&format!("CREATE SCHEMA {schema}"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            conn.close().await.unwrap();
+            let sep = if base.contains('?') { '&' } else { '?' };
+            let url = format!("{base}{sep}options=-c%20search_path%3D{schema}%2Cpublic");
+            (url, Place::Postgres { base, schema })
+        }
+        _ => {
+            let dir = tempfile::tempdir().unwrap();
+            let url = dir.path().join("burst.db").display().to_string();
+            (url, Place::Sqlite { _dir: dir })
+        }
+    }
+}
+
+impl Place {
+    async fn remove(self) {
+        use sqlx::Connection;
+        if let Place::Postgres { base, schema } = self {
+            let mut conn = sqlx::PgConnection::connect(&base).await.unwrap();
+            sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            conn.close().await.unwrap();
+        }
+    }
 }
 
 fn main() {
