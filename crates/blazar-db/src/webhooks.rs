@@ -142,6 +142,42 @@ impl Tx {
         self.with_event_types(hooks).await
     }
 
+    /// How many webhooks project `project_id` has (`None`: the all-project ones).
+    pub async fn count_webhooks(&mut self, project_id: Option<&str>) -> DbResult<i64> {
+        let rows = match project_id {
+            Some(p) => {
+                self.fetch_rows(
+                    "SELECT CAST(COUNT(*) AS BIGINT) AS n FROM webhooks WHERE project_id = $1",
+                    vec![p.into()],
+                )
+                .await?
+            }
+            None => {
+                self.fetch_rows(
+                    "SELECT CAST(COUNT(*) AS BIGINT) AS n FROM webhooks WHERE project_id IS NULL",
+                    vec![],
+                )
+                .await?
+            }
+        };
+        match rows.first() {
+            Some(row) => Ok(row.try_get("n")?),
+            None => Ok(0),
+        }
+    }
+
+    /// Forgets deliveries that succeeded before `before` (dead ones are kept until their
+    /// webhook is deleted); answers how many went.
+    pub async fn purge_webhook_deliveries(&mut self, before: DateTime<Utc>) -> DbResult<u64> {
+        let done = sqlx::query(
+            "DELETE FROM webhook_deliveries WHERE status = 'delivered' AND last_attempt_at < $1",
+        )
+        .bind(to_secs(before))
+        .execute(self.conn().await?)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     /// Deletes a webhook and its deliveries; false if there was none.
     pub async fn delete_webhook(&mut self, id: &str) -> DbResult<bool> {
         let done = sqlx::query("DELETE FROM webhooks WHERE id = $1")

@@ -310,6 +310,8 @@ pub struct Service {
     webhook_wake: Arc<Notify>,
     /// How webhook deliveries are tried.
     webhooks: Arc<webhooks::WebhookSettings>,
+    /// When this process last purged old webhook deliveries (epoch seconds).
+    webhooks_purged: Arc<AtomicI64>,
     /// Who claims actions in this process (claims name their worker, so a late finish of an
     /// expired claim cannot overwrite another worker's).
     worker_id: Arc<str>,
@@ -357,6 +359,7 @@ impl Service {
             publish_wake: Arc::new(Notify::new()),
             webhook_wake: Arc::new(Notify::new()),
             webhooks: Arc::new(webhooks::WebhookSettings::default()),
+            webhooks_purged: Arc::new(AtomicI64::new(i64::MIN)),
             worker_id: Arc::from(new_id().as_str()),
             scheduler_plan: Arc::new(AtomicI64::new(i64::MIN)),
             large_reads: Arc::new(tokio::sync::Semaphore::new(2)),

@@ -101,6 +101,10 @@ enum Outcome {
 /// Deliveries listed at most.
 pub const DELIVERIES_LISTED: usize = 1_000;
 const SECRET_BYTES: usize = 32;
+/// Webhooks a project may have (each event is written once per webhook that takes it).
+pub const MAX_WEBHOOKS_PER_PROJECT: i64 = 25;
+/// How long a delivered delivery stays listed.
+const KEEP_DELIVERED_DAYS: i64 = 7;
 const MAX_URL: usize = 2_048;
 const MAX_EVENT_TYPES: usize = 64;
 
@@ -236,6 +240,11 @@ impl Service {
             created_at: self.now(),
         };
         in_tx!(self, write, |tx| {
+            if tx.count_webhooks(webhook.project_id.as_deref()).await? >= MAX_WEBHOOKS_PER_PROJECT {
+                return Err(ServiceError::BadRequest(format!(
+                    "A project has at most {MAX_WEBHOOKS_PER_PROJECT} webhooks; delete one first"
+                )));
+            }
             tx.insert_webhook(&webhook).await?;
             Ok(())
         })?;
@@ -331,6 +340,20 @@ impl Service {
     ) -> ServiceResult<DeliveryReport> {
         let settings = self.webhooks.clone();
         let mut report = DeliveryReport::default();
+        // Old successes go once an hour, not on every run.
+        let now = self.now();
+        let last = self
+            .webhooks_purged
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if now.timestamp().saturating_sub(last) >= 3_600 {
+            self.webhooks_purged
+                .store(now.timestamp(), std::sync::atomic::Ordering::Relaxed);
+            let horizon = now - chrono::Duration::days(KEEP_DELIVERED_DAYS);
+            in_tx!(self, write, |tx| {
+                tx.purge_webhook_deliveries(horizon).await?;
+                Ok(())
+            })?;
+        }
         loop {
             let now = self.now();
             // Long enough for every POST of the batch to time out one after the other.

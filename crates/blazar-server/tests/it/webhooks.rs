@@ -367,6 +367,40 @@ async fn failures_back_off_die_and_are_redelivered_in_lease_order() {
         ))
         .await;
     assert_eq!(r.body["deliveries"].as_array().unwrap().len(), 2);
+    // Deliveries that succeeded are forgotten after a week.
+    app.set_time(start + TimeDelta::days(8));
+    deliver(&app).await;
+    let r = app.get(&format!("/v1/webhooks/{hook_id}/deliveries")).await;
+    assert_eq!(r.body["deliveries"], json!([]));
+}
+
+#[tokio::test]
+async fn a_project_has_at_most_25_webhooks() {
+    let mut app = TestApp::spawn().await;
+    app.act_as("alpha", "alpha-user", "member");
+    for i in 0..25 {
+        app.post(
+            "/v1/webhooks",
+            json!({"url": format!("https://hooks.example.org/{i}")}),
+        )
+        .await
+        .assert_status(StatusCode::CREATED);
+    }
+    let r = app
+        .post(
+            "/v1/webhooks",
+            json!({"url": "https://hooks.example.org/26"}),
+        )
+        .await;
+    r.assert_status(StatusCode::BAD_REQUEST);
+    assert!(r.message().contains("at most 25 webhooks"), "{}", r.body);
+    app.act_as("beta", "beta-user", "member");
+    app.post(
+        "/v1/webhooks",
+        json!({"url": "https://hooks.example.org/b"}),
+    )
+    .await
+    .assert_status(StatusCode::CREATED);
 }
 
 #[tokio::test]
