@@ -95,19 +95,36 @@ impl Tx {
         Ok(())
     }
 
-    async fn with_event_types(&mut self, mut hooks: Vec<Webhook>) -> DbResult<Vec<Webhook>> {
+    /// Fills in the event types of `hooks`, read in one query: those of the webhooks that
+    /// `condition` (on `w`, the webhooks table, with `args`) selects.
+    async fn with_event_types(
+        &mut self,
+        mut hooks: Vec<Webhook>,
+        condition: &str,
+        args: Vec<Arg>,
+    ) -> DbResult<Vec<Webhook>> {
+        if hooks.is_empty() {
+            return Ok(hooks);
+        }
+        let rows = self
+            .fetch_rows(
+                &format!(
+                    "SELECT t.webhook_id, t.event_type FROM webhook_event_types t \
+                     JOIN webhooks w ON w.id = t.webhook_id{condition} \
+                     ORDER BY t.webhook_id, t.event_type"
+                ),
+                args,
+            )
+            .await?;
+        let mut types: std::collections::HashMap<String, Vec<String>> = Default::default();
+        for row in &rows {
+            types
+                .entry(row.try_get("webhook_id")?)
+                .or_default()
+                .push(row.try_get("event_type")?);
+        }
         for hook in &mut hooks {
-            let rows = self
-                .fetch_rows(
-                    "SELECT event_type FROM webhook_event_types WHERE webhook_id = $1 \
-                     ORDER BY event_type",
-                    vec![(&hook.id).into()],
-                )
-                .await?;
-            hook.event_types = rows
-                .iter()
-                .map(|r| r.try_get("event_type"))
-                .collect::<Result<_, _>>()?;
+            hook.event_types = types.remove(&hook.id).unwrap_or_default();
         }
         Ok(hooks)
     }
@@ -118,28 +135,25 @@ impl Tx {
             .fetch_optional_as(&sql, vec![id.into()], webhook_from_row)
             .await?
         {
-            Some(hook) => Ok(self.with_event_types(vec![hook]).await?.pop()),
+            Some(hook) => Ok(self
+                .with_event_types(vec![hook], " WHERE w.id = $1", vec![id.into()])
+                .await?
+                .pop()),
             None => Ok(None),
         }
     }
 
     /// The webhooks of one project (its own, not the all-project ones), or every webhook.
     pub async fn list_webhooks(&mut self, project_id: Option<&str>) -> DbResult<Vec<Webhook>> {
-        let hooks = match project_id {
-            Some(project) => {
-                let sql = format!(
-                    "SELECT {COLUMNS} FROM webhooks WHERE project_id = $1 ORDER BY created_at, id"
-                );
-                self.fetch_all_as(&sql, vec![project.into()], webhook_from_row)
-                    .await?
-            }
-            None => {
-                let sql = format!("SELECT {COLUMNS} FROM webhooks ORDER BY created_at, id");
-                self.fetch_all_as(&sql, Vec::new(), webhook_from_row)
-                    .await?
-            }
+        let (condition, args): (&str, Vec<Arg>) = match project_id {
+            Some(project) => (" WHERE w.project_id = $1", vec![project.into()]),
+            None => ("", Vec::new()),
         };
-        self.with_event_types(hooks).await
+        let sql = format!("SELECT {COLUMNS} FROM webhooks w{condition} ORDER BY created_at, id");
+        let hooks = self
+            .fetch_all_as(&sql, args.clone(), webhook_from_row)
+            .await?;
+        self.with_event_types(hooks, condition, args).await
     }
 
     /// How many webhooks project `project_id` has (`None`: the all-project ones).

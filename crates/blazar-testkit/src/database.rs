@@ -92,6 +92,9 @@ impl Drop for TestDatabase {
                     // tables (an event stream's read, say) on the runtime this drop is
                     // blocking: DROP would wait for it forever. End those connections first,
                     // and never wait long for a lock.
+                    let _ = sqlx::query("SET lock_timeout = '5s'")
+                        .execute(&mut conn)
+                        .await;
                     for _ in 0..5 {
                         let _ = sqlx::query(
                             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
@@ -100,9 +103,6 @@ impl Drop for TestDatabase {
                         .bind(&schema)
                         .execute(&mut conn)
                         .await;
-                        let _ = sqlx::query("SET lock_timeout = '5s'")
-                            .execute(&mut conn)
-                            .await;
                         let dropped =
                             sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
                                 .execute(&mut conn)

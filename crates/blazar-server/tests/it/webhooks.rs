@@ -227,6 +227,15 @@ async fn a_project_receives_its_own_events_signed_and_in_order() {
     let listed = r.body["webhooks"].as_array().unwrap();
     assert_eq!(listed.len(), 1);
     assert!(listed[0].get("secret").is_none());
+    assert_eq!(
+        listed[0]["event_types"],
+        json!(["lease.create", "lease.delete", "lease.event.start_lease"])
+    );
+    let shown = app.get(&format!("/v1/webhooks/{hook_id}")).await;
+    assert_eq!(
+        shown.body["webhook"]["event_types"],
+        listed[0]["event_types"]
+    );
     let r = app.get(&format!("/v1/webhooks/{hook_id}/deliveries")).await;
     r.assert_status(StatusCode::OK);
     let deliveries = r.body["deliveries"].as_array().unwrap();
