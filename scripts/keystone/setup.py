@@ -1,7 +1,8 @@
 """Creates the test cloud in a freshly bootstrapped Keystone, through its REST API.
 
 Projects alpha and beta, each with users <project>-admin, -member and -reader holding that
-role; project service with user blazar holding the service role (enough to validate tokens).
+role; project service with user blazar holding the service role (enough to validate tokens)
+and admin (to delete the trusts of deleted leases).
 Prints shell assignments for the Rust tests. Standard library only.
 
 Usage: python setup.py KEYSTONE_V3_URL ADMIN_PASSWORD SERVICE_PASSWORD USER_PASSWORD [BLAZAR_URL]
@@ -72,7 +73,11 @@ for project in ("alpha", "beta"):
     pid = project_id(project)
     for role in ("admin", "member", "reader"):
         user(f"{project}-{role}", user_password, pid, role)
-user("blazar", service_password, project_id("service"), "service")
+blazar = user("blazar", service_password, project_id("service"), "service")
+# Admin there too, as deployments give their service users: Keystone lets only an admin (or the
+# trustor) delete a trust, and blazar-rs deletes the trusts of deleted leases (act_for_user =
+# trust) with its own credentials.
+call("PUT", f"/projects/{project_id('service')}/users/{blazar}/roles/{role_id('admin')}")
 
 if blazar_url:
     _, service = call("POST", "/services", {"service": {"name": "blazar", "type": "reservation"}})

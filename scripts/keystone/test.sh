@@ -5,7 +5,8 @@
 # unchanged), bootstraps it on SQLite in a temporary directory, serves it on a free loopback
 # port, creates projects alpha and beta with admin, member and reader users plus the service
 # user blazar (setup.py), then runs the Rust tests that need it (crates/blazar-server/tests/it/
-# keystone.rs: the policy matrix with real tokens, revocation, expiry, the binary) and stops
+# keystone.rs: the policy matrix with real tokens, revocation, expiry, the binary, the trusts
+# leases act through) and stops
 # Keystone. Fails if Keystone cannot be installed, started or set up.
 set -euo pipefail
 # shellcheck source=common.sh
@@ -41,8 +42,8 @@ if [ "$status" -ne 0 ]; then
     exit "$status"
 fi
 ran="$(grep -c '^test keystone::.* ok$' "$log" || true)"
-if [ "$ran" -lt 6 ]; then
-    echo "== only $ran Keystone tests ran; expected at least 6" >&2
+if [ "$ran" -lt 9 ]; then
+    echo "== only $ran Keystone tests ran; expected at least 9" >&2
     exit 1
 fi
 echo "== Keystone tests: $ran passed in $((SECONDS - t0)) s (whole script $((SECONDS - started)) s)"

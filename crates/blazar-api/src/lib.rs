@@ -530,6 +530,10 @@ pub struct Extension {
     /// Why it would be refused: the update's own message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Whether it reaches `requested_end_date` on exactly the resources it holds (an update
+    /// of a lease that has not started may move it to others instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keeps_resources: Option<bool>,
     /// The latest end the lease reaches keeping every resource it holds, up to
     /// `searched_until`; null when it cannot be extended at all.
     pub latest_end_date: Option<String>,

@@ -80,6 +80,11 @@ body! {
         limit,
         /// `earliest` (the default) or `longest`.
         order,
+        /// Taken and not used, so that a lease create's body without its dates is an offer
+        /// request as it is.
+        name,
+        events,
+        before_end_date,
         ..
         /// Any other key; the server refuses them.
         other

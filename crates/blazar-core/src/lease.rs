@@ -18,6 +18,10 @@ pub struct Lease {
     pub user_id: String,
     pub project_id: String,
     pub trust_id: String,
+    /// `trust_id` names a Keystone trust made for this lease (`act_for_user = trust`): the
+    /// service acts for the user through it and deletes it with the lease. Otherwise it is
+    /// an id of the same shape that names nothing.
+    pub keystone_trust: bool,
     pub start: DateTime<Utc>,
     pub end: DateTime<Utc>,
     pub status: LeaseStatus,
@@ -408,6 +412,7 @@ mod tests {
             user_id: "u".into(),
             project_id: "p".into(),
             trust_id: String::new(),
+            keystone_trust: false,
             start: at(10, 0),
             end: at(12, 0),
             status,

@@ -8,6 +8,7 @@ pub mod offer;
 pub mod query;
 pub mod quota;
 pub mod records;
+pub mod request;
 pub mod reservation;
 pub mod status;
 pub mod time;
@@ -20,6 +21,7 @@ pub use records::{
     ActionRecord, ApiToken, Flavor, Handover, IcalFeed, LeaseFilter, Property, ResourceRecord,
     Webhook, WebhookDelivery,
 };
+pub use request::{ReservationChange, ReservationRequest};
 pub use reservation::{ReservationSpec, SpecError};
 pub use status::{
     ActionKind, ActionPurpose, ActionStatus, EventStatus, EventType, LeaseStatus,

@@ -85,6 +85,10 @@ wire_enum!(
         /// Tell the usage-enforcement filters that the lease ended (Blazar's `on_end`); no
         /// resource and no backend is involved.
         OnEnd => "on_end",
+        /// Delete the Keystone trust made for a deleted lease (`act_for_user = trust`), after
+        /// the lease's other actions, which may need it; no resource and no backend is
+        /// involved.
+        DeleteTrust => "delete_trust",
     }
 );
 

@@ -52,10 +52,35 @@ pub fn truncate_to_minute(t: DateTime<Utc>) -> DateTime<Utc> {
     t.duration_trunc(Duration::minutes(1)).unwrap_or(t)
 }
 
+/// The first whole minute at or after `t`: the earliest start a create made a moment later
+/// still takes (a create refuses a start before its own current minute).
+pub fn first_whole_minute(t: DateTime<Utc>) -> DateTime<Utc> {
+    let floor = truncate_to_minute(t);
+    if floor == t {
+        t
+    } else {
+        floor + Duration::minutes(1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn the_first_whole_minute_is_the_minute_itself_or_the_next() {
+        let at = |m, s, ns| {
+            Utc.with_ymd_and_hms(2030, 1, 1, 10, m, s).unwrap() + Duration::nanoseconds(ns)
+        };
+        assert_eq!(first_whole_minute(at(32, 0, 0)), at(32, 0, 0));
+        assert_eq!(first_whole_minute(at(32, 0, 1)), at(33, 0, 0));
+        assert_eq!(first_whole_minute(at(32, 58, 0)), at(33, 0, 0));
+        assert_eq!(
+            first_whole_minute(at(59, 59, 0)),
+            Utc.with_ymd_and_hms(2030, 1, 1, 11, 0, 0).unwrap()
+        );
+    }
 
     fn at(h: u32, m: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2030, 1, 1, h, m, 0).unwrap()

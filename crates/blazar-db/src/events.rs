@@ -82,16 +82,23 @@ impl Tx {
             .await
     }
 
-    /// The earliest undone event due at `now`. Callers hold the scheduler lock, so no other
-    /// scheduler claims it meanwhile; the row is not locked here, so that a lease update that
-    /// holds the lease and moves its events never waits on the scheduler while the scheduler
-    /// waits on the lease.
-    pub async fn claim_due_event(&mut self, now: DateTime<Utc>) -> DbResult<Option<Event>> {
+    /// The `limit` first undone events due at `now`, in the order they run (time, then
+    /// ends before starts): a burst is read in one query, not one per event. Callers hold
+    /// the scheduler lock, so no other scheduler claims them meanwhile; the rows are not
+    /// locked here, so that a lease update that holds the lease and moves its events never
+    /// waits on the scheduler while the scheduler waits on the lease (the scheduler reads
+    /// each event again under its lease's lock before running it).
+    pub async fn claim_due_events(
+        &mut self,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> DbResult<Vec<Event>> {
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events e WHERE e.status = 'UNDONE' AND e.event_time <= $1 \
-             ORDER BY e.event_time, e.rank, e.id LIMIT 1"
+             ORDER BY e.event_time, e.rank, e.id LIMIT $2"
         );
-        self.fetch_optional_as(&sql, vec![now.into()], event_from_row)
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.fetch_all_as(&sql, vec![now.into(), limit.into()], event_from_row)
             .await
     }
 

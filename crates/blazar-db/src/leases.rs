@@ -10,7 +10,7 @@ use crate::events::{EventTuple, event_from_tuple};
 use crate::{Arg, DbError, DbResult, Tx, from_opt_secs, from_secs, wire};
 
 const LEASE_COLUMNS: &str = "id, name, user_id, project_id, trust_id, start_at, end_at, status, \
-    degraded, created_at, updated_at";
+    degraded, created_at, updated_at, keystone_trust";
 
 const RESERVATION_COLUMNS: &str = "r.id, r.lease_id, r.ordinal, r.resource_id, r.resource_type, \
     r.status, r.missing_resources, r.resources_changed, r.params, r.granted_units, r.created_at, \
@@ -29,6 +29,7 @@ fn lease_from_row(row: &AnyRow) -> DbResult<Lease> {
         row.try_get("degraded")?,
         row.try_get("created_at")?,
         row.try_get("updated_at")?,
+        row.try_get("keystone_trust")?,
     ))
 }
 
@@ -40,6 +41,7 @@ fn lease_from_tuple(t: LeaseColumns) -> DbResult<Lease> {
         user_id: t.2,
         project_id: t.3,
         trust_id: t.4,
+        keystone_trust: t.11 != 0,
         start: from_secs(t.5)?,
         end: from_secs(t.6)?,
         status: wire(&t.7, "lease status")?,
@@ -159,11 +161,12 @@ impl Tx {
             (&lease.project_id).into(),
             (&lease.trust_id).into(),
             lease.created_at.into(),
+            lease.keystone_trust.into(),
         ]);
         self.write(
             "INSERT INTO leases (name, start_at, end_at, status, degraded, updated_at, id, \
-             user_id, project_id, trust_id, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+             user_id, project_id, trust_id, created_at, keystone_trust) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             args,
         )
         .await
@@ -288,7 +291,7 @@ type ReservationTuple = (
     Option<i64>,
 );
 
-/// Lease columns in table order.
+/// Lease columns in table order (`keystone_trust`, added later, last).
 type LeaseColumns = (
     String,
     String,
@@ -301,6 +304,7 @@ type LeaseColumns = (
     i64,
     i64,
     Option<i64>,
+    i64,
 );
 
 /// A lease with its reservations and events, as one element of the array
@@ -320,6 +324,7 @@ type LeaseTuple = (
     Option<Vec<ReservationTuple>>,
     Option<Vec<EventTuple>>,
     i64,
+    i64,
 );
 
 fn lease_tree_from_tuple(t: LeaseTuple) -> DbResult<(i64, LeaseTree)> {
@@ -338,10 +343,21 @@ fn lease_tree_from_tuple(t: LeaseTuple) -> DbResult<(i64, LeaseTree)> {
         reservations,
         events,
         revision,
+        keystone_trust,
     ) = t;
     let lease = lease_from_tuple((
-        id, name, user_id, project_id, trust_id, start, end, status, degraded, created_at,
+        id,
+        name,
+        user_id,
+        project_id,
+        trust_id,
+        start,
+        end,
+        status,
+        degraded,
+        created_at,
         updated_at,
+        keystone_trust,
     ))?;
     let reservations = reservations
         .unwrap_or_default()
@@ -388,10 +404,11 @@ impl Tx {
         let sql = format!(
             "SELECT CAST({agg}({array}(t.id, t.name, t.user_id, t.project_id, t.trust_id, \
                 t.start_at, t.end_at, t.status, t.degraded, t.created_at, t.updated_at, \
-                {reservations}, {events}, t.revision) ORDER BY t.created_at, t.id) AS TEXT) \
+                {reservations}, {events}, t.revision, t.keystone_trust) ORDER BY t.created_at, t.id) AS TEXT) \
                 AS json \
              FROM (SELECT l.id, l.name, l.user_id, l.project_id, l.trust_id, l.start_at, \
                l.end_at, l.status, l.degraded, l.created_at, l.updated_at, l.revision, \
+               l.keystone_trust, \
                (SELECT CAST({agg}({array}(r.id, r.lease_id, r.ordinal, r.resource_id, \
                   r.resource_type, r.status, r.missing_resources, r.resources_changed, \
                   r.params, r.granted_units, r.created_at, r.updated_at) ORDER BY r.ordinal) \

@@ -33,6 +33,7 @@ mod rows {
             user_id: "user".into(),
             project_id: "project".into(),
             trust_id: String::new(),
+            keystone_trust: false,
             start,
             end,
             status: LeaseStatus::Pending,
@@ -311,8 +312,11 @@ async fn leases_read_back_with_their_reservations_and_events() {
     .await
     .unwrap();
     // Another project's lease, for the filters.
+    // It acts through a Keystone trust: the flag reads back both ways.
     let mut other = rows::lease("l2", start, end);
     other.project_id = "other".into();
+    other.trust_id = "0123456789abcdef0123456789abcdef".into();
+    other.keystone_trust = true;
     in_write(&store, async |tx| tx.insert_lease(&other).await)
         .await
         .unwrap();
@@ -339,6 +343,12 @@ async fn leases_read_back_with_their_reservations_and_events() {
         tx.lease_trees(&LeaseFilter::default()).await.unwrap().len(),
         2
     );
+    assert_eq!(tx.get_lease("l2").await.unwrap(), Some(other.clone()));
+    let theirs = LeaseFilter {
+        project_id: Some("other".into()),
+        ..LeaseFilter::default()
+    };
+    assert_eq!(tx.lease_trees(&theirs).await.unwrap()[0].0, other);
     tx.commit().await.unwrap();
 
     // A delete takes the children with it.

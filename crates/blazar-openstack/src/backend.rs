@@ -405,8 +405,9 @@ impl OpenStackBackend {
             | ActionKind::Prepare
             | ActionKind::Release
             | ActionKind::Snapshot => {}
-            // The service's workers tell usage enforcement themselves; nothing in the cloud.
-            ActionKind::OnEnd => return Ok(()),
+            // The service's workers tell usage enforcement and delete trusts themselves;
+            // nothing in the cloud.
+            ActionKind::OnEnd | ActionKind::DeleteTrust => return Ok(()),
         }
         match (action.reservation_type.as_str(), action.kind) {
             (crate::pools::FLOATINGIP, ActionKind::Start | ActionKind::Stop) => {

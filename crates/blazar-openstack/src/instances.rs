@@ -173,7 +173,10 @@ impl OpenStackBackend {
         let id = &action.reservation_id;
         let mut group_id = None;
         if let Some(affine) = affinity(action) {
-            let session = self.cloud().in_project(&action.project_id)?;
+            // Made as the user (Blazar: the trust's context), so the group is theirs.
+            let session = self
+                .cloud()
+                .for_user(action.trust_id.as_deref(), &action.project_id)?;
             let in_project = self.nova_in_project(&session, action);
             let policy = if affine { "affinity" } else { "anti-affinity" };
             group_id = Some(

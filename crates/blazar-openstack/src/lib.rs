@@ -8,6 +8,8 @@
 //! * `external_filter`: Blazar's `ExternalServiceFilter`, usage enforcement asked of a
 //!   site's own service (accounting) over HTTP.
 //! * `notifier`: [`RabbitNotifier`], oslo.messaging notifications over RabbitMQ.
+//! * `trusts`: [`KeystoneTrusts`], the Keystone trusts leases are made with
+//!   (`act_for_user = trust`).
 
 pub mod backend;
 pub mod error;
@@ -20,6 +22,7 @@ pub mod placement;
 mod pools;
 mod repair;
 pub mod session;
+pub mod trusts;
 pub mod webhook;
 
 pub use backend::{OpenStackBackend, OpenStackSettings};
@@ -27,6 +30,7 @@ pub use error::{Error, Result};
 pub use external_filter::{ExternalServiceConfig, ExternalServiceFilter};
 pub use notifier::{NotifierSettings, RabbitNotifier};
 pub use session::{Credentials, Session, SessionConfig};
+pub use trusts::KeystoneTrusts;
 pub use webhook::WebhookPoster;
 
 /// One session with per-call request ids: the entry point to Nova and Placement.
@@ -34,14 +38,52 @@ pub struct Cloud {
     pub session: Session,
     /// Sessions scoped to users' projects, made on first use.
     projects: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Session>>>,
+    /// Sessions acting through users' trusts, by trust id, each keeping its token until
+    /// near its expiry.
+    trusts: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Session>>>,
 }
+
+/// Most trust sessions kept: one per lease acting now; beyond it the cache starts again
+/// (a dropped session only costs a login).
+const MAX_TRUST_SESSIONS: usize = 1024;
 
 impl Cloud {
     pub fn new(config: SessionConfig) -> Result<Cloud> {
         Ok(Cloud {
             session: Session::new(config)?,
             projects: std::sync::Mutex::new(std::collections::HashMap::new()),
+            trusts: std::sync::Mutex::new(std::collections::HashMap::new()),
         })
+    }
+
+    /// The service user acting through trust `trust_id` (see [`Session::for_trust`]).
+    pub fn in_trust(&self, trust_id: &str) -> Result<std::sync::Arc<Session>> {
+        let mut sessions = self
+            .trusts
+            .lock()
+            .map_err(|_| Error::Config("trust sessions poisoned".into()))?;
+        if let Some(s) = sessions.get(trust_id) {
+            return Ok(s.clone());
+        }
+        if sessions.len() >= MAX_TRUST_SESSIONS {
+            sessions.clear();
+        }
+        let made = std::sync::Arc::new(self.session.for_trust(trust_id)?);
+        sessions.insert(trust_id.to_string(), made.clone());
+        Ok(made)
+    }
+
+    /// The session a user's own things are made with: through the lease's trust when it
+    /// has one, else the service user scoped to the user's project.
+    pub fn for_user(
+        &self,
+        trust_id: Option<&str>,
+        project_id: &str,
+    ) -> Result<std::sync::Arc<Session>> {
+        match trust_id {
+            Some(trust) => self.in_trust(trust),
+            None => self.in_project(project_id),
+        }
     }
 
     /// The service user's session in project `project_id` (see [`Session::for_project`]).

@@ -215,6 +215,7 @@ fn orphan_action(reservation_id: &str, project_id: &str) -> Action {
         at: now,
         attempt: 1,
         request_id: None,
+        trust_id: None,
     }
 }
 

@@ -44,15 +44,27 @@ pub struct SessionConfig {
 struct Token {
     value: String,
     expires_at: DateTime<Utc>,
+    /// The id of the user the token is for (a trust-scoped token's: the trustor's).
+    user_id: String,
     /// service type -> (interface, region, url)
     catalog: Vec<(String, String, Option<String>, String)>,
+}
+
+/// What a session's token is scoped to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Scope {
+    /// The credentials' own project.
+    Configured,
+    /// Another project, by id.
+    Project(String),
+    /// A Keystone trust whose trustee is the service user, by id.
+    Trust(String),
 }
 
 pub struct Session {
     http: reqwest::Client,
     config: SessionConfig,
-    /// A project (by id) the token is scoped to instead of the configured one.
-    project_id: Option<String>,
+    scope: Scope,
     token: Mutex<Option<Token>>,
 }
 
@@ -143,7 +155,7 @@ impl Session {
         Ok(Session {
             http,
             config,
-            project_id: None,
+            scope: Scope::Configured,
             token: Mutex::new(None),
         })
     }
@@ -152,6 +164,17 @@ impl Session {
     /// groups belong to the project that makes them). The operator gives the service user a
     /// role there (an inherited role on the domain covers every project).
     pub fn for_project(&self, project_id: &str) -> Result<Session> {
+        self.rescoped(Scope::Project(project_id.to_string()))
+    }
+
+    /// The service user acting through trust `trust_id`, which a user gave it: with
+    /// impersonation the token is the trustor's, in the trust's project, with the roles it
+    /// delegates (what Blazar's plugins do with `create_ctx_from_trust`).
+    pub fn for_trust(&self, trust_id: &str) -> Result<Session> {
+        self.rescoped(Scope::Trust(trust_id.to_string()))
+    }
+
+    fn rescoped(&self, scope: Scope) -> Result<Session> {
         if matches!(
             self.config.credentials,
             Credentials::ApplicationCredential { .. }
@@ -165,9 +188,28 @@ impl Session {
         Ok(Session {
             http: self.http.clone(),
             config: self.config.clone(),
-            project_id: Some(project_id.to_string()),
+            scope,
             token: Mutex::new(None),
         })
+    }
+
+    /// Keystone's identity API URL of `path` (`/OS-TRUST/trusts`, ...).
+    pub(crate) fn identity_url(&self, path: &str) -> String {
+        format!("{}{path}", self.config.auth_url.trim_end_matches('/'))
+    }
+
+    pub(crate) fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// The id of the user this session authenticates as (logging in if it has not yet).
+    pub async fn user_id(&self) -> Result<String> {
+        Ok(self.token(false).await?.user_id)
+    }
+
+    /// The session's token, renewed a minute before it expires or (`renew`) after a 401.
+    pub(crate) async fn token_value(&self, renew: bool) -> Result<String> {
+        Ok(self.token(renew).await?.value)
     }
 
     async fn authenticate(&self) -> Result<Token> {
@@ -190,9 +232,12 @@ impl Session {
             ..
         } = &self.config.credentials
         {
-            auth["scope"] = match &self.project_id {
-                Some(id) => json!({"project": {"id": id}}),
-                None => json!({"project": {"name": project, "domain": {"name": project_domain}}}),
+            auth["scope"] = match &self.scope {
+                Scope::Project(id) => json!({"project": {"id": id}}),
+                Scope::Trust(id) => json!({"OS-TRUST:trust": {"id": id}}),
+                Scope::Configured => {
+                    json!({"project": {"name": project, "domain": {"name": project_domain}}})
+                }
             };
         }
         let url = format!("{}/auth/tokens", self.config.auth_url.trim_end_matches('/'));
@@ -210,9 +255,25 @@ impl Session {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let body: Value = response.json().await.unwrap_or(Value::Null);
+        // Keystone failing is worth another try; a refusal is not.
+        if status.is_server_error() {
+            return Err(Error::Status {
+                service: "identity".into(),
+                request: "POST /auth/tokens".into(),
+                status: status.as_u16(),
+                message: message_of(&body),
+            });
+        }
         if !status.is_success() {
+            let what = match &self.scope {
+                Scope::Trust(id) => format!(
+                    "keystone refused the service user's login through trust {id} (deleted, \
+                     expired, or its roles no longer held by its user?)"
+                ),
+                _ => "keystone refused the service credentials".to_string(),
+            };
             return Err(Error::Auth(format!(
-                "keystone refused the service credentials ({status}): {}",
+                "{what} ({status}): {}",
                 message_of(&body)
             )));
         }
@@ -240,6 +301,10 @@ impl Session {
         Ok(Token {
             value,
             expires_at,
+            user_id: body["token"]["user"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
             catalog,
         })
     }
@@ -350,3 +415,4 @@ impl Session {
         }
     }
 }
+

@@ -101,6 +101,11 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The caller's own token, as sent: what a Keystone trust is made with.
+pub fn user_token(headers: &HeaderMap) -> Option<blazar_service::UserToken> {
+    header(headers, "x-auth-token").map(blazar_service::UserToken::new)
+}
+
 /// In noauth mode a token `noauth:<user>:<project>:<role>[,<role>...]` (or `peer:...`, the
 /// spelling of the reference test bed) acts as that user and project, for clients that cannot
 /// send identity headers. Any other token (such as keystoneauth's `notused`) is ignored.

@@ -171,6 +171,13 @@ pub struct Cli {
     /// [default: standalone].
     #[arg(long, env = "BLAZAR_BACKEND", value_enum)]
     pub backend: Option<BackendKind>,
+    /// How blazar-rs acts for a lease's user in their project (the server group of an
+    /// instance reservation): `trust`, as Blazar, through a Keystone trust each lease create
+    /// makes from the caller to the service user (auth keystone only); `project`, with the
+    /// service credentials scoped to the user's project (the service user needs a role
+    /// there) [default: trust with auth keystone, project otherwise].
+    #[arg(long, env = "BLAZAR_ACT_FOR_USER", value_enum)]
+    pub act_for_user: Option<ActForUser>,
     /// OpenStack region of the endpoints to use [default: the catalog's first].
     #[arg(long, env = "BLAZAR_OS_REGION")]
     pub os_region: Option<String>,
@@ -621,6 +628,17 @@ impl NotificationsConfig {
     }
 }
 
+/// How the service acts for a lease's user in their project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActForUser {
+    /// Through a Keystone trust made at lease create (trustor the caller, trustee the
+    /// service user, the caller's roles, impersonation); deleted with the lease.
+    Trust,
+    /// With the service credentials scoped to the user's project.
+    Project,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
@@ -748,6 +766,7 @@ pub struct FileConfig {
     pub idle_timeout: Option<f64>,
     pub request_timeout: Option<f64>,
     pub backend: Option<BackendKind>,
+    pub act_for_user: Option<ActForUser>,
     pub os_region: Option<String>,
     pub os_interface: Option<String>,
     pub os_endpoints: Option<Vec<String>>,
@@ -801,6 +820,7 @@ pub struct Config {
     pub action_attempts: u32,
     pub action_timeout: std::time::Duration,
     pub backend: BackendKind,
+    pub act_for_user: ActForUser,
     pub openstack: OpenStackConfig,
     /// `None`: the monitor is off.
     pub monitor_interval: Option<std::time::Duration>,
@@ -1087,8 +1107,11 @@ impl Config {
             .unwrap_or(300);
         let notifications =
             NotificationsConfig::resolve(&cli, &file.notifications.clone().unwrap_or_default())?;
+        let auth = cli.auth.or(file.auth).unwrap_or(AuthMode::Noauth);
+        let act_for_user = act_for_user(cli.act_for_user.or(file.act_for_user), auth)?;
         Ok(Config {
             notifications,
+            act_for_user,
             reconcile_interval: (reconcile_seconds > 0)
                 .then(|| std::time::Duration::from_secs(reconcile_seconds.min(86_400))),
             monitor_interval: (monitor_seconds > 0)
@@ -1108,7 +1131,7 @@ impl Config {
                 .or(file.database_url)
                 .unwrap_or_else(|| "blazar.db".into()),
             max_connections: cli.max_connections.or(file.max_connections).unwrap_or(16),
-            auth: cli.auth.or(file.auth).unwrap_or(AuthMode::Noauth),
+            auth,
             insecure_noauth: cli.insecure_noauth || file.insecure_noauth.unwrap_or(false),
             policy_file: cli.policy_file.or(file.policy_file),
             keystone: KeystoneConfig {
@@ -1311,6 +1334,21 @@ impl Config {
     }
 }
 
+/// How the service acts for users: as configured, else as Blazar does (trusts) whenever
+/// there is a user's Keystone token to make one with.
+fn act_for_user(configured: Option<ActForUser>, auth: AuthMode) -> anyhow::Result<ActForUser> {
+    match (configured, auth) {
+        (Some(ActForUser::Trust), AuthMode::Noauth | AuthMode::Tokens) => anyhow::bail!(
+            "act_for_user = trust needs auth = keystone: a trust is made with the caller's \
+             Keystone token. Use --auth keystone, or --act-for-user project to act with the \
+             service credentials scoped to the user's project"
+        ),
+        (Some(mode), _) => Ok(mode),
+        (None, AuthMode::Keystone) => Ok(ActForUser::Trust),
+        (None, AuthMode::Noauth | AuthMode::Tokens) => Ok(ActForUser::Project),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1341,6 +1379,46 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("--insecure-noauth"), "{err}");
+    }
+
+    #[test]
+    fn acting_for_users_is_through_trusts_wherever_keystone_tokens_are() {
+        let rows: &[(&[&str], Option<ActForUser>)] = &[
+            (&["--auth", "keystone"], Some(ActForUser::Trust)),
+            (
+                &["--auth", "keystone", "--act-for-user", "project"],
+                Some(ActForUser::Project),
+            ),
+            (
+                &["--auth", "keystone", "--act-for-user", "trust"],
+                Some(ActForUser::Trust),
+            ),
+            (&[], Some(ActForUser::Project)),
+            (&["--auth", "tokens"], Some(ActForUser::Project)),
+            (
+                &["--auth", "tokens", "--act-for-user", "project"],
+                Some(ActForUser::Project),
+            ),
+            // No user's Keystone token to make a trust with: refused at start.
+            (&["--act-for-user", "trust"], None),
+            (&["--auth", "tokens", "--act-for-user", "trust"], None),
+        ];
+        for (args, expected) in rows {
+            let mut argv = vec!["blazar-server"];
+            argv.extend_from_slice(args);
+            let resolved = Config::resolve(Cli::parse_from(argv));
+            match (resolved, expected) {
+                (Ok(c), Some(mode)) => assert_eq!(c.act_for_user, *mode, "{args:?}"),
+                (Err(e), None) => assert!(
+                    e.to_string()
+                        .contains("act_for_user = trust needs auth = keystone"),
+                    "{e}"
+                ),
+                (other, _) => panic!("{args:?}: {:?}", other.map(|c| c.act_for_user)),
+            }
+        }
+        let file: FileConfig = toml::from_str("act_for_user = \"project\"").unwrap();
+        assert_eq!(file.act_for_user, Some(ActForUser::Project));
     }
 
     #[test]

@@ -87,11 +87,17 @@ pub async fn create_lease(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Query(query): Query,
+    headers: axum::http::HeaderMap,
     Wire(body): Wire<blazar_api::NewLease>,
 ) -> ApiResult<impl IntoResponse> {
     async {
         let dry_run = crate::reply::strict_flag(&query, "dry_run")?;
-        let request = from_wire::new_lease(body)?;
+        let mut request = from_wire::new_lease(body)?;
+        // The caller's Keystone token makes the lease's trust (act_for_user = trust); a
+        // dry run makes none.
+        if !dry_run && state.service.makes_trusts() {
+            request.user_token = crate::auth::user_token(&headers);
+        }
         let lease = if dry_run {
             let tried = state
                 .service

@@ -59,6 +59,7 @@ pub struct StateBuilder<'a> {
     settings: Option<Settings>,
     policy: Option<policy::Policy>,
     auth: Option<AuthMaker<'a>>,
+    trusts: Option<(Arc<dyn blazar_service::Trusts>, bool)>,
 }
 
 impl<'a> StateBuilder<'a> {
@@ -71,6 +72,7 @@ impl<'a> StateBuilder<'a> {
             settings: None,
             policy: None,
             auth: None,
+            trusts: None,
         }
     }
 
@@ -95,6 +97,13 @@ impl<'a> StateBuilder<'a> {
     /// The policy, instead of loading the configured policy file.
     pub fn policy(mut self, policy: policy::Policy) -> Self {
         self.policy = Some(policy);
+        self
+    }
+
+    /// Keystone's trusts reached through `trusts`, made at every lease create if `make`,
+    /// instead of as auth mode keystone and `act_for_user` say.
+    pub fn trusts(mut self, trusts: Arc<dyn blazar_service::Trusts>, make: bool) -> Self {
+        self.trusts = Some((trusts, make));
         self
     }
 
@@ -147,12 +156,28 @@ impl<'a> StateBuilder<'a> {
         }
         let metrics = Arc::new(metrics::Metrics::new());
         let event_lag = metrics.event_lag();
-        let service = Service::new(store, self.clock, settings, backend)
+        let mut service = Service::new(store, self.clock, settings, backend)
             .with_authorizer(Arc::new(policy))
             .with_enforcement(enforcement)
             .with_quotas(config.quotas.clone())
             .with_webhook_settings(config.webhooks.clone())
             .with_event_observer(Arc::new(move |lag| event_lag.observe(lag.as_secs_f64())));
+        if let Some((trusts, make)) = self.trusts {
+            service = service.with_trusts(trusts, make);
+        } else if config.auth == AuthMode::Keystone {
+            // Whatever the mode now, the trusts of leases made in trust mode go with them.
+            let session = blazar_openstack::Session::new(config.openstack_session()?)
+                .map_err(|e| anyhow::anyhow!("keystone trusts: {e}"))?;
+            let make = config.act_for_user == crate::config::ActForUser::Trust;
+            service = service.with_trusts(
+                Arc::new(blazar_openstack::KeystoneTrusts::new(session)),
+                make,
+            );
+            tracing::info!(
+                act_for_user = if make { "trust" } else { "project" },
+                "acting for users in their projects"
+            );
+        }
         Ok(AppState::with_metrics(
             service,
             auth,

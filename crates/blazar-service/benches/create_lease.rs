@@ -17,6 +17,9 @@
 //! and the measured creates fall in the year's last 10 %. With `BLAZAR_BENCH_ALLOCATIONS=
 //! 100000,1000000` that is the "flat over history" comparison of issue 15.
 //!
+//! `BLAZAR_BENCH_KEEP_DB=DIR` keeps each seeded database in DIR (`create_lease-<hosts>-<
+//! allocations>.db`), to measure a server's start-up and memory on it.
+//!
 //! Run: `cargo bench -p blazar-service --bench create_lease`.
 
 // A benchmark is a test harness: a broken fixture should stop it loudly.
@@ -103,8 +106,9 @@ fn lease(
         start: When::At(start),
         end: When::At(end),
         before_end: None,
-        reservations: vec![r],
+        reservations: blazar_core::ReservationRequest::read_all(vec![r]),
         earliest: None,
+        user_token: None,
     }
 }
 
@@ -112,7 +116,8 @@ struct Fixture {
     service: Service,
     /// Where measured creates may start: from here to the end of the year.
     from: DateTime<Utc>,
-    _dir: tempfile::TempDir,
+    /// The temporary directory of the database, unless it is kept (`BLAZAR_BENCH_KEEP_DB`).
+    _dir: Option<tempfile::TempDir>,
 }
 
 /// The share of the seeded year already over when creates are measured.
@@ -126,9 +131,23 @@ fn past() -> f64 {
 
 /// A service over a fresh SQLite file with `hosts` hosts and `allocations` allocations.
 async fn fixture(hosts: usize, allocations: usize) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
+    // `BLAZAR_BENCH_KEEP_DB=DIR` keeps each seeded database there (measured creates are
+    // deleted again, so it is the seeded state), for measuring a server started on it.
+    let (dir, path) = match std::env::var("BLAZAR_BENCH_KEEP_DB") {
+        Ok(keep) if !keep.is_empty() => {
+            let path =
+                std::path::Path::new(&keep).join(format!("create_lease-{hosts}-{allocations}.db"));
+            let _ = std::fs::remove_file(&path);
+            (None, path)
+        }
+        _ => {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("bench.db");
+            (Some(dir), path)
+        }
+    };
     let store = Store::connect(&StoreOptions {
-        url: dir.path().join("bench.db").display().to_string(),
+        url: path.display().to_string(),
         max_connections: 4,
         ..Default::default()
     })

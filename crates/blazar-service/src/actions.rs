@@ -36,6 +36,29 @@ pub struct ActionReport {
     pub failed: usize,
 }
 
+/// One attempt at a claimed action, as the backend answered it; recorded afterwards,
+/// possibly with others in one transaction.
+struct Attempt {
+    row: ActionRecord,
+    outcome: ActionOutcome,
+    output: ActionOutput,
+    at: DateTime<Utc>,
+}
+
+impl Attempt {
+    fn count(&self, report: &mut ActionReport) {
+        match self.outcome {
+            ActionOutcome::Done => report.done += 1,
+            ActionOutcome::Retry { .. } => report.retried += 1,
+            ActionOutcome::Failed { .. } => report.failed += 1,
+        }
+    }
+}
+
+/// Most attempts recorded in one transaction: enough to absorb a burst, few enough that
+/// the write lock is held for milliseconds.
+const ATTEMPTS_PER_TRANSACTION: usize = 64;
+
 tokio::task_local! {
     /// The request id of the API call being served, recorded on the actions it causes.
     pub static REQUEST_ID: String;
@@ -68,14 +91,16 @@ fn status_from_events(events: &[blazar_core::Event]) -> LeaseStatus {
 /// Moves `lease` to the status its events imply (ERROR when `failed`) and writes it, if
 /// that changes it; a lease in ERROR stays there until it terminates. Returns whether it
 /// moved.
+/// `events` are the lease's events as the transaction has them (read once by the caller,
+/// which keeps them in step with its own changes).
 pub(crate) async fn settle_lease_status(
     tx: &mut Tx,
     lease: &mut Lease,
+    events: &[blazar_core::Event],
     failed: bool,
     now: DateTime<Utc>,
 ) -> ServiceResult<bool> {
-    let events = tx.events_of(&lease.id).await?;
-    let mut status = status_from_events(&events);
+    let mut status = status_from_events(events);
     if failed || (lease.status == LeaseStatus::Error && status != LeaseStatus::Terminating) {
         status = LeaseStatus::Error;
     }
@@ -154,6 +179,7 @@ fn action_from_row(row: &ActionRecord) -> ServiceResult<Action> {
         at: time("at")?,
         attempt: u32::try_from(row.attempts).unwrap_or(u32::MAX),
         request_id: row.request_id.clone(),
+        trust_id: payload["trust_id"].as_str().map(str::to_string),
     })
 }
 
@@ -256,6 +282,9 @@ impl Service {
         if let Some(at) = at {
             payload["at"] = json!(at.timestamp());
         }
+        if lease.keystone_trust {
+            payload["trust_id"] = json!(lease.trust_id);
+        }
         NewAction {
             lease_id: lease.id.clone(),
             reservation_id: reservation.id.clone(),
@@ -265,6 +294,37 @@ impl Service {
             resource_type: resource_type.to_string(),
             payload: payload.to_string(),
             resources,
+            request_id: current_request_id(),
+            created_at: self.now(),
+        }
+    }
+
+    /// An action of `lease` as a whole (no reservation, no resources, no backend): what its
+    /// worker needs of the lease, and the fields of `extra`.
+    pub(crate) fn whole_lease_action(
+        &self,
+        lease: &Lease,
+        (kind, purpose): (ActionKind, ActionPurpose),
+        extra: Value,
+    ) -> NewAction {
+        let mut payload = json!({
+            "lease_name": lease.name,
+            "user_id": lease.user_id,
+            "resources": [],
+            "units": [],
+        });
+        if let (Value::Object(payload), Value::Object(extra)) = (&mut payload, extra) {
+            payload.extend(extra);
+        }
+        NewAction {
+            lease_id: lease.id.clone(),
+            reservation_id: String::new(),
+            project_id: lease.project_id.clone(),
+            kind,
+            purpose,
+            resource_type: String::new(),
+            payload: payload.to_string(),
+            resources: Vec::new(),
             request_id: current_request_id(),
             created_at: self.now(),
         }
@@ -289,28 +349,15 @@ impl Service {
             .enforcement
             .context(&lease.user_id, &lease.project_id)
             .to_value();
-        let payload = json!({
-            "lease_name": lease.name,
-            "user_id": lease.user_id,
-            "resources": [],
-            "units": [],
-            "context": context,
-            "lease": crate::enforcement::stored_lease_values(view, &resources),
-        });
-        let seq = tx
-            .insert_action(&NewAction {
-                lease_id: lease.id.clone(),
-                reservation_id: String::new(),
-                project_id: lease.project_id.clone(),
-                kind: ActionKind::OnEnd,
-                purpose: ActionPurpose::Enforcement,
-                resource_type: String::new(),
-                payload: payload.to_string(),
-                resources: Vec::new(),
-                request_id: current_request_id(),
-                created_at: self.now(),
-            })
-            .await?;
+        let action = self.whole_lease_action(
+            lease,
+            (ActionKind::OnEnd, ActionPurpose::Enforcement),
+            json!({
+                "context": context,
+                "lease": crate::enforcement::stored_lease_values(view, &resources),
+            }),
+        );
+        let seq = tx.insert_action(&action).await?;
         tracing::debug!(action.seq = seq, lease.id = %lease.id, "usage enforcement to be told of the lease end");
         Ok(())
     }
@@ -442,8 +489,16 @@ impl Service {
 
     /// One attempt at one claimed action, and its outcome recorded.
     async fn carry_out(&self, row: ActionRecord, report: &mut ActionReport) -> ServiceResult<()> {
+        let attempt = self.attempt(row).await;
+        attempt.count(report);
+        self.record_attempts(std::slice::from_ref(&attempt)).await
+    }
+
+    /// One attempt at one claimed action: what the backend answered, not yet recorded.
+    async fn attempt(&self, row: ActionRecord) -> Attempt {
         let result = match action_from_row(&row) {
             Ok(_) if row.kind == ActionKind::OnEnd => self.tell_lease_end(&row).await,
+            Ok(action) if row.kind == ActionKind::DeleteTrust => self.delete_trust(&action).await,
             Ok(action) => {
                 let applied = tokio::time::timeout(
                     self.settings.action_timeout,
@@ -480,41 +535,62 @@ impl Service {
         };
         match &outcome {
             ActionOutcome::Done => {
-                report.done += 1;
                 tracing::info!(action.seq = row.seq, action.kind = %row.kind,
                     lease.id = %row.lease_id, attempts = row.attempts, "action done");
             }
             ActionOutcome::Retry { error, not_before } => {
-                report.retried += 1;
                 tracing::warn!(action.seq = row.seq, action.kind = %row.kind,
                     lease.id = %row.lease_id, attempts = row.attempts, error = %error,
                     retry_at = %not_before, "action failed; will retry");
             }
             ActionOutcome::Failed { error } => {
-                report.failed += 1;
                 tracing::error!(action.seq = row.seq, action.kind = %row.kind,
                     lease.id = %row.lease_id, attempts = row.attempts, error = %error,
                     "action failed for good");
             }
         }
+        Attempt {
+            row,
+            outcome,
+            output,
+            at: now,
+        }
+    }
+
+    /// Records the outcomes of attempts in one transaction, in lease order (so that two
+    /// batches lock the leases they share in the same order). At the top of the hour a large
+    /// site finishes hundreds of hand-overs at once: one commit each would make the last
+    /// lease ACTIVE seconds after its actions were done.
+    async fn record_attempts(&self, attempts: &[Attempt]) -> ServiceResult<()> {
+        let mut ordered: Vec<&Attempt> = attempts.iter().collect();
+        ordered.sort_by(|a, b| (&a.row.lease_id, a.row.seq).cmp(&(&b.row.lease_id, b.row.seq)));
         in_tx!(self, write, |tx| {
-            if !tx
-                .finish_action(row.seq, &self.worker_id, &outcome, now)
-                .await?
-            {
-                tracing::warn!(action.seq = row.seq, "action was claimed again meanwhile");
-                return Ok(());
-            }
-            match &outcome {
-                ActionOutcome::Retry { .. } => Ok(()),
-                ActionOutcome::Done => {
-                    self.record_output(tx, &row, &output, now).await?;
-                    self.action_finished(tx, &row, None, now).await
+            for attempt in &ordered {
+                let Attempt {
+                    row,
+                    outcome,
+                    output,
+                    at,
+                } = *attempt;
+                if !tx
+                    .finish_action(row.seq, &self.worker_id, outcome, *at)
+                    .await?
+                {
+                    tracing::warn!(action.seq = row.seq, "action was claimed again meanwhile");
+                    continue;
                 }
-                ActionOutcome::Failed { error } => {
-                    self.action_finished(tx, &row, Some(error), now).await
+                match outcome {
+                    ActionOutcome::Retry { .. } => {}
+                    ActionOutcome::Done => {
+                        self.record_output(tx, row, output, *at).await?;
+                        self.action_finished(tx, row, None, *at).await?;
+                    }
+                    ActionOutcome::Failed { error } => {
+                        self.action_finished(tx, row, Some(error), *at).await?;
+                    }
                 }
             }
+            Ok(())
         })
     }
 
@@ -594,9 +670,10 @@ impl Service {
             _ => None,
         };
         let mut finished = Vec::new();
+        let mut events = tx.events_of(&lease.id).await?;
         if let Some(event_type) = event_type
             && self
-                .settle_event(tx, &lease.id, event_type, purpose, now)
+                .settle_event(tx, &lease.id, &mut events, event_type, purpose, now)
                 .await?
         {
             finished.push(event_type);
@@ -604,41 +681,64 @@ impl Service {
         // A change that failed for good leaves the lease in ERROR, as a failed update does
         // in Blazar.
         let failed = failure.is_some() && purpose == ActionPurpose::Change;
-        if settle_lease_status(tx, &mut lease, failed, now).await? {
+        if settle_lease_status(tx, &mut lease, &events, failed, now).await? {
             tracing::info!(lease.id = %lease.id, lease.status = %lease.status, "lease status");
         }
         self.notify_events_done(tx, &lease, &finished).await
     }
 
     /// Marks the lease's `event_type` event done (or ERROR, if one of its actions failed)
-    /// once none of the actions of `purpose` is open any more. Returns whether it did.
+    /// once none of the actions of `purpose` is open any more, in the database and in
+    /// `events` (the lease's events as the caller read them). Returns whether it did.
     pub(crate) async fn settle_event(
         &self,
         tx: &mut Tx,
         lease_id: &str,
+        events: &mut [blazar_core::Event],
         event_type: EventType,
         purpose: ActionPurpose,
         now: DateTime<Utc>,
     ) -> ServiceResult<bool> {
+        let Some(event) = events
+            .iter_mut()
+            .find(|e| e.event_type == event_type && e.status == EventStatus::InProgress)
+        else {
+            return Ok(false);
+        };
         let (open, failed) = tx.action_counts(lease_id, purpose.as_str()).await?;
         if open > 0 {
             return Ok(false);
         }
-        let events = tx.events_of(lease_id).await?;
-        if let Some(mut event) = events
-            .into_iter()
-            .find(|e| e.event_type == event_type && e.status == EventStatus::InProgress)
-        {
-            event.status = if failed > 0 {
-                EventStatus::Error
-            } else {
-                EventStatus::Done
-            };
-            event.updated_at = Some(now);
-            tx.update_event(&event).await?;
-            return Ok(true);
+        event.status = if failed > 0 {
+            EventStatus::Error
+        } else {
+            EventStatus::Done
+        };
+        event.updated_at = Some(now);
+        tx.update_event(event).await?;
+        Ok(true)
+    }
+
+    /// Records what workers' attempts came to: together, or one by one if the batch fails
+    /// (so one action whose recording fails does not hold back the others). An attempt not
+    /// recorded is run again once its claim expires.
+    async fn record_finished(&self, attempts: Vec<Attempt>) {
+        if attempts.is_empty() {
+            return;
         }
-        Ok(false)
+        if attempts.len() > 1 {
+            match self.record_attempts(&attempts).await {
+                Ok(()) => return,
+                Err(e) => tracing::warn!(error = %e, count = attempts.len(),
+                    "recording a batch of action outcomes failed; recording them one by one"),
+            }
+        }
+        for attempt in &attempts {
+            if let Err(e) = self.record_attempts(std::slice::from_ref(attempt)).await {
+                tracing::error!(error = %e, action.seq = attempt.row.seq,
+                    "recording an action's outcome failed; it will run again");
+            }
+        }
     }
 
     /// Runs workers until `shutdown`: at most `settings.action_workers` actions at a time,
@@ -648,7 +748,7 @@ impl Service {
     pub async fn run_workers(&self, poll: std::time::Duration, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         let limit = self.settings.action_workers.max(1);
-        let mut running: JoinSet<ServiceResult<ActionReport>> = JoinSet::new();
+        let mut running: JoinSet<Attempt> = JoinSet::new();
         loop {
             let free = limit.saturating_sub(running.len());
             if free > 0 {
@@ -656,11 +756,7 @@ impl Service {
                     Ok(claimed) => {
                         for row in claimed {
                             let service = self.clone();
-                            running.spawn(async move {
-                                let mut report = ActionReport::default();
-                                service.carry_out(row, &mut report).await?;
-                                Ok(report)
-                            });
+                            running.spawn(async move { service.attempt(row).await });
                         }
                     }
                     Err(e) => tracing::error!(error = %e, "could not claim actions"),
@@ -675,19 +771,35 @@ impl Service {
             };
             tokio::select! {
                 Some(done) = running.join_next(), if !running.is_empty() => {
-                    match done {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => tracing::error!(error = %e, "recording an action's outcome failed; it will run again"),
-                        Err(e) => tracing::error!(error = %e, "an action worker panicked"),
+                    // This attempt and every other that has finished meanwhile.
+                    let mut finished = vec![done];
+                    while finished.len() < ATTEMPTS_PER_TRANSACTION {
+                        match running.try_join_next() {
+                            Some(more) => finished.push(more),
+                            None => break,
+                        }
                     }
+                    let attempts: Vec<Attempt> = finished
+                        .into_iter()
+                        .filter_map(|joined| {
+                            joined
+                                .map_err(|e| tracing::error!(error = %e, "an action worker panicked"))
+                                .ok()
+                        })
+                        .collect();
+                    self.record_finished(attempts).await;
                 }
                 _ = self.action_wake.notified() => {}
                 _ = tokio::time::sleep(wait) => {}
                 _ = &mut shutdown => break,
             }
         }
-        // Let the actions under way finish recording what they did.
-        while running.join_next().await.is_some() {}
+        // Let the actions under way finish and record what they did.
+        while let Some(joined) = running.join_next().await {
+            if let Ok(attempt) = joined {
+                self.record_finished(vec![attempt]).await;
+            }
+        }
         tracing::info!("action workers stopped");
     }
 }

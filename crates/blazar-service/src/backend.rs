@@ -45,6 +45,9 @@ pub struct Action {
     pub attempt: u32,
     /// The request id of the API call that caused it, for outbound calls.
     pub request_id: Option<String>,
+    /// The Keystone trust the lease's user gave the service (`act_for_user = trust`), to act
+    /// in the user's project through; `None` for leases made in another mode.
+    pub trust_id: Option<String>,
 }
 
 /// Why an action did not succeed.
@@ -236,7 +239,8 @@ impl Backend for StandaloneBackend {
                 | ActionKind::Prepare
                 | ActionKind::Release
                 | ActionKind::Snapshot
-                | ActionKind::OnEnd => {}
+                | ActionKind::OnEnd
+                | ActionKind::DeleteTrust => {}
             }
         }
         tx.commit().await.map_err(db_error)?;
@@ -256,6 +260,7 @@ impl Backend for StandaloneBackend {
                     ActionKind::Release => "reservation released",
                     ActionKind::Snapshot => "snapshot requested",
                     ActionKind::OnEnd => "usage enforcement told",
+                    ActionKind::DeleteTrust => "trust deleted",
                 }
             );
         }

@@ -13,7 +13,9 @@ use blazar_core::{
     ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationSpec,
     ReservationStatus, TimeWindow,
 };
-use blazar_core::{Allocation, Event, Lease, LeaseView, Reservation};
+use blazar_core::{
+    Allocation, Event, Lease, LeaseView, Reservation, ReservationChange, ReservationRequest,
+};
 use blazar_db::Tx;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Map, Value, json};
@@ -38,11 +40,14 @@ pub struct NewLease {
     pub start: When,
     pub end: When,
     pub before_end: Option<DateTime<Utc>>,
-    /// Reservation requests as sent: `resource_type` plus the fields of that type.
-    pub reservations: Vec<Map<String, Value>>,
+    /// The reservations, read where the request entered.
+    pub reservations: Vec<ReservationRequest>,
     /// Book the earliest window of this search instead of `start` and `end`
     /// (`start_date: "earliest"`), found and booked in one transaction.
     pub earliest: Option<crate::offers::SearchWindow>,
+    /// The caller's Keystone token (auth mode keystone): the lease's trust is made with it
+    /// when the service acts for users through trusts.
+    pub user_token: Option<crate::UserToken>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -51,8 +56,8 @@ pub struct LeaseUpdate {
     pub start: Option<When>,
     pub end: Option<When>,
     pub before_end: Option<DateTime<Utc>>,
-    /// Changes to reservations, each with the `id` of the reservation it changes.
-    pub reservations: Option<Vec<Map<String, Value>>>,
+    /// Changes to reservations, each naming the reservation it changes.
+    pub reservations: Option<Vec<ReservationChange>>,
 }
 
 impl LeaseUpdate {
@@ -110,16 +115,15 @@ fn update_values(
         Some(entries) => Value::Array(
             entries
                 .iter()
-                .map(|sent| {
-                    let mut r = sent.clone();
-                    let resources = sent
-                        .get("id")
-                        .and_then(Value::as_str)
+                .map(|change| {
+                    let mut r = change.as_sent();
+                    let resources = change
+                        .id()
                         .and_then(|id| held.get(id))
                         .cloned()
                         .unwrap_or_default();
-                    r.insert("allocations".into(), Value::Array(resources));
-                    Value::Object(r)
+                    r["allocations"] = Value::Array(resources);
+                    r
                 })
                 .collect(),
         ),
@@ -155,6 +159,8 @@ pub(crate) struct LeasePlan {
     name: String,
     dates: PlanDates,
     requests: Vec<ReservationSpec>,
+    /// The Keystone trust made for the lease, if the service makes them.
+    trust: Option<String>,
 }
 
 /// When a new lease takes place.
@@ -230,33 +236,18 @@ impl Service {
         self.authorize("blazar:leases:get", identity, &lease_target(lease))
     }
 
+    /// The specs of a create's reservations, or the first one's 400 with its position.
     pub(crate) fn validated_requests(
         &self,
-        requests: &[Map<String, Value>],
+        requests: &[ReservationRequest],
     ) -> ServiceResult<Vec<ReservationSpec>> {
         requests
             .iter()
-            .enumerate()
-            .map(|(i, request)| {
-                let kind = match request.get("resource_type") {
-                    Some(Value::String(s)) => s.as_str(),
-                    None | Some(Value::Null) => {
-                        return Err(ServiceError::BadRequest(format!(
-                            "Missing parameter resource_type in reservation {}",
-                            i + 1
-                        )));
-                    }
-                    Some(other) => {
-                        return Err(ServiceError::BadRequest(format!(
-                            "Malformed parameter resource_type in reservation {}: expected a string, got {other}",
-                            i + 1
-                        )));
-                    }
-                };
-                ReservationSpec::parse(kind, request, None).map_err(|e| {
-                    ServiceError::from(e).with_reason(Reason {
-                        reservation: Some(ReservationRef::Position(i + 1)),
-                        resource_type: Some(kind.to_string()),
+            .map(|request| {
+                request.spec().cloned().map_err(|e| {
+                    ServiceError::from(e.clone()).with_reason(Reason {
+                        reservation: Some(ReservationRef::Position(request.position())),
+                        resource_type: request.resource_type().map(str::to_string),
                         ..Reason::default()
                     })
                 })
@@ -299,11 +290,25 @@ impl Service {
         request: &NewLease,
     ) -> ServiceResult<LeaseView> {
         let created = async {
-            let plan = self.plan_lease(identity, request).await?;
+            let mut plan = self.plan_lease(identity, request).await?;
             self.enforce_create(identity, request, &plan).await?;
-            let view = match &self.batcher {
-                Some(batcher) => batcher.create(self, plan).await?,
-                None => self.write_new_lease_alone(&plan).await?,
+            // After every check that can refuse without writing, so that those make no
+            // trust; before the write, which calls nobody.
+            plan.trust = self
+                .make_trust(identity, request.user_token.as_ref())
+                .await?;
+            let trust = plan.trust.clone();
+            let written = match &self.batcher {
+                Some(batcher) => batcher.create(self, plan).await,
+                None => self.write_new_lease_alone(&plan).await,
+            };
+            let view = match (written, trust) {
+                (Ok(view), _) => view,
+                (Err(e), Some(trust)) => {
+                    self.forget_trust(&trust, request.user_token.as_ref()).await;
+                    return Err(e);
+                }
+                (Err(e), None) => return Err(e),
             };
             tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
             self.wake_for(&view);
@@ -431,9 +436,9 @@ impl Service {
                     })
                     .cloned()
                     .unwrap_or_default();
-                let mut r = sent.clone();
-                r.insert("allocations".into(), Value::Array(held));
-                Value::Object(r)
+                let mut r = sent.as_sent().clone();
+                r["allocations"] = Value::Array(held);
+                r
             })
             .collect();
         let mut values = json!({
@@ -497,6 +502,7 @@ impl Service {
             name: request.name.clone(),
             dates,
             requests,
+            trust: None,
         })
     }
 
@@ -563,7 +569,8 @@ impl Service {
             name: plan.name.clone(),
             user_id: plan.identity.user_id.clone(),
             project_id: plan.identity.project_id.clone(),
-            trust_id: new_trust_id(),
+            trust_id: plan.trust.clone().unwrap_or_else(new_trust_id),
+            keystone_trust: plan.trust.is_some(),
             start: window.start(),
             end: window.end(),
             status: LeaseStatus::Pending,
@@ -668,12 +675,26 @@ impl Service {
             .find_offers(tx, &plan.identity, &plan.requests, search, None)
             .await?;
         let Some(offer) = found.first() else {
-            return Err(ServiceError::Conflict(format!(
+            // No single reservation is at fault (together they fit nowhere); each is named
+            // with what it asked for.
+            let refusal = ServiceError::Conflict(format!(
                 "No window of {} minute(s) between {} and {} fits the request",
                 search.min_minutes,
                 search.not_before.format("%Y-%m-%d %H:%M"),
                 search.not_after.format("%Y-%m-%d %H:%M"),
-            )));
+            ));
+            return Err(plan
+                .requests
+                .iter()
+                .enumerate()
+                .fold(refusal, |e, (i, spec)| {
+                    e.with_reason(Reason {
+                        reservation: Some(ReservationRef::Position(i + 1)),
+                        resource_type: Some(spec.kind().to_string()),
+                        requested: Some(Requested::of(spec)),
+                        ..Reason::default()
+                    })
+                }));
         };
         let now = truncate_to_minute(self.now());
         Ok(plan_create(
@@ -723,7 +744,8 @@ impl Service {
         let Some(retry) = refused.retry.take() else {
             return ServiceError::Refused(refused);
         };
-        let now = truncate_to_minute(self.now());
+        // Advice, booked later: see `offers`.
+        let now = blazar_core::time::first_whole_minute(self.now());
         let minutes = (retry.window.end() - retry.window.start()).num_minutes();
         let longest = Duration::days(crate::offers::MAX_SEARCH_DAYS).num_minutes();
         let started = retry.window.start() < now && retry.except_lease.is_some();
@@ -1191,35 +1213,30 @@ impl Service {
         if let Some(entries) = &update.reservations {
             let mut invalid = Vec::new();
             for entry in entries {
-                let rid = match entry.get("id") {
-                    Some(Value::String(s)) => s.clone(),
-                    _ => {
-                        return Err(ServiceError::BadRequest(
-                            "Missing parameter reservation ID".into(),
-                        ));
-                    }
+                let Some(rid) = entry.id().map(str::to_string) else {
+                    return Err(ServiceError::BadRequest(
+                        "Missing parameter reservation ID".into(),
+                    ));
                 };
                 let Some(stored) = reservations.iter().find(|r| r.id == rid) else {
                     invalid.push(rid);
                     continue;
                 };
-                if let Some(kind) = entry.get("resource_type")
-                    && kind.as_str() != Some(stored.resource_type())
-                {
+                if entry.changes_type(stored.resource_type()) {
                     return Err(ServiceError::Conflict(format!(
                         "resource_type cannot be updated (reservation {rid} is {})",
                         stored.resource_type()
                     )));
                 }
-                let spec =
-                    ReservationSpec::parse(stored.resource_type(), entry, Some(&stored.spec))
-                        .map_err(|e| {
-                            ServiceError::from(e).with_reason(Reason {
-                                reservation: Some(ReservationRef::Id(rid.clone())),
-                                resource_type: Some(stored.resource_type().to_string()),
-                                ..Reason::default()
-                            })
-                        })?;
+                let spec = entry
+                    .apply(stored.resource_type(), &stored.spec)
+                    .map_err(|e| {
+                        ServiceError::from(e).with_reason(Reason {
+                            reservation: Some(ReservationRef::Id(rid.clone())),
+                            resource_type: Some(stored.resource_type().to_string()),
+                            ..Reason::default()
+                        })
+                    })?;
                 changes.insert(rid, spec);
             }
             if !invalid.is_empty() {
@@ -1376,6 +1393,8 @@ impl Service {
                 };
                 self.record_on_end(tx, &view, &allocations).await?;
             }
+            // After the lease's other actions, which may still act through it.
+            self.record_trust_deletion(tx, &lease).await?;
             self.notify_lease_deleted(tx, &lease, reservations, events)
                 .await?;
             tx.delete_lease(&lease.id).await?;

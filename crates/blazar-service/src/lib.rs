@@ -82,6 +82,7 @@ mod resources;
 mod scheduler;
 mod timeline;
 pub mod tokens;
+mod trusts;
 mod webhooks;
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -128,6 +129,7 @@ pub use refusal::{Availability, Reason, RefusalKind, Refused, Requested, Reserva
 pub use resources::Grant;
 pub use scheduler::TickReport;
 pub use timeline::{TIMELINE_RULE, TimelineRequest};
+pub use trusts::{TrustError, Trusts, UserToken};
 pub use webhooks::{
     DELIVERIES_LISTED, DeliveryReport, NewWebhook, WebhookRequest, WebhookSender, WebhookSettings,
     webhook_signature,
@@ -331,6 +333,8 @@ pub struct Service {
     event_observer: Option<EventObserver>,
     /// Per-project limits (none by default).
     quotas: Arc<quotas::QuotaSettings>,
+    /// Keystone trusts of leases (auth mode keystone), and whether creates make them.
+    trusts: Option<trusts::TrustSettings>,
 }
 
 /// How many times a use case is re-run after losing a race to a concurrent transaction.
@@ -367,6 +371,7 @@ impl Service {
             lease_changes: Arc::new(tokio::sync::watch::Sender::new(0)),
             event_observer: None,
             quotas: Arc::new(quotas::QuotaSettings::default()),
+            trusts: None,
             // PostgreSQL runs writers side by side; SQLite queues them, so batch there.
             batcher: (store_backend == StoreBackend::Sqlite
                 && tokio::runtime::Handle::try_current().is_ok())

@@ -13,7 +13,6 @@ use blazar_core::offer::{self, Busy, Demand, Occupancy, Offer, Order, Search};
 use blazar_core::{PHYSICAL_HOST, ReservationSpec, ResourceRecord, TimeWindow};
 use blazar_db::Tx;
 use chrono::{DateTime, Duration, Utc};
-use serde_json::{Map, Value};
 
 use crate::resources::{count, filter_key};
 use crate::{Identity, Service, ServiceError, ServiceResult, truncate_to_minute};
@@ -92,7 +91,7 @@ impl SearchWindow {
 #[derive(Debug, Clone)]
 pub struct OfferRequest {
     /// Reservation requests as a lease create takes them.
-    pub reservations: Vec<Map<String, Value>>,
+    pub reservations: Vec<blazar_core::ReservationRequest>,
     pub window: SearchWindow,
     pub limit: usize,
     pub order: Order,
@@ -135,6 +134,9 @@ pub struct Extension {
     pub possible: Option<bool>,
     /// Why not, when it would be refused (the update's own message).
     pub refusal: Option<String>,
+    /// Whether the lease reaches `requested_end` on exactly the resources it holds (an
+    /// update of a lease that has not started may also move it to others).
+    pub keeps_resources: Option<bool>,
     /// The latest end the lease reaches keeping every resource it holds, searched up to
     /// `horizon`; `None` when it cannot be extended at all.
     pub latest_end: Option<DateTime<Utc>>,
@@ -155,7 +157,9 @@ impl Service {
                 "limit must be between 1 and {MAX_OFFERS}"
             )));
         }
-        let now = truncate_to_minute(self.now());
+        // Offers are advice the caller books afterwards: one that started in the current
+        // minute would be refused as past by a create made after that minute ends.
+        let now = blazar_core::time::first_whole_minute(self.now());
         let search = request.window.resolve(
             now,
             self.settings().cleaning(),
@@ -386,9 +390,10 @@ pub enum ExtensionAsk {
 }
 
 impl Service {
-    /// Whether a lease can be extended (to an end, or by some minutes), and the latest end
-    /// it can reach keeping every resource it holds, searched up to 30 days past its end or
-    /// the end asked about. Reads only; the answer holds until someone else books.
+    /// Whether a lease can be extended (to an end, or by some minutes): what the update
+    /// would answer; and the latest end it can reach keeping every resource it holds,
+    /// searched up to 30 days past its end or the end asked about. Writes nothing; the
+    /// answer holds until someone else books.
     pub async fn lease_extension(
         &self,
         identity: &Identity,
@@ -396,7 +401,7 @@ impl Service {
         ask: ExtensionAsk,
     ) -> ServiceResult<Extension> {
         let now = truncate_to_minute(self.now());
-        in_tx!(self, read, |tx| {
+        let mut extension = in_tx!(self, read, |tx| {
             let lease = tx
                 .get_lease(id)
                 .await?
@@ -408,19 +413,6 @@ impl Service {
                 ExtensionAsk::Latest => None,
                 ExtensionAsk::EndAt(t) => Some(t),
                 ExtensionAsk::ProlongBy(minutes) => Some(lease.end + Duration::minutes(minutes)),
-            };
-            // The lease rules first: a lease that may not move its end has no extension.
-            let events = tx.events_of(&lease.id).await?;
-            let rule = requested_end.map(|end| {
-                let dates = blazar_core::lease::DatesRequest {
-                    end: Some(When::At(end)),
-                    ..Default::default()
-                };
-                blazar_core::lease::plan_update(&lease, &events, &dates, now)
-            });
-            let refused_by_rule = match rule {
-                Some(Err(refusal)) => Some(ServiceError::from(refusal).to_string()),
-                _ => None,
             };
             let horizon = (lease.end + Duration::days(DEFAULT_SEARCH_DAYS))
                 .max(requested_end.unwrap_or(lease.end))
@@ -436,35 +428,47 @@ impl Service {
             } else {
                 None
             };
-            let (possible, refusal) = match (requested_end, refused_by_rule) {
-                (None, _) => (None, None),
-                (Some(_), Some(why)) => (Some(false), Some(why)),
-                (Some(end), None) => {
-                    let fits = latest_end.is_some_and(|latest| latest >= end);
-                    let why = (!fits).then(|| match latest_end {
-                        Some(latest) if latest > lease.end => format!(
-                            "The lease's resources are booked after {}: it can be extended to \
-                             {} at the latest",
-                            latest.format("%Y-%m-%d %H:%M"),
-                            latest.format("%Y-%m-%d %H:%M")
-                        ),
-                        _ => "The lease's resources are booked right after it ends: it cannot \
-                              be extended"
-                            .to_string(),
-                    });
-                    (Some(fits), why)
-                }
-            };
             Ok(Extension {
                 lease_id: lease.id.clone(),
                 end: lease.end,
                 requested_end,
-                possible,
-                refusal,
+                possible: None,
+                refusal: None,
+                keeps_resources: requested_end
+                    .map(|end| latest_end.is_some_and(|latest| latest >= end)),
                 latest_end: latest_end.filter(|t| *t > lease.end),
                 horizon,
             })
-        })
+        })?;
+        // Whether it is possible is what the update itself answers: the lease rules, the
+        // resources (a lease that has not started may move to others), quotas and usage
+        // filters all have their say, as in a dry run of it.
+        if let Some(end) = extension.requested_end {
+            let update = crate::leases::LeaseUpdate {
+                end: Some(When::At(end)),
+                ..Default::default()
+            };
+            match self.dry_run_update_lease(identity, id, &update).await {
+                Ok(_) => extension.possible = Some(true),
+                Err(
+                    e @ (ServiceError::BadRequest(_)
+                    | ServiceError::Conflict(_)
+                    | ServiceError::Refused(_)),
+                ) => {
+                    extension.possible = Some(false);
+                    let mut why = e.to_string();
+                    if let Some(latest) = extension.latest_end {
+                        why.push_str(&format!(
+                            " Keeping the resources it holds, it can end at {} at the latest.",
+                            latest.format("%Y-%m-%d %H:%M")
+                        ));
+                    }
+                    extension.refusal = Some(why);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(extension)
     }
 
     /// The latest end (up to `horizon`) at which the lease still holds every resource it

@@ -169,6 +169,7 @@ impl Service {
                                 at: now,
                                 attempt: 1,
                                 request_id: None,
+                                trust_id: lease.keystone_trust.then(|| lease.trust_id.clone()),
                             });
                         }
                         continue;

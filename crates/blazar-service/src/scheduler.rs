@@ -87,10 +87,9 @@ impl Service {
                 tx.lock_scheduler().await?;
                 let mut batch = TickReport::default();
                 let mut dues = Vec::new();
-                for _ in 0..EVENTS_PER_TRANSACTION {
-                    let Some(event) = tx.claim_due_event(now).await? else {
-                        return Ok((batch, dues, true));
-                    };
+                let due_events = tx.claim_due_events(now, EVENTS_PER_TRANSACTION).await?;
+                let drained = due_events.len() < EVENTS_PER_TRANSACTION;
+                for event in due_events {
                     let due = event.time;
                     match self.run_event(tx, event, now).await? {
                         None => continue,
@@ -99,7 +98,7 @@ impl Service {
                     }
                     dues.push(due);
                 }
-                Ok((batch, dues, false))
+                Ok((batch, dues, drained))
             })?;
             // Observed once they committed: a rolled-back batch is run again later.
             for due in dues {
@@ -127,14 +126,11 @@ impl Service {
             return Ok(None);
         };
         // Read again under the lease lock: an update that committed meanwhile may have moved
-        // the event or the lease may have changed; then it is not ours to run now.
-        let current = tx
-            .events_of(&lease.id)
-            .await?
-            .into_iter()
-            .find(|e| e.id == event.id);
-        match current {
-            Some(e) if e.status == EventStatus::Undone && e.time <= now => event = e,
+        // the event or the lease may have changed; then it is not ours to run now. The
+        // lease's events are kept in step with what this transaction does to them.
+        let mut events = tx.events_of(&lease.id).await?;
+        match events.iter().find(|e| e.id == event.id) {
+            Some(e) if e.status == EventStatus::Undone && e.time <= now => event = e.clone(),
             _ => return Ok(None),
         }
         let kind = event.event_type;
@@ -160,6 +156,7 @@ impl Service {
                     .settle_event(
                         tx,
                         &lease.id,
+                        &mut events,
                         EventType::StartLease,
                         ActionPurpose::LeaseStart,
                         now,
@@ -173,7 +170,7 @@ impl Service {
                     Some(LeaseView {
                         lease: lease.clone(),
                         reservations: reservations.clone(),
-                        events: tx.events_of(&lease.id).await?,
+                        events: events.clone(),
                     })
                 } else {
                     None
@@ -210,9 +207,12 @@ impl Service {
         }
         event.updated_at = Some(now);
         tx.update_event(&event).await?;
+        if let Some(kept) = events.iter_mut().find(|e| e.id == event.id) {
+            *kept = event.clone();
+        }
 
         // A lease whose start failed stays in ERROR through its end.
-        settle_lease_status(tx, &mut lease, false, now).await?;
+        settle_lease_status(tx, &mut lease, &events, false, now).await?;
         // Blazar announces an event once its handler is through; here that is now, or when
         // the last of its actions finishes (`actions.rs`).
         if event.status == EventStatus::Done {

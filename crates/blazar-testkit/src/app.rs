@@ -39,6 +39,7 @@ pub struct TestAppBuilder {
     max_connections: u32,
     start: DateTime<Utc>,
     auto_actions: bool,
+    trusts: Option<(Arc<dyn blazar_service::Trusts>, bool)>,
     /// Options as the command line would set them (the database and auth are the kit's).
     cli: Cli,
 }
@@ -56,6 +57,7 @@ impl Default for TestAppBuilder {
             max_connections: 16,
             start: epoch(),
             auto_actions: true,
+            trusts: None,
             cli: Cli::default(),
         }
     }
@@ -121,6 +123,13 @@ impl TestAppBuilder {
         self
     }
 
+    /// Keystone's trusts reached through `trusts` (a fake), made at every lease create if
+    /// `make`.
+    pub fn trusts(mut self, trusts: Arc<dyn blazar_service::Trusts>, make: bool) -> Self {
+        self.trusts = Some((trusts, make));
+        self
+    }
+
     /// Sets configuration options as the command line or environment would (usage
     /// enforcement, ...).
     pub fn configure(mut self, set: impl FnOnce(&mut Cli)) -> Self {
@@ -152,6 +161,9 @@ impl TestAppBuilder {
         }
         if let Some(auth) = self.auth {
             builder = builder.auth_with(auth);
+        }
+        if let Some((trusts, make)) = self.trusts {
+            builder = builder.trusts(trusts, make);
         }
         let state = builder.build().await.expect("build the application");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -517,6 +517,15 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
         events: Some(Value::Array(events)),
         ..NewLease::default()
     };
+    submit(ctx, &args, &request).await
+}
+
+/// Sends a lease create: as a dry run, or for real (then waits for it when asked).
+async fn submit(
+    ctx: &Context,
+    args: &CreateArgs,
+    request: &impl serde::Serialize,
+) -> CliResult<u8> {
     let timeout = args
         .timeout
         .as_deref()
@@ -526,13 +535,13 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
     if args.dry_run {
         let lease: Map<String, Value> = ctx
             .client
-            .post("/leases?dry_run=true", "lease", &request)
+            .post("/leases?dry_run=true", "lease", request)
             .await?;
         let table = show_object(ctx, lease, &args.out)?;
         emit(&format!("Would create a new lease:\n{table}{DRY_RUN_NOTE}"));
         return Ok(0);
     }
-    let lease: Map<String, Value> = ctx.client.post("/leases", "lease", &request).await?;
+    let lease: Map<String, Value> = ctx.client.post("/leases", "lease", request).await?;
     let id = lease
         .get("id")
         .and_then(Value::as_str)
@@ -577,12 +586,7 @@ async fn create_earliest(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
         Value::Array(reservations.into_iter().map(Value::Object).collect()),
     );
     body.insert("events".into(), Value::Array(Vec::new()));
-    let lease: Map<String, Value> = ctx
-        .client
-        .post("/leases", "lease", &Value::Object(body))
-        .await?;
-    print_created(ctx, lease, &args.out)?;
-    Ok(0)
+    submit(ctx, &args, &Value::Object(body)).await
 }
 
 fn print_created(ctx: &Context, lease: Map<String, Value>, out: &ShowOutput) -> CliResult<()> {
@@ -685,10 +689,22 @@ pub async fn update(ctx: &Context, args: UpdateArgs) -> CliResult {
         ));
     }
     if args.dry_run {
-        let lease: Map<String, Value> = ctx
+        let answer: Result<Map<String, Value>, _> = ctx
             .client
             .put(&format!("{path}?dry_run=true"), "lease", &changes)
-            .await?;
+            .await;
+        let lease = match answer {
+            Ok(lease) => lease,
+            // A refused extension: say how far the lease can go as it is.
+            Err(e) if changes.end_date.is_some() && changes.start_date.is_none() => {
+                let mut failure = Failure::from(e);
+                if let Some(note) = latest_end_note(ctx, &path).await {
+                    failure.message = format!("{}\n{note}", failure.message);
+                }
+                return Err(failure);
+            }
+            Err(e) => return Err(e.into()),
+        };
         let table = show_object(ctx, lease, &ShowOutput::table())?;
         emit(&format!(
             "Would update lease {}:\n{table}{DRY_RUN_NOTE}",
@@ -699,6 +715,36 @@ pub async fn update(ctx: &Context, args: UpdateArgs) -> CliResult {
     let _: Value = ctx.client.put(&path, "lease", &changes).await?;
     emit(&format!("Updated lease: {}\n", args.id));
     Ok(())
+}
+
+/// The extension check's latest end, as a line for a refused extension; nothing when
+/// the check cannot be asked (an older server) or finds no later end.
+async fn latest_end_note(ctx: &Context, path: &str) -> Option<String> {
+    let answer: Value = ctx
+        .client
+        .get(&format!("{path}/extension"), "extension")
+        .await
+        .ok()?;
+    let searched = answer["searched_until"].as_str().and_then(parse_wire)?;
+    let show = |t| {
+        if super::human::localizing(ctx.utc) {
+            super::human::local_text(t)
+        } else {
+            format!("{} UTC", t.format("%Y-%m-%d %H:%M"))
+        }
+    };
+    Some(
+        match answer["latest_end_date"].as_str().and_then(parse_wire) {
+            Some(latest) => format!(
+                "Keeping the resources it holds, the lease can end at {} at the latest.",
+                show(latest)
+            ),
+            None => format!(
+                "Keeping the resources it holds, the lease cannot end later (searched until {}).",
+                show(searched)
+            ),
+        },
+    )
 }
 
 pub async fn delete(ctx: &Context, args: DeleteArgs) -> CliResult {

@@ -217,6 +217,15 @@ pub async fn offers(ctx: &Context, args: OffersArgs) -> CliResult {
             }
         }
     }
+    if found.is_empty() && args.out.is_human() {
+        // An empty table says nothing; say why there is none (on stderr, so scripts that
+        // read the table still read an empty one).
+        eprintln!(
+            "No window fits the request in the search window: fewer matching resources are \
+             free for that long, or there are not enough of them at all (blazar lease-create \
+             --dry-run with dates explains which)."
+        );
+    }
     emit(&render_list(&rows, COLUMNS, &args.out)?);
     Ok(())
 }

@@ -413,4 +413,37 @@ async fn dry_runs_and_explained_refusals() {
             .await,
     ];
     assert_transcript!("dry_runs_and_explained_refusals", runs);
+
+    // A refused extension also says how far the lease can go on what it holds.
+    s.blazar(&[
+        "lease-create",
+        "--physical-reservation",
+        &hosts("3"),
+        "--start-date",
+        "2030-01-01 14:00",
+        "--end-date",
+        "2030-01-01 16:00",
+        "later",
+    ])
+    .await
+    .ok();
+    let refused = s
+        .blazar(&["lease-update", "--prolong-for", "4h", "--dry-run", "demo"])
+        .await;
+    assert_eq!(refused.code, 1, "{}", refused.transcript());
+    assert!(
+        refused
+            .stderr
+            .starts_with("ERROR: Not enough hosts available"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.ends_with(
+            "Keeping the resources it holds, the lease can end at 2030-01-01 14:00 UTC at \
+             the latest.\n"
+        ),
+        "{}",
+        refused.stderr
+    );
 }

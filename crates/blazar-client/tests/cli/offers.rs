@@ -56,6 +56,30 @@ async fn offers_then_earliest_create() {
     );
     assert!(text.contains("3h"), "{text}");
 
+    // A dry run of the same booking answers the lease it would make and books nothing.
+    let dry = s
+        .blazar(&[
+            "lease-create",
+            "--earliest",
+            "--dry-run",
+            "--physical-reservation",
+            "min=2,max=2,hypervisor_properties=,resource_properties=",
+            "--duration",
+            "3h",
+            "--start-date",
+            "2030-01-01 08:00",
+            "--within",
+            "1d",
+            "soonest",
+        ])
+        .await;
+    let text = dry.ok();
+    assert!(text.starts_with("Would create a new lease:"), "{text}");
+    assert!(text.contains("2030-01-01T12:00:00.000000"), "{text}");
+    let listed = s.blazar(&["lease-list", "-f", "json"]).await;
+    let leases: Value = serde_json::from_str(listed.ok()).unwrap();
+    assert_eq!(leases.as_array().unwrap().len(), 1, "{leases}");
+
     let created = s
         .blazar(&[
             "lease-create",

@@ -8,7 +8,7 @@
 //! request over as such a map.
 
 use blazar_api::dates::{InputDate, parse_input, parse_minute};
-use blazar_core::When;
+use blazar_core::{ReservationChange, ReservationRequest, When};
 use blazar_service::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS, ReallocationFilter};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -70,6 +70,9 @@ const OFFER_FIELDS: &[&str] = &[
     "not_after",
     "limit",
     "order",
+    "name",
+    "events",
+    "before_end_date",
 ];
 
 /// `start_date` of a create that books the earliest window of a search.
@@ -201,16 +204,7 @@ pub fn new_lease(body: blazar_api::NewLease) -> ApiResult<blazar_service::NewLea
             .iter()
             .fold(error, |e, key| e.with_reason(field(key))));
     }
-    match given(body.events) {
-        None => {}
-        Some(Value::Array(items)) if items.is_empty() => {}
-        Some(_) => {
-            return Err(ApiError::bad_request(
-                "Custom lease events are not supported: send \"events\": [] or leave it out; \
-                 the start, end and before-end events are created from the dates",
-            ));
-        }
-    }
+    no_custom_events(body.events)?;
     let search = if earliest {
         if given(body.end_date.clone()).is_some() {
             return Err(ApiError::bad_request(
@@ -254,13 +248,37 @@ pub fn new_lease(body: blazar_api::NewLease) -> ApiResult<blazar_service::NewLea
         },
         end: when_field("end_date", body.end_date)?.unwrap_or(When::Now),
         before_end: before_end_field(body.before_end_date)?,
-        reservations: reservations_field(body.reservations)?.unwrap_or_default(),
+        reservations: ReservationRequest::read_all(
+            reservations_field(body.reservations)?.unwrap_or_default(),
+        ),
         earliest: search,
+        user_token: None,
     })
+}
+
+/// Lease events come from the dates; a body may only send none.
+fn no_custom_events(events: Option<Value>) -> ApiResult<()> {
+    match given(events) {
+        None => Ok(()),
+        Some(Value::Array(items)) if items.is_empty() => Ok(()),
+        Some(_) => Err(ApiError::bad_request(
+            "Custom lease events are not supported: send \"events\": [] or leave it out; \
+             the start, end and before-end events are created from the dates",
+        )),
+    }
 }
 
 /// `POST /v1/leases/offers`.
 pub fn offer_request(body: blazar_api::OfferRequest) -> ApiResult<blazar_service::OfferRequest> {
+    if let Some(date) = ["start_date", "end_date"]
+        .into_iter()
+        .find(|k| body.other.contains_key(*k))
+    {
+        return Err(ApiError::bad_request(format!(
+            "Offers take no {date}: they search for the dates; give not_before and not_after \
+             to bound the search"
+        )));
+    }
     if !body.other.is_empty() {
         let unknown: Vec<&str> = body.other.keys().map(String::as_str).collect();
         return Err(ApiError::bad_request(format!(
@@ -269,6 +287,10 @@ pub fn offer_request(body: blazar_api::OfferRequest) -> ApiResult<blazar_service
             OFFER_FIELDS.join(", ")
         )));
     }
+    // Shaped as a create would take them, though an offer does not use them.
+    string_field("name", body.name)?;
+    before_end_field(body.before_end_date)?;
+    no_custom_events(body.events)?;
     let reservations = reservations_field(body.reservations)?.unwrap_or_default();
     if reservations.is_empty() {
         return Err(ApiError::bad_request(
@@ -315,7 +337,7 @@ pub fn offer_request(body: blazar_api::OfferRequest) -> ApiResult<blazar_service
         }
     };
     Ok(blazar_service::OfferRequest {
-        reservations,
+        reservations: ReservationRequest::read_all(reservations),
         window: blazar_service::SearchWindow {
             not_before: when_field("not_before", body.not_before)?,
             not_after: minute_field("not_after", body.not_after)?,
@@ -370,7 +392,7 @@ pub fn lease_update(body: blazar_api::LeaseUpdate) -> ApiResult<blazar_service::
         start: when_field("start_date", body.start_date)?,
         end: when_field("end_date", body.end_date)?,
         before_end: before_end_field(body.before_end_date)?,
-        reservations: reservations_field(body.reservations)?,
+        reservations: reservations_field(body.reservations)?.map(ReservationChange::read_all),
     })
 }
 

@@ -456,6 +456,7 @@ pub fn extension(e: blazar_service::Extension) -> blazar_api::Extension {
         requested_end_date: e.requested_end.map(format_t),
         possible: e.possible,
         reason: e.refusal,
+        keeps_resources: e.keeps_resources,
         latest_end_date: e.latest_end.map(format_t),
         searched_until: format_t(e.horizon),
     }

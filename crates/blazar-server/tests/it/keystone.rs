@@ -13,7 +13,7 @@ use chrono::{DateTime, Duration, Utc};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::harness::TestDatabase;
+use crate::harness::{TestApp, TestDatabase};
 use crate::matrix::{Actor, AuthApp, Cast, run_policy_matrix};
 use crate::support::{ServerProcess, free_port};
 
@@ -50,16 +50,25 @@ struct Issued {
     token: String,
     user_id: String,
     project_id: String,
+    roles: Vec<String>,
     expires_at: DateTime<Utc>,
+    /// The whole token body, as Keystone answered.
+    body: Value,
 }
 
 /// Logs in as `user`, scoped to `project` (or unscoped).
 async fn issue(env: &Env, user: &str, project: Option<&str>) -> Issued {
+    let scope = project.map(|p| json!({"project": {"name": p, "domain": {"id": "default"}}}));
+    login(env, user, &env.user_password, scope).await
+}
+
+/// Logs in as `user` with `password`, with `scope` (Keystone's shape) if given.
+async fn login(env: &Env, user: &str, password: &str, scope: Option<Value>) -> Issued {
     let mut auth = json!({"identity": {"methods": ["password"], "password": {"user": {
-        "name": user, "domain": {"id": "default"}, "password": env.user_password,
+        "name": user, "domain": {"id": "default"}, "password": password,
     }}}});
-    if let Some(project) = project {
-        auth["scope"] = json!({"project": {"name": project, "domain": {"id": "default"}}});
+    if let Some(scope) = scope {
+        auth["scope"] = scope;
     }
     let resp = reqwest::Client::new()
         .post(format!("{}/auth/tokens?nocatalog", env.url))
@@ -80,9 +89,16 @@ async fn issue(env: &Env, user: &str, project: Option<&str>) -> Issued {
             .as_str()
             .unwrap_or_default()
             .to_string(),
+        roles: body["token"]["roles"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["name"].as_str().map(str::to_string))
+            .collect(),
         expires_at: DateTime::parse_from_rfc3339(body["token"]["expires_at"].as_str().unwrap())
             .unwrap()
             .with_timezone(&Utc),
+        body,
     }
 }
 
@@ -348,4 +364,299 @@ async fn the_calendar_sign_in_gets_the_users_own_token_from_keystone() {
         )
         .await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
+}
+
+/// A server in auth mode keystone with its default of acting for users through trusts
+/// (the standalone backend; the test runs the actions).
+async fn trust_app(env: &Env) -> TestApp {
+    let keystone = Keystone::connect(settings(env, 60), Arc::new(ManualClock::new(Utc::now())))
+        .await
+        .expect("the service credentials work");
+    let (url, user, password) = (
+        env.url.clone(),
+        env.service_user.clone(),
+        env.service_password.clone(),
+    );
+    let app = TestApp::builder()
+        .auth_mode(blazar_server::config::AuthMode::Keystone)
+        .auth_with(move |_| Auth::keystone(keystone))
+        .policy(Policy::defaults())
+        .auto_actions(false)
+        .configure(move |cli| {
+            cli.keystone_url = Some(url);
+            cli.keystone_username = Some(user);
+            cli.keystone_password = Some(Secret::new(password));
+        })
+        .spawn()
+        .await;
+    assert!(
+        app.service.makes_trusts(),
+        "trusts are the default with keystone"
+    );
+    app
+}
+
+/// `GET /v3/OS-TRUST/trusts/{id}` with `token`: the status and the trust.
+async fn get_trust(env: &Env, token: &str, id: &str) -> (StatusCode, Value) {
+    let resp = reqwest::Client::new()
+        .get(format!("{}/OS-TRUST/trusts/{id}", env.url))
+        .header("X-Auth-Token", token)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// The ids of the trusts `trustor` made, asked with their own token.
+async fn trusts_of(env: &Env, trustor: &Issued) -> Vec<String> {
+    let resp = reqwest::Client::new()
+        .get(format!(
+            "{}/OS-TRUST/trusts?trustor_user_id={}",
+            env.url, trustor.user_id
+        ))
+        .header("X-Auth-Token", &trustor.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: Value = resp.json().await.unwrap();
+    let mut ids: Vec<String> = body["trusts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// The service user acting through `trust`: a trust-scoped token.
+async fn through_trust(env: &Env, trust: &str) -> Issued {
+    login(
+        env,
+        &env.service_user,
+        &env.service_password,
+        Some(json!({"OS-TRUST:trust": {"id": trust}})),
+    )
+    .await
+}
+
+fn lease_body(name: &str, reservations: Value) -> Value {
+    json!({"name": name, "start_date": "2030-03-01 10:00", "end_date": "2030-03-01 12:00",
+           "reservations": reservations, "events": []})
+}
+
+#[tokio::test]
+async fn a_lease_acts_through_a_keystone_trust_that_is_deleted_with_it() {
+    let Some(env) = env() else { return };
+    let app = trust_app(&env).await;
+    let member = issue(&env, "alpha-member", Some("alpha")).await;
+    let admin = issue(&env, "alpha-admin", Some("alpha")).await;
+    let service = login(
+        &env,
+        &env.service_user,
+        &env.service_password,
+        Some(json!({"project": {"name": "service", "domain": {"id": "default"}}})),
+    )
+    .await;
+
+    let r = app
+        .call(
+            Some(&member.token),
+            Method::POST,
+            "/v1/leases",
+            Some(lease_body("trusted", json!([]))),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let trust_id = r.body["lease"]["trust_id"].as_str().unwrap().to_string();
+
+    // Keystone has it as Blazar makes it: from the member to the service user, in the
+    // member's project, with the member's roles, impersonating.
+    let (status, trust) = get_trust(&env, &admin.token, &trust_id).await;
+    assert_eq!(status, StatusCode::OK, "{trust}");
+    let trust = &trust["trust"];
+    assert_eq!(trust["trustor_user_id"], member.user_id.as_str());
+    assert_eq!(trust["trustee_user_id"], service.user_id.as_str());
+    assert_eq!(trust["project_id"], member.project_id.as_str());
+    assert_eq!(trust["impersonation"], true);
+    assert!(trust["expires_at"].is_null(), "{trust}");
+    let mut delegated: Vec<String> = trust["roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect();
+    let mut held = member.roles.clone();
+    delegated.sort();
+    held.sort();
+    assert_eq!(delegated, held);
+
+    // The service user can act through it, as the member in the member's project: by hand,
+    // and with the session the OpenStack backend uses.
+    let scoped = through_trust(&env, &trust_id).await;
+    assert_eq!(scoped.user_id, member.user_id);
+    assert_eq!(scoped.project_id, member.project_id);
+    assert_eq!(
+        scoped.body["token"]["OS-TRUST:trust"]["id"],
+        trust_id.as_str()
+    );
+    let backend_session = blazar_openstack::Session::new(blazar_openstack::SessionConfig {
+        auth_url: env.url.clone(),
+        credentials: blazar_openstack::Credentials::Password {
+            username: env.service_user.clone(),
+            password: env.service_password.clone(),
+            user_domain: "Default".into(),
+            project: "service".into(),
+            project_domain: "Default".into(),
+        },
+        region: None,
+        interface: "public".into(),
+        endpoint_overrides: Default::default(),
+        timeout: std::time::Duration::from_secs(10),
+    })
+    .unwrap();
+    let through = backend_session.for_trust(&trust_id).unwrap();
+    assert_eq!(through.user_id().await.unwrap(), member.user_id);
+
+    // Deleting the lease deletes the trust, after commit, as an action.
+    let r = app
+        .call(
+            Some(&member.token),
+            Method::DELETE,
+            &format!("/v1/leases/{lease_id}"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    assert_eq!(
+        get_trust(&env, &admin.token, &trust_id).await.0,
+        StatusCode::OK
+    );
+    let report = app.run_actions().await;
+    assert_eq!((report.done, report.failed), (1, 0), "{report:?}");
+    let (status, gone) = get_trust(&env, &admin.token, &trust_id).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{gone}");
+    // The service can no longer act through it.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/auth/tokens?nocatalog", env.url))
+        .json(&json!({"auth": {
+            "identity": {"methods": ["password"], "password": {"user": {
+                "name": env.service_user, "domain": {"id": "default"},
+                "password": env.service_password}}},
+            "scope": {"OS-TRUST:trust": {"id": trust_id}}}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_client_error(), "{}", resp.status());
+}
+
+#[tokio::test]
+async fn refused_and_dry_run_creates_leave_no_trust_behind() {
+    let Some(env) = env() else { return };
+    let app = trust_app(&env).await;
+    // Only this test makes trusts as beta-member: its trust list is this test's to count.
+    let member = issue(&env, "beta-member", Some("beta")).await;
+    let reader = issue(&env, "beta-reader", Some("beta")).await;
+    let before = trusts_of(&env, &member).await;
+
+    // A dry run answers as a create would, and makes no trust.
+    let r = app
+        .call(
+            Some(&member.token),
+            Method::POST,
+            "/v1/leases?dry_run=true",
+            Some(lease_body("dry", json!([]))),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(trusts_of(&env, &member).await, before);
+
+    // Refused before the trust is made (policy)...
+    let r = app
+        .call(
+            Some(&reader.token),
+            Method::POST,
+            "/v1/leases",
+            Some(lease_body("reader", json!([]))),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    // ...and after it (no host to allocate, decided in the write): it is deleted again.
+    let r = app
+        .call(
+            Some(&member.token),
+            Method::POST,
+            "/v1/leases",
+            Some(lease_body(
+                "no-host",
+                json!([{"resource_type": "physical:host", "min": 1, "max": 1,
+                        "hypervisor_properties": "", "resource_properties": ""}]),
+            )),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert_eq!(trusts_of(&env, &member).await, before);
+
+    // A token that may not delegate (a trust's own) is answered with Keystone's refusal,
+    // in Blazar's error format, and nothing is written.
+    let r = app
+        .call(
+            Some(&member.token),
+            Method::POST,
+            "/v1/leases",
+            Some(lease_body("kept", json!([]))),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let kept_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let trust_id = r.body["lease"]["trust_id"].as_str().unwrap().to_string();
+    let delegated = through_trust(&env, &trust_id).await;
+    let r = app
+        .call(
+            Some(&delegated.token),
+            Method::POST,
+            "/v1/leases",
+            Some(lease_body("redelegated", json!([]))),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(r.body["error_code"], 403, "{}", r.body);
+    assert!(
+        r.message().contains("Keystone refused the trust"),
+        "{}",
+        r.body
+    );
+    let leases = app
+        .call(Some(&member.token), Method::GET, "/v1/leases", None, &[])
+        .await;
+    assert_eq!(
+        leases.body["leases"].as_array().unwrap().len(),
+        1,
+        "{}",
+        leases.body
+    );
+
+    // The lease that was made goes with its trust.
+    let r = app
+        .call(
+            Some(&member.token),
+            Method::DELETE,
+            &format!("/v1/leases/{kept_id}"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    app.run_actions().await;
+    assert_eq!(trusts_of(&env, &member).await, before);
 }

@@ -32,4 +32,5 @@ mod responses;
 mod support;
 mod timeline;
 mod tokens;
+mod trusts;
 mod webhooks;

@@ -388,6 +388,10 @@ async fn earliest_create_books_the_first_offer() {
         "{}",
         r.message()
     );
+    let reason = &r.body["reasons"][0];
+    assert_eq!(reason["reservation"], 1, "{}", r.body);
+    assert_eq!(reason["resource_type"], "physical:host");
+    assert_eq!(reason["requested"]["min"], 1, "{}", r.body);
     assert_eq!(
         app.get("/v1/leases").await.body["leases"]
             .as_array()
@@ -523,6 +527,104 @@ async fn extension_checks_say_whether_and_how_far() {
     app.act_as("other-project", "other-user", "member");
     let r = app.get(&format!("/v1/leases/{id}/extension")).await;
     r.assert_denied("blazar:leases:get");
+}
+
+/// An extension the update grants by moving the lease to other resources is possible; the
+/// check says it does not keep them, and how far it would go on them.
+#[tokio::test]
+async fn an_extension_that_moves_the_lease_is_possible_and_says_so() {
+    let app = TestApp::spawn().await;
+    let h1 = app.create_host("h1", json!({"pin": "yes"})).await;
+    let mine = app
+        .post(
+            "/v1/leases",
+            lease(
+                "mine",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([hosts(1, 1, "")]),
+            ),
+        )
+        .await;
+    let id = mine.body["lease"]["id"].as_str().unwrap().to_string();
+    assert_eq!(app.hosts_of(&id).await, vec![h1.clone()]);
+    let h2 = app.create_host("h2", json!({"pin": "no"})).await;
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "pinned",
+                "2030-01-01 13:00",
+                "2030-01-01 16:00",
+                json!([hosts(1, 1, r#"["==", "$pin", "yes"]"#)]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let pinned = r.body["lease"]["id"].as_str().unwrap().to_string();
+
+    let r = app
+        .get(&format!("/v1/leases/{id}/extension?prolong_for=2h"))
+        .await;
+    let e = &r.body["extension"];
+    assert_eq!(e["possible"], true, "{e}");
+    assert_eq!(e["keeps_resources"], false, "{e}");
+    assert_eq!(e["latest_end_date"], "2030-01-01T13:00:00.000000");
+    assert!(e.get("reason").is_none(), "{e}");
+    let r = app
+        .get(&format!("/v1/leases/{id}/extension?prolong_for=30m"))
+        .await;
+    assert_eq!(r.body["extension"]["keeps_resources"], true, "{}", r.body);
+    // The update agrees, and moves it.
+    let r = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"end_date": "2030-01-01 14:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(app.hosts_of(&id).await, vec![h2]);
+    assert_eq!(app.hosts_of(&pinned).await, vec![h1]);
+}
+
+/// Offers start at a whole minute a create made a moment later still takes: not in the
+/// minute that is already running.
+#[tokio::test]
+async fn offers_start_at_a_minute_a_create_still_takes() {
+    let app = TestApp::spawn().await;
+    app.create_host("h1", json!({})).await;
+    app.set_time(
+        chrono::DateTime::parse_from_rfc3339("2030-01-01T10:32:30Z")
+            .unwrap()
+            .to_utc(),
+    );
+    let found = offers(
+        &app,
+        json!({"reservations": [hosts(1, 1, "")], "duration": 60, "limit": 1}),
+    )
+    .await;
+    assert_eq!(found[0]["start_date"], "2030-01-01T10:33:00.000000");
+    // Seconds later, in the next minute, the offer is booked as given.
+    app.set_time(
+        chrono::DateTime::parse_from_rfc3339("2030-01-01T10:33:05Z")
+            .unwrap()
+            .to_utc(),
+    );
+    book(&app, "at-once", &found[0], &json!([hosts(1, 1, "")])).await;
+
+    // A create's body without its dates is an offer request as it is.
+    let body = json!({"name": "n", "events": [], "before_end_date": null,
+                      "reservations": [hosts(1, 1, "")], "duration": 60});
+    assert_eq!(offers(&app, body).await.len(), 5);
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": [hosts(1, 1, "")], "duration": 60,
+                   "start_date": "2030-01-02 00:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.message().contains("not_before"), "{}", r.message());
 }
 
 /// On random inventories and bookings, every offer is granted, as offered, to a plain

@@ -1131,6 +1131,208 @@ async fn the_binary_deployed_as_the_readme_says() {
     assert!(logs.contains("reconciler repaired drift"), "{logs}");
 }
 
+/// Logs in as `user` in `project` (names; domain Default): the token and its body.
+async fn login(env: &Env, user: &str, password: &str, project: &str) -> (String, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{}/auth/tokens?nocatalog", env.get("OS_AUTH_URL")))
+        .json(&json!({"auth": {
+            "identity": {"methods": ["password"], "password": {"user": {
+                "name": user, "domain": {"name": "Default"}, "password": password}}},
+            "scope": {"project": {"name": project, "domain": {"name": "Default"}}}}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let token = r.headers()["x-subject-token"].to_str().unwrap().to_string();
+    (token, r.json().await.unwrap())
+}
+
+/// Acting for the user as Blazar does, the default of `--auth keystone`: the real binary
+/// makes an instance reservation's server group through the member's trust (so the group is
+/// the member's own, in their project), and deleting the lease removes group and trust.
+#[tokio::test]
+async fn the_binary_makes_the_users_server_group_through_their_trust() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("blazar.db").display().to_string();
+    let port = crate::support::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let password = env.get("OS_SERVICE_PASSWORD");
+    let auth_url = env.get("OS_AUTH_URL");
+    let args = [
+        "--auth",
+        "keystone",
+        "--backend",
+        "openstack",
+        "--keystone-url",
+        auth_url.as_str(),
+        "--keystone-username",
+        "blazar",
+        "--os-region",
+        "RegionOne",
+        "--listen",
+        listen.as_str(),
+        "--database-url",
+        db.as_str(),
+        "--monitor-interval",
+        "0",
+        "--reconcile-interval",
+        "0",
+    ];
+    let server = crate::support::ServerProcess::start_with_env(
+        &args,
+        &[("BLAZAR_KEYSTONE_PASSWORD", password.as_str())],
+    )
+    .await;
+    let base = format!("http://{listen}/v1");
+    let http = reqwest::Client::new();
+    let (admin_token, _) = login(
+        &env,
+        &env.get("OS_USERNAME"),
+        &env.get("OS_PASSWORD"),
+        &env.get("OS_PROJECT_NAME"),
+    )
+    .await;
+    let (member_token, member) =
+        login(&env, "alpha-member", &env.get("OS_USER_PASSWORD"), "alpha").await;
+    let member_id = member["token"]["user"]["id"].as_str().unwrap().to_string();
+    let alpha = env.get("OS_ALPHA_PROJECT_ID");
+    let (_, service) = login(
+        &env,
+        &env.get("OS_SERVICE_USERNAME"),
+        &password,
+        &env.get("OS_SERVICE_PROJECT_NAME"),
+    )
+    .await;
+    let mut host_ids = Vec::new();
+    for name in ["compute-1", "compute-2"] {
+        let r = http
+            .post(format!("{base}/os-hosts"))
+            .header("x-auth-token", &admin_token)
+            .json(&json!({ "name": name }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED, "{}", server.logs());
+        let host: Value = r.json().await.unwrap();
+        host_ids.push(host["host"]["id"].as_str().unwrap().to_string());
+    }
+
+    let r = http
+        .post(format!("{base}/leases"))
+        .header("x-auth-token", &member_token)
+        .json(&json!({"name": "trusted", "start_date": "2030-04-01 10:00",
+            "end_date": "2030-04-01 12:00",
+            "reservations": [{"resource_type": "virtual:instance", "amount": 2, "vcpus": 1,
+                "memory_mb": 64, "disk_gb": 1, "affinity": false, "resource_properties": ""}],
+            "events": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED, "{}", server.logs());
+    let lease: Value = r.json().await.unwrap();
+    let lease_id = lease["lease"]["id"].as_str().unwrap().to_string();
+    let trust_id = lease["lease"]["trust_id"].as_str().unwrap().to_string();
+    let group_id = lease["lease"]["reservations"][0]["server_group_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // The trust Blazar makes: the member's, to the service user, in alpha, impersonating.
+    let trust_url = format!("{auth_url}/OS-TRUST/trusts/{trust_id}");
+    let r = http
+        .get(&trust_url)
+        .header("x-auth-token", &admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let trust: Value = r.json().await.unwrap();
+    assert_eq!(trust["trust"]["trustor_user_id"], member_id.as_str());
+    assert_eq!(
+        trust["trust"]["trustee_user_id"],
+        service["token"]["user"]["id"]
+    );
+    assert_eq!(trust["trust"]["project_id"], alpha.as_str());
+    assert_eq!(trust["trust"]["impersonation"], true);
+    // The group was made through it: Nova records the member as its user, not the service
+    // user (who would be its user had it acted with its own credentials in alpha).
+    let group = compute(
+        &admin,
+        Method::GET,
+        &format!("/os-server-groups/{group_id}"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        group["server_group"]["project_id"],
+        alpha.as_str(),
+        "{group}"
+    );
+    assert_eq!(
+        group["server_group"]["user_id"],
+        member_id.as_str(),
+        "{group}"
+    );
+    assert_eq!(group["server_group"]["policies"], json!(["anti-affinity"]));
+
+    // Deleting the lease removes the group, then the trust.
+    let r = http
+        .delete(format!("{base}/leases/{lease_id}"))
+        .header("x-auth-token", &member_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let mut gone = false;
+    for _ in 0..300 {
+        let trust = http
+            .get(&trust_url)
+            .header("x-auth-token", &admin_token)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        let groups = compute(
+            &admin,
+            Method::GET,
+            "/os-server-groups?all_projects=true",
+            None,
+        )
+        .await;
+        let group_left = groups["server_groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["id"] == group_id.as_str());
+        if trust == StatusCode::NOT_FOUND && !group_left {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "{}", server.logs());
+    for id in &host_ids {
+        let r = http
+            .delete(format!("{base}/os-hosts/{id}"))
+            .header("x-auth-token", &admin_token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT, "{}", server.logs());
+    }
+    let logs = server.stop().await;
+    assert!(logs.contains("trust made for a new lease"), "{logs}");
+    assert!(logs.contains("trust deleted"), "{logs}");
+    assert!(
+        !logs.contains(&member_token),
+        "a user's token is in the logs"
+    );
+}
+
 async fn neutron(cloud: &Cloud, method: Method, path: &str, body: Option<Value>) -> Value {
     cloud
         .session
