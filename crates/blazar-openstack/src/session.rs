@@ -140,6 +140,47 @@ impl<'a> Api<'a> {
     }
 }
 
+/// More tries after a request failed in transport, before any answer came. Services behind
+/// gunicorn, uwsgi or Apache close idle keep-alive connections after a few seconds, and a
+/// request written on one just as it closes fails with nothing received: a normal event,
+/// not an outage, so it must not fail a lease start or a reconcile pass.
+const TRANSPORT_RETRIES: u32 = 2;
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// GET, HEAD, PUT and DELETE mean the same sent twice (RFC 9110, 9.2.2).
+fn is_idempotent(method: &Method) -> bool {
+    [Method::GET, Method::HEAD, Method::PUT, Method::DELETE].contains(method)
+}
+
+/// Whether a request that failed with `e` may be sent again: any idempotent request that
+/// did not time out (a timed-out request may still be running there, and a retry would only
+/// double the wait), and any request that never reached the service (no connection).
+fn worth_another_try(method: &Method, e: &reqwest::Error) -> bool {
+    e.is_connect() || (is_idempotent(method) && !e.is_timeout())
+}
+
+/// Sends `request` (whose method is `method`), again after a transport failure where
+/// [`worth_another_try`] says so.
+pub(crate) async fn send(
+    method: &Method,
+    request: reqwest::RequestBuilder,
+) -> reqwest::Result<reqwest::Response> {
+    let mut tries = 0;
+    loop {
+        // A JSON body is bytes, so the builder clones; one that would not is sent once.
+        let Some(again) = request.try_clone() else {
+            return request.send().await;
+        };
+        match again.send().await {
+            Err(e) if tries < TRANSPORT_RETRIES && worth_another_try(method, &e) => {
+                tries += 1;
+                tokio::time::sleep(RETRY_PAUSE * tries).await;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// The elements of list `key` of a service's answer (none when it has no such list).
 pub(crate) fn items<'v>(body: &'v Value, key: &str) -> impl Iterator<Item = &'v Value> {
     body[key].as_array().into_iter().flatten()
@@ -241,13 +282,13 @@ impl Session {
             };
         }
         let url = format!("{}/auth/tokens", self.config.auth_url.trim_end_matches('/'));
-        let response = self
-            .http
-            .post(&url)
-            .json(&json!({ "auth": auth }))
-            .send()
-            .await
-            .map_err(|e| Error::Unreachable(format!("keystone: {e}")))?;
+        // Issuing a token twice is harmless: the request is sent again like an idempotent one.
+        let response = send(
+            &Method::PUT,
+            self.http.post(&url).json(&json!({ "auth": auth })),
+        )
+        .await
+        .map_err(|e| Error::Unreachable(format!("keystone: {e}")))?;
         let status = response.status();
         let value = response
             .headers()
@@ -363,6 +404,7 @@ impl Session {
         let base = self.endpoint(service_type).await?;
         let url = format!("{base}{path}");
         let mut renew = false;
+        let mut tries = 0;
         loop {
             let token = self.token(renew).await?;
             let mut request = self
@@ -385,19 +427,24 @@ impl Session {
             if let Some(body) = &call.body {
                 request = request.json(body);
             }
-            let response = request
-                .send()
-                .await
-                .map_err(|e| Error::Unreachable(format!("{service_type} {method} {path}: {e}")))?;
+            let unreachable = |e: reqwest::Error| {
+                Error::Unreachable(format!("{service_type} {method} {path}: {e}"))
+            };
+            let response = send(&method, request).await.map_err(unreachable)?;
             let status = response.status();
             if status == StatusCode::UNAUTHORIZED && !renew {
                 renew = true;
                 continue;
             }
-            let text = response
-                .text()
-                .await
-                .map_err(|e| Error::Unreachable(format!("{service_type} {method} {path}: {e}")))?;
+            let text = match response.text().await {
+                Ok(text) => text,
+                Err(_) if tries < TRANSPORT_RETRIES && is_idempotent(&method) => {
+                    tries += 1;
+                    tokio::time::sleep(RETRY_PAUSE * tries).await;
+                    continue;
+                }
+                Err(e) => return Err(unreachable(e)),
+            };
             let body = serde_json::from_str(&text).unwrap_or(Value::Null);
             if status.is_success() {
                 return Ok(Answer { status, body });
@@ -416,3 +463,126 @@ impl Session {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex as StdMutex};
+
+    use super::*;
+
+    /// An HTTP/1.1 endpoint that answers every request with `200 {}` (and a token header),
+    /// except that it closes the connection without a word on the requests whose numbers
+    /// are in `drop`: the way a server's keep-alive timeout meets a request in flight.
+    /// Records the request lines it saw.
+    fn flaky_server(drop: &'static [usize]) -> (String, Arc<StdMutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(StdMutex::new(Vec::new()));
+        let count = Arc::new(AtomicUsize::new(0));
+        let recorded = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let (seen, count) = (recorded.clone(), count.clone());
+                std::thread::spawn(move || serve(stream, drop, &seen, &count));
+            }
+        });
+        (url, seen)
+    }
+
+    fn serve(stream: TcpStream, drop: &[usize], seen: &StdMutex<Vec<String>>, count: &AtomicUsize) {
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut stream = stream;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let mut length = 0;
+            loop {
+                let mut header = String::new();
+                reader.read_line(&mut header).unwrap();
+                if header.trim().is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = header.split_once(':')
+                    && name.eq_ignore_ascii_case("content-length")
+                {
+                    length = value.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            seen.lock().unwrap().push(line.trim().to_string());
+            if drop.contains(&count.fetch_add(1, Ordering::SeqCst)) {
+                return;
+            }
+            let body = r#"{"token": {"user": {"id": "u"}, "catalog": []}}"#;
+            write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-subject-token: t\r\n\
+                 content-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+        }
+    }
+
+    fn session(url: &str) -> Session {
+        Session::new(SessionConfig {
+            auth_url: format!("{url}/v3"),
+            credentials: Credentials::ApplicationCredential {
+                id: "id".into(),
+                secret: "secret".into(),
+            },
+            region: None,
+            interface: "public".into(),
+            endpoint_overrides: HashMap::from([("compute".to_string(), url.to_string())]),
+            timeout: Duration::from_secs(5),
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_request_lost_with_its_connection_is_sent_again() {
+        // Request 0 is the token, 1 is lost, 2 is the same GET again.
+        let (url, seen) = flaky_server(&[1]);
+        let answer = session(&url)
+            .call("compute", Method::GET, "/servers", Call::default())
+            .await
+            .unwrap();
+        assert_eq!(answer.status, StatusCode::OK);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [
+                "POST /v3/auth/tokens HTTP/1.1",
+                "GET /servers HTTP/1.1",
+                "GET /servers HTTP/1.1"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_post_that_reached_the_service_is_not_sent_twice() {
+        let (url, seen) = flaky_server(&[1]);
+        let error = session(&url)
+            .call("compute", Method::POST, "/servers", Call::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::Unreachable(_)), "{error:?}");
+        assert_eq!(seen.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_service_that_keeps_dropping_requests_is_unreachable_after_three_tries() {
+        let (url, seen) = flaky_server(&[1, 2, 3, 4]);
+        let error = session(&url)
+            .call("compute", Method::DELETE, "/servers/x", Call::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::Unreachable(_)), "{error:?}");
+        assert_eq!(seen.lock().unwrap().len(), 4);
+    }
+}

@@ -79,8 +79,7 @@ impl KeystoneTrusts {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = request
-            .send()
+        let response = crate::session::send(&method, request)
             .await
             .map_err(|e| TrustError::Unavailable(format!("identity {method} {path}: {e}")))?;
         let status = response.status();
