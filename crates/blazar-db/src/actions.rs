@@ -55,6 +55,33 @@ fn action_from_row(row: &AnyRow) -> DbResult<ActionRecord> {
 /// An action is open while pending or running.
 const OPEN: &str = "('pending', 'running')";
 
+const INSERT_ACTION: &str = "INSERT INTO actions (lease_id, reservation_id, project_id, kind, \
+     purpose, resource_type, payload, status, attempts, not_before, request_id, created_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $9, $10)";
+
+fn action_args(a: &NewAction) -> Vec<Arg> {
+    vec![
+        (&a.lease_id).into(),
+        (&a.reservation_id).into(),
+        (&a.project_id).into(),
+        a.kind.into(),
+        a.purpose.into(),
+        (&a.resource_type).into(),
+        (&a.payload).into(),
+        a.created_at.into(),
+        Arg::Text(a.request_id.clone()),
+        a.created_at.into(),
+    ]
+}
+
+/// The resources an action names, each once.
+fn resources_of(a: &NewAction) -> Vec<i64> {
+    let mut resources = a.resources.clone();
+    resources.sort_unstable();
+    resources.dedup();
+    resources
+}
+
 /// How a finished attempt leaves an action.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ActionOutcome {
@@ -73,33 +100,13 @@ impl Tx {
     /// Records an action; returns its sequence number.
     pub async fn insert_action(&mut self, a: &NewAction) -> DbResult<i64> {
         self.recorded_actions = true;
-        let rows = self
-            .fetch_rows(
-                "INSERT INTO actions (lease_id, reservation_id, project_id, kind, purpose, \
-                 resource_type, payload, status, attempts, not_before, request_id, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $9, $10) RETURNING seq",
-                vec![
-                    (&a.lease_id).into(),
-                    (&a.reservation_id).into(),
-                    (&a.project_id).into(),
-                    a.kind.into(),
-                    a.purpose.into(),
-                    (&a.resource_type).into(),
-                    (&a.payload).into(),
-                    a.created_at.into(),
-                    Arg::Text(a.request_id.clone()),
-                    a.created_at.into(),
-                ],
-            )
-            .await?;
+        let sql = format!("{INSERT_ACTION} RETURNING seq");
+        let rows = self.fetch_rows(&sql, action_args(a)).await?;
         let seq: i64 = match rows.first() {
             Some(row) => row.try_get("seq")?,
             None => return Err(crate::DbError::Corrupt("insert returned no seq".into())),
         };
-        let mut resources = a.resources.clone();
-        resources.sort_unstable();
-        resources.dedup();
-        for id in resources {
+        for id in resources_of(a) {
             self.write(
                 "INSERT INTO action_resources (seq, resource_type, resource_id) VALUES ($1, $2, $3)",
                 vec![seq.into(), (&a.resource_type).into(), id.into()],
@@ -107,6 +114,28 @@ impl Tx {
             .await?;
         }
         Ok(seq)
+    }
+
+    /// [`Tx::insert_action`] for a caller that needs no seq (the scheduler, recording a
+    /// burst of hand-overs): on SQLite it waits in the queue of writes instead of costing a
+    /// round trip of its own.
+    pub async fn queue_action(&mut self, a: &NewAction) -> DbResult<()> {
+        if self.backend == Backend::Postgres {
+            return self.insert_action(a).await.map(|_| ());
+        }
+        self.recorded_actions = true;
+        self.write(INSERT_ACTION, action_args(a)).await?;
+        for id in resources_of(a) {
+            // The one writer's last insert has the highest seq (AUTOINCREMENT never reuses
+            // one), and nothing else inserts actions in between.
+            self.write(
+                "INSERT INTO action_resources (seq, resource_type, resource_id) \
+                 VALUES ((SELECT MAX(seq) FROM actions), $1, $2)",
+                vec![(&a.resource_type).into(), id.into()],
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     /// Claims up to `limit` actions that may run now, for `claim_for`: pending ones that are
@@ -260,6 +289,34 @@ impl Tx {
             Some(row) => Ok((row.try_get("open")?, row.try_get("failed")?)),
             None => Ok((0, 0)),
         }
+    }
+
+    /// [`Tx::action_counts`] of several leases, for every purpose they have actions of:
+    /// `(lease id, purpose, open, failed)`.
+    pub async fn action_counts_of_leases(
+        &mut self,
+        ids: &[&str],
+    ) -> DbResult<Vec<(String, String, i64, i64)>> {
+        self.fetch_all_in(
+            ids,
+            |list| {
+                format!(
+                    "SELECT lease_id, purpose, \
+                     CAST(SUM(CASE WHEN status IN {OPEN} THEN 1 ELSE 0 END) AS BIGINT) AS open, \
+                     CAST(SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END) AS BIGINT) AS failed \
+                     FROM actions WHERE lease_id IN ({list}) GROUP BY lease_id, purpose"
+                )
+            },
+            |row| {
+                Ok((
+                    row.try_get("lease_id")?,
+                    row.try_get("purpose")?,
+                    row.try_get("open")?,
+                    row.try_get("failed")?,
+                ))
+            },
+        )
+        .await
     }
 
     /// The lease's actions, oldest first.

@@ -227,6 +227,21 @@ impl Tx {
             .await
     }
 
+    /// The allocations of several leases, each lease's by resource.
+    pub async fn allocations_of_leases(&mut self, ids: &[&str]) -> DbResult<Vec<Allocation>> {
+        self.fetch_all_in(
+            ids,
+            |list| {
+                format!(
+                    "SELECT {ALLOCATION_COLUMNS} FROM allocations WHERE lease_id IN ({list}) \
+                     ORDER BY lease_id, resource_id"
+                )
+            },
+            allocation_from_row,
+        )
+        .await
+    }
+
     /// The index hint for reads of a list of resources' allocations near a window. SQLite,
     /// knowing nothing of the data, reads those by end time instead (every allocation
     /// ending after the window's start: all of the future at a busy site), several times

@@ -82,6 +82,21 @@ impl Tx {
             .await
     }
 
+    /// The events of several leases, each lease's in time order.
+    pub async fn events_of_leases(&mut self, ids: &[&str]) -> DbResult<Vec<Event>> {
+        self.fetch_all_in(
+            ids,
+            |list| {
+                format!(
+                    "SELECT {EVENT_COLUMNS} FROM events e WHERE e.lease_id IN ({list}) \
+                     ORDER BY e.lease_id, e.event_time, e.rank"
+                )
+            },
+            event_from_row,
+        )
+        .await
+    }
+
     /// The `limit` first undone events due at `now`, in the order they run (time, then
     /// ends before starts): a burst is read in one query, not one per event. Callers hold
     /// the scheduler lock, so no other scheduler claims them meanwhile; the rows are not

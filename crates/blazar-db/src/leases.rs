@@ -202,6 +202,21 @@ impl Tx {
             .await
     }
 
+    /// [`Tx::lock_lease`] for several leases at once, in id order (the order every
+    /// transaction that locks more than one lease takes them in). Leases that do not exist
+    /// are left out.
+    pub async fn lock_leases(&mut self, ids: &[&str]) -> DbResult<Vec<Lease>> {
+        let lock = self.for_update();
+        self.fetch_all_in(
+            ids,
+            |list| {
+                format!("SELECT {LEASE_COLUMNS} FROM leases WHERE id IN ({list}) ORDER BY id{lock}")
+            },
+            lease_from_row,
+        )
+        .await
+    }
+
     pub async fn delete_lease(&mut self, id: &str) -> DbResult<()> {
         // Children first: not every SQLite connection enforces ON DELETE CASCADE.
         for sql in [
@@ -253,6 +268,21 @@ impl Tx {
         );
         self.fetch_all_as(&sql, vec![lease_id.into()], reservation_from_row)
             .await
+    }
+
+    /// The reservations of several leases, each lease's by ordinal.
+    pub async fn reservations_of_leases(&mut self, ids: &[&str]) -> DbResult<Vec<Reservation>> {
+        self.fetch_all_in(
+            ids,
+            |list| {
+                format!(
+                    "SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.lease_id IN ({list}) \
+                     ORDER BY r.lease_id, r.ordinal"
+                )
+            },
+            reservation_from_row,
+        )
+        .await
     }
 
     /// Reservations that hold fewer units than they were granted (healing fills them).

@@ -730,6 +730,24 @@ impl Tx {
         rows.iter().map(from_row).collect()
     }
 
+    /// Runs `sql(list)` for `ids` in chunks, `list` being the chunk's placeholders (from
+    /// `$1`), and converts every row: what a burst of leases reads in a few queries
+    /// instead of one per lease. Rows come chunk after chunk, each in the query's order.
+    pub(crate) async fn fetch_all_in<T>(
+        &mut self,
+        ids: &[&str],
+        sql: impl Fn(&str) -> String,
+        from_row: impl Fn(&sqlx::any::AnyRow) -> DbResult<T>,
+    ) -> DbResult<Vec<T>> {
+        let mut all = Vec::new();
+        for chunk in ids.chunks(IDS_PER_QUERY) {
+            let sql = sql(&placeholders(1, chunk.len()));
+            let args = chunk.iter().map(|id| Arg::from(*id)).collect();
+            all.extend(self.fetch_all_as(&sql, args, &from_row).await?);
+        }
+        Ok(all)
+    }
+
     /// Runs a query and converts the row it answers, if any.
     pub(crate) async fn fetch_optional_as<T>(
         &mut self,
@@ -1085,6 +1103,10 @@ fn claim_statement(select: &str, kind: &str, ids: &[i64]) -> (String, Vec<Arg>) 
     args.extend(ids.iter().map(|id| Arg::from(*id)));
     (sql, args)
 }
+
+/// Ids bound in one `IN (...)` list: far below SQLite's limit on variables (32,766), and
+/// small enough for PostgreSQL to plan as index look-ups.
+const IDS_PER_QUERY: usize = 500;
 
 pub(crate) fn placeholders(start: usize, count: usize) -> String {
     (start..start + count)

@@ -9,7 +9,7 @@
 //! and re-allocation record `change` actions; a delete records `delete` ones and cancels the
 //! starts nobody has taken yet, so deleting works whatever state the actions are in.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 
 use blazar_core::ActionRecord;
@@ -19,13 +19,14 @@ use blazar_core::{
     ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationStatus,
     action_backoff,
 };
-use blazar_core::{Allocation, Lease, Reservation};
+use blazar_core::{Allocation, Lease, LeaseView, Reservation};
 use blazar_db::{ActionOutcome, NewAction, Tx};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
 use crate::backend::{Action, ActionError, ActionOutput};
+use crate::scheduler::group_by_lease;
 use crate::{Service, ServiceError, ServiceResult};
 
 /// What a run of the workers did.
@@ -43,6 +44,59 @@ struct Attempt {
     outcome: ActionOutcome,
     output: ActionOutput,
     at: DateTime<Utc>,
+}
+
+/// An attempt whose action is over: done, or failed for good with `failure`.
+struct Finished<'a> {
+    attempt: &'a Attempt,
+    failure: Option<&'a str>,
+}
+
+impl Finished<'_> {
+    /// Whether its end moves its reservation, event and lease on (hand-overs, take-backs
+    /// and changes do; actions in the cloud that nothing waits for do not).
+    fn moves_statuses(&self) -> bool {
+        !matches!(
+            self.attempt.row.purpose,
+            ActionPurpose::Delete
+                | ActionPurpose::Inventory
+                | ActionPurpose::Reserve
+                | ActionPurpose::BeforeEnd
+                | ActionPurpose::Enforcement
+        )
+    }
+
+    /// The server group a done action made for its reservation, if any.
+    fn server_group(&self) -> Option<&str> {
+        if self.failure.is_some() || self.attempt.row.reservation_id.is_empty() {
+            return None;
+        }
+        self.attempt.output.server_group_id.as_deref()
+    }
+}
+
+/// The in-progress `event_type` event of `events`, marked done (ERROR if one of its
+/// actions failed) when none of them is open any more (`counts`: open, failed); `None`
+/// while some are, or when there is no such event.
+fn conclude_event(
+    events: &mut [blazar_core::Event],
+    event_type: EventType,
+    (open, failed): (i64, i64),
+    now: DateTime<Utc>,
+) -> Option<&blazar_core::Event> {
+    if open > 0 {
+        return None;
+    }
+    let event = events
+        .iter_mut()
+        .find(|e| e.event_type == event_type && e.status == EventStatus::InProgress)?;
+    event.status = if failed > 0 {
+        EventStatus::Error
+    } else {
+        EventStatus::Done
+    };
+    event.updated_at = Some(now);
+    Some(event)
 }
 
 impl Attempt {
@@ -213,9 +267,9 @@ impl Service {
                 held,
                 Some(at),
             );
-            let seq = tx.insert_action(&action).await?;
+            tx.queue_action(&action).await?;
             tracing::debug!(
-                action.seq = seq, action.kind = %kind, action.purpose = %purpose,
+                action.kind = %kind, action.purpose = %purpose,
                 lease.id = %lease.id, reservation.id = %reservation.id, "action recorded"
             );
         }
@@ -565,12 +619,10 @@ impl Service {
         let mut ordered: Vec<&Attempt> = attempts.iter().collect();
         ordered.sort_by(|a, b| (&a.row.lease_id, a.row.seq).cmp(&(&b.row.lease_id, b.row.seq)));
         in_tx!(self, write, |tx| {
+            let mut finished = Vec::new();
             for attempt in &ordered {
                 let Attempt {
-                    row,
-                    outcome,
-                    output,
-                    at,
+                    row, outcome, at, ..
                 } = *attempt;
                 if !tx
                     .finish_action(row.seq, &self.worker_id, outcome, *at)
@@ -581,110 +633,152 @@ impl Service {
                 }
                 match outcome {
                     ActionOutcome::Retry { .. } => {}
-                    ActionOutcome::Done => {
-                        self.record_output(tx, row, output, *at).await?;
-                        self.action_finished(tx, row, None, *at).await?;
-                    }
-                    ActionOutcome::Failed { error } => {
-                        self.action_finished(tx, row, Some(error), *at).await?;
-                    }
+                    ActionOutcome::Done => finished.push(Finished {
+                        attempt,
+                        failure: None,
+                    }),
+                    ActionOutcome::Failed { error } => finished.push(Finished {
+                        attempt,
+                        failure: Some(error),
+                    }),
                 }
             }
-            Ok(())
+            self.settle_finished(tx, &finished).await
         })
     }
 
-    /// What a done action made (Nova's server group id) becomes part of its reservation.
-    async fn record_output(
-        &self,
-        tx: &mut Tx,
-        row: &ActionRecord,
-        output: &ActionOutput,
-        now: DateTime<Utc>,
-    ) -> ServiceResult<()> {
-        let Some(group) = &output.server_group_id else {
-            return Ok(());
-        };
-        if row.reservation_id.is_empty() {
+    /// Moves reservations, events and leases on after the actions of `finished` ended
+    /// (in lease order): what a done action made (Nova's server group id) becomes part of
+    /// its reservation; a start or end that has no action open any more is done (or ERROR,
+    /// if one failed for good) and its lease moves on. What it needs is read for the whole
+    /// batch at once, after every outcome is written, so the counts of open actions see
+    /// them all.
+    async fn settle_finished(&self, tx: &mut Tx, finished: &[Finished<'_>]) -> ServiceResult<()> {
+        let mut by_lease: BTreeMap<&str, Vec<&Finished>> = BTreeMap::new();
+        for f in finished {
+            if f.moves_statuses() || f.server_group().is_some() {
+                by_lease.entry(&f.attempt.row.lease_id).or_default().push(f);
+            }
+        }
+        if by_lease.is_empty() {
             return Ok(());
         }
-        let Some(mut reservation) = tx.get_reservation(&row.reservation_id).await? else {
-            return Ok(());
-        };
-        if reservation.spec.set_server_group(group) {
-            reservation.updated_at = Some(now);
-            tx.update_reservation(&reservation).await?;
+        let ids: Vec<&str> = by_lease.keys().copied().collect();
+        let leases = tx.lock_leases(&ids).await?;
+        let mut reservations =
+            group_by_lease(tx.reservations_of_leases(&ids).await?, |r| &r.lease_id);
+        let mut events = group_by_lease(tx.events_of_leases(&ids).await?, |e| &e.lease_id);
+        let counts: HashMap<(String, String), (i64, i64)> = tx
+            .action_counts_of_leases(&ids)
+            .await?
+            .into_iter()
+            .map(|(lease, purpose, open, failed)| ((lease, purpose), (open, failed)))
+            .collect();
+        for lease in leases {
+            let Some(ended) = by_lease.get(lease.id.as_str()) else {
+                continue;
+            };
+            let mut view = LeaseView {
+                reservations: reservations.remove(&lease.id).unwrap_or_default(),
+                events: events.remove(&lease.id).unwrap_or_default(),
+                lease,
+            };
+            self.settle_lease(tx, &mut view, ended, &counts).await?;
         }
         Ok(())
     }
 
-    /// Moves the reservation and lease on after an action finished (`failure` when it
-    /// failed for good).
-    async fn action_finished(
+    /// [`Service::settle_finished`] for one lease and the actions of it that ended.
+    async fn settle_lease(
         &self,
         tx: &mut Tx,
-        row: &ActionRecord,
-        failure: Option<&str>,
-        now: DateTime<Utc>,
+        view: &mut LeaseView,
+        ended: &[&Finished<'_>],
+        counts: &HashMap<(String, String), (i64, i64)>,
     ) -> ServiceResult<()> {
-        let purpose = row.purpose;
-        if matches!(
-            purpose,
-            ActionPurpose::Delete
-                | ActionPurpose::Inventory
-                | ActionPurpose::Reserve
-                | ActionPurpose::BeforeEnd
-                | ActionPurpose::Enforcement
-        ) {
-            return Ok(());
-        }
-        let Some(mut lease) = tx.lock_lease(&row.lease_id).await? else {
-            return Ok(());
-        };
-        if let Some(mut reservation) = tx.get_reservation(&row.reservation_id).await? {
-            let next = match (purpose, failure) {
-                (_, Some(_)) => Some(ReservationStatus::Error),
-                (ActionPurpose::LeaseStart, None)
-                    if reservation.status == ReservationStatus::Pending =>
+        let now = ended
+            .iter()
+            .map(|f| f.attempt.at)
+            .max()
+            .unwrap_or_else(|| self.now());
+        let mut changed = vec![false; view.reservations.len()];
+        let mut settles = Vec::new();
+        let mut failed_change = false;
+        for f in ended {
+            let row = &f.attempt.row;
+            let index = view
+                .reservations
+                .iter()
+                .position(|r| r.id == row.reservation_id);
+            if let (Some(group), Some(i)) = (f.server_group(), index)
+                && view.reservations[i].spec.set_server_group(group)
+            {
+                view.reservations[i].updated_at = Some(f.attempt.at);
+                changed[i] = true;
+            }
+            if !f.moves_statuses() {
+                continue;
+            }
+            if let Some(i) = index {
+                let reservation = &mut view.reservations[i];
+                let next = match (row.purpose, f.failure) {
+                    (_, Some(_)) => Some(ReservationStatus::Error),
+                    (ActionPurpose::LeaseStart, None)
+                        if reservation.status == ReservationStatus::Pending =>
+                    {
+                        Some(ReservationStatus::Active)
+                    }
+                    (ActionPurpose::LeaseEnd, None)
+                        if reservation.status != ReservationStatus::Error =>
+                    {
+                        Some(ReservationStatus::Deleted)
+                    }
+                    _ => None,
+                };
+                if let Some(next) = next
+                    && reservation.status != next
                 {
-                    Some(ReservationStatus::Active)
+                    reservation.status = next;
+                    reservation.updated_at = Some(f.attempt.at);
+                    changed[i] = true;
                 }
-                (ActionPurpose::LeaseEnd, None)
-                    if reservation.status != ReservationStatus::Error =>
-                {
-                    Some(ReservationStatus::Deleted)
-                }
+            }
+            let event_type = match row.purpose {
+                ActionPurpose::LeaseStart => Some(EventType::StartLease),
+                ActionPurpose::LeaseEnd => Some(EventType::EndLease),
                 _ => None,
             };
-            if let Some(next) = next
-                && reservation.status != next
+            if let Some(event_type) = event_type
+                && !settles.contains(&(event_type, row.purpose))
             {
-                reservation.status = next;
-                reservation.updated_at = Some(now);
-                tx.update_reservation(&reservation).await?;
+                settles.push((event_type, row.purpose));
+            }
+            // A change that failed for good leaves the lease in ERROR, as a failed update
+            // does in Blazar.
+            failed_change |= f.failure.is_some() && row.purpose == ActionPurpose::Change;
+        }
+        for (reservation, changed) in view.reservations.iter().zip(changed) {
+            if changed {
+                tx.update_reservation(reservation).await?;
             }
         }
-        let event_type = match purpose {
-            ActionPurpose::LeaseStart => Some(EventType::StartLease),
-            ActionPurpose::LeaseEnd => Some(EventType::EndLease),
-            _ => None,
-        };
+        if !ended.iter().any(|f| f.moves_statuses()) {
+            return Ok(());
+        }
         let mut finished = Vec::new();
-        let mut events = tx.events_of(&lease.id).await?;
-        if let Some(event_type) = event_type
-            && self
-                .settle_event(tx, &lease.id, &mut events, event_type, purpose, now)
-                .await?
-        {
-            finished.push(event_type);
+        for (event_type, purpose) in settles {
+            let key = (view.lease.id.clone(), purpose.as_str().to_string());
+            let counts = counts.get(&key).copied().unwrap_or((0, 0));
+            if let Some(event) = conclude_event(&mut view.events, event_type, counts, now) {
+                tx.update_event(event).await?;
+                finished.push(event_type);
+            }
         }
-        // A change that failed for good leaves the lease in ERROR, as a failed update does
-        // in Blazar.
-        let failed = failure.is_some() && purpose == ActionPurpose::Change;
-        if settle_lease_status(tx, &mut lease, &events, failed, now).await? {
-            tracing::info!(lease.id = %lease.id, lease.status = %lease.status, "lease status");
+        if settle_lease_status(tx, &mut view.lease, &view.events, failed_change, now).await? {
+            tracing::info!(lease.id = %view.lease.id, lease.status = %view.lease.status,
+                "lease status");
         }
-        self.notify_events_done(tx, &lease, &finished).await
+        self.notify_events_done(tx, view, &finished).await
     }
 
     /// Marks the lease's `event_type` event done (or ERROR, if one of its actions failed)
@@ -699,24 +793,20 @@ impl Service {
         purpose: ActionPurpose,
         now: DateTime<Utc>,
     ) -> ServiceResult<bool> {
-        let Some(event) = events
-            .iter_mut()
-            .find(|e| e.event_type == event_type && e.status == EventStatus::InProgress)
-        else {
-            return Ok(false);
-        };
-        let (open, failed) = tx.action_counts(lease_id, purpose.as_str()).await?;
-        if open > 0 {
+        if !events
+            .iter()
+            .any(|e| e.event_type == event_type && e.status == EventStatus::InProgress)
+        {
             return Ok(false);
         }
-        event.status = if failed > 0 {
-            EventStatus::Error
-        } else {
-            EventStatus::Done
-        };
-        event.updated_at = Some(now);
-        tx.update_event(event).await?;
-        Ok(true)
+        let counts = tx.action_counts(lease_id, purpose.as_str()).await?;
+        match conclude_event(events, event_type, counts, now) {
+            Some(event) => {
+                tx.update_event(event).await?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     /// Records what workers' attempts came to: together, or one by one if the batch fails

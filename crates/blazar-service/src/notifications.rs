@@ -15,7 +15,6 @@ use blazar_db::{NotificationRow, Tx};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 
-use crate::leases::load_view;
 use crate::{Identity, Service, ServiceError, ServiceResult, new_id};
 
 /// Where published notifications go (a message broker). `publish` answers once the
@@ -128,19 +127,15 @@ impl Service {
     }
 
     /// Writes `lease.event.<event>` for each event that just finished, with the lease as
-    /// it stands in `tx`.
+    /// the caller holds it (read in `tx` and kept in step with what it did).
     pub(crate) async fn notify_events_done(
         &self,
         tx: &mut Tx,
-        lease: &Lease,
+        view: &LeaseView,
         finished: &[blazar_core::EventType],
     ) -> ServiceResult<()> {
-        if finished.is_empty() {
-            return Ok(());
-        }
-        let view = load_view(tx, lease.clone()).await?;
         for event in finished {
-            self.notify_lease_view(tx, &format!("lease.event.{event}"), &view)
+            self.notify_lease_view(tx, &format!("lease.event.{event}"), view)
                 .await?;
         }
         Ok(())

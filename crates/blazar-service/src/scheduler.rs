@@ -7,6 +7,7 @@
 //! which keeps them in global time order across processes, so back-to-back leases hand a
 //! resource over end-before-start.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 
@@ -55,6 +56,53 @@ const END: HandOver = HandOver {
     settled: |status| (status != ReservationStatus::Error).then_some(ReservationStatus::Deleted),
 };
 
+/// A lease as a tick's transaction has it: read once for a batch of due events (a few
+/// queries for the whole batch, not several per event), and kept in step with what the
+/// events do to it, since two events of one lease may run in one batch.
+struct LeaseState {
+    view: LeaseView,
+    allocations: Vec<Allocation>,
+}
+
+/// Locks the leases `ids` (in id order) and reads them with their events, reservations
+/// and allocations. Leases that are gone are left out.
+async fn load_states(tx: &mut Tx, ids: &[&str]) -> ServiceResult<HashMap<String, LeaseState>> {
+    let leases = tx.lock_leases(ids).await?;
+    let mut events = group_by_lease(tx.events_of_leases(ids).await?, |e| &e.lease_id);
+    let mut reservations = group_by_lease(tx.reservations_of_leases(ids).await?, |r| &r.lease_id);
+    let mut allocations = group_by_lease(tx.allocations_of_leases(ids).await?, |a| &a.lease_id);
+    Ok(leases
+        .into_iter()
+        .map(|lease| {
+            let id = lease.id.clone();
+            let state = LeaseState {
+                view: LeaseView {
+                    reservations: reservations.remove(&id).unwrap_or_default(),
+                    events: events.remove(&id).unwrap_or_default(),
+                    lease,
+                },
+                allocations: allocations.remove(&id).unwrap_or_default(),
+            };
+            (id, state)
+        })
+        .collect())
+}
+
+/// `items` by the lease `lease_of` names, each lease's in the order they came.
+pub(crate) fn group_by_lease<T>(
+    items: Vec<T>,
+    lease_of: impl Fn(&T) -> &String,
+) -> HashMap<String, Vec<T>> {
+    let mut by_lease: HashMap<String, Vec<T>> = HashMap::new();
+    for item in items {
+        by_lease
+            .entry(lease_of(&item).clone())
+            .or_default()
+            .push(item);
+    }
+    by_lease
+}
+
 /// The allocations of `allocations` that reservation `reservation_id` holds.
 fn held(allocations: &[Allocation], reservation_id: &str) -> Vec<Allocation> {
     allocations
@@ -89,9 +137,16 @@ impl Service {
                 let mut dues = Vec::new();
                 let due_events = tx.claim_due_events(now, EVENTS_PER_TRANSACTION).await?;
                 let drained = due_events.len() < EVENTS_PER_TRANSACTION;
+                let mut ids: Vec<&str> = due_events.iter().map(|e| e.lease_id.as_str()).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                let mut states = load_states(tx, &ids).await?;
                 for event in due_events {
                     let due = event.time;
-                    match self.run_event(tx, event, now).await? {
+                    let Some(state) = states.get_mut(&event.lease_id) else {
+                        continue;
+                    };
+                    match self.run_event(tx, event, state, now).await? {
                         None => continue,
                         Some(true) => batch.executed += 1,
                         Some(false) => batch.failed += 1,
@@ -120,15 +175,20 @@ impl Service {
         &self,
         tx: &mut Tx,
         mut event: Event,
+        state: &mut LeaseState,
         now: DateTime<Utc>,
     ) -> ServiceResult<Option<bool>> {
-        let Some(mut lease) = tx.lock_lease(&event.lease_id).await? else {
-            return Ok(None);
-        };
-        // Read again under the lease lock: an update that committed meanwhile may have moved
-        // the event or the lease may have changed; then it is not ours to run now. The
-        // lease's events are kept in step with what this transaction does to them.
-        let mut events = tx.events_of(&lease.id).await?;
+        let LeaseState {
+            view:
+                LeaseView {
+                    lease,
+                    reservations,
+                    events,
+                },
+            allocations,
+        } = state;
+        // As read under the lease lock: an update that committed meanwhile may have moved
+        // the event or the lease may have changed; then it is not ours to run now.
         match events.iter().find(|e| e.id == event.id) {
             Some(e) if e.status == EventStatus::Undone && e.time <= now => event = e.clone(),
             _ => return Ok(None),
@@ -136,15 +196,13 @@ impl Service {
         let kind = event.event_type;
         // Events that finish in this transaction, announced once the lease is settled.
         let mut finished = Vec::new();
-        let mut reservations = tx.reservations_of(&lease.id).await?;
-        let allocations = tx.allocations_of_lease(&lease.id).await?;
 
         match kind {
             EventType::StartLease => {
                 // Hand-overs happen after commit (`actions.rs`); the lease is STARTING until
                 // they are done.
                 event.status = self
-                    .hand_over(tx, &lease, &mut reservations, &allocations, &START, now)
+                    .hand_over(tx, lease, reservations, allocations, &START, now)
                     .await?;
             }
             EventType::EndLease => {
@@ -156,7 +214,7 @@ impl Service {
                     .settle_event(
                         tx,
                         &lease.id,
-                        &mut events,
+                        events,
                         EventType::StartLease,
                         ActionPurpose::LeaseStart,
                         now,
@@ -176,27 +234,27 @@ impl Service {
                     None
                 };
                 event.status = self
-                    .hand_over(tx, &lease, &mut reservations, &allocations, &END, now)
+                    .hand_over(tx, lease, reservations, allocations, &END, now)
                     .await?;
                 if let Some(ended) = ended {
-                    self.record_on_end(tx, &ended, &allocations).await?;
+                    self.record_on_end(tx, &ended, allocations).await?;
                 }
             }
             EventType::BeforeEndLease => {
                 tracing::info!(lease.id = %lease.id, lease.end = %lease.end, "lease ends soon");
                 // `before_end: snapshot` (host reservations): an image of every server on
                 // the hosts, as Blazar's host plugin makes them.
-                for reservation in &reservations {
+                for reservation in reservations.iter() {
                     if reservation.status == ReservationStatus::Active
                         && reservation.spec.before_end() == Some(BeforeEnd::Snapshot)
                     {
                         self.record_action(
                             tx,
-                            &lease,
+                            lease,
                             reservation,
                             ActionKind::Snapshot,
                             ActionPurpose::BeforeEnd,
-                            &held(&allocations, &reservation.id),
+                            &held(allocations, &reservation.id),
                             now,
                         )
                         .await?;
@@ -212,13 +270,14 @@ impl Service {
         }
 
         // A lease whose start failed stays in ERROR through its end.
-        settle_lease_status(tx, &mut lease, &events, false, now).await?;
+        settle_lease_status(tx, lease, events, false, now).await?;
         // Blazar announces an event once its handler is through; here that is now, or when
         // the last of its actions finishes (`actions.rs`).
         if event.status == EventStatus::Done {
             finished.push(kind);
         }
-        self.notify_events_done(tx, &lease, &finished).await?;
+        self.notify_events_done(tx, &state.view, &finished).await?;
+        let lease = &state.view.lease;
         tracing::info!(
             lease.id = %lease.id, event.type = %kind, lease.status = %lease.status,
             lag_ms = (now - event.time).num_milliseconds(), "event done"
