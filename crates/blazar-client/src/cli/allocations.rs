@@ -6,7 +6,9 @@ use serde_json::{Map, Value};
 
 use super::inventory::Kind;
 use super::leases::show_object;
-use super::output::{ListOutput, ShowOutput, check_sort, render_list, sort_objects};
+use super::output::{
+    ShowOutput, SortedListOutput, check_sort, render_list, sort_by_default, sort_objects,
+};
 use super::resolve::{IdShape, Lookup, find_id};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
@@ -37,6 +39,7 @@ Examples:
   blazar allocation-list host
   blazar allocation-list host --lease-id 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40
   blazar allocation-list host -f json")]
+#[command(mut_args(sort_by_default("resource_id")))]
 pub struct ListArgs {
     /// Show allocations for a resource type
     #[arg(value_enum)]
@@ -47,11 +50,8 @@ pub struct ListArgs {
     /// Show only allocations with specific lease_id
     #[arg(long)]
     lease_id: Option<String>,
-    /// Column name used to sort result
-    #[arg(long, value_name = "COLUMN", default_value = "resource_id")]
-    sort_by: String,
     #[command(flatten)]
-    out: ListOutput,
+    list: SortedListOutput,
 }
 
 /// Show allocations for resource identified by type and ID
@@ -92,7 +92,7 @@ fn filter(
 }
 
 pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    check_sort(&args.sort_by, LIST_COLUMNS)?;
+    check_sort(&args.list.sort_by, LIST_COLUMNS)?;
     let kind = args.resource_type.kind();
     let mut items: Vec<Map<String, Value>> = ctx
         .client
@@ -105,8 +105,8 @@ pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
             args.reservation_id.as_deref(),
         );
     }
-    sort_objects(&mut items, &args.sort_by);
-    if args.out.is_human() {
+    sort_objects(&mut items, &args.list.sort_by);
+    if args.list.out.is_human() {
         for item in &mut items {
             let mut value = Value::Object(std::mem::take(item));
             super::human::localize(&mut value, ctx.utc);
@@ -115,7 +115,7 @@ pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
             }
         }
     }
-    emit(&render_list(&items, LIST_COLUMNS, &args.out)?);
+    emit(&render_list(&items, LIST_COLUMNS, &args.list.out)?);
     Ok(())
 }
 

@@ -5,7 +5,7 @@ use clap::Args;
 use serde_json::{Map, Value};
 
 use super::leases::{get_and_list, show_object};
-use super::output::{ListOutput, ShowOutput};
+use super::output::{ShowOutput, SortedListOutput, sort_by_default};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
@@ -22,12 +22,10 @@ const LIST_COLUMNS: &[&str] = &[
 #[command(after_help = "\
 Examples:
   blazar ical-feed-list")]
+#[command(mut_args(sort_by_default("created_at")))]
 pub struct ListArgs {
-    /// Column name used to sort result
-    #[arg(long, value_name = "COLUMN", default_value = "created_at")]
-    sort_by: String,
     #[command(flatten)]
-    out: ListOutput,
+    list: SortedListOutput,
 }
 
 /// Create a calendar feed of your project's leases; its URL is shown this once
@@ -63,7 +61,7 @@ pub struct DeleteArgs {
 
 pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
     let from = ("/ical-feeds", "ical_feeds");
-    get_and_list(ctx, from, LIST_COLUMNS, &args.sort_by, &args.out).await
+    get_and_list(ctx, from, LIST_COLUMNS, &args.list).await
 }
 
 pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {

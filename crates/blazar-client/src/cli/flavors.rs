@@ -6,7 +6,7 @@ use clap::Args;
 use serde_json::{Map, Value};
 
 use super::leases::{get_and_list, get_and_show, show_object};
-use super::output::{ListOutput, ShowOutput};
+use super::output::{ShowOutput, SortedListOutput, sort_by_default};
 use super::resolve::{IdShape, Lookup, find_id};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
@@ -28,12 +28,10 @@ const FLAVORS: Lookup<'static> = Lookup {
 Examples:
   blazar flavor-list
   blazar flavor-list --sort-by vcpus -f value -c name")]
+#[command(mut_args(sort_by_default("name")))]
 pub struct ListArgs {
-    /// Column name used to sort result
-    #[arg(long, value_name = "COLUMN", default_value = "name")]
-    sort_by: String,
     #[command(flatten)]
-    out: ListOutput,
+    list: SortedListOutput,
 }
 
 /// Show flavor details
@@ -94,7 +92,7 @@ pub struct DeleteArgs {
 
 pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
     let from = ("/flavors", "flavors");
-    get_and_list(ctx, from, LIST_COLUMNS, &args.sort_by, &args.out).await
+    get_and_list(ctx, from, LIST_COLUMNS, &args.list).await
 }
 
 pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {

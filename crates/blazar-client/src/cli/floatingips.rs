@@ -5,7 +5,7 @@ use clap::Args;
 use serde_json::{Map, Value};
 
 use super::leases::{get_and_list, get_and_show, show_object};
-use super::output::{ListOutput, ShowOutput};
+use super::output::{ShowOutput, SortedListOutput, sort_by_default};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
@@ -17,12 +17,10 @@ const LIST_COLUMNS: &[&str] = &["id", "floating_ip_address", "floating_network_i
 Examples:
   blazar floatingip-list
   blazar floatingip-list -f value -c id -c floating_ip_address")]
+#[command(mut_args(sort_by_default("id")))]
 pub struct ListArgs {
-    /// Column name used to sort result
-    #[arg(long, value_name = "COLUMN", default_value = "id")]
-    sort_by: String,
     #[command(flatten)]
-    out: ListOutput,
+    list: SortedListOutput,
 }
 
 /// Show floating IP details
@@ -67,7 +65,7 @@ pub struct DeleteArgs {
 
 pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
     let from = ("/floatingips", "floatingips");
-    get_and_list(ctx, from, LIST_COLUMNS, &args.sort_by, &args.out).await
+    get_and_list(ctx, from, LIST_COLUMNS, &args.list).await
 }
 
 pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {

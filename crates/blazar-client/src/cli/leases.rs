@@ -16,7 +16,8 @@ use serde_json::{Map, Value};
 
 use super::human::{describe_date, localize};
 use super::output::{
-    ListOutput, ShowOutput, check_sort, render_list, render_show, show_fields, sort_objects,
+    ShowOutput, SortedListOutput, check_sort, render_list, render_show, show_fields,
+    sort_by_default, sort_objects,
 };
 use super::reservations::{parse_all, parse_update};
 use super::resolve::{IdShape, Lookup, find_id};
@@ -40,12 +41,10 @@ Examples:
   blazar lease-list
   blazar lease-list --sort-by start_date -f value -c id -c name
   blazar lease-list -f json")]
+#[command(mut_args(sort_by_default("name")))]
 pub struct ListArgs {
-    /// Column name used to sort result
-    #[arg(long, value_name = "COLUMN", default_value = "name")]
-    sort_by: String,
     #[command(flatten)]
-    out: ListOutput,
+    list: SortedListOutput,
 }
 
 /// Show details about the given lease
@@ -241,10 +240,10 @@ pub struct WaitArgs {
 }
 
 pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    check_sort(&args.sort_by, LIST_COLUMNS)?;
+    check_sort(&args.list.sort_by, LIST_COLUMNS)?;
     let mut leases: Vec<Map<String, Value>> = ctx.client.get("/leases", "leases").await?;
-    sort_objects(&mut leases, &args.sort_by);
-    if args.out.is_human() {
+    sort_objects(&mut leases, &args.list.sort_by);
+    if args.list.out.is_human() {
         for lease in &mut leases {
             let mut value = Value::Object(std::mem::take(lease));
             localize(&mut value, ctx.utc);
@@ -253,7 +252,7 @@ pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
             }
         }
     }
-    emit(&render_list(&leases, LIST_COLUMNS, &args.out)?);
+    emit(&render_list(&leases, LIST_COLUMNS, &args.list.out)?);
     Ok(())
 }
 
@@ -280,19 +279,18 @@ pub async fn get_and_show(ctx: &Context, path: &str, key: &str, out: &ShowOutput
     Ok(())
 }
 
-/// `GET path` and prints the list under `key` sorted by `sort_by`, as a list-type command
+/// `GET path` and prints the list under `key` sorted by `--sort-by`, as a list-type command
 /// of resources without dates to localise does.
 pub async fn get_and_list(
     ctx: &Context,
     (path, key): (&str, &str),
     columns: &[&str],
-    sort_by: &str,
-    out: &ListOutput,
+    list: &SortedListOutput,
 ) -> CliResult {
-    check_sort(sort_by, columns)?;
+    check_sort(&list.sort_by, columns)?;
     let mut items: Vec<Map<String, Value>> = ctx.client.get(path, key).await?;
-    sort_objects(&mut items, sort_by);
-    emit(&render_list(&items, columns, out)?);
+    sort_objects(&mut items, &list.sort_by);
+    emit(&render_list(&items, columns, &list.out)?);
     Ok(())
 }
 

@@ -616,6 +616,26 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// `SortedListOutput` leaves the default column to each command; one that forgot it
+    /// would fail whenever `--sort-by` is not given.
+    #[test]
+    fn every_sort_by_has_a_default() {
+        for command in Cli::command().get_subcommands() {
+            let Some(sort_by) = command.get_arguments().find(|a| a.get_id() == "sort_by") else {
+                continue;
+            };
+            let help = sort_by
+                .get_help()
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            assert!(
+                !sort_by.get_default_values().is_empty() || help.contains("(default:"),
+                "{} --sort-by has no default",
+                command.get_name()
+            );
+        }
+    }
+
     #[test]
     fn every_command_has_an_example() {
         for command in Cli::command().get_subcommands() {

@@ -4,7 +4,7 @@
 
 use std::io::IsTerminal;
 
-use clap::{Args, ValueEnum};
+use clap::{Arg, Args, ValueEnum};
 use serde_json::{Map, Value};
 
 use super::Failure;
@@ -124,6 +124,31 @@ pub struct ListOutput {
     pub sort_descending: bool,
     #[command(flatten)]
     pub table: TableArgs,
+}
+
+/// `--sort-by` and the output options, as list commands take them. Each command gives its
+/// own default column with [`sort_by_default`].
+#[derive(Debug, Clone, Args)]
+pub struct SortedListOutput {
+    /// Column name used to sort result
+    // Not required: the default each command sets supplies it.
+    #[arg(long, value_name = "COLUMN", required = false)]
+    pub sort_by: String,
+    #[command(flatten)]
+    pub out: ListOutput,
+}
+
+/// The default column of `--sort-by` in a command that flattens in [`SortedListOutput`]:
+/// `#[command(mut_args(sort_by_default("name")))]`. (`mut_arg` would move the option to the
+/// end, and with it its place in completion scripts.)
+pub fn sort_by_default(column: &'static str) -> impl FnMut(Arg) -> Arg {
+    move |arg| {
+        if arg.get_id() == "sort_by" {
+            arg.default_value(column)
+        } else {
+            arg
+        }
+    }
 }
 
 impl ShowOutput {

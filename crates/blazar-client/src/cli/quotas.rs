@@ -5,7 +5,9 @@ use clap::Args;
 use serde_json::{Map, Value};
 
 use super::leases::show_object;
-use super::output::{ListOutput, ShowOutput, check_sort, render_list, sort_objects};
+use super::output::{
+    ShowOutput, SortedListOutput, check_sort, render_list, sort_by_default, sort_objects,
+};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
@@ -34,12 +36,10 @@ const LIST_COLUMNS: &[&str] = &[
 #[command(after_help = "\
 Examples:
   blazar quota-list")]
+#[command(mut_args(sort_by_default("project_id")))]
 pub struct ListArgs {
-    /// Column name used to sort result
-    #[arg(long, value_name = "COLUMN", default_value = "project_id")]
-    sort_by: String,
     #[command(flatten)]
-    out: ListOutput,
+    list: SortedListOutput,
 }
 
 /// Show a project's quotas (-1: no limit) and what it holds now
@@ -129,11 +129,11 @@ fn flatten(mut quota: Map<String, Value>) -> Map<String, Value> {
 }
 
 pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    check_sort(&args.sort_by, LIST_COLUMNS)?;
+    check_sort(&args.list.sort_by, LIST_COLUMNS)?;
     let items: Vec<Map<String, Value>> = ctx.client.get("/quotas", "quotas").await?;
     let mut items: Vec<Map<String, Value>> = items.into_iter().map(flatten).collect();
-    sort_objects(&mut items, &args.sort_by);
-    emit(&render_list(&items, LIST_COLUMNS, &args.out)?);
+    sort_objects(&mut items, &args.list.sort_by);
+    emit(&render_list(&items, LIST_COLUMNS, &args.list.out)?);
     Ok(())
 }
 

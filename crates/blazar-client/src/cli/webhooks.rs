@@ -6,7 +6,7 @@ use reqwest::Method;
 use serde_json::{Map, Value};
 
 use super::leases::{get_and_list, get_and_show, show_object};
-use super::output::{ListOutput, ShowOutput, render_list};
+use super::output::{ListOutput, ShowOutput, SortedListOutput, render_list, sort_by_default};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
@@ -27,12 +27,10 @@ const DELIVERY_COLUMNS: &[&str] = &[
 #[command(after_help = "\
 Examples:
   blazar webhook-list")]
+#[command(mut_args(sort_by_default("created_at")))]
 pub struct ListArgs {
-    /// Column name used to sort result
-    #[arg(long, value_name = "COLUMN", default_value = "created_at")]
-    sort_by: String,
     #[command(flatten)]
-    out: ListOutput,
+    list: SortedListOutput,
 }
 
 /// Register a webhook: your project's lease events are POSTed to URL, signed
@@ -124,7 +122,7 @@ pub struct RedeliverArgs {
 
 pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
     let from = ("/webhooks", "webhooks");
-    get_and_list(ctx, from, LIST_COLUMNS, &args.sort_by, &args.out).await
+    get_and_list(ctx, from, LIST_COLUMNS, &args.list).await
 }
 
 pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {
