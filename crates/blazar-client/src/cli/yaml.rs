@@ -81,8 +81,9 @@ fn analyze(text: &str) -> Analysis {
     let mut block_indicators = text.starts_with("---") || text.starts_with("...");
     let mut line_breaks = false;
     let mut special = false;
-    let (mut leading_space, mut leading_break) = (false, false);
-    let (mut trailing_space, mut trailing_break) = (false, false);
+    // A leading or trailing space or line break (PyYAML keeps the four apart, but only ever
+    // asks whether there is any).
+    let mut edge_whitespace = false;
     let (mut break_space, mut space_break) = (false, false);
     let (mut previous_space, mut previous_break) = (false, false);
     let mut preceded_by_whitespace = true;
@@ -113,39 +114,19 @@ fn analyze(text: &str) -> Analysis {
             // Without allow_unicode every non-ASCII character needs an escape.
             special = true;
         }
-        if c == ' ' {
-            if index == 0 {
-                leading_space = true;
-            }
-            if index == chars.len() - 1 {
-                trailing_space = true;
-            }
-            if previous_break {
-                break_space = true;
-            }
-            previous_space = true;
-            previous_break = false;
-        } else if is_break(c) {
-            if index == 0 {
-                leading_break = true;
-            }
-            if index == chars.len() - 1 {
-                trailing_break = true;
-            }
-            if previous_space {
-                space_break = true;
-            }
-            previous_space = false;
-            previous_break = true;
-        } else {
-            previous_space = false;
-            previous_break = false;
+        let (space, line_break) = (c == ' ', is_break(c));
+        if (space || line_break) && (index == 0 || index == chars.len() - 1) {
+            edge_whitespace = true;
         }
+        break_space |= space && previous_break;
+        space_break |= line_break && previous_space;
+        previous_space = space;
+        previous_break = line_break;
         preceded_by_whitespace = matches!(c, '\0' | ' ' | '\t' | '\r') || is_break(c);
     }
     let mut allow_block_plain = true;
     let mut allow_single_quoted = true;
-    if leading_space || leading_break || trailing_space || trailing_break {
+    if edge_whitespace {
         allow_block_plain = false;
     }
     if break_space {
