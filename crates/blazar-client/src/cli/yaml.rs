@@ -63,6 +63,39 @@ fn is_break(c: char) -> bool {
     matches!(c, '\n' | '\u{85}' | '\u{2028}' | '\u{2029}')
 }
 
+/// What PyYAML's plain and single-quoted writers walk a scalar by: runs of spaces, of line
+/// breaks, and of other text; each `'` is a run of its own, as single quotes double it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    Spaces,
+    Breaks,
+    Quote,
+    Text,
+}
+
+impl Run {
+    fn of(c: char) -> Run {
+        match c {
+            ' ' => Run::Spaces,
+            '\'' => Run::Quote,
+            c if is_break(c) => Run::Breaks,
+            _ => Run::Text,
+        }
+    }
+}
+
+/// `chars` cut into [`Run`]s: each with its kind and where it starts.
+fn runs(chars: &[char]) -> impl Iterator<Item = (Run, usize, &[char])> {
+    let mut start = 0;
+    chars
+        .chunk_by(|a, b| Run::of(*a) == Run::of(*b) && Run::of(*a) != Run::Quote)
+        .map(move |run| {
+            let at = start;
+            start += run.len();
+            (Run::of(run[0]), at, run)
+        })
+}
+
 fn is_blank_or_end(c: Option<&char>) -> bool {
     c.is_none_or(|c| matches!(c, '\0' | ' ' | '\t' | '\r') || is_break(*c))
 }
@@ -266,6 +299,24 @@ impl Emitter {
         self.out.push('\n');
     }
 
+    fn write_chars(&mut self, chars: &[char]) {
+        let data: String = chars.iter().collect();
+        self.write(&data);
+    }
+
+    /// A run of line breaks inside a plain or single-quoted scalar, then the indent of the
+    /// line after it. A single break there reads back as a space, so a run that starts with
+    /// '\n' takes one break more.
+    fn write_breaks(&mut self, breaks: &[char]) {
+        if breaks.first() == Some(&'\n') {
+            self.write_line_break();
+        }
+        for _ in breaks {
+            self.write_line_break();
+        }
+        self.write_indent();
+    }
+
     fn node(&mut self, value: &Py, mapping: bool, simple_key: bool) {
         self.mapping_context = mapping;
         match value {
@@ -361,95 +412,37 @@ impl Emitter {
         self.whitespace = false;
         self.indention = false;
         let chars: Vec<char> = text.chars().collect();
-        let (mut spaces, mut breaks) = (false, false);
-        let (mut start, mut end) = (0, 0);
-        while end <= chars.len() {
-            let ch = chars.get(end).copied();
-            if spaces {
-                if ch != Some(' ') {
-                    if start + 1 == end && self.column > BEST_WIDTH && split {
-                        self.write_indent();
-                        self.whitespace = false;
-                        self.indention = false;
-                    } else {
-                        let data: String = chars[start..end].iter().collect();
-                        self.write(&data);
-                    }
-                    start = end;
-                }
-            } else if breaks {
-                if ch.is_none_or(|c| !is_break(c)) {
-                    if chars[start] == '\n' {
-                        self.write_line_break();
-                    }
-                    for _ in start..end {
-                        self.write_line_break();
-                    }
+        for (kind, _, run) in runs(&chars) {
+            match kind {
+                Run::Spaces if run.len() == 1 && self.column > BEST_WIDTH && split => {
                     self.write_indent();
                     self.whitespace = false;
                     self.indention = false;
-                    start = end;
                 }
-            } else if ch.is_none_or(|c| c == ' ' || is_break(c)) {
-                let data: String = chars[start..end].iter().collect();
-                self.write(&data);
-                start = end;
+                Run::Breaks => {
+                    self.write_breaks(run);
+                    self.whitespace = false;
+                    self.indention = false;
+                }
+                // Quotes need no doubling outside single quotes.
+                Run::Spaces | Run::Quote | Run::Text => self.write_chars(run),
             }
-            if let Some(c) = ch {
-                spaces = c == ' ';
-                breaks = is_break(c);
-            }
-            end += 1;
         }
     }
 
     fn write_single_quoted(&mut self, text: &str, split: bool) {
         self.write_indicator("'", true, false, false);
         let chars: Vec<char> = text.chars().collect();
-        let (mut spaces, mut breaks) = (false, false);
-        let (mut start, mut end) = (0, 0);
-        while end <= chars.len() {
-            let ch = chars.get(end).copied();
-            if spaces {
-                if ch != Some(' ') {
-                    if start + 1 == end
-                        && self.column > BEST_WIDTH
-                        && split
-                        && start != 0
-                        && end != chars.len()
-                    {
-                        self.write_indent();
-                    } else {
-                        let data: String = chars[start..end].iter().collect();
-                        self.write(&data);
-                    }
-                    start = end;
-                }
-            } else if breaks {
-                if ch.is_none_or(|c| !is_break(c)) {
-                    if chars[start] == '\n' {
-                        self.write_line_break();
-                    }
-                    for _ in start..end {
-                        self.write_line_break();
-                    }
+        for (kind, start, run) in runs(&chars) {
+            let inner = start != 0 && start + run.len() != chars.len();
+            match kind {
+                Run::Spaces if run.len() == 1 && self.column > BEST_WIDTH && split && inner => {
                     self.write_indent();
-                    start = end;
                 }
-            } else if ch.is_none_or(|c| c == ' ' || is_break(c) || c == '\'') && start < end {
-                let data: String = chars[start..end].iter().collect();
-                self.write(&data);
-                start = end;
+                Run::Breaks => self.write_breaks(run),
+                Run::Quote => self.write("''"),
+                Run::Spaces | Run::Text => self.write_chars(run),
             }
-            if ch == Some('\'') {
-                self.write("''");
-                start = end + 1;
-            }
-            if let Some(c) = ch {
-                spaces = c == ' ';
-                breaks = is_break(c);
-            }
-            end += 1;
         }
         self.write_indicator("'", false, false, false);
     }
@@ -468,8 +461,7 @@ impl Emitter {
             });
             if needs_escape {
                 if start < end {
-                    let data: String = chars[start..end].iter().collect();
-                    self.write(&data);
+                    self.write_chars(&chars[start..end]);
                     start = end;
                 }
                 if let Some(c) = ch {
