@@ -524,12 +524,7 @@ async fn submit(
     args: &CreateArgs,
     request: &impl serde::Serialize,
 ) -> CliResult<u8> {
-    let timeout = args
-        .timeout
-        .as_deref()
-        .map(|t| std_duration("--timeout", t))
-        .transpose()?;
-    let poll = std_duration("--poll-interval", &args.poll_interval)?;
+    let plan = WaitPlan::new("ACTIVE", args.timeout.as_deref(), &args.poll_interval)?;
     if args.dry_run {
         let lease: Map<String, Value> = ctx
             .client
@@ -551,7 +546,7 @@ async fn submit(
     }
     // With --wait the lease is printed as it is when the wait ends (ACTIVE, or the state
     // that ended the wait), not as it was created.
-    let outcome = wait_outcome(ctx, &id, &args.name, "ACTIVE", timeout, poll).await?;
+    let outcome = plan.outcome(ctx, &id, &args.name).await?;
     let last = match &outcome {
         WaitOutcome::Reached(l) | WaitOutcome::Unreachable(l) | WaitOutcome::TimedOut(l) => {
             l.clone()
@@ -559,7 +554,7 @@ async fn submit(
         WaitOutcome::Deleted => lease,
     };
     print_created(ctx, last, &args.out)?;
-    conclude_wait(ctx, &id, &args.name, "ACTIVE", timeout, outcome)
+    plan.conclude(ctx, &id, &args.name, outcome)
 }
 
 /// `lease-create --earliest`: the server searches and books the first window that fits.
@@ -756,21 +751,9 @@ pub async fn delete(ctx: &Context, args: DeleteArgs) -> CliResult {
 
 pub async fn wait(ctx: &Context, args: WaitArgs) -> CliResult<u8> {
     let id = find_id(ctx, &LEASES, &args.id).await?;
-    let timeout = args
-        .timeout
-        .as_deref()
-        .map(|t| std_duration("--timeout", t))
-        .transpose()?;
-    let poll = std_duration("--poll-interval", &args.poll_interval)?;
-    wait_for(
-        ctx,
-        &id,
-        &args.id,
-        &args.status.to_ascii_uppercase(),
-        timeout,
-        poll,
-    )
-    .await
+    let target = args.status.to_ascii_uppercase();
+    let plan = WaitPlan::new(&target, args.timeout.as_deref(), &args.poll_interval)?;
+    plan.run(ctx, &id, &args.id).await
 }
 
 /// When the lease starts (or ends, when waiting for its end), relative to now.
@@ -803,93 +786,100 @@ fn timing(lease: &Map<String, Value>, target: &str, utc: bool) -> String {
         .unwrap_or_default()
 }
 
-/// Waits and turns the outcome into an exit code and message; progress goes to stderr
-/// only when a person is watching it.
-async fn wait_for(
-    ctx: &Context,
-    id: &str,
-    label: &str,
-    target: &str,
+/// What `lease-wait` and `lease-create --wait` wait for: a status, for how long at most, and
+/// how often to look. Its methods take the lease's id and `label`, the lease as the user
+/// named it, for messages.
+struct WaitPlan<'a> {
+    target: &'a str,
     timeout: Option<Duration>,
     poll: Duration,
-) -> CliResult<u8> {
-    let outcome = wait_outcome(ctx, id, label, target, timeout, poll).await?;
-    conclude_wait(ctx, id, label, target, timeout, outcome)
 }
 
-/// Waits, showing progress on a terminal.
-async fn wait_outcome(
-    ctx: &Context,
-    id: &str,
-    label: &str,
-    target: &str,
-    timeout: Option<Duration>,
-    poll: Duration,
-) -> CliResult<WaitOutcome> {
-    let tty = std::io::stderr().is_terminal();
-    let outcome = wait_for_lease(&ctx.client, id, target, timeout, poll, |lease| {
-        if tty {
-            eprint!(
-                "\r\x1b[KWaiting for lease {label} to be {target}: {}, {}",
-                status_of(lease),
-                timing(lease, target, ctx.utc)
-            );
-        }
-    })
-    .await;
-    if tty {
-        eprint!("\r\x1b[K");
+impl<'a> WaitPlan<'a> {
+    /// The wait for `target` with the `--timeout` and `--poll-interval` given.
+    fn new(target: &'a str, timeout: Option<&str>, poll_interval: &str) -> CliResult<Self> {
+        Ok(WaitPlan {
+            target,
+            timeout: timeout.map(|t| std_duration("--timeout", t)).transpose()?,
+            poll: std_duration("--poll-interval", poll_interval)?,
+        })
     }
-    Ok(outcome?)
-}
 
-/// The exit code or error a wait ends with.
-fn conclude_wait(
-    ctx: &Context,
-    id: &str,
-    label: &str,
-    target: &str,
-    timeout: Option<Duration>,
-    outcome: WaitOutcome,
-) -> CliResult<u8> {
-    let tty = std::io::stderr().is_terminal();
-    match outcome {
-        WaitOutcome::Reached(_) => {
+    /// Waits and turns the outcome into an exit code and message; progress goes to stderr
+    /// only when a person is watching it.
+    async fn run(&self, ctx: &Context, id: &str, label: &str) -> CliResult<u8> {
+        let outcome = self.outcome(ctx, id, label).await?;
+        self.conclude(ctx, id, label, outcome)
+    }
+
+    /// Waits, showing progress on a terminal.
+    async fn outcome(&self, ctx: &Context, id: &str, label: &str) -> CliResult<WaitOutcome> {
+        let target = self.target;
+        let tty = std::io::stderr().is_terminal();
+        let outcome = wait_for_lease(&ctx.client, id, target, self.timeout, self.poll, |lease| {
             if tty {
-                eprintln!("Lease {label} is {target}");
+                eprint!(
+                    "\r\x1b[KWaiting for lease {label} to be {target}: {}, {}",
+                    status_of(lease),
+                    timing(lease, target, ctx.utc)
+                );
             }
-            Ok(0)
+        })
+        .await;
+        if tty {
+            eprint!("\r\x1b[K");
         }
-        WaitOutcome::Unreachable(lease) => {
-            let status = status_of(&lease);
-            let why = if status == "ERROR" {
-                format!("; `blazar lease-show {id}` shows which reservation or event failed")
-            } else {
-                " any more".to_string()
-            };
-            Err(Failure::with_code(
-                format!("ERROR: lease {label} is {status} and cannot become {target}{why}"),
+        Ok(outcome?)
+    }
+
+    /// The exit code or error a wait ends with.
+    fn conclude(
+        &self,
+        ctx: &Context,
+        id: &str,
+        label: &str,
+        outcome: WaitOutcome,
+    ) -> CliResult<u8> {
+        let (target, timeout) = (self.target, self.timeout);
+        let tty = std::io::stderr().is_terminal();
+        match outcome {
+            WaitOutcome::Reached(_) => {
+                if tty {
+                    eprintln!("Lease {label} is {target}");
+                }
+                Ok(0)
+            }
+            WaitOutcome::Unreachable(lease) => {
+                let status = status_of(&lease);
+                let why = if status == "ERROR" {
+                    format!("; `blazar lease-show {id}` shows which reservation or event failed")
+                } else {
+                    " any more".to_string()
+                };
+                Err(Failure::with_code(
+                    format!("ERROR: lease {label} is {status} and cannot become {target}{why}"),
+                    EXIT_UNREACHABLE,
+                ))
+            }
+            WaitOutcome::Deleted => Err(Failure::with_code(
+                format!("ERROR: lease {label} was deleted while waiting for it to be {target}"),
                 EXIT_UNREACHABLE,
-            ))
-        }
-        WaitOutcome::Deleted => Err(Failure::with_code(
-            format!("ERROR: lease {label} was deleted while waiting for it to be {target}"),
-            EXIT_UNREACHABLE,
-        )),
-        WaitOutcome::TimedOut(lease) => {
-            let limit = timeout
-                .and_then(|t| TimeDelta::from_std(t).ok())
-                .map(describe_duration)
-                .unwrap_or_default();
-            Err(Failure::with_code(
-                format!(
-                    "ERROR: lease {label} is still {} after {limit} (it {}); wait longer with \
-                     `blazar lease-wait {id} --status {target} --timeout 1h`",
-                    status_of(&lease),
-                    timing(&lease, target, ctx.utc)
-                ),
-                EXIT_TIMEOUT,
-            ))
+            )),
+            WaitOutcome::TimedOut(lease) => {
+                let limit = timeout
+                    .and_then(|t| TimeDelta::from_std(t).ok())
+                    .map(describe_duration)
+                    .unwrap_or_default();
+                Err(Failure::with_code(
+                    format!(
+                        "ERROR: lease {label} is still {} after {limit} (it {}); wait longer with \
+                         `blazar lease-wait {id} --status {target} --timeout 1h`",
+                        status_of(&lease),
+                        timing(&lease, target, ctx.utc)
+                    ),
+                    EXIT_TIMEOUT,
+                ))
+            }
         }
     }
 }
