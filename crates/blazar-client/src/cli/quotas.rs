@@ -11,16 +11,7 @@ use super::output::{
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
-/// The limits, in the order the API lists them.
-const LIMITS: &[&str] = &[
-    "hosts",
-    "floatingips",
-    "instances",
-    "max_lease_duration",
-    "max_start_ahead",
-    "host_hours_per_month",
-];
-
+/// The project, then its limits in the order the API lists them.
 const LIST_COLUMNS: &[&str] = &[
     "project_id",
     "hosts",
@@ -30,6 +21,9 @@ const LIST_COLUMNS: &[&str] = &[
     "max_start_ahead",
     "host_hours_per_month",
 ];
+
+/// The limits: every list column but the project.
+const LIMITS: &[&str] = LIST_COLUMNS.split_at(1).1;
 
 /// List the projects that have quota overrides (a non-admin sees only its own)
 #[derive(Debug, Args)]
@@ -106,7 +100,7 @@ pub struct DeleteArgs {
 /// under `usage_` keys.
 fn flatten(mut quota: Map<String, Value>) -> Map<String, Value> {
     let mut out = Map::new();
-    for key in ["project_id"].iter().chain(LIMITS) {
+    for key in LIST_COLUMNS {
         if let Some(v) = quota.remove(*key) {
             out.insert((*key).to_string(), v);
         }
