@@ -595,16 +595,14 @@ mod tests {
         out: ShowOutput,
     }
 
-    fn list_out(args: &[&str]) -> ListOutput {
-        let mut argv = vec!["x"];
-        argv.extend(args);
-        ListArgs::parse_from(argv).out
+    /// The output options of a list command given `options` (split at spaces).
+    fn list_out(options: &str) -> ListOutput {
+        ListArgs::parse_from(["x"].into_iter().chain(options.split_whitespace())).out
     }
 
-    fn show_out(args: &[&str]) -> ShowOutput {
-        let mut argv = vec!["x"];
-        argv.extend(args);
-        ShowArgs::parse_from(argv).out
+    /// The output options of a show command given `options` (split at spaces).
+    fn show_out(options: &str) -> ShowOutput {
+        ShowArgs::parse_from(["x"].into_iter().chain(options.split_whitespace())).out
     }
 
     fn hosts() -> Vec<Map<String, Value>> {
@@ -625,77 +623,42 @@ mod tests {
         "local_gb",
     ];
 
+    /// [`hosts`] as a list command prints them with `options`.
+    fn render_hosts(options: &str) -> Result<String, Failure> {
+        render_list(&hosts(), HOST_COLUMNS, &list_out(options))
+    }
+
     #[test]
     fn list_formats() {
-        let items = hosts();
-        let csv = render_list(
-            &items,
-            HOST_COLUMNS,
-            &list_out(&["-f", "csv", "--max-width", "0"]),
-        )
-        .unwrap();
         assert_eq!(
-            csv,
+            render_hosts("-f csv --max-width 0").unwrap(),
             "\"id\",\"hypervisor_hostname\",\"vcpus\",\"memory_mb\",\"local_gb\"\n\
              \"1\",\"compute-1\",8,16384,100\n\"2\",\"compute-2\",16,65536,500\n"
         );
-        let value = render_list(
-            &items,
-            HOST_COLUMNS,
-            &list_out(&["-f", "value", "-c", "id", "-c", "gpu"]),
-        )
-        .unwrap();
-        assert_eq!(value, "1 \n2 a,\"b\"\n");
-        let json = render_list(
-            &items,
-            HOST_COLUMNS,
-            &list_out(&["-f", "json", "-c", "vcpus", "--noindent"]),
-        )
-        .unwrap();
-        assert_eq!(json, "[{\"vcpus\": 8}, {\"vcpus\": 16}]\n");
-        let minimal = render_list(
-            &items,
-            HOST_COLUMNS,
-            &list_out(&["-f", "csv", "--quote", "minimal", "-c", "gpu"]),
-        )
-        .unwrap();
-        assert_eq!(minimal, "gpu\n\"\"\n\"a,\"\"b\"\"\"\n");
-        let sorted = render_list(
-            &items,
-            HOST_COLUMNS,
-            &list_out(&[
-                "-f",
-                "value",
-                "-c",
-                "id",
-                "-c",
-                "vcpus",
-                "--sort-column",
-                "vcpus",
-                "--sort-descending",
-            ]),
-        )
-        .unwrap();
-        assert_eq!(sorted, "2 16\n1 8\n");
+        assert_eq!(
+            render_hosts("-f value -c id -c gpu").unwrap(),
+            "1 \n2 a,\"b\"\n"
+        );
+        assert_eq!(
+            render_hosts("-f json -c vcpus --noindent").unwrap(),
+            "[{\"vcpus\": 8}, {\"vcpus\": 16}]\n"
+        );
+        assert_eq!(
+            render_hosts("-f csv --quote minimal -c gpu").unwrap(),
+            "gpu\n\"\"\n\"a,\"\"b\"\"\"\n"
+        );
+        assert_eq!(
+            render_hosts("-f value -c id -c vcpus --sort-column vcpus --sort-descending").unwrap(),
+            "2 16\n1 8\n"
+        );
         // As in cliff, a sort column that is not displayed is ignored.
-        let ignored = render_list(
-            &items,
-            HOST_COLUMNS,
-            &list_out(&[
-                "-f",
-                "value",
-                "-c",
-                "id",
-                "--sort-column",
-                "vcpus",
-                "--sort-descending",
-            ]),
-        )
-        .unwrap();
-        assert_eq!(ignored, "1\n2\n");
-        let empty = render_list(&[], HOST_COLUMNS, &list_out(&["-c", "id"])).unwrap();
+        assert_eq!(
+            render_hosts("-f value -c id --sort-column vcpus --sort-descending").unwrap(),
+            "1\n2\n"
+        );
+        let empty = render_list(&[], HOST_COLUMNS, &list_out("-c id")).unwrap();
         assert_eq!(empty, "\n");
-        let unknown = render_list(&items, HOST_COLUMNS, &list_out(&["-c", "nope"])).unwrap_err();
+        let unknown = render_hosts("-c nope").unwrap_err();
         assert_eq!(
             unknown.message,
             "No recognized column names in ['nope']. Recognized columns are []."
@@ -705,40 +668,27 @@ mod tests {
     #[test]
     fn show_formats() {
         let object = json!({"id": "2", "reservable": true, "status": null, "vcpus": 16, "name": "say \"hi\""});
-        let fields = || show_fields(object.as_object().unwrap(), true);
-        assert_eq!(
+        // The object as a show command prints it with `options`.
+        let show = |options| {
             render_show(
-                fields(),
-                &show_out(&["-f", "value", "-c", "id", "-c", "reservable"])
+                show_fields(object.as_object().unwrap(), true),
+                &show_out(options),
             )
-            .unwrap(),
-            "2\nTrue\n"
-        );
+        };
+        assert_eq!(show("-f value -c id -c reservable").unwrap(), "2\nTrue\n");
         assert_eq!(
-            render_show(
-                fields(),
-                &show_out(&["-f", "shell", "--prefix", "h_", "-c", "name"])
-            )
-            .unwrap(),
+            show("-f shell --prefix h_ -c name").unwrap(),
             "h_name=\"say \\\"hi\\\"\"\n"
         );
         assert_eq!(
-            render_show(
-                fields(),
-                &show_out(&["-f", "json", "-c", "status", "-c", "vcpus"])
-            )
-            .unwrap(),
+            show("-f json -c status -c vcpus").unwrap(),
             "{\n  \"status\": \"\",\n  \"vcpus\": 16\n}\n"
         );
         assert_eq!(
-            render_show(
-                fields(),
-                &show_out(&["-f", "yaml", "-c", "id", "-c", "reservable"])
-            )
-            .unwrap(),
+            show("-f yaml -c id -c reservable").unwrap(),
             "id: '2'\nreservable: true\n"
         );
-        let error = render_show(fields(), &show_out(&["-c", "x"])).unwrap_err();
+        let error = show("-c x").unwrap_err();
         assert_eq!(
             error.message,
             "No recognized column names in ['x']. Recognized columns are ('id', 'name', 'reservable', 'status', 'vcpus')."
