@@ -1,24 +1,13 @@
 //! `ical-feed-*` commands: the URL printed at creation serves the project's leases as an
 //! iCalendar document until the feed is deleted.
 
-use crate::harness::Server;
+use crate::harness::{Server, one_host_lease};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_feed_url_serves_the_leases_until_the_feed_is_deleted() {
     let s = Server::start().await;
     s.blazar(&["host-create", "compute-1"]).await.ok();
-    s.blazar(&[
-        "lease-create",
-        "--physical-reservation",
-        "min=1,max=1,hypervisor_properties=,resource_properties=",
-        "--start-date",
-        "2030-01-01 10:00",
-        "--end-date",
-        "2030-01-01 12:00",
-        "demo",
-    ])
-    .await
-    .ok();
+    s.blazar(&one_host_lease("demo", &[])).await.ok();
     let created = s
         .blazar(&[
             "ical-feed-create",

@@ -2,25 +2,14 @@
 //! help and shell completion.
 
 use crate::assert_transcript;
-use crate::harness::Server;
+use crate::harness::{Server, one_host_lease};
 
 async fn one_lease(s: &Server) {
     s.blazar(&["host-create", "--extra", "gpu=true", "compute-1"])
         .await
         .ok();
     s.blazar(&["host-create", "compute-2"]).await.ok();
-    s.blazar(&[
-        "lease-create",
-        "--physical-reservation",
-        "min=1,max=1,hypervisor_properties=,resource_properties=",
-        "--start-date",
-        "2030-01-01 10:00",
-        "--end-date",
-        "2030-01-01 12:00",
-        "lease-1",
-    ])
-    .await
-    .ok();
+    s.blazar(&one_host_lease("lease-1", &[])).await.ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -103,6 +103,26 @@ impl Server {
     }
 }
 
+/// `--physical-reservation` of any one host.
+pub const ONE_HOST: &str = "min=1,max=1,hypervisor_properties=,resource_properties=";
+
+/// The `lease-create` arguments most tests start from: lease `name` of any one host on
+/// 2030-01-01, 10:00 to 12:00 UTC, with `options` before the name.
+pub fn one_host_lease<'a>(name: &'a str, options: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "lease-create",
+        "--physical-reservation",
+        ONE_HOST,
+        "--start-date",
+        "2030-01-01 10:00",
+        "--end-date",
+        "2030-01-01 12:00",
+    ];
+    args.extend(options);
+    args.push(name);
+    args
+}
+
 pub async fn run_blazar(args: &[&str], env: &[(&str, &str)], home: &std::path::Path) -> Run {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_blazar"));
     command

@@ -1,7 +1,7 @@
 //! `quota-*` commands, and a lease refused for its project's quota, as a user sees them.
 
 use crate::assert_transcript;
-use crate::harness::Server;
+use crate::harness::{Server, one_host_lease};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quotas_set_show_refuse_and_delete() {
@@ -9,22 +9,7 @@ async fn quotas_set_show_refuse_and_delete() {
     for name in ["compute-1", "compute-2"] {
         s.blazar(&["host-create", name]).await.ok();
     }
-    let lease = |name: &'static str| {
-        [
-            "lease-create",
-            "--physical-reservation",
-            "min=1,max=1,hypervisor_properties=,resource_properties=",
-            "--start-date",
-            "2030-01-01 10:00",
-            "--end-date",
-            "2030-01-01 12:00",
-            "-f",
-            "value",
-            "-c",
-            "name",
-            name,
-        ]
-    };
+    let lease = |name| one_host_lease(name, &["-f", "value", "-c", "name"]);
     let runs = vec![
         s.blazar(&["quota-list"]).await,
         s.blazar(&["quota-show", "admin-project"]).await,
@@ -42,8 +27,11 @@ async fn quotas_set_show_refuse_and_delete() {
         s.blazar(&["quota-set", "admin-project"]).await,
         s.blazar(&["quota-set", "--hosts", "-5", "admin-project"])
             .await,
-        s.blazar(&[&lease("first")[..11], &["--dry-run", "first"]].concat())
-            .await,
+        s.blazar(&one_host_lease(
+            "first",
+            &["-f", "value", "-c", "name", "--dry-run"],
+        ))
+        .await,
         s.blazar(&lease("first")).await,
         s.blazar(&lease("second")).await,
         s.blazar(&[

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use axum::extract::State;
 use axum::http::HeaderMap;
 
-use crate::harness::Server;
+use crate::harness::{Server, one_host_lease};
 
 type Got = Arc<Mutex<Vec<(String, String, String, String)>>>;
 
@@ -61,18 +61,7 @@ async fn a_webhook_receives_signed_events_and_lists_its_deliveries() {
         lines.next().unwrap().to_string(),
     );
     assert_eq!(secret.len(), 64, "{secret}");
-    s.blazar(&[
-        "lease-create",
-        "--physical-reservation",
-        "min=1,max=1,hypervisor_properties=,resource_properties=",
-        "--start-date",
-        "2030-01-01 10:00",
-        "--end-date",
-        "2030-01-01 12:00",
-        "demo",
-    ])
-    .await
-    .ok();
+    s.blazar(&one_host_lease("demo", &[])).await.ok();
     assert_eq!(s.deliver_webhooks().await.delivered, 1);
     let (event, timestamp, signature, body) = got.lock().unwrap()[0].clone();
     assert_eq!(event, "lease.create");
