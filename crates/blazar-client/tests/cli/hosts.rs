@@ -195,6 +195,54 @@ async fn held_by(s: &Server, kind: &str, lease_id: &str) -> Vec<String> {
         .collect()
 }
 
+/// Creates lease `name` of one resource (`option` and its `reservation`) on 2030-01-01,
+/// 10:00 to 12:00 UTC, and returns its id.
+async fn create_lease(s: &Server, option: &str, reservation: &str, name: &str) -> String {
+    let lease = s
+        .blazar(&[
+            "lease-create",
+            option,
+            reservation,
+            "--start-date",
+            "2030-01-01 10:00",
+            "--end-date",
+            "2030-01-01 12:00",
+            "-f",
+            "value",
+            "-c",
+            "id",
+            name,
+        ])
+        .await;
+    lease.ok().lines().last().unwrap().trim().to_string()
+}
+
+/// Creates device `name`: a k8s container with the extra capability `machine=rpi4`.
+async fn create_device(s: &Server, name: &str) {
+    s.blazar(&[
+        "device-create",
+        "--device-type",
+        "container",
+        "--device-driver",
+        "k8s",
+        "--extra",
+        "machine=rpi4",
+        name,
+    ])
+    .await
+    .ok();
+}
+
+/// `<kind>-reallocate --lease-id LEASE NAME`, checked, then the resources the lease holds
+/// (`path` as in [`held_by`]).
+async fn reallocate(s: &Server, kind: &str, path: &str, lease_id: &str, name: &str) -> Vec<String> {
+    let run = s
+        .blazar(&[&format!("{kind}-reallocate"), "--lease-id", lease_id, name])
+        .await;
+    assert_eq!(run.ok(), format!("Reallocated {kind}: {name}\n"));
+    held_by(s, path, lease_id).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reallocate_moves_a_lease_off_a_host_or_a_device() {
     let s = Server::start().await;
@@ -203,76 +251,27 @@ async fn reallocate_moves_a_lease_off_a_host_or_a_device() {
             .await
             .ok();
     }
-    let lease = s
-        .blazar(&[
-            "lease-create",
-            "--physical-reservation",
-            r#"min=1,max=1,hypervisor_properties=,resource_properties=["==","$rack","a"]"#,
-            "--start-date",
-            "2030-01-01 10:00",
-            "--end-date",
-            "2030-01-01 12:00",
-            "-f",
-            "value",
-            "-c",
-            "id",
-            "hosts",
-        ])
-        .await;
-    let lease_id = lease.ok().lines().last().unwrap().trim().to_string();
+    let rack_a = r#"min=1,max=1,hypervisor_properties=,resource_properties=["==","$rack","a"]"#;
+    let lease_id = create_lease(&s, "--physical-reservation", rack_a, "hosts").await;
     let before = held_by(&s, "os-hosts", &lease_id).await;
-    assert_eq!(before.len(), 1, "{}", lease.transcript());
+    assert_eq!(before.len(), 1);
     let name = if before[0] == "1" {
         "compute-1"
     } else {
         "compute-2"
     };
-    let run = s
-        .blazar(&["host-reallocate", "--lease-id", &lease_id, name])
-        .await;
-    assert_eq!(run.ok(), format!("Reallocated host: {name}\n"));
-    let after = held_by(&s, "os-hosts", &lease_id).await;
+    let after = reallocate(&s, "host", "os-hosts", &lease_id, name).await;
     assert_eq!(after.len(), 1);
     assert_ne!(after, before, "the lease moved to the other host");
 
     for name in ["edge-1", "edge-2"] {
-        s.blazar(&[
-            "device-create",
-            "--device-type",
-            "container",
-            "--device-driver",
-            "k8s",
-            "--extra",
-            "machine=rpi4",
-            name,
-        ])
-        .await
-        .ok();
+        create_device(&s, name).await;
     }
-    let lease = s
-        .blazar(&[
-            "lease-create",
-            "--reservation",
-            "resource_type=device,min=1,max=1,resource_properties=",
-            "--start-date",
-            "2030-01-01 10:00",
-            "--end-date",
-            "2030-01-01 12:00",
-            "-f",
-            "value",
-            "-c",
-            "id",
-            "devices",
-        ])
-        .await;
-    let lease_id = lease.ok().lines().last().unwrap().trim().to_string();
+    let any_device = "resource_type=device,min=1,max=1,resource_properties=";
+    let lease_id = create_lease(&s, "--reservation", any_device, "devices").await;
     let before = held_by(&s, "devices", &lease_id).await;
     assert_eq!(before.len(), 1);
-    let run = s
-        .blazar(&["device-reallocate", "--lease-id", &lease_id, &before[0]])
-        .await;
-    assert_eq!(run.ok(), format!("Reallocated device: {}\n", before[0]));
-    let after = held_by(&s, "devices", &lease_id).await;
+    let after = reallocate(&s, "device", "devices", &lease_id, &before[0]).await;
     assert_eq!(after.len(), 1);
     assert_ne!(after, before);
     // Neither --lease-id nor --reservation-id: refused before any request.
@@ -320,18 +319,7 @@ async fn network_and_device_properties_and_unset() {
         .await;
     assert_ne!(shown.code, 0, "{}", shown.transcript());
 
-    s.blazar(&[
-        "device-create",
-        "--device-type",
-        "container",
-        "--device-driver",
-        "k8s",
-        "--extra",
-        "machine=rpi4",
-        "edge-1",
-    ])
-    .await
-    .ok();
+    create_device(&s, "edge-1").await;
     let listed = s
         .blazar(&["device-property-list", "-f", "value", "-c", "property"])
         .await;

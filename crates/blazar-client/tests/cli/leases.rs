@@ -2,7 +2,7 @@
 //! Python client's transcript.
 
 use crate::assert_transcript;
-use crate::harness::{Run, Server};
+use crate::harness::{ONE_HOST, Run, Server};
 
 async fn three_hosts(s: &Server) {
     for args in [
@@ -63,7 +63,7 @@ async fn lease_lifecycle() {
         s.blazar(&[
             "lease-create",
             "--physical-reservation",
-            "min=1,max=1,hypervisor_properties=,resource_properties=",
+            ONE_HOST,
             "--start-date",
             "2020-01-01 10:00",
             "--end-date",
@@ -170,37 +170,26 @@ async fn lease_lifecycle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_side_checks() {
     let s = Server::start().await;
-    let physical = "min=1,max=1,hypervisor_properties=,resource_properties=";
+    // Lease "bad" of one host, with `options`.
+    let bad = |options: &[&'static str]| {
+        [
+            &["lease-create", "--physical-reservation", ONE_HOST][..],
+            options,
+            &["bad"],
+        ]
+        .concat()
+    };
     let runs = vec![
-        s.blazar(&[
-            "lease-create",
-            "--physical-reservation",
-            physical,
+        s.blazar(&bad(&[
             "--start-date",
             "2030-01-02 12:00",
             "--end-date",
             "2030-01-02 10:00",
-            "bad",
-        ])
+        ]))
         .await,
-        s.blazar(&[
-            "lease-create",
-            "--physical-reservation",
-            physical,
-            "--start-date",
-            "tomorrow",
-            "bad",
-        ])
-        .await,
-        s.blazar(&[
-            "lease-create",
-            "--physical-reservation",
-            physical,
-            "--start-date",
-            "2030-01-02 12:00:30",
-            "bad",
-        ])
-        .await,
+        s.blazar(&bad(&["--start-date", "tomorrow"])).await,
+        s.blazar(&bad(&["--start-date", "2030-01-02 12:00:30"]))
+            .await,
         s.blazar(&[
             "lease-create",
             "--physical-reservation",
@@ -226,16 +215,12 @@ async fn client_side_checks() {
             "bad",
         ])
         .await,
-        s.blazar(&[
-            "lease-create",
-            "--physical-reservation",
-            physical,
+        s.blazar(&bad(&[
             "--end-date",
             "2030-01-02 10:00",
             "--duration",
             "1h",
-            "bad",
-        ])
+        ]))
         .await,
         s.blazar(&[
             "lease-update",
@@ -259,16 +244,7 @@ async fn client_side_checks() {
 
     // Without --end-date the end is 24h from now, which the message says (the date itself
     // depends on the real clock, so it stays out of the snapshot).
-    let run = s
-        .blazar(&[
-            "lease-create",
-            "--physical-reservation",
-            physical,
-            "--start-date",
-            "2030-01-02 10:00",
-            "bad",
-        ])
-        .await;
+    let run = s.blazar(&bad(&["--start-date", "2030-01-02 10:00"])).await;
     assert_eq!(run.code, 1);
     assert!(
         run.stderr.starts_with(

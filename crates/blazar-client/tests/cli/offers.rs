@@ -22,8 +22,8 @@ async fn offers_then_earliest_create() {
     ])
     .await
     .ok();
-    let search = [
-        "lease-offers",
+    // Two hosts for three hours, within a day from 08:00: the first window is after "busy".
+    let request = [
         "--physical-reservation",
         "min=2,max=2,hypervisor_properties=,resource_properties=",
         "--duration",
@@ -32,12 +32,9 @@ async fn offers_then_earliest_create() {
         "2030-01-01 08:00",
         "--within",
         "1d",
-        "--limit",
-        "2",
     ];
-    let mut json_args = search.to_vec();
-    json_args.extend(["-f", "json"]);
-    let run = s.blazar(&json_args).await;
+    let search = [&["lease-offers"][..], &request, &["--limit", "2"]].concat();
+    let run = s.blazar(&[&search[..], &["-f", "json"]].concat()).await;
     let offers: Value = serde_json::from_str(run.ok()).unwrap();
     assert_eq!(offers.as_array().unwrap().len(), 2, "{offers}");
     assert_eq!(offers[0]["start_date"], "2030-01-01T12:00:00.000000");
@@ -45,9 +42,7 @@ async fn offers_then_earliest_create() {
     assert_eq!(offers[0]["duration"], 180);
     assert_eq!(offers[0]["resources"][0]["resource_type"], "physical:host");
 
-    let mut table_args = search.to_vec();
-    table_args.push("--utc");
-    let table = s.blazar(&table_args).await;
+    let table = s.blazar(&[&search[..], &["--utc"]].concat()).await;
     let text = table.ok();
     assert!(text.contains("start_date"), "{text}");
     assert!(
@@ -57,22 +52,16 @@ async fn offers_then_earliest_create() {
     assert!(text.contains("3h"), "{text}");
 
     // A dry run of the same booking answers the lease it would make and books nothing.
-    let dry = s
-        .blazar(&[
-            "lease-create",
-            "--earliest",
-            "--dry-run",
-            "--physical-reservation",
-            "min=2,max=2,hypervisor_properties=,resource_properties=",
-            "--duration",
-            "3h",
-            "--start-date",
-            "2030-01-01 08:00",
-            "--within",
-            "1d",
-            "soonest",
-        ])
-        .await;
+    let earliest = |options: &[&'static str]| {
+        [
+            &["lease-create", "--earliest"][..],
+            options,
+            &request,
+            &["soonest"],
+        ]
+        .concat()
+    };
+    let dry = s.blazar(&earliest(&["--dry-run"])).await;
     let text = dry.ok();
     assert!(text.starts_with("Would create a new lease:"), "{text}");
     assert!(text.contains("2030-01-01T12:00:00.000000"), "{text}");
@@ -80,23 +69,7 @@ async fn offers_then_earliest_create() {
     let leases: Value = serde_json::from_str(listed.ok()).unwrap();
     assert_eq!(leases.as_array().unwrap().len(), 1, "{leases}");
 
-    let created = s
-        .blazar(&[
-            "lease-create",
-            "--earliest",
-            "--physical-reservation",
-            "min=2,max=2,hypervisor_properties=,resource_properties=",
-            "--duration",
-            "3h",
-            "--start-date",
-            "2030-01-01 08:00",
-            "--within",
-            "1d",
-            "-f",
-            "json",
-            "soonest",
-        ])
-        .await;
+    let created = s.blazar(&earliest(&["-f", "json"])).await;
     // As python-blazarclient prints it: a line, then the lease.
     let text = created.ok().trim_start_matches("Created a new lease:\n");
     let lease: Value = serde_json::from_str(text).unwrap();

@@ -5,12 +5,32 @@ use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 
-use crate::harness::Server;
+use crate::harness::{ONE_HOST, Server};
 
 /// The real current minute, on the server's clock too.
 fn sync_clock(s: &Server) -> chrono::DateTime<Utc> {
     let now = blazar_client::time::floor_minute(Utc::now());
     s.clock.set(now);
+    now
+}
+
+/// Host compute-1, and lease `later` of it from 5 to 65 minutes after the real current
+/// minute (the server's too), which is returned.
+async fn later_lease(s: &Server) -> chrono::DateTime<Utc> {
+    s.blazar(&["host-create", "compute-1"]).await.ok();
+    let now = sync_clock(s);
+    s.blazar(&[
+        "lease-create",
+        "--physical-reservation",
+        ONE_HOST,
+        "--start-date",
+        "now+5m",
+        "--end-date",
+        "now+65m",
+        "later",
+    ])
+    .await
+    .ok();
     now
 }
 
@@ -26,7 +46,7 @@ async fn create_with_wait_returns_once_the_lease_is_active() {
             &[
                 "lease-create",
                 "--physical-reservation",
-                "min=1,max=1,hypervisor_properties=,resource_properties=",
+                ONE_HOST,
                 "--start-date",
                 "now+2m",
                 "--duration",
@@ -89,20 +109,7 @@ async fn create_with_wait_returns_once_the_lease_is_active() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_uses_the_servers_long_poll() {
     let s = Server::start().await;
-    s.blazar(&["host-create", "compute-1"]).await.ok();
-    let now = sync_clock(&s);
-    s.blazar(&[
-        "lease-create",
-        "--physical-reservation",
-        "min=1,max=1,hypervisor_properties=,resource_properties=",
-        "--start-date",
-        "now+5m",
-        "--end-date",
-        "now+65m",
-        "later",
-    ])
-    .await
-    .ok();
+    let now = later_lease(&s).await;
     let base = s.base.clone();
     let home = s.home.path().to_path_buf();
     // An hour between polls: only the server's answer to the long poll can end this wait.
@@ -180,20 +187,7 @@ async fn waiting_falls_back_to_polling_a_server_without_long_polls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_wait_exit_codes() {
     let s = Server::start().await;
-    s.blazar(&["host-create", "compute-1"]).await.ok();
-    let now = sync_clock(&s);
-    s.blazar(&[
-        "lease-create",
-        "--physical-reservation",
-        "min=1,max=1,hypervisor_properties=,resource_properties=",
-        "--start-date",
-        "now+5m",
-        "--end-date",
-        "now+65m",
-        "later",
-    ])
-    .await
-    .ok();
+    let now = later_lease(&s).await;
 
     // Not started yet: a short timeout ends with 3 and says where the lease is.
     let timed_out = s
