@@ -4,6 +4,7 @@
 use clap::{Args, ValueEnum};
 use serde_json::{Map, Value};
 
+use super::human::localize;
 use super::inventory::Kind;
 use super::leases::show_object;
 use super::output::{
@@ -107,13 +108,7 @@ pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
     }
     sort_objects(&mut items, &args.list.sort_by);
     if args.list.out.is_human() {
-        for item in &mut items {
-            let mut value = Value::Object(std::mem::take(item));
-            super::human::localize(&mut value, ctx.utc);
-            if let Value::Object(map) = value {
-                *item = map;
-            }
-        }
+        items.iter_mut().for_each(|item| localize(item, ctx.utc));
     }
     emit(&render_list(&items, LIST_COLUMNS, &args.list.out)?);
     Ok(())

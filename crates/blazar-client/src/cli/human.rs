@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use blazar_client::time::parse_wire;
 use chrono::{DateTime, Local, Offset, TimeDelta, Utc};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// Keys whose values are dates, at any depth (events' `time`, allocations' dates, ...).
 const DATE_KEYS: &[&str] = &[
@@ -44,29 +44,31 @@ pub fn localizing(utc: bool) -> bool {
     !utc && !local_is_utc()
 }
 
-/// Rewrites every date under [`DATE_KEYS`] in `value` to local time, when
+/// Rewrites every date under [`DATE_KEYS`] in `object`, at any depth, to local time, when
 /// [`localizing`].
-pub fn localize(value: &mut Value, utc: bool) {
+pub fn localize(object: &mut Map<String, Value>, utc: bool) {
     if localizing(utc) {
-        rewrite(value);
+        rewrite_object(object);
+    }
+}
+
+fn rewrite_object(object: &mut Map<String, Value>) {
+    for (key, item) in object.iter_mut() {
+        if DATE_KEYS.contains(&key.as_str())
+            && let Value::String(text) = item
+        {
+            if let Some(t) = parse_wire(text) {
+                *text = local_text(t);
+            }
+        } else {
+            rewrite(item);
+        }
     }
 }
 
 fn rewrite(value: &mut Value) {
     match value {
-        Value::Object(map) => {
-            for (key, item) in map.iter_mut() {
-                if DATE_KEYS.contains(&key.as_str())
-                    && let Value::String(text) = item
-                {
-                    if let Some(t) = parse_wire(text) {
-                        *text = local_text(t);
-                    }
-                } else {
-                    rewrite(item);
-                }
-            }
-        }
+        Value::Object(object) => rewrite_object(object),
         Value::Array(items) => items.iter_mut().for_each(rewrite),
         _ => {}
     }

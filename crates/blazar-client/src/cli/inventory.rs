@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use super::human::localize;
 use super::leases::show_object;
 use super::output::{
     ListOutput, ShowOutput, check_sort, render_list, render_show, show_fields, sort_objects,
@@ -290,13 +291,7 @@ pub async fn list(ctx: &Context, kind: &Kind, args: ListArgs) -> CliResult {
     let mut items: Vec<Map<String, Value>> = ctx.client.get(kind.path, kind.plural).await?;
     sort_objects(&mut items, sort_by);
     if args.out.is_human() {
-        for item in &mut items {
-            let mut value = Value::Object(std::mem::take(item));
-            super::human::localize(&mut value, ctx.utc);
-            if let Value::Object(map) = value {
-                *item = map;
-            }
-        }
+        items.iter_mut().for_each(|item| localize(item, ctx.utc));
     }
     emit(&render_list(&items, kind.list_columns, &args.out)?);
     Ok(())

@@ -244,13 +244,7 @@ pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
     let mut leases: Vec<Map<String, Value>> = ctx.client.get("/leases", "leases").await?;
     sort_objects(&mut leases, &args.list.sort_by);
     if args.list.out.is_human() {
-        for lease in &mut leases {
-            let mut value = Value::Object(std::mem::take(lease));
-            localize(&mut value, ctx.utc);
-            if let Value::Object(map) = value {
-                *lease = map;
-            }
-        }
+        leases.iter_mut().for_each(|lease| localize(lease, ctx.utc));
     }
     emit(&render_list(&leases, LIST_COLUMNS, &args.list.out)?);
     Ok(())
@@ -259,16 +253,12 @@ pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
 /// Renders one object for a show-type command.
 pub fn show_object(
     ctx: &Context,
-    object: Map<String, Value>,
+    mut object: Map<String, Value>,
     out: &ShowOutput,
 ) -> CliResult<String> {
-    let mut value = Value::Object(object);
     if out.is_human() {
-        localize(&mut value, ctx.utc);
+        localize(&mut object, ctx.utc);
     }
-    let Value::Object(object) = value else {
-        return Ok(String::new());
-    };
     render_show(show_fields(&object, true), out)
 }
 

@@ -202,11 +202,7 @@ pub async fn offers(ctx: &Context, args: OffersArgs) -> CliResult {
         .collect();
     if args.out.is_human() {
         for row in &mut rows {
-            let mut value = Value::Object(std::mem::take(row));
-            localize(&mut value, ctx.utc);
-            if let Value::Object(map) = value {
-                *row = map;
-            }
+            localize(row, ctx.utc);
             if let Some(minutes) = row.get("duration").and_then(Value::as_i64) {
                 row.insert(
                     "duration".into(),
