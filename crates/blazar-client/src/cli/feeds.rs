@@ -4,7 +4,7 @@
 use clap::Args;
 use serde_json::{Map, Value};
 
-use super::leases::{get_and_list, show_object};
+use super::leases::{delete_and_say, get_and_list, show_object};
 use super::output::{ShowOutput, SortedListOutput, sort_by_default};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
@@ -86,9 +86,6 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {
 }
 
 pub async fn delete(ctx: &Context, args: DeleteArgs) -> CliResult {
-    ctx.client
-        .delete(&format!("/ical-feeds/{}", segment(&args.id)))
-        .await?;
-    emit(&format!("Deleted calendar feed: {}\n", args.id));
-    Ok(())
+    let path = format!("/ical-feeds/{}", segment(&args.id));
+    delete_and_say(ctx, &path, "calendar feed", &args.id).await
 }

@@ -5,7 +5,7 @@
 use clap::Args;
 use serde_json::{Map, Value};
 
-use super::leases::{get_and_list, get_and_show, show_object};
+use super::leases::{delete_and_say, get_and_list, get_and_show, show_object};
 use super::output::{ShowOutput, SortedListOutput, sort_by_default};
 use super::resolve::{IdShape, Lookup, find_id};
 use super::{CliResult, Context, emit};
@@ -126,9 +126,6 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {
 
 pub async fn delete(ctx: &Context, args: DeleteArgs) -> CliResult {
     let id = find_id(ctx, &FLAVORS, &args.id).await?;
-    ctx.client
-        .delete(&format!("/flavors/{}", segment(&id)))
-        .await?;
-    emit(&format!("Deleted flavor: {}\n", args.id));
-    Ok(())
+    let path = format!("/flavors/{}", segment(&id));
+    delete_and_say(ctx, &path, "flavor", &args.id).await
 }

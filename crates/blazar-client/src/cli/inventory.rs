@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::human::localize;
-use super::leases::show_object;
+use super::leases::{delete_and_say, show_object};
 use super::output::{
     ListOutput, ShowOutput, check_sort, render_list, render_show, show_fields, sort_objects,
 };
@@ -432,9 +432,7 @@ pub async fn unset(ctx: &Context, kind: &Kind, args: UnsetArgs) -> CliResult {
 
 pub async fn delete(ctx: &Context, kind: &Kind, args: DeleteArgs) -> CliResult {
     let id = find_id(ctx, &kind.lookup(), &args.id).await?;
-    ctx.client.delete(&kind.object_path(&id)).await?;
-    emit(&format!("Deleted {}: {}\n", kind.resource, args.id));
-    Ok(())
+    delete_and_say(ctx, &kind.object_path(&id), kind.resource, &args.id).await
 }
 
 pub async fn reallocate(ctx: &Context, kind: &Kind, args: ReallocateArgs) -> CliResult {

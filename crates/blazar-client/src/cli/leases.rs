@@ -269,6 +269,13 @@ pub async fn get_and_show(ctx: &Context, path: &str, key: &str, out: &ShowOutput
     Ok(())
 }
 
+/// `DELETE path` and says so, as a delete-type command does: `Deleted <what>: <name>`.
+pub async fn delete_and_say(ctx: &Context, path: &str, what: &str, name: &str) -> CliResult {
+    ctx.client.delete(path).await?;
+    emit(&format!("Deleted {what}: {name}\n"));
+    Ok(())
+}
+
 /// `GET path` and prints the list under `key` sorted by `--sort-by`, as a list-type command
 /// of resources without dates to localise does.
 pub async fn get_and_list(
@@ -732,11 +739,8 @@ async fn latest_end_note(ctx: &Context, path: &str) -> Option<String> {
 
 pub async fn delete(ctx: &Context, args: DeleteArgs) -> CliResult {
     let id = find_id(ctx, &LEASES, &args.id).await?;
-    ctx.client
-        .delete(&format!("/leases/{}", blazar_client::client::segment(&id)))
-        .await?;
-    emit(&format!("Deleted lease: {}\n", args.id));
-    Ok(())
+    let path = format!("/leases/{}", blazar_client::client::segment(&id));
+    delete_and_say(ctx, &path, "lease", &args.id).await
 }
 
 pub async fn wait(ctx: &Context, args: WaitArgs) -> CliResult<u8> {

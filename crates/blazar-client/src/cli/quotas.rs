@@ -4,7 +4,7 @@
 use clap::Args;
 use serde_json::{Map, Value};
 
-use super::leases::show_object;
+use super::leases::{delete_and_say, show_object};
 use super::output::{
     ShowOutput, SortedListOutput, check_sort, render_list, sort_by_default, sort_objects,
 };
@@ -180,12 +180,6 @@ pub async fn set(ctx: &Context, args: SetArgs) -> CliResult {
 }
 
 pub async fn delete(ctx: &Context, args: DeleteArgs) -> CliResult {
-    ctx.client
-        .delete(&format!("/quotas/{}", segment(&args.project_id)))
-        .await?;
-    emit(&format!(
-        "Deleted quota overrides of project: {}\n",
-        args.project_id
-    ));
-    Ok(())
+    let path = format!("/quotas/{}", segment(&args.project_id));
+    delete_and_say(ctx, &path, "quota overrides of project", &args.project_id).await
 }

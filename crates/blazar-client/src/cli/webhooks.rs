@@ -5,7 +5,7 @@ use clap::Args;
 use reqwest::Method;
 use serde_json::{Map, Value};
 
-use super::leases::{get_and_list, get_and_show, show_object};
+use super::leases::{delete_and_say, get_and_list, get_and_show, show_object};
 use super::output::{ListOutput, ShowOutput, SortedListOutput, render_list, sort_by_default};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
@@ -156,11 +156,8 @@ pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {
 }
 
 pub async fn delete(ctx: &Context, args: DeleteArgs) -> CliResult {
-    ctx.client
-        .delete(&format!("/webhooks/{}", segment(&args.id)))
-        .await?;
-    emit(&format!("Deleted webhook: {}\n", args.id));
-    Ok(())
+    let path = format!("/webhooks/{}", segment(&args.id));
+    delete_and_say(ctx, &path, "webhook", &args.id).await
 }
 
 pub async fn deliveries(ctx: &Context, args: DeliveriesArgs) -> CliResult {
