@@ -115,6 +115,7 @@ impl OpenStackBackend {
         .map_err(action_error)?;
         Ok(ActionOutput {
             server_group_id: group,
+            ..ActionOutput::default()
         })
     }
 

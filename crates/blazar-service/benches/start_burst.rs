@@ -118,6 +118,7 @@ async fn burst(leases: usize, latency: Duration, workers: usize) -> f64 {
     });
     let t0 = Instant::now();
     service.tick(start).await.unwrap();
+    eprintln!("  tick: {:.2} s", t0.elapsed().as_secs_f64());
     loop {
         // A count, not the leases: the watcher must not be what slows the burst down.
         let mut tx = service.store().read().await.unwrap();

@@ -25,7 +25,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use crate::backend::{Action, ActionError, ActionOutput};
+use crate::backend::{Action, ActionError, ActionOutput, HandoverChange};
 use crate::scheduler::group_by_lease;
 use crate::{Service, ServiceError, ServiceResult};
 
@@ -44,6 +44,24 @@ struct Attempt {
     outcome: ActionOutcome,
     output: ActionOutput,
     at: DateTime<Utc>,
+}
+
+/// Writes the hand-over records a done action changed.
+async fn record_handovers(tx: &mut Tx, changes: &[HandoverChange]) -> ServiceResult<()> {
+    for change in changes {
+        match change {
+            HandoverChange::Start(handover) => tx.start_handover(handover).await?,
+            HandoverChange::End {
+                reservation_id,
+                resource_id,
+                at,
+            } => {
+                tx.end_handovers(reservation_id, Some(*resource_id), *at)
+                    .await?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// An attempt whose action is over: done, or failed for good with `failure`.
@@ -531,21 +549,36 @@ impl Service {
     }
 
     async fn claim(&self, now: DateTime<Utc>, limit: usize) -> ServiceResult<Vec<ActionRecord>> {
+        Ok(in_tx!(self, write, |tx| {
+            self.claim_in(tx, now, limit).await
+        })?)
+    }
+
+    /// Claims up to `limit` runnable actions in `tx`, for the action timeout and a minute.
+    async fn claim_in(
+        &self,
+        tx: &mut Tx,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> ServiceResult<Vec<ActionRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
         let claim_for = chrono::Duration::from_std(self.settings.action_timeout)
             .unwrap_or_else(|_| chrono::Duration::minutes(5))
             + chrono::Duration::minutes(1);
-        Ok(in_tx!(self, write, |tx| {
-            Ok(tx
-                .claim_actions(now, &self.worker_id, claim_for, limit)
-                .await?)
-        })?)
+        Ok(tx
+            .claim_actions(now, &self.worker_id, claim_for, limit)
+            .await?)
     }
 
     /// One attempt at one claimed action, and its outcome recorded.
     async fn carry_out(&self, row: ActionRecord, report: &mut ActionReport) -> ServiceResult<()> {
         let attempt = self.attempt(row).await;
         attempt.count(report);
-        self.record_attempts(std::slice::from_ref(&attempt)).await
+        self.record_attempts(std::slice::from_ref(&attempt), 0)
+            .await
+            .map(|_| ())
     }
 
     /// One attempt at one claimed action: what the backend answered, not yet recorded.
@@ -615,7 +648,15 @@ impl Service {
     /// batches lock the leases they share in the same order). At the top of the hour a large
     /// site finishes hundreds of hand-overs at once: one commit each would make the last
     /// lease ACTIVE seconds after its actions were done.
-    async fn record_attempts(&self, attempts: &[Attempt]) -> ServiceResult<()> {
+    ///
+    /// The same transaction then claims up to `claim` more actions (those the outcomes just
+    /// made runnable included): a worker that records and claims in one commit instead of
+    /// two gets through a burst of fast actions in half the commits.
+    async fn record_attempts(
+        &self,
+        attempts: &[Attempt],
+        claim: usize,
+    ) -> ServiceResult<Vec<ActionRecord>> {
         let mut ordered: Vec<&Attempt> = attempts.iter().collect();
         ordered.sort_by(|a, b| (&a.row.lease_id, a.row.seq).cmp(&(&b.row.lease_id, b.row.seq)));
         in_tx!(self, write, |tx| {
@@ -633,17 +674,21 @@ impl Service {
                 }
                 match outcome {
                     ActionOutcome::Retry { .. } => {}
-                    ActionOutcome::Done => finished.push(Finished {
-                        attempt,
-                        failure: None,
-                    }),
+                    ActionOutcome::Done => {
+                        record_handovers(tx, &attempt.output.handovers).await?;
+                        finished.push(Finished {
+                            attempt,
+                            failure: None,
+                        });
+                    }
                     ActionOutcome::Failed { error } => finished.push(Finished {
                         attempt,
                         failure: Some(error),
                     }),
                 }
             }
-            self.settle_finished(tx, &finished).await
+            self.settle_finished(tx, &finished).await?;
+            self.claim_in(tx, self.now(), claim).await
         })
     }
 
@@ -811,24 +856,33 @@ impl Service {
 
     /// Records what workers' attempts came to: together, or one by one if the batch fails
     /// (so one action whose recording fails does not hold back the others). An attempt not
-    /// recorded is run again once its claim expires.
-    async fn record_finished(&self, attempts: Vec<Attempt>) {
+    /// recorded is run again once its claim expires. Answers the actions claimed with the
+    /// batch (up to `claim`), or `None` if it did not commit.
+    async fn record_finished(
+        &self,
+        attempts: Vec<Attempt>,
+        claim: usize,
+    ) -> Option<Vec<ActionRecord>> {
         if attempts.is_empty() {
-            return;
+            return None;
         }
-        if attempts.len() > 1 {
-            match self.record_attempts(&attempts).await {
-                Ok(()) => return,
-                Err(e) => tracing::warn!(error = %e, count = attempts.len(),
-                    "recording a batch of action outcomes failed; recording them one by one"),
+        match self.record_attempts(&attempts, claim).await {
+            Ok(claimed) => return Some(claimed),
+            Err(e) if attempts.len() > 1 => tracing::warn!(error = %e, count = attempts.len(),
+                "recording a batch of action outcomes failed; recording them one by one"),
+            Err(e) => {
+                tracing::error!(error = %e, action.seq = attempts[0].row.seq,
+                    "recording an action's outcome failed; it will run again");
+                return None;
             }
         }
         for attempt in &attempts {
-            if let Err(e) = self.record_attempts(std::slice::from_ref(attempt)).await {
+            if let Err(e) = self.record_attempts(std::slice::from_ref(attempt), 0).await {
                 tracing::error!(error = %e, action.seq = attempt.row.seq,
                     "recording an action's outcome failed; it will run again");
             }
         }
+        None
     }
 
     /// Runs workers until `shutdown`: at most `settings.action_workers` actions at a time,
@@ -839,18 +893,26 @@ impl Service {
         tokio::pin!(shutdown);
         let limit = self.settings.action_workers.max(1);
         let mut running: JoinSet<Attempt> = JoinSet::new();
+        // Actions claimed by the transaction that recorded the last outcomes.
+        let mut claimed_with_outcomes: Option<Vec<ActionRecord>> = None;
         loop {
-            let free = limit.saturating_sub(running.len());
-            if free > 0 {
-                match self.claim(self.now(), free).await {
-                    Ok(claimed) => {
-                        for row in claimed {
-                            let service = self.clone();
-                            running.spawn(async move { service.attempt(row).await });
-                        }
+            let claimed = match claimed_with_outcomes.take() {
+                Some(claimed) => claimed,
+                None => {
+                    let free = limit.saturating_sub(running.len());
+                    if free == 0 {
+                        Vec::new()
+                    } else {
+                        self.claim(self.now(), free).await.unwrap_or_else(|e| {
+                            tracing::error!(error = %e, "could not claim actions");
+                            Vec::new()
+                        })
                     }
-                    Err(e) => tracing::error!(error = %e, "could not claim actions"),
                 }
+            };
+            for row in claimed {
+                let service = self.clone();
+                running.spawn(async move { service.attempt(row).await });
             }
             let wait = match in_tx!(self, read, |tx| { Ok(tx.next_action_time().await?) }) {
                 Ok(Some(t)) => (t - self.now())
@@ -877,7 +939,8 @@ impl Service {
                                 .ok()
                         })
                         .collect();
-                    self.record_finished(attempts).await;
+                    let free = limit.saturating_sub(running.len());
+                    claimed_with_outcomes = self.record_finished(attempts, free).await;
                 }
                 _ = self.action_wake.notified() => {}
                 _ = tokio::time::sleep(wait) => {}
@@ -887,7 +950,7 @@ impl Service {
         // Let the actions under way finish and record what they did.
         while let Some(joined) = running.join_next().await {
             if let Ok(attempt) = joined {
-                self.record_finished(vec![attempt]).await;
+                self.record_finished(vec![attempt], 0).await;
             }
         }
         tracing::info!("action workers stopped");

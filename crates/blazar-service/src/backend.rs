@@ -104,18 +104,35 @@ impl From<InventoryError> for crate::ServiceError {
 }
 
 /// What carrying out an action made that its reservation shows from then on (the id Nova
-/// gave the server group of an instance reservation). Most actions make nothing to show.
+/// gave the server group of an instance reservation), and the hand-over records it changed
+/// (the standalone backend's whole effect). Both are written in the transaction that
+/// records the action done, so they are never seen without it, nor it without them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ActionOutput {
     /// The id Nova gave the instance reservation's server group.
     pub server_group_id: Option<String>,
+    pub handovers: Vec<HandoverChange>,
+}
+
+/// A change to the records of who holds a resource now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HandoverChange {
+    /// The resource is handed over (an upsert: writing it twice changes nothing).
+    Start(Handover),
+    /// The reservation's hold on the resource ends at `at` (closing it twice changes
+    /// nothing).
+    End {
+        reservation_id: String,
+        resource_id: i64,
+        at: DateTime<Utc>,
+    },
 }
 
 #[async_trait]
 pub trait Backend: Send + Sync {
-    /// Carries out one action. `store` is there for what the backend keeps of its own
-    /// (the standalone backend's hand-over rows); it is never inside the caller's
-    /// transaction.
+    /// Carries out one action. `store` is there to read what the backend needs (the names
+    /// of hosts); a backend never writes it: what it changed travels back in the output,
+    /// written with the outcome.
     async fn apply(&self, store: &Store, action: &Action) -> Result<ActionOutput, ActionError>;
 
     /// The facts of the host named `name`, from the cloud, before it is enrolled. `None`:
@@ -201,38 +218,31 @@ pub trait Backend: Send + Sync {
     }
 }
 
-/// For sites without OpenStack: hand-overs are records, visible through the API.
+/// For sites without OpenStack: hand-overs are records, visible through the API. It
+/// answers the records to write instead of writing them itself: one write transaction per
+/// action was what a burst of a thousand starts spent most of its time on.
 pub struct StandaloneBackend;
-
-fn db_error(e: blazar_db::DbError) -> ActionError {
-    ActionError::Transient(format!("database: {e}"))
-}
 
 #[async_trait]
 impl Backend for StandaloneBackend {
-    async fn apply(&self, store: &Store, action: &Action) -> Result<ActionOutput, ActionError> {
-        let mut tx = store.write().await.map_err(db_error)?;
+    async fn apply(&self, _store: &Store, action: &Action) -> Result<ActionOutput, ActionError> {
+        let mut handovers = Vec::new();
         for &resource_id in &action.resources {
             match action.kind {
-                // Upserts and closes: running either twice changes nothing.
-                ActionKind::Start => {
-                    tx.start_handover(&Handover {
-                        resource_type: action.resource_type.clone(),
-                        resource_id,
-                        project_id: action.project_id.clone(),
-                        lease_id: action.lease_id.clone(),
-                        reservation_id: action.reservation_id.clone(),
-                        started_at: action.at,
-                        ended_at: None,
-                    })
-                    .await
-                    .map_err(db_error)?;
-                }
-                ActionKind::Stop => {
-                    tx.end_handovers(&action.reservation_id, Some(resource_id), action.at)
-                        .await
-                        .map_err(db_error)?;
-                }
+                ActionKind::Start => handovers.push(HandoverChange::Start(Handover {
+                    resource_type: action.resource_type.clone(),
+                    resource_id,
+                    project_id: action.project_id.clone(),
+                    lease_id: action.lease_id.clone(),
+                    reservation_id: action.reservation_id.clone(),
+                    started_at: action.at,
+                    ended_at: None,
+                })),
+                ActionKind::Stop => handovers.push(HandoverChange::End {
+                    reservation_id: action.reservation_id.clone(),
+                    resource_id,
+                    at: action.at,
+                }),
                 // Nothing outside to change for the others.
                 ActionKind::Enrol
                 | ActionKind::Withdraw
@@ -243,7 +253,6 @@ impl Backend for StandaloneBackend {
                 | ActionKind::DeleteTrust => {}
             }
         }
-        tx.commit().await.map_err(db_error)?;
         for &resource_id in &action.resources {
             tracing::info!(
                 lease.id = %action.lease_id,
@@ -264,6 +273,9 @@ impl Backend for StandaloneBackend {
                 }
             );
         }
-        Ok(ActionOutput::default())
+        Ok(ActionOutput {
+            handovers,
+            ..ActionOutput::default()
+        })
     }
 }

@@ -95,7 +95,8 @@ use tokio::sync::Notify;
 pub use actions::{ActionReport, current_request_id, with_request_id};
 pub use allocation_list::{AllocationKind, AllocationList, AllocationListRequest};
 pub use backend::{
-    Action, ActionError, ActionOutput, Backend, HostHealth, InventoryError, StandaloneBackend,
+    Action, ActionError, ActionOutput, Backend, HandoverChange, HostHealth, InventoryError,
+    StandaloneBackend,
 };
 pub use blazar_core::time::truncate_to_minute;
 /// Rows some use cases answer with as they are read.
