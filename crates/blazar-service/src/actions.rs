@@ -202,7 +202,7 @@ impl Service {
             by_type
                 .entry(a.resource_type.as_str())
                 .or_default()
-                .push((a.resource_id, a.units));
+                .push((a.resource_id, a.occupancy.units));
         }
         for (resource_type, held) in &by_type {
             let action = self.lease_action(

@@ -11,7 +11,7 @@ pub use blazar_core::engine::{HostSlots, place};
 use blazar_core::engine::{Usage, free_slots, peak_usage, probe_ends};
 use blazar_core::host::HostRecord;
 use blazar_core::reservation::{FlavorChoice, FoundFlavor, ReservationSpec, SourceFlavor};
-use blazar_core::{PHYSICAL_HOST, TimeWindow};
+use blazar_core::{Occupancy, PHYSICAL_HOST, TimeWindow};
 use blazar_db::{AllocationUsage, Backend, NewAllocation, Tx};
 use serde_json::Value;
 
@@ -350,13 +350,19 @@ async fn write_slots(
     }
     let rows: Vec<NewAllocation> = placement
         .iter()
-        .map(|(host, units)| NewAllocation {
-            exclusive: false,
-            units: *units,
-            vcpus: shape.slot.vcpus,
-            memory_mb: shape.slot.memory_mb,
-            disk_gb: shape.slot.disk_gb,
-            ..crate::resources::whole_allocation(request, PHYSICAL_HOST, *host)
+        .map(|(host, units)| {
+            let whole = crate::resources::whole_allocation(request, PHYSICAL_HOST, *host);
+            NewAllocation {
+                occupancy: Occupancy {
+                    exclusive: false,
+                    units: *units,
+                    vcpus: shape.slot.vcpus,
+                    memory_mb: shape.slot.memory_mb,
+                    disk_gb: shape.slot.disk_gb,
+                    ..whole.occupancy
+                },
+                ..whole
+            }
         })
         .collect();
     tx.insert_allocations(&rows).await?;
