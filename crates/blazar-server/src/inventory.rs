@@ -7,7 +7,7 @@ use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{get, patch};
 use axum::{Json, Router};
-use blazar_service::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
+use blazar_service::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS, Reallocated};
 
 use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::ApiResult;
@@ -85,26 +85,11 @@ pub fn routes(spec: &'static KindSpec) -> Router<AppState> {
             let route = get(move |s, c, p, q| allocation(s, c, p, q, spec));
             // Chameleon re-allocates devices (and hosts, in hosts.rs) only.
             if spec.kind == DEVICES.kind {
-                route.put(reallocate_device)
+                route.put(|s, c, p, b| crate::hosts::reallocate(s, c, p, b, Reallocated::Device))
             } else {
                 route
             }
         })
-}
-
-/// `PUT /v1/devices/{id}/allocation` (Chameleon): moves reservations off the device.
-async fn reallocate_device(
-    State(state): State<AppState>,
-    Caller(identity): Caller,
-    Path(id): Path<String>,
-    Wire(body): Wire<blazar_api::Reallocation>,
-) -> ApiResult<impl IntoResponse> {
-    let filter = from_wire::reallocation(body)?;
-    let entry = state
-        .service
-        .reallocate_device(&identity, &id, &filter)
-        .await?;
-    Ok(Json(Envelope("allocation", to_wire::allocation(entry))))
 }
 
 pub fn floatingip_routes() -> Router<AppState> {
