@@ -2,7 +2,6 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use blazar_service::Reallocated;
 
@@ -42,10 +41,7 @@ pub async fn create_host(
 ) -> ApiResult<impl IntoResponse> {
     let body = from_wire::new_host(&body)?;
     let host = state.service.create_host(&identity, &body).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(Envelope("host", to_wire::host(host))),
-    ))
+    Ok(crate::reply::created("host", to_wire::host(host)))
 }
 
 pub async fn show_host(

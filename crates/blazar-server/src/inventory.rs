@@ -2,11 +2,11 @@
 //! description), `/v1/flavors` and `/v1/notifications`.
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{get, patch};
 use axum::{Json, Router};
+use blazar_core::ResourceRecord;
 use blazar_service::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS, Reallocated};
 
 use crate::convert::{Envelope, from_wire, to_wire};
@@ -131,12 +131,17 @@ async fn create(
         .create_resource(&identity, spec, &body)
         .await?;
     let raw = spec.id_param == "floatingip_id";
-    Ok((
-        StatusCode::CREATED,
-        Json(Envelope(
-            names(spec).one,
-            to_wire::pool_resource(record, raw),
-        )),
+    Ok(crate::reply::created(
+        names(spec).one,
+        to_wire::pool_resource(record, raw),
+    ))
+}
+
+/// One resource as a show or an update answers it.
+fn one(spec: &KindSpec, record: ResourceRecord) -> Json<Envelope<blazar_api::PoolResource>> {
+    Json(Envelope(
+        names(spec).one,
+        to_wire::pool_resource(record, false),
     ))
 }
 
@@ -147,10 +152,7 @@ async fn show(
     spec: &'static KindSpec,
 ) -> ApiResult<impl IntoResponse> {
     let record = state.service.get_resource(&identity, spec, &id).await?;
-    Ok(Json(Envelope(
-        names(spec).one,
-        to_wire::pool_resource(record, false),
-    )))
+    Ok(one(spec, record))
 }
 
 async fn update(
@@ -165,10 +167,7 @@ async fn update(
         .service
         .update_resource(&identity, spec, &id, &body)
         .await?;
-    Ok(Json(Envelope(
-        names(spec).one,
-        to_wire::pool_resource(record, false),
-    )))
+    Ok(one(spec, record))
 }
 
 async fn delete(
@@ -277,10 +276,7 @@ async fn create_flavor(
 ) -> ApiResult<impl IntoResponse> {
     let body = from_wire::new_flavor(&body)?;
     let created = state.service.create_flavor(&identity, &body).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(Envelope("flavor", to_wire::flavor(created))),
-    ))
+    Ok(crate::reply::created("flavor", to_wire::flavor(created)))
 }
 
 async fn show_flavor(
