@@ -70,8 +70,7 @@ impl Service {
             tx,
             lease,
             reservation,
-            ActionKind::Start,
-            ActionPurpose::Change,
+            (ActionKind::Start, ActionPurpose::Change),
             &added,
             at,
         )
@@ -186,8 +185,7 @@ impl Service {
                 tx,
                 &lease,
                 &reservation,
-                ActionKind::Stop,
-                ActionPurpose::Change,
+                (ActionKind::Stop, ActionPurpose::Change),
                 std::slice::from_ref(allocation),
                 now,
             )

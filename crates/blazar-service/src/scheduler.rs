@@ -194,8 +194,7 @@ impl Service {
                             tx,
                             &lease,
                             reservation,
-                            ActionKind::Snapshot,
-                            ActionPurpose::BeforeEnd,
+                            (ActionKind::Snapshot, ActionPurpose::BeforeEnd),
                             &held(&allocations, &reservation.id),
                             now,
                         )
@@ -249,8 +248,7 @@ impl Service {
                     tx,
                     lease,
                     reservation,
-                    how.kind,
-                    how.purpose,
+                    (how.kind, how.purpose),
                     &held(allocations, &reservation.id),
                     now,
                 )
