@@ -169,6 +169,14 @@ enum Outcome {
     Created(Created),
 }
 
+/// What a measured write does to each lease of its batch.
+#[derive(Clone, Copy)]
+enum Change {
+    /// Moves its end an hour later.
+    Extend,
+    Delete,
+}
+
 pub struct Driver {
     api: Api,
     cfg: Config,
@@ -380,7 +388,8 @@ impl Driver {
                     "lease_update" => {
                         let n = self.cfg.write_ops.min(pool.len() / 2);
                         let batch: Vec<Created> = pool.drain(..n).collect();
-                        let (stats, updated) = self.measure_update(op, c, batch).await;
+                        let (stats, updated) =
+                            self.measure_change(op, c, batch, Change::Extend).await;
                         pool.extend(updated);
                         stats
                     }
@@ -393,7 +402,7 @@ impl Driver {
                     "lease_delete" => {
                         let n = self.cfg.write_ops.min(pool.len());
                         let batch: Vec<Created> = pool.drain(..n).collect();
-                        let (stats, kept) = self.measure_delete(op, c, batch).await;
+                        let (stats, kept) = self.measure_change(op, c, batch, Change::Delete).await;
                         leftovers.extend(kept);
                         stats
                     }
@@ -741,48 +750,42 @@ impl Driver {
     async fn measure_create(&self, op: &str, c: usize) -> (OpStats, Vec<Created>) {
         let mixed = op == "lease_create_mixed";
         let salt_base = mix64(c as u64 ^ if mixed { 0xA5A5 } else { 0x5A5A });
-        let bodies: Arc<Vec<(Value, NaiveDateTime)>> = Arc::new(
-            (0..self.cfg.write_ops)
-                .map(|i| {
-                    let (start, end) = self.random_window(salt_base ^ (i as u64) << 20);
-                    let reservations: Vec<(u32, Option<(&str, &str)>)> = if mixed {
-                        self.cfg
-                            .mix
-                            .iter()
-                            .map(|p| {
-                                (
-                                    p.count,
-                                    p.filter.as_ref().map(|(k, v)| (k.as_str(), v.as_str())),
-                                )
-                            })
-                            .collect()
-                    } else {
-                        vec![((i % 10 + 1) as u32, Some(("gpu", "true")))]
-                    };
-                    let name = format!("bench-{op}-c{c}-{i:05}");
-                    let body = if op == "lease_create_instance" {
-                        instance_body(&name, &fmt_minute(start), &fmt_minute(end), i % 4 + 1)
-                    } else {
-                        lease_body(&name, &fmt_minute(start), &fmt_minute(end), reservations)
-                    };
-                    (body, end)
-                })
-                .collect(),
-        );
-        let api = self.api.clone();
-        let results = run_concurrently(c, self.cfg.write_ops, self.cfg.phase_seconds, move |i| {
-            let api = api.clone();
-            let bodies = bodies.clone();
-            async move {
+        let bodies: Vec<(Value, NaiveDateTime)> = (0..self.cfg.write_ops)
+            .map(|i| {
+                let (start, end) = self.random_window(salt_base ^ (i as u64) << 20);
+                let reservations: Vec<(u32, Option<(&str, &str)>)> = if mixed {
+                    self.cfg
+                        .mix
+                        .iter()
+                        .map(|p| {
+                            (
+                                p.count,
+                                p.filter.as_ref().map(|(k, v)| (k.as_str(), v.as_str())),
+                            )
+                        })
+                        .collect()
+                } else {
+                    vec![((i % 10 + 1) as u32, Some(("gpu", "true")))]
+                };
+                let name = format!("bench-{op}-c{c}-{i:05}");
+                let body = if op == "lease_create_instance" {
+                    instance_body(&name, &fmt_minute(start), &fmt_minute(end), i % 4 + 1)
+                } else {
+                    lease_body(&name, &fmt_minute(start), &fmt_minute(end), reservations)
+                };
+                (body, end)
+            })
+            .collect();
+        let results = self
+            .on_each_body(c, bodies, |api, bodies, i| async move {
                 let (body, end) = &bodies[i];
                 let reply = api
                     .call_ok(Method::POST, "/leases", Who::Admin, Some(body), "")
                     .await?;
                 let id = lease_id_of(&reply)?;
                 Ok(Outcome::Created(Created { id, end: *end }))
-            }
-        })
-        .await;
+            })
+            .await;
         let created = results.created.clone();
         (results.stats(op, c), created)
     }
@@ -812,16 +815,11 @@ impl Driver {
     /// `POST /v1/leases/offers`: five offers for ten matching hosts.
     async fn measure_offers(&self, op: &str, c: usize) -> OpStats {
         let salt = mix64(c as u64 ^ 0x0FFE);
-        let bodies: Arc<Vec<Value>> = Arc::new(
-            (0..self.cfg.read_ops)
-                .map(|i| self.search_body(salt ^ (i as u64) << 20, None))
-                .collect(),
-        );
-        let api = self.api.clone();
-        let results = run_concurrently(c, self.cfg.read_ops, self.cfg.phase_seconds, move |i| {
-            let api = api.clone();
-            let bodies = bodies.clone();
-            async move {
+        let bodies: Vec<Value> = (0..self.cfg.read_ops)
+            .map(|i| self.search_body(salt ^ (i as u64) << 20, None))
+            .collect();
+        let results = self
+            .on_each_body(c, bodies, |api, bodies, i| async move {
                 let reply = api
                     .call_ok(
                         Method::POST,
@@ -839,28 +837,22 @@ impl Driver {
                     Some(n) if n > 0 => Ok(Outcome::Ok),
                     _ => Err(format!("no offers in {}", reply.text())),
                 }
-            }
-        })
-        .await;
+            })
+            .await;
         results.stats(op, c)
     }
 
     /// `POST /v1/leases` with `start_date: "earliest"`: search and book in one request.
     async fn measure_earliest(&self, op: &str, c: usize) -> (OpStats, Vec<Created>) {
         let salt = mix64(c as u64 ^ 0xEA51);
-        let bodies: Arc<Vec<Value>> = Arc::new(
-            (0..self.cfg.write_ops)
-                .map(|i| {
-                    let name = format!("bench-{op}-c{c}-{i:05}");
-                    self.search_body(salt ^ (i as u64) << 20, Some(&name))
-                })
-                .collect(),
-        );
-        let api = self.api.clone();
-        let results = run_concurrently(c, self.cfg.write_ops, self.cfg.phase_seconds, move |i| {
-            let api = api.clone();
-            let bodies = bodies.clone();
-            async move {
+        let bodies: Vec<Value> = (0..self.cfg.write_ops)
+            .map(|i| {
+                let name = format!("bench-{op}-c{c}-{i:05}");
+                self.search_body(salt ^ (i as u64) << 20, Some(&name))
+            })
+            .collect();
+        let results = self
+            .on_each_body(c, bodies, |api, bodies, i| async move {
                 let reply = api
                     .call_ok(Method::POST, "/leases", Who::Admin, Some(&bodies[i]), "")
                     .await?;
@@ -875,71 +867,59 @@ impl Driver {
                     })
                     .ok_or_else(|| format!("no end date in {}", reply.text()))?;
                 Ok(Outcome::Created(Created { id, end }))
-            }
-        })
-        .await;
+            })
+            .await;
         let created = results.created.clone();
         (results.stats(op, c), created)
     }
 
-    async fn measure_update(
+    /// Changes every lease of `batch` (`c` clients at once, for at most a phase) and answers
+    /// the leases still ours afterwards: all of them after extensions (a refused one keeps
+    /// its end), those not deleted after deletes.
+    async fn measure_change(
         &self,
         op: &str,
         c: usize,
         batch: Vec<Created>,
+        change: Change,
     ) -> (OpStats, Vec<Created>) {
         let batch = Arc::new(batch);
         let phase = self.cfg.phase_seconds;
         let results = self
-            .on_each_lease(c, phase, &batch, |api, lease| async move {
-                let end = lease.end + TimeDelta::hours(1);
-                let body = json!({ "end_date": fmt_minute(end) });
+            .on_each_lease(c, phase, &batch, move |api, lease| async move {
                 let path = format!("/leases/{}", lease.id);
-                api.call_ok(Method::PUT, &path, Who::Admin, Some(&body), "")
-                    .await?;
-                Ok(Outcome::Created(Created { id: lease.id, end }))
+                match change {
+                    Change::Extend => {
+                        let end = lease.end + TimeDelta::hours(1);
+                        let body = json!({ "end_date": fmt_minute(end) });
+                        api.call_ok(Method::PUT, &path, Who::Admin, Some(&body), "")
+                            .await?;
+                        Ok(Outcome::Created(Created { id: lease.id, end }))
+                    }
+                    Change::Delete => {
+                        api.call_ok(Method::DELETE, &path, Who::Admin, None, "")
+                            .await?;
+                        Ok(Outcome::Created(lease))
+                    }
+                }
             })
             .await;
-        // Every lease stays ours, extended or not (a refused extension keeps its end).
-        let extended: HashMap<String, NaiveDateTime> = results
+        let changed: HashMap<&str, NaiveDateTime> = results
             .created
             .iter()
-            .map(|c| (c.id.clone(), c.end))
+            .map(|c| (c.id.as_str(), c.end))
             .collect();
-        let all = batch
+        let ours = batch
             .iter()
-            .map(|l| Created {
-                id: l.id.clone(),
-                end: extended.get(&l.id).copied().unwrap_or(l.end),
+            .filter_map(|l| match change {
+                Change::Extend => Some(Created {
+                    id: l.id.clone(),
+                    end: changed.get(l.id.as_str()).copied().unwrap_or(l.end),
+                }),
+                Change::Delete => (!changed.contains_key(l.id.as_str())).then(|| l.clone()),
             })
             .collect();
-        (results.stats(op, c), all)
-    }
-
-    async fn measure_delete(
-        &self,
-        op: &str,
-        c: usize,
-        batch: Vec<Created>,
-    ) -> (OpStats, Vec<Created>) {
-        let batch = Arc::new(batch);
-        let phase = self.cfg.phase_seconds;
-        let results = self
-            .on_each_lease(c, phase, &batch, |api, lease| async move {
-                let path = format!("/leases/{}", lease.id);
-                api.call_ok(Method::DELETE, &path, Who::Admin, None, "")
-                    .await?;
-                Ok(Outcome::Created(lease))
-            })
-            .await;
-        let deleted: std::collections::HashSet<&str> =
-            results.created.iter().map(|c| c.id.as_str()).collect();
-        let kept = batch
-            .iter()
-            .filter(|l| !deleted.contains(l.id.as_str()))
-            .cloned()
-            .collect();
-        (results.stats(op, c), kept)
+        (results.stats(op, c), ours)
     }
 
     /// `c` clients at once ask for the same host (`bench-h00000`, by hypervisor properties)
@@ -1127,6 +1107,23 @@ impl Driver {
     }
 
     /// Runs `request` on each of `leases`, `c` at a time, for at most `max_seconds`.
+    /// Runs `request(api, bodies, i)` for each index of `bodies`, `c` at a time, for at most
+    /// a phase.
+    async fn on_each_body<T, F, Fut>(&self, c: usize, bodies: Vec<T>, request: F) -> PhaseResults
+    where
+        T: Send + Sync + 'static,
+        F: Fn(Api, Arc<Vec<T>>, usize) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Outcome, String>> + Send + 'static,
+    {
+        let api = self.api.clone();
+        let n = bodies.len();
+        let bodies = Arc::new(bodies);
+        run_concurrently(c, n, self.cfg.phase_seconds, move |i| {
+            request(api.clone(), bodies.clone(), i)
+        })
+        .await
+    }
+
     async fn on_each_lease<F, Fut>(
         &self,
         c: usize,

@@ -103,16 +103,44 @@ pub struct Allocation {
     /// The inventory kind of the resource (`physical:host` for instance slots).
     pub resource_type: String,
     pub resource_id: i64,
+    pub occupancy: Occupancy,
+}
+
+/// What an allocation holds of its resource, and when: the part that every form of an
+/// allocation (stored, about to be written, on a timeline) shares.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Occupancy {
     pub start: DateTime<Utc>,
     pub end: DateTime<Utc>,
     /// The end plus the cleaning margin: nobody else may have the resource before it.
     pub blocked_until: DateTime<Utc>,
     /// The whole resource (a host, an address), not a share of its capacity.
     pub exclusive: bool,
+    /// For shared allocations: how many slots, and the size of one slot.
     pub units: i64,
     pub vcpus: i64,
     pub memory_mb: i64,
     pub disk_gb: i64,
+}
+
+impl Occupancy {
+    /// The whole resource over `[start, end)`, blocked until `blocked_until`.
+    pub fn whole(
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+        blocked_until: DateTime<Utc>,
+    ) -> Occupancy {
+        Occupancy {
+            start,
+            end,
+            blocked_until,
+            exclusive: true,
+            units: 1,
+            vcpus: 0,
+            memory_mb: 0,
+            disk_gb: 0,
+        }
+    }
 }
 
 /// A lease with its reservations and events: everything the API shows about it.

@@ -15,7 +15,7 @@ pub mod time;
 pub mod timeline;
 
 pub use host::{HostFacts, HostRecord};
-pub use lease::{Allocation, Event, Lease, LeaseView, Refusal, Reservation, When};
+pub use lease::{Allocation, Event, Lease, LeaseView, Occupancy, Refusal, Reservation, When};
 pub use query::{PropertyQuery, QueryError};
 pub use records::{
     ActionRecord, ApiToken, Flavor, Handover, IcalFeed, LeaseFilter, Property, ResourceRecord,

@@ -3,31 +3,21 @@
 
 use std::collections::{HashMap, HashSet};
 
-use blazar_core::{Allocation, Handover};
+use blazar_core::{Allocation, Handover, Occupancy};
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::{Arg, DbResult, Tx, from_opt_secs, from_secs, to_secs};
 
+/// An allocation to write: the database gives it its id.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewAllocation {
     pub reservation_id: String,
     pub lease_id: String,
     pub resource_type: String,
     pub resource_id: i64,
-    pub start: DateTime<Utc>,
-    pub end: DateTime<Utc>,
-    /// End of the time nobody else may use the resource: `end` plus the cleaning margin.
-    pub blocked_until: DateTime<Utc>,
-    /// Exclusive allocations (a whole host, an address) conflict with any other allocation of
-    /// the resource; shared ones (instance slots on a host) only with exclusive ones.
-    pub exclusive: bool,
-    /// For shared allocations: how many slots, and the size of one slot.
-    pub units: i64,
-    pub vcpus: i64,
-    pub memory_mb: i64,
-    pub disk_gb: i64,
+    pub occupancy: Occupancy,
 }
 
 impl NewAllocation {
@@ -44,14 +34,7 @@ impl NewAllocation {
             lease_id: lease_id.to_string(),
             resource_type: resource_type.to_string(),
             resource_id,
-            start: window.0,
-            end: window.1,
-            blocked_until: window.2,
-            exclusive: true,
-            units: 1,
-            vcpus: 0,
-            memory_mb: 0,
-            disk_gb: 0,
+            occupancy: Occupancy::whole(window.0, window.1, window.2),
         }
     }
 }
@@ -122,14 +105,16 @@ fn allocation_from_row(row: &AnyRow) -> DbResult<Allocation> {
         lease_id: row.try_get("lease_id")?,
         resource_type: row.try_get("resource_type")?,
         resource_id: row.try_get("resource_id")?,
-        start: from_secs(row.try_get("start_at")?)?,
-        end: from_secs(row.try_get("end_at")?)?,
-        blocked_until: from_secs(row.try_get("blocked_until")?)?,
-        exclusive: row.try_get::<i64, _>("exclusive")? != 0,
-        units: row.try_get("units")?,
-        vcpus: row.try_get("vcpus")?,
-        memory_mb: row.try_get("memory_mb")?,
-        disk_gb: row.try_get("disk_gb")?,
+        occupancy: Occupancy {
+            start: from_secs(row.try_get("start_at")?)?,
+            end: from_secs(row.try_get("end_at")?)?,
+            blocked_until: from_secs(row.try_get("blocked_until")?)?,
+            exclusive: row.try_get::<i64, _>("exclusive")? != 0,
+            units: row.try_get("units")?,
+            vcpus: row.try_get("vcpus")?,
+            memory_mb: row.try_get("memory_mb")?,
+            disk_gb: row.try_get("disk_gb")?,
+        },
     })
 }
 
@@ -148,7 +133,8 @@ impl Tx {
                  memory_mb, disk_gb) VALUES ",
             );
             let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 14);
-            for (i, a) in chunk.iter().enumerate() {
+            for (i, new) in chunk.iter().enumerate() {
+                let a = &new.occupancy;
                 let id = uuid::Uuid::new_v4().to_string();
                 if i > 0 {
                     sql.push_str(", ");
@@ -158,10 +144,10 @@ impl Tx {
                 sql.push(')');
                 args.extend([
                     Arg::from(&id),
-                    (&a.reservation_id).into(),
-                    (&a.lease_id).into(),
-                    (&a.resource_type).into(),
-                    a.resource_id.into(),
+                    (&new.reservation_id).into(),
+                    (&new.lease_id).into(),
+                    (&new.resource_type).into(),
+                    new.resource_id.into(),
                     a.start.into(),
                     a.end.into(),
                     a.blocked_until.into(),
@@ -178,7 +164,7 @@ impl Tx {
         }
         let mut spans: Vec<(&str, i64)> = Vec::new();
         for a in all {
-            let span = to_secs(a.blocked_until) - to_secs(a.start);
+            let span = to_secs(a.occupancy.blocked_until) - to_secs(a.occupancy.start);
             match spans.iter_mut().find(|(t, _)| *t == a.resource_type) {
                 Some((_, longest)) => *longest = (*longest).max(span),
                 None => spans.push((&a.resource_type, span)),

@@ -7,7 +7,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::events::{EventTuple, event_from_tuple};
-use crate::{Arg, DbError, DbResult, Tx, from_opt_secs, from_secs, wire};
+use crate::{Arg, Columns, DbError, DbResult, Tx, from_opt_secs, from_secs, wire};
 
 const LEASE_COLUMNS: &str = "id, name, user_id, project_id, trust_id, start_at, end_at, status, \
     degraded, created_at, updated_at, keystone_trust";
@@ -70,50 +70,61 @@ fn reservation_from_row(row: &AnyRow) -> DbResult<Reservation> {
 
 /// A reservation from its columns in table order, as a row or as a JSON array holds them.
 fn reservation_from_tuple(t: ReservationTuple) -> DbResult<Reservation> {
-    let spec = match serde_json::from_str(&t.8) {
-        Ok(Value::Object(map)) => ReservationSpec::from_stored(&t.4, &map)
-            .map_err(|e| DbError::Corrupt(format!("reservation params {:?}: {e}", t.8)))?,
-        _ => return Err(DbError::Corrupt(format!("reservation params {:?}", t.8))),
+    let (
+        id,
+        lease_id,
+        ordinal,
+        resource_id,
+        kind,
+        status,
+        missing,
+        changed,
+        params,
+        granted_units,
+        created_at,
+        updated_at,
+    ) = t;
+    let spec = match serde_json::from_str(&params) {
+        Ok(Value::Object(map)) => ReservationSpec::from_stored(&kind, &map)
+            .map_err(|e| DbError::Corrupt(format!("reservation params {params:?}: {e}")))?,
+        _ => return Err(DbError::Corrupt(format!("reservation params {params:?}"))),
     };
     Ok(Reservation {
-        id: t.0,
-        lease_id: t.1,
-        ordinal: t.2,
-        resource_id: t.3,
-        status: wire(&t.5, "reservation status")?,
-        missing_resources: t.6 != 0,
-        resources_changed: t.7 != 0,
+        id,
+        lease_id,
+        ordinal,
+        resource_id,
+        status: wire(&status, "reservation status")?,
+        missing_resources: missing != 0,
+        resources_changed: changed != 0,
         spec,
-        granted_units: t.9,
-        created_at: from_secs(t.10)?,
-        updated_at: from_opt_secs(t.11)?,
+        granted_units,
+        created_at: from_secs(created_at)?,
+        updated_at: from_opt_secs(updated_at)?,
     })
 }
 
-/// The columns of a lease an update may change, as `$1`-`$6` of its insert and update
-/// alike, so both store them the same way.
-fn lease_changes(lease: &Lease) -> Vec<Arg> {
-    vec![
-        (&lease.name).into(),
-        lease.start.into(),
-        lease.end.into(),
-        lease.status.into(),
-        lease.degraded.into(),
-        lease.updated_at.into(),
-    ]
+/// The columns of a lease an update may change, first in its insert and update alike, so
+/// both store them the same way.
+fn lease_changes(lease: &Lease) -> Columns {
+    Columns::default()
+        .set("name", &lease.name)
+        .set("start_at", lease.start)
+        .set("end_at", lease.end)
+        .set("status", lease.status)
+        .set("degraded", lease.degraded)
+        .set("updated_at", lease.updated_at)
 }
 
-/// The columns of a reservation an update may change, as `$1`-`$6` of its insert and
-/// update alike.
-fn reservation_changes(r: &Reservation) -> Vec<Arg> {
-    vec![
-        r.status.into(),
-        r.missing_resources.into(),
-        r.resources_changed.into(),
-        Value::Object(r.spec.fields()).to_string().into(),
-        r.updated_at.into(),
-        r.granted_units.into(),
-    ]
+/// The columns of a reservation an update may change, first in its insert and update alike.
+fn reservation_changes(r: &Reservation) -> Columns {
+    Columns::default()
+        .set("status", r.status)
+        .set("missing_resources", r.missing_resources)
+        .set("resources_changed", r.resources_changed)
+        .set("params", Value::Object(r.spec.fields()).to_string())
+        .set("updated_at", r.updated_at)
+        .set("granted_units", r.granted_units)
 }
 
 /// The WHERE clause of a lease filter (over table alias `l`) and its bound values, numbered
@@ -154,35 +165,23 @@ fn filter_clause(filter: &LeaseFilter) -> (String, Vec<String>) {
 impl Tx {
     pub async fn insert_lease(&mut self, lease: &Lease) -> DbResult<()> {
         self.lease_revised(&lease.id);
-        let mut args = lease_changes(lease);
-        args.extend([
-            (&lease.id).into(),
-            (&lease.user_id).into(),
-            (&lease.project_id).into(),
-            (&lease.trust_id).into(),
-            lease.created_at.into(),
-            lease.keystone_trust.into(),
-        ]);
-        self.write(
-            "INSERT INTO leases (name, start_at, end_at, status, degraded, updated_at, id, \
-             user_id, project_id, trust_id, created_at, keystone_trust) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            args,
-        )
-        .await
+        let (sql, args) = lease_changes(lease)
+            .set("id", &lease.id)
+            .set("user_id", &lease.user_id)
+            .set("project_id", &lease.project_id)
+            .set("trust_id", &lease.trust_id)
+            .set("created_at", lease.created_at)
+            .set("keystone_trust", lease.keystone_trust)
+            .insert("leases");
+        self.write(&sql, args).await
     }
 
     /// Rewrites the mutable columns of a lease.
     pub async fn update_lease(&mut self, lease: &Lease) -> DbResult<()> {
         self.lease_revised(&lease.id);
-        let mut args = lease_changes(lease);
-        args.push((&lease.id).into());
-        self.write(
-            "UPDATE leases SET name = $1, start_at = $2, end_at = $3, status = $4, degraded = $5, \
-             updated_at = $6, revision = revision + 1 WHERE id = $7",
-            args,
-        )
-        .await
+        let (sql, args) =
+            lease_changes(lease).update("leases", ", revision = revision + 1", "id", &lease.id);
+        self.write(&sql, args).await
     }
 
     pub async fn get_lease(&mut self, id: &str) -> DbResult<Option<Lease>> {
@@ -232,34 +231,21 @@ impl Tx {
 
     pub async fn insert_reservation(&mut self, r: &Reservation) -> DbResult<()> {
         self.revise_lease(&r.lease_id);
-        let mut args = reservation_changes(r);
-        args.extend([
-            (&r.id).into(),
-            (&r.lease_id).into(),
-            r.ordinal.into(),
-            (&r.resource_id).into(),
-            r.resource_type().into(),
-            r.created_at.into(),
-        ]);
-        self.write(
-            "INSERT INTO reservations (status, missing_resources, resources_changed, params, \
-             updated_at, granted_units, id, lease_id, ordinal, resource_id, resource_type, \
-             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            args,
-        )
-        .await
+        let (sql, args) = reservation_changes(r)
+            .set("id", &r.id)
+            .set("lease_id", &r.lease_id)
+            .set("ordinal", r.ordinal)
+            .set("resource_id", &r.resource_id)
+            .set("resource_type", r.resource_type())
+            .set("created_at", r.created_at)
+            .insert("reservations");
+        self.write(&sql, args).await
     }
 
     pub async fn update_reservation(&mut self, r: &Reservation) -> DbResult<()> {
         self.revise_lease(&r.lease_id);
-        let mut args = reservation_changes(r);
-        args.push((&r.id).into());
-        self.write(
-            "UPDATE reservations SET status = $1, missing_resources = $2, resources_changed = $3, \
-             params = $4, updated_at = $5, granted_units = $6 WHERE id = $7",
-            args,
-        )
-        .await
+        let (sql, args) = reservation_changes(r).update("reservations", "", "id", &r.id);
+        self.write(&sql, args).await
     }
 
     pub async fn reservations_of(&mut self, lease_id: &str) -> DbResult<Vec<Reservation>> {
@@ -321,85 +307,41 @@ type ReservationTuple = (
     Option<i64>,
 );
 
+/// The lease columns in table order up to `updated_at`, then `$rest`: a row of
+/// `LEASE_COLUMNS` and an element of the array [`Tx::lease_trees`] reads differ only after
+/// them.
+macro_rules! lease_tuple {
+    ($($rest:ty),+) => {
+        (String, String, String, String, String, i64, i64, String, i64, i64, Option<i64>, $($rest),+)
+    };
+}
+
 /// Lease columns in table order (`keystone_trust`, added later, last).
-type LeaseColumns = (
-    String,
-    String,
-    String,
-    String,
-    String,
-    i64,
-    i64,
-    String,
-    i64,
-    i64,
-    Option<i64>,
-    i64,
-);
+type LeaseColumns = lease_tuple!(i64);
 
 /// A lease with its reservations and events, as one element of the array
-/// [`Tx::lease_trees`] reads: the lease columns in table order, then the children.
-type LeaseTuple = (
-    String,
-    String,
-    String,
-    String,
-    String,
-    i64,
-    i64,
-    String,
-    i64,
-    i64,
-    Option<i64>,
+/// [`Tx::lease_trees`] reads: the lease columns in table order, then the children, the
+/// revision and `keystone_trust`.
+type LeaseTuple = lease_tuple!(
     Option<Vec<ReservationTuple>>,
     Option<Vec<EventTuple>>,
     i64,
-    i64,
+    i64
 );
 
 fn lease_tree_from_tuple(t: LeaseTuple) -> DbResult<(i64, LeaseTree)> {
-    let (
-        id,
-        name,
-        user_id,
-        project_id,
-        trust_id,
-        start,
-        end,
-        status,
-        degraded,
-        created_at,
-        updated_at,
-        reservations,
-        events,
-        revision,
-        keystone_trust,
-    ) = t;
-    let lease = lease_from_tuple((
-        id,
-        name,
-        user_id,
-        project_id,
-        trust_id,
-        start,
-        end,
-        status,
-        degraded,
-        created_at,
-        updated_at,
-        keystone_trust,
-    ))?;
-    let reservations = reservations
-        .unwrap_or_default()
-        .into_iter()
-        .map(reservation_from_tuple)
-        .collect::<DbResult<_>>()?;
-    let events = events
-        .unwrap_or_default()
-        .into_iter()
-        .map(event_from_tuple)
-        .collect::<DbResult<_>>()?;
-    Ok((revision, (lease, reservations, events)))
+    let lease = lease_from_tuple((t.0, t.1, t.2, t.3, t.4, t.5, t.6, t.7, t.8, t.9, t.10, t.14))?;
+    let reservations =
+        t.11.unwrap_or_default()
+            .into_iter()
+            .map(reservation_from_tuple)
+            .collect::<DbResult<_>>()?;
+    let events =
+        t.12.unwrap_or_default()
+            .into_iter()
+            .map(event_from_tuple)
+            .collect::<DbResult<_>>()?;
+    Ok((t.13, (lease, reservations, events)))
 }
 
 impl Tx {

@@ -1108,6 +1108,56 @@ fn claim_statement(select: &str, kind: &str, ids: &[i64]) -> (String, Vec<Arg>) 
 /// small enough for PostgreSQL to plan as index look-ups.
 const IDS_PER_QUERY: usize = 500;
 
+/// Columns to write and their values, in order: an insert or update is built from it, so a
+/// column and its placeholder (`$1` is the first column) can never drift apart.
+#[derive(Default)]
+pub(crate) struct Columns {
+    names: Vec<&'static str>,
+    args: Vec<Arg>,
+}
+
+impl Columns {
+    pub(crate) fn set(mut self, name: &'static str, value: impl Into<Arg>) -> Columns {
+        self.names.push(name);
+        self.args.push(value.into());
+        self
+    }
+
+    /// `INSERT INTO <table> (<columns>) VALUES ($1, ..)` and its arguments.
+    pub(crate) fn insert(self, table: &str) -> (String, Vec<Arg>) {
+        let sql = format!(
+            "INSERT INTO {table} ({}) VALUES ({})",
+            self.names.join(", "),
+            placeholders(1, self.names.len())
+        );
+        (sql, self.args)
+    }
+
+    /// `UPDATE <table> SET <column> = $1, ..<also> WHERE <key> = $n` and its arguments:
+    /// `also` adds assignments that bind nothing (`, revision = revision + 1`).
+    pub(crate) fn update(
+        mut self,
+        table: &str,
+        also: &str,
+        key: &str,
+        id: impl Into<Arg>,
+    ) -> (String, Vec<Arg>) {
+        let set = self
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| format!("{name} = ${}", i + 1))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.args.push(id.into());
+        let sql = format!(
+            "UPDATE {table} SET {set}{also} WHERE {key} = ${}",
+            self.args.len()
+        );
+        (sql, self.args)
+    }
+}
+
 pub(crate) fn placeholders(start: usize, count: usize) -> String {
     (start..start + count)
         .map(|i| format!("${i}"))
@@ -1150,6 +1200,17 @@ mod tests {
         // FULL is 2 and NORMAL 1, on the readers' and the writer's connections alike.
         assert_eq!(synchronous_levels(SqliteSync::default()).await, vec![2, 2]);
         assert_eq!(synchronous_levels(SqliteSync::Normal).await, vec![1, 1]);
+    }
+
+    #[test]
+    fn columns_are_numbered_in_the_order_they_are_set() {
+        let columns = || Columns::default().set("a", 1_i64).set("b", "x");
+        let (sql, args) = columns().insert("t");
+        assert_eq!(sql, "INSERT INTO t (a, b) VALUES ($1, $2)");
+        assert_eq!(args, vec![Arg::from(1_i64), Arg::from("x")]);
+        let (sql, args) = columns().update("t", ", n = n + 1", "id", "k");
+        assert_eq!(sql, "UPDATE t SET a = $1, b = $2, n = n + 1 WHERE id = $3");
+        assert_eq!(args, vec![Arg::from(1_i64), Arg::from("x"), Arg::from("k")]);
     }
 
     #[test]

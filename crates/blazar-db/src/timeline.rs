@@ -1,7 +1,7 @@
 //! The allocations a timeline shows: those of one resource type overlapping a window, with
 //! their lease's name, project and status, read in one round trip.
 
-use blazar_core::LeaseStatus;
+use blazar_core::{LeaseStatus, Occupancy};
 use chrono::{DateTime, Utc};
 
 use crate::{Arg, DbResult, Tx, from_secs, wire};
@@ -19,14 +19,7 @@ pub enum TimelineResources<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimelineRow {
     pub resource_id: i64,
-    pub start: DateTime<Utc>,
-    pub end: DateTime<Utc>,
-    pub blocked_until: DateTime<Utc>,
-    pub exclusive: bool,
-    pub units: i64,
-    pub vcpus: i64,
-    pub memory_mb: i64,
-    pub disk_gb: i64,
+    pub occupancy: Occupancy,
     pub reservation_id: String,
     pub lease_id: String,
     pub lease_name: String,
@@ -117,14 +110,16 @@ impl Tx {
             .map(|t| {
                 Ok(TimelineRow {
                     resource_id: t.0,
-                    start: from_secs(t.1)?,
-                    end: from_secs(t.2)?,
-                    blocked_until: from_secs(t.3)?,
-                    exclusive: t.4 != 0,
-                    units: t.5,
-                    vcpus: t.6,
-                    memory_mb: t.7,
-                    disk_gb: t.8,
+                    occupancy: Occupancy {
+                        start: from_secs(t.1)?,
+                        end: from_secs(t.2)?,
+                        blocked_until: from_secs(t.3)?,
+                        exclusive: t.4 != 0,
+                        units: t.5,
+                        vcpus: t.6,
+                        memory_mb: t.7,
+                        disk_gb: t.8,
+                    },
                     reservation_id: t.9,
                     lease_id: t.10,
                     lease_name: t.11,
@@ -137,9 +132,9 @@ impl Tx {
         // Sorted here rather than by the database: an aggregate's order is not the query's
         // on both backends, and a sort of the window's rows is cheap.
         rows.sort_unstable_by(|a, b| {
-            (a.resource_id, a.start, &a.reservation_id).cmp(&(
+            (a.resource_id, a.occupancy.start, &a.reservation_id).cmp(&(
                 b.resource_id,
-                b.start,
+                b.occupancy.start,
                 &b.reservation_id,
             ))
         });

@@ -129,11 +129,11 @@ mod rows {
 
     /// The same window, shared (instance slots): shared allocations overlap each other.
     pub fn shared(mut allocation: NewAllocation) -> NewAllocation {
-        allocation.exclusive = false;
-        allocation.units = 2;
-        allocation.vcpus = 1;
-        allocation.memory_mb = 1_024;
-        allocation.disk_gb = 10;
+        allocation.occupancy.exclusive = false;
+        allocation.occupancy.units = 2;
+        allocation.occupancy.vcpus = 1;
+        allocation.occupancy.memory_mb = 1_024;
+        allocation.occupancy.disk_gb = 10;
         allocation
     }
 
@@ -405,12 +405,28 @@ async fn allocations_read_back() {
             )
         );
         assert_eq!(
-            (row.start, row.end, row.blocked_until),
-            (written.start, written.end, written.blocked_until)
+            (
+                row.occupancy.start,
+                row.occupancy.end,
+                row.occupancy.blocked_until
+            ),
+            (
+                written.occupancy.start,
+                written.occupancy.end,
+                written.occupancy.blocked_until
+            )
         );
         assert_eq!(
-            (row.exclusive, row.units, row.vcpus),
-            (written.exclusive, written.units, written.vcpus)
+            (
+                row.occupancy.exclusive,
+                row.occupancy.units,
+                row.occupancy.vcpus
+            ),
+            (
+                written.occupancy.exclusive,
+                written.occupancy.units,
+                written.occupancy.vcpus
+            )
         );
     }
     store.close().await;
@@ -507,7 +523,7 @@ async fn the_database_refuses_overlapping_allocations_of_one_resource() {
         let mut v: Vec<(i64, DateTime<Utc>)> = rows
             .iter()
             .filter(|a| a.resource_type == "physical:host")
-            .map(|a| (a.resource_id, a.start))
+            .map(|a| (a.resource_id, a.occupancy.start))
             .collect();
         v.sort();
         v

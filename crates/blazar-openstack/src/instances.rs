@@ -152,9 +152,9 @@ impl OpenStackBackend {
         {
             if a.reservation_id == action.reservation_id
                 && a.resource_type == PHYSICAL_HOST
-                && a.end > action.at
+                && a.occupancy.end > action.at
             {
-                *by_id.entry(a.resource_id).or_default() += a.units.max(1);
+                *by_id.entry(a.resource_id).or_default() += a.occupancy.units.max(1);
             }
         }
         drop(tx);

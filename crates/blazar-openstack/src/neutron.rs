@@ -127,13 +127,7 @@ impl<'a> Neutron<'a> {
             Err(e) if e.is_not_found() => return Ok(AddressCheck::NoNetwork),
             Err(e) => return Err(e),
         };
-        let subnets = self
-            .api
-            .get(&format!(
-                "/v2.0/subnets?network_id={}",
-                urlencode(network_id)
-            ))
-            .await?;
+        let subnets = self.subnets_of(network_id).await?;
         let listed: Vec<String> = network["network"]["subnets"]
             .as_array()
             .into_iter()
@@ -213,25 +207,11 @@ impl<'a> Neutron<'a> {
                 if let Some(subnet) = subnet_id {
                     body["subnet_id"] = json!(subnet);
                 }
-                let made = self
-                    .api
-                    .call(
-                        Method::POST,
-                        "/v2.0/floatingips",
-                        Some(json!({ "floatingip": body })),
-                    )
-                    .await?;
-                floatingip_from(&made["floatingip"])
+                floatingip_from(&self.create("floatingip", body).await?)
             }
         };
         if tags.iter().any(|t| !fip.tags.contains(t)) {
-            self.api
-                .call(
-                    Method::PUT,
-                    &format!("/v2.0/floatingips/{}/tags", fip.id),
-                    Some(json!({ "tags": tags })),
-                )
-                .await?;
+            self.set_tags("floatingips", &fip.id, tags).await?;
         }
         Ok(fip)
     }
@@ -315,23 +295,47 @@ impl<'a> Neutron<'a> {
         if let Some(description) = new.description {
             body["description"] = json!(description);
         }
-        let made = self
+        let network = network_from(&self.create("network", body).await?);
+        self.set_tags("networks", &network.id, new.tags).await?;
+        Ok(network)
+    }
+
+    /// The subnets of a network, as Neutron lists them.
+    async fn subnets_of(&self, network_id: &str) -> Result<Value> {
+        self.api
+            .get(&format!(
+                "/v2.0/subnets?network_id={}",
+                urlencode(network_id)
+            ))
+            .await
+    }
+
+    /// Makes a `kind` (`floatingip`, `network`) from `body`: Neutron's answer for it.
+    async fn create(&self, kind: &str, body: Value) -> Result<Value> {
+        let mut wrapped = serde_json::Map::new();
+        wrapped.insert(kind.to_string(), body);
+        let mut made = self
             .api
             .call(
                 Method::POST,
-                "/v2.0/networks",
-                Some(json!({ "network": body })),
+                &format!("/v2.0/{kind}s"),
+                Some(Value::Object(wrapped)),
             )
             .await?;
-        let network = network_from(&made["network"]);
+        // Null when the answer lacks it, as indexing would read it.
+        Ok(made.get_mut(kind).map(Value::take).unwrap_or(Value::Null))
+    }
+
+    /// Replaces the tags of a resource of `collection` (`floatingips`, `networks`).
+    async fn set_tags(&self, collection: &str, id: &str, tags: &[String]) -> Result<()> {
         self.api
             .call(
                 Method::PUT,
-                &format!("/v2.0/networks/{}/tags", network.id),
-                Some(json!({ "tags": new.tags })),
+                &format!("/v2.0/{collection}/{id}/tags"),
+                Some(json!({ "tags": tags })),
             )
             .await?;
-        Ok(network)
+        Ok(())
     }
 
     /// Deletes a network with what hangs on it, as Chameleon's plugin does: servers' ports,
@@ -371,13 +375,7 @@ impl<'a> Neutron<'a> {
             )
             .await?;
         }
-        let subnets = self
-            .api
-            .get(&format!(
-                "/v2.0/subnets?network_id={}",
-                urlencode(network_id)
-            ))
-            .await?;
+        let subnets = self.subnets_of(network_id).await?;
         for subnet in items(&subnets, "subnets") {
             self.call_gone_ok(
                 Method::DELETE,

@@ -48,6 +48,21 @@ pub(crate) async fn records(
     Ok(found)
 }
 
+/// Runs what an action of `kind` asks of one resource: `start` or `stop` (only the one
+/// asked for is ever awaited); other kinds change nothing here.
+async fn start_or_stop(
+    kind: ActionKind,
+    start: impl Future<Output = Result<(), Error>>,
+    stop: impl Future<Output = Result<(), Error>>,
+) -> Result<(), ActionError> {
+    let result = match kind {
+        ActionKind::Start => start.await,
+        ActionKind::Stop => stop.await,
+        _ => Ok(()),
+    };
+    result.map_err(crate::backend::action_error)
+}
+
 impl OpenStackBackend {
     /// Start: each reserved address exists as a floating IP of the lease's project, tagged
     /// `blazar` and `reservation:<id>`. Stop: it is detached and deleted.
@@ -65,8 +80,8 @@ impl OpenStackBackend {
             ) else {
                 continue;
             };
-            let result = match action.kind {
-                ActionKind::Start => neutron
+            let start = async {
+                neutron
                     .ensure_floatingip(
                         network,
                         attr(&fip, "subnet_id"),
@@ -79,11 +94,10 @@ impl OpenStackBackend {
                         tracing::info!(address, floatingip.id = %made.id,
                             project.id = %action.project_id, reservation.id = %action.reservation_id,
                             "floating IP created for its reservation");
-                    }),
-                ActionKind::Stop => self.delete_reserved_floatingip(action, network, address).await,
-                _ => Ok(()),
+                    })
             };
-            result.map_err(crate::backend::action_error)?;
+            let stop = self.delete_reserved_floatingip(action, network, address);
+            start_or_stop(action.kind, start, stop).await?;
         }
         Ok(())
     }
@@ -137,8 +151,8 @@ impl OpenStackBackend {
             else {
                 continue;
             };
-            let result = match action.kind {
-                ActionKind::Start => neutron
+            let start = async {
+                neutron
                     .ensure_network(&NewNetwork {
                         name: &name,
                         description,
@@ -153,14 +167,10 @@ impl OpenStackBackend {
                         tracing::info!(network.id = %made.id, segment = segmentation_id,
                             project.id = %action.project_id, reservation.id = %action.reservation_id,
                             "network created on its reserved segment");
-                    }),
-                ActionKind::Stop => {
-                    self.delete_reserved_network(action, network_type, segmentation_id)
-                        .await
-                }
-                _ => Ok(()),
+                    })
             };
-            result.map_err(crate::backend::action_error)?;
+            let stop = self.delete_reserved_network(action, network_type, segmentation_id);
+            start_or_stop(action.kind, start, stop).await?;
         }
         Ok(())
     }

@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
+use blazar_service::Reallocated;
 use tracing::Instrument;
 
 use crate::convert::{Envelope, to_wire};
@@ -58,7 +59,8 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/os-hosts/{host_id}/allocation",
-            get(hosts::show_host_allocation).put(hosts::reallocate_host),
+            get(hosts::show_host_allocation)
+                .put(|s, c, p, b| hosts::reallocate(s, c, p, b, Reallocated::Host)),
         )
         .route("/handovers", get(hosts::list_handovers))
         .route("/reconcile", post(hosts::reconcile))

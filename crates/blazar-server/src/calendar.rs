@@ -23,42 +23,27 @@ struct Asset {
     body: &'static str,
 }
 
+/// An asset under `crates/blazar-server/calendar/`, compiled in.
+macro_rules! asset {
+    ($path:literal, $content_type:expr) => {
+        Asset {
+            path: $path,
+            content_type: $content_type,
+            body: include_str!(concat!("../calendar/", $path)),
+        }
+    };
+}
+
+const SCRIPT: &str = "text/javascript; charset=utf-8";
+
 const ASSETS: &[Asset] = &[
-    Asset {
-        path: "style.css",
-        content_type: "text/css; charset=utf-8",
-        body: include_str!("../calendar/style.css"),
-    },
-    Asset {
-        path: "app.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../calendar/app.js"),
-    },
-    Asset {
-        path: "api.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../calendar/api.js"),
-    },
-    Asset {
-        path: "gantt.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../calendar/gantt.js"),
-    },
-    Asset {
-        path: "time.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../calendar/time.js"),
-    },
-    Asset {
-        path: "panels.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../calendar/panels.js"),
-    },
-    Asset {
-        path: "icon.svg",
-        content_type: "image/svg+xml",
-        body: include_str!("../calendar/icon.svg"),
-    },
+    asset!("style.css", "text/css; charset=utf-8"),
+    asset!("app.js", SCRIPT),
+    asset!("api.js", SCRIPT),
+    asset!("gantt.js", SCRIPT),
+    asset!("time.js", SCRIPT),
+    asset!("panels.js", SCRIPT),
+    asset!("icon.svg", "image/svg+xml"),
 ];
 
 const INDEX: &str = include_str!("../calendar/index.html");

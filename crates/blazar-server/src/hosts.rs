@@ -2,8 +2,8 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use blazar_service::Reallocated;
 
 use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::ApiResult;
@@ -41,10 +41,7 @@ pub async fn create_host(
 ) -> ApiResult<impl IntoResponse> {
     let body = from_wire::new_host(&body)?;
     let host = state.service.create_host(&identity, &body).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(Envelope("host", to_wire::host(host))),
-    ))
+    Ok(crate::reply::created("host", to_wire::host(host)))
 }
 
 pub async fn show_host(
@@ -108,17 +105,19 @@ pub async fn show_host_allocation(
     Ok(Json(Envelope("allocation", to_wire::allocation(entry))))
 }
 
-/// `PUT /v1/os-hosts/{id}/allocation` (Chameleon): moves reservations off the host.
-pub async fn reallocate_host(
+/// `PUT /v1/os-hosts/{id}/allocation` and `PUT /v1/devices/{id}/allocation` (Chameleon):
+/// moves reservations off the host or device.
+pub async fn reallocate(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(id): Path<String>,
     Wire(body): Wire<blazar_api::Reallocation>,
+    what: Reallocated,
 ) -> ApiResult<impl IntoResponse> {
     let filter = from_wire::reallocation(body)?;
     let entry = state
         .service
-        .reallocate_host(&identity, &id, &filter)
+        .reallocate(&identity, what, &id, &filter)
         .await?;
     Ok(Json(Envelope("allocation", to_wire::allocation(entry))))
 }

@@ -5,7 +5,7 @@
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use blazar_core::{IcalFeed, LeaseView};
@@ -65,7 +65,7 @@ pub async fn create_feed(
         )
         .await?;
     let wire = to_wire::ical_feed(issued.feed, Some(issued.path));
-    Ok((StatusCode::CREATED, Json(Envelope("ical_feed", wire))).into_response())
+    Ok(crate::reply::created("ical_feed", wire))
 }
 
 pub async fn delete_feed(

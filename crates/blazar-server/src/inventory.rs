@@ -2,12 +2,12 @@
 //! description), `/v1/flavors` and `/v1/notifications`.
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{get, patch};
 use axum::{Json, Router};
-use blazar_service::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
+use blazar_core::ResourceRecord;
+use blazar_service::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS, Reallocated};
 
 use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::ApiResult;
@@ -85,26 +85,11 @@ pub fn routes(spec: &'static KindSpec) -> Router<AppState> {
             let route = get(move |s, c, p, q| allocation(s, c, p, q, spec));
             // Chameleon re-allocates devices (and hosts, in hosts.rs) only.
             if spec.kind == DEVICES.kind {
-                route.put(reallocate_device)
+                route.put(|s, c, p, b| crate::hosts::reallocate(s, c, p, b, Reallocated::Device))
             } else {
                 route
             }
         })
-}
-
-/// `PUT /v1/devices/{id}/allocation` (Chameleon): moves reservations off the device.
-async fn reallocate_device(
-    State(state): State<AppState>,
-    Caller(identity): Caller,
-    Path(id): Path<String>,
-    Wire(body): Wire<blazar_api::Reallocation>,
-) -> ApiResult<impl IntoResponse> {
-    let filter = from_wire::reallocation(body)?;
-    let entry = state
-        .service
-        .reallocate_device(&identity, &id, &filter)
-        .await?;
-    Ok(Json(Envelope("allocation", to_wire::allocation(entry))))
 }
 
 pub fn floatingip_routes() -> Router<AppState> {
@@ -146,12 +131,17 @@ async fn create(
         .create_resource(&identity, spec, &body)
         .await?;
     let raw = spec.id_param == "floatingip_id";
-    Ok((
-        StatusCode::CREATED,
-        Json(Envelope(
-            names(spec).one,
-            to_wire::pool_resource(record, raw),
-        )),
+    Ok(crate::reply::created(
+        names(spec).one,
+        to_wire::pool_resource(record, raw),
+    ))
+}
+
+/// One resource as a show or an update answers it.
+fn one(spec: &KindSpec, record: ResourceRecord) -> Json<Envelope<blazar_api::PoolResource>> {
+    Json(Envelope(
+        names(spec).one,
+        to_wire::pool_resource(record, false),
     ))
 }
 
@@ -162,10 +152,7 @@ async fn show(
     spec: &'static KindSpec,
 ) -> ApiResult<impl IntoResponse> {
     let record = state.service.get_resource(&identity, spec, &id).await?;
-    Ok(Json(Envelope(
-        names(spec).one,
-        to_wire::pool_resource(record, false),
-    )))
+    Ok(one(spec, record))
 }
 
 async fn update(
@@ -180,10 +167,7 @@ async fn update(
         .service
         .update_resource(&identity, spec, &id, &body)
         .await?;
-    Ok(Json(Envelope(
-        names(spec).one,
-        to_wire::pool_resource(record, false),
-    )))
+    Ok(one(spec, record))
 }
 
 async fn delete(
@@ -292,10 +276,7 @@ async fn create_flavor(
 ) -> ApiResult<impl IntoResponse> {
     let body = from_wire::new_flavor(&body)?;
     let created = state.service.create_flavor(&identity, &body).await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(Envelope("flavor", to_wire::flavor(created))),
-    ))
+    Ok(crate::reply::created("flavor", to_wire::flavor(created)))
 }
 
 async fn show_flavor(

@@ -13,7 +13,7 @@ use axum::http::HeaderValue;
 use blazar_service::{Clock, Identity};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::secret::Secret;
@@ -319,6 +319,16 @@ impl Keystone {
         Ok(())
     }
 
+    /// Asks Keystone for a token (`POST /auth/tokens`, without the catalog).
+    async fn authenticate(&self, body: &Value) -> Result<reqwest::Response, KeystoneError> {
+        self.http
+            .post(format!("{}/auth/tokens?nocatalog", self.url))
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| KeystoneError::Unavailable(format!("{}: {e}", self.url)))
+    }
+
     async fn login(&self) -> Result<ServiceToken, KeystoneError> {
         let s = &self.settings;
         let body = json!({"auth": {
@@ -329,13 +339,7 @@ impl Keystone {
             }}},
             "scope": {"project": {"name": s.project_name, "domain": {"name": s.project_domain_name}}},
         }});
-        let response = self
-            .http
-            .post(format!("{}/auth/tokens?nocatalog", self.url))
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| KeystoneError::Unavailable(format!("{}: {e}", self.url)))?;
+        let response = self.authenticate(&body).await?;
         let status = response.status();
         if status == reqwest::StatusCode::UNAUTHORIZED {
             return Err(KeystoneError::Refused(format!(
@@ -381,13 +385,7 @@ impl Keystone {
             }}},
             "scope": {"project": {"name": project, "domain": {"name": domain}}},
         }});
-        let response = self
-            .http
-            .post(format!("{}/auth/tokens?nocatalog", self.url))
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| KeystoneError::Unavailable(format!("{}: {e}", self.url)))?;
+        let response = self.authenticate(&body).await?;
         let status = response.status();
         // 401 for wrong credentials; 400 and 404 for a scope that names nothing.
         if status == reqwest::StatusCode::UNAUTHORIZED

@@ -42,3 +42,12 @@ pub fn flag(query: &std::collections::HashMap<String, String>, key: &str) -> boo
         !v.is_empty() && !matches!(v.to_ascii_lowercase().as_str(), "false" | "0" | "no")
     })
 }
+
+/// A 201 whose body is the created object under `key`.
+pub fn created<T: serde::Serialize>(key: &'static str, object: T) -> Response {
+    (
+        StatusCode::CREATED,
+        axum::Json(crate::convert::Envelope(key, object)),
+    )
+        .into_response()
+}

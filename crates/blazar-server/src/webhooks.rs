@@ -89,7 +89,7 @@ pub async fn create_webhook(
         )
         .await?;
     let wire = to_wire::webhook(webhook, true);
-    Ok((StatusCode::CREATED, Json(Envelope("webhook", wire))).into_response())
+    Ok(crate::reply::created("webhook", wire))
 }
 
 pub async fn get_webhook(

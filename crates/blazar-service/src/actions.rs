@@ -258,14 +258,12 @@ fn action_from_row(row: &ActionRecord) -> ServiceResult<Action> {
 impl Service {
     /// Records that `allocations` of `reservation` are to be handed over (`Start`) or taken
     /// back (`Stop`), one action per resource type. Returns whether anything was recorded.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn record_action(
         &self,
         tx: &mut Tx,
         lease: &Lease,
         reservation: &Reservation,
-        kind: ActionKind,
-        purpose: ActionPurpose,
+        (kind, purpose): (ActionKind, ActionPurpose),
         allocations: &[Allocation],
         at: DateTime<Utc>,
     ) -> ServiceResult<bool> {
@@ -274,7 +272,7 @@ impl Service {
             by_type
                 .entry(a.resource_type.as_str())
                 .or_default()
-                .push((a.resource_id, a.units));
+                .push((a.resource_id, a.occupancy.units));
         }
         for (resource_type, held) in &by_type {
             let action = self.lease_action(
@@ -301,8 +299,7 @@ impl Service {
         tx: &mut Tx,
         lease: &Lease,
         reservation: &Reservation,
-        kind: ActionKind,
-        purpose: ActionPurpose,
+        (kind, purpose): (ActionKind, ActionPurpose),
     ) -> ServiceResult<()> {
         // Host and instance reservations have something in the cloud before they start
         // (an aggregate; a flavor, a group and a resource class).

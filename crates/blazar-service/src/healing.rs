@@ -70,8 +70,7 @@ impl Service {
             tx,
             lease,
             reservation,
-            ActionKind::Start,
-            ActionPurpose::Change,
+            (ActionKind::Start, ActionPurpose::Change),
             &added,
             at,
         )
@@ -165,13 +164,17 @@ impl Service {
             return Ok(false);
         };
         let resource_id = allocation.resource_id;
-        let wanted = allocation.units;
+        let wanted = allocation.occupancy.units;
         let added = self
             .refill_reservation(
                 tx,
                 &lease,
                 &reservation,
-                (allocation.start, allocation.end, allocation.blocked_until),
+                (
+                    allocation.occupancy.start,
+                    allocation.occupancy.end,
+                    allocation.occupancy.blocked_until,
+                ),
                 wanted,
                 now,
             )
@@ -182,8 +185,7 @@ impl Service {
                 tx,
                 &lease,
                 &reservation,
-                ActionKind::Stop,
-                ActionPurpose::Change,
+                (ActionKind::Stop, ActionPurpose::Change),
                 std::slice::from_ref(allocation),
                 now,
             )
@@ -241,8 +243,8 @@ impl Service {
                 .allocations_of_lease(&lease.id)
                 .await?
                 .iter()
-                .filter(|a| a.reservation_id == reservation.id && a.end > now)
-                .map(|a| a.units)
+                .filter(|a| a.reservation_id == reservation.id && a.occupancy.end > now)
+                .map(|a| a.occupancy.units)
                 .sum();
             let missing = reservation.granted_units - held;
             let blocked_until = lease.end + self.settings().cleaning();

@@ -11,7 +11,7 @@ pub use blazar_core::engine::{HostSlots, place};
 use blazar_core::engine::{Usage, free_slots, peak_usage, probe_ends};
 use blazar_core::host::HostRecord;
 use blazar_core::reservation::{FlavorChoice, FoundFlavor, ReservationSpec, SourceFlavor};
-use blazar_core::{PHYSICAL_HOST, TimeWindow};
+use blazar_core::{Occupancy, PHYSICAL_HOST, TimeWindow};
 use blazar_db::{AllocationUsage, Backend, NewAllocation, Tx};
 use serde_json::Value;
 
@@ -281,15 +281,7 @@ async fn probe_slots(
     for end in probe_ends(kept, order.len()) {
         let probe = &order[slots.len()..end];
         let ids: Vec<i64> = probe.iter().map(|(id, _)| *id).collect();
-        let overlapping = tx
-            .usage_among(
-                PHYSICAL_HOST,
-                &ids,
-                request.window.start(),
-                request.blocked_until,
-                None,
-            )
-            .await?;
+        let overlapping = request.usage_among(tx, PHYSICAL_HOST, &ids).await?;
         slots.extend(slots_of(probe, &overlapping, shape, request)?);
         if let Some(placement) = place(&slots, request.keep, shape.amount, shape.affinity) {
             return Ok((Some(placement), slots, fitting));
@@ -323,15 +315,7 @@ async fn write_slots(
             .iter()
             .map(|id| (*id, capacity.get(id).copied().unwrap_or_default()))
             .collect();
-        let now = tx
-            .usage_among(
-                PHYSICAL_HOST,
-                &hosts,
-                request.window.start(),
-                request.blocked_until,
-                None,
-            )
-            .await?;
+        let now = request.usage_among(tx, PHYSICAL_HOST, &hosts).await?;
         let room = slots_of(&placed, &now, shape, request)?;
         let full = placement
             .iter()
@@ -350,13 +334,19 @@ async fn write_slots(
     }
     let rows: Vec<NewAllocation> = placement
         .iter()
-        .map(|(host, units)| NewAllocation {
-            exclusive: false,
-            units: *units,
-            vcpus: shape.slot.vcpus,
-            memory_mb: shape.slot.memory_mb,
-            disk_gb: shape.slot.disk_gb,
-            ..crate::resources::whole_allocation(request, PHYSICAL_HOST, *host)
+        .map(|(host, units)| {
+            let whole = crate::resources::whole_allocation(request, PHYSICAL_HOST, *host);
+            NewAllocation {
+                occupancy: Occupancy {
+                    exclusive: false,
+                    units: *units,
+                    vcpus: shape.slot.vcpus,
+                    memory_mb: shape.slot.memory_mb,
+                    disk_gb: shape.slot.disk_gb,
+                    ..whole.occupancy
+                },
+                ..whole
+            }
         })
         .collect();
     tx.insert_allocations(&rows).await?;
@@ -373,34 +363,28 @@ pub(crate) async fn allocate_shape(
 ) -> ServiceResult<Grant> {
     let (placement, slots, fitting) = probe_slots(tx, shape, request, ratios, cache).await?;
     let placement = placement.ok_or_else(|| {
-        if !request.explain {
-            return ServiceError::refused(
-                crate::resources::NOT_ENOUGH_HOSTS,
-                vec![request.reason(kind, None)],
-            );
-        }
         let free = slots
             .iter()
             .fold(0i64, |total, s| total.saturating_add(s.slots));
-        let reason = request.reason(kind, Some((fitting, usize::try_from(free).unwrap_or(0))));
-        let placement_rule = match shape.affinity {
-            Affinity::Same => ", all on one host",
-            Affinity::Different => ", each on a different host",
-            Affinity::Any => "",
-        };
-        ServiceError::refused(format!(
-            "Not enough hosts available for reservation {} ({kind}, {} instance(s) of {} vCPU, {} MB \
-             RAM, {} GB disk{placement_rule}): {fitting} host(s) match the filters and fit one \
-             instance, with {free} free slot(s) on {} host(s) from {} to {}",
-            request.ordinal,
-            shape.amount,
-            shape.slot.vcpus,
-            shape.slot.memory_mb,
-            shape.slot.disk_gb,
-            slots.iter().filter(|s| s.slots > 0).count(),
-            request.window.start().format("%Y-%m-%d %H:%M"),
-            request.window.end().format("%Y-%m-%d %H:%M"),
-        ), vec![reason])
+        let counts = (fitting, usize::try_from(free).unwrap_or(0));
+        request.shortfall(kind, crate::resources::NOT_ENOUGH_HOSTS, counts, |window| {
+            let placement_rule = match shape.affinity {
+                Affinity::Same => ", all on one host",
+                Affinity::Different => ", each on a different host",
+                Affinity::Any => "",
+            };
+            format!(
+                "Not enough hosts available for reservation {} ({kind}, {} instance(s) of {} \
+                 vCPU, {} MB RAM, {} GB disk{placement_rule}): {fitting} host(s) match the \
+                 filters and fit one instance, with {free} free slot(s) on {} host(s) {window}",
+                request.ordinal,
+                shape.amount,
+                shape.slot.vcpus,
+                shape.slot.memory_mb,
+                shape.slot.disk_gb,
+                slots.iter().filter(|s| s.slots > 0).count(),
+            )
+        })
     })?;
     write_slots(tx, shape, request, &placement, ratios, cache).await?;
     Ok(Grant {

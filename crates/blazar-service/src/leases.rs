@@ -628,8 +628,7 @@ impl Service {
                 tx,
                 &lease,
                 &reservation,
-                ActionKind::Prepare,
-                ActionPurpose::Reserve,
+                (ActionKind::Prepare, ActionPurpose::Reserve),
             )
             .await?;
             reservations.push(reservation);
@@ -1358,8 +1357,7 @@ impl Service {
                         tx,
                         &lease,
                         reservation,
-                        ActionKind::Release,
-                        ActionPurpose::Delete,
+                        (ActionKind::Release, ActionPurpose::Delete),
                     )
                     .await?;
                     continue;
@@ -1376,8 +1374,7 @@ impl Service {
                     tx,
                     &lease,
                     reservation,
-                    ActionKind::Stop,
-                    ActionPurpose::Delete,
+                    (ActionKind::Stop, ActionPurpose::Delete),
                     &held,
                     now,
                 )

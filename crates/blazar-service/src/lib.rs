@@ -124,7 +124,7 @@ pub use quotas::{
     HostWeight, ProjectQuota, QUOTAS_DELETE, QUOTAS_GET, QUOTAS_PUT, QuotaSettings, QuotaUsage,
     format_amount,
 };
-pub use reallocation::ReallocationFilter;
+pub use reallocation::{Reallocated, ReallocationFilter};
 pub use reconcile::{DesiredState, HeldHosts, ReconcileReport};
 pub use refusal::{Availability, Reason, RefusalKind, Refused, Requested, ReservationRef, Retry};
 pub use resources::Grant;

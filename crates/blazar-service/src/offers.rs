@@ -485,7 +485,7 @@ impl Service {
         let mut whole: BTreeMap<(String, String), Vec<i64>> = BTreeMap::new();
         let mut demands = Vec::new();
         for a in &held {
-            if a.exclusive {
+            if a.occupancy.exclusive {
                 whole
                     .entry((a.reservation_id.clone(), a.resource_type.clone()))
                     .or_default()
@@ -501,11 +501,11 @@ impl Service {
                         crate::instance::capacity(host, self.settings.ratios),
                     )],
                     slot: Usage {
-                        vcpus: a.vcpus,
-                        memory_mb: a.memory_mb,
-                        disk_gb: a.disk_gb,
+                        vcpus: a.occupancy.vcpus,
+                        memory_mb: a.occupancy.memory_mb,
+                        disk_gb: a.occupancy.disk_gb,
                     },
-                    amount: a.units,
+                    amount: a.occupancy.units,
                     affinity: blazar_core::reservation::Affinity::Same,
                 });
             }

@@ -164,29 +164,23 @@ pub(crate) async fn allocate(
         // The counts are of the required addresses: how many are reservable addresses of
         // the network, and how many of those are free.
         let counts = (required.len(), required.len() - required_busy);
-        if !request.explain {
-            return Err(ServiceError::refused(
-                bare_refusal(kind),
-                vec![request.reason(kind, None)],
-            ));
-        }
-        let reason = request.reason(kind, Some(counts));
-        let message = match missing {
-            Some(address) => format!(
-                "Not enough floating IPs available: the required floating IP {address} is \
+        return Err(
+            request.shortfall(kind, &bare_refusal(kind), counts, |_| match missing {
+                Some(address) => format!(
+                    "Not enough floating IPs available: the required floating IP {address} is \
                  not a reservable floating IP of network {}",
-                match spec {
-                    ReservationSpec::FloatingIp(f) => f.network_id.as_str(),
-                    _ => "",
-                }
-            ),
-            None => format!(
-                "Not enough floating IPs available for reservation {}: a required floating IP \
+                    match spec {
+                        ReservationSpec::FloatingIp(f) => f.network_id.as_str(),
+                        _ => "",
+                    }
+                ),
+                None => format!(
+                    "Not enough floating IPs available for reservation {}: a required floating IP \
                  is reserved by another lease in that window",
-                request.ordinal
-            ),
-        };
-        return Err(ServiceError::refused(message, vec![reason]));
+                    request.ordinal
+                ),
+            }),
+        );
     }
     let keep: Vec<i64> = required
         .iter()
@@ -204,25 +198,16 @@ pub(crate) async fn allocate(
     )
     .await?
     .map_err(|s| {
-        if !request.explain {
-            return ServiceError::refused(bare_refusal(kind), vec![request.reason(kind, None)]);
-        }
-        let reason = request.reason(kind, Some((s.matching, s.free)));
-        ServiceError::refused(
+        request.shortfall(kind, &bare_refusal(kind), (s.matching, s.free), |window| {
             format!(
-                "Not enough {}s available for reservation {} ({}, {} wanted): {} match the request \
-             and are reservable, {} of them free from {} to {}",
+                "Not enough {}s available for reservation {} ({kind}, {min} wanted): {} match \
+                 the request and are reservable, {} of them free {window}",
                 noun(kind),
                 request.ordinal,
-                kind,
-                min,
                 s.matching,
                 s.free,
-                request.window.start().format("%Y-%m-%d %H:%M"),
-                request.window.end().format("%Y-%m-%d %H:%M"),
-            ),
-            vec![reason],
-        )
+            )
+        })
     })?;
     // A required address claimed by a concurrent lease was waited for and found taken:
     // this round saw it free, the next one refuses with the reason.

@@ -19,17 +19,68 @@ pub struct ReallocationFilter {
     pub reservation_id: Option<String>,
 }
 
+/// What can be re-allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reallocated {
+    Host,
+    Device,
+}
+
 impl Service {
-    /// Moves the matching reservations off host `host` (its id). With a `lease_id`, the
-    /// lease's owner may ask (`blazar:leases:reallocate`); otherwise it is an operator's
-    /// action (`blazar:oshosts:reallocate`).
-    pub async fn reallocate_host(
+    /// Moves the matching reservations off host or device `id`. For a host, with a
+    /// `lease_id`, the lease's owner may ask (`blazar:leases:reallocate`); otherwise it is an
+    /// operator's action (`blazar:oshosts:reallocate`, `blazar:devices:reallocate`).
+    pub async fn reallocate(
         &self,
         identity: &Identity,
-        host: &str,
+        what: Reallocated,
+        id: &str,
         filter: &ReallocationFilter,
     ) -> ServiceResult<AllocationEntry> {
-        let host_id = parse_host_id(host)?;
+        // A host id is checked before the policy, a device is looked up after it.
+        let host_id = match what {
+            Reallocated::Host => {
+                let host_id = parse_host_id(id)?;
+                self.authorize_host_reallocation(identity, filter).await?;
+                Some(host_id)
+            }
+            Reallocated::Device => {
+                self.authorize_own("blazar:devices:reallocate", identity)?;
+                None
+            }
+        };
+        let entry = in_tx!(self, write, |tx| {
+            let (kind, resource_id, shown_id) = match host_id {
+                Some(host_id) => {
+                    if !tx.lock_host(host_id).await? {
+                        return Err(host_not_found(id));
+                    }
+                    (PHYSICAL_HOST, host_id, id.to_string())
+                }
+                None => {
+                    let record = tx
+                        .get_resource(DEVICE, id)
+                        .await?
+                        .ok_or_else(|| not_found(&DEVICES, id))?;
+                    if !tx.lock_resource(record.id).await? {
+                        return Err(not_found(&DEVICES, id));
+                    }
+                    (DEVICE, record.id, record.uid)
+                }
+            };
+            self.move_reservations(tx, kind, resource_id, filter)
+                .await?;
+            self.allocation_entry(tx, kind, resource_id, shown_id, filter)
+                .await
+        })?;
+        Ok(entry)
+    }
+
+    async fn authorize_host_reallocation(
+        &self,
+        identity: &Identity,
+        filter: &ReallocationFilter,
+    ) -> ServiceResult<()> {
         match &filter.lease_id {
             Some(lease_id) => {
                 let lease = in_tx!(self, read, |tx| {
@@ -37,45 +88,10 @@ impl Service {
                         .await?
                         .ok_or_else(|| lease_not_found(lease_id))
                 })?;
-                self.authorize("blazar:leases:reallocate", identity, &lease_target(&lease))?;
+                self.authorize("blazar:leases:reallocate", identity, &lease_target(&lease))
             }
-            None => self.authorize_own("blazar:oshosts:reallocate", identity)?,
+            None => self.authorize_own("blazar:oshosts:reallocate", identity),
         }
-        let entry = in_tx!(self, write, |tx| {
-            if !tx.lock_host(host_id).await? {
-                return Err(host_not_found(host));
-            }
-            self.move_reservations(tx, PHYSICAL_HOST, host_id, filter)
-                .await?;
-            self.allocation_entry(tx, PHYSICAL_HOST, host_id, host.to_string(), filter)
-                .await
-        })?;
-        Ok(entry)
-    }
-
-    /// Moves the matching reservations off device `device` (its id); an operator's action
-    /// (`blazar:devices:reallocate`).
-    pub async fn reallocate_device(
-        &self,
-        identity: &Identity,
-        device: &str,
-        filter: &ReallocationFilter,
-    ) -> ServiceResult<AllocationEntry> {
-        self.authorize_own("blazar:devices:reallocate", identity)?;
-        let entry = in_tx!(self, write, |tx| {
-            let record = tx
-                .get_resource(DEVICE, device)
-                .await?
-                .ok_or_else(|| not_found(&DEVICES, device))?;
-            if !tx.lock_resource(record.id).await? {
-                return Err(not_found(&DEVICES, device));
-            }
-            self.move_reservations(tx, DEVICE, record.id, filter)
-                .await?;
-            self.allocation_entry(tx, DEVICE, record.id, record.uid.clone(), filter)
-                .await
-        })?;
-        Ok(entry)
     }
 
     /// Moves every live reservation of type `kind` that holds the resource for the future and

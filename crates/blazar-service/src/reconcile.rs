@@ -141,7 +141,7 @@ impl Service {
                     {
                         let held: Vec<_> = allocations
                             .iter()
-                            .filter(|a| a.reservation_id == r.id && a.end > now)
+                            .filter(|a| a.reservation_id == r.id && a.occupancy.end > now)
                             .collect();
                         let mut kinds: Vec<&str> =
                             held.iter().map(|a| a.resource_type.as_str()).collect();
@@ -161,7 +161,7 @@ impl Service {
                                 resource_type: kind.to_string(),
                                 reservation_type: r.resource_type().to_string(),
                                 resources: of_kind.clone().map(|a| a.resource_id).collect(),
-                                units: of_kind.map(|a| a.units).collect(),
+                                units: of_kind.map(|a| a.occupancy.units).collect(),
                                 hosts: Vec::new(),
                                 spec: Some(r.spec.clone()),
                                 lease_start: lease.start,

@@ -10,7 +10,7 @@ use blazar_core::ReservationSpec;
 use blazar_core::host::HostRecord;
 use blazar_core::reservation::{HostSpec, Query};
 use blazar_core::{PHYSICAL_HOST, PropertyQuery, TimeWindow, engine};
-use blazar_db::{Backend, NewAllocation, Tx};
+use blazar_db::{AllocationUsage, Backend, NewAllocation, Tx};
 use chrono::{DateTime, Utc};
 
 use crate::{Availability, Reason, ServiceError, ServiceResult};
@@ -43,6 +43,43 @@ impl AllocationRequest<'_> {
             next_offer: None,
         });
         Reason::shortfall(self.ordinal, resource_type, availability)
+    }
+
+    /// The refusal of a shortfall of `resource_type`: Blazar's `bare` message, unless the
+    /// caller may be told the (matching, free) `counts`; then `explained`'s, which names
+    /// them and the window (given as `from .. to ..`).
+    pub(crate) fn shortfall(
+        &self,
+        resource_type: &str,
+        bare: &str,
+        counts: (usize, usize),
+        explained: impl FnOnce(String) -> String,
+    ) -> ServiceError {
+        if !self.explain {
+            return ServiceError::refused(bare, vec![self.reason(resource_type, None)]);
+        }
+        let window = format!(
+            "from {} to {}",
+            self.window.start().format("%Y-%m-%d %H:%M"),
+            self.window.end().format("%Y-%m-%d %H:%M"),
+        );
+        ServiceError::refused(
+            explained(window),
+            vec![self.reason(resource_type, Some(counts))],
+        )
+    }
+
+    /// What the allocations of `ids` (hosts, for instance slots) use within this request's
+    /// window and cleaning margin.
+    pub(crate) async fn usage_among(
+        &self,
+        tx: &mut Tx,
+        kind: &str,
+        ids: &[i64],
+    ) -> ServiceResult<Vec<AllocationUsage>> {
+        Ok(tx
+            .usage_among(kind, ids, self.window.start(), self.blocked_until, None)
+            .await?)
     }
 }
 
@@ -506,25 +543,17 @@ pub(crate) async fn allocate_hosts(
     )
     .await?
     .map_err(|s| {
-        if !request.explain {
-            return ServiceError::refused(
-                NOT_ENOUGH_HOSTS,
-                vec![request.reason(PHYSICAL_HOST, None)],
-            );
-        }
-        let reason = request.reason(PHYSICAL_HOST, Some((s.matching, s.free)));
-        ServiceError::refused(
-            format!(
-                "Not enough hosts available for reservation {} (physical:host, min {}): {} host(s) \
-             match the filters and are reservable, {} of them free from {} to {}",
-                request.ordinal,
-                s.min,
-                s.matching,
-                s.free,
-                request.window.start().format("%Y-%m-%d %H:%M"),
-                request.window.end().format("%Y-%m-%d %H:%M"),
-            ),
-            vec![reason],
+        request.shortfall(
+            PHYSICAL_HOST,
+            NOT_ENOUGH_HOSTS,
+            (s.matching, s.free),
+            |window| {
+                format!(
+                    "Not enough hosts available for reservation {} (physical:host, min {}): {} \
+                     host(s) match the filters and are reservable, {} of them free {window}",
+                    request.ordinal, s.min, s.matching, s.free,
+                )
+            },
         )
     })?;
     grant_whole(tx, PHYSICAL_HOST, request, chosen).await

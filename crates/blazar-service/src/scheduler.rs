@@ -252,8 +252,7 @@ impl Service {
                             tx,
                             lease,
                             reservation,
-                            ActionKind::Snapshot,
-                            ActionPurpose::BeforeEnd,
+                            (ActionKind::Snapshot, ActionPurpose::BeforeEnd),
                             &held(allocations, &reservation.id),
                             now,
                         )
@@ -308,8 +307,7 @@ impl Service {
                     tx,
                     lease,
                     reservation,
-                    how.kind,
-                    how.purpose,
+                    (how.kind, how.purpose),
                     &held(allocations, &reservation.id),
                     now,
                 )

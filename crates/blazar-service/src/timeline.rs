@@ -324,22 +324,22 @@ fn busy_interval(row: TimelineRow, identity: &Identity, admin: bool) -> BusyInte
         project_id: row.project_id,
         reservation_id: row.reservation_id,
     });
-    let holding = if row.exclusive {
+    let holding = if row.occupancy.exclusive {
         Holding::Whole
     } else {
         Holding::Slots {
-            units: row.units,
+            units: row.occupancy.units,
             size: Usage {
-                vcpus: row.vcpus,
-                memory_mb: row.memory_mb,
-                disk_gb: row.disk_gb,
+                vcpus: row.occupancy.vcpus,
+                memory_mb: row.occupancy.memory_mb,
+                disk_gb: row.occupancy.disk_gb,
             },
         }
     };
     BusyInterval {
-        start: row.start,
-        end: row.end,
-        blocked_until: row.blocked_until,
+        start: row.occupancy.start,
+        end: row.occupancy.end,
+        blocked_until: row.occupancy.blocked_until,
         status: row.status,
         degraded: row.degraded,
         own,
@@ -357,14 +357,16 @@ mod tests {
         let t = chrono::DateTime::from_timestamp(1_900_000_000, 0).unwrap();
         let row = TimelineRow {
             resource_id: 1,
-            start: t,
-            end: t,
-            blocked_until: t,
-            exclusive: false,
-            units: 2,
-            vcpus: 1,
-            memory_mb: 512,
-            disk_gb: 5,
+            occupancy: blazar_core::Occupancy {
+                start: t,
+                end: t,
+                blocked_until: t,
+                exclusive: false,
+                units: 2,
+                vcpus: 1,
+                memory_mb: 512,
+                disk_gb: 5,
+            },
             reservation_id: "r".into(),
             lease_id: "l".into(),
             lease_name: "n".into(),

@@ -365,13 +365,7 @@ impl TestApp {
         for (k, v) in &self.as_identity {
             req = req.header(k, v);
         }
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let resp = req.send().await.expect("request");
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        let text = resp.text().await.expect("body");
+        let (status, headers, text) = send(req, body).await;
         let body = if text.is_empty() {
             Value::Null
         } else {
@@ -426,13 +420,7 @@ impl TestApp {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let resp = req.send().await.expect("request");
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        let text = resp.text().await.expect("body");
+        let (status, headers, text) = send(req, body).await;
         Response {
             status,
             headers,
@@ -564,4 +552,19 @@ impl Drop for TestApp {
             let _ = stop.send(());
         }
     }
+}
+
+/// Sends `req` with `body` as JSON, if any: the answer's status, headers and text.
+async fn send(
+    mut req: reqwest::RequestBuilder,
+    body: Option<Value>,
+) -> (reqwest::StatusCode, reqwest::header::HeaderMap, String) {
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.expect("request");
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let text = resp.text().await.expect("body");
+    (status, headers, text)
 }

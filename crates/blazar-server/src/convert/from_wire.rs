@@ -633,18 +633,8 @@ pub fn quota_changes(
         };
         let value = match &value {
             Value::Null => None,
-            Value::Number(n) => match n.as_i64() {
-                Some(v) if v >= -1 => Some(v),
-                _ => {
-                    return Err(field(
-                        &key,
-                        format!(
-                            "Invalid value {n} for quota {key}: use -1 (no limit), a whole number \
-                             of 0 or more, or null (the default)"
-                        ),
-                    ));
-                }
-            },
+            Value::Number(n) if n.as_i64().is_some_and(|v| v >= -1) => n.as_i64(),
+            // A number shows as itself here, as JSON.
             other => {
                 return Err(field(
                     &key,
