@@ -7,11 +7,19 @@ use chrono::{TimeDelta, Utc};
 
 use crate::harness::{ONE_HOST, Server};
 
-/// The real current minute, on the server's clock too.
+/// The real current minute, on the server's clock too. A command run after it may already
+/// be in the next minute, so its `now+Nm` can be a minute later than `returned + N`: the
+/// tests run the scheduler a minute past the dates they gave (`past`).
 fn sync_clock(s: &Server) -> chrono::DateTime<Utc> {
     let now = blazar_client::time::floor_minute(Utc::now());
     s.clock.set(now);
     now
+}
+
+/// `now + minutes`, and the minute after: past the date a command gave as `now+{minutes}m`
+/// whichever minute it ran in.
+fn past(now: chrono::DateTime<Utc>, minutes: i64) -> chrono::DateTime<Utc> {
+    now + TimeDelta::minutes(minutes + 1)
 }
 
 /// Host compute-1, and lease `later` of it from 5 to 65 minutes after the real current
@@ -84,16 +92,23 @@ async fn create_with_wait_returns_once_the_lease_is_active() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(listed.contains("soon"), "the lease was not created");
-    s.tick_at(now + TimeDelta::minutes(2)).await;
+    s.tick_at(past(now, 2)).await;
     let run = tokio::time::timeout(Duration::from_secs(20), create)
         .await
         .expect("--wait returned")
         .unwrap();
-    let start = (now + TimeDelta::minutes(2)).format("%Y-%m-%dT%H:%M:%S.000000");
-    let end = (now + TimeDelta::minutes(62)).format("%Y-%m-%dT%H:%M:%S.000000");
+    // `now+2m` is two minutes after the minute the command ran in: this one or the next.
+    let printed = run.ok();
+    let format = |t: chrono::DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%S.000000").to_string();
+    let start = [2, 3]
+        .into_iter()
+        .map(|m| now + TimeDelta::minutes(m))
+        .find(|start| printed.contains(&format!("\n{}\n", format(*start))))
+        .unwrap_or_else(|| panic!("no start two minutes after {now}: {printed}"));
+    let (end, start) = (format(start + TimeDelta::hours(1)), format(start));
     // Printed as it is once the wait is over, not as it was created (PENDING).
     assert_eq!(
-        run.ok(),
+        printed,
         format!("Created a new lease:\n{end}\nsoon\n{start}\nACTIVE\n")
     );
     assert_eq!(
@@ -123,7 +138,7 @@ async fn waiting_uses_the_servers_long_poll() {
     });
     // Let the client reach the server first (the wait ends at once either way).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    s.tick_at(now + TimeDelta::minutes(5)).await;
+    s.tick_at(past(now, 5)).await;
     let run = tokio::time::timeout(Duration::from_secs(20), wait)
         .await
         .expect("lease-wait returned")
@@ -220,7 +235,7 @@ async fn lease_wait_exit_codes() {
 
     // Once it starts, waiting for ACTIVE succeeds at once, and waiting for PENDING can
     // never succeed.
-    s.tick_at(now + TimeDelta::minutes(5)).await;
+    s.tick_at(past(now, 5)).await;
     let active = s
         .blazar(&["lease-wait", "later", "--status", "active"])
         .await;
@@ -234,7 +249,7 @@ async fn lease_wait_exit_codes() {
         "ERROR: lease later is ACTIVE and cannot become PENDING any more\n"
     );
 
-    s.tick_at(now + TimeDelta::minutes(65)).await;
+    s.tick_at(past(now, 65)).await;
     let ended = s
         .blazar(&["lease-wait", "later", "--status", "TERMINATED"])
         .await;
