@@ -126,7 +126,7 @@ pub struct Cli {
     #[arg(long, env = "BLAZAR_CLEANING_MINUTES")]
     pub cleaning_minutes: Option<i64>,
     /// Outside-world actions (hand-overs, take-backs) one process carries out at once
-    /// [default: 16].
+    /// [default: 64 with the standalone backend, 16 with the OpenStack one].
     #[arg(long, env = "BLAZAR_ACTION_WORKERS")]
     pub action_workers: Option<usize>,
     /// Attempts of an action that keeps failing transiently before it fails for good and
@@ -648,6 +648,18 @@ pub enum BackendKind {
     Openstack,
 }
 
+/// Actions carried out at once unless configured. With the OpenStack backend each one is
+/// a series of calls to Nova and Placement, and 16 at a time keeps a burst from flooding
+/// their APIs. The standalone backend's actions are records written with their outcome:
+/// more at once only means bigger batches, and 64 start a burst of 1,000 leases within a
+/// second or two (docs/performance.md).
+pub fn default_action_workers(backend: BackendKind) -> usize {
+    match backend {
+        BackendKind::Standalone => 64,
+        BackendKind::Openstack => 16,
+    }
+}
+
 /// The OpenStack backend's settings, as configured.
 #[derive(Debug, Clone)]
 pub struct OpenStackConfig {
@@ -1109,6 +1121,10 @@ impl Config {
             NotificationsConfig::resolve(&cli, &file.notifications.clone().unwrap_or_default())?;
         let auth = cli.auth.or(file.auth).unwrap_or(AuthMode::Noauth);
         let act_for_user = act_for_user(cli.act_for_user.or(file.act_for_user), auth)?;
+        let backend = cli
+            .backend
+            .or(file.backend)
+            .unwrap_or(BackendKind::Standalone);
         Ok(Config {
             notifications,
             act_for_user,
@@ -1116,10 +1132,7 @@ impl Config {
                 .then(|| std::time::Duration::from_secs(reconcile_seconds.min(86_400))),
             monitor_interval: (monitor_seconds > 0)
                 .then(|| std::time::Duration::from_secs(monitor_seconds.min(86_400))),
-            backend: cli
-                .backend
-                .or(file.backend)
-                .unwrap_or(BackendKind::Standalone),
+            backend,
             openstack,
             role: cli.role.or(file.role).unwrap_or(Role::All),
             listen: cli
@@ -1184,7 +1197,7 @@ impl Config {
             action_workers: cli
                 .action_workers
                 .or(file.action_workers)
-                .unwrap_or(16)
+                .unwrap_or(default_action_workers(backend))
                 .clamp(1, 1024),
             action_attempts: cli
                 .action_attempts
@@ -1497,6 +1510,14 @@ mod tests {
             argv.extend_from_slice(bad);
             assert!(Config::resolve(Cli::parse_from(argv)).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn action_workers_default_to_what_the_backend_bears() {
+        assert_eq!(config(&[]).action_workers, 64);
+        assert_eq!(config(&["--action-workers", "8"]).action_workers, 8);
+        assert_eq!(config(&["--action-workers", "0"]).action_workers, 1);
+        assert_eq!(default_action_workers(BackendKind::Openstack), 16);
     }
 
     #[test]
