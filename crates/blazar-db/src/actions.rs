@@ -276,19 +276,12 @@ impl Tx {
 
     /// How many of the lease's actions for `purpose` are open, and how many failed.
     pub async fn action_counts(&mut self, lease_id: &str, purpose: &str) -> DbResult<(i64, i64)> {
-        let sql = format!(
-            "SELECT CAST(COALESCE(SUM(CASE WHEN status IN {OPEN} THEN 1 ELSE 0 END), 0) AS BIGINT) \
-             AS open, CAST(COALESCE(SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END), 0) \
-             AS BIGINT) AS failed \
-             FROM actions WHERE lease_id = $1 AND purpose = $2"
-        );
-        let rows = self
-            .fetch_rows(&sql, vec![lease_id.into(), purpose.into()])
-            .await?;
-        match rows.first() {
-            Some(row) => Ok((row.try_get("open")?, row.try_get("failed")?)),
-            None => Ok((0, 0)),
-        }
+        Ok(self
+            .action_counts_of_leases(&[lease_id])
+            .await?
+            .into_iter()
+            .find(|(_, p, _, _)| p == purpose)
+            .map_or((0, 0), |(_, _, open, failed)| (open, failed)))
     }
 
     /// [`Tx::action_counts`] of several leases, for every purpose they have actions of:

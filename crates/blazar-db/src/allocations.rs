@@ -206,11 +206,7 @@ impl Tx {
     }
 
     pub async fn allocations_of_lease(&mut self, lease_id: &str) -> DbResult<Vec<Allocation>> {
-        let sql = format!(
-            "SELECT {ALLOCATION_COLUMNS} FROM allocations WHERE lease_id = $1 ORDER BY resource_id"
-        );
-        self.fetch_all_as(&sql, vec![lease_id.into()], allocation_from_row)
-            .await
+        self.allocations_of_leases(&[lease_id]).await
     }
 
     /// The allocations of several leases, each lease's by resource.

@@ -75,11 +75,7 @@ impl Tx {
     }
 
     pub async fn events_of(&mut self, lease_id: &str) -> DbResult<Vec<Event>> {
-        let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events e WHERE e.lease_id = $1 ORDER BY e.event_time, e.rank"
-        );
-        self.fetch_all_as(&sql, vec![lease_id.into()], event_from_row)
-            .await
+        self.events_of_leases(&[lease_id]).await
     }
 
     /// The events of several leases, each lease's in time order.

@@ -193,12 +193,7 @@ impl Tx {
     /// Reads a lease and, on PostgreSQL, locks it until the transaction ends, so an update,
     /// a delete and an event of one lease never interleave.
     pub async fn lock_lease(&mut self, id: &str) -> DbResult<Option<Lease>> {
-        let sql = format!(
-            "SELECT {LEASE_COLUMNS} FROM leases WHERE id = $1{}",
-            self.for_update()
-        );
-        self.fetch_optional_as(&sql, vec![id.into()], lease_from_row)
-            .await
+        Ok(self.lock_leases(&[id]).await?.pop())
     }
 
     /// [`Tx::lock_lease`] for several leases at once, in id order (the order every
@@ -249,11 +244,7 @@ impl Tx {
     }
 
     pub async fn reservations_of(&mut self, lease_id: &str) -> DbResult<Vec<Reservation>> {
-        let sql = format!(
-            "SELECT {RESERVATION_COLUMNS} FROM reservations r WHERE r.lease_id = $1 ORDER BY r.ordinal"
-        );
-        self.fetch_all_as(&sql, vec![lease_id.into()], reservation_from_row)
-            .await
+        self.reservations_of_leases(&[lease_id]).await
     }
 
     /// The reservations of several leases, each lease's by ordinal.

@@ -47,6 +47,28 @@ pub struct Cloud {
 /// (a dropped session only costs a login).
 const MAX_TRUST_SESSIONS: usize = 1024;
 
+/// The session of `sessions` kept under `key`, made by `make` the first time; the cache is
+/// emptied first when it holds `bound` sessions (each keeps a token until it expires).
+fn cached(
+    sessions: &std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Session>>>,
+    key: &str,
+    bound: Option<usize>,
+    make: impl FnOnce() -> Result<Session>,
+) -> Result<std::sync::Arc<Session>> {
+    let mut sessions = sessions
+        .lock()
+        .map_err(|_| Error::Config("cached sessions poisoned".into()))?;
+    if let Some(s) = sessions.get(key) {
+        return Ok(s.clone());
+    }
+    if bound.is_some_and(|bound| sessions.len() >= bound) {
+        sessions.clear();
+    }
+    let made = std::sync::Arc::new(make()?);
+    sessions.insert(key.to_string(), made.clone());
+    Ok(made)
+}
+
 impl Cloud {
     pub fn new(config: SessionConfig) -> Result<Cloud> {
         Ok(Cloud {
@@ -58,19 +80,9 @@ impl Cloud {
 
     /// The service user acting through trust `trust_id` (see [`Session::for_trust`]).
     pub fn in_trust(&self, trust_id: &str) -> Result<std::sync::Arc<Session>> {
-        let mut sessions = self
-            .trusts
-            .lock()
-            .map_err(|_| Error::Config("trust sessions poisoned".into()))?;
-        if let Some(s) = sessions.get(trust_id) {
-            return Ok(s.clone());
-        }
-        if sessions.len() >= MAX_TRUST_SESSIONS {
-            sessions.clear();
-        }
-        let made = std::sync::Arc::new(self.session.for_trust(trust_id)?);
-        sessions.insert(trust_id.to_string(), made.clone());
-        Ok(made)
+        cached(&self.trusts, trust_id, Some(MAX_TRUST_SESSIONS), || {
+            self.session.for_trust(trust_id)
+        })
     }
 
     /// The session a user's own things are made with: through the lease's trust when it
@@ -88,16 +100,9 @@ impl Cloud {
 
     /// The service user's session in project `project_id` (see [`Session::for_project`]).
     pub fn in_project(&self, project_id: &str) -> Result<std::sync::Arc<Session>> {
-        let mut sessions = self
-            .projects
-            .lock()
-            .map_err(|_| Error::Config("project sessions poisoned".into()))?;
-        if let Some(s) = sessions.get(project_id) {
-            return Ok(s.clone());
-        }
-        let made = std::sync::Arc::new(self.session.for_project(project_id)?);
-        sessions.insert(project_id.to_string(), made.clone());
-        Ok(made)
+        cached(&self.projects, project_id, None, || {
+            self.session.for_project(project_id)
+        })
     }
 
     pub fn nova<'a>(&'a self, request_id: Option<&'a str>) -> nova::Nova<'a> {

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
 use crate::backend::{Action, ActionError, ActionOutput, HandoverChange};
-use crate::scheduler::group_by_lease;
+use crate::leases::lock_views;
 use crate::{Service, ServiceError, ServiceResult};
 
 /// What a run of the workers did.
@@ -706,24 +706,16 @@ impl Service {
             return Ok(());
         }
         let ids: Vec<&str> = by_lease.keys().copied().collect();
-        let leases = tx.lock_leases(&ids).await?;
-        let mut reservations =
-            group_by_lease(tx.reservations_of_leases(&ids).await?, |r| &r.lease_id);
-        let mut events = group_by_lease(tx.events_of_leases(&ids).await?, |e| &e.lease_id);
+        let views = lock_views(tx, &ids).await?;
         let counts: HashMap<(String, String), (i64, i64)> = tx
             .action_counts_of_leases(&ids)
             .await?
             .into_iter()
             .map(|(lease, purpose, open, failed)| ((lease, purpose), (open, failed)))
             .collect();
-        for lease in leases {
-            let Some(ended) = by_lease.get(lease.id.as_str()) else {
+        for mut view in views {
+            let Some(ended) = by_lease.get(view.lease.id.as_str()) else {
                 continue;
-            };
-            let mut view = LeaseView {
-                reservations: reservations.remove(&lease.id).unwrap_or_default(),
-                events: events.remove(&lease.id).unwrap_or_default(),
-                lease,
             };
             self.settle_lease(tx, &mut view, ended, &counts).await?;
         }

@@ -224,6 +224,38 @@ pub(crate) async fn load_view(tx: &mut Tx, lease: Lease) -> ServiceResult<LeaseV
     })
 }
 
+/// [`load_view`] for several leases at once, locking them (in id order, the order every
+/// transaction that locks more than one lease takes them in): a few queries for a whole
+/// batch of leases, not several per lease. Leases that are gone are left out.
+pub(crate) async fn lock_views(tx: &mut Tx, ids: &[&str]) -> ServiceResult<Vec<LeaseView>> {
+    let leases = tx.lock_leases(ids).await?;
+    let mut events = group_by_lease(tx.events_of_leases(ids).await?, |e| &e.lease_id);
+    let mut reservations = group_by_lease(tx.reservations_of_leases(ids).await?, |r| &r.lease_id);
+    Ok(leases
+        .into_iter()
+        .map(|lease| LeaseView {
+            reservations: reservations.remove(&lease.id).unwrap_or_default(),
+            events: events.remove(&lease.id).unwrap_or_default(),
+            lease,
+        })
+        .collect())
+}
+
+/// `items` by the lease `lease_of` names, each lease's in the order they came.
+pub(crate) fn group_by_lease<T>(
+    items: Vec<T>,
+    lease_of: impl Fn(&T) -> &String,
+) -> HashMap<String, Vec<T>> {
+    let mut by_lease: HashMap<String, Vec<T>> = HashMap::new();
+    for item in items {
+        by_lease
+            .entry(lease_of(&item).clone())
+            .or_default()
+            .push(item);
+    }
+    by_lease
+}
+
 impl Service {
     /// Wakes the scheduler if the lease has an event due before it would look anyway.
     fn wake_for(&self, view: &LeaseView) {

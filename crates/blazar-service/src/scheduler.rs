@@ -18,6 +18,7 @@ use blazar_db::Tx;
 use chrono::{DateTime, Utc};
 
 use crate::actions::settle_lease_status;
+use crate::leases::{group_by_lease, lock_views};
 use crate::{Service, ServiceResult};
 
 /// What one tick did.
@@ -67,40 +68,16 @@ struct LeaseState {
 /// Locks the leases `ids` (in id order) and reads them with their events, reservations
 /// and allocations. Leases that are gone are left out.
 async fn load_states(tx: &mut Tx, ids: &[&str]) -> ServiceResult<HashMap<String, LeaseState>> {
-    let leases = tx.lock_leases(ids).await?;
-    let mut events = group_by_lease(tx.events_of_leases(ids).await?, |e| &e.lease_id);
-    let mut reservations = group_by_lease(tx.reservations_of_leases(ids).await?, |r| &r.lease_id);
+    let views = lock_views(tx, ids).await?;
     let mut allocations = group_by_lease(tx.allocations_of_leases(ids).await?, |a| &a.lease_id);
-    Ok(leases
+    Ok(views
         .into_iter()
-        .map(|lease| {
-            let id = lease.id.clone();
-            let state = LeaseState {
-                view: LeaseView {
-                    reservations: reservations.remove(&id).unwrap_or_default(),
-                    events: events.remove(&id).unwrap_or_default(),
-                    lease,
-                },
-                allocations: allocations.remove(&id).unwrap_or_default(),
-            };
-            (id, state)
+        .map(|view| {
+            let id = view.lease.id.clone();
+            let allocations = allocations.remove(&id).unwrap_or_default();
+            (id, LeaseState { view, allocations })
         })
         .collect())
-}
-
-/// `items` by the lease `lease_of` names, each lease's in the order they came.
-pub(crate) fn group_by_lease<T>(
-    items: Vec<T>,
-    lease_of: impl Fn(&T) -> &String,
-) -> HashMap<String, Vec<T>> {
-    let mut by_lease: HashMap<String, Vec<T>> = HashMap::new();
-    for item in items {
-        by_lease
-            .entry(lease_of(&item).clone())
-            .or_default()
-            .push(item);
-    }
-    by_lease
 }
 
 /// The allocations of `allocations` that reservation `reservation_id` holds.

@@ -12,7 +12,7 @@ use blazar_service::{
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::harness::{TestApp, t};
+use crate::harness::{Response, TestApp, t};
 
 /// What happened, in order: `create <id> <user> <project> <roles>`, `forget <id>`,
 /// `delete <id>` from Keystone, `<kind> <trust>` from the backend.
@@ -112,6 +112,18 @@ fn host_lease(name: &str, hosts: u32) -> Value {
            "events": []})
 }
 
+/// A request of Alice's (member of project alpha).
+async fn as_alice(app: &TestApp, method: Method, path: &str, body: Option<Value>) -> Response {
+    app.call(Some(ALICE), method, path, body, &[]).await
+}
+
+/// The clock at the leases' start, their events run and their actions carried out.
+async fn start_leases(app: &TestApp) {
+    app.set_time(t(2030, 1, 2, 10, 0));
+    app.service.tick(t(2030, 1, 2, 10, 0)).await.unwrap();
+    app.run_actions().await;
+}
+
 fn taken(log: &Log) -> Vec<String> {
     std::mem::take(&mut *log.lock().unwrap())
 }
@@ -119,15 +131,7 @@ fn taken(log: &Log) -> Vec<String> {
 #[tokio::test]
 async fn a_lease_acts_through_its_trust_until_it_is_deleted_last() {
     let (app, log) = app(true).await;
-    let r = app
-        .call(
-            Some(ALICE),
-            Method::POST,
-            "/v1/leases",
-            Some(host_lease("l", 1)),
-            &[],
-        )
-        .await;
+    let r = as_alice(&app, Method::POST, "/v1/leases", Some(host_lease("l", 1))).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
     assert_eq!(r.body["lease"]["trust_id"], "trust-1");
@@ -138,31 +142,19 @@ async fn a_lease_acts_through_its_trust_until_it_is_deleted_last() {
         [format!("create trust-1 {alice} {alpha} member,reader")]
     );
     // Shown as stored.
-    let r = app
-        .call(
-            Some(ALICE),
-            Method::GET,
-            &format!("/v1/leases/{lease_id}"),
-            None,
-            &[],
-        )
-        .await;
+    let r = as_alice(&app, Method::GET, &format!("/v1/leases/{lease_id}"), None).await;
     assert_eq!(r.body["lease"]["trust_id"], "trust-1");
 
     // The start hands over through the trust; the delete takes back, then deletes the trust.
-    app.set_time(t(2030, 1, 2, 10, 0));
-    app.service.tick(t(2030, 1, 2, 10, 0)).await.unwrap();
-    app.run_actions().await;
+    start_leases(&app).await;
     assert_eq!(taken(&log), ["start trust-1"]);
-    let r = app
-        .call(
-            Some(ALICE),
-            Method::DELETE,
-            &format!("/v1/leases/{lease_id}"),
-            None,
-            &[],
-        )
-        .await;
+    let r = as_alice(
+        &app,
+        Method::DELETE,
+        &format!("/v1/leases/{lease_id}"),
+        None,
+    )
+    .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
     let report = app.run_actions().await;
     assert_eq!((report.done, report.failed), (2, 0), "{report:?}");
@@ -173,35 +165,23 @@ async fn a_lease_acts_through_its_trust_until_it_is_deleted_last() {
 async fn only_a_create_that_is_written_keeps_its_trust() {
     let (app, log) = app(true).await;
     // A dry run makes none.
-    let r = app
-        .call(
-            Some(ALICE),
-            Method::POST,
-            "/v1/leases?dry_run=true",
-            Some(host_lease("dry", 1)),
-            &[],
-        )
-        .await;
+    let r = as_alice(
+        &app,
+        Method::POST,
+        "/v1/leases?dry_run=true",
+        Some(host_lease("dry", 1)),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     assert!(taken(&log).is_empty());
     // Refused before the trust (a bad date): none made.
     let mut bad = host_lease("bad", 1);
     bad["end_date"] = json!("2030-01-01 00:00");
-    let r = app
-        .call(Some(ALICE), Method::POST, "/v1/leases", Some(bad), &[])
-        .await;
+    let r = as_alice(&app, Method::POST, "/v1/leases", Some(bad)).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
     assert!(taken(&log).is_empty());
     // Refused by the write (two hosts asked, one exists): the trust made goes again.
-    let r = app
-        .call(
-            Some(ALICE),
-            Method::POST,
-            "/v1/leases",
-            Some(host_lease("big", 2)),
-            &[],
-        )
-        .await;
+    let r = as_alice(&app, Method::POST, "/v1/leases", Some(host_lease("big", 2))).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
     let happened = taken(&log);
     assert_eq!(happened.len(), 2, "{happened:?}");
@@ -234,33 +214,21 @@ async fn only_a_create_that_is_written_keeps_its_trust() {
 #[tokio::test]
 async fn leases_made_without_trusts_keep_acting_in_the_project() {
     let (app, log) = app(false).await;
-    let r = app
-        .call(
-            Some(ALICE),
-            Method::POST,
-            "/v1/leases",
-            Some(host_lease("l", 1)),
-            &[],
-        )
-        .await;
+    let r = as_alice(&app, Method::POST, "/v1/leases", Some(host_lease("l", 1))).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
     // Blazar's shape of id, naming no trust.
     let trust_id = r.body["lease"]["trust_id"].as_str().unwrap();
     assert_eq!(trust_id.len(), 32);
     assert!(trust_id.chars().all(|c| c.is_ascii_hexdigit()));
-    app.set_time(t(2030, 1, 2, 10, 0));
-    app.service.tick(t(2030, 1, 2, 10, 0)).await.unwrap();
-    app.run_actions().await;
-    let r = app
-        .call(
-            Some(ALICE),
-            Method::DELETE,
-            &format!("/v1/leases/{lease_id}"),
-            None,
-            &[],
-        )
-        .await;
+    start_leases(&app).await;
+    let r = as_alice(
+        &app,
+        Method::DELETE,
+        &format!("/v1/leases/{lease_id}"),
+        None,
+    )
+    .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
     app.run_actions().await;
     assert_eq!(taken(&log), ["start -", "stop -"]);
