@@ -129,7 +129,7 @@ fn reservation_changes(r: &Reservation) -> Columns {
 
 /// The WHERE clause of a lease filter (over table alias `l`) and its bound values, numbered
 /// from `$1`.
-fn filter_clause(filter: &LeaseFilter) -> (String, Vec<String>) {
+fn filter_clause(backend: crate::Backend, filter: &LeaseFilter) -> (String, Vec<String>) {
     let mut conditions = Vec::new();
     let mut values = Vec::new();
     for (column, value) in [
@@ -148,11 +148,9 @@ fn filter_clause(filter: &LeaseFilter) -> (String, Vec<String>) {
         if ids.is_empty() {
             conditions.push("1 = 0".to_string());
         } else {
-            conditions.push(format!(
-                "l.id IN ({})",
-                crate::placeholders(values.len() + 1, ids.len())
-            ));
-            values.extend(ids.iter().cloned());
+            let (list, ids) = crate::in_list(backend, values.len() + 1, ids);
+            conditions.push(format!("l.id IN ({list})"));
+            values.extend(ids);
         }
     }
     if conditions.is_empty() {
@@ -355,7 +353,7 @@ impl Tx {
         &mut self,
         filter: &LeaseFilter,
     ) -> DbResult<Vec<(i64, LeaseTree)>> {
-        let (clause, values) = filter_clause(filter);
+        let (clause, values) = filter_clause(self.backend, filter);
         // The children come out of their subqueries as text; json() and the cast nest them
         // as JSON rather than as strings.
         let (agg, array) = self.json_functions();
@@ -390,7 +388,7 @@ impl Tx {
     /// that keeps rendered leases needs to tell which it can reuse. One row (a JSON array),
     /// for the same reason as [`Tx::lease_trees`].
     pub async fn lease_revisions(&mut self, filter: &LeaseFilter) -> DbResult<Vec<(String, i64)>> {
-        let (clause, values) = filter_clause(filter);
+        let (clause, values) = filter_clause(self.backend, filter);
         let (agg, array) = self.json_functions();
         let sql = format!(
             "SELECT CAST({agg}({array}(l.id, l.revision) ORDER BY l.created_at, l.id) AS TEXT) \

@@ -76,11 +76,9 @@ impl Tx {
         let mut args: Vec<Arg> = vec![resource_type.into(), start.into(), end.into()];
         match resources {
             TimelineResources::Ids(ids) => {
-                sql.push_str(&format!(
-                    " AND a.resource_id IN ({})",
-                    crate::placeholders(4, ids.len())
-                ));
-                args.extend(ids.iter().map(|id| Arg::from(*id)));
+                let (list, ids) = crate::in_list(self.backend, 4, ids);
+                sql.push_str(&format!(" AND a.resource_id IN ({list})"));
+                args.extend(ids.into_iter().map(Arg::from));
             }
             TimelineResources::All => {}
         }
