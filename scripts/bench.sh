@@ -141,8 +141,10 @@ for backend in "${BACKEND_LIST[@]}"; do
         done
         URLS="$URLS,http://127.0.0.1:$PORT2"
     fi
+    LOCK_WAIT=()
+    case "$backend" in postgres*) LOCK_WAIT=(--lock-wait-db "$URL") ;; esac
     echo "$backend: blazar-server pid $SERVER_PID at $URLS, steps $STEPS" >&2
-    "$BENCH" run --url "$URLS" --label "$LABEL" \
+    "$BENCH" run --url "$URLS" --label "$LABEL" ${LOCK_WAIT[@]+"${LOCK_WAIT[@]}"} \
         --steps "$STEPS" --server-pid "$SERVER_PID" "${DRIVER_ARGS[@]}" ${EXTRA[@]+"${EXTRA[@]}"} \
         --out "$RESULTS/$backend.json" --markdown "$RESULTS/$backend.md" \
         >/dev/null 2> >(tee "$RESULTS/driver-$backend.log" >&2)

@@ -27,6 +27,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::client::{Api, Who};
+use crate::lockwait;
 use crate::model::{
     BurstStats, LagStats, OpStats, OverlapCheck, SeedReport, StepReport, load_avg, percentile,
     rss_mb,
@@ -138,6 +139,9 @@ pub struct Config {
     pub lag_poll_ms: u64,
     pub lag_timeout_s: f64,
     pub burst_leases: usize,
+    pub burst_lead_s: u64,
+    pub burst_timeout_s: f64,
+    pub lock_wait_db: Option<String>,
     pub server_pid: Option<u32>,
     pub only: Option<Vec<String>>,
     pub seed: u64,
@@ -361,7 +365,17 @@ impl Driver {
                 continue;
             }
             for &c in &concurrency {
-                let stats = match *op {
+                let sampler = match &self.cfg.lock_wait_db {
+                    Some(url) => match lockwait::Sampler::start(url).await {
+                        Ok(sampler) => Some(sampler),
+                        Err(e) => {
+                            log(&format!("  {e}"));
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                let mut stats = match *op {
                     "lease_list_project" => self.measure_read(op, "/leases", Who::Member, c).await,
                     "host_list" => self.measure_read(op, "/os-hosts", Who::Admin, c).await,
                     "allocation_list" => {
@@ -408,14 +422,26 @@ impl Driver {
                     }
                     _ => continue,
                 };
+                if let Some(sampler) = sampler {
+                    match sampler.stop().await {
+                        Ok(wait) => {
+                            stats.lock_wait_ms = Some(wait.total_ms);
+                            stats.most_lock_waiters = Some(wait.most_waiting);
+                        }
+                        Err(e) => log(&format!("  {e}")),
+                    }
+                }
                 log(&format!(
-                    "  {op:<20} c={c:<3} ok {:>5} err {:>4}  p50 {:>8.2} ms  p95 {:>8.2} ms  p99 {:>8.2} ms  {:>8.1}/s",
+                    "  {op:<20} c={c:<3} ok {:>5} err {:>4}  p50 {:>8.2} ms  p95 {:>8.2} ms  p99 {:>8.2} ms  {:>8.1}/s{}",
                     stats.ok,
                     stats.errors,
                     stats.p50_ms,
                     stats.p95_ms,
                     stats.p99_ms,
-                    stats.throughput_per_s
+                    stats.throughput_per_s,
+                    stats
+                        .lock_wait_ms
+                        .map_or(String::new(), |ms| format!("  lock wait {ms:.0} ms"))
                 ));
                 if let Some(e) = stats.error_examples.first() {
                     log(&format!("    first error: {e}"));
@@ -1028,8 +1054,8 @@ impl Driver {
         Ok(lag)
     }
 
-    /// `n` one-host leases that all start at the same minute boundary (at least 45 s ahead,
-    /// so the creates are done by then), then the lease list read every 100 ms until each
+    /// `n` one-host leases that all start at the same minute boundary (at least the burst
+    /// lead ahead, so the creates are done by then), then the lease list read every 100 ms until each
     /// is ACTIVE: how long after the start time the scheduler and the workers get there.
     async fn measure_burst(&self, n: usize, log: &dyn Fn(&str)) -> (BurstStats, Vec<Created>) {
         let mut stats = BurstStats {
@@ -1037,7 +1063,8 @@ impl Driver {
             ..BurstStats::default()
         };
         let now = Utc::now().naive_utc();
-        let Some(start) = (now + TimeDelta::seconds(105))
+        let lead = i64::try_from(self.cfg.burst_lead_s).unwrap_or(i64::MAX / 2);
+        let Some(start) = (now + TimeDelta::seconds(lead.saturating_add(59)))
             .with_second(0)
             .and_then(|t| t.with_nanosecond(0))
         else {
@@ -1073,11 +1100,19 @@ impl Driver {
         .await;
         let created = results.created.clone();
         stats.created = created.len();
+        stats.create_s = (Utc::now().naive_utc() - now).num_milliseconds() as f64 / 1000.0;
+        if Utc::now().naive_utc() > start {
+            stats.errors.push(format!(
+                "the creates took {:.1} s and ended after the start time: raise --burst-lead",
+                stats.create_s
+            ));
+        }
         let mut waiting: std::collections::HashSet<String> =
             created.iter().map(|c| c.id.clone()).collect();
         let start_at = start.and_utc();
         let mut lags = Vec::new();
-        let deadline = start_at + TimeDelta::seconds(self.cfg.lag_timeout_s.max(60.0) as i64);
+        let deadline =
+            start_at + TimeDelta::milliseconds((self.cfg.burst_timeout_s * 1000.0) as i64);
         while !waiting.is_empty() && Utc::now() < deadline {
             tokio::time::sleep(Duration::from_millis(100)).await;
             if Utc::now() < start_at {
@@ -1276,6 +1311,8 @@ impl PhaseResults {
             wall_s: self.wall_s,
             items: None,
             error_examples: examples,
+            lock_wait_ms: None,
+            most_lock_waiters: None,
         }
     }
 }
@@ -1424,6 +1461,9 @@ mod tests {
             lag_poll_ms: 5,
             lag_timeout_s: 1.0,
             burst_leases: 0,
+            burst_lead_s: 45,
+            burst_timeout_s: 120.0,
+            lock_wait_db: None,
             server_pid: None,
             only: None,
             seed: 7,

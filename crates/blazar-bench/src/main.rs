@@ -5,6 +5,7 @@
 
 mod client;
 mod driver;
+mod lockwait;
 mod model;
 mod report;
 
@@ -95,9 +96,21 @@ struct RunArgs {
     /// scenario; 0 to skip). Each holds one host, so at most as many as there are hosts.
     #[arg(long, default_value_t = 0)]
     burst_leases: usize,
+    /// The burst's leases start at the first minute boundary at least this many seconds
+    /// after the burst begins, so that every create is done by then (a slow server needs
+    /// more).
+    #[arg(long, default_value_t = 45)]
+    burst_lead: u64,
+    /// Give up on a burst lease that is not ACTIVE this many seconds after its start time.
+    #[arg(long, default_value_t = 120.0)]
+    burst_timeout: f64,
     /// PID of the server, to report its resident memory (/proc/PID/status VmRSS).
     #[arg(long)]
     server_pid: Option<u32>,
+    /// The server's PostgreSQL database: report how long its sessions waited for locks
+    /// during each phase (sampled from pg_stat_activity).
+    #[arg(long)]
+    lock_wait_db: Option<String>,
     /// Only these operations (comma-separated; names as in the tables, plus start_lag and
     /// burst).
     #[arg(long, value_delimiter = ',')]
@@ -162,6 +175,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         lag_poll_ms: args.lag_poll_ms.max(1),
         lag_timeout_s: args.lag_timeout,
         burst_leases: args.burst_leases,
+        burst_lead_s: args.burst_lead,
+        burst_timeout_s: args.burst_timeout,
+        lock_wait_db: args.lock_wait_db,
         server_pid: args.server_pid,
         only: args.only.clone(),
         seed: args.seed,

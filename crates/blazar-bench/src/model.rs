@@ -122,6 +122,12 @@ pub struct OpStats {
     /// Items in the response of a list operation (checked once per phase).
     pub items: Option<usize>,
     pub error_examples: Vec<String>,
+    /// PostgreSQL only (`--lock-wait-db`): session-milliseconds the server's sessions spent
+    /// waiting for locks during the phase, and the most seen waiting at once.
+    #[serde(default)]
+    pub lock_wait_ms: Option<f64>,
+    #[serde(default)]
+    pub most_lock_waiters: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -141,6 +147,9 @@ pub struct BurstStats {
     /// Leases asked for, and created (a create refused for want of a free host is left out).
     pub leases: usize,
     pub created: usize,
+    /// How long the creates took, seconds (they must end before the start time).
+    #[serde(default)]
+    pub create_s: f64,
     /// When each lease was first seen ACTIVE, after the start time: median and the last.
     pub p50_ms: f64,
     pub last_ms: f64,

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::model::{OpStats, RunReport, StepReport};
+use crate::model::{BurstStats, OpStats, RunReport, StepReport};
 
 pub fn ms(v: f64) -> String {
     if v >= 1000.0 {
@@ -105,14 +105,42 @@ pub fn render_run(run: &RunReport) -> String {
                 lag.timeouts
             ));
         }
+        let waits: Vec<String> = step
+            .ops
+            .iter()
+            .filter_map(|o| {
+                let ms = o.lock_wait_ms?;
+                let requests = (o.ok + o.errors).max(1) as f64;
+                Some(format!(
+                    "{} c={}: {:.0} ms in all, {:.2} ms per request, at most {} waiting",
+                    o.op,
+                    o.concurrency,
+                    ms,
+                    ms / requests,
+                    o.most_lock_waiters.unwrap_or(0)
+                ))
+            })
+            .collect();
+        if !waits.is_empty() {
+            notes.push(format!(
+                "PostgreSQL lock wait (sessions waiting on a lock, sampled every 20 ms): {}",
+                waits.join("; ")
+            ));
+        }
         if let Some(burst) = &step.burst {
             notes.push(format!(
-                "burst of {} leases starting in one minute ({} created): ACTIVE p50 {} ms, last {} ms after the start time ({} timeouts)",
+                "burst of {} leases starting in one minute ({} created in {:.1} s): ACTIVE p50 {} ms, last {} ms after the start time ({} timeouts){}",
                 burst.leases,
                 burst.created,
+                burst.create_s,
                 ms(burst.p50_ms),
                 ms(burst.last_ms),
-                burst.timeouts
+                burst.timeouts,
+                if burst.errors.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {}", burst.errors.join("; "))
+                }
             ));
         }
         notes.push(format!(
@@ -279,6 +307,41 @@ pub fn render_compare(base: &RunReport, other: &RunReport) -> String {
                     "n/a".into()
                 }
             );
+        }
+        if let (Some(bb), Some(ob)) = (&bs.burst, &os.burst) {
+            // A lease never seen ACTIVE makes "last" a lower bound.
+            let last = |b: &BurstStats| {
+                if b.timeouts > 0 {
+                    format!("> {} ({} never)", ms(b.last_ms), b.timeouts)
+                } else {
+                    ms(b.last_ms)
+                }
+            };
+            for (what, b, o, bt, ot) in [
+                (
+                    "ACTIVE p50",
+                    bb.p50_ms,
+                    ob.p50_ms,
+                    ms(bb.p50_ms),
+                    ms(ob.p50_ms),
+                ),
+                ("last ACTIVE", bb.last_ms, ob.last_ms, last(bb), last(ob)),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "| {} | burst of {}/{} leases starting together: {what} after the start | | {} | {} | {} | | | |",
+                    short_scale(bs),
+                    bb.created,
+                    ob.created,
+                    bt,
+                    ot,
+                    if o > 0.0 {
+                        format!("{:.0}x", b / o)
+                    } else {
+                        "n/a".into()
+                    }
+                );
+            }
         }
         if let (Some(bc), Some(oc)) = (&bs.overlap_check, &os.overlap_check)
             && bc.race_clients > 0
