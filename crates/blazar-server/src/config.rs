@@ -296,6 +296,11 @@ pub struct Cli {
     /// `[webhooks] timeout`.
     #[arg(long, env = "BLAZAR_WEBHOOK_TIMEOUT")]
     pub webhook_timeout: Option<f64>,
+    /// Webhooks: whether they may reach internal addresses (loopback, private and
+    /// link-local networks, names resolving there) [default: true with `--auth noauth`,
+    /// where every caller is trusted; false otherwise]. File: `[webhooks] allow_internal`.
+    #[arg(long, env = "BLAZAR_WEBHOOK_ALLOW_INTERNAL")]
+    pub webhook_allow_internal: Option<bool>,
     /// Default quota: hosts a project may hold at any one instant; -1 for no limit
     /// [default: -1]. File: `[quotas] hosts`.
     #[arg(long, env = "BLAZAR_QUOTA_HOSTS", allow_negative_numbers = true)]
@@ -502,11 +507,13 @@ pub struct WebhooksFile {
     pub retry_base: Option<f64>,
     pub retry_max: Option<f64>,
     pub timeout: Option<f64>,
+    pub allow_internal: Option<bool>,
 }
 
 fn webhook_settings(
     cli: &Cli,
     file: WebhooksFile,
+    auth: AuthMode,
 ) -> anyhow::Result<blazar_service::WebhookSettings> {
     let defaults = blazar_service::WebhookSettings::default();
     let max_attempts = cli
@@ -544,6 +551,10 @@ fn webhook_settings(
             defaults.timeout,
             300.0,
         )?,
+        allow_internal: cli
+            .webhook_allow_internal
+            .or(file.allow_internal)
+            .unwrap_or(auth == AuthMode::Noauth),
     })
 }
 
@@ -1111,7 +1122,11 @@ impl Config {
         };
         let enforcement = enforcement_config(&cli, file.enforcement.clone().unwrap_or_default())?;
         let quotas = quota_settings(&cli, file.quotas.clone().unwrap_or_default())?;
-        let webhooks = webhook_settings(&cli, file.webhooks.clone().unwrap_or_default())?;
+        let webhooks = webhook_settings(
+            &cli,
+            file.webhooks.clone().unwrap_or_default(),
+            cli.auth.or(file.auth).unwrap_or(AuthMode::Noauth),
+        )?;
         let monitor_seconds = cli.monitor_interval.or(file.monitor_interval).unwrap_or(60);
         let reconcile_seconds = cli
             .reconcile_interval
@@ -1586,6 +1601,26 @@ mod tests {
         ]);
         let err = Config::resolve(bad).unwrap_err().to_string();
         assert!(err.contains("rabbit://"), "{err}");
+    }
+
+    #[test]
+    fn webhooks_reach_internal_addresses_only_where_callers_are_trusted() {
+        assert!(
+            config(&[]).webhooks.allow_internal,
+            "noauth trusts every caller"
+        );
+        assert!(!config(&["--auth", "tokens"]).webhooks.allow_internal);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blazar.toml");
+        std::fs::write(&path, "[webhooks]\nallow_internal = true\n").unwrap();
+        let file = path.to_str().unwrap();
+        assert!(
+            config(&["--auth", "tokens", "--config", file])
+                .webhooks
+                .allow_internal
+        );
+        let off = config(&["--config", file, "--webhook-allow-internal", "false"]);
+        assert!(!off.webhooks.allow_internal);
     }
 
     #[test]

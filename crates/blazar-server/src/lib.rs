@@ -343,7 +343,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         };
         // Webhook deliveries go out from the same processes; any of them may deliver any.
         let deliverer = {
-            let poster = blazar_openstack::WebhookPoster::new()
+            let poster = blazar_openstack::WebhookPoster::new(config.webhooks.allow_internal)
                 .map_err(|e| anyhow::anyhow!("webhooks: {e}"))?;
             let service = state.service.clone();
             let stop = wait_stop(stop_rx.clone());

@@ -133,7 +133,7 @@ pub use timeline::{TIMELINE_RULE, TimelineRequest};
 pub use trusts::{TrustError, Trusts, UserToken};
 pub use webhooks::{
     DELIVERIES_LISTED, DeliveryReport, NewWebhook, WebhookRequest, WebhookSender, WebhookSettings,
-    webhook_signature,
+    internal_destination, is_internal_address, webhook_signature,
 };
 
 /// Errors a use case reports. Each maps to one HTTP status; the message is for the user.

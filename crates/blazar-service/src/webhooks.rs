@@ -14,6 +14,7 @@
 //! `<X-Blazar-Timestamp>.<body>` with the webhook's secret, so the receiver can check both
 //! the sender and the age of the message (and refuse replays of old ones).
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -38,6 +39,11 @@ pub struct WebhookSettings {
     pub retry_max: Duration,
     /// Longest wait for an endpoint's answer; then the attempt failed.
     pub timeout: Duration,
+    /// Whether webhooks may reach internal addresses (loopback, private, link-local, ...;
+    /// see [`is_internal_address`]). Without it a project could make the server POST to
+    /// the services beside it, or to a cloud's metadata address, and read the answer's
+    /// status from the delivery list.
+    pub allow_internal: bool,
 }
 
 impl Default for WebhookSettings {
@@ -47,7 +53,64 @@ impl Default for WebhookSettings {
             retry_base: Duration::from_secs(30),
             retry_max: Duration::from_secs(3_600),
             timeout: Duration::from_secs(10),
+            allow_internal: false,
         }
+    }
+}
+
+/// Addresses a webhook may not reach unless internal destinations are allowed: this host
+/// (loopback, unspecified), private and shared networks (RFC 1918, RFC 6598, IPv6 unique
+/// local), link-local (where clouds serve instance metadata), multicast and broadcast, and
+/// IPv6 forms that carry such an IPv4 address.
+pub fn is_internal_address(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b))
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_internal_address(IpAddr::V4(v4));
+            }
+            let first = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || v6.is_unique_local()
+                || v6.is_unicast_link_local()
+                // NAT64 and 6to4 embed an IPv4 address that can be internal.
+                || first == 0x0064
+                || first == 0x2002
+        }
+    }
+}
+
+/// Why a webhook may not be sent to `host` (a name or an address literal), if it may not.
+pub fn internal_destination(host: &url::Host<&str>) -> Option<String> {
+    let why = |what: &str| {
+        Some(format!(
+            "{what} is an internal address, which webhooks may not reach on this server"
+        ))
+    };
+    match host {
+        url::Host::Ipv4(ip) if is_internal_address(IpAddr::V4(*ip)) => why(&ip.to_string()),
+        url::Host::Ipv6(ip) if is_internal_address(IpAddr::V6(*ip)) => why(&ip.to_string()),
+        url::Host::Domain(name) => {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            if name == "localhost" || name.ends_with(".localhost") {
+                why(&name)
+            } else {
+                None
+            }
+        }
+        _ => None,
     }
 }
 
@@ -130,7 +193,7 @@ fn backoff(settings: &WebhookSettings, attempts: u32) -> Duration {
         .min(settings.retry_max)
 }
 
-fn check_url(url: &str) -> ServiceResult<String> {
+fn check_url(url: &str, allow_internal: bool) -> ServiceResult<String> {
     let url = url.trim();
     let bad = |why: &str| ServiceError::BadRequest(format!("Invalid webhook url {url:?}: {why}"));
     if url.len() > MAX_URL {
@@ -140,8 +203,15 @@ fn check_url(url: &str) -> ServiceResult<String> {
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(bad("give an http or https URL"));
     }
-    if parsed.host_str().is_none_or(str::is_empty) {
+    let Some(host) = parsed
+        .host()
+        .filter(|h| !matches!(h, url::Host::Domain("")))
+    else {
         return Err(bad("it names no host"));
+    };
+    // Names are resolved and checked again at each delivery.
+    if !allow_internal && let Some(why) = internal_destination(&host) {
+        return Err(bad(&why));
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
         return Err(bad(
@@ -232,7 +302,7 @@ impl Service {
         let webhook = Webhook {
             id: crate::new_id(),
             project_id,
-            url: check_url(&new.url)?,
+            url: check_url(&new.url, self.webhooks.allow_internal)?,
             secret: random_hex(SECRET_BYTES)?,
             event_types: check_event_types(new.event_types)?,
             description: new.description,
@@ -547,16 +617,80 @@ mod tests {
     }
 
     #[test]
+    fn internal_addresses_are_told_apart_from_public_ones() {
+        for internal in [
+            "127.0.0.1",
+            "127.1.2.3",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "100.127.255.255",
+            "0.0.0.0",
+            "0.1.2.3",
+            "255.255.255.255",
+            "224.0.0.1",
+            "::1",
+            "::",
+            "fe80::1",
+            "fc00::1",
+            "fd12:3456::1",
+            "ff02::1",
+            "::ffff:10.0.0.1",
+            "64:ff9b::a00:1",
+            "2002:a00:1::",
+        ] {
+            let ip: IpAddr = internal.parse().unwrap();
+            assert!(is_internal_address(ip), "{internal}");
+        }
+        for public in [
+            "93.184.215.14",
+            "8.8.8.8",
+            "172.32.0.1",
+            "100.128.0.1",
+            "192.169.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+        ] {
+            let ip: IpAddr = public.parse().unwrap();
+            assert!(!is_internal_address(ip), "{public}");
+        }
+    }
+
+    #[test]
     fn urls_and_event_types_are_checked() {
-        assert!(check_url("https://hooks.example.org/blazar").is_ok());
-        assert!(check_url("http://127.0.0.1:8080/x").is_ok());
+        assert!(check_url("https://hooks.example.org/blazar", false).is_ok());
+        assert!(check_url("http://93.184.215.14:8080/x", false).is_ok());
+        assert!(check_url("http://127.0.0.1:8080/x", true).is_ok());
         for bad in [
             "ftp://x/y",
             "not a url",
             "https://user:pw@example.org/",
             "mailto:a@b",
         ] {
-            assert!(check_url(bad).is_err(), "{bad}");
+            assert!(check_url(bad, true).is_err(), "{bad}");
+        }
+        for internal in [
+            "http://127.0.0.1:8080/x",
+            "http://localhost/x",
+            "http://LocalHost./x",
+            "http://api.localhost/x",
+            "http://10.0.0.5/x",
+            "http://169.254.169.254/latest/meta-data",
+            "http://[::1]/x",
+            "http://[::ffff:127.0.0.1]/x",
+            "http://[fd00::1]/x",
+            "http://0.0.0.0:80/x",
+            "http://2130706433/x",
+        ] {
+            let refused = check_url(internal, false).unwrap_err().to_string();
+            assert!(
+                refused.contains("internal address"),
+                "{internal}: {refused}"
+            );
+            assert!(check_url(internal, true).is_ok(), "{internal}");
         }
         assert_eq!(
             check_event_types(vec![

@@ -148,6 +148,8 @@ impl TestAppBuilder {
             auth: Some(self.auth_mode),
             noauth_project_id: Some(NOAUTH_PROJECT.into()),
             noauth_user_id: Some(NOAUTH_USER.into()),
+            // Tests receive webhooks on this machine, under every auth mode.
+            webhook_allow_internal: self.cli.webhook_allow_internal.or(Some(true)),
             ..self.cli
         })
         .expect("test configuration");

@@ -89,7 +89,7 @@ impl Server {
 
     /// Delivers the webhook deliveries due, as the server's deliverer would.
     pub async fn deliver_webhooks(&self) -> blazar_service::DeliveryReport {
-        let poster = blazar_openstack::WebhookPoster::new().expect("webhook client");
+        let poster = blazar_openstack::WebhookPoster::new(true).expect("webhook client");
         self.app
             .service
             .deliver_webhooks(&poster)

@@ -108,7 +108,7 @@ fn lease_body(name: &str) -> Value {
 }
 
 async fn deliver(app: &TestApp) -> blazar_service::DeliveryReport {
-    let poster = blazar_openstack::WebhookPoster::new().unwrap();
+    let poster = blazar_openstack::WebhookPoster::new(true).unwrap();
     app.service.deliver_webhooks(&poster).await.unwrap()
 }
 
@@ -381,6 +381,60 @@ async fn failures_back_off_die_and_are_redelivered_in_lease_order() {
     deliver(&app).await;
     let r = app.get(&format!("/v1/webhooks/{hook_id}/deliveries")).await;
     assert_eq!(r.body["deliveries"], json!([]));
+}
+
+#[tokio::test]
+async fn internal_destinations_are_refused_unless_the_operator_allows_them() {
+    let mut app = TestApp::builder()
+        .configure(|cli| cli.webhook_allow_internal = Some(false))
+        .spawn()
+        .await;
+    app.act_as("alpha", "alpha-user", "member");
+    for url in [
+        "http://127.0.0.1:8080/hook",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]/hook",
+        "http://10.0.0.7/hook",
+        "http://localhost:9000/hook",
+    ] {
+        let r = app.post("/v1/webhooks", json!({"url": url})).await;
+        r.assert_status(StatusCode::BAD_REQUEST);
+        assert!(
+            r.message().contains("internal address"),
+            "{url}: {}",
+            r.body
+        );
+    }
+    app.post(
+        "/v1/webhooks",
+        json!({"url": "https://hooks.example.org/a"}),
+    )
+    .await
+    .assert_status(StatusCode::CREATED);
+
+    // A webhook registered while internal destinations were allowed is not sent to once
+    // they are not: the delivery fails and says why, and the endpoint sees nothing.
+    let mut app = TestApp::spawn().await;
+    let (receiver, base) = Receiver::start().await;
+    app.create_host("compute-1", json!({})).await;
+    app.act_as("alpha", "alpha-user", "member");
+    let r = app
+        .post("/v1/webhooks", json!({"url": format!("{base}/hook")}))
+        .await;
+    r.assert_status(StatusCode::CREATED);
+    let hook_id = r.body["webhook"]["id"].as_str().unwrap().to_string();
+    app.post("/v1/leases", lease_body("a"))
+        .await
+        .assert_status(StatusCode::CREATED);
+    let refusing = blazar_openstack::WebhookPoster::new(false).unwrap();
+    let report = app.service.deliver_webhooks(&refusing).await.unwrap();
+    assert_eq!((report.delivered, report.retried), (0, 1));
+    assert!(receiver.at("/hook").is_empty());
+    let r = app.get(&format!("/v1/webhooks/{hook_id}/deliveries")).await;
+    let last = r.body["deliveries"][0]["last_result"]
+        .as_str()
+        .unwrap_or("");
+    assert!(last.contains("internal address"), "{}", r.body);
 }
 
 #[tokio::test]
