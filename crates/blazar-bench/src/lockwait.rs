@@ -14,7 +14,8 @@ use tokio::task::JoinHandle;
 
 /// Sampling period. A wait shorter than this can be missed or counted whole, so short
 /// phases give rough figures; the share of time spent waiting is what compares. Every 5 ms
-/// cost the server a tenth of its create throughput on two cores; every 20 ms is in the noise.
+/// cost the server a seventh of its create throughput on two cores; every 20 ms, a few per
+/// cent (within the run-to-run spread).
 const PERIOD: Duration = Duration::from_millis(20);
 
 /// Lock wait observed over a phase.

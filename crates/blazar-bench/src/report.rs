@@ -269,10 +269,18 @@ pub fn render_compare(base: &RunReport, other: &RunReport) -> String {
         else {
             continue;
         };
+        let mut one_sided: Vec<&str> = Vec::new();
         for bo in &bs.ops {
             let Some(oo) = find(os, &bo.op, bo.concurrency) else {
                 continue;
             };
+            // An operation one side does not offer (every request refused) has no ratio.
+            if bo.ok == 0 || oo.ok == 0 {
+                if !one_sided.contains(&bo.op.as_str()) {
+                    one_sided.push(&bo.op);
+                }
+                continue;
+            }
             let ratio = |a: f64, b: f64| {
                 if a > 0.0 && b > 0.0 {
                     format!("{:.0}x", a / b)
@@ -363,6 +371,14 @@ pub fn render_compare(base: &RunReport, other: &RunReport) -> String {
                 short_scale(bs),
                 bc.overlapping_pairs,
                 oc.overlapping_pairs
+            );
+        }
+        if !one_sided.is_empty() {
+            let _ = writeln!(
+                out,
+                "| {} | answered by one side only (left out): {} | | | | | | | |",
+                short_scale(bs),
+                one_sided.join(", ")
             );
         }
     }
