@@ -904,10 +904,9 @@ impl Service {
                 running.spawn(async move { service.attempt(row).await });
             }
             let wait = match in_tx!(self, read, |tx| { Ok(tx.next_action_time().await?) }) {
-                Ok(Some(t)) => (t - self.now())
-                    .to_std()
-                    .unwrap_or(std::time::Duration::ZERO)
-                    .clamp(std::time::Duration::from_millis(10), poll),
+                Ok(Some(t)) => self
+                    .wait_until(t, poll)
+                    .max(std::time::Duration::from_millis(10)),
                 _ => poll,
             };
             tokio::select! {

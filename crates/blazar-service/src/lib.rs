@@ -233,6 +233,18 @@ impl Clock for SystemClock {
     }
 }
 
+/// The wait from `now` until `t`: none once `t` has come, never more than `poll`.
+fn wait_until(
+    t: DateTime<Utc>,
+    now: DateTime<Utc>,
+    poll: std::time::Duration,
+) -> std::time::Duration {
+    (t - now)
+        .to_std()
+        .unwrap_or(std::time::Duration::ZERO)
+        .min(poll)
+}
+
 /// A clock that only moves when told to.
 pub struct ManualClock(Mutex<DateTime<Utc>>);
 
@@ -410,6 +422,17 @@ impl Service {
         now.with_nanosecond(0).unwrap_or(now)
     }
 
+    /// How long to sleep until `t`, at most `poll`, from the clock's own reading: `now()`
+    /// is whole seconds, and a wait reckoned from it overshot by up to a second, so a lease
+    /// due at the top of a minute started as much as a second late.
+    pub(crate) fn wait_until(
+        &self,
+        t: DateTime<Utc>,
+        poll: std::time::Duration,
+    ) -> std::time::Duration {
+        wait_until(t, self.clock.now(), poll)
+    }
+
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
@@ -447,4 +470,32 @@ impl Service {
 
 pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use std::time::Duration;
+
+    #[test]
+    fn waits_are_reckoned_from_the_clock_not_from_whole_seconds() {
+        let due = Utc.with_ymd_and_hms(2026, 11, 26, 20, 34, 0).unwrap();
+        let poll = Duration::from_secs(5);
+        let at = |ms: i64| due + chrono::TimeDelta::milliseconds(ms);
+        assert_eq!(wait_until(due, at(-400), poll), Duration::from_millis(400));
+        assert_eq!(wait_until(due, at(-60_000), poll), poll);
+        assert_eq!(wait_until(due, at(0), poll), Duration::ZERO);
+        assert_eq!(wait_until(due, at(250), poll), Duration::ZERO);
+
+        // What the scheduler sleeps 0.4 s before an event: 0.4 s, where the whole-second
+        // `now()` made it a full second.
+        let service_clock = ManualClock::new(at(-400));
+        assert_eq!(
+            wait_until(due, service_clock.now(), poll),
+            Duration::from_millis(400)
+        );
+        let whole = service_clock.now().with_nanosecond(0).unwrap();
+        assert_eq!(wait_until(due, whole, poll), Duration::from_secs(1));
+    }
 }

@@ -361,7 +361,7 @@ impl Service {
             }
             let now = self.now();
             let wait = match next {
-                Some(t) if t > now => (t - now).to_std().unwrap_or(poll).min(poll),
+                Some(t) if t > now => self.wait_until(t, poll),
                 _ if backlog => std::time::Duration::ZERO,
                 _ => poll,
             };
