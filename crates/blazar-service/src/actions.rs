@@ -904,8 +904,7 @@ impl Service {
                 running.spawn(async move { service.attempt(row).await });
             }
             let wait = match in_tx!(self, read, |tx| { Ok(tx.next_action_time().await?) }) {
-                Ok(Some(t)) => self
-                    .wait_until(t, poll)
+                Ok(Some(t)) => crate::wait_until(t, self.clock.now(), poll)
                     .max(std::time::Duration::from_millis(10)),
                 _ => poll,
             };

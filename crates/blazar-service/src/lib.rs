@@ -233,8 +233,11 @@ impl Clock for SystemClock {
     }
 }
 
-/// The wait from `now` until `t`: none once `t` has come, never more than `poll`.
-fn wait_until(
+/// The wait from `now` until `t`: none once `t` has come, never more than `poll`. `now` is
+/// the clock's own reading: [`Service::now`] is whole seconds, and a wait reckoned from it
+/// overshot by up to a second, so a lease due at the top of a minute started as much as a
+/// second late.
+pub(crate) fn wait_until(
     t: DateTime<Utc>,
     now: DateTime<Utc>,
     poll: std::time::Duration,
@@ -330,7 +333,7 @@ pub struct Service {
     /// Who claims actions in this process (claims name their worker, so a late finish of an
     /// expired claim cannot overwrite another worker's).
     worker_id: Arc<str>,
-    /// When the scheduler next looks at the events (epoch seconds; `i64::MIN` while it is
+    /// When the scheduler next looks at the events (epoch milliseconds; `i64::MIN` while it is
     /// looking): a write wakes it only for an event due before then.
     scheduler_plan: Arc<AtomicI64>,
     /// Group commit of lease creates (SQLite only; see `batch`).
@@ -422,26 +425,16 @@ impl Service {
         now.with_nanosecond(0).unwrap_or(now)
     }
 
-    /// How long to sleep until `t`, at most `poll`, from the clock's own reading: `now()`
-    /// is whole seconds, and a wait reckoned from it overshot by up to a second, so a lease
-    /// due at the top of a minute started as much as a second late.
-    pub(crate) fn wait_until(
-        &self,
-        t: DateTime<Utc>,
-        poll: std::time::Duration,
-    ) -> std::time::Duration {
-        wait_until(t, self.clock.now(), poll)
-    }
-
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
 
-    /// Wakes the scheduler if an event at `due` comes before its next planned look. Waking it
-    /// for nothing would cost a pass over the events for every write.
+    /// Wakes the scheduler if an event at `due` comes before its next planned look (in
+    /// milliseconds, as the scheduler sleeps). Waking it for nothing would cost a pass over
+    /// the events for every write.
     pub(crate) fn wake_scheduler_for(&self, due: DateTime<Utc>) {
         let plan = self.scheduler_plan.load(Ordering::SeqCst);
-        if plan == i64::MIN || due.timestamp() < plan {
+        if plan == i64::MIN || due.timestamp_millis() < plan {
             self.wake.notify_one();
         }
     }

@@ -359,15 +359,17 @@ impl Service {
                     Err(e) => tracing::warn!(error = %e, "could not refresh planner statistics"),
                 }
             }
-            let now = self.now();
+            // The clock's own reading, not the whole seconds of `now()`: the sleep ends when
+            // the event is due, and the plan is the instant it ends.
+            let at = self.clock.now();
             let wait = match next {
-                Some(t) if t > now => self.wait_until(t, poll),
+                Some(t) if t > at => crate::wait_until(t, at, poll),
                 _ if backlog => std::time::Duration::ZERO,
                 _ => poll,
             };
-            let plan = now + chrono::Duration::from_std(wait).unwrap_or_default();
+            let plan = at + chrono::Duration::from_std(wait).unwrap_or_default();
             self.scheduler_plan
-                .store(plan.timestamp(), Ordering::SeqCst);
+                .store(plan.timestamp_millis(), Ordering::SeqCst);
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = self.wake.notified() => {}

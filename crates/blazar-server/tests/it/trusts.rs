@@ -117,6 +117,12 @@ async fn as_alice(app: &TestApp, method: Method, path: &str, body: Option<Value>
     app.call(Some(ALICE), method, path, body, &[]).await
 }
 
+/// Alice deletes her lease, which the server accepts.
+async fn delete_as_alice(app: &TestApp, lease_id: &str) {
+    let r = as_alice(app, Method::DELETE, &format!("/v1/leases/{lease_id}"), None).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+}
+
 /// The clock at the leases' start, their events run and their actions carried out.
 async fn start_leases(app: &TestApp) {
     app.set_time(t(2030, 1, 2, 10, 0));
@@ -148,14 +154,7 @@ async fn a_lease_acts_through_its_trust_until_it_is_deleted_last() {
     // The start hands over through the trust; the delete takes back, then deletes the trust.
     start_leases(&app).await;
     assert_eq!(taken(&log), ["start trust-1"]);
-    let r = as_alice(
-        &app,
-        Method::DELETE,
-        &format!("/v1/leases/{lease_id}"),
-        None,
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    delete_as_alice(&app, &lease_id).await;
     let report = app.run_actions().await;
     assert_eq!((report.done, report.failed), (2, 0), "{report:?}");
     assert_eq!(taken(&log), ["stop trust-1", "delete trust-1"]);
@@ -222,14 +221,7 @@ async fn leases_made_without_trusts_keep_acting_in_the_project() {
     assert_eq!(trust_id.len(), 32);
     assert!(trust_id.chars().all(|c| c.is_ascii_hexdigit()));
     start_leases(&app).await;
-    let r = as_alice(
-        &app,
-        Method::DELETE,
-        &format!("/v1/leases/{lease_id}"),
-        None,
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    delete_as_alice(&app, &lease_id).await;
     app.run_actions().await;
     assert_eq!(taken(&log), ["start -", "stop -"]);
 }
