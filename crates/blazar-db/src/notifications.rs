@@ -6,7 +6,7 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::{Arg, DbError, DbResult, Tx, from_secs, to_secs};
+use crate::{Arg, Backend, DbError, DbResult, Tx, from_secs, to_secs};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NotificationRow {
@@ -49,9 +49,22 @@ impl Tx {
         request_id: Option<&str>,
     ) -> DbResult<()> {
         self.recorded_notifications = true;
+        // SQLite's one writer makes MAX + 1 the final place; PostgreSQL's rows wait for
+        // `sequence_notifications` (`written` comes from a sequence there).
+        let sql = match self.backend {
+            Backend::Sqlite => {
+                "INSERT INTO notifications \
+                     (id, seq, written, event_type, lease_id, payload, created_at) \
+                 VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM notifications), \
+                     (SELECT COALESCE(MAX(seq), 0) + 1 FROM notifications), $2, $3, $4, $5)"
+            }
+            Backend::Postgres => {
+                "INSERT INTO notifications (id, event_type, lease_id, payload, created_at) \
+                 VALUES ($1, $2, $3, $4, $5)"
+            }
+        };
         self.write(
-            "INSERT INTO notifications (id, seq, event_type, lease_id, payload, created_at) \
-             VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM notifications), $2, $3, $4, $5)",
+            sql,
             vec![
                 (&n.id).into(),
                 (&n.event_type).into(),
@@ -65,6 +78,39 @@ impl Tx {
         self.fan_out_to_webhooks(&n.id, project, request_id).await
     }
 
+    /// Gives the committed notifications that have no place in the event stream yet
+    /// (PostgreSQL only) the next places, in the order they were written. One sequencer at
+    /// a time, under an advisory lock held to its commit, numbers only rows already
+    /// committed, so a reader that has seen place `n` has seen every place before it, and
+    /// no row is ever numbered behind a place already read. Call it in its own write
+    /// transaction before reading by place; nothing to do on SQLite. Answers how many rows
+    /// it numbered.
+    pub async fn sequence_notifications(&mut self) -> DbResult<u64> {
+        if self.backend != Backend::Postgres {
+            return Ok(0);
+        }
+        let waiting = self
+            .fetch_rows(
+                "SELECT 1 AS one FROM notifications WHERE seq IS NULL LIMIT 1",
+                vec![],
+            )
+            .await?;
+        if waiting.is_empty() {
+            return Ok(0);
+        }
+        self.advisory_lock(7_355_612).await?;
+        let done = sqlx::query(
+            "UPDATE notifications n SET seq = s.base + s.place \
+             FROM (SELECT id, row_number() OVER (ORDER BY written) AS place, \
+                          (SELECT COALESCE(MAX(seq), 0) FROM notifications) AS base \
+                   FROM notifications WHERE seq IS NULL) s \
+             WHERE n.id = s.id",
+        )
+        .execute(self.conn().await?)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     pub async fn list_notifications(
         &mut self,
         lease_id: Option<&str>,
@@ -73,7 +119,7 @@ impl Tx {
             Some(l) => (" WHERE lease_id = $1", vec![l.into()]),
             None => ("", vec![]),
         };
-        let sql = format!("SELECT {COLUMNS} FROM notifications{filter} ORDER BY seq, id");
+        let sql = format!("SELECT {COLUMNS} FROM notifications{filter} ORDER BY written, id");
         let rows = self.fetch_rows(&sql, args).await?;
         rows.iter().map(notification_from_row).collect()
     }
@@ -81,7 +127,8 @@ impl Tx {
     /// Claims up to `limit` unsent notifications for `worker` until `now + claim_for`,
     /// oldest first: those nobody holds (or whose claim expired), each only if no earlier
     /// unsent notification of its lease is held by another publisher, so a lease's
-    /// notifications go out in order. Call [`Tx::lock_notification_claims`] first.
+    /// notifications go out in order. Only notifications with a place are claimed: call
+    /// [`Tx::lock_notification_claims`] and [`Tx::sequence_notifications`] first.
     pub async fn claim_notifications(
         &mut self,
         now: DateTime<Utc>,
@@ -91,7 +138,7 @@ impl Tx {
     ) -> DbResult<Vec<NotificationRow>> {
         let sql = format!(
             "SELECT {COLUMNS} FROM notifications n \
-             WHERE n.sent_at IS NULL \
+             WHERE n.sent_at IS NULL AND n.seq IS NOT NULL \
              AND (n.claimed_until IS NULL OR n.claimed_until < $1 OR n.claimed_by = $2) \
              AND NOT EXISTS (SELECT 1 FROM notifications b WHERE b.lease_id = n.lease_id \
                  AND b.sent_at IS NULL AND (b.seq < n.seq OR (b.seq = n.seq AND b.id < n.id)) \

@@ -212,7 +212,7 @@ impl Tx {
         self.write(
             "INSERT INTO webhook_deliveries (webhook_id, notification_id, seq, lease_id, status, \
                  attempts, next_attempt_at, request_id, created_at) \
-             SELECT w.id, n.id, n.seq, n.lease_id, 'pending', 0, n.created_at, $3, n.created_at \
+             SELECT w.id, n.id, n.written, n.lease_id, 'pending', 0, n.created_at, $3, n.created_at \
              FROM webhooks w, notifications n \
              WHERE n.id = $1 AND (w.project_id IS NULL OR w.project_id = $2) \
              AND (NOT EXISTS (SELECT 1 FROM webhook_event_types t WHERE t.webhook_id = w.id) \

@@ -724,3 +724,75 @@ async fn a_long_allocation_is_found_far_from_its_start_after_shorter_ones() {
     tx.commit().await.unwrap();
     store.close().await;
 }
+
+/// Places in the notification outbox are final once readable: a notification whose
+/// transaction commits after a later-written one's is placed after it, so a reader that
+/// resumes after the last place it read misses nothing. (PostgreSQL runs the two writers
+/// side by side; SQLite's one writer orders them at commit.)
+#[tokio::test]
+async fn a_notification_committed_late_is_placed_after_those_read_before_it() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let note = |id: &str| blazar_db::NotificationRow {
+        id: id.into(),
+        event_type: "lease.create".into(),
+        lease_id: Some(format!("lease-{id}")),
+        payload: serde_json::json!({"project_id": "project"}),
+        created_at: created(),
+    };
+    let read_after = async |after: i64| -> Vec<(i64, String)> {
+        in_write(&store, async |tx| {
+            tx.sequence_notifications().await.map(drop)
+        })
+        .await
+        .unwrap();
+        let mut tx = store.read().await.unwrap();
+        let rows = tx.notifications_after(after, 100).await.unwrap();
+        tx.commit().await.unwrap();
+        rows.into_iter()
+            .map(|r| (r.seq, r.notification.id))
+            .collect()
+    };
+    let ids = |rows: &[(i64, String)]| rows.iter().map(|r| r.1.clone()).collect::<Vec<_>>();
+
+    let first = if store.backend() == Backend::Postgres {
+        // `early` is written first and commits last.
+        let mut early = store.write().await.unwrap();
+        early
+            .insert_notification(&note("early"), None)
+            .await
+            .unwrap();
+        in_write(&store, async |tx| {
+            tx.insert_notification(&note("late"), None).await
+        })
+        .await
+        .unwrap();
+        let first = read_after(0).await;
+        assert_eq!(ids(&first), ["late"]);
+        early.commit().await.unwrap();
+        first
+    } else {
+        in_write(&store, async |tx| {
+            tx.insert_notification(&note("late"), None).await
+        })
+        .await
+        .unwrap();
+        let first = read_after(0).await;
+        in_write(&store, async |tx| {
+            tx.insert_notification(&note("early"), None).await
+        })
+        .await
+        .unwrap();
+        first
+    };
+    let after = read_after(first[0].0).await;
+    assert_eq!(ids(&after), ["early"]);
+    assert!(after[0].0 > first[0].0, "{first:?} {after:?}");
+    // Read from the start, each once, in the order of their places.
+    assert_eq!(ids(&read_after(0).await), ["late", "early"]);
+    // Nothing is left to place, and placing again changes nothing.
+    let mut tx = store.write().await.unwrap();
+    assert_eq!(tx.sequence_notifications().await.unwrap(), 0);
+    tx.commit().await.unwrap();
+    store.close().await;
+}

@@ -239,6 +239,7 @@ impl Service {
             let now = self.now();
             let claimed = in_tx!(self, write, |tx| {
                 tx.lock_notification_claims().await?;
+                tx.sequence_notifications().await?;
                 Ok(tx
                     .claim_notifications(
                         now,

@@ -2,7 +2,6 @@
 //! counts for monitoring, the lateness of events, waiting on a lease until it reaches a
 //! status, and the lease events of the notification outbox read as a stream.
 
-use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,22 +50,14 @@ pub struct LeaseEvent {
     pub created_at: DateTime<Utc>,
 }
 
-/// Outbox rows read behind the cursor on every read: on PostgreSQL two transactions may
-/// commit their notifications out of sequence order, and a row committed late would
-/// otherwise be skipped by a reader already past it.
-const LOOK_BEHIND: i64 = 32;
-
-/// A reader of the lease events after a point in the outbox, for one caller. It remembers
-/// the ids it delivered within [`LOOK_BEHIND`] of its cursor so that it delivers each once.
+/// A reader of the lease events after a point in the outbox, for one caller. Places in the
+/// outbox are final once readable (`Tx::sequence_notifications`), so reading after the
+/// last place delivered misses nothing and repeats nothing.
 pub struct LeaseEvents {
     identity: Identity,
     /// `None`: every project's (an admin who asked for all).
     project: Option<String>,
     cursor: i64,
-    /// Where reading started: the caller has everything up to here.
-    floor: i64,
-    delivered: VecDeque<(i64, String)>,
-    seen: HashSet<String>,
 }
 
 impl LeaseEvents {
@@ -154,6 +145,18 @@ impl Service {
         }
     }
 
+    /// Gives committed notifications their places in the outbox's order (PostgreSQL; on
+    /// SQLite they have them at commit, and no write transaction is taken).
+    pub(crate) async fn sequence_notifications(&self) -> ServiceResult<()> {
+        if self.store.backend() == blazar_db::Backend::Postgres {
+            in_tx!(self, write, |tx| {
+                tx.sequence_notifications().await?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
     /// A reader of the lease events `identity` may see, after outbox position `after`
     /// (`None`: from now on). Members see their project's; admins every project's, or
     /// `project`'s when they name one.
@@ -171,15 +174,15 @@ impl Service {
         };
         let cursor = match after {
             Some(after) => after.max(0),
-            None => in_tx!(self, read, |tx| { Ok(tx.last_notification_seq().await?) })?,
+            None => {
+                self.sequence_notifications().await?;
+                in_tx!(self, read, |tx| { Ok(tx.last_notification_seq().await?) })?
+            }
         };
         Ok(LeaseEvents {
             identity: identity.clone(),
             project,
             cursor,
-            floor: cursor,
-            delivered: VecDeque::new(),
-            seen: HashSet::new(),
         })
     }
 
@@ -190,18 +193,13 @@ impl Service {
     ) -> ServiceResult<Vec<LeaseEvent>> {
         // Permission may have been withdrawn since the stream opened.
         self.authorize_own("blazar:leases:get", &reader.identity)?;
-        let from = (reader.cursor - LOOK_BEHIND).max(0);
+        self.sequence_notifications().await?;
         let rows = in_tx!(self, read, |tx| {
-            Ok(tx.notifications_after(from, EVENT_BATCH).await?)
+            Ok(tx.notifications_after(reader.cursor, EVENT_BATCH).await?)
         })?;
         let mut events = Vec::new();
         for row in rows {
             let n = row.notification;
-            if row.seq <= reader.floor || reader.seen.contains(&n.id) {
-                continue;
-            }
-            reader.seen.insert(n.id.clone());
-            reader.delivered.push_back((row.seq, n.id.clone()));
             reader.cursor = reader.cursor.max(row.seq);
             let text = |key: &str| n.payload.get(key).and_then(Value::as_str).map(String::from);
             let project_id = text("project_id");
@@ -220,14 +218,6 @@ impl Service {
                 status: text("status"),
                 created_at: n.created_at,
             });
-        }
-        // Forget what fell behind the look-behind window.
-        while let Some((seq, id)) = reader.delivered.front() {
-            if *seq > reader.cursor - LOOK_BEHIND {
-                break;
-            }
-            reader.seen.remove(id);
-            reader.delivered.pop_front();
         }
         Ok(events)
     }

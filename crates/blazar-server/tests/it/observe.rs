@@ -720,3 +720,37 @@ async fn an_open_event_stream_outlives_the_idle_connection_timeout() {
     assert_eq!(created[0].1, "lease.create");
     assert_eq!(created[0].2, lease.body["lease"]["id"].as_str().unwrap());
 }
+
+/// Creates committed side by side (on PostgreSQL, in transactions that overlap) each get an
+/// event of their own place: ids strictly increase, and a stream resumed after any of them
+/// goes on with exactly the events after it, none skipped, none repeated.
+#[tokio::test]
+async fn events_written_side_by_side_resume_after_any_of_them() {
+    const LEASES: usize = 16;
+    let app = TestApp::spawn().await;
+    for i in 0..LEASES {
+        app.create_host(&format!("compute-{i}"), json!({})).await;
+    }
+    let creates = (0..LEASES).map(|i| {
+        app.post(
+            "/v1/leases",
+            host_lease_body(&format!("l{i}"), "2030-01-01 10:00", "2030-01-01 12:00"),
+        )
+    });
+    for created in futures::future::join_all(creates).await {
+        created.assert_status(StatusCode::CREATED);
+    }
+
+    let mut all = Events::open(&app, &[("Last-Event-ID", "0")]).await;
+    let events = all.take(LEASES).await;
+    assert!(events.windows(2).all(|w| w[0].0 < w[1].0), "{events:?}");
+    let leases: std::collections::HashSet<&str> = events
+        .iter()
+        .map(|(_, _, lease, _)| lease.as_str())
+        .collect();
+    assert_eq!(leases.len(), LEASES, "{events:?}");
+    for (k, (id, ..)) in events.iter().enumerate().take(LEASES - 1) {
+        let mut resumed = Events::open(&app, &[("Last-Event-ID", &id.to_string())]).await;
+        assert_eq!(resumed.take(LEASES - k - 1).await, events[k + 1..].to_vec());
+    }
+}
