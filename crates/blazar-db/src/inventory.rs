@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use blazar_core::reservation::SourceFlavor;
 use blazar_core::{Flavor, ResourceRecord};
 
 use crate::properties::RESOURCE_CAPABILITIES;
@@ -52,13 +53,15 @@ fn resource_from_row(row: &AnyRow) -> DbResult<ResourceRecord> {
 fn flavor_from_row(row: &AnyRow) -> DbResult<Flavor> {
     let specs: String = row.try_get("extra_specs")?;
     Ok(Flavor {
-        id: row.try_get("id")?,
-        name: row.try_get("name")?,
-        vcpus: row.try_get("vcpus")?,
-        ram: row.try_get("ram")?,
-        disk: row.try_get("disk")?,
-        ephemeral: row.try_get("ephemeral")?,
-        extra_specs: json_object(&specs, "flavor extra specs")?,
+        source: SourceFlavor {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+            vcpus: row.try_get("vcpus")?,
+            ram: row.try_get("ram")?,
+            disk: row.try_get("disk")?,
+            ephemeral: row.try_get("ephemeral")?,
+            extra_specs: json_object(&specs, "flavor extra specs")?,
+        },
         created_at: from_secs(row.try_get("created_at")?)?,
         updated_at: from_opt_secs(row.try_get("updated_at")?)?,
     })
@@ -213,13 +216,13 @@ impl Tx {
             "INSERT INTO flavors (id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, \
              updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
-        .bind(&f.id)
-        .bind(&f.name)
-        .bind(f.vcpus)
-        .bind(f.ram)
-        .bind(f.disk)
-        .bind(f.ephemeral)
-        .bind(Value::Object(f.extra_specs.clone()).to_string())
+        .bind(&f.source.id)
+        .bind(&f.source.name)
+        .bind(f.source.vcpus)
+        .bind(f.source.ram)
+        .bind(f.source.disk)
+        .bind(f.source.ephemeral)
+        .bind(Value::Object(f.source.extra_specs.clone()).to_string())
         .bind(to_secs(f.created_at))
         .bind(f.updated_at.map(to_secs))
         .execute(self.conn().await?)
@@ -232,14 +235,14 @@ impl Tx {
             "UPDATE flavors SET name = $1, vcpus = $2, ram = $3, disk = $4, ephemeral = $5, \
              extra_specs = $6, updated_at = $7 WHERE id = $8",
         )
-        .bind(&f.name)
-        .bind(f.vcpus)
-        .bind(f.ram)
-        .bind(f.disk)
-        .bind(f.ephemeral)
-        .bind(Value::Object(f.extra_specs.clone()).to_string())
+        .bind(&f.source.name)
+        .bind(f.source.vcpus)
+        .bind(f.source.ram)
+        .bind(f.source.disk)
+        .bind(f.source.ephemeral)
+        .bind(Value::Object(f.source.extra_specs.clone()).to_string())
         .bind(f.updated_at.map(to_secs))
-        .bind(&f.id)
+        .bind(&f.source.id)
         .execute(self.conn().await?)
         .await?;
         Ok(())
