@@ -104,14 +104,12 @@ impl Tx {
 
     pub async fn get_host(&mut self, id: i64) -> DbResult<Option<HostRecord>> {
         let sql = format!("SELECT {HOST_COLUMNS} FROM hosts WHERE id = $1");
-        let Some(row) = sqlx::query(&sql)
-            .bind(id)
-            .fetch_optional(self.conn().await?)
+        let Some(mut host) = self
+            .fetch_optional_as(&sql, vec![id.into()], host_from_row)
             .await?
         else {
             return Ok(None);
         };
-        let mut host = host_from_row(&row)?;
         host.capabilities = self.capabilities_of(HOST_CAPABILITIES, id).await?;
         Ok(Some(host))
     }
@@ -129,15 +127,12 @@ impl Tx {
 
     pub async fn list_hosts(&mut self) -> DbResult<Vec<HostRecord>> {
         let sql = format!("SELECT {HOST_COLUMNS} FROM hosts ORDER BY id");
-        let rows = sqlx::query(&sql).fetch_all(self.conn().await?).await?;
+        let mut hosts = self.fetch_all_as(&sql, Vec::new(), host_from_row).await?;
         let mut caps = self.all_capabilities(HOST_CAPABILITIES, None).await?;
-        rows.iter()
-            .map(|row| {
-                let mut host = host_from_row(row)?;
-                host.capabilities = caps.remove(&host.id).unwrap_or_default();
-                Ok(host)
-            })
-            .collect()
+        for host in &mut hosts {
+            host.capabilities = caps.remove(&host.id).unwrap_or_default();
+        }
+        Ok(hosts)
     }
 
     pub async fn update_host_facts(

@@ -28,21 +28,22 @@ pub struct NewResource {
 
 const RESOURCE_COLUMNS: &str = "id, uid, kind, uniq, attrs, reservable, created_at, updated_at";
 
-fn json_object(text: &str, what: &str) -> DbResult<Map<String, Value>> {
-    match serde_json::from_str(text) {
+/// Column `column` of `row`, a JSON object stored as text (`what` names it when it is not).
+fn json_object(row: &AnyRow, column: &str, what: &str) -> DbResult<Map<String, Value>> {
+    let text: String = row.try_get(column)?;
+    match serde_json::from_str(&text) {
         Ok(Value::Object(map)) => Ok(map),
         _ => Err(DbError::Corrupt(format!("{what} {text:?}"))),
     }
 }
 
 fn resource_from_row(row: &AnyRow) -> DbResult<ResourceRecord> {
-    let attrs: String = row.try_get("attrs")?;
     Ok(ResourceRecord {
         id: row.try_get("id")?,
         uid: row.try_get("uid")?,
         kind: row.try_get("kind")?,
         uniq: row.try_get("uniq")?,
-        attrs: json_object(&attrs, "resource attrs")?,
+        attrs: json_object(row, "attrs", "resource attrs")?,
         reservable: row.try_get::<i64, _>("reservable")? != 0,
         capabilities: BTreeMap::new(),
         created_at: from_secs(row.try_get("created_at")?)?,
@@ -51,7 +52,6 @@ fn resource_from_row(row: &AnyRow) -> DbResult<ResourceRecord> {
 }
 
 fn flavor_from_row(row: &AnyRow) -> DbResult<Flavor> {
-    let specs: String = row.try_get("extra_specs")?;
     Ok(Flavor {
         source: SourceFlavor {
             id: row.try_get("id")?,
@@ -60,7 +60,7 @@ fn flavor_from_row(row: &AnyRow) -> DbResult<Flavor> {
             ram: row.try_get("ram")?,
             disk: row.try_get("disk")?,
             ephemeral: row.try_get("ephemeral")?,
-            extra_specs: json_object(&specs, "flavor extra specs")?,
+            extra_specs: json_object(row, "extra_specs", "flavor extra specs")?,
         },
         created_at: from_secs(row.try_get("created_at")?)?,
         updated_at: from_opt_secs(row.try_get("updated_at")?)?,
@@ -119,15 +119,13 @@ impl Tx {
         uid: &str,
     ) -> DbResult<Option<ResourceRecord>> {
         let sql = format!("SELECT {RESOURCE_COLUMNS} FROM resources WHERE kind = $1 AND uid = $2");
-        let Some(row) = sqlx::query(&sql)
-            .bind(kind)
-            .bind(uid)
-            .fetch_optional(self.conn().await?)
+        let args = vec![kind.into(), uid.into()];
+        let Some(mut record) = self
+            .fetch_optional_as(&sql, args, resource_from_row)
             .await?
         else {
             return Ok(None);
         };
-        let mut record = resource_from_row(&row)?;
         record.capabilities = self
             .capabilities_of(RESOURCE_CAPABILITIES, record.id)
             .await?;
@@ -146,14 +144,9 @@ impl Tx {
 
     pub async fn list_resources(&mut self, kind: &str) -> DbResult<Vec<ResourceRecord>> {
         let sql = format!("SELECT {RESOURCE_COLUMNS} FROM resources WHERE kind = $1 ORDER BY id");
-        let rows = sqlx::query(&sql)
-            .bind(kind)
-            .fetch_all(self.conn().await?)
+        let mut records = self
+            .fetch_all_as(&sql, vec![kind.into()], resource_from_row)
             .await?;
-        let mut records = rows
-            .iter()
-            .map(resource_from_row)
-            .collect::<DbResult<Vec<_>>>()?;
         let ids: Vec<i64> = records.iter().map(|r| r.id).collect();
         if !ids.is_empty() {
             let mut caps = self
@@ -168,14 +161,12 @@ impl Tx {
 
     /// The kind of a resource, for bumping its inventory version.
     async fn kind_of(&mut self, id: i64) -> DbResult<Option<String>> {
-        let row = sqlx::query("SELECT kind FROM resources WHERE id = $1")
-            .bind(id)
-            .fetch_optional(self.conn().await?)
-            .await?;
-        Ok(match row {
-            Some(r) => Some(r.try_get("kind")?),
-            None => None,
-        })
+        self.fetch_optional_as(
+            "SELECT kind FROM resources WHERE id = $1",
+            vec![id.into()],
+            |r| Ok(r.try_get("kind")?),
+        )
+        .await
     }
 
     pub async fn update_resource(
