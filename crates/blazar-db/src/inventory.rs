@@ -13,7 +13,7 @@ use blazar_core::reservation::SourceFlavor;
 use blazar_core::{Flavor, ResourceRecord};
 
 use crate::properties::RESOURCE_CAPABILITIES;
-use crate::{DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
+use crate::{Columns, DbError, DbResult, Tx, from_opt_secs, from_secs};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewResource {
@@ -51,6 +51,22 @@ fn resource_from_row(row: &AnyRow) -> DbResult<ResourceRecord> {
     })
 }
 
+/// The columns of a flavor an update may change, first in its insert and update alike.
+fn flavor_changes(f: &Flavor) -> Columns {
+    let s = &f.source;
+    Columns::default()
+        .set("name", &s.name)
+        .set("vcpus", s.vcpus)
+        .set("ram", s.ram)
+        .set("disk", s.disk)
+        .set("ephemeral", s.ephemeral)
+        .set(
+            "extra_specs",
+            Value::Object(s.extra_specs.clone()).to_string(),
+        )
+        .set("updated_at", f.updated_at)
+}
+
 fn flavor_from_row(row: &AnyRow) -> DbResult<Flavor> {
     Ok(Flavor {
         source: SourceFlavor {
@@ -69,19 +85,15 @@ fn flavor_from_row(row: &AnyRow) -> DbResult<Flavor> {
 
 impl Tx {
     pub async fn insert_resource(&mut self, r: &NewResource) -> DbResult<i64> {
-        let row = sqlx::query(
-            "INSERT INTO resources (uid, kind, uniq, attrs, reservable, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, NULL) RETURNING id",
-        )
-        .bind(&r.uid)
-        .bind(&r.kind)
-        .bind(&r.uniq)
-        .bind(Value::Object(r.attrs.clone()).to_string())
-        .bind(i64::from(r.reservable))
-        .bind(to_secs(r.created_at))
-        .fetch_one(self.conn().await?)
-        .await?;
-        let id: i64 = row.try_get("id")?;
+        let columns = Columns::default()
+            .set("uid", &r.uid)
+            .set("kind", &r.kind)
+            .set("uniq", &r.uniq)
+            .set("attrs", Value::Object(r.attrs.clone()).to_string())
+            .set("reservable", r.reservable)
+            .set("created_at", r.created_at)
+            .set("updated_at", None::<DateTime<Utc>>);
+        let id = self.insert_returning_id("resources", columns).await?;
         for (key, value) in &r.capabilities {
             self.set_resource_capability(&r.kind, id, key, value, r.created_at)
                 .await?;
@@ -178,14 +190,13 @@ impl Tx {
         now: DateTime<Utc>,
     ) -> DbResult<()> {
         let kind = self.kind_of(id).await?;
-        sqlx::query("UPDATE resources SET attrs = $1, uniq = $2, reservable = $3, updated_at = $4 WHERE id = $5")
-            .bind(Value::Object(attrs.clone()).to_string())
-            .bind(uniq)
-            .bind(i64::from(reservable))
-            .bind(to_secs(now))
-            .bind(id)
-            .execute(self.conn().await?)
-            .await?;
+        let (sql, args) = Columns::default()
+            .set("attrs", Value::Object(attrs.clone()).to_string())
+            .set("uniq", uniq)
+            .set("reservable", reservable)
+            .set("updated_at", now)
+            .update("resources", "", "id", id);
+        self.execute(&sql, args).await?;
         if let Some(kind) = kind {
             self.bump_inventory(&kind).await?;
         }
@@ -202,40 +213,19 @@ impl Tx {
         Ok(())
     }
 
+    /// Run at once, so that a taken id or name fails here, where the caller tells it apart.
     pub async fn insert_flavor(&mut self, f: &Flavor) -> DbResult<()> {
-        sqlx::query(
-            "INSERT INTO flavors (id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, \
-             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(&f.source.id)
-        .bind(&f.source.name)
-        .bind(f.source.vcpus)
-        .bind(f.source.ram)
-        .bind(f.source.disk)
-        .bind(f.source.ephemeral)
-        .bind(Value::Object(f.source.extra_specs.clone()).to_string())
-        .bind(to_secs(f.created_at))
-        .bind(f.updated_at.map(to_secs))
-        .execute(self.conn().await?)
-        .await?;
+        let (sql, args) = flavor_changes(f)
+            .set("id", &f.source.id)
+            .set("created_at", f.created_at)
+            .insert("flavors");
+        self.execute(&sql, args).await?;
         Ok(())
     }
 
     pub async fn update_flavor(&mut self, f: &Flavor) -> DbResult<()> {
-        sqlx::query(
-            "UPDATE flavors SET name = $1, vcpus = $2, ram = $3, disk = $4, ephemeral = $5, \
-             extra_specs = $6, updated_at = $7 WHERE id = $8",
-        )
-        .bind(&f.source.name)
-        .bind(f.source.vcpus)
-        .bind(f.source.ram)
-        .bind(f.source.disk)
-        .bind(f.source.ephemeral)
-        .bind(Value::Object(f.source.extra_specs.clone()).to_string())
-        .bind(f.updated_at.map(to_secs))
-        .bind(&f.source.id)
-        .execute(self.conn().await?)
-        .await?;
+        let (sql, args) = flavor_changes(f).update("flavors", "", "id", &f.source.id);
+        self.execute(&sql, args).await?;
         Ok(())
     }
 
