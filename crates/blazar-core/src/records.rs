@@ -7,17 +7,14 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
+use crate::reservation::SourceFlavor;
 use crate::status::{ActionKind, ActionPurpose, ActionStatus};
 
+/// A flavor registered with blazar-rs: what a reservation is sized by, and when it was
+/// registered.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Flavor {
-    pub id: String,
-    pub name: String,
-    pub vcpus: i64,
-    pub ram: i64,
-    pub disk: i64,
-    pub ephemeral: i64,
-    pub extra_specs: Map<String, Value>,
+    pub source: SourceFlavor,
     pub created_at: DateTime<Utc>,
     pub updated_at: Option<DateTime<Utc>>,
 }

@@ -6,7 +6,7 @@ use sqlx::any::AnyRow;
 
 use blazar_core::Event;
 
-use crate::{DbResult, Tx, from_opt_secs, from_secs, wire};
+use crate::{Columns, DbResult, Tx, from_opt_secs, from_secs, wire};
 
 const EVENT_COLUMNS: &str =
     "e.id, e.lease_id, e.event_type, e.event_time, e.rank, e.status, e.created_at, e.updated_at";
@@ -27,6 +27,14 @@ fn event_from_row(row: &AnyRow) -> DbResult<Event> {
     ))
 }
 
+/// The columns of an event an update may change, first in its insert and update alike.
+fn event_changes(e: &Event) -> Columns {
+    Columns::default()
+        .set("event_time", e.time)
+        .set("status", e.status)
+        .set("updated_at", e.updated_at)
+}
+
 pub(crate) fn event_from_tuple(t: EventTuple) -> DbResult<Event> {
     Ok(Event {
         id: t.0,
@@ -43,35 +51,20 @@ pub(crate) fn event_from_tuple(t: EventTuple) -> DbResult<Event> {
 impl Tx {
     pub async fn insert_event(&mut self, e: &Event) -> DbResult<()> {
         self.revise_lease(&e.lease_id);
-        self.write(
-            "INSERT INTO events (id, lease_id, event_type, event_time, rank, status, created_at, \
-             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            vec![
-                (&e.id).into(),
-                (&e.lease_id).into(),
-                e.event_type.into(),
-                e.time.into(),
-                e.rank.into(),
-                e.status.into(),
-                e.created_at.into(),
-                e.updated_at.into(),
-            ],
-        )
-        .await
+        let (sql, args) = event_changes(e)
+            .set("id", &e.id)
+            .set("lease_id", &e.lease_id)
+            .set("event_type", e.event_type)
+            .set("rank", e.rank)
+            .set("created_at", e.created_at)
+            .insert("events");
+        self.write(&sql, args).await
     }
 
     pub async fn update_event(&mut self, e: &Event) -> DbResult<()> {
         self.revise_lease(&e.lease_id);
-        self.write(
-            "UPDATE events SET event_time = $1, status = $2, updated_at = $3 WHERE id = $4",
-            vec![
-                e.time.into(),
-                e.status.into(),
-                e.updated_at.into(),
-                (&e.id).into(),
-            ],
-        )
-        .await
+        let (sql, args) = event_changes(e).update("events", "", "id", &e.id);
+        self.write(&sql, args).await
     }
 
     pub async fn events_of(&mut self, lease_id: &str) -> DbResult<Vec<Event>> {

@@ -8,7 +8,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::properties::HOST_CAPABILITIES;
-use crate::{DbResult, Tx, from_opt_secs, from_secs, to_secs};
+use crate::{Columns, DbResult, Tx, from_opt_secs, from_secs};
 
 const HOST_COLUMNS: &str = "id, hypervisor_hostname, service_name, hypervisor_type, \
     hypervisor_version, vcpus, memory_mb, local_gb, cpu_info, availability_zone, status, \
@@ -45,38 +45,31 @@ fn host_from_row(row: &AnyRow) -> DbResult<HostRecord> {
     })
 }
 
-type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
-
-/// Binds the facts of a host an update may change, in the order its insert and update both
-/// name them (from `service_name` to `availability_zone`).
-fn bind_facts<'q>(query: Query<'q>, f: &'q HostFacts) -> Query<'q> {
-    query
-        .bind(&f.service_name)
-        .bind(&f.hypervisor_type)
-        .bind(f.hypervisor_version)
-        .bind(f.vcpus)
-        .bind(f.memory_mb)
-        .bind(f.local_gb)
-        .bind(&f.cpu_info)
-        .bind(&f.availability_zone)
+/// The facts of a host an update may change, first in its insert and update alike, so both
+/// store them the same way.
+fn facts_columns(f: &HostFacts) -> Columns {
+    Columns::default()
+        .set("service_name", &f.service_name)
+        .set("hypervisor_type", &f.hypervisor_type)
+        .set("hypervisor_version", f.hypervisor_version)
+        .set("vcpus", f.vcpus)
+        .set("memory_mb", f.memory_mb)
+        .set("local_gb", f.local_gb)
+        .set("cpu_info", &f.cpu_info)
+        .set("availability_zone", &f.availability_zone)
 }
 
 impl Tx {
     pub async fn insert_host(&mut self, host: &NewHost) -> DbResult<i64> {
         let f = &host.facts;
-        let query = sqlx::query(
-            "INSERT INTO hosts (hypervisor_hostname, service_name, hypervisor_type, \
-             hypervisor_version, vcpus, memory_mb, local_gb, cpu_info, availability_zone, \
-             status, reservable, trust_id, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, 1, $10, $11, NULL) RETURNING id",
-        )
-        .bind(&f.hypervisor_hostname);
-        let row = bind_facts(query, f)
-            .bind(&host.trust_id)
-            .bind(to_secs(host.created_at))
-            .fetch_one(self.conn().await?)
-            .await?;
-        let id: i64 = row.try_get("id")?;
+        let columns = facts_columns(f)
+            .set("hypervisor_hostname", &f.hypervisor_hostname)
+            .set("status", None::<&str>)
+            .set("reservable", true)
+            .set("trust_id", &host.trust_id)
+            .set("created_at", host.created_at)
+            .set("updated_at", None::<DateTime<Utc>>);
+        let id = self.insert_returning_id("hosts", columns).await?;
         for (key, value) in &host.capabilities {
             self.set_host_capability(id, key, value, host.created_at)
                 .await?;
@@ -104,14 +97,12 @@ impl Tx {
 
     pub async fn get_host(&mut self, id: i64) -> DbResult<Option<HostRecord>> {
         let sql = format!("SELECT {HOST_COLUMNS} FROM hosts WHERE id = $1");
-        let Some(row) = sqlx::query(&sql)
-            .bind(id)
-            .fetch_optional(self.conn().await?)
+        let Some(mut host) = self
+            .fetch_optional_as(&sql, vec![id.into()], host_from_row)
             .await?
         else {
             return Ok(None);
         };
-        let mut host = host_from_row(&row)?;
         host.capabilities = self.capabilities_of(HOST_CAPABILITIES, id).await?;
         Ok(Some(host))
     }
@@ -129,15 +120,12 @@ impl Tx {
 
     pub async fn list_hosts(&mut self) -> DbResult<Vec<HostRecord>> {
         let sql = format!("SELECT {HOST_COLUMNS} FROM hosts ORDER BY id");
-        let rows = sqlx::query(&sql).fetch_all(self.conn().await?).await?;
+        let mut hosts = self.fetch_all_as(&sql, Vec::new(), host_from_row).await?;
         let mut caps = self.all_capabilities(HOST_CAPABILITIES, None).await?;
-        rows.iter()
-            .map(|row| {
-                let mut host = host_from_row(row)?;
-                host.capabilities = caps.remove(&host.id).unwrap_or_default();
-                Ok(host)
-            })
-            .collect()
+        for host in &mut hosts {
+            host.capabilities = caps.remove(&host.id).unwrap_or_default();
+        }
+        Ok(hosts)
     }
 
     pub async fn update_host_facts(
@@ -147,19 +135,8 @@ impl Tx {
         reservable: bool,
         now: DateTime<Utc>,
     ) -> DbResult<()> {
-        let query = sqlx::query(
-            "UPDATE hosts SET service_name = $1, hypervisor_type = $2, hypervisor_version = $3, \
-             vcpus = $4, memory_mb = $5, local_gb = $6, cpu_info = $7, availability_zone = $8, \
-             reservable = $9, updated_at = $10 WHERE id = $11",
-        );
-        bind_facts(query, facts)
-            .bind(i64::from(reservable))
-            .bind(to_secs(now))
-            .bind(id)
-            .execute(self.conn().await?)
-            .await?;
-        self.bump_inventory(PHYSICAL_HOST).await?;
-        Ok(())
+        self.update_host(id, reservable, now, facts_columns(facts))
+            .await
     }
 
     /// Sets whether the host may be reserved and the status that says why not (`down`: the
@@ -171,15 +148,25 @@ impl Tx {
         status: Option<&str>,
         now: DateTime<Utc>,
     ) -> DbResult<()> {
-        sqlx::query("UPDATE hosts SET reservable = $1, status = $2, updated_at = $3 WHERE id = $4")
-            .bind(i64::from(reservable))
-            .bind(status)
-            .bind(to_secs(now))
-            .bind(id)
-            .execute(self.conn().await?)
-            .await?;
-        self.bump_inventory(PHYSICAL_HOST).await?;
-        Ok(())
+        let columns = Columns::default().set("status", status);
+        self.update_host(id, reservable, now, columns).await
+    }
+
+    /// Writes `columns` of host `id`, whether it is reservable and when it changed (`now`),
+    /// and moves the host inventory's version: what a change of facts and of health share.
+    async fn update_host(
+        &mut self,
+        id: i64,
+        reservable: bool,
+        now: DateTime<Utc>,
+        columns: Columns,
+    ) -> DbResult<()> {
+        let (sql, args) = columns
+            .set("reservable", reservable)
+            .set("updated_at", now)
+            .update("hosts", "", "id", id);
+        self.execute(&sql, args).await?;
+        self.bump_inventory(PHYSICAL_HOST).await
     }
 
     pub async fn delete_host(&mut self, id: i64) -> DbResult<()> {

@@ -9,10 +9,11 @@ use serde_json::{Map, Value};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use blazar_core::reservation::SourceFlavor;
 use blazar_core::{Flavor, ResourceRecord};
 
 use crate::properties::RESOURCE_CAPABILITIES;
-use crate::{DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
+use crate::{Columns, DbError, DbResult, Tx, from_opt_secs, from_secs};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewResource {
@@ -27,21 +28,22 @@ pub struct NewResource {
 
 const RESOURCE_COLUMNS: &str = "id, uid, kind, uniq, attrs, reservable, created_at, updated_at";
 
-fn json_object(text: &str, what: &str) -> DbResult<Map<String, Value>> {
-    match serde_json::from_str(text) {
+/// Column `column` of `row`, a JSON object stored as text (`what` names it when it is not).
+fn json_object(row: &AnyRow, column: &str, what: &str) -> DbResult<Map<String, Value>> {
+    let text: String = row.try_get(column)?;
+    match serde_json::from_str(&text) {
         Ok(Value::Object(map)) => Ok(map),
         _ => Err(DbError::Corrupt(format!("{what} {text:?}"))),
     }
 }
 
 fn resource_from_row(row: &AnyRow) -> DbResult<ResourceRecord> {
-    let attrs: String = row.try_get("attrs")?;
     Ok(ResourceRecord {
         id: row.try_get("id")?,
         uid: row.try_get("uid")?,
         kind: row.try_get("kind")?,
         uniq: row.try_get("uniq")?,
-        attrs: json_object(&attrs, "resource attrs")?,
+        attrs: json_object(row, "attrs", "resource attrs")?,
         reservable: row.try_get::<i64, _>("reservable")? != 0,
         capabilities: BTreeMap::new(),
         created_at: from_secs(row.try_get("created_at")?)?,
@@ -49,16 +51,33 @@ fn resource_from_row(row: &AnyRow) -> DbResult<ResourceRecord> {
     })
 }
 
+/// The columns of a flavor an update may change, first in its insert and update alike.
+fn flavor_changes(f: &Flavor) -> Columns {
+    let s = &f.source;
+    Columns::default()
+        .set("name", &s.name)
+        .set("vcpus", s.vcpus)
+        .set("ram", s.ram)
+        .set("disk", s.disk)
+        .set("ephemeral", s.ephemeral)
+        .set(
+            "extra_specs",
+            Value::Object(s.extra_specs.clone()).to_string(),
+        )
+        .set("updated_at", f.updated_at)
+}
+
 fn flavor_from_row(row: &AnyRow) -> DbResult<Flavor> {
-    let specs: String = row.try_get("extra_specs")?;
     Ok(Flavor {
-        id: row.try_get("id")?,
-        name: row.try_get("name")?,
-        vcpus: row.try_get("vcpus")?,
-        ram: row.try_get("ram")?,
-        disk: row.try_get("disk")?,
-        ephemeral: row.try_get("ephemeral")?,
-        extra_specs: json_object(&specs, "flavor extra specs")?,
+        source: SourceFlavor {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+            vcpus: row.try_get("vcpus")?,
+            ram: row.try_get("ram")?,
+            disk: row.try_get("disk")?,
+            ephemeral: row.try_get("ephemeral")?,
+            extra_specs: json_object(row, "extra_specs", "flavor extra specs")?,
+        },
         created_at: from_secs(row.try_get("created_at")?)?,
         updated_at: from_opt_secs(row.try_get("updated_at")?)?,
     })
@@ -66,19 +85,15 @@ fn flavor_from_row(row: &AnyRow) -> DbResult<Flavor> {
 
 impl Tx {
     pub async fn insert_resource(&mut self, r: &NewResource) -> DbResult<i64> {
-        let row = sqlx::query(
-            "INSERT INTO resources (uid, kind, uniq, attrs, reservable, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, NULL) RETURNING id",
-        )
-        .bind(&r.uid)
-        .bind(&r.kind)
-        .bind(&r.uniq)
-        .bind(Value::Object(r.attrs.clone()).to_string())
-        .bind(i64::from(r.reservable))
-        .bind(to_secs(r.created_at))
-        .fetch_one(self.conn().await?)
-        .await?;
-        let id: i64 = row.try_get("id")?;
+        let columns = Columns::default()
+            .set("uid", &r.uid)
+            .set("kind", &r.kind)
+            .set("uniq", &r.uniq)
+            .set("attrs", Value::Object(r.attrs.clone()).to_string())
+            .set("reservable", r.reservable)
+            .set("created_at", r.created_at)
+            .set("updated_at", None::<DateTime<Utc>>);
+        let id = self.insert_returning_id("resources", columns).await?;
         for (key, value) in &r.capabilities {
             self.set_resource_capability(&r.kind, id, key, value, r.created_at)
                 .await?;
@@ -116,15 +131,13 @@ impl Tx {
         uid: &str,
     ) -> DbResult<Option<ResourceRecord>> {
         let sql = format!("SELECT {RESOURCE_COLUMNS} FROM resources WHERE kind = $1 AND uid = $2");
-        let Some(row) = sqlx::query(&sql)
-            .bind(kind)
-            .bind(uid)
-            .fetch_optional(self.conn().await?)
+        let args = vec![kind.into(), uid.into()];
+        let Some(mut record) = self
+            .fetch_optional_as(&sql, args, resource_from_row)
             .await?
         else {
             return Ok(None);
         };
-        let mut record = resource_from_row(&row)?;
         record.capabilities = self
             .capabilities_of(RESOURCE_CAPABILITIES, record.id)
             .await?;
@@ -143,14 +156,9 @@ impl Tx {
 
     pub async fn list_resources(&mut self, kind: &str) -> DbResult<Vec<ResourceRecord>> {
         let sql = format!("SELECT {RESOURCE_COLUMNS} FROM resources WHERE kind = $1 ORDER BY id");
-        let rows = sqlx::query(&sql)
-            .bind(kind)
-            .fetch_all(self.conn().await?)
+        let mut records = self
+            .fetch_all_as(&sql, vec![kind.into()], resource_from_row)
             .await?;
-        let mut records = rows
-            .iter()
-            .map(resource_from_row)
-            .collect::<DbResult<Vec<_>>>()?;
         let ids: Vec<i64> = records.iter().map(|r| r.id).collect();
         if !ids.is_empty() {
             let mut caps = self
@@ -165,14 +173,12 @@ impl Tx {
 
     /// The kind of a resource, for bumping its inventory version.
     async fn kind_of(&mut self, id: i64) -> DbResult<Option<String>> {
-        let row = sqlx::query("SELECT kind FROM resources WHERE id = $1")
-            .bind(id)
-            .fetch_optional(self.conn().await?)
-            .await?;
-        Ok(match row {
-            Some(r) => Some(r.try_get("kind")?),
-            None => None,
-        })
+        self.fetch_optional_as(
+            "SELECT kind FROM resources WHERE id = $1",
+            vec![id.into()],
+            |r| Ok(r.try_get("kind")?),
+        )
+        .await
     }
 
     pub async fn update_resource(
@@ -184,14 +190,13 @@ impl Tx {
         now: DateTime<Utc>,
     ) -> DbResult<()> {
         let kind = self.kind_of(id).await?;
-        sqlx::query("UPDATE resources SET attrs = $1, uniq = $2, reservable = $3, updated_at = $4 WHERE id = $5")
-            .bind(Value::Object(attrs.clone()).to_string())
-            .bind(uniq)
-            .bind(i64::from(reservable))
-            .bind(to_secs(now))
-            .bind(id)
-            .execute(self.conn().await?)
-            .await?;
+        let (sql, args) = Columns::default()
+            .set("attrs", Value::Object(attrs.clone()).to_string())
+            .set("uniq", uniq)
+            .set("reservable", reservable)
+            .set("updated_at", now)
+            .update("resources", "", "id", id);
+        self.execute(&sql, args).await?;
         if let Some(kind) = kind {
             self.bump_inventory(&kind).await?;
         }
@@ -208,40 +213,19 @@ impl Tx {
         Ok(())
     }
 
+    /// Run at once, so that a taken id or name fails here, where the caller tells it apart.
     pub async fn insert_flavor(&mut self, f: &Flavor) -> DbResult<()> {
-        sqlx::query(
-            "INSERT INTO flavors (id, name, vcpus, ram, disk, ephemeral, extra_specs, created_at, \
-             updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(&f.id)
-        .bind(&f.name)
-        .bind(f.vcpus)
-        .bind(f.ram)
-        .bind(f.disk)
-        .bind(f.ephemeral)
-        .bind(Value::Object(f.extra_specs.clone()).to_string())
-        .bind(to_secs(f.created_at))
-        .bind(f.updated_at.map(to_secs))
-        .execute(self.conn().await?)
-        .await?;
+        let (sql, args) = flavor_changes(f)
+            .set("id", &f.source.id)
+            .set("created_at", f.created_at)
+            .insert("flavors");
+        self.execute(&sql, args).await?;
         Ok(())
     }
 
     pub async fn update_flavor(&mut self, f: &Flavor) -> DbResult<()> {
-        sqlx::query(
-            "UPDATE flavors SET name = $1, vcpus = $2, ram = $3, disk = $4, ephemeral = $5, \
-             extra_specs = $6, updated_at = $7 WHERE id = $8",
-        )
-        .bind(&f.name)
-        .bind(f.vcpus)
-        .bind(f.ram)
-        .bind(f.disk)
-        .bind(f.ephemeral)
-        .bind(Value::Object(f.extra_specs.clone()).to_string())
-        .bind(f.updated_at.map(to_secs))
-        .bind(&f.id)
-        .execute(self.conn().await?)
-        .await?;
+        let (sql, args) = flavor_changes(f).update("flavors", "", "id", &f.source.id);
+        self.execute(&sql, args).await?;
         Ok(())
     }
 

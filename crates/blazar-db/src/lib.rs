@@ -509,6 +509,18 @@ impl From<String> for Arg {
     }
 }
 
+impl From<Option<&str>> for Arg {
+    fn from(v: Option<&str>) -> Arg {
+        Arg::Text(v.map(String::from))
+    }
+}
+
+impl From<Option<String>> for Arg {
+    fn from(v: Option<String>) -> Arg {
+        Arg::Text(v)
+    }
+}
+
 /// Statuses and event types are stored in their wire spelling.
 macro_rules! wire_args {
     ($($t:ty),+) => {$(
@@ -694,6 +706,28 @@ impl Tx {
             }
         }
         Ok(())
+    }
+
+    /// Runs a write at once, not queued, and answers how many rows it changed: for a write
+    /// whose failure or count the caller looks at, or that must fail where it is made.
+    pub(crate) async fn execute(&mut self, sql: &str, args: Vec<Arg>) -> DbResult<u64> {
+        let done = bind_all(sqlx::query(sql), args)
+            .execute(self.conn().await?)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Inserts `columns` into `table` at once and answers the id the database gave the row.
+    pub(crate) async fn insert_returning_id(
+        &mut self,
+        table: &str,
+        columns: Columns,
+    ) -> DbResult<i64> {
+        let (sql, args) = columns.insert(table);
+        let row = bind_all(sqlx::query(&format!("{sql} RETURNING id")), args)
+            .fetch_one(self.conn().await?)
+            .await?;
+        Ok(sqlx::Row::try_get(&row, "id")?)
     }
 
     /// Runs a query that returns rows. On SQLite the queued writes travel in front of it in

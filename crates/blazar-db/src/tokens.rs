@@ -7,7 +7,7 @@ use sqlx::any::AnyRow;
 
 use blazar_core::ApiToken;
 
-use crate::{DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
+use crate::{Columns, DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
 
 const COLUMNS: &str = "id, secret_sha256, user_id, project_id, roles, description, created_at, \
     expires_at, revoked_at";
@@ -33,21 +33,21 @@ fn token_from_row(row: &AnyRow) -> DbResult<ApiToken> {
 
 impl Tx {
     pub async fn insert_api_token(&mut self, token: &ApiToken) -> DbResult<()> {
-        let roles = serde_json::Value::from(token.roles.clone()).to_string();
-        sqlx::query(&format!(
-            "INSERT INTO api_tokens ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-        ))
-        .bind(&token.id)
-        .bind(&token.secret_sha256)
-        .bind(&token.user_id)
-        .bind(&token.project_id)
-        .bind(roles)
-        .bind(&token.description)
-        .bind(to_secs(token.created_at))
-        .bind(token.expires_at.map(to_secs))
-        .bind(token.revoked_at.map(to_secs))
-        .execute(self.conn().await?)
-        .await?;
+        let (sql, args) = Columns::default()
+            .set("id", &token.id)
+            .set("secret_sha256", &token.secret_sha256)
+            .set("user_id", &token.user_id)
+            .set("project_id", &token.project_id)
+            .set(
+                "roles",
+                serde_json::Value::from(token.roles.clone()).to_string(),
+            )
+            .set("description", &token.description)
+            .set("created_at", token.created_at)
+            .set("expires_at", token.expires_at)
+            .set("revoked_at", token.revoked_at)
+            .insert("api_tokens");
+        self.execute(&sql, args).await?;
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use sqlx::any::AnyRow;
 
 use blazar_core::{Webhook, WebhookDelivery};
 
-use crate::{Arg, DbError, DbResult, Tx, from_secs, to_secs};
+use crate::{Arg, Columns, DbError, DbResult, Tx, from_secs, to_secs};
 
 const COLUMNS: &str = "id, project_id, url, secret, description, created_by, created_at";
 
@@ -72,19 +72,16 @@ pub struct DeliveryCounts {
 
 impl Tx {
     pub async fn insert_webhook(&mut self, webhook: &Webhook) -> DbResult<()> {
-        self.write(
-            &format!("INSERT INTO webhooks ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"),
-            vec![
-                (&webhook.id).into(),
-                Arg::Text(webhook.project_id.clone()),
-                (&webhook.url).into(),
-                (&webhook.secret).into(),
-                (&webhook.description).into(),
-                Arg::Text(webhook.created_by.clone()),
-                webhook.created_at.into(),
-            ],
-        )
-        .await?;
+        let (sql, args) = Columns::default()
+            .set("id", &webhook.id)
+            .set("project_id", webhook.project_id.clone())
+            .set("url", &webhook.url)
+            .set("secret", &webhook.secret)
+            .set("description", &webhook.description)
+            .set("created_by", webhook.created_by.clone())
+            .set("created_at", webhook.created_at)
+            .insert("webhooks");
+        self.write(&sql, args).await?;
         for event_type in &webhook.event_types {
             self.write(
                 "INSERT INTO webhook_event_types (webhook_id, event_type) VALUES ($1, $2)",

@@ -11,7 +11,7 @@
 //! Blazar's protocol has no dry run, and an accounting service charges at `check-create`.
 
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -302,23 +302,29 @@ fn host_value(h: &HostRecord) -> Value {
     m.insert("status".into(), json!(h.status));
     m.insert("availability_zone".into(), json!(f.availability_zone));
     m.insert("trust_id".into(), json!(h.trust_id));
-    m.insert("reservable".into(), json!(h.reservable));
-    m.insert("created_at".into(), json!(iso(h.created_at)));
-    m.insert("updated_at".into(), json!(h.updated_at.map(iso)));
-    for (k, v) in &h.capabilities {
-        m.insert(k.clone(), json!(v));
-    }
-    Value::Object(m)
+    with_common(m, h.reservable, h.created_at, h.updated_at, &h.capabilities)
 }
 
 /// A pool resource (floating IP, network, device) as its plugin `get`s it.
 fn resource_value(r: &ResourceRecord) -> Value {
     let mut m = r.attrs.clone();
     m.insert("id".into(), json!(r.uid));
-    m.insert("reservable".into(), json!(r.reservable));
-    m.insert("created_at".into(), json!(iso(r.created_at)));
-    m.insert("updated_at".into(), json!(r.updated_at.map(iso)));
-    for (k, v) in &r.capabilities {
+    with_common(m, r.reservable, r.created_at, r.updated_at, &r.capabilities)
+}
+
+/// What every plugin's resource ends with, in this order: whether it is reservable, its
+/// dates, and its extra capabilities on top.
+fn with_common(
+    mut m: Map<String, Value>,
+    reservable: bool,
+    created_at: DateTime<Utc>,
+    updated_at: Option<DateTime<Utc>>,
+    capabilities: &BTreeMap<String, String>,
+) -> Value {
+    m.insert("reservable".into(), json!(reservable));
+    m.insert("created_at".into(), json!(iso(created_at)));
+    m.insert("updated_at".into(), json!(updated_at.map(iso)));
+    for (k, v) in capabilities {
         m.insert(k.clone(), json!(v));
     }
     Value::Object(m)

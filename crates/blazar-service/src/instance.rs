@@ -445,19 +445,6 @@ pub(crate) async fn refill_shape(
     }
 }
 
-/// A registered flavor in the spec's terms.
-fn source_flavor(flavor: Flavor) -> SourceFlavor {
-    SourceFlavor {
-        id: flavor.id,
-        name: flavor.name,
-        vcpus: flavor.vcpus,
-        ram: flavor.ram,
-        disk: flavor.disk,
-        ephemeral: flavor.ephemeral,
-        extra_specs: flavor.extra_specs,
-    }
-}
-
 /// A flavor the cloud gave, checked as a registered one is.
 pub(crate) fn found_in_cloud(flavor: &Value) -> ServiceResult<FoundFlavor> {
     let source = SourceFlavor::from_json(flavor).ok_or_else(|| {
@@ -481,14 +468,14 @@ pub(crate) async fn resolve_flavor(tx: &mut Tx, spec: &mut ReservationSpec) -> S
              id or name of a registered flavor"
         ))
     })?;
-    f.flavor = FlavorChoice::Found(FoundFlavor::new(source_flavor(flavor))?);
+    f.flavor = FlavorChoice::Found(FoundFlavor::new(flavor.source)?);
     Ok(())
 }
 
 /// Whether a registered flavor is one an instance reservation could take: its size and its
 /// trait requirements are well-formed.
 pub(crate) fn check_flavor(flavor: &Flavor) -> ServiceResult<()> {
-    FoundFlavor::new(source_flavor(flavor.clone()))?;
+    FoundFlavor::new(flavor.source.clone())?;
     Ok(())
 }
 

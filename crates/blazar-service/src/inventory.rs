@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use blazar_core::reservation::SourceFlavor;
 use blazar_core::{Flavor, Property, ResourceRecord};
 use blazar_db::NewResource;
 use serde_json::{Map, Value};
@@ -540,13 +541,15 @@ impl Service {
             }
         };
         let flavor = Flavor {
-            id,
-            name,
-            vcpus: number("vcpus", 1, None)?,
-            ram: number("ram", 1, None)?,
-            disk: number("disk", 0, Some(0))?,
-            ephemeral,
-            extra_specs,
+            source: SourceFlavor {
+                id,
+                name,
+                vcpus: number("vcpus", 1, None)?,
+                ram: number("ram", 1, None)?,
+                disk: number("disk", 0, Some(0))?,
+                ephemeral,
+                extra_specs,
+            },
             created_at: self.now(),
             updated_at: None,
         };
@@ -557,7 +560,7 @@ impl Service {
             match tx.insert_flavor(&flavor).await {
                 Err(blazar_db::DbError::Duplicate(_)) => Err(ServiceError::Conflict(format!(
                     "Flavor {} already exists",
-                    flavor.name
+                    flavor.source.name
                 ))),
                 other => Ok(other?),
             }
@@ -587,7 +590,7 @@ impl Service {
             })?;
             // Reservations keep a copy of the flavor they were made from, so deleting it
             // changes nothing already granted.
-            tx.delete_flavor(&flavor.id).await?;
+            tx.delete_flavor(&flavor.source.id).await?;
             Ok(())
         })
     }

@@ -353,14 +353,15 @@ pub fn property_listing(listing: blazar_service::PropertyListing) -> PropertyLis
 }
 
 pub fn flavor(f: blazar_core::Flavor) -> Flavor {
+    let s = f.source;
     Flavor {
-        id: f.id,
-        name: f.name,
-        vcpus: f.vcpus,
-        ram: f.ram,
-        disk: f.disk,
-        ephemeral: f.ephemeral,
-        extra_specs: f.extra_specs,
+        id: s.id,
+        name: s.name,
+        vcpus: s.vcpus,
+        ram: s.ram,
+        disk: s.disk,
+        ephemeral: s.ephemeral,
+        extra_specs: s.extra_specs,
         created_at: format_space(f.created_at),
         updated_at: f.updated_at.map(format_space),
     }
