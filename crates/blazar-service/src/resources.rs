@@ -123,6 +123,21 @@ pub(crate) async fn pick_free(
         order.extend(matching.iter().copied().filter(|id| !kept.contains(id)));
     }
     let concurrent = tx.backend() == Backend::Postgres;
+    if concurrent {
+        // What this request keeps is claimed first, waiting, in id order, before it holds
+        // any other claim: a writer that waited for a resource to keep while holding
+        // candidates it had claimed on the way could close a circle with another writer
+        // doing the same (each holding what the other keeps), which PostgreSQL breaks only
+        // after `deadlock_timeout`, a second per round (seen as lease updates of several
+        // seconds under 8 to 64 concurrent clients). Claims are re-entrant, so claiming
+        // them again below succeeds at once.
+        let kept: Vec<i64> = order[..order.len().min(keep.len())]
+            .iter()
+            .copied()
+            .filter(|id| keep.contains(id))
+            .collect();
+        tx.claim_resources(kind, &kept).await?;
+    }
     let (start, until) = (request.window.start(), request.blocked_until);
     let mut busy = HashSet::new();
     let mut contended: Vec<i64> = Vec::new();

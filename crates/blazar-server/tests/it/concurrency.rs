@@ -245,3 +245,112 @@ async fn concurrent_floating_ip_creates_share_out_the_pool_and_one_wins_a_requir
         "twelve addresses of net-1 and the required one of net-2"
     );
 }
+
+/// On PostgreSQL a writer claims what it keeps (waiting, in id order) before it claims
+/// anything else, so two writers can never each hold what the other waits for: a circle
+/// PostgreSQL breaks only after `deadlock_timeout`, a second per round, which made
+/// concurrent lease updates take seconds. Here another transaction holds the one host a
+/// lease keeps while the lease is extended: the update waits for that host holding no
+/// other claim (it used to claim a spare host first), then goes through. SQLite's writers
+/// are serialised: nothing to check there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_update_waits_for_the_host_it_keeps_holding_no_other_claim() {
+    let db = crate::harness::TestDatabase::new().await;
+    if !db.is_postgres() {
+        return;
+    }
+    let url = db.url.clone();
+    let schema = url
+        .rsplit("application_name=")
+        .next()
+        .expect("the test database names its schema")
+        .to_string();
+    let app = TestApp::spawn_on(db, blazar_service::Settings::default()).await;
+    for i in 0..3 {
+        app.create_host(&format!("compute-{i}"), json!({})).await;
+    }
+    let lease = app
+        .post(
+            "/v1/leases",
+            lease_body("kept", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1),
+        )
+        .await;
+    lease.assert_status(StatusCode::CREATED);
+    let id = lease.body["lease"]["id"].as_str().unwrap().to_string();
+    let held = app
+        .get(&format!("/v1/os-hosts/allocations?lease_id={id}"))
+        .await;
+    let host: i64 = held.body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| !a["reservations"].as_array().unwrap().is_empty())
+        .and_then(|a| a["resource_id"].as_str())
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    // Another writer holds the host.
+    let other = blazar_db::Store::connect(&blazar_db::StoreOptions {
+        url: url.clone(),
+        max_connections: 2,
+        ..blazar_db::StoreOptions::default()
+    })
+    .await
+    .unwrap();
+    let mut holder = other.write().await.unwrap();
+    holder
+        .claim_resources("physical:host", &[host])
+        .await
+        .unwrap();
+
+    let watch = async {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        // Until the update waits: then what its session holds in the claims' key space.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        let held_while_waiting = loop {
+            let waiting: Option<(i32, i64)> = sqlx::query_as(
+                "SELECT l.pid, CAST(l.classid AS BIGINT) FROM pg_locks l \
+                 JOIN pg_stat_activity a ON a.pid = l.pid \
+                 WHERE l.locktype = 'advisory' AND NOT l.granted AND a.application_name = $1",
+            )
+            .bind(&schema)
+            .fetch_optional(&mut conn)
+            .await
+            .unwrap();
+            if let Some((pid, space)) = waiting {
+                let (held,): (i64,) = sqlx::query_as(
+                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                     AND pid = $1 AND CAST(classid AS BIGINT) = $2",
+                )
+                .bind(pid)
+                .bind(space)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+                break held;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the update never waited for the host"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        holder.commit().await.unwrap();
+        held_while_waiting
+    };
+    let path = format!("/v1/leases/{id}");
+    let update = app.put(&path, json!({"end_date": "2030-01-01 13:00"}));
+    let (updated, held_while_waiting) = tokio::join!(update, watch);
+    assert_eq!(
+        held_while_waiting, 0,
+        "claims held while waiting for the kept host"
+    );
+    updated.assert_status(StatusCode::OK);
+    assert_eq!(
+        updated.body["lease"]["end_date"],
+        "2030-01-01T13:00:00.000000"
+    );
+    other.close().await;
+}
