@@ -4,7 +4,7 @@
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use blazar_service::{AllocationEntry, AllocationKind, Identity};
+use blazar_service::{AllocationBatch, AllocationEntry, AllocationKind, Identity};
 
 use crate::convert::{from_wire, to_wire};
 use crate::error::ApiResult;
@@ -13,7 +13,7 @@ use crate::state::AppState;
 /// Where the writer is in `{"allocations": [...], "next_marker": ...}`.
 enum Part {
     /// The opening and the first batch, read before the answer began.
-    Head(Vec<AllocationEntry>),
+    Head(Option<AllocationBatch>),
     /// Batches read as the client takes them; whether an entry was written yet.
     Batches {
         written: bool,
@@ -35,19 +35,23 @@ pub async fn stream_allocations(
         .service
         .allocation_list(identity, kind, &request)
         .await?;
-    let first = list.next_batch().await?.unwrap_or_default();
+    let first = list.next_batch().await?;
     let stream =
         futures::stream::unfold((list, Part::Head(first)), |(mut list, part)| async move {
             match part {
                 Part::Head(first) => {
                     let mut out = b"{\"allocations\": [".to_vec();
-                    let written = write_entries(&mut out, first, false);
+                    let written = match first {
+                        Some(batch) => write_entries(&mut out, batch.entries, false),
+                        None => false,
+                    };
                     Some((Ok(Bytes::from(out)), (list, Part::Batches { written })))
                 }
                 Part::Batches { written } => match list.next_batch().await {
                     Ok(Some(batch)) => {
+                        // The batch (and its permit) goes once its entries are written.
                         let mut out = Vec::new();
-                        let written = write_entries(&mut out, batch, written);
+                        let written = write_entries(&mut out, batch.entries, written);
                         Some((Ok(Bytes::from(out)), (list, Part::Batches { written })))
                     }
                     Ok(None) => {

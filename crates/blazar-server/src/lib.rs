@@ -196,6 +196,7 @@ fn settings(config: &Config) -> Settings {
         action_workers: config.action_workers,
         action_max_attempts: config.action_attempts,
         action_timeout: config.action_timeout,
+        ..Settings::default()
     }
 }
 

@@ -10,9 +10,26 @@ use crate::hosts::{AllocationEntry, allocation_entries};
 use crate::inventory::KindSpec;
 use crate::{Identity, Service, ServiceError, ServiceResult};
 
-/// Resources read per batch: small enough that a batch's allocations stay a few hundred
-/// kilobytes, large enough that a list of 10,000 hosts is a few dozen queries.
+/// Resources read per batch at most: a list of 10,000 hosts is a few dozen queries. Denser
+/// allocations make batches smaller (`Settings::list_batch_allocations`).
 const BATCH: usize = 250;
+
+/// How many resources the next batch takes, from what the last one held: about `target`
+/// allocations, at least one resource, at most [`BATCH`].
+fn next_batch_size(resources: usize, allocations: usize, target: usize) -> usize {
+    if allocations == 0 {
+        return BATCH;
+    }
+    (resources.saturating_mul(target.max(1)) / allocations).clamp(1, BATCH)
+}
+
+/// One batch of an allocation list, holding its permit of the large reads until it is
+/// dropped: the caller renders it before dropping it, so that the batches in memory at
+/// once, read or being rendered, are bounded however many clients read lists.
+pub struct AllocationBatch {
+    pub entries: Vec<AllocationEntry>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
 
 /// Which allocation list.
 #[derive(Debug, Clone, Copy)]
@@ -63,6 +80,8 @@ pub struct AllocationList {
     resources: Vec<(i64, String)>,
     filter: AllocationFilter,
     done: usize,
+    /// Resources the next batch takes.
+    batch: usize,
     /// The API id to ask for the next page with, when the limit cut the list.
     pub next_marker: Option<String>,
 }
@@ -147,6 +166,7 @@ impl Service {
                 starts_before: end,
             },
             done: 0,
+            batch: BATCH,
             next_marker,
         })
     }
@@ -154,14 +174,11 @@ impl Service {
 
 impl AllocationList {
     /// The entries of the next batch of resources, in order; `None` once all are read.
-    pub async fn next_batch(&mut self) -> ServiceResult<Option<Vec<AllocationEntry>>> {
-        let Some(batch) = self.resources.get(self.done..) else {
+    pub async fn next_batch(&mut self) -> ServiceResult<Option<AllocationBatch>> {
+        let Some(rest) = self.resources.get(self.done..) else {
             return Ok(None);
         };
-        if batch.is_empty() {
-            return Ok(None);
-        }
-        let batch = &batch[..batch.len().min(BATCH)];
+        let batch = &rest[..rest.len().min(self.batch)];
         let (Some((first, _)), Some((last, _))) = (batch.first(), batch.last()) else {
             return Ok(None);
         };
@@ -170,11 +187,13 @@ impl AllocationList {
             ..self.filter.clone()
         };
         let service = &self.service;
-        // Bounds how many batches are read at once across all lists; held only while this
-        // one is read, never while the client takes its time over the answer.
-        let _permit = service
+        // Bounds how many batches are in memory at once across all lists: held while this
+        // one is read and, in the batch, until the caller has rendered it, never while the
+        // client takes its time over the answer.
+        let permit = service
             .large_reads
-            .acquire()
+            .clone()
+            .acquire_owned()
             .await
             .map_err(|_| ServiceError::Internal("the server is shutting down".into()))?;
         let views = in_tx!(service, read, |tx| {
@@ -182,8 +201,30 @@ impl AllocationList {
                 .allocation_views_where(self.resource_type, &filter)
                 .await?)
         })?;
+        let (resources, held) = (batch.len(), views.len());
         let entries = allocation_entries(batch.iter().cloned(), views);
-        self.done += batch.len();
-        Ok(Some(entries))
+        self.done += resources;
+        self.batch = next_batch_size(resources, held, service.settings.list_batch_allocations);
+        Ok(Some(AllocationBatch {
+            entries,
+            _permit: permit,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_shrink_with_dense_allocations_and_grow_back() {
+        // Ten allocations a host: the target's worth of hosts, capped.
+        assert_eq!(next_batch_size(250, 2_500, 2_500), 250);
+        assert_eq!(next_batch_size(250, 25_000, 2_500), 25);
+        assert_eq!(next_batch_size(25, 250, 2_500), BATCH);
+        // Empty hosts: as many as a batch takes; one crowded host: that host alone.
+        assert_eq!(next_batch_size(10, 0, 2_500), BATCH);
+        assert_eq!(next_batch_size(1, 1_000_000, 2_500), 1);
+        assert_eq!(next_batch_size(3, 10, 0), 1);
     }
 }

@@ -93,7 +93,7 @@ use chrono::{DateTime, Duration, Timelike, Utc};
 use tokio::sync::Notify;
 
 pub use actions::{ActionReport, current_request_id, with_request_id};
-pub use allocation_list::{AllocationKind, AllocationList, AllocationListRequest};
+pub use allocation_list::{AllocationBatch, AllocationKind, AllocationList, AllocationListRequest};
 pub use backend::{
     Action, ActionError, ActionOutput, Backend, HandoverChange, HostHealth, InventoryError,
     StandaloneBackend,
@@ -287,6 +287,10 @@ pub struct Settings {
     pub action_max_attempts: u32,
     /// Longest one attempt may take; then it counts as a transient failure.
     pub action_timeout: std::time::Duration,
+    /// About how many allocations one batch of a streamed allocation list holds: the list
+    /// sizes its batches of resources by what the last one held, so that the memory a
+    /// reader holds stays this size however dense the allocations are.
+    pub list_batch_allocations: usize,
 }
 
 impl Default for Settings {
@@ -298,6 +302,7 @@ impl Default for Settings {
             action_workers: 16,
             action_max_attempts: 8,
             action_timeout: std::time::Duration::from_secs(300),
+            list_batch_allocations: 2_500,
         }
     }
 }

@@ -647,6 +647,62 @@ async fn reallocation_moves_reservations_off_a_host() {
     }
 }
 
+/// The streamed list sizes its batches by how many allocations the last one held, so that
+/// what a reader holds in memory stays small however dense the allocations are: with a
+/// target of one allocation a batch, the first batch of 250 hosts (250 allocations) is
+/// followed by batches of one host each. The answer is the same whole list, in order.
+#[tokio::test]
+async fn allocation_lists_shrink_their_batches_where_allocations_are_dense() {
+    let app = TestApp::spawn_with(blazar_service::Settings {
+        list_batch_allocations: 1,
+        ..blazar_service::Settings::default()
+    })
+    .await;
+    let mut hosts = Vec::new();
+    for i in 0..300 {
+        hosts.push(
+            app.create_host(&format!("compute-{i:03}"), json!({"n": i}))
+                .await,
+        );
+    }
+    let mut leases = Vec::new();
+    for i in 0..300 {
+        let r = app
+            .host_lease(
+                &format!("l{i}"),
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                1,
+                1,
+                &format!(r#"["==", "$n", "{i}"]"#),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        leases.push(r.body["lease"]["id"].as_str().unwrap().to_string());
+    }
+    let all = app.get("/v1/os-hosts/allocations").await;
+    assert_eq!(all.status, StatusCode::OK);
+    let entries = all.body["allocations"].as_array().unwrap();
+    let seen: Vec<(&str, Vec<&str>)> = entries
+        .iter()
+        .map(|e| {
+            let held = e["reservations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["lease_id"].as_str().unwrap())
+                .collect();
+            (e["resource_id"].as_str().unwrap(), held)
+        })
+        .collect();
+    let expected: Vec<(&str, Vec<&str>)> = hosts
+        .iter()
+        .zip(&leases)
+        .map(|(host, lease)| (host.as_str(), vec![lease.as_str()]))
+        .collect();
+    assert_eq!(seen, expected);
+}
+
 #[tokio::test]
 async fn allocation_lists_page_and_filter_by_window_across_batches() {
     let app = TestApp::spawn().await;
