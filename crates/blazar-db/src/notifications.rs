@@ -55,8 +55,8 @@ impl Tx {
             Backend::Sqlite => {
                 "INSERT INTO notifications \
                      (id, seq, written, event_type, lease_id, payload, created_at) \
-                 VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM notifications), \
-                     (SELECT COALESCE(MAX(seq), 0) + 1 FROM notifications), $2, $3, $4, $5)"
+                 SELECT $1, m.next, m.next, $2, $3, $4, $5 \
+                 FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM notifications) m"
             }
             Backend::Postgres => {
                 "INSERT INTO notifications (id, event_type, lease_id, payload, created_at) \
@@ -99,16 +99,15 @@ impl Tx {
             return Ok(0);
         }
         self.advisory_lock(7_355_612).await?;
-        let done = sqlx::query(
+        self.execute(
             "UPDATE notifications n SET seq = s.base + s.place \
              FROM (SELECT id, row_number() OVER (ORDER BY written) AS place, \
                           (SELECT COALESCE(MAX(seq), 0) FROM notifications) AS base \
                    FROM notifications WHERE seq IS NULL) s \
              WHERE n.id = s.id",
+            vec![],
         )
-        .execute(self.conn().await?)
-        .await?;
-        Ok(done.rows_affected())
+        .await
     }
 
     pub async fn list_notifications(

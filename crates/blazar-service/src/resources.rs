@@ -114,13 +114,16 @@ pub(crate) async fn pick_free(
     max: usize,
 ) -> ServiceResult<Result<Vec<i64>, engine::Shortfall>> {
     let mut order: Vec<i64> = Vec::with_capacity(matching.len());
+    // How many of `order`'s first candidates are ones to keep.
+    let mut kept = 0;
     if keep.is_empty() {
         order.extend_from_slice(matching);
     } else {
         let matching_set: HashSet<i64> = matching.iter().copied().collect();
         order.extend(keep.iter().copied().filter(|id| matching_set.contains(id)));
-        let kept: HashSet<i64> = order.iter().copied().collect();
-        order.extend(matching.iter().copied().filter(|id| !kept.contains(id)));
+        kept = order.len();
+        let kept_set: HashSet<i64> = order.iter().copied().collect();
+        order.extend(matching.iter().copied().filter(|id| !kept_set.contains(id)));
     }
     let concurrent = tx.backend() == Backend::Postgres;
     if concurrent {
@@ -131,12 +134,7 @@ pub(crate) async fn pick_free(
         // after `deadlock_timeout`, a second per round (seen as lease updates of several
         // seconds under 8 to 64 concurrent clients). Claims are re-entrant, so claiming
         // them again below succeeds at once.
-        let kept: Vec<i64> = order[..order.len().min(keep.len())]
-            .iter()
-            .copied()
-            .filter(|id| keep.contains(id))
-            .collect();
-        tx.claim_resources(kind, &kept).await?;
+        tx.claim_resources(kind, &order[..kept]).await?;
     }
     let (start, until) = (request.window.start(), request.blocked_until);
     let mut busy = HashSet::new();
