@@ -51,22 +51,6 @@ fn resource_from_row(row: &AnyRow) -> DbResult<ResourceRecord> {
     })
 }
 
-/// The columns of a flavor an update may change, first in its insert and update alike.
-fn flavor_changes(f: &Flavor) -> Columns {
-    let s = &f.source;
-    Columns::default()
-        .set("name", &s.name)
-        .set("vcpus", s.vcpus)
-        .set("ram", s.ram)
-        .set("disk", s.disk)
-        .set("ephemeral", s.ephemeral)
-        .set(
-            "extra_specs",
-            Value::Object(s.extra_specs.clone()).to_string(),
-        )
-        .set("updated_at", f.updated_at)
-}
-
 fn flavor_from_row(row: &AnyRow) -> DbResult<Flavor> {
     Ok(Flavor {
         source: SourceFlavor {
@@ -215,16 +199,21 @@ impl Tx {
 
     /// Run at once, so that a taken id or name fails here, where the caller tells it apart.
     pub async fn insert_flavor(&mut self, f: &Flavor) -> DbResult<()> {
-        let (sql, args) = flavor_changes(f)
-            .set("id", &f.source.id)
+        let s = &f.source;
+        let (sql, args) = Columns::default()
+            .set("id", &s.id)
+            .set("name", &s.name)
+            .set("vcpus", s.vcpus)
+            .set("ram", s.ram)
+            .set("disk", s.disk)
+            .set("ephemeral", s.ephemeral)
+            .set(
+                "extra_specs",
+                Value::Object(s.extra_specs.clone()).to_string(),
+            )
             .set("created_at", f.created_at)
+            .set("updated_at", f.updated_at)
             .insert("flavors");
-        self.execute(&sql, args).await?;
-        Ok(())
-    }
-
-    pub async fn update_flavor(&mut self, f: &Flavor) -> DbResult<()> {
-        let (sql, args) = flavor_changes(f).update("flavors", "", "id", &f.source.id);
         self.execute(&sql, args).await?;
         Ok(())
     }
