@@ -100,8 +100,15 @@ for host in $CLOUD_COMPUTE_HOSTS; do
     # The client prints "Created a new host:" before the value.
     host_ids+=("$(admin reservation host create "$host" -f value -c id | tail -n 1)")
 done
-admin aggregate show freepool -f json -c hosts | grep -q "compute-1" \
-    || fail "compute-1 is not in the freepool"
+# Read whole before matching: `grep -q` stopping early could break the client's pipe.
+in_freepool() {
+    local hosts
+    hosts="$(admin aggregate show freepool -f json -c hosts)" || return 1
+    grep -q '"compute-1"' <<<"$hosts"
+}
+if ! until_ok 10 in_freepool; then
+    fail "compute-1 is not in the freepool; the aggregates: $(admin aggregate list --long -f json 2>&1)"
+fi
 if admin reservation host create no-such-hypervisor >/dev/null 2>&1; then
     fail "an unknown hypervisor was enrolled"
 fi
