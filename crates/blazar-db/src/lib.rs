@@ -39,7 +39,7 @@ pub use notifications::NotificationRow;
 pub use notifications::SequencedNotification;
 pub use properties::PropertyWithValues;
 pub use quotas::{ProjectAllocation, QuotaRow};
-pub use timeline::{TimelineResources, TimelineRow};
+pub use timeline::TimelineRow;
 pub use webhooks::{ClaimedDelivery, DeliveryCounts};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

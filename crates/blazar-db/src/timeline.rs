@@ -6,15 +6,6 @@ use chrono::{DateTime, Utc};
 
 use crate::{Arg, DbResult, Tx, from_secs, wire};
 
-/// Which resources of the type to read.
-#[derive(Debug, Clone, Copy)]
-pub enum TimelineResources<'a> {
-    /// These (internal ids): one probe of the per-resource index each.
-    Ids(&'a [i64]),
-    /// Every resource of the type: one scan of the window on the index by start.
-    All,
-}
-
 /// One allocation overlapping the window, with its lease.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimelineRow {
@@ -51,18 +42,17 @@ impl Tx {
     fn timeline_query(
         &self,
         resource_type: &str,
-        resources: TimelineResources<'_>,
+        ids: &[i64],
         start: DateTime<Utc>,
         end: DateTime<Utc>,
     ) -> (String, Vec<Arg>) {
         let (agg, array) = self.json_functions();
         // SQLite, knowing nothing of the data, would read by end time (everything after the
-        // window's start) or scan every resource's index range; each read has exactly one
-        // right index, so it is named. PostgreSQL plans from its statistics.
-        let index = match (self.backend, resources) {
-            (crate::Backend::Postgres, _) => "",
-            (crate::Backend::Sqlite, TimelineResources::Ids(_)) => self.by_resource_index(),
-            (crate::Backend::Sqlite, TimelineResources::All) => " INDEXED BY allocations_start",
+        // window's start); one probe of the per-resource index each is right, so it is
+        // named. PostgreSQL plans from its statistics.
+        let index = match self.backend {
+            crate::Backend::Postgres => "",
+            crate::Backend::Sqlite => self.by_resource_index(),
         };
         let mut sql = format!(
             "SELECT CAST({agg}({array}(a.resource_id, a.start_at, a.end_at, a.blocked_until, \
@@ -74,32 +64,27 @@ impl Tx {
                                               WHERE resource_type = $1), 0)"
         );
         let mut args: Vec<Arg> = vec![resource_type.into(), start.into(), end.into()];
-        match resources {
-            TimelineResources::Ids(ids) => {
-                let (list, ids) = crate::in_list(self.backend, 4, ids);
-                sql.push_str(&format!(" AND a.resource_id IN ({list})"));
-                args.extend(ids.into_iter().map(Arg::from));
-            }
-            TimelineResources::All => {}
-        }
+        let (list, ids) = crate::in_list(self.backend, 4, ids);
+        sql.push_str(&format!(" AND a.resource_id IN ({list})"));
+        args.extend(ids.into_iter().map(Arg::from));
         (sql, args)
     }
 
-    /// The allocations of `resources` of `resource_type` blocked at any instant of
-    /// `[start, end)`, ordered by resource then start. One row in all (a JSON array), since
+    /// The allocations of the resources `ids` (internal ids) of `resource_type` blocked at
+    /// any instant of `[start, end)`, ordered by resource then start. One row in all (a JSON array), since
     /// sqlx hands each SQLite row over on its own; the scan is bounded below by the type's
     /// longest allocation, so the history before the window is never read.
     pub async fn timeline_allocations(
         &mut self,
         resource_type: &str,
-        resources: TimelineResources<'_>,
+        ids: &[i64],
         start: DateTime<Utc>,
         end: DateTime<Utc>,
     ) -> DbResult<Vec<TimelineRow>> {
-        if let TimelineResources::Ids([]) = resources {
+        if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let (sql, args) = self.timeline_query(resource_type, resources, start, end);
+        let (sql, args) = self.timeline_query(resource_type, ids, start, end);
         let tuples: Vec<Tuple> = self
             .fetch_json_array(&sql, args, "timeline allocations")
             .await?;
@@ -147,7 +132,7 @@ mod tests {
     use sqlx::Row;
 
     /// SQLite's plan of a timeline read: the allocations come from an index range bounded
-    /// by start (per resource, or for the type), never from every allocation ending later.
+    /// by start per resource, never from every allocation ending later.
     #[tokio::test]
     async fn timeline_reads_search_an_index_on_sqlite() {
         let dir = tempfile::tempdir().unwrap();
@@ -159,31 +144,25 @@ mod tests {
         .unwrap();
         let mut tx = store.read().await.unwrap();
         let t = from_secs(1_900_000_000).unwrap();
-        for (resources, expected) in [
-            (
-                TimelineResources::Ids(&[1, 2, 3]),
+        let (sql, args) = tx.timeline_query("physical:host", &[1, 2, 3], t, t);
+        let rows = bind_all(sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}")), args)
+            .fetch_all(tx.conn().await.unwrap())
+            .await
+            .unwrap();
+        let plan: Vec<String> = rows
+            .iter()
+            .map(|r| r.try_get::<String, _>("detail").unwrap())
+            .collect();
+        let allocations: Vec<&String> =
+            plan.iter().filter(|d| d.starts_with("SEARCH a ")).collect();
+        assert_eq!(
+            allocations,
+            [
                 "SEARCH a USING INDEX allocations_resource_span (resource_type=? AND \
-                 resource_id=? AND start_at>? AND start_at<?)",
-            ),
-            (
-                TimelineResources::All,
-                "SEARCH a USING INDEX allocations_start (resource_type=? AND start_at>? AND \
-                 start_at<?)",
-            ),
-        ] {
-            let (sql, args) = tx.timeline_query("physical:host", resources, t, t);
-            let rows = bind_all(sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}")), args)
-                .fetch_all(tx.conn().await.unwrap())
-                .await
-                .unwrap();
-            let plan: Vec<String> = rows
-                .iter()
-                .map(|r| r.try_get::<String, _>("detail").unwrap())
-                .collect();
-            let allocations: Vec<&String> =
-                plan.iter().filter(|d| d.starts_with("SEARCH a ")).collect();
-            assert_eq!(allocations, [expected], "{resources:?}: {plan:?}");
-        }
+                 resource_id=? AND start_at>? AND start_at<?)"
+            ],
+            "{plan:?}"
+        );
         tx.commit().await.unwrap();
         store.close().await;
     }

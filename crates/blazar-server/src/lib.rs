@@ -24,6 +24,7 @@ pub mod quotas;
 pub mod reply;
 pub mod secret;
 pub mod state;
+pub mod stream;
 pub mod timeline;
 pub mod tokens;
 pub mod webhooks;

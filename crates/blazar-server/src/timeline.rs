@@ -3,29 +3,73 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
+use blazar_service::{ServiceResult, TimelineBatch, TimelineReader};
 
 use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::ApiResult;
 use crate::extract::{Caller, Query};
 use crate::state::AppState;
+use crate::stream::{Batches, json_value, push_item, stream_json};
 
-/// The timeline of `resource_type`, as the query string asks.
+/// A timeline being written: the reader and the window's bounds as the wire writes them.
+struct TimelineStream {
+    reader: TimelineReader,
+    start_date: String,
+    end_date: String,
+}
+
+impl Batches for TimelineStream {
+    type Batch = TimelineBatch;
+
+    async fn next_batch(&mut self) -> ServiceResult<Option<TimelineBatch>> {
+        self.reader.next_batch().await
+    }
+
+    fn write_batch(&self, batch: TimelineBatch, out: &mut Vec<u8>, mut written: bool) -> bool {
+        for resource in batch.resources {
+            let item = to_wire::timeline_resource(resource, &self.start_date, &self.end_date);
+            written = push_item(out, &item, b",", written);
+        }
+        written
+    }
+
+    fn suffix(&self) -> Vec<u8> {
+        let mut out = b"],\"next_marker\":".to_vec();
+        out.extend_from_slice(&json_value(&self.reader.next_marker));
+        out.extend_from_slice(b"}}");
+        out
+    }
+}
+
+/// The timeline of `resource_type`, as the query string asks, streamed a batch of
+/// resources at a time: `{"timeline": {"resource_type", "start_date", "end_date",
+/// "resources": [...], "next_marker"}}`, as `blazar_api::Timeline` reads it.
 pub async fn show_timeline(
     state: &AppState,
     identity: &blazar_service::Identity,
     query: &std::collections::HashMap<String, String>,
     resource_type: &'static str,
-) -> ApiResult<impl IntoResponse + use<>> {
+) -> ApiResult<Response> {
     let request = from_wire::timeline_request(query)?;
-    let timeline = state
+    let reader = state
         .service
         .timeline(identity, resource_type, &request)
         .await?;
-    Ok(Json(Envelope(
-        "timeline",
-        to_wire::timeline(resource_type, timeline),
-    )))
+    let (start_date, end_date) = to_wire::timeline_window(&reader.window);
+    let mut prefix = b"{\"timeline\":{\"resource_type\":".to_vec();
+    prefix.extend_from_slice(&json_value(&resource_type));
+    prefix.extend_from_slice(b",\"start_date\":");
+    prefix.extend_from_slice(&json_value(&start_date));
+    prefix.extend_from_slice(b",\"end_date\":");
+    prefix.extend_from_slice(&json_value(&end_date));
+    prefix.extend_from_slice(b",\"resources\":[");
+    let source = TimelineStream {
+        reader,
+        start_date,
+        end_date,
+    };
+    stream_json(prefix, source).await
 }
 
 /// `GET /v1/os-hosts/timeline`.

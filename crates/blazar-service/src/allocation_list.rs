@@ -10,13 +10,14 @@ use crate::hosts::{AllocationEntry, allocation_entries};
 use crate::inventory::KindSpec;
 use crate::{Identity, Service, ServiceError, ServiceResult};
 
-/// Resources read per batch at most: a list of 10,000 hosts is a few dozen queries. Denser
-/// allocations make batches smaller (`Settings::list_batch_allocations`).
-const BATCH: usize = 250;
+/// Resources read per batch at most (of allocation lists and timelines): 10,000 hosts are a
+/// few dozen queries. Denser allocations make batches smaller
+/// (`Settings::list_batch_allocations`).
+pub(crate) const BATCH: usize = 250;
 
 /// How many resources the next batch takes, from what the last one held: about `target`
 /// allocations, at least one resource, at most [`BATCH`].
-fn next_batch_size(resources: usize, allocations: usize, target: usize) -> usize {
+pub(crate) fn next_batch_size(resources: usize, allocations: usize, target: usize) -> usize {
     if allocations == 0 {
         return BATCH;
     }

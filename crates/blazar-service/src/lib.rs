@@ -129,7 +129,7 @@ pub use reconcile::{DesiredState, HeldHosts, ReconcileReport};
 pub use refusal::{Availability, Reason, RefusalKind, Refused, Requested, ReservationRef, Retry};
 pub use resources::Grant;
 pub use scheduler::TickReport;
-pub use timeline::{TIMELINE_RULE, TimelineRequest};
+pub use timeline::{TIMELINE_RULE, TimelineBatch, TimelineReader, TimelineRequest};
 pub use trusts::{TrustError, Trusts, UserToken};
 pub use webhooks::{
     DELIVERIES_LISTED, DeliveryReport, NewWebhook, WebhookRequest, WebhookSender, WebhookSettings,
@@ -287,9 +287,9 @@ pub struct Settings {
     pub action_max_attempts: u32,
     /// Longest one attempt may take; then it counts as a transient failure.
     pub action_timeout: std::time::Duration,
-    /// About how many allocations one batch of a streamed allocation list holds: the list
-    /// sizes its batches of resources by what the last one held, so that the memory a
-    /// reader holds stays this size however dense the allocations are.
+    /// About how many allocations one batch of a streamed allocation list or timeline
+    /// holds: each sizes its batches of resources by what the last one held, so that the
+    /// memory a reader holds stays this size however dense the allocations are.
     pub list_batch_allocations: usize,
 }
 

@@ -1,6 +1,6 @@
 //! Occupancy timelines (`GET /v1/<resources>/timeline`): every resource of a type (or those
 //! matching a property query), a page at a time, with the allocations that overlap a
-//! window. For users' calendars, so any authenticated caller may ask; whose leases they are
+//! window, read a batch of resources at a time so that the answer can be streamed. For users' calendars, so any authenticated caller may ask; whose leases they are
 //! is shown to admins and to the lease's own project only.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -8,9 +8,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use blazar_core::engine::Usage;
 use blazar_core::timeline::timeline_window;
 use blazar_core::{
-    BusyInterval, Holder, Holding, PHYSICAL_HOST, PropertyQuery, ResourceTimeline, Timeline, When,
+    BusyInterval, Holder, Holding, PHYSICAL_HOST, PropertyQuery, ResourceTimeline, TimeWindow, When,
 };
-use blazar_db::{TimelineResources, TimelineRow, Tx};
+use blazar_db::{TimelineRow, Tx};
+
+use crate::allocation_list::{BATCH, next_batch_size};
 
 use crate::pool::{DEVICE, FLOATINGIP, NETWORK};
 use crate::resources::{UnknownProperty, check_known_properties};
@@ -18,11 +20,6 @@ use crate::{Identity, Service, ServiceError, ServiceResult};
 
 /// The policy rule of every timeline.
 pub const TIMELINE_RULE: &str = "blazar:timeline:get";
-
-/// Up to this many resources, their allocations are read by id (one index probe each);
-/// beyond, the window is read once for the whole type and other resources' rows dropped
-/// here (they are not looked up).
-const PROBE_LIMIT: usize = 500;
 
 /// What a timeline request asks for, as parsed from its query string.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -35,6 +32,79 @@ pub struct TimelineRequest {
     pub limit: Option<usize>,
     /// The API id of the last resource of the previous page.
     pub marker: Option<String>,
+}
+
+/// A timeline being read: the page of resources, in order, whose allocations are read a
+/// batch of resources at a time, each batch in a short read transaction of its own (as
+/// the allocation list is), so that a month of every host is never whole in memory,
+/// however many calendars ask at once.
+pub struct TimelineReader {
+    service: Service,
+    resource_type: &'static str,
+    /// Whose intervals show their lease (with `admin`).
+    project_id: String,
+    admin: bool,
+    pub window: TimeWindow,
+    candidates: std::vec::IntoIter<Candidate>,
+    /// Resources the next batch takes.
+    batch: usize,
+    /// The marker of the next page, when the limit cut the page.
+    pub next_marker: Option<String>,
+}
+
+/// The timelines of one batch of resources, holding its permit of the large reads until
+/// dropped: the caller renders it first, so that what is in memory at once, read or being
+/// rendered, is bounded however many clients read.
+pub struct TimelineBatch {
+    pub resources: Vec<ResourceTimeline>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl TimelineReader {
+    /// The next batch of resources with their intervals, in order; `None` once all are read.
+    pub async fn next_batch(&mut self) -> ServiceResult<Option<TimelineBatch>> {
+        let batch: Vec<Candidate> = self.candidates.by_ref().take(self.batch).collect();
+        if batch.is_empty() {
+            return Ok(None);
+        }
+        let service = &self.service;
+        let permit = service
+            .large_reads
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| ServiceError::Internal("the server is shutting down".into()))?;
+        let keys: Vec<i64> = batch.iter().map(|c| c.key).collect();
+        let (start, end) = (self.window.start(), self.window.end());
+        let rows = in_tx!(service, read, |tx| {
+            Ok(tx
+                .timeline_allocations(self.resource_type, &keys, start, end)
+                .await?)
+        })?;
+        let held = rows.len();
+        let mut by_resource: HashMap<i64, Vec<BusyInterval>> = HashMap::new();
+        for row in rows {
+            by_resource
+                .entry(row.resource_id)
+                .or_default()
+                .push(busy_interval(row, &self.project_id, self.admin));
+        }
+        self.batch = next_batch_size(batch.len(), held, service.settings.list_batch_allocations);
+        let resources = batch
+            .into_iter()
+            .map(|c| ResourceTimeline {
+                busy: by_resource.remove(&c.key).unwrap_or_default(),
+                id: c.id,
+                name: c.name,
+                reservable: c.reservable,
+                instance_capacity: c.capacity,
+            })
+            .collect();
+        Ok(Some(TimelineBatch {
+            resources,
+            _permit: permit,
+        }))
+    }
 }
 
 /// A resource that made it onto the page, before its allocations are read.
@@ -88,20 +158,25 @@ impl Service {
             .await
     }
 
-    /// The timeline of `resource_type` (`physical:host`, `virtual:floatingip`, `network`,
-    /// `device`) for `identity`.
+    /// Starts reading the timeline of `resource_type` (`physical:host`,
+    /// `virtual:floatingip`, `network`, `device`) for `identity`: checks the caller and the
+    /// request and takes the page of resources; their allocations are read a batch at a
+    /// time by [`TimelineReader::next_batch`].
     pub async fn timeline(
         &self,
         identity: &Identity,
         resource_type: &str,
         request: &TimelineRequest,
-    ) -> ServiceResult<Timeline> {
+    ) -> ServiceResult<TimelineReader> {
         self.authorize_own(TIMELINE_RULE, identity)?;
-        if ![PHYSICAL_HOST, FLOATINGIP, NETWORK, DEVICE].contains(&resource_type) {
+        let Some(resource_type) = [PHYSICAL_HOST, FLOATINGIP, NETWORK, DEVICE]
+            .into_iter()
+            .find(|t| *t == resource_type)
+        else {
             return Err(ServiceError::NotFound(format!(
                 "No timeline for resource type {resource_type}"
             )));
-        }
+        };
         let window = timeline_window(self.now(), request.start, request.end)
             .map_err(ServiceError::BadRequest)?;
         let query = match request.query.as_deref() {
@@ -116,14 +191,7 @@ impl Service {
             ));
         }
         let admin = self.is_admin(identity);
-        // Every host over a month is a large answer: a few at a time keep the server's
-        // memory bounded however many calendars ask at once.
-        let _permit = self
-            .large_reads
-            .acquire()
-            .await
-            .map_err(|_| ServiceError::Internal("the server is shutting down".into()))?;
-        in_tx!(self, read, |tx| {
+        let (candidates, next_marker) = in_tx!(self, read, |tx| {
             // A non-admin's query may not name a private property: which resources match
             // would tell its values. It reads as a property nobody has.
             let private = match &query {
@@ -156,38 +224,17 @@ impl Service {
                 }
                 _ => None,
             };
-            let keys: Vec<i64> = candidates.iter().map(|c| c.key).collect();
-            let resources = if keys.len() <= PROBE_LIMIT {
-                TimelineResources::Ids(&keys)
-            } else {
-                TimelineResources::All
-            };
-            let rows = tx
-                .timeline_allocations(resource_type, resources, window.start(), window.end())
-                .await?;
-            let mut by_resource: HashMap<i64, Vec<BusyInterval>> = HashMap::new();
-            let wanted: HashSet<i64> = keys.iter().copied().collect();
-            for row in rows.into_iter().filter(|r| wanted.contains(&r.resource_id)) {
-                by_resource
-                    .entry(row.resource_id)
-                    .or_default()
-                    .push(busy_interval(row, identity, admin));
-            }
-            let resources = candidates
-                .into_iter()
-                .map(|c| ResourceTimeline {
-                    busy: by_resource.remove(&c.key).unwrap_or_default(),
-                    id: c.id,
-                    name: c.name,
-                    reservable: c.reservable,
-                    instance_capacity: c.capacity,
-                })
-                .collect();
-            Ok(Timeline {
-                window,
-                resources,
-                next_marker,
-            })
+            Ok((candidates, next_marker))
+        })?;
+        Ok(TimelineReader {
+            service: self.clone(),
+            resource_type,
+            project_id: identity.project_id.clone(),
+            admin,
+            window,
+            candidates: candidates.into_iter(),
+            batch: BATCH,
+            next_marker,
         })
     }
 
@@ -316,8 +363,8 @@ async fn pool_candidates(
 
 /// One allocation as `identity` may see it: whose lease it is only for an admin or the
 /// lease's own project.
-fn busy_interval(row: TimelineRow, identity: &Identity, admin: bool) -> BusyInterval {
-    let own = row.project_id == identity.project_id;
+fn busy_interval(row: TimelineRow, project_id: &str, admin: bool) -> BusyInterval {
+    let own = row.project_id == project_id;
     let holder = (admin || own).then_some(Holder {
         lease_id: row.lease_id,
         lease_name: row.lease_name,
@@ -374,15 +421,10 @@ mod tests {
             status: blazar_core::LeaseStatus::Active,
             degraded: false,
         };
-        let who = |project: &str| Identity {
-            user_id: "u".into(),
-            project_id: project.into(),
-            roles: vec!["member".into()],
-        };
-        let mine = busy_interval(row.clone(), &who("p1"), false);
+        let mine = busy_interval(row.clone(), "p1", false);
         assert!(mine.own);
         assert_eq!(mine.holder.map(|h| h.lease_name), Some("n".to_string()));
-        let theirs = busy_interval(row.clone(), &who("p2"), false);
+        let theirs = busy_interval(row.clone(), "p2", false);
         assert!(!theirs.own);
         assert_eq!(theirs.holder, None);
         assert_eq!(
@@ -396,7 +438,7 @@ mod tests {
                 }
             }
         );
-        let admin = busy_interval(row, &who("p2"), true);
+        let admin = busy_interval(row, "p2", true);
         assert!(!admin.own);
         assert_eq!(admin.holder.map(|h| h.project_id), Some("p1".to_string()));
     }

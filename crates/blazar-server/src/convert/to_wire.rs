@@ -463,41 +463,38 @@ pub fn extension(e: blazar_service::Extension) -> blazar_api::Extension {
     }
 }
 
-/// A timeline of `resource_type`: a non-reservable resource gets one period covering the
-/// window, so a calendar shades it without knowing the rule.
-pub fn timeline(resource_type: &str, t: blazar_core::Timeline) -> blazar_api::Timeline {
-    let start_date = format_t(t.window.start());
-    let end_date = format_t(t.window.end());
-    let resources = t
-        .resources
-        .into_iter()
-        .map(|r| TimelineResource {
-            id: r.id,
-            name: r.name,
-            reservable: r.reservable,
-            non_reservable: if r.reservable {
-                Vec::new()
-            } else {
-                vec![TimelinePeriod {
-                    start_date: start_date.clone(),
-                    end_date: end_date.clone(),
-                }]
-            },
-            instance_capacity: r.instance_capacity.map(|c| InstanceSize {
-                vcpus: c.vcpus,
-                memory_mb: c.memory_mb,
-                disk_gb: c.disk_gb,
-            }),
-            busy: r.busy.into_iter().map(timeline_interval).collect(),
-        })
-        .collect();
-    blazar_api::Timeline {
-        resource_type: resource_type.to_string(),
-        start_date,
-        end_date,
-        resources,
-        next_marker: t.next_marker,
+/// One resource of a timeline over `[start_date, end_date)` (formatted): a non-reservable
+/// resource gets one period covering the window, so a calendar shades it without knowing
+/// the rule.
+pub fn timeline_resource(
+    r: blazar_core::ResourceTimeline,
+    start_date: &str,
+    end_date: &str,
+) -> TimelineResource {
+    TimelineResource {
+        id: r.id,
+        name: r.name,
+        reservable: r.reservable,
+        non_reservable: if r.reservable {
+            Vec::new()
+        } else {
+            vec![TimelinePeriod {
+                start_date: start_date.to_string(),
+                end_date: end_date.to_string(),
+            }]
+        },
+        instance_capacity: r.instance_capacity.map(|c| InstanceSize {
+            vcpus: c.vcpus,
+            memory_mb: c.memory_mb,
+            disk_gb: c.disk_gb,
+        }),
+        busy: r.busy.into_iter().map(timeline_interval).collect(),
     }
+}
+
+/// A timeline window's bounds as the wire writes them.
+pub fn timeline_window(window: &blazar_core::TimeWindow) -> (String, String) {
+    (format_t(window.start()), format_t(window.end()))
 }
 
 fn timeline_interval(b: blazar_core::BusyInterval) -> TimelineInterval {

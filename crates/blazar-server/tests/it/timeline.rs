@@ -614,3 +614,81 @@ async fn the_timeline_lists_the_properties_to_group_by_for_members_too() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(r.body, json!({"resource_properties": []}));
 }
+
+/// The timeline is read a batch of resources at a time, the batches sized by how many
+/// allocations the last one held: with a target of one allocation a batch, the first batch
+/// of 250 hosts is followed by batches of a host or two. The answer is the same whole page,
+/// in id order, every interval on its own host, and reads as the client's type.
+#[tokio::test]
+async fn a_timeline_read_in_many_batches_is_whole_and_in_order() {
+    let app = TestApp::spawn_with(Settings {
+        list_batch_allocations: 1,
+        ..Settings::default()
+    })
+    .await;
+    let mut hosts = Vec::new();
+    for i in 0..270 {
+        hosts.push(
+            app.create_host(&format!("compute-{i:03}"), json!({"n": i}))
+                .await,
+        );
+    }
+    // Every third host is leased, twice on the last ones.
+    let mut expected: Vec<(String, Vec<String>)> =
+        hosts.iter().map(|h| (h.clone(), Vec::new())).collect();
+    for (i, slot) in expected.iter_mut().enumerate().step_by(3) {
+        let days: &[(&str, &str)] = if i >= 240 {
+            &[
+                ("2030-01-01 10:00", "2030-01-01 12:00"),
+                ("2030-01-02 10:00", "2030-01-02 12:00"),
+            ]
+        } else {
+            &[("2030-01-01 10:00", "2030-01-01 12:00")]
+        };
+        for (k, (start, end)) in days.iter().enumerate() {
+            let id = create(
+                &app,
+                lease(
+                    &format!("l{i}-{k}"),
+                    start,
+                    end,
+                    host_on(&format!(r#"["==", "$n", "{i}"]"#)),
+                ),
+            )
+            .await;
+            slot.1.push(id);
+        }
+    }
+    let path = "/v1/os-hosts/timeline?start=2030-01-01%2000:00&end=2030-01-03%2000:00";
+    let r = app.get(path).await;
+    r.assert_status(StatusCode::OK);
+    assert_eq!(r.headers["content-type"], "application/json");
+    let typed: blazar_api::Timeline = serde_json::from_value(r.body["timeline"].clone()).unwrap();
+    assert_eq!(typed.resource_type, "physical:host");
+    assert_eq!(typed.next_marker, None);
+    let seen: Vec<(String, Vec<String>)> = typed
+        .resources
+        .iter()
+        .map(|r| {
+            let leases = r.busy.iter().map(|b| b.lease_id.clone().unwrap()).collect();
+            (r.id.clone(), leases)
+        })
+        .collect();
+    assert_eq!(seen, expected);
+    // A page cut by the limit, after a marker, across batches as well.
+    let t = timeline(&app, &format!("{path}&limit=200&marker={}", hosts[9])).await;
+    let ids: Vec<&str> = t["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        hosts[10..210]
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(t["next_marker"], json!(hosts[209]));
+}
