@@ -629,8 +629,11 @@ async fn a_timeline_read_in_many_batches_is_whole_and_in_order() {
     let mut hosts = Vec::new();
     for i in 0..270 {
         hosts.push(
-            app.create_host(&format!("compute-{i:03}"), json!({"n": i}))
-                .await,
+            app.create_host(
+                &format!("compute-{i:03}"),
+                json!({"n": i, "even": i % 2 == 0}),
+            )
+            .await,
         );
     }
     // Every third host is leased, twice on the last ones.
