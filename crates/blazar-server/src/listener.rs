@@ -188,24 +188,17 @@ impl Drop for InFlight {
     }
 }
 
-/// An event stream is a request in progress for as long as it is open, so the idle sweep
-/// and the connection bound leave it alone (their number is bounded by the waiter limit).
-/// Any other answer is done once its handler returns.
+/// A request is in progress until its answer's body has been sent (or dropped), so the
+/// idle sweep and the connection bound leave alone an event stream waiting for events, and
+/// a streamed list or timeline a client is still reading: counted as done once the handler
+/// returned, a list that took longer than the idle timeout to read was cut short.
 fn hold_while_streaming(response: Response, in_flight: InFlight) -> Response {
-    let streaming = response
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-    if streaming {
-        response.map(|body| {
-            Body::new(HeldBody {
-                body,
-                _in_flight: in_flight,
-            })
+    response.map(|body| {
+        Body::new(HeldBody {
+            body,
+            _in_flight: in_flight,
         })
-    } else {
-        response
-    }
+    })
 }
 
 /// A response body that keeps its request in flight until it is dropped.
@@ -369,6 +362,49 @@ fn request_timeout() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A body that pauses for longer than the idle timeout between its chunks (as a streamed
+    /// list does for a slow reader) is sent whole: the connection is busy until it is done.
+    #[tokio::test]
+    async fn an_answer_still_being_sent_outlives_the_idle_timeout() {
+        let app = axum::Router::new().route(
+            "/slow",
+            axum::routing::get(|| async {
+                let chunks = futures::stream::unfold(0, |n| async move {
+                    match n {
+                        0 => Some((Ok::<_, Infallible>("[1"), 1)),
+                        1 => {
+                            tokio::time::sleep(Duration::from_millis(1_200)).await;
+                            Some((Ok(", 2]"), 2))
+                        }
+                        _ => None,
+                    }
+                });
+                Body::from_stream(chunks)
+            }),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_millis(200),
+            idle_timeout: Duration::from_millis(200),
+            ..ConnectionLimits::default()
+        };
+        let server = tokio::spawn(serve(
+            listener,
+            app.into_service::<Body>(),
+            limits,
+            std::future::pending(),
+        ));
+        let body = reqwest::get(format!("http://{address}/slow"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(body, "[1, 2]");
+        server.abort();
+    }
 
     fn registry_with(waiting: &[(u64, u64)]) -> Registry {
         let registry = Registry::default();
