@@ -13,7 +13,7 @@ use blazar_core::{
 };
 use blazar_db::{TimelineRow, Tx};
 
-use crate::allocation_list::{BATCH, next_batch_size};
+use crate::allocation_list::{BATCH, FIRST_BATCH, next_batch_size};
 
 /// Resources read per batch of a timeline at most on PostgreSQL. A timeline is sparse (only
 /// the window), and there a batch costs some milliseconds beyond its rows (planning, a round
@@ -312,7 +312,7 @@ impl Service {
             window,
             page,
             done: 0,
-            batch: BATCH,
+            batch: FIRST_BATCH,
             cap: match self.store.backend() {
                 blazar_db::Backend::Postgres => POSTGRES_BATCH,
                 blazar_db::Backend::Sqlite => BATCH,
