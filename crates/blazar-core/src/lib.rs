@@ -28,7 +28,7 @@ pub use status::{
     ReservationStatus, action_backoff,
 };
 pub use time::{TimeWindow, WindowError};
-pub use timeline::{BusyInterval, Holder, Holding, ResourceTimeline, Timeline};
+pub use timeline::{BusyInterval, Holder, Holding, ResourceTimeline};
 
 /// The resource type string Blazar uses for whole-host reservations.
 pub const PHYSICAL_HOST: &str = "physical:host";

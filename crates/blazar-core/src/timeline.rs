@@ -87,15 +87,6 @@ pub struct ResourceTimeline {
     pub busy: Vec<BusyInterval>,
 }
 
-/// The resources of one type (a page of them) over a window.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Timeline {
-    pub window: TimeWindow,
-    pub resources: Vec<ResourceTimeline>,
-    /// The marker of the next page, when the page was cut by the limit.
-    pub next_marker: Option<String>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -100,6 +100,20 @@ pub struct AllocationList {
 }
 
 impl Service {
+    /// A permit of the large reads, for one batch of a streamed list or timeline: held while
+    /// the batch is read and, in the batch, until the caller has rendered it (never while the
+    /// client takes its time over the answer), so that the batches in memory at once are
+    /// bounded however many clients read.
+    pub(crate) async fn large_read_permit(
+        &self,
+    ) -> ServiceResult<tokio::sync::OwnedSemaphorePermit> {
+        self.large_reads
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| ServiceError::Internal("the server is shutting down".into()))
+    }
+
     /// Starts reading an allocation list: checks the caller and the request, and takes the
     /// page of resources. Nothing of the allocations is read yet.
     pub async fn allocation_list(
@@ -208,15 +222,7 @@ impl AllocationList {
             ..self.filter.clone()
         };
         let service = &self.service;
-        // Bounds how many batches are in memory at once across all lists: held while this
-        // one is read and, in the batch, until the caller has rendered it, never while the
-        // client takes its time over the answer.
-        let permit = service
-            .large_reads
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| ServiceError::Internal("the server is shutting down".into()))?;
+        let permit = service.large_read_permit().await?;
         let views = in_tx!(service, read, |tx| {
             Ok(tx
                 .allocation_views_where(self.resource_type, &filter)

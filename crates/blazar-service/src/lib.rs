@@ -343,7 +343,8 @@ pub struct Service {
     scheduler_plan: Arc<AtomicI64>,
     /// Group commit of lease creates (SQLite only; see `batch`).
     batcher: Option<Arc<batch::CreateBatcher>>,
-    /// Permits for reads whose answer grows with the whole history (allocation lists).
+    /// Permits for reads whose answer grows with the whole history (a batch of an allocation
+    /// list or a timeline, see `Service::large_read_permit`).
     large_reads: Arc<tokio::sync::Semaphore>,
     /// The usage-enforcement filters an operator enabled (none by default).
     enforcement: Arc<enforcement::Enforcement>,

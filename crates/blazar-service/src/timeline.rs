@@ -84,12 +84,7 @@ impl TimelineReader {
             return Ok(None);
         }
         let service = &self.service;
-        let permit = service
-            .large_reads
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| ServiceError::Internal("the server is shutting down".into()))?;
+        let permit = service.large_read_permit().await?;
         let keys: Vec<i64> = batch.iter().map(|c| c.key).collect();
         let (start, end) = (self.window.start(), self.window.end());
         let rows = in_tx!(service, read, |tx| {
