@@ -4,29 +4,23 @@
 use clap::Args;
 use serde_json::{Map, Value};
 
-use super::leases::{delete_and_say, get_and_list, show_object};
-use super::output::{ShowOutput, SortedListOutput, sort_by_default};
+use super::leases::{Listing, delete_and_say, show_object};
+use super::output::ShowOutput;
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
-const LIST_COLUMNS: &[&str] = &[
-    "id",
-    "project_id",
-    "description",
-    "created_by",
-    "created_at",
-];
-
-/// List calendar feeds (of your project; an admin sees every feed)
-#[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar ical-feed-list")]
-#[command(mut_args(sort_by_default("created_at")))]
-pub struct ListArgs {
-    #[command(flatten)]
-    list: SortedListOutput,
-}
+/// What `ical-feed-list` lists.
+pub const LIST: Listing = Listing {
+    path: "/ical-feeds",
+    key: "ical_feeds",
+    columns: &[
+        "id",
+        "project_id",
+        "description",
+        "created_by",
+        "created_at",
+    ],
+};
 
 /// Create a calendar feed of your project's leases; its URL is shown this once
 #[derive(Debug, Args)]
@@ -57,11 +51,6 @@ pub struct DeleteArgs {
     /// ID of the feed
     #[arg(value_name = "FEED_ID")]
     id: String,
-}
-
-pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    let from = ("/ical-feeds", "ical_feeds");
-    get_and_list(ctx, from, LIST_COLUMNS, &args.list).await
 }
 
 pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {

@@ -5,13 +5,18 @@
 use clap::Args;
 use serde_json::{Map, Value};
 
-use super::leases::{delete_and_say, get_and_list, get_and_show, show_object};
-use super::output::{ShowOutput, SortedListOutput, sort_by_default};
+use super::leases::{Listing, delete_and_say, get_and_show, show_object};
+use super::output::ShowOutput;
 use super::resolve::{IdShape, Lookup, find_id};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
-const LIST_COLUMNS: &[&str] = &["id", "name", "vcpus", "ram", "disk"];
+/// What `flavor-list` lists.
+pub const LIST: Listing = Listing {
+    path: "/flavors",
+    key: "flavors",
+    columns: &["id", "name", "vcpus", "ram", "disk"],
+};
 
 const FLAVORS: Lookup<'static> = Lookup {
     resource: "flavor",
@@ -21,18 +26,6 @@ const FLAVORS: Lookup<'static> = Lookup {
     shape: IdShape::Uuid,
     list_command: "flavor-list",
 };
-
-/// Print a list of flavors
-#[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar flavor-list
-  blazar flavor-list --sort-by vcpus -f value -c name")]
-#[command(mut_args(sort_by_default("name")))]
-pub struct ListArgs {
-    #[command(flatten)]
-    list: SortedListOutput,
-}
 
 /// Show flavor details
 #[derive(Debug, Args)]
@@ -88,11 +81,6 @@ pub struct DeleteArgs {
     /// ID or name of flavor to delete
     #[arg(value_name = "FLAVOR")]
     id: String,
-}
-
-pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    let from = ("/flavors", "flavors");
-    get_and_list(ctx, from, LIST_COLUMNS, &args.list).await
 }
 
 pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {

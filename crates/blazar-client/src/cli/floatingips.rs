@@ -4,24 +4,17 @@
 use clap::Args;
 use serde_json::{Map, Value};
 
-use super::leases::{delete_and_say, get_and_list, get_and_show, show_object};
-use super::output::{ShowOutput, SortedListOutput, sort_by_default};
+use super::leases::{Listing, delete_and_say, get_and_show, show_object};
+use super::output::ShowOutput;
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
-const LIST_COLUMNS: &[&str] = &["id", "floating_ip_address", "floating_network_id"];
-
-/// Print a list of floating IPs
-#[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar floatingip-list
-  blazar floatingip-list -f value -c id -c floating_ip_address")]
-#[command(mut_args(sort_by_default("id")))]
-pub struct ListArgs {
-    #[command(flatten)]
-    list: SortedListOutput,
-}
+/// What `floatingip-list` lists.
+pub const LIST: Listing = Listing {
+    path: "/floatingips",
+    key: "floatingips",
+    columns: &["id", "floating_ip_address", "floating_network_id"],
+};
 
 /// Show floating IP details
 #[derive(Debug, Args)]
@@ -61,11 +54,6 @@ pub struct DeleteArgs {
     /// ID of floatingip to delete
     #[arg(value_name = "FLOATINGIP")]
     id: String,
-}
-
-pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    let from = ("/floatingips", "floatingips");
-    get_and_list(ctx, from, LIST_COLUMNS, &args.list).await
 }
 
 pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {

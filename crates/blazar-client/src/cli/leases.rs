@@ -16,8 +16,7 @@ use serde_json::{Map, Value};
 
 use super::human::{describe_date, localize};
 use super::output::{
-    ShowOutput, SortedListOutput, check_sort, render_list, render_show, show_fields,
-    sort_by_default, sort_objects,
+    ShowOutput, SortedListOutput, check_sort, render_list, render_show, show_fields, sort_objects,
 };
 use super::reservations::{parse_all, parse_update};
 use super::resolve::{IdShape, Lookup, find_id};
@@ -33,19 +32,6 @@ const LEASES: Lookup<'static> = Lookup {
     shape: IdShape::Uuid,
     list_command: "lease-list",
 };
-
-/// Print a list of leases
-#[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar lease-list
-  blazar lease-list --sort-by start_date -f value -c id -c name
-  blazar lease-list -f json")]
-#[command(mut_args(sort_by_default("name")))]
-pub struct ListArgs {
-    #[command(flatten)]
-    list: SortedListOutput,
-}
 
 /// Show details about the given lease
 #[derive(Debug, Args)]
@@ -239,14 +225,14 @@ pub struct WaitArgs {
     poll_interval: String,
 }
 
-pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    check_sort(&args.list.sort_by, LIST_COLUMNS)?;
+pub async fn list(ctx: &Context, list: SortedListOutput) -> CliResult {
+    check_sort(&list.sort_by, LIST_COLUMNS)?;
     let mut leases: Vec<Map<String, Value>> = ctx.client.get("/leases", "leases").await?;
-    sort_objects(&mut leases, &args.list.sort_by);
-    if args.list.out.is_human() {
+    sort_objects(&mut leases, &list.sort_by);
+    if list.out.is_human() {
         leases.iter_mut().for_each(|lease| localize(lease, ctx.utc));
     }
-    emit(&render_list(&leases, LIST_COLUMNS, &args.list.out)?);
+    emit(&render_list(&leases, LIST_COLUMNS, &list.out)?);
     Ok(())
 }
 
@@ -276,18 +262,20 @@ pub async fn delete_and_say(ctx: &Context, path: &str, what: &str, name: &str) -
     Ok(())
 }
 
-/// `GET path` and prints the list under `key` sorted by `--sort-by`, as a list-type command
-/// of resources without dates to localise does.
-pub async fn get_and_list(
-    ctx: &Context,
-    (path, key): (&str, &str),
-    columns: &[&str],
-    list: &SortedListOutput,
-) -> CliResult {
-    check_sort(&list.sort_by, columns)?;
-    let mut items: Vec<Map<String, Value>> = ctx.client.get(path, key).await?;
+/// What a list-type command of resources without dates to localise shows: the objects under
+/// `key` of `GET path`, in `columns`.
+pub struct Listing {
+    pub path: &'static str,
+    pub key: &'static str,
+    pub columns: &'static [&'static str],
+}
+
+/// `GET path` and prints the list sorted by `--sort-by`, as such a command does.
+pub async fn get_and_list(ctx: &Context, listing: &Listing, list: &SortedListOutput) -> CliResult {
+    check_sort(&list.sort_by, listing.columns)?;
+    let mut items: Vec<Map<String, Value>> = ctx.client.get(listing.path, listing.key).await?;
     sort_objects(&mut items, &list.sort_by);
-    emit(&render_list(&items, columns, &list.out)?);
+    emit(&render_list(&items, listing.columns, &list.out)?);
     Ok(())
 }
 

@@ -25,6 +25,8 @@ use std::path::PathBuf;
 use blazar_client::{Client, ConnectOptions, Error};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
+use output::{SortedListOutput, sort_by_default};
+
 /// Exit codes: 0 success, 1 an error, 2 a usage error (clap's, like argparse's); `lease-wait`
 /// and `lease-create --wait` add 3 and 4.
 pub const EXIT_ERROR: u8 = 1;
@@ -227,8 +229,13 @@ impl GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    #[command(name = "lease-list")]
-    LeaseList(leases::ListArgs),
+    /// Print a list of leases
+    #[command(
+        name = "lease-list",
+        after_help = "Examples:\n  blazar lease-list\n  blazar lease-list --sort-by start_date -f value -c id -c name\n  blazar lease-list -f json",
+        mut_args(sort_by_default("name"))
+    )]
+    LeaseList(SortedListOutput),
     #[command(name = "lease-show")]
     LeaseShow(leases::ShowArgs),
     #[command(name = "lease-create")]
@@ -403,8 +410,13 @@ pub enum Command {
     )]
     DevicePropertySet(inventory::PropertySetArgs),
 
-    #[command(name = "floatingip-list")]
-    FloatingipList(floatingips::ListArgs),
+    /// Print a list of floating IPs
+    #[command(
+        name = "floatingip-list",
+        after_help = "Examples:\n  blazar floatingip-list\n  blazar floatingip-list -f value -c id -c floating_ip_address",
+        mut_args(sort_by_default("id"))
+    )]
+    FloatingipList(SortedListOutput),
     #[command(name = "floatingip-show")]
     FloatingipShow(floatingips::ShowArgs),
     #[command(name = "floatingip-create")]
@@ -412,15 +424,25 @@ pub enum Command {
     #[command(name = "floatingip-delete")]
     FloatingipDelete(floatingips::DeleteArgs),
 
-    #[command(name = "ical-feed-list")]
-    IcalFeedList(feeds::ListArgs),
+    /// List calendar feeds (of your project; an admin sees every feed)
+    #[command(
+        name = "ical-feed-list",
+        after_help = "Examples:\n  blazar ical-feed-list",
+        mut_args(sort_by_default("created_at"))
+    )]
+    IcalFeedList(SortedListOutput),
     #[command(name = "ical-feed-create")]
     IcalFeedCreate(feeds::CreateArgs),
     #[command(name = "ical-feed-delete")]
     IcalFeedDelete(feeds::DeleteArgs),
 
-    #[command(name = "webhook-list")]
-    WebhookList(webhooks::ListArgs),
+    /// List webhooks (of your project; an admin sees every webhook)
+    #[command(
+        name = "webhook-list",
+        after_help = "Examples:\n  blazar webhook-list",
+        mut_args(sort_by_default("created_at"))
+    )]
+    WebhookList(SortedListOutput),
     #[command(name = "webhook-create")]
     WebhookCreate(webhooks::CreateArgs),
     #[command(name = "webhook-show")]
@@ -432,8 +454,13 @@ pub enum Command {
     #[command(name = "webhook-redeliver")]
     WebhookRedeliver(webhooks::RedeliverArgs),
 
-    #[command(name = "quota-list")]
-    QuotaList(quotas::ListArgs),
+    /// List the projects that have quota overrides (a non-admin sees only its own)
+    #[command(
+        name = "quota-list",
+        after_help = "Examples:\n  blazar quota-list",
+        mut_args(sort_by_default("project_id"))
+    )]
+    QuotaList(SortedListOutput),
     #[command(name = "quota-show")]
     QuotaShow(quotas::ShowArgs),
     #[command(name = "quota-set")]
@@ -441,8 +468,13 @@ pub enum Command {
     #[command(name = "quota-delete")]
     QuotaDelete(quotas::DeleteArgs),
 
-    #[command(name = "flavor-list")]
-    FlavorList(flavors::ListArgs),
+    /// Print a list of flavors
+    #[command(
+        name = "flavor-list",
+        after_help = "Examples:\n  blazar flavor-list\n  blazar flavor-list --sort-by vcpus -f value -c name",
+        mut_args(sort_by_default("name"))
+    )]
+    FlavorList(SortedListOutput),
     #[command(name = "flavor-show")]
     FlavorShow(flavors::ShowArgs),
     #[command(name = "flavor-create")]
@@ -556,14 +588,14 @@ async fn dispatch(command: Command, global: &GlobalArgs) -> CliResult<u8> {
         }
         Command::DevicePropertySet(a) => ok(inventory::property_set(&ctx, &Kind::DEVICE, a).await),
 
-        Command::FloatingipList(a) => ok(floatingips::list(&ctx, a).await),
+        Command::FloatingipList(a) => ok(leases::get_and_list(&ctx, &floatingips::LIST, &a).await),
         Command::FloatingipShow(a) => ok(floatingips::show(&ctx, a).await),
         Command::FloatingipCreate(a) => ok(floatingips::create(&ctx, a).await),
         Command::FloatingipDelete(a) => ok(floatingips::delete(&ctx, a).await),
-        Command::IcalFeedList(a) => ok(feeds::list(&ctx, a).await),
+        Command::IcalFeedList(a) => ok(leases::get_and_list(&ctx, &feeds::LIST, &a).await),
         Command::IcalFeedCreate(a) => ok(feeds::create(&ctx, a).await),
         Command::IcalFeedDelete(a) => ok(feeds::delete(&ctx, a).await),
-        Command::WebhookList(a) => ok(webhooks::list(&ctx, a).await),
+        Command::WebhookList(a) => ok(leases::get_and_list(&ctx, &webhooks::LIST, &a).await),
         Command::WebhookCreate(a) => ok(webhooks::create(&ctx, a).await),
         Command::WebhookShow(a) => ok(webhooks::show(&ctx, a).await),
         Command::WebhookDelete(a) => ok(webhooks::delete(&ctx, a).await),
@@ -574,7 +606,7 @@ async fn dispatch(command: Command, global: &GlobalArgs) -> CliResult<u8> {
         Command::QuotaSet(a) => ok(quotas::set(&ctx, a).await),
         Command::QuotaDelete(a) => ok(quotas::delete(&ctx, a).await),
 
-        Command::FlavorList(a) => ok(flavors::list(&ctx, a).await),
+        Command::FlavorList(a) => ok(leases::get_and_list(&ctx, &flavors::LIST, &a).await),
         Command::FlavorShow(a) => ok(flavors::show(&ctx, a).await),
         Command::FlavorCreate(a) => ok(flavors::create(&ctx, a).await),
         Command::FlavorDelete(a) => ok(flavors::delete(&ctx, a).await),

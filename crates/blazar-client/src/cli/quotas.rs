@@ -5,9 +5,7 @@ use clap::Args;
 use serde_json::{Map, Value};
 
 use super::leases::{delete_and_say, show_object};
-use super::output::{
-    ShowOutput, SortedListOutput, check_sort, render_list, sort_by_default, sort_objects,
-};
+use super::output::{ShowOutput, SortedListOutput, check_sort, render_list, sort_objects};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
@@ -24,17 +22,6 @@ const LIST_COLUMNS: &[&str] = &[
 
 /// The limits: every list column but the project.
 const LIMITS: &[&str] = LIST_COLUMNS.split_at(1).1;
-
-/// List the projects that have quota overrides (a non-admin sees only its own)
-#[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar quota-list")]
-#[command(mut_args(sort_by_default("project_id")))]
-pub struct ListArgs {
-    #[command(flatten)]
-    list: SortedListOutput,
-}
 
 /// Show a project's quotas (-1: no limit) and what it holds now
 #[derive(Debug, Args)]
@@ -122,12 +109,12 @@ fn flatten(mut quota: Map<String, Value>) -> Map<String, Value> {
     out
 }
 
-pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    check_sort(&args.list.sort_by, LIST_COLUMNS)?;
+pub async fn list(ctx: &Context, list: SortedListOutput) -> CliResult {
+    check_sort(&list.sort_by, LIST_COLUMNS)?;
     let items: Vec<Map<String, Value>> = ctx.client.get("/quotas", "quotas").await?;
     let mut items: Vec<Map<String, Value>> = items.into_iter().map(flatten).collect();
-    sort_objects(&mut items, &args.list.sort_by);
-    emit(&render_list(&items, LIST_COLUMNS, &args.list.out)?);
+    sort_objects(&mut items, &list.sort_by);
+    emit(&render_list(&items, LIST_COLUMNS, &list.out)?);
     Ok(())
 }
 

@@ -5,12 +5,17 @@ use clap::Args;
 use reqwest::Method;
 use serde_json::{Map, Value};
 
-use super::leases::{delete_and_say, get_and_list, get_and_show, show_object};
-use super::output::{ListOutput, ShowOutput, SortedListOutput, render_list, sort_by_default};
+use super::leases::{Listing, delete_and_say, get_and_show, show_object};
+use super::output::{ListOutput, ShowOutput, render_list};
 use super::{CliResult, Context, emit};
 use blazar_client::client::segment;
 
-const LIST_COLUMNS: &[&str] = &["id", "project_id", "url", "event_types", "created_at"];
+/// What `webhook-list` lists.
+pub const LIST: Listing = Listing {
+    path: "/webhooks",
+    key: "webhooks",
+    columns: &["id", "project_id", "url", "event_types", "created_at"],
+};
 const DELIVERY_COLUMNS: &[&str] = &[
     "id",
     "event_type",
@@ -21,17 +26,6 @@ const DELIVERY_COLUMNS: &[&str] = &[
     "next_attempt_at",
     "created_at",
 ];
-
-/// List webhooks (of your project; an admin sees every webhook)
-#[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar webhook-list")]
-#[command(mut_args(sort_by_default("created_at")))]
-pub struct ListArgs {
-    #[command(flatten)]
-    list: SortedListOutput,
-}
 
 /// Register a webhook: your project's lease events are POSTed to URL, signed
 #[derive(Debug, Args)]
@@ -118,11 +112,6 @@ pub struct RedeliverArgs {
     /// ID of the delivery (webhook-deliveries lists them)
     #[arg(value_name = "DELIVERY_ID")]
     delivery: String,
-}
-
-pub async fn list(ctx: &Context, args: ListArgs) -> CliResult {
-    let from = ("/webhooks", "webhooks");
-    get_and_list(ctx, from, LIST_COLUMNS, &args.list).await
 }
 
 pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult {
