@@ -27,6 +27,21 @@ fn attr<'a>(r: &'a ResourceRecord, key: &str) -> Option<&'a str> {
     r.attrs.get(key).and_then(Value::as_str)
 }
 
+/// The external network and the address of a floating-IP record.
+fn floating_address(r: &ResourceRecord) -> Option<(&str, &str)> {
+    Some((
+        attr(r, "floating_network_id")?,
+        attr(r, "floating_ip_address")?,
+    ))
+}
+
+/// The network type (VLAN unless the record says) and the segmentation id of a segment
+/// record.
+fn segment_of(r: &ResourceRecord) -> Option<(&str, i64)> {
+    let segmentation_id = r.attrs.get("segment_id").and_then(Value::as_i64)?;
+    Some((attr(r, "network_type").unwrap_or("vlan"), segmentation_id))
+}
+
 /// The inventory records of the action's resources (those still registered).
 pub(crate) async fn records(
     store: &Store,
@@ -74,10 +89,7 @@ impl OpenStackBackend {
         let neutron = self.cloud().neutron(action.request_id.as_deref());
         let tags = reservation_tags(&action.reservation_id);
         for fip in records(store, FLOATINGIP, &action.resources).await? {
-            let (Some(network), Some(address)) = (
-                attr(&fip, "floating_network_id"),
-                attr(&fip, "floating_ip_address"),
-            ) else {
+            let Some((network, address)) = floating_address(&fip) else {
                 continue;
             };
             let start = async {
@@ -146,9 +158,7 @@ impl OpenStackBackend {
             .and_then(|n| n.network_description.as_deref())
             .filter(|d| !d.is_empty());
         for segment in records(store, NETWORK, &action.resources).await? {
-            let network_type = attr(&segment, "network_type").unwrap_or("vlan");
-            let Some(segmentation_id) = segment.attrs.get("segment_id").and_then(Value::as_i64)
-            else {
+            let Some((network_type, segmentation_id)) = segment_of(&segment) else {
                 continue;
             };
             let start = async {
@@ -217,10 +227,7 @@ impl OpenStackBackend {
         match action.resource_type.as_str() {
             FLOATINGIP => {
                 for fip in records(store, FLOATINGIP, &action.resources).await? {
-                    let (Some(network), Some(address)) = (
-                        attr(&fip, "floating_network_id"),
-                        attr(&fip, "floating_ip_address"),
-                    ) else {
+                    let Some((network, address)) = floating_address(&fip) else {
                         continue;
                     };
                     let found = neutron
@@ -234,8 +241,7 @@ impl OpenStackBackend {
             }
             NETWORK => {
                 for segment in records(store, NETWORK, &action.resources).await? {
-                    let network_type = attr(&segment, "network_type").unwrap_or("vlan");
-                    let Some(seg) = segment.attrs.get("segment_id").and_then(Value::as_i64) else {
+                    let Some((network_type, seg)) = segment_of(&segment) else {
                         continue;
                     };
                     let found = neutron
