@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
-use blazar_service::Reallocated;
+use blazar_service::{AllocationKind, Reallocated};
 use tracing::Instrument;
 
 use crate::convert::{Envelope, to_wire};
@@ -40,8 +40,14 @@ pub fn router(state: AppState) -> Router {
         .route("/leases/{lease_id}/networks", get(leases::lease_networks))
         .route("/leases/{lease_id}/devices", get(leases::lease_devices))
         .route("/os-hosts", get(hosts::list_hosts).post(hosts::create_host))
-        .route("/os-hosts/allocations", get(hosts::list_host_allocations))
-        .route("/os-hosts/properties", get(hosts::list_host_properties))
+        .route(
+            "/os-hosts/allocations",
+            get(|s, c, q| inventory::allocations(s, c, q, AllocationKind::Hosts)),
+        )
+        .route(
+            "/os-hosts/properties",
+            get(|s, c, q| inventory::properties(s, c, q, AllocationKind::Hosts)),
+        )
         .route("/os-hosts/timeline", get(timeline::host_timeline))
         .route(
             "/os-hosts/timeline/properties",
@@ -49,7 +55,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/os-hosts/properties/{property_name}",
-            patch(hosts::update_host_property),
+            patch(|s, c, p, b| inventory::update_property(s, c, p, b, AllocationKind::Hosts)),
         )
         .route(
             "/os-hosts/{host_id}",
@@ -59,7 +65,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/os-hosts/{host_id}/allocation",
-            get(hosts::show_host_allocation)
+            get(|s, c, p, q| inventory::allocation(s, c, p, q, AllocationKind::Hosts))
                 .put(|s, c, p, b| hosts::reallocate(s, c, p, b, Reallocated::Host)),
         )
         .route("/handovers", get(hosts::list_handovers))

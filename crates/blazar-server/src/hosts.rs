@@ -1,8 +1,9 @@
-//! `/v1/os-hosts`: inventory, properties, allocations; and `/v1/handovers`.
+//! `/v1/os-hosts`: the hosts themselves and their re-allocation (their properties and
+//! allocations are served by the handlers of `inventory`); `/v1/handovers` and `/v1/reconcile`.
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use blazar_service::Reallocated;
 
 use crate::convert::{Envelope, from_wire, to_wire};
@@ -73,38 +74,6 @@ pub async fn delete_host(
     Ok(crate::reply::no_content())
 }
 
-pub async fn list_host_allocations(
-    State(state): State<AppState>,
-    Caller(identity): Caller,
-    Query(query): Query,
-) -> ApiResult<Response> {
-    crate::allocations::stream_allocations(
-        &state,
-        &identity,
-        blazar_service::AllocationKind::Hosts,
-        &query,
-    )
-    .await
-}
-
-pub async fn show_host_allocation(
-    State(state): State<AppState>,
-    Caller(identity): Caller,
-    Path(id): Path<String>,
-    Query(query): Query,
-) -> ApiResult<impl IntoResponse> {
-    let entry = state
-        .service
-        .host_allocation(
-            &identity,
-            &id,
-            query.get("lease_id").map(String::as_str),
-            query.get("reservation_id").map(String::as_str),
-        )
-        .await?;
-    Ok(Json(Envelope("allocation", to_wire::allocation(entry))))
-}
-
 /// `PUT /v1/os-hosts/{id}/allocation` and `PUT /v1/devices/{id}/allocation` (Chameleon):
 /// moves reservations off the host or device.
 pub async fn reallocate(
@@ -134,38 +103,6 @@ pub async fn reconcile(
     Ok(Json(Envelope(
         "reconcile",
         to_wire::reconcile_report(report),
-    )))
-}
-
-pub async fn list_host_properties(
-    State(state): State<AppState>,
-    Caller(identity): Caller,
-    Query(query): Query,
-) -> ApiResult<impl IntoResponse> {
-    let listing = state
-        .service
-        .list_host_properties(&identity, flag(&query, "detail"), flag(&query, "all"))
-        .await?;
-    Ok(Json(Envelope(
-        "resource_properties",
-        to_wire::property_listing(listing),
-    )))
-}
-
-pub async fn update_host_property(
-    State(state): State<AppState>,
-    Caller(identity): Caller,
-    Path(name): Path<String>,
-    Wire(body): Wire<blazar_api::PropertyUpdate>,
-) -> ApiResult<impl IntoResponse> {
-    let body = from_wire::property_update(&body)?;
-    let property = state
-        .service
-        .update_host_property(&identity, &name, &body)
-        .await?;
-    Ok(Json(Envelope(
-        "resource_property",
-        to_wire::resource_property(property),
     )))
 }
 

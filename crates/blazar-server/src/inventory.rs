@@ -1,5 +1,6 @@
 //! `/v1/floatingips`, `/v1/networks`, `/v1/devices` (one set of handlers over a kind
-//! description), `/v1/flavors` and `/v1/notifications`.
+//! description, whose allocation and property handlers serve `/v1/os-hosts` too),
+//! `/v1/flavors` and `/v1/notifications`.
 
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
@@ -7,11 +8,12 @@ use axum::response::Response;
 use axum::routing::{get, patch};
 use axum::{Json, Router};
 use blazar_core::ResourceRecord;
-use blazar_service::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS, Reallocated};
+use blazar_service::{AllocationKind, DEVICES, FLOATINGIPS, KindSpec, NETWORKS, Reallocated};
 
 use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::ApiResult;
 use crate::extract::{Caller, JsonObject, Query, Wire};
+use crate::reply::flag;
 use crate::state::AppState;
 
 /// Envelope keys of a kind.
@@ -37,12 +39,9 @@ fn names(spec: &KindSpec) -> Names {
     }
 }
 
-fn flag(query: &std::collections::HashMap<String, String>, key: &str) -> bool {
-    crate::reply::flag(query, key)
-}
-
 /// The routes of one kind, to nest under its prefix.
 pub fn routes(spec: &'static KindSpec) -> Router<AppState> {
+    let kind = AllocationKind::Pool(spec);
     Router::new()
         .route(
             "/",
@@ -50,9 +49,9 @@ pub fn routes(spec: &'static KindSpec) -> Router<AppState> {
         )
         .route(
             "/allocations",
-            get(move |s, c, q| allocations(s, c, q, spec)),
+            get(move |s, c, q| allocations(s, c, q, kind)),
         )
-        .route("/properties", get(move |s, c, q| properties(s, c, q, spec)))
+        .route("/properties", get(move |s, c, q| properties(s, c, q, kind)))
         .route(
             "/timeline",
             get(
@@ -73,7 +72,7 @@ pub fn routes(spec: &'static KindSpec) -> Router<AppState> {
         )
         .route(
             "/properties/{name}",
-            patch(move |s, c, p, b| update_property(s, c, p, b, spec)),
+            patch(move |s, c, p, b| update_property(s, c, p, b, kind)),
         )
         .route(
             "/{id}",
@@ -82,7 +81,7 @@ pub fn routes(spec: &'static KindSpec) -> Router<AppState> {
                 .delete(move |s, c, p| delete(s, c, p, spec)),
         )
         .route("/{id}/allocation", {
-            let route = get(move |s, c, p, q| allocation(s, c, p, q, spec));
+            let route = get(move |s, c, p, q| allocation(s, c, p, q, kind));
             // Chameleon re-allocates devices (and hosts, in hosts.rs) only.
             if spec.kind == DEVICES.kind {
                 route.put(|s, c, p, b| crate::hosts::reallocate(s, c, p, b, Reallocated::Device))
@@ -180,69 +179,87 @@ async fn delete(
     Ok(crate::reply::no_content())
 }
 
-async fn allocations(
+/// `GET .../allocations` of hosts or of one kind of pool resource.
+pub async fn allocations(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Query(query): Query,
-    spec: &'static KindSpec,
+    kind: AllocationKind,
 ) -> ApiResult<Response> {
-    crate::allocations::stream_allocations(
-        &state,
-        &identity,
-        blazar_service::AllocationKind::Pool(spec),
-        &query,
-    )
-    .await
+    crate::allocations::stream_allocations(&state, &identity, kind, &query).await
 }
 
-async fn allocation(
+/// `GET .../{id}/allocation` of a host or a pool resource.
+pub async fn allocation(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(id): Path<String>,
     Query(query): Query,
-    spec: &'static KindSpec,
+    kind: AllocationKind,
 ) -> ApiResult<impl IntoResponse> {
-    let entry = state
-        .service
-        .resource_allocation(
-            &identity,
-            spec,
-            &id,
-            query.get("lease_id").map(String::as_str),
-            query.get("reservation_id").map(String::as_str),
-        )
-        .await?;
+    let lease_id = query.get("lease_id").map(String::as_str);
+    let reservation_id = query.get("reservation_id").map(String::as_str);
+    let service = &state.service;
+    let entry = match kind {
+        AllocationKind::Hosts => {
+            service
+                .host_allocation(&identity, &id, lease_id, reservation_id)
+                .await?
+        }
+        AllocationKind::Pool(spec) => {
+            service
+                .resource_allocation(&identity, spec, &id, lease_id, reservation_id)
+                .await?
+        }
+    };
     Ok(Json(Envelope("allocation", to_wire::allocation(entry))))
 }
 
-async fn properties(
+/// `GET .../properties` of hosts or of one kind of pool resource.
+pub async fn properties(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Query(query): Query,
-    spec: &'static KindSpec,
+    kind: AllocationKind,
 ) -> ApiResult<impl IntoResponse> {
-    let listing = state
-        .service
-        .list_resource_properties(&identity, spec, flag(&query, "detail"), flag(&query, "all"))
-        .await?;
+    let (detail, all) = (flag(&query, "detail"), flag(&query, "all"));
+    let service = &state.service;
+    let listing = match kind {
+        AllocationKind::Hosts => service.list_host_properties(&identity, detail, all).await?,
+        AllocationKind::Pool(spec) => {
+            service
+                .list_resource_properties(&identity, spec, detail, all)
+                .await?
+        }
+    };
     Ok(Json(Envelope(
         "resource_properties",
         to_wire::property_listing(listing),
     )))
 }
 
-async fn update_property(
+/// `PATCH .../properties/{name}` of hosts or of one kind of pool resource.
+pub async fn update_property(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(name): Path<String>,
     Wire(body): Wire<blazar_api::PropertyUpdate>,
-    spec: &'static KindSpec,
+    kind: AllocationKind,
 ) -> ApiResult<impl IntoResponse> {
     let body = from_wire::property_update(&body)?;
-    let property = state
-        .service
-        .update_resource_property(&identity, spec, &name, &body)
-        .await?;
+    let service = &state.service;
+    let property = match kind {
+        AllocationKind::Hosts => {
+            service
+                .update_host_property(&identity, &name, &body)
+                .await?
+        }
+        AllocationKind::Pool(spec) => {
+            service
+                .update_resource_property(&identity, spec, &name, &body)
+                .await?
+        }
+    };
     Ok(Json(Envelope(
         "resource_property",
         to_wire::resource_property(property),
