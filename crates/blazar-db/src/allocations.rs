@@ -2,6 +2,7 @@
 //! resource right now).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use blazar_core::{Allocation, Handover, Occupancy};
 use chrono::{DateTime, Utc};
@@ -9,6 +10,9 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::{Arg, Backend, DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
+
+/// A lease's start and end.
+type Span = (DateTime<Utc>, DateTime<Utc>);
 
 /// An allocation to write: the database gives it its id.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,8 +63,9 @@ pub struct AllocationUsage {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AllocationView {
     pub resource_id: i64,
-    pub reservation_id: String,
-    pub lease_id: String,
+    /// Shared by the allocations of one reservation (a lease of a rack holds a hundred).
+    pub reservation_id: Arc<str>,
+    pub lease_id: Arc<str>,
     pub lease_start: DateTime<Utc>,
     pub lease_end: DateTime<Utc>,
 }
@@ -465,8 +470,15 @@ impl Tx {
             // index alone.
             condition(&mut sql, " AND a.blocked_until > $?", t.into());
         }
-        let held: Vec<(i64, String, String)> = match self.backend {
-            Backend::Sqlite => self.fetch_json_array(&sql, args, "allocations").await?,
+        // (resource, reservation, lease) of each allocation.
+        let held: Vec<(i64, Arc<str>, Arc<str>)> = match self.backend {
+            Backend::Sqlite => {
+                let rows: Vec<(i64, String, String)> =
+                    self.fetch_json_array(&sql, args, "allocations").await?;
+                rows.into_iter()
+                    .map(|(id, reservation, lease)| (id, reservation.into(), lease.into()))
+                    .collect()
+            }
             Backend::Postgres => {
                 sql.push_str(" GROUP BY a.reservation_id, a.lease_id");
                 let groups: Vec<(String, String, String)> = self
@@ -480,6 +492,8 @@ impl Tx {
                     .await?;
                 let mut held = Vec::with_capacity(groups.len());
                 for (reservation_id, lease_id, resources) in groups {
+                    let (reservation_id, lease_id): (Arc<str>, Arc<str>) =
+                        (reservation_id.into(), lease_id.into());
                     for id in resources.split(',') {
                         let id = id.parse::<i64>().map_err(|_| {
                             DbError::Corrupt(format!("allocated resource id {id:?}"))
@@ -490,14 +504,25 @@ impl Tx {
                 held
             }
         };
-        let mut leases: Vec<&str> = held.iter().map(|(_, _, lease)| lease.as_str()).collect();
+        let mut leases: Vec<&str> = held.iter().map(|(_, _, lease)| &**lease).collect();
         leases.sort_unstable();
         leases.dedup();
         let dates = self.lease_dates(&leases, filter).await?;
         let mut views = Vec::with_capacity(held.len());
+        // The allocations of a reservation come together on PostgreSQL: its lease is looked
+        // up once for them.
+        let mut last: Option<(Arc<str>, Option<Span>)> = None;
         for (resource_id, reservation_id, lease_id) in held {
+            let lease_dates = match &last {
+                Some((lease, lease_dates)) if Arc::ptr_eq(lease, &lease_id) => *lease_dates,
+                _ => {
+                    let lease_dates = dates.get(&*lease_id).copied();
+                    last = Some((lease_id.clone(), lease_dates));
+                    lease_dates
+                }
+            };
             // A lease outside the window (or one gone since) leaves its allocations out.
-            let Some(&(start, end)) = dates.get(lease_id.as_str()) else {
+            let Some((start, end)) = lease_dates else {
                 continue;
             };
             views.push(AllocationView {

@@ -2,12 +2,16 @@
 //! time as the client reads it, so the answer's size never sits in the server's memory.
 
 use axum::response::Response;
-use blazar_service::{AllocationBatch, AllocationKind, AllocationList, Identity, ServiceResult};
+use std::collections::HashMap;
+
+use blazar_service::{
+    AllocationBatch, AllocationEntry, AllocationKind, AllocationList, Identity, ServiceResult,
+};
 
 use crate::convert::{from_wire, to_wire};
 use crate::error::ApiResult;
 use crate::state::AppState;
-use crate::stream::{Batches, json_value, push_item, stream_json};
+use crate::stream::{Batches, json_value, stream_json};
 
 impl Batches for AllocationList {
     type Batch = AllocationBatch;
@@ -16,11 +20,8 @@ impl Batches for AllocationList {
         AllocationList::next_batch(self).await
     }
 
-    fn write_batch(&self, batch: AllocationBatch, out: &mut Vec<u8>, mut written: bool) -> bool {
-        for entry in batch.entries {
-            written = push_item(out, &to_wire::allocation(entry), b", ", written);
-        }
-        written
+    fn write_batch(&self, batch: AllocationBatch, out: &mut Vec<u8>, written: bool) -> bool {
+        write_entries(&batch.entries, out, written)
     }
 
     fn suffix(&self) -> Vec<u8> {
@@ -48,4 +49,88 @@ pub async fn stream_allocations(
         .allocation_list(identity, kind, &request)
         .await?;
     stream_json(b"{\"allocations\": [".to_vec(), list).await
+}
+
+/// Appends `entries` as array items, each after `, ` when an item precedes it (`written`);
+/// says whether an item has been written by now. The bytes are serde's for
+/// `to_wire::allocation`, but each reservation is rendered once per batch: a lease of a
+/// rack holds a hundred resources, and rendering its ids and dates for each of them was
+/// most of a list's time.
+fn write_entries(entries: &[AllocationEntry], out: &mut Vec<u8>, mut written: bool) -> bool {
+    let mut rendered: HashMap<&str, Vec<u8>> = HashMap::new();
+    for entry in entries {
+        if written {
+            out.extend_from_slice(b", ");
+        }
+        written = true;
+        out.extend_from_slice(b"{\"resource_id\":");
+        out.extend_from_slice(&json_value(&entry.resource_id));
+        out.extend_from_slice(b",\"reservations\":[");
+        for (at, view) in entry.reservations.iter().enumerate() {
+            if at > 0 {
+                out.push(b',');
+            }
+            let item = rendered
+                .entry(&*view.reservation_id)
+                .or_insert_with(|| json_value(&to_wire::allocation_reservation(view)));
+            out.extend_from_slice(item);
+        }
+        out.extend_from_slice(b"]}");
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blazar_service::AllocationView;
+    use chrono::{TimeZone, Utc};
+
+    fn view(resource_id: i64, reservation: &str, lease: &str, day: u32) -> AllocationView {
+        AllocationView {
+            resource_id,
+            reservation_id: reservation.into(),
+            lease_id: lease.into(),
+            lease_start: Utc.with_ymd_and_hms(2031, 1, day, 10, 0, 0).unwrap(),
+            lease_end: Utc.with_ymd_and_hms(2031, 1, day + 1, 10, 0, 0).unwrap(),
+        }
+    }
+
+    #[test]
+    fn entries_are_written_as_serde_writes_them() {
+        let entries = vec![
+            AllocationEntry {
+                resource_id: "1".into(),
+                reservations: vec![view(1, "r-a", "l-a", 2), view(1, "r-b", "l-b", 5)],
+            },
+            AllocationEntry {
+                resource_id: "a \"quoted\" \\ id".into(),
+                reservations: vec![],
+            },
+            AllocationEntry {
+                resource_id: "3".into(),
+                reservations: vec![view(3, "r-b", "l-b", 5)],
+            },
+        ];
+        let mut expected = Vec::new();
+        for (at, entry) in entries.iter().enumerate() {
+            if at > 0 {
+                expected.extend_from_slice(b", ");
+            }
+            expected.extend(serde_json::to_vec(&to_wire::allocation(entry.clone())).unwrap());
+        }
+        let mut out = Vec::new();
+        assert!(write_entries(&entries, &mut out, false));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(expected).unwrap()
+        );
+        // After items already written, the first one is separated too; none written stays so.
+        let mut out = Vec::new();
+        assert!(write_entries(&entries[..1], &mut out, true));
+        assert!(out.starts_with(b", {"));
+        let mut out = Vec::new();
+        assert!(!write_entries(&[], &mut out, false));
+        assert!(out.is_empty());
+    }
 }

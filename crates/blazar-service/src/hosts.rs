@@ -42,9 +42,17 @@ pub(crate) fn allocation_entries(
     resources: impl IntoIterator<Item = (i64, String)>,
     views: Vec<AllocationView>,
 ) -> Vec<AllocationEntry> {
+    // The views come sorted by resource: a map lookup per run of one resource's views,
+    // not per allocation (any order stays correct).
     let mut by_id: HashMap<i64, Vec<AllocationView>> = HashMap::new();
-    for v in views {
-        by_id.entry(v.resource_id).or_default().push(v);
+    let mut views = views.into_iter().peekable();
+    while let Some(first) = views.next() {
+        let id = first.resource_id;
+        let held = by_id.entry(id).or_default();
+        held.push(first);
+        while let Some(next) = views.next_if(|v| v.resource_id == id) {
+            held.push(next);
+        }
     }
     resources
         .into_iter()
@@ -381,7 +389,7 @@ impl Service {
         let mut in_use = Vec::new();
         for view in views {
             for reservation in tx.reservations_of(&view.lease_id).await? {
-                if reservation.id != view.reservation_id {
+                if *reservation.id != *view.reservation_id {
                     continue;
                 }
                 for (field, query) in reservation.spec.queries() {

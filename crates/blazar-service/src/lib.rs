@@ -100,7 +100,7 @@ pub use backend::{
 };
 pub use blazar_core::time::truncate_to_minute;
 /// Rows some use cases answer with as they are read.
-pub use blazar_db::{GrantRow, NotificationRow};
+pub use blazar_db::{AllocationView, GrantRow, NotificationRow};
 /// The database handle and how to open it: the server opens the store once and hands it to
 /// the service; everything it reads or writes goes through the service's use cases.
 pub use blazar_db::{SqliteSync, Store, StoreOptions};

@@ -11,7 +11,9 @@ use blazar_api::{
 use blazar_api::{InstanceSize, SlotUse, TimelineInterval, TimelinePeriod, TimelineResource};
 use blazar_core::{ActionRecord, Property, ResourceRecord};
 use blazar_core::{HostRecord, LeaseView};
-use blazar_service::{AllocationEntry, GrantRow, NotificationRow, Reason, ReservationRef};
+use blazar_service::{
+    AllocationEntry, AllocationView, GrantRow, NotificationRow, Reason, ReservationRef,
+};
 use serde_json::{Map, Value};
 
 pub fn host(h: HostRecord) -> Host {
@@ -241,16 +243,17 @@ pub fn lease_with_grants(v: LeaseView, grants: &[GrantRow]) -> Lease {
 pub fn allocation(a: AllocationEntry) -> Allocation {
     Allocation {
         resource_id: a.resource_id,
-        reservations: a
-            .reservations
-            .into_iter()
-            .map(|r| AllocationReservation {
-                id: r.reservation_id,
-                lease_id: r.lease_id,
-                start_date: format_t(r.lease_start),
-                end_date: format_t(r.lease_end),
-            })
-            .collect(),
+        reservations: a.reservations.iter().map(allocation_reservation).collect(),
+    }
+}
+
+/// One reservation holding a resource, as an allocation entry lists it.
+pub fn allocation_reservation(r: &AllocationView) -> AllocationReservation {
+    AllocationReservation {
+        id: r.reservation_id.to_string(),
+        lease_id: r.lease_id.to_string(),
+        start_date: format_t(r.lease_start),
+        end_date: format_t(r.lease_end),
     }
 }
 
