@@ -300,6 +300,9 @@ impl Inventory {
     }
 }
 
+/// An inventory copy with the remembered matches of one filter, if any.
+type Cached = (Arc<Inventory>, Option<Arc<Vec<i64>>>);
+
 struct Snapshot {
     version: i64,
     inventory: Arc<Inventory>,
@@ -346,6 +349,12 @@ impl Snapshot {
 #[derive(Default)]
 pub struct HostCache {
     state: std::sync::Mutex<Option<Snapshot>>,
+    /// Held while the inventory is read from the database: requests that find the copy
+    /// stale at once wait for one reload instead of each reading every host (sixteen
+    /// lists of 10,000 hosts arriving at a cold server took it from 18 to 260 MB).
+    loading: tokio::sync::Mutex<()>,
+    /// How many times the inventory was read from the database.
+    loads: std::sync::atomic::AtomicU64,
 }
 
 impl HostCache {
@@ -383,24 +392,28 @@ impl HostCache {
         key: Option<&str>,
     ) -> ServiceResult<(i64, Arc<Inventory>, Option<Arc<Vec<i64>>>)> {
         let version = tx.inventory_version(PHYSICAL_HOST).await?;
-        let cached = self
-            .lock()
-            .as_ref()
-            .filter(|s| s.version == version)
-            .map(|s| {
-                (
-                    s.inventory.clone(),
-                    key.and_then(|k| s.matches.get(k).cloned()),
-                )
-            });
-        if let Some((inventory, matching)) = cached {
+        if let Some((inventory, matching)) = self.cached(version, key) {
             return Ok((version, inventory, matching));
         }
+        // A transaction that changed the hosts sees what may never commit: it reads its own
+        // copy and keeps it to itself.
+        let shared = !tx.changed_inventory(PHYSICAL_HOST);
+        let _loading = if shared {
+            let loading = self.loading.lock().await;
+            // Whoever held it may have loaded this very version.
+            if let Some((inventory, matching)) = self.cached(version, key) {
+                return Ok((version, inventory, matching));
+            }
+            Some(loading)
+        } else {
+            None
+        };
         let hosts = tx.list_hosts().await?;
+        self.loads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let index = hosts.iter().enumerate().map(|(i, h)| (h.id, i)).collect();
         let inventory = Arc::new(Inventory { hosts, index });
-        // A transaction that changed the hosts sees what may never commit: keep it to itself.
-        if !tx.changed_inventory(PHYSICAL_HOST) {
+        if shared {
             *self.lock() = Some(Snapshot {
                 version,
                 inventory: inventory.clone(),
@@ -409,6 +422,25 @@ impl HostCache {
             });
         }
         Ok((version, inventory, None))
+    }
+
+    /// How many times the inventory was read from the database.
+    #[cfg(test)]
+    fn loads(&self) -> u64 {
+        self.loads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The copy of `version`, if it is the one kept, with the cached matches of `key`.
+    fn cached(&self, version: i64, key: Option<&str>) -> Option<Cached> {
+        self.lock()
+            .as_ref()
+            .filter(|s| s.version == version)
+            .map(|s| {
+                (
+                    s.inventory.clone(),
+                    key.and_then(|k| s.matches.get(k).cloned()),
+                )
+            })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Snapshot>> {
@@ -686,5 +718,66 @@ mod tests {
         let key = snapshot.matches.keys().next().cloned().unwrap();
         snapshot.remember(&key, &ids);
         assert_eq!(snapshot.matches_bytes, before);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn requests_finding_the_copy_stale_together_read_the_inventory_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = blazar_db::Store::connect(&blazar_db::StoreOptions {
+            url: dir.path().join("cache.db").display().to_string(),
+            max_connections: 16,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let mut tx = store.write().await.unwrap();
+        for i in 0..500 {
+            let host = blazar_db::NewHost {
+                facts: blazar_core::HostFacts {
+                    hypervisor_hostname: format!("h{i}"),
+                    service_name: format!("h{i}"),
+                    hypervisor_type: "QEMU".into(),
+                    hypervisor_version: 1,
+                    vcpus: 8,
+                    memory_mb: 1024,
+                    local_gb: 10,
+                    cpu_info: "{}".into(),
+                    availability_zone: "nova".into(),
+                },
+                trust_id: String::new(),
+                capabilities: [("rack".to_string(), format!("r{}", i / 10))].into(),
+                created_at: chrono::Utc::now(),
+            };
+            tx.insert_host(&host).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        let cache = Arc::new(HostCache::default());
+        let start = Arc::new(tokio::sync::Barrier::new(16));
+        let readers: Vec<_> = (0..16)
+            .map(|_| {
+                let (store, cache, start) = (store.clone(), cache.clone(), start.clone());
+                tokio::spawn(async move {
+                    let mut tx = store.read().await.unwrap();
+                    start.wait().await;
+                    let hosts = cache.inventory(&mut tx).await.unwrap().hosts.len();
+                    tx.commit().await.unwrap();
+                    hosts
+                })
+            })
+            .collect();
+        for reader in readers {
+            assert_eq!(reader.await.unwrap(), 500);
+        }
+        assert_eq!(cache.loads(), 1);
+        // A change moves the version: the next request reads the inventory again.
+        let mut tx = store.write().await.unwrap();
+        tx.set_host_health(1, false, Some("down"), chrono::Utc::now())
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let mut tx = store.read().await.unwrap();
+        cache.inventory(&mut tx).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(cache.loads(), 2);
     }
 }
