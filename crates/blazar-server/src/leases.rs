@@ -5,18 +5,21 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use blazar_api::PoolResource;
 use blazar_core::LeaseFilter;
 use blazar_core::LeaseStatus;
-use blazar_service::{Listed, ServiceError};
+use blazar_service::{LeaseBatch, LeaseList, Listed, ServiceResult};
 
 use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Caller, Query, Wire};
+use crate::lease_cache::LeaseCache;
 use crate::state::AppState;
+use crate::stream::{Batches, stream_json};
+use std::sync::Arc;
 
 pub async fn list_leases(
     State(state): State<AppState>,
@@ -39,45 +42,65 @@ pub async fn list_leases(
         name: query.get("name").cloned(),
         ..LeaseFilter::default()
     };
-    // Leases rendered by an earlier list are reused while their revision stands (see
-    // `lease_cache`); the answer is the bytes `Json(Envelope("leases", ...))` would write.
-    let cache = &state.leases;
-    let listed = state
-        .service
-        .list_leases_reusing(&identity, &filter, |id, revision| cache.get(id, revision))
-        .await?;
-    let mut parts = Vec::with_capacity(listed.len());
-    for entry in listed {
-        parts.push(match entry {
-            Listed::Kept(json) => json,
-            Listed::Fresh(revision, view) => {
-                let id = view.lease.id.clone();
-                let json = Bytes::from(
-                    serde_json::to_vec(&to_wire::lease(*view))
-                        .map_err(|e| ServiceError::Internal(format!("rendering a lease: {e}")))?,
-                );
-                cache.insert(id, revision, json.clone());
-                json
+    let list = state.service.lease_list(&identity, &filter).await?;
+    let source = LeaseStream {
+        list,
+        cache: state.leases.clone(),
+    };
+    stream_json(br#"{"leases":["#.to_vec(), source).await
+}
+
+/// A lease list written a batch of leases at a time as the client reads it. Leases rendered
+/// by an earlier list are reused while their revision stands (see `lease_cache`); the bytes
+/// are those `Json(Envelope("leases", ...))` would write.
+struct LeaseStream {
+    list: LeaseList,
+    cache: Arc<LeaseCache>,
+}
+
+impl Batches for LeaseStream {
+    type Batch = LeaseBatch<Bytes>;
+
+    async fn next_batch(&mut self) -> ServiceResult<Option<LeaseBatch<Bytes>>> {
+        let cache = &self.cache;
+        self.list
+            .next_batch(|id, revision| cache.get(id, revision))
+            .await
+    }
+
+    fn write_batch(&self, batch: LeaseBatch<Bytes>, out: &mut Vec<u8>, mut written: bool) -> bool {
+        for entry in batch.leases {
+            let json = match entry {
+                Listed::Kept(json) => json,
+                Listed::Fresh(revision, view) => {
+                    let id = view.lease.id.clone();
+                    match serde_json::to_vec(&to_wire::lease(*view)) {
+                        Ok(json) => {
+                            let json = Bytes::from(json);
+                            self.cache.insert(id, revision, json.clone());
+                            json
+                        }
+                        // Strings and numbers always serialise; should one not, the answer
+                        // stays valid.
+                        Err(e) => {
+                            tracing::error!(error = %e, lease.id = %id, "lease left out of a list");
+                            continue;
+                        }
+                    }
+                }
+            };
+            if written {
+                out.push(b',');
             }
-        });
-    }
-    let size = parts.iter().map(|p| p.len() + 1).sum::<usize>() + 16;
-    let mut body = Vec::with_capacity(size);
-    body.extend_from_slice(br#"{"leases":["#);
-    for (i, part) in parts.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
+            out.extend_from_slice(&json);
+            written = true;
         }
-        body.extend_from_slice(part);
+        written
     }
-    body.extend_from_slice(b"]}");
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body,
-    ))
+
+    fn suffix(&self) -> Vec<u8> {
+        b"]}".to_vec()
+    }
 }
 
 /// `POST /v1/leases`; with `?dry_run=true` the same answer (the would-be lease, with what

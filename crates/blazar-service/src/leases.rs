@@ -79,7 +79,92 @@ impl LeaseUpdate {
     }
 }
 
-/// One lease of a list read with [`Service::list_leases_reusing`].
+/// Leases a batch of a lease list reads at most: about 400 kB of JSON.
+const LEASE_BATCH: usize = 250;
+
+/// A lease list being read: the ids and revisions of its leases, in list order, read when
+/// it began; the leases a batch at a time, each batch in a short read transaction of its
+/// own, so that the list's size never sits in memory (10,000 leases are 15 MB of JSON, and
+/// were about 90 MB in the making) however many clients read it. A lease deleted since the
+/// list began is left out, as a later list would; one changed since is shown as it is now.
+pub struct LeaseList {
+    service: Service,
+    leases: Vec<(String, i64)>,
+    done: usize,
+}
+
+/// One batch of a lease list, in order, holding its permit of the large reads (when it
+/// read leases) until dropped: the caller renders it first.
+pub struct LeaseBatch<T> {
+    pub leases: Vec<Listed<T>>,
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl LeaseList {
+    /// The next batch of leases; `None` once all are read. For a caller that keeps what it
+    /// rendered of each lease: `kept(id, revision)` returns the caller's rendering of that
+    /// lease at that revision, if it has one, and only the other leases are read whole. A
+    /// lease's revision moves with every committed change to it, its reservations or its
+    /// events, so a kept rendering is never stale.
+    pub async fn next_batch<T>(
+        &mut self,
+        kept: impl Fn(&str, i64) -> Option<T>,
+    ) -> ServiceResult<Option<LeaseBatch<T>>> {
+        let rest = self.leases.get(self.done..).unwrap_or_default();
+        if rest.is_empty() {
+            return Ok(None);
+        }
+        let batch = &rest[..rest.len().min(LEASE_BATCH)];
+        self.done += batch.len();
+        let mut listed: Vec<Option<Listed<T>>> = Vec::with_capacity(batch.len());
+        let mut missing = Vec::new();
+        for (id, revision) in batch {
+            let found = kept(id, *revision).map(Listed::Kept);
+            if found.is_none() {
+                missing.push(id.clone());
+            }
+            listed.push(found);
+        }
+        if missing.is_empty() {
+            return Ok(Some(LeaseBatch {
+                leases: listed.into_iter().flatten().collect(),
+                _permit: None,
+            }));
+        }
+        let service = &self.service;
+        let permit = service.large_read_permit().await?;
+        let trees = in_tx!(service, read, |tx| {
+            Ok(tx
+                .revised_lease_trees(&LeaseFilter {
+                    ids: Some(missing.clone()),
+                    ..LeaseFilter::default()
+                })
+                .await?)
+        })?;
+        let mut fresh: HashMap<String, Listed<T>> = trees
+            .into_iter()
+            .map(|(revision, (lease, reservations, events))| {
+                let view = Box::new(LeaseView {
+                    lease,
+                    reservations,
+                    events,
+                });
+                (view.lease.id.clone(), Listed::Fresh(revision, view))
+            })
+            .collect();
+        let leases = batch
+            .iter()
+            .zip(listed)
+            .filter_map(|((id, _), found)| found.or_else(|| fresh.remove(id)))
+            .collect();
+        Ok(Some(LeaseBatch {
+            leases,
+            _permit: Some(permit),
+        }))
+    }
+}
+
+/// One lease of a batch of a [`LeaseList`].
 #[derive(Debug, Clone)]
 pub enum Listed<T> {
     /// The caller's own rendering of the lease, still current.
@@ -962,64 +1047,33 @@ impl Service {
         })
     }
 
-    /// Leases the caller may see, narrowed by `filter`; non-admins only ever see their
-    /// project. For a caller that keeps what it rendered of each lease: `kept(id, revision)`
-    /// returns the caller's rendering of that lease at that revision, if it has one, and only
-    /// the other leases are read whole. A lease's revision moves with every committed change
-    /// to it, its reservations or its events, so a kept rendering is never stale. One read
-    /// transaction.
-    pub async fn list_leases_reusing<T>(
+    /// Starts reading the leases the caller may see, narrowed by `filter` (non-admins only
+    /// ever see their project): their ids and revisions, in list order, in one read. The
+    /// leases themselves are read a batch at a time ([`LeaseList::next_batch`]).
+    pub async fn lease_list(
         &self,
         identity: &Identity,
         filter: &LeaseFilter,
-        kept: impl Fn(&str, i64) -> Option<T>,
-    ) -> ServiceResult<Vec<Listed<T>>> {
+    ) -> ServiceResult<LeaseList> {
         self.authorize_own("blazar:leases:get", identity)?;
         let mut filter = filter.clone();
         if !self.is_admin(identity) {
             match &filter.project_id {
-                Some(p) if *p != identity.project_id => return Ok(Vec::new()),
+                Some(p) if *p != identity.project_id => {
+                    return Ok(LeaseList {
+                        service: self.clone(),
+                        leases: Vec::new(),
+                        done: 0,
+                    });
+                }
                 _ => filter.project_id = Some(identity.project_id.clone()),
             }
         }
-        in_tx!(self, read, |tx| {
-            let revisions = tx.lease_revisions(&filter).await?;
-            let mut listed: Vec<Option<Listed<T>>> = Vec::with_capacity(revisions.len());
-            let mut missing = Vec::new();
-            for (id, revision) in &revisions {
-                let found = kept(id, *revision).map(Listed::Kept);
-                if found.is_none() {
-                    missing.push(id.clone());
-                }
-                listed.push(found);
-            }
-            if missing.is_empty() {
-                return Ok(listed.into_iter().flatten().collect());
-            }
-            let trees = tx
-                .revised_lease_trees(&LeaseFilter {
-                    ids: Some(missing),
-                    ..LeaseFilter::default()
-                })
-                .await?;
-            let mut fresh: HashMap<String, Listed<T>> = trees
-                .into_iter()
-                .map(|(revision, (lease, reservations, events))| {
-                    let view = Box::new(LeaseView {
-                        lease,
-                        reservations,
-                        events,
-                    });
-                    (view.lease.id.clone(), Listed::Fresh(revision, view))
-                })
-                .collect();
-            // A lease deleted between the two reads (PostgreSQL reads each statement's
-            // committed state) is left out, as a later list would.
-            Ok(revisions
-                .iter()
-                .zip(listed)
-                .filter_map(|((id, _), found)| found.or_else(|| fresh.remove(id)))
-                .collect())
+        let leases = in_tx!(self, read, |tx| { Ok(tx.lease_revisions(&filter).await?) })?;
+        Ok(LeaseList {
+            service: self.clone(),
+            leases,
+            done: 0,
         })
     }
 

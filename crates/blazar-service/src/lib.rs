@@ -111,7 +111,7 @@ pub use enforcement::{
 pub use hosts::{AllocationEntry, PropertyListing};
 pub use instance::Ratios;
 pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
-pub use leases::{DryRun, LeaseUpdate, Listed, NewLease};
+pub use leases::{DryRun, LeaseBatch, LeaseList, LeaseUpdate, Listed, NewLease};
 pub use monitor::MonitorReport;
 pub use notifications::{NotificationSink, PublishReport, lease_payload};
 pub use observe::{EventObserver, LeaseEvent, LeaseEvents, Monitoring, WAIT_POLL};

@@ -1072,3 +1072,86 @@ async fn oversized_property_queries_are_refused_and_write_nothing() {
     }
     assert_eq!(app.get("/v1/leases").await.body["leases"], json!([]));
 }
+
+/// A lease list is read and written a batch of leases at a time: a list longer than a batch
+/// holds every lease once, in the order of a list read in one go, shows a change to a lease
+/// of a later batch, and is the same bytes whether its leases were rendered afresh or kept.
+#[tokio::test]
+async fn a_list_longer_than_a_batch_is_whole_in_order_and_current() {
+    let app = TestApp::spawn().await;
+    three_hosts(&app).await;
+    let mut created = Vec::new();
+    for day in 0..260 {
+        let start = crate::harness::t(2030, 1, 1, 0, 0) + chrono::Duration::days(day);
+        let end = start + chrono::Duration::hours(1);
+        let r = app
+            .host_lease(
+                &format!("lease-{day:03}"),
+                &start.format("%Y-%m-%d %H:%M").to_string(),
+                &end.format("%Y-%m-%d %H:%M").to_string(),
+                1,
+                1,
+                "",
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        created.push(id(&r));
+    }
+    let listed = |body: &Value| -> Vec<String> {
+        body["leases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // Rendered afresh, then kept: the same answer.
+    let cold = app.get("/v1/leases").await;
+    assert_eq!(cold.status, StatusCode::OK, "{}", cold.body);
+    let warm = app.get("/v1/leases").await;
+    assert_eq!(cold.body, warm.body);
+    let ids = listed(&cold.body);
+    assert_eq!(ids.len(), 260);
+    let mut sorted = ids.clone();
+    sorted.sort();
+    sorted.dedup();
+    let mut expected = created.clone();
+    expected.sort();
+    assert_eq!(sorted, expected, "every lease once");
+    // The order of the store's one-read list: by creation, then id.
+    let order: Vec<(String, String)> = cold.body["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["created_at"].as_str().unwrap().to_string(),
+                l["id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let mut in_order = order.clone();
+    in_order.sort();
+    assert_eq!(order, in_order);
+
+    // A lease of the second batch renamed: the next list shows it, the rest unchanged.
+    let renamed = &ids[255];
+    let r = app
+        .put(&format!("/v1/leases/{renamed}"), json!({"name": "renamed"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let after = app.get("/v1/leases").await;
+    assert_eq!(listed(&after.body), ids);
+    for (before, now) in cold.body["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(after.body["leases"].as_array().unwrap())
+    {
+        if now["id"] == renamed.as_str() {
+            assert_eq!(now["name"], "renamed");
+        } else {
+            assert_eq!(before, now);
+        }
+    }
+}
