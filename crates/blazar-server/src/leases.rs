@@ -1,5 +1,6 @@
 //! `/v1/leases`: handlers.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
@@ -19,7 +20,6 @@ use crate::extract::{Caller, Query, Wire};
 use crate::lease_cache::LeaseCache;
 use crate::state::AppState;
 use crate::stream::{Batches, stream_json};
-use std::sync::Arc;
 
 pub async fn list_leases(
     State(state): State<AppState>,
