@@ -37,6 +37,7 @@ use crate::model::{
 /// first so that they see the seeded state, not the measured leases.
 pub const OPERATIONS: &[&str] = &[
     "lease_list_project",
+    "lease_list_all",
     "host_list",
     "allocation_list",
     "host_timeline_month",
@@ -377,6 +378,7 @@ impl Driver {
                 };
                 let mut stats = match *op {
                     "lease_list_project" => self.measure_read(op, "/leases", Who::Member, c).await,
+                    "lease_list_all" => self.measure_read(op, "/leases", Who::Admin, c).await,
                     "host_list" => self.measure_read(op, "/os-hosts", Who::Admin, c).await,
                     "allocation_list" => {
                         self.measure_read(op, "/os-hosts/allocations", Who::Admin, c)
