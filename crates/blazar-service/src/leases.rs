@@ -1057,19 +1057,19 @@ impl Service {
     ) -> ServiceResult<LeaseList> {
         self.authorize_own("blazar:leases:get", identity)?;
         let mut filter = filter.clone();
+        // A member asking for another project's leases sees none; otherwise only their own.
+        let mut none = false;
         if !self.is_admin(identity) {
             match &filter.project_id {
-                Some(p) if *p != identity.project_id => {
-                    return Ok(LeaseList {
-                        service: self.clone(),
-                        leases: Vec::new(),
-                        done: 0,
-                    });
-                }
+                Some(p) if *p != identity.project_id => none = true,
                 _ => filter.project_id = Some(identity.project_id.clone()),
             }
         }
-        let leases = in_tx!(self, read, |tx| { Ok(tx.lease_revisions(&filter).await?) })?;
+        let leases = if none {
+            Vec::new()
+        } else {
+            in_tx!(self, read, |tx| { Ok(tx.lease_revisions(&filter).await?) })?
+        };
         Ok(LeaseList {
             service: self.clone(),
             leases,
