@@ -152,6 +152,8 @@ pub struct Store {
     /// PostgreSQL, whose writes use `pool`.
     writer: Option<AnyPool>,
     backend: Backend,
+    /// Where this store's PostgreSQL advisory locks live (see [`LockSpace`]).
+    locks: LockSpace,
     /// SQLite has one writer at a time; queueing writers here avoids busy-waiting inside
     /// SQLite. Other processes on the same file are still serialised by BEGIN IMMEDIATE.
     write_lock: Arc<Mutex<()>>,
@@ -282,10 +284,20 @@ impl Store {
             ),
             Backend::Postgres => None,
         };
+        let locks = match backend {
+            Backend::Postgres => {
+                let schema: Option<String> = sqlx::query_scalar("SELECT CAST(current_schema() AS TEXT)")
+                    .fetch_one(&pool)
+                    .await?;
+                LockSpace::of_schema(schema.as_deref())
+            }
+            Backend::Sqlite => LockSpace::default(),
+        };
         let store = Store {
             pool,
             writer,
             backend,
+            locks,
             write_lock: Arc::new(Mutex::new(())),
             _checkpointer: checkpointer,
         };
@@ -367,13 +379,13 @@ impl Store {
             Some(writer) => writer.begin_with("BEGIN IMMEDIATE").await?,
             None => self.pool.begin().await?,
         };
-        Ok(Tx::new(inner, self.backend, true, guard))
+        Ok(Tx::new(inner, self.backend, self.locks, true, guard))
     }
 
     /// A read-only transaction: a consistent snapshot for composing a response.
     pub async fn read(&self) -> DbResult<Tx> {
         let inner = self.pool.begin().await?;
-        Ok(Tx::new(inner, self.backend, false, None))
+        Ok(Tx::new(inner, self.backend, self.locks, false, None))
     }
 
     pub async fn close(&self) {
@@ -435,6 +447,7 @@ fn stale_statistics(changed: i64, live: i64) -> bool {
 pub struct Tx {
     inner: sqlx::Transaction<'static, Any>,
     backend: Backend,
+    locks: LockSpace,
     /// Writes not sent yet (SQLite): they go out together before the next read or the commit.
     pending: Deferred,
     /// How many times queued writes were sent.
@@ -621,12 +634,14 @@ impl Tx {
     fn new(
         inner: sqlx::Transaction<'static, Any>,
         backend: Backend,
+        locks: LockSpace,
         writer: bool,
         guard: Option<OwnedMutexGuard<()>>,
     ) -> Tx {
         Tx {
             inner,
             backend,
+            locks,
             pending: Deferred::default(),
             flushes: 0,
             versions: Default::default(),
@@ -920,7 +935,7 @@ impl Tx {
         // VALUES is read in order, so the claims are tried in preference order.
         let (sql, args) = claim_statement(
             "v.id AS id, pg_try_advisory_xact_lock(KEY) AS got",
-            kind,
+            self.locks.claims(kind),
             ids,
         );
         let rows = self.fetch_rows(&sql, args).await?;
@@ -948,7 +963,11 @@ impl Tx {
         let mut sorted = ids.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
-        let (sql, args) = claim_statement("pg_advisory_xact_lock(KEY)", kind, &sorted);
+        let (sql, args) = claim_statement(
+            "pg_advisory_xact_lock(KEY)",
+            self.locks.claims(kind),
+            &sorted,
+        );
         // Executed, not fetched: the function answers `void`, which the Any driver cannot read.
         bind_all(sqlx::query(&sql), args)
             .execute(self.conn().await?)
@@ -963,7 +982,7 @@ impl Tx {
             return Ok(());
         }
         sqlx::query("SELECT pg_advisory_xact_lock(CAST($1 AS INTEGER), hashtext($2))")
-            .bind(i64::from(claim_space("project usage")))
+            .bind(i64::from(self.locks.claims("project usage")))
             .bind(project_id)
             .execute(self.conn().await?)
             .await?;
@@ -974,6 +993,7 @@ impl Tx {
     /// writers are serialised already.
     async fn advisory_lock(&mut self, key: i64) -> DbResult<()> {
         if self.backend == Backend::Postgres {
+            let key = self.locks.single(key);
             sqlx::query(&format!("SELECT pg_advisory_xact_lock({key})"))
                 .execute(self.conn().await?)
                 .await?;
@@ -1112,19 +1132,47 @@ pub(crate) fn from_opt_secs(s: Option<i64>) -> DbResult<Option<DateTime<Utc>>> {
     s.map(from_secs).transpose()
 }
 
-/// The first key of the two-key advisory locks for claims of a kind: a fixed hash (FNV-1a)
-/// so every replica agrees. The two-key space never meets the one-key locks above.
-fn claim_space(kind: &str) -> i32 {
-    let hash = kind.bytes().fold(0x811c_9dc5_u32, |h, b| {
+/// The namespace of a store's PostgreSQL advisory locks. Advisory locks belong to the
+/// database, not to a schema, so two installations in two schemas of one database (or the
+/// test suite's schema per test) would otherwise wait for and pass over each other's locks:
+/// one scheduler lock for both, and a claim on host 2 of one hiding host 2 of the other.
+/// The default schema `public` keeps the plain keys, so replicas of earlier versions still
+/// agree with this one on it. The same name gives the same space on every replica.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct LockSpace(u32);
+
+impl LockSpace {
+    fn of_schema(schema: Option<&str>) -> LockSpace {
+        match schema {
+            None | Some("public") => LockSpace(0),
+            Some(name) => LockSpace(fnv1a(name) | 1),
+        }
+    }
+
+    /// The one-key lock for `key` (a small constant) in this space: the space fills the high
+    /// half, which the constants leave empty.
+    fn single(self, key: i64) -> i64 {
+        key ^ (i64::from(self.0) << 32)
+    }
+
+    /// The first key of the two-key advisory locks for claims of a kind in this space. The
+    /// two-key space never meets the one-key locks.
+    fn claims(self, kind: &str) -> i32 {
+        i32::from_ne_bytes((fnv1a(kind) ^ self.0).to_ne_bytes())
+    }
+}
+
+/// FNV-1a of `text`: a fixed hash, so every replica and version agrees on lock keys.
+fn fnv1a(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5_u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    });
-    i32::from_ne_bytes(hash.to_ne_bytes())
+    })
 }
 
 /// `SELECT <select> FROM (VALUES <ids>) AS v(id)`, one row per id in the order given, with
 /// `KEY` in `select` standing for the two-key lock of that row's resource: the statement of
 /// both kinds of claim, with its arguments.
-fn claim_statement(select: &str, kind: &str, ids: &[i64]) -> (String, Vec<Arg>) {
+fn claim_statement(select: &str, space: i32, ids: &[i64]) -> (String, Vec<Arg>) {
     let rows = (2..ids.len() + 2)
         .map(|i| format!("(CAST(${i} AS BIGINT))"))
         .collect::<Vec<_>>()
@@ -1134,7 +1182,7 @@ fn claim_statement(select: &str, kind: &str, ids: &[i64]) -> (String, Vec<Arg>) 
         "CAST($1 AS INTEGER), CAST(v.id & 2147483647 AS INTEGER)",
     );
     let sql = format!("SELECT {select} FROM (VALUES {rows}) AS v(id)");
-    let mut args: Vec<Arg> = vec![Arg::from(i64::from(claim_space(kind)))];
+    let mut args: Vec<Arg> = vec![Arg::from(i64::from(space))];
     args.extend(ids.iter().map(|id| Arg::from(*id)));
     (sql, args)
 }
@@ -1250,6 +1298,32 @@ mod tests {
         assert!(list.is_empty() && padded.is_empty());
         let (list, padded) = in_list(Backend::Postgres, 1, &[1, 2, 3]);
         assert_eq!((list.as_str(), padded), ("$1, $2, $3", vec![1, 2, 3]));
+    }
+
+    #[test]
+    fn the_default_schema_keeps_the_plain_lock_keys_and_others_get_their_own() {
+        let public = LockSpace::of_schema(Some("public"));
+        assert_eq!(public, LockSpace::of_schema(None));
+        assert_eq!(public.single(7_355_608), 7_355_608);
+        assert_eq!(
+            public.claims("host"),
+            i32::from_ne_bytes(fnv1a("host").to_ne_bytes())
+        );
+        let (a, b) = (
+            LockSpace::of_schema(Some("a")),
+            LockSpace::of_schema(Some("b")),
+        );
+        assert_eq!(a, LockSpace::of_schema(Some("a")), "every replica agrees");
+        for space in [a, b] {
+            assert_ne!(space, public);
+            assert_ne!(space.single(7_355_608), 7_355_608);
+            assert_ne!(space.claims("host"), public.claims("host"));
+        }
+        assert_ne!(a.single(7_355_608), b.single(7_355_608));
+        assert_ne!(a.claims("host"), b.claims("host"));
+        // The space keeps the keys of one store apart from each other.
+        assert_ne!(a.single(7_355_608), a.single(7_355_609));
+        assert_ne!(a.claims("host"), a.claims("project usage"));
     }
 
     /// `PRAGMA synchronous` as every kind of connection of the store sees it.

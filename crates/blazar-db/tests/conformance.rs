@@ -796,3 +796,62 @@ async fn a_notification_committed_late_is_placed_after_those_read_before_it() {
     tx.commit().await.unwrap();
     store.close().await;
 }
+
+/// Two installations in two schemas of one PostgreSQL database (the suite's schema per test
+/// is one such case) hold their locks apart: advisory locks belong to the database, and
+/// without a namespace per schema one's scheduler lock would stop the other's scheduler, and
+/// one's claim on its host 2 would hide the other's host 2 from a search. Within one schema
+/// the locks still exclude.
+#[tokio::test]
+async fn locks_of_two_schemas_of_one_database_are_apart() {
+    let Some(base) = blazar_testkit::postgres_url() else {
+        return;
+    };
+    let (one_db, other_db) = (
+        TestDatabase::postgres(base.clone()).await,
+        TestDatabase::postgres(base).await,
+    );
+    let (one, other) = (connect(&one_db).await, connect(&other_db).await);
+    let wait = std::time::Duration::from_secs(5);
+
+    let mut held = one.write().await.unwrap();
+    held.lock_scheduler().await.unwrap();
+    held.lock_allocations().await.unwrap();
+    let (claimed, contended) = held.try_claim_resources("host", &[1, 2]).await.unwrap();
+    assert_eq!((claimed, contended), (vec![1, 2], vec![]));
+
+    // The other schema: nothing of the above is in its way.
+    let mut apart = other.write().await.unwrap();
+    tokio::time::timeout(wait, apart.lock_scheduler())
+        .await
+        .expect("the other schema's scheduler lock is free")
+        .unwrap();
+    tokio::time::timeout(wait, apart.lock_allocations())
+        .await
+        .expect("the other schema's allocation lock is free")
+        .unwrap();
+    let (claimed, contended) = apart.try_claim_resources("host", &[2, 3]).await.unwrap();
+    assert_eq!(
+        (claimed, contended),
+        (vec![2, 3], vec![]),
+        "the other schema's hosts"
+    );
+    apart.rollback().await.unwrap();
+
+    // The same schema: the claims and the locks are taken.
+    let mut same = one.write().await.unwrap();
+    let (claimed, contended) = same.try_claim_resources("host", &[2, 3]).await.unwrap();
+    assert_eq!(
+        (claimed, contended),
+        (vec![3], vec![2]),
+        "one schema's claims exclude"
+    );
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), same.lock_scheduler())
+            .await
+            .is_err(),
+        "one schema's scheduler lock excludes"
+    );
+    drop(same);
+    held.rollback().await.unwrap();
+}
