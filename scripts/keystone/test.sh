@@ -37,8 +37,18 @@ cargo test -p blazar-server --test it keystone:: 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -ne 0 ]; then
-    echo "== Keystone tests failed; Keystone's log:" >&2
-    tail -n 40 "$state/keystone.log" >&2 || true
+    # Keystone's own failures first (a 500 is only a traceback in its log), then its last
+    # words. The lines of one traceback share their time and process; those ending in a
+    # refusal some test asked for (Forbidden, Unauthorized) are left out.
+    echo "== Keystone tests failed; Keystone's errors:" >&2
+    awk 'NR == FNR { if (/ ERROR / && /exception\.(Forbidden|Unauthorized)/) seen[$2 " " $3] = 1; next }
+         / ERROR / && !(($2 " " $3) in seen)' "$state/keystone.log" "$state/keystone.log" |
+        head -n 120 >&2 || true
+    echo "== Keystone's log, last lines:" >&2
+    tail -n 20 "$state/keystone.log" >&2 || true
+    # What the WSGI server itself said (an exception outside Keystone's handlers lands here).
+    echo "== Keystone's server output, last lines:" >&2
+    tail -n 40 "$state/serve.log" >&2 || true
     exit "$status"
 fi
 ran="$(grep -c '^test keystone::.* ok$' "$log" || true)"
