@@ -880,6 +880,10 @@ impl Service {
             order: blazar_core::offer::Order::Earliest,
             limit: 1,
         };
+        let permit = match self.search_permit().await {
+            Ok(permit) => permit,
+            Err(_) => return ServiceError::Refused(refused),
+        };
         let found = in_tx!(self, read, |tx| {
             self.find_offers(
                 tx,
@@ -890,6 +894,7 @@ impl Service {
             )
             .await
         });
+        drop(permit);
         let next = match found {
             Ok(offers) => offers.first().map(|o| o.window),
             Err(e) => {

@@ -144,6 +144,18 @@ pub struct Extension {
 }
 
 impl Service {
+    /// A permit of the window searches that run outside a writing transaction, held from
+    /// before the search's read until its answer is built. The earliest window of a create
+    /// is searched inside its writing transaction and takes none: writers of allocations
+    /// are one at a time there already (SQLite's writer, PostgreSQL's allocation lock), and
+    /// a writer must not wait behind readers.
+    pub(crate) async fn search_permit(&self) -> ServiceResult<tokio::sync::SemaphorePermit<'_>> {
+        self.searches
+            .acquire()
+            .await
+            .map_err(|_| ServiceError::Internal("the server is shutting down".into()))
+    }
+
     /// Offers for a lease request: ranked windows in which a create of the same
     /// reservations would succeed, with what each would be granted.
     pub async fn lease_offers(
@@ -168,6 +180,7 @@ impl Service {
         )?;
         let mut specs = self.validated_requests(&request.reservations)?;
         self.ask_cloud_for_flavors(identity, &mut specs).await?;
+        let _permit = self.search_permit().await?;
         in_tx!(self, read, |tx| {
             let offers = self
                 .find_offers(tx, identity, &specs, &search, None)
@@ -401,6 +414,7 @@ impl Service {
         ask: ExtensionAsk,
     ) -> ServiceResult<Extension> {
         let now = truncate_to_minute(self.now());
+        let permit = self.search_permit().await?;
         let mut extension = in_tx!(self, read, |tx| {
             let lease = tx
                 .get_lease(id)
@@ -440,6 +454,8 @@ impl Service {
                 horizon,
             })
         })?;
+        // The update's dry run below is a write transaction: no search permit is held there.
+        drop(permit);
         // Whether it is possible is what the update itself answers: the lease rules, the
         // resources (a lease that has not started may move to others), quotas and usage
         // filters all have their say, as in a dry run of it.
