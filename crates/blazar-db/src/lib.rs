@@ -286,9 +286,10 @@ impl Store {
         };
         let locks = match backend {
             Backend::Postgres => {
-                let schema: Option<String> = sqlx::query_scalar("SELECT CAST(current_schema() AS TEXT)")
-                    .fetch_one(&pool)
-                    .await?;
+                let schema: Option<String> =
+                    sqlx::query_scalar("SELECT CAST(current_schema() AS TEXT)")
+                        .fetch_one(&pool)
+                        .await?;
                 LockSpace::of_schema(schema.as_deref())
             }
             Backend::Sqlite => LockSpace::default(),
