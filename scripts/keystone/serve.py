@@ -13,4 +13,10 @@ from keystone.server import wsgi  # noqa: E402
 import waitress  # noqa: E402
 
 application = wsgi.initialize_public_application()
-waitress.serve(application, listen=listen, threads=8, ident="keystone")
+# One request at a time. Keystone's auth-context middleware keeps the token it validated on
+# the middleware object, which every thread of the process shares (`self.token` in
+# keystone/server/flask/request_processing/middleware/auth_context.py): with several
+# threads, a request can be authorised with another request's token. Seen here as a trust
+# made from a trust-scoped token (a redelegation Keystone refuses) and a login answered
+# with 500. Production Keystone runs in processes of one thread (uwsgi, mod_wsgi).
+waitress.serve(application, listen=listen, threads=1, ident="keystone")

@@ -39,9 +39,9 @@ set -e
 if [ "$status" -ne 0 ]; then
     # Keystone's own failures first (a 500 is only a traceback in its log), then its last
     # words. The lines of one traceback share their time and process; those ending in a
-    # refusal some test asked for (Forbidden, Unauthorized) are left out.
+    # refusal a test or the set-up asks for (Forbidden, Unauthorized, Conflict) are left out.
     echo "== Keystone tests failed; Keystone's errors:" >&2
-    awk 'NR == FNR { if (/ ERROR / && /exception\.(Forbidden|Unauthorized)/) seen[$2 " " $3] = 1; next }
+    awk 'NR == FNR { if (/ ERROR / && /exception\.(Forbidden|Unauthorized|Conflict)/) seen[$2 " " $3] = 1; next }
          / ERROR / && !(($2 " " $3) in seen)' "$state/keystone.log" "$state/keystone.log" |
         head -n 120 >&2 || true
     echo "== Keystone's log, last lines:" >&2

@@ -433,13 +433,20 @@ async fn trusts_of(env: &Env, trustor: &Issued) -> Vec<String> {
 
 /// The service user acting through `trust`: a trust-scoped token.
 async fn through_trust(env: &Env, trust: &str) -> Issued {
-    login(
+    let issued = login(
         env,
         &env.service_user,
         &env.service_password,
         Some(json!({"OS-TRUST:trust": {"id": trust}})),
     )
-    .await
+    .await;
+    // What the tests below rely on: Keystone issued a token scoped to that very trust.
+    assert_eq!(
+        issued.body["token"]["OS-TRUST:trust"]["id"], trust,
+        "a trust-scoped token: {}",
+        issued.body
+    );
+    issued
 }
 
 fn lease_body(name: &str, reservations: Value) -> Value {
