@@ -433,8 +433,10 @@ impl Driver {
                         Err(e) => log(&format!("  {e}")),
                     }
                 }
+                stats.server_peak_rss_mb =
+                    self.cfg.server_pid.and_then(rss_mb).map(|(_, peak)| peak);
                 log(&format!(
-                    "  {op:<20} c={c:<3} ok {:>5} err {:>4}  p50 {:>8.2} ms  p95 {:>8.2} ms  p99 {:>8.2} ms  {:>8.1}/s{}",
+                    "  {op:<20} c={c:<3} ok {:>5} err {:>4}  p50 {:>8.2} ms  p95 {:>8.2} ms  p99 {:>8.2} ms  {:>8.1}/s{}{}",
                     stats.ok,
                     stats.errors,
                     stats.p50_ms,
@@ -443,7 +445,10 @@ impl Driver {
                     stats.throughput_per_s,
                     stats
                         .lock_wait_ms
-                        .map_or(String::new(), |ms| format!("  lock wait {ms:.0} ms"))
+                        .map_or(String::new(), |ms| format!("  lock wait {ms:.0} ms")),
+                    stats
+                        .server_peak_rss_mb
+                        .map_or(String::new(), |mb| format!("  peak RSS {mb:.0} MB"))
                 ));
                 if let Some(e) = stats.error_examples.first() {
                     log(&format!("    first error: {e}"));
@@ -1315,6 +1320,7 @@ impl PhaseResults {
             error_examples: examples,
             lock_wait_ms: None,
             most_lock_waiters: None,
+            server_peak_rss_mb: None,
         }
     }
 }

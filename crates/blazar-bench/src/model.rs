@@ -128,6 +128,10 @@ pub struct OpStats {
     pub lock_wait_ms: Option<f64>,
     #[serde(default)]
     pub most_lock_waiters: Option<i64>,
+    /// The server's peak resident memory so far (VmHWM) when the phase ended, in MB
+    /// (`--server-pid`): the phase that raised it is the one whose value grew.
+    #[serde(default)]
+    pub server_peak_rss_mb: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
