@@ -11,7 +11,7 @@ use blazar_service::{
 use crate::convert::{from_wire, to_wire};
 use crate::error::ApiResult;
 use crate::state::AppState;
-use crate::stream::{Batches, json_value, stream_json};
+use crate::stream::{Batches, Pieces, json_value, stream_json};
 
 impl Batches for AllocationList {
     type Batch = AllocationBatch;
@@ -20,8 +20,8 @@ impl Batches for AllocationList {
         AllocationList::next_batch(self).await
     }
 
-    fn write_batch(&self, batch: AllocationBatch, out: &mut Vec<u8>, written: bool) -> bool {
-        write_entries(&batch.entries, out, written)
+    fn write_batch(&self, batch: AllocationBatch, out: &mut Pieces, written: bool) -> bool {
+        write_entries(&batch.entries, out.bytes(), written)
     }
 
     fn suffix(&self) -> Vec<u8> {

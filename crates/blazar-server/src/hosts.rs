@@ -4,13 +4,14 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
-use blazar_service::Reallocated;
+use blazar_service::{HostList, Reallocated, ServiceResult};
 
 use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::ApiResult;
 use crate::extract::{Caller, Query, Wire};
 use crate::reply::flag;
 use crate::state::AppState;
+use crate::stream::{Batches, Pieces, push_item, stream_json};
 
 pub async fn list_hosts(
     State(state): State<AppState>,
@@ -19,20 +20,70 @@ pub async fn list_hosts(
 ) -> ApiResult<impl IntoResponse> {
     let name = query
         .get("hypervisor_hostname")
-        .or_else(|| query.get("name"));
+        .or_else(|| query.get("name"))
+        .cloned();
     let reservable = query
         .get("reservable")
         .map(|v| v.eq_ignore_ascii_case("true") || v == "1");
-    let hosts: Vec<_> = state
-        .service
-        .list_hosts(&identity)
-        .await?
-        .into_iter()
-        .filter(|h| name.is_none_or(|n| &h.facts.hypervisor_hostname == n))
-        .filter(|h| reservable.is_none_or(|r| h.reservable == r))
-        .map(to_wire::host)
-        .collect();
-    Ok(Json(Envelope("hosts", hosts)))
+    let source = HostStream {
+        list: state.service.list_hosts(&identity).await?,
+        done: 0,
+        name,
+        reservable,
+    };
+    stream_json(br#"{"hosts":["#.to_vec(), source).await
+}
+
+/// Hosts a frame of the host list renders at most (about 70 kB of JSON).
+const HOST_BATCH: usize = 100;
+
+/// A host list written as the client reads it, from the shared inventory: the bytes
+/// `Json(Envelope("hosts", ...))` would write, without the whole list in memory for each
+/// reader.
+struct HostStream {
+    list: HostList,
+    done: usize,
+    name: Option<String>,
+    reservable: Option<bool>,
+}
+
+impl Batches for HostStream {
+    type Batch = std::ops::Range<usize>;
+
+    async fn next_batch(&mut self) -> ServiceResult<Option<std::ops::Range<usize>>> {
+        let total = self.list.hosts().len();
+        if self.done >= total {
+            return Ok(None);
+        }
+        let batch = self.done..total.min(self.done + HOST_BATCH);
+        self.done = batch.end;
+        Ok(Some(batch))
+    }
+
+    fn write_batch(
+        &self,
+        batch: std::ops::Range<usize>,
+        out: &mut Pieces,
+        mut written: bool,
+    ) -> bool {
+        let hosts = self.list.hosts().get(batch).unwrap_or_default();
+        for host in hosts {
+            if self
+                .name
+                .as_ref()
+                .is_some_and(|n| &host.facts.hypervisor_hostname != n)
+                || self.reservable.is_some_and(|r| host.reservable != r)
+            {
+                continue;
+            }
+            written = push_item(out.bytes(), &to_wire::host(host.clone()), b",", written);
+        }
+        written
+    }
+
+    fn suffix(&self) -> Vec<u8> {
+        b"]}".to_vec()
+    }
 }
 
 pub async fn create_host(

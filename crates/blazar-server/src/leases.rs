@@ -19,7 +19,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{Caller, Query, Wire};
 use crate::lease_cache::LeaseCache;
 use crate::state::AppState;
-use crate::stream::{Batches, stream_json};
+use crate::stream::{Batches, Pieces, stream_json};
 
 pub async fn list_leases(
     State(state): State<AppState>,
@@ -68,7 +68,7 @@ impl Batches for LeaseStream {
             .await
     }
 
-    fn write_batch(&self, batch: LeaseBatch<Bytes>, out: &mut Vec<u8>, mut written: bool) -> bool {
+    fn write_batch(&self, batch: LeaseBatch<Bytes>, out: &mut Pieces, mut written: bool) -> bool {
         for entry in batch.leases {
             let json = match entry {
                 Listed::Kept(json) => json,
@@ -90,9 +90,10 @@ impl Batches for LeaseStream {
                 }
             };
             if written {
-                out.push(b',');
+                out.bytes().push(b',');
             }
-            out.extend_from_slice(&json);
+            // The rendering the cache holds, not a copy of it.
+            out.shared(json);
             written = true;
         }
         written

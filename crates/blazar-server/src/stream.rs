@@ -3,6 +3,7 @@
 //! assembled by hand around serde's rendering of each item because serde writes a value
 //! whole: a prefix, the array's items batch by batch, a suffix.
 
+use std::collections::VecDeque;
 use std::future::Future;
 
 use axum::body::{Body, Bytes};
@@ -12,6 +13,11 @@ use blazar_service::ServiceResult;
 
 use crate::error::ApiResult;
 
+/// The size a frame of a streamed answer is made up to from small pieces. A frame waits in
+/// the connection until the client takes it, so this is what each slow reader costs beyond
+/// its batch; 64 KiB keeps the writes large.
+const FRAME: usize = 64 * 1024;
+
 /// A source of batches of array items.
 pub trait Batches: Send + 'static {
     type Batch: Send + 'static;
@@ -20,61 +26,116 @@ pub trait Batches: Send + 'static {
     /// Appends the batch's items, each after a comma when an item precedes it (`written`);
     /// says whether an item has been written by now. The batch is dropped afterwards,
     /// with whatever it holds (a permit of the large reads).
-    fn write_batch(&self, batch: Self::Batch, out: &mut Vec<u8>, written: bool) -> bool;
+    fn write_batch(&self, batch: Self::Batch, out: &mut Pieces, written: bool) -> bool;
     /// What follows the array, closing the answer.
     fn suffix(&self) -> Vec<u8>;
 }
 
+/// What a batch renders to, in order: bytes written here, and renderings kept elsewhere
+/// (the lease cache) that are sent from where they are instead of being copied first.
+#[derive(Default)]
+pub struct Pieces {
+    ready: VecDeque<Bytes>,
+    open: Vec<u8>,
+}
+
+impl Pieces {
+    /// The buffer that bytes written now go to.
+    pub fn bytes(&mut self) -> &mut Vec<u8> {
+        &mut self.open
+    }
+
+    /// A rendering shared with its keeper, sent as it is.
+    pub fn shared(&mut self, piece: Bytes) {
+        self.close();
+        self.ready.push_back(piece);
+    }
+
+    fn close(&mut self) {
+        if !self.open.is_empty() {
+            self.ready
+                .push_back(Bytes::from(std::mem::take(&mut self.open)));
+        }
+    }
+
+    /// The next frame: the next piece when it is a frame's size or more, otherwise the
+    /// next pieces copied together up to a frame's size; `None` once all are sent.
+    fn next_frame(&mut self) -> Option<Bytes> {
+        self.close();
+        let first = self.ready.pop_front()?;
+        if first.len() >= FRAME {
+            return Some(first);
+        }
+        let mut frame = Vec::with_capacity(FRAME);
+        frame.extend_from_slice(&first);
+        while let Some(next) = self.ready.front() {
+            if frame.len() + next.len() > FRAME {
+                break;
+            }
+            frame.extend_from_slice(next);
+            self.ready.pop_front();
+        }
+        Some(Bytes::from(frame))
+    }
+}
+
 /// Where the writer is.
-enum Part<T> {
-    /// The prefix and the first batch, read before the answer began.
-    Head(Vec<u8>, Option<T>),
-    /// Batches read as the client takes them; whether an item was written yet.
-    Batches {
-        written: bool,
-    },
-    Done,
+struct Writer<S> {
+    source: S,
+    pending: Pieces,
+    /// Whether an item was written yet.
+    written: bool,
+    /// The source is read to its end (or failed) and the suffix is pending.
+    drained: bool,
 }
 
 /// An answer of `prefix`, the items of every batch of `source` and its suffix. Errors found
 /// before the first byte (the first batch's read included) are ordinary error answers; a
 /// read that fails later can only cut the answer short, which a client sees as a broken
-/// body.
+/// body. A batch is read only once the frames of the one before are taken by the client.
 pub async fn stream_json<S: Batches>(prefix: Vec<u8>, mut source: S) -> ApiResult<Response> {
     let first = source.next_batch().await?;
-    let stream = futures::stream::unfold(
-        (source, Part::Head(prefix, first)),
-        |(mut source, part)| async move {
-            match part {
-                Part::Head(mut out, first) => {
-                    let written = match first {
-                        Some(batch) => source.write_batch(batch, &mut out, false),
-                        None => false,
-                    };
-                    Some((Ok(Bytes::from(out)), (source, Part::Batches { written })))
-                }
-                Part::Batches { written } => match source.next_batch().await {
-                    Ok(Some(batch)) => {
-                        let mut out = Vec::new();
-                        let written = source.write_batch(batch, &mut out, written);
-                        Some((Ok(Bytes::from(out)), (source, Part::Batches { written })))
-                    }
-                    Ok(None) => {
-                        let out = source.suffix();
-                        Some((Ok(Bytes::from(out)), (source, Part::Done)))
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "streamed answer cut short");
-                        Some((
-                            Err(std::io::Error::other(e.to_string())),
-                            (source, Part::Done),
-                        ))
-                    }
-                },
-                Part::Done => None,
+    let mut pending = Pieces::default();
+    pending.bytes().extend_from_slice(&prefix);
+    let written = match first {
+        Some(batch) => source.write_batch(batch, &mut pending, false),
+        None => false,
+    };
+    let writer = Writer {
+        source,
+        pending,
+        written,
+        drained: false,
+    };
+    let stream = futures::stream::unfold(writer, |mut writer| async move {
+        loop {
+            if let Some(frame) = writer.pending.next_frame() {
+                return Some((Ok(frame), writer));
             }
-        },
-    );
+            if writer.drained {
+                return None;
+            }
+            match writer.source.next_batch().await {
+                Ok(Some(batch)) => {
+                    writer.written =
+                        writer
+                            .source
+                            .write_batch(batch, &mut writer.pending, writer.written);
+                }
+                Ok(None) => {
+                    let suffix = writer.source.suffix();
+                    writer.pending.bytes().extend_from_slice(&suffix);
+                    writer.drained = true;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "streamed answer cut short");
+                    writer.drained = true;
+                    writer.pending = Pieces::default();
+                    return Some((Err(std::io::Error::other(e.to_string())), writer));
+                }
+            }
+        }
+    });
     let mut response = Body::from_stream(stream).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

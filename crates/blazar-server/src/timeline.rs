@@ -10,7 +10,7 @@ use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::ApiResult;
 use crate::extract::{Caller, Query};
 use crate::state::AppState;
-use crate::stream::{Batches, json_value, push_item, stream_json};
+use crate::stream::{Batches, Pieces, json_value, push_item, stream_json};
 
 /// A timeline being written: the reader and the window's bounds as the wire writes them.
 struct TimelineStream {
@@ -26,7 +26,8 @@ impl Batches for TimelineStream {
         self.reader.next_batch().await
     }
 
-    fn write_batch(&self, batch: TimelineBatch, out: &mut Vec<u8>, mut written: bool) -> bool {
+    fn write_batch(&self, batch: TimelineBatch, out: &mut Pieces, mut written: bool) -> bool {
+        let out = out.bytes();
         for resource in batch.resources {
             let item = to_wire::timeline_resource(resource, &self.start_date, &self.end_date);
             written = push_item(out, &item, b",", written);

@@ -1,6 +1,7 @@
 //! Host inventory, host properties and allocation use cases. All admin-only, as in Blazar.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use blazar_core::host::{FACT_FIELDS, MAX_CAPABILITY_KEY_LEN};
 use blazar_core::{ActionKind, ActionStatus, HostFacts, HostRecord, PHYSICAL_HOST};
@@ -8,7 +9,18 @@ use blazar_core::{Handover, Property};
 use blazar_db::{AllocationView, NewHost};
 use serde_json::{Map, Value};
 
+use crate::resources::Inventory;
 use crate::{Identity, Service, ServiceError, ServiceResult};
+
+/// The hosts of a host list: the shared inventory itself, not a copy of it (a site's hosts
+/// are tens of megabytes in memory, and every reader of the list would hold its own).
+pub struct HostList(Arc<Inventory>);
+
+impl HostList {
+    pub fn hosts(&self) -> &[HostRecord] {
+        &self.0.hosts
+    }
+}
 
 /// Keys of a host body that are never written by a request.
 const PROTECTED_HOST_FIELDS: &[&str] = &["id", "trust_id", "status", "created_at", "updated_at"];
@@ -276,10 +288,11 @@ impl Service {
         })
     }
 
-    pub async fn list_hosts(&self, identity: &Identity) -> ServiceResult<Vec<HostRecord>> {
+    /// Every host, as the shared inventory holds them.
+    pub async fn list_hosts(&self, identity: &Identity) -> ServiceResult<HostList> {
         self.authorize_own("blazar:oshosts:get", identity)?;
         let inventory = in_tx!(self, read, |tx| { self.host_cache.inventory(tx).await })?;
-        Ok(inventory.hosts.clone())
+        Ok(HostList(inventory))
     }
 
     /// Sets extra capabilities (a `null` value removes one), hypervisor facts, and

@@ -89,8 +89,45 @@ const LEASE_BATCH: usize = 250;
 /// list began is left out, as a later list would; one changed since is shown as it is now.
 pub struct LeaseList {
     service: Service,
-    leases: Vec<(String, i64)>,
+    leases: ListedIds,
     done: usize,
+}
+
+/// The ids of a list's leases one after another in one string, with where each ends and
+/// its revision: two thirds of the memory of a string per lease, which counts because a
+/// list can name every lease of the site and every reader of it holds its own.
+#[derive(Default)]
+struct ListedIds {
+    text: String,
+    ends: Vec<(usize, i64)>,
+}
+
+impl ListedIds {
+    fn new(leases: Vec<(String, i64)>) -> Self {
+        let mut ids = ListedIds {
+            text: String::with_capacity(leases.iter().map(|(id, _)| id.len()).sum()),
+            ends: Vec::with_capacity(leases.len()),
+        };
+        for (id, revision) in leases {
+            ids.text.push_str(&id);
+            ids.ends.push((ids.text.len(), revision));
+        }
+        ids
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The id and revision of the `at`th lease.
+    fn get(&self, at: usize) -> Option<(&str, i64)> {
+        let (end, revision) = *self.ends.get(at)?;
+        let start = match at.checked_sub(1) {
+            Some(before) => self.ends.get(before)?.0,
+            None => 0,
+        };
+        Some((self.text.get(start..end)?, revision))
+    }
 }
 
 /// One batch of a lease list, in order, holding its permit of the large reads (when it
@@ -110,18 +147,19 @@ impl LeaseList {
         &mut self,
         kept: impl Fn(&str, i64) -> Option<T>,
     ) -> ServiceResult<Option<LeaseBatch<T>>> {
-        let rest = self.leases.get(self.done..).unwrap_or_default();
-        if rest.is_empty() {
+        let batch: Vec<(&str, i64)> = (self.done..self.leases.len().min(self.done + LEASE_BATCH))
+            .filter_map(|at| self.leases.get(at))
+            .collect();
+        if batch.is_empty() {
             return Ok(None);
         }
-        let batch = &rest[..rest.len().min(LEASE_BATCH)];
         self.done += batch.len();
         let mut listed: Vec<Option<Listed<T>>> = Vec::with_capacity(batch.len());
         let mut missing = Vec::new();
-        for (id, revision) in batch {
-            let found = kept(id, *revision).map(Listed::Kept);
+        for &(id, revision) in &batch {
+            let found = kept(id, revision).map(Listed::Kept);
             if found.is_none() {
-                missing.push(id.clone());
+                missing.push(id.to_owned());
             }
             listed.push(found);
         }
@@ -155,7 +193,7 @@ impl LeaseList {
         let leases = batch
             .iter()
             .zip(listed)
-            .filter_map(|((id, _), found)| found.or_else(|| fresh.remove(id)))
+            .filter_map(|((id, _), found)| found.or_else(|| fresh.remove(*id)))
             .collect();
         Ok(Some(LeaseBatch {
             leases,
@@ -1071,9 +1109,11 @@ impl Service {
             }
         }
         let leases = if none {
-            Vec::new()
+            ListedIds::default()
         } else {
-            in_tx!(self, read, |tx| { Ok(tx.lease_revisions(&filter).await?) })?
+            ListedIds::new(in_tx!(self, read, |tx| {
+                Ok(tx.lease_revisions(&filter).await?)
+            })?)
         };
         Ok(LeaseList {
             service: self.clone(),
@@ -1490,5 +1530,28 @@ impl Service {
         })?;
         tracing::info!(lease.id = %id, "lease deleted");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ListedIds;
+
+    #[test]
+    fn listed_ids_give_back_each_id_and_revision_in_order() {
+        let ids = ListedIds::new(vec![
+            ("a".to_owned(), 3),
+            ("".to_owned(), 1),
+            ("0ae1cd01-737a-4d15-9f14-4222a04d503d".to_owned(), 7),
+        ]);
+        assert_eq!(ids.len(), 3);
+        assert_eq!(ids.get(0), Some(("a", 3)));
+        assert_eq!(ids.get(1), Some(("", 1)));
+        assert_eq!(
+            ids.get(2),
+            Some(("0ae1cd01-737a-4d15-9f14-4222a04d503d", 7))
+        );
+        assert_eq!(ids.get(3), None);
+        assert_eq!(ListedIds::default().get(0), None);
     }
 }

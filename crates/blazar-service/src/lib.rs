@@ -108,7 +108,7 @@ pub use enforcement::{
     Denial, EnforcedLease, Enforcement, EnforcementContext, MaxLeaseDurationFilter, OnEndError,
     UsageFilter,
 };
-pub use hosts::{AllocationEntry, PropertyListing};
+pub use hosts::{AllocationEntry, HostList, PropertyListing};
 pub use instance::Ratios;
 pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
 pub use leases::{DryRun, LeaseBatch, LeaseList, LeaseUpdate, Listed, NewLease};
