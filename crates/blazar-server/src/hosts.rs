@@ -34,7 +34,7 @@ pub async fn list_hosts(
     stream_json(br#"{"hosts":["#.to_vec(), source).await
 }
 
-/// Hosts a frame of the host list renders at most (about 70 kB of JSON).
+/// Hosts per batch of the host list (about 40 kB of JSON).
 const HOST_BATCH: usize = 100;
 
 /// A host list written as the client reads it, from the shared inventory: the bytes
