@@ -89,10 +89,11 @@ impl Batches for LeaseStream {
                     }
                 }
             };
+            // The rendering the cache holds, not a copy of it, and a static comma: nothing
+            // is allocated per lease.
             if written {
-                out.bytes().push(b',');
+                out.shared(Bytes::from_static(b","));
             }
-            // The rendering the cache holds, not a copy of it.
             out.shared(json);
             written = true;
         }
