@@ -100,6 +100,84 @@ pub enum Demand {
     },
 }
 
+impl Demand {
+    /// How many resources (whole ones) or instances (slots) it asks for at least.
+    pub fn asked(&self) -> usize {
+        match self {
+            Demand::Whole { min, .. } => *min,
+            Demand::Slots { amount, .. } => usize::try_from(*amount).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// The same demand over its first `size` candidates (in preference order); required
+    /// resources are always kept. `None` when that would be all of them.
+    fn prefix(&self, size: usize) -> Option<Demand> {
+        match self {
+            Demand::Whole {
+                kind,
+                candidates,
+                required,
+                min,
+                max,
+            } => (candidates.len() > size).then(|| Demand::Whole {
+                kind: kind.clone(),
+                candidates: candidates[..size].to_vec(),
+                required: required.clone(),
+                min: *min,
+                max: *max,
+            }),
+            Demand::Slots {
+                kind,
+                hosts,
+                slot,
+                amount,
+                affinity,
+            } => (hosts.len() > size).then(|| Demand::Slots {
+                kind: kind.clone(),
+                hosts: hosts[..size].to_vec(),
+                slot: *slot,
+                amount: *amount,
+                affinity: *affinity,
+            }),
+        }
+    }
+
+    /// Whether what this demand is granted, wherever it fits over the first of its
+    /// candidates, is what it is granted over all of them: a fixed number of whole
+    /// resources, picked in preference order. (Given a range, it takes up to the most it
+    /// may, from further candidates too; instance slots pack onto hosts already in use,
+    /// wherever they are.)
+    fn settled_by_its_first_candidates(&self) -> bool {
+        matches!(self, Demand::Whole { min, max, .. } if min == max)
+    }
+}
+
+/// The demands over part of their candidates (the first `size(demand)` of each), for a
+/// first search that reads less: whatever fits there fits over all the candidates, as long
+/// as each demand but the last is granted the same there as over all of them (the demands
+/// of a lease are met in order, and a grant takes resources from those after it). `None`
+/// when that does not hold or when no demand has more candidates than its size.
+pub fn probe(demands: &[Demand], size: impl Fn(&Demand) -> usize) -> Option<Vec<Demand>> {
+    let (_, before_last) = demands.split_last()?;
+    if !before_last
+        .iter()
+        .all(Demand::settled_by_its_first_candidates)
+    {
+        return None;
+    }
+    let prefixes: Vec<Option<Demand>> = demands.iter().map(|d| d.prefix(size(d))).collect();
+    if prefixes.iter().all(Option::is_none) {
+        return None;
+    }
+    Some(
+        prefixes
+            .into_iter()
+            .zip(demands)
+            .map(|(p, d)| p.unwrap_or_else(|| d.clone()))
+            .collect(),
+    )
+}
+
 /// What one reservation would be granted: (resource, units) pairs, one unit per whole
 /// resource and the number of instances per host for slots.
 pub type Granted = Vec<(i64, i64)>;
@@ -435,6 +513,19 @@ pub fn search(demands: &[Demand], occupancy: &Occupancy, search: &Search) -> Vec
     offers
 }
 
+/// Whether no search over more candidates can rank a window before `offer`, found with
+/// [`Order::Earliest`]: it starts at the search's first minute and lasts the longest wanted
+/// (or up to the search's end). More candidates only make more windows fit, and none can
+/// start earlier or last longer, so an earliest search over part of the candidates
+/// ([`Demand::probe`]) that finds such a window has found the whole search's first window.
+pub fn cannot_be_bettered(offer: &Offer, search: &Search) -> bool {
+    let first = ceil_to_minute(search.not_before);
+    let longest = search
+        .max_minutes
+        .min((search.not_after - first).num_minutes());
+    offer.window.start() == first && (offer.window.end() - first).num_minutes() == longest
+}
+
 /// How many of these windows (in start order, all the same length) can be kept without
 /// overlapping each other, taken greedily.
 fn disjoint_count<'a>(
@@ -547,6 +638,32 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn a_probe_decides_only_when_nothing_can_start_earlier_or_last_longer() {
+        let mut occ = Occupancy::new();
+        occ.add(HOST, 1, busy(0, 60));
+        let demands = [whole(HOST, &[1, 2, 3], 1, 1)];
+        let s = search_for(30, 30, 600, Order::Earliest, 1);
+        // Over host 1 alone the first window waits for it; another host is free at once.
+        let only_first = probe(&demands, |_| 1).unwrap();
+        let probed = search(&only_first, &occ, &s);
+        assert_eq!(windows(&probed), vec![(60, 90)]);
+        assert!(!cannot_be_bettered(&probed[0], &s));
+        // Over hosts 1 and 2 the window starts at the first minute: that is the answer.
+        let first_two = probe(&demands, |_| 2).unwrap();
+        let probed = search(&first_two, &occ, &s);
+        assert!(cannot_be_bettered(&probed[0], &s));
+        assert_eq!(windows(&probed), windows(&search(&demands, &occ, &s)));
+        assert_eq!(probe(&demands, |_| 3), None);
+        // With a range of durations the longest wanted must fit as well.
+        occ.add(HOST, 2, busy(45, 50));
+        let s = search_for(30, 120, 600, Order::Earliest, 1);
+        let probed = search(&first_two, &occ, &s);
+        assert_eq!(windows(&probed), vec![(0, 45)]);
+        assert!(!cannot_be_bettered(&probed[0], &s));
+        assert_eq!(windows(&search(&demands, &occ, &s)), vec![(0, 120)]);
     }
 
     #[test]
@@ -817,6 +934,67 @@ mod tests {
             )
     }
 
+    /// Up to three demands on six hosts, each whole (a range of counts) or instance slots,
+    /// with candidates in an order of their own.
+    fn probe_scenario() -> impl Strategy<Value = (Occupancy, Vec<Demand>, i64, i64)> {
+        let allocation = (0i64..6, 0i64..400, 1i64..120, any::<bool>(), 1i64..4);
+        let order = Just((0i64..6).collect::<Vec<i64>>()).prop_shuffle();
+        let demand = (
+            order,
+            any::<bool>(),
+            1usize..4,
+            0usize..3,
+            prop::sample::select(vec![Affinity::Any, Affinity::Same, Affinity::Different]),
+        )
+            .prop_map(|(order, slots, min, extra, affinity)| {
+                if slots {
+                    Demand::Slots {
+                        kind: HOST.into(),
+                        hosts: order
+                            .into_iter()
+                            .map(|h| {
+                                (
+                                    h,
+                                    Usage {
+                                        vcpus: 4,
+                                        memory_mb: 0,
+                                        disk_gb: 0,
+                                    },
+                                )
+                            })
+                            .collect(),
+                        slot: Usage {
+                            vcpus: 1,
+                            memory_mb: 0,
+                            disk_gb: 0,
+                        },
+                        amount: min as i64 + extra as i64,
+                        affinity,
+                    }
+                } else {
+                    whole(HOST, &order, min, min + extra)
+                }
+            });
+        (
+            prop::collection::vec(allocation, 0..16),
+            prop::collection::vec(demand, 1..4),
+            1i64..180,
+            0i64..20,
+        )
+            .prop_map(|(allocs, demands, len, clean)| {
+                let mut occ = Occupancy::new();
+                for (host, start, span, exclusive, vcpus) in allocs {
+                    let b = if exclusive {
+                        busy(start, start + span)
+                    } else {
+                        slots(start, start + span, vcpus)
+                    };
+                    occ.add(HOST, host, b);
+                }
+                (occ, demands, len, clean)
+            })
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -857,6 +1035,27 @@ mod tests {
                 (m, m + longest)
             });
             prop_assert_eq!(windows(&offers).first().copied(), brute);
+        }
+
+        /// A first offer over part of the candidates that cannot be bettered is the first
+        /// offer over all of them, whatever the demands and their preference orders.
+        #[test]
+        fn a_probe_that_cannot_be_bettered_is_the_answer(
+            (occ, demands, len, clean) in probe_scenario(),
+            extra in 0i64..200,
+            size in 1usize..6,
+            order in prop::sample::select(vec![Order::Earliest, Order::Longest]),
+        ) {
+            let horizon = 700;
+            let mut s = search_for(len, len + extra, horizon, order, 1);
+            s.cleaning = Duration::minutes(clean);
+            let full = search(&demands, &occ, &s);
+            if let Some(probed) = probe(&demands, |_| size)
+                && let Some(first) = search(&probed, &occ, &s).first()
+                && cannot_be_bettered(first, &s)
+            {
+                prop_assert_eq!(windows(&full), windows(std::slice::from_ref(first)));
+            }
         }
     }
 }

@@ -826,9 +826,9 @@ impl Service {
     ) -> ServiceResult<CreatePlan> {
         tx.lock_allocations().await?;
         let found = self
-            .find_offers(tx, &plan.identity, &plan.requests, search, None)
+            .first_offer(tx, &plan.identity, &plan.requests, search)
             .await?;
-        let Some(offer) = found.first() else {
+        let Some(offer) = found else {
             // No single reservation is at fault (together they fit nowhere); each is named
             // with what it asked for.
             let refusal = ServiceError::Conflict(format!(

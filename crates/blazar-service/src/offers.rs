@@ -198,21 +198,58 @@ impl Service {
         search: &Search,
         except: Option<&str>,
     ) -> ServiceResult<Vec<Offer>> {
+        let demands = self.demands(tx, identity, specs).await?;
+        offers_among(tx, &demands, search, except).await
+    }
+
+    /// The first window of `search` (ranked by its order) in which `specs` fit, as of `tx`.
+    /// The candidates are probed first (`offer::probe`): over the first few of each demand,
+    /// a window that starts at the search's first minute and lasts as long as wanted is the
+    /// answer (`offer::cannot_be_bettered`), and only the probed candidates' allocations
+    /// are read.
+    /// At a site with thousands of matching hosts that is most searches of a quiet future,
+    /// and what an `earliest` create reads inside its writing transaction stays small.
+    pub(crate) async fn first_offer(
+        &self,
+        tx: &mut Tx,
+        identity: &Identity,
+        specs: &[ReservationSpec],
+        search: &Search,
+    ) -> ServiceResult<Option<Offer>> {
+        let demands = self.demands(tx, identity, specs).await?;
+        let search = Search {
+            limit: 1,
+            ..search.clone()
+        };
+        let size = |d: &Demand| PROBE_CANDIDATES.max(d.asked().saturating_mul(4));
+        if let Some(probe) = offer::probe(&demands, size) {
+            let found = offers_among(tx, &probe, &search, None).await?;
+            if let Some(first) = found.into_iter().next()
+                && offer::cannot_be_bettered(&first, &search)
+            {
+                return Ok(Some(first));
+            }
+        }
+        Ok(offers_among(tx, &demands, &search, None)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// What each reservation spec needs, its flavor resolved.
+    async fn demands(
+        &self,
+        tx: &mut Tx,
+        identity: &Identity,
+        specs: &[ReservationSpec],
+    ) -> ServiceResult<Vec<Demand>> {
         let mut demands = Vec::with_capacity(specs.len());
         for spec in specs {
             let mut spec = spec.clone();
             crate::instance::resolve_flavor(tx, &mut spec).await?;
             demands.push(self.demand(tx, identity, &spec).await?);
         }
-        let occupancy = occupancy(
-            tx,
-            &demands,
-            search.not_before,
-            search.not_after + search.cleaning,
-            except,
-        )
-        .await?;
-        Ok(offer::search(&demands, &occupancy, search))
+        Ok(demands)
     }
 
     /// What a reservation spec needs, with its candidates as allocation would choose them.
@@ -333,6 +370,28 @@ impl Service {
             })
             .collect())
     }
+}
+
+/// How many candidates of a demand a first search probes, at least (four times what it asks
+/// for if that is more).
+const PROBE_CANDIDATES: usize = 64;
+
+/// The offers for `demands` as of `tx`, leaving out the allocations of lease `except`.
+async fn offers_among(
+    tx: &mut Tx,
+    demands: &[Demand],
+    search: &Search,
+    except: Option<&str>,
+) -> ServiceResult<Vec<Offer>> {
+    let occupancy = occupancy(
+        tx,
+        demands,
+        search.not_before,
+        search.not_after + search.cleaning,
+        except,
+    )
+    .await?;
+    Ok(offer::search(demands, &occupancy, search))
 }
 
 /// The allocations of every candidate of `demands` that reach into `[start, until)`.

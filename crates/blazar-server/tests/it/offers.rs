@@ -852,3 +852,51 @@ async fn instance_offers_over_many_hosts_are_granted_as_offered() {
         book(&app, &format!("i{amount}"), &found[0], &request).await;
     }
 }
+
+/// An `earliest` create over more hosts than its first probe reads: where every probed host
+/// is taken, the window still starts where any host is free, found by reading them all.
+#[tokio::test]
+async fn earliest_creates_look_past_the_probed_hosts() {
+    let app = TestApp::spawn().await;
+    for i in 1..=150 {
+        app.create_host(&format!("p{i:03}"), json!({})).await;
+    }
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "most",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([hosts(149, 149, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let earliest = |name: &str, min: i64, not_before: &str| {
+        json!({"name": name, "start_date": "earliest", "duration": 60,
+               "not_before": not_before, "reservations": [hosts(min, min, "")]})
+    };
+    let expected = [
+        // The one host left free.
+        ("one", 1, "2030-01-01 10:00", "2030-01-01T10:00:00.000000"),
+        // That host again, once the first has ended.
+        ("two", 1, "2030-01-01 10:00", "2030-01-01T11:00:00.000000"),
+        // Two of them free at once from 12:00 (the first probe answers).
+        ("three", 2, "2030-01-01 12:00", "2030-01-01T12:00:00.000000"),
+        // More than a probe holds.
+        (
+            "four",
+            100,
+            "2030-01-01 10:30",
+            "2030-01-01T12:00:00.000000",
+        ),
+    ];
+    for (name, min, not_before, start) in expected {
+        let r = app
+            .post("/v1/leases", earliest(name, min, not_before))
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{name}: {}", r.body);
+        assert_eq!(r.body["lease"]["start_date"], start, "{name}");
+    }
+}
