@@ -109,9 +109,14 @@ impl Demand {
         }
     }
 
-    /// The same demand over its first `size` candidates (in preference order); required
-    /// resources are always kept. `None` when that would be all of them.
-    fn prefix(&self, size: usize) -> Option<Demand> {
+    /// The same demand over `size` of its candidates, the first in preference order or
+    /// (`last`) the last; required resources are always kept. `None` when that would be all
+    /// of them.
+    fn part(&self, size: usize, last: bool) -> Option<Demand> {
+        let range = |len: usize| match last {
+            true => len.saturating_sub(size)..len,
+            false => 0..size.min(len),
+        };
         match self {
             Demand::Whole {
                 kind,
@@ -121,7 +126,7 @@ impl Demand {
                 max,
             } => (candidates.len() > size).then(|| Demand::Whole {
                 kind: kind.clone(),
-                candidates: candidates[..size].to_vec(),
+                candidates: candidates[range(candidates.len())].to_vec(),
                 required: required.clone(),
                 min: *min,
                 max: *max,
@@ -134,7 +139,7 @@ impl Demand {
                 affinity,
             } => (hosts.len() > size).then(|| Demand::Slots {
                 kind: kind.clone(),
-                hosts: hosts[..size].to_vec(),
+                hosts: hosts[range(hosts.len())].to_vec(),
                 slot: *slot,
                 amount: *amount,
                 affinity: *affinity,
@@ -152,20 +157,42 @@ impl Demand {
     }
 }
 
-/// The demands over part of their candidates (the first `size(demand)` of each), for a
-/// first search that reads less: whatever fits there fits over all the candidates, as long
-/// as each demand but the last is granted the same there as over all of them (the demands
-/// of a lease are met in order, and a grant takes resources from those after it). `None`
+/// What a search over part of the candidates must answer like the whole search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeFor {
+    /// The windows only (a create books its window with the normal allocation path).
+    Windows,
+    /// The windows and what each reservation is granted there (offers show it).
+    Grants,
+}
+
+/// The demands over part of their candidates (`size(demand)` of each), for a first search
+/// that reads less: whatever fits there fits over all the candidates, as long as each
+/// demand but the last is granted the same there as over all of them (the demands of a
+/// lease are met in order, and a grant takes resources from those after it), which its
+/// first candidates in preference order give; for [`ProbeFor::Grants`] the last as well.
+/// For windows alone, the last demand is probed over its last candidates instead: the ones
+/// creates take least (they take the first free ones), so the likeliest to be free. `None`
 /// when that does not hold or when no demand has more candidates than its size.
-pub fn probe(demands: &[Demand], size: impl Fn(&Demand) -> usize) -> Option<Vec<Demand>> {
+pub fn probe(
+    demands: &[Demand],
+    size: impl Fn(&Demand) -> usize,
+    needs: ProbeFor,
+) -> Option<Vec<Demand>> {
     let (_, before_last) = demands.split_last()?;
-    if !before_last
-        .iter()
-        .all(Demand::settled_by_its_first_candidates)
-    {
+    let settled = match needs {
+        ProbeFor::Windows => before_last,
+        ProbeFor::Grants => demands,
+    };
+    if !settled.iter().all(Demand::settled_by_its_first_candidates) {
         return None;
     }
-    let prefixes: Vec<Option<Demand>> = demands.iter().map(|d| d.prefix(size(d))).collect();
+    let count = demands.len();
+    let prefixes: Vec<Option<Demand>> = demands
+        .iter()
+        .enumerate()
+        .map(|(i, d)| d.part(size(d), needs == ProbeFor::Windows && i + 1 == count))
+        .collect();
     if prefixes.iter().all(Option::is_none) {
         return None;
     }
@@ -513,17 +540,23 @@ pub fn search(demands: &[Demand], occupancy: &Occupancy, search: &Search) -> Vec
     offers
 }
 
-/// Whether no search over more candidates can rank a window before `offer`, found with
-/// [`Order::Earliest`]: it starts at the search's first minute and lasts the longest wanted
-/// (or up to the search's end). More candidates only make more windows fit, and none can
-/// start earlier or last longer, so an earliest search over part of the candidates
-/// ([`Demand::probe`]) that finds such a window has found the whole search's first window.
-pub fn cannot_be_bettered(offer: &Offer, search: &Search) -> bool {
-    let first = ceil_to_minute(search.not_before);
-    let longest = search
-        .max_minutes
-        .min((search.not_after - first).num_minutes());
-    offer.window.start() == first && (offer.window.end() - first).num_minutes() == longest
+/// Whether a search over more candidates would answer these `offers` too: there are as
+/// many as asked for, the first starts at the search's first minute and each next one
+/// where the one before ends, and each lasts the longest wanted (or up to the search's
+/// end). More candidates only make more windows fit, and none can start earlier or last
+/// longer, so a search over part of the candidates ([`probe`]) that finds such offers has
+/// found the whole search's.
+pub fn cannot_be_bettered(offers: &[Offer], search: &Search) -> bool {
+    let mut from = ceil_to_minute(search.not_before);
+    offers.len() == search.limit
+        && offers.iter().all(|o| {
+            let longest = search
+                .max_minutes
+                .min((search.not_after - from).num_minutes());
+            let fits = o.window.start() == from && (o.window.end() - from).num_minutes() == longest;
+            from = o.window.end();
+            fits
+        })
 }
 
 /// How many of these windows (in start order, all the same length) can be kept without
@@ -647,22 +680,28 @@ mod tests {
         let demands = [whole(HOST, &[1, 2, 3], 1, 1)];
         let s = search_for(30, 30, 600, Order::Earliest, 1);
         // Over host 1 alone the first window waits for it; another host is free at once.
-        let only_first = probe(&demands, |_| 1).unwrap();
+        let only_first = probe(&demands, |_| 1, ProbeFor::Grants).unwrap();
         let probed = search(&only_first, &occ, &s);
         assert_eq!(windows(&probed), vec![(60, 90)]);
-        assert!(!cannot_be_bettered(&probed[0], &s));
+        assert!(!cannot_be_bettered(&probed, &s));
         // Over hosts 1 and 2 the window starts at the first minute: that is the answer.
-        let first_two = probe(&demands, |_| 2).unwrap();
+        let first_two = probe(&demands, |_| 2, ProbeFor::Grants).unwrap();
         let probed = search(&first_two, &occ, &s);
-        assert!(cannot_be_bettered(&probed[0], &s));
+        assert!(cannot_be_bettered(&probed, &s));
+        assert_eq!(probed, search(&demands, &occ, &s));
+        // For a window alone, the last candidate (the least taken) is probed: host 3.
+        let last = probe(&demands, |_| 1, ProbeFor::Windows).unwrap();
+        assert_eq!(last, vec![whole(HOST, &[3], 1, 1)]);
+        let probed = search(&last, &occ, &s);
+        assert!(cannot_be_bettered(&probed, &s));
         assert_eq!(windows(&probed), windows(&search(&demands, &occ, &s)));
-        assert_eq!(probe(&demands, |_| 3), None);
+        assert_eq!(probe(&demands, |_| 3, ProbeFor::Grants), None);
         // With a range of durations the longest wanted must fit as well.
         occ.add(HOST, 2, busy(45, 50));
         let s = search_for(30, 120, 600, Order::Earliest, 1);
         let probed = search(&first_two, &occ, &s);
         assert_eq!(windows(&probed), vec![(0, 45)]);
-        assert!(!cannot_be_bettered(&probed[0], &s));
+        assert!(!cannot_be_bettered(&probed, &s));
         assert_eq!(windows(&search(&demands, &occ, &s)), vec![(0, 120)]);
     }
 
@@ -1037,24 +1076,30 @@ mod tests {
             prop_assert_eq!(windows(&offers).first().copied(), brute);
         }
 
-        /// A first offer over part of the candidates that cannot be bettered is the first
-        /// offer over all of them, whatever the demands and their preference orders.
+        /// Offers over part of the candidates that cannot be bettered are the offers over
+        /// all of them (with what each reservation is granted, when a probe is made for
+        /// grants), whatever the demands and their preference orders.
         #[test]
         fn a_probe_that_cannot_be_bettered_is_the_answer(
             (occ, demands, len, clean) in probe_scenario(),
             extra in 0i64..200,
             size in 1usize..6,
+            limit in 1usize..4,
             order in prop::sample::select(vec![Order::Earliest, Order::Longest]),
+            needs in prop::sample::select(vec![ProbeFor::Windows, ProbeFor::Grants]),
         ) {
             let horizon = 700;
-            let mut s = search_for(len, len + extra, horizon, order, 1);
+            let mut s = search_for(len, len + extra, horizon, order, limit);
             s.cleaning = Duration::minutes(clean);
             let full = search(&demands, &occ, &s);
-            if let Some(probed) = probe(&demands, |_| size)
-                && let Some(first) = search(&probed, &occ, &s).first()
-                && cannot_be_bettered(first, &s)
-            {
-                prop_assert_eq!(windows(&full), windows(std::slice::from_ref(first)));
+            if let Some(probed) = probe(&demands, |_| size, needs) {
+                let found = search(&probed, &occ, &s);
+                if cannot_be_bettered(&found, &s) {
+                    prop_assert_eq!(windows(&full), windows(&found));
+                    if needs == ProbeFor::Grants {
+                        prop_assert_eq!(full, found);
+                    }
+                }
             }
         }
     }

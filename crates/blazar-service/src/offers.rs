@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use blazar_core::engine::Usage;
 use blazar_core::lease::When;
-use blazar_core::offer::{self, Busy, Demand, Occupancy, Offer, Order, Search};
+use blazar_core::offer::{self, Busy, Demand, Occupancy, Offer, Order, ProbeFor, Search};
 use blazar_core::{PHYSICAL_HOST, ReservationSpec, ResourceRecord, TimeWindow};
 use blazar_db::Tx;
 use chrono::{DateTime, Duration, Utc};
@@ -199,16 +199,12 @@ impl Service {
         except: Option<&str>,
     ) -> ServiceResult<Vec<Offer>> {
         let demands = self.demands(tx, identity, specs).await?;
-        offers_among(tx, &demands, search, except).await
+        probed_offers(tx, &demands, search, except, ProbeFor::Grants).await
     }
 
     /// The first window of `search` (ranked by its order) in which `specs` fit, as of `tx`.
-    /// The candidates are probed first (`offer::probe`): over the first few of each demand,
-    /// a window that starts at the search's first minute and lasts as long as wanted is the
-    /// answer (`offer::cannot_be_bettered`), and only the probed candidates' allocations
-    /// are read.
-    /// At a site with thousands of matching hosts that is most searches of a quiet future,
-    /// and what an `earliest` create reads inside its writing transaction stays small.
+    /// What each reservation would be granted there is left to the create that books it,
+    /// so the probe may leave more out (`ProbeFor::Windows`).
     pub(crate) async fn first_offer(
         &self,
         tx: &mut Tx,
@@ -221,19 +217,8 @@ impl Service {
             limit: 1,
             ..search.clone()
         };
-        let size = |d: &Demand| PROBE_CANDIDATES.max(d.asked().saturating_mul(4));
-        if let Some(probe) = offer::probe(&demands, size) {
-            let found = offers_among(tx, &probe, &search, None).await?;
-            if let Some(first) = found.into_iter().next()
-                && offer::cannot_be_bettered(&first, &search)
-            {
-                return Ok(Some(first));
-            }
-        }
-        Ok(offers_among(tx, &demands, &search, None)
-            .await?
-            .into_iter()
-            .next())
+        let found = probed_offers(tx, &demands, &search, None, ProbeFor::Windows).await?;
+        Ok(found.into_iter().next())
     }
 
     /// What each reservation spec needs, its flavor resolved.
@@ -373,8 +358,33 @@ impl Service {
 }
 
 /// How many candidates of a demand a first search probes, at least (four times what it asks
-/// for if that is more).
-const PROBE_CANDIDATES: usize = 64;
+/// for if that is more). Bookings come in groups (a rack, a project's batch), so a probe
+/// spans several of them.
+const PROBE_CANDIDATES: usize = 256;
+
+/// The offers for `demands` as of `tx`, leaving out the allocations of lease `except`,
+/// searched over the first candidates of each demand first (`offer::probe`): offers found
+/// there that start at the search's first minute, each next one where the one before ends,
+/// each as long as wanted, are the answer (`offer::cannot_be_bettered`: more candidates
+/// can only make more windows fit), and only the probed candidates' allocations are read.
+/// At a site with thousands of matching hosts that is most searches of a quiet future;
+/// otherwise every candidate is read.
+async fn probed_offers(
+    tx: &mut Tx,
+    demands: &[Demand],
+    search: &Search,
+    except: Option<&str>,
+    needs: ProbeFor,
+) -> ServiceResult<Vec<Offer>> {
+    let size = |d: &Demand| PROBE_CANDIDATES.max(d.asked().saturating_mul(4));
+    if let Some(probe) = offer::probe(demands, size, needs) {
+        let found = offers_among(tx, &probe, search, except).await?;
+        if offer::cannot_be_bettered(&found, search) {
+            return Ok(found);
+        }
+    }
+    offers_among(tx, demands, search, except).await
+}
 
 /// The offers for `demands` as of `tx`, leaving out the allocations of lease `except`.
 async fn offers_among(

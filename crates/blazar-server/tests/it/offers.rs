@@ -853,14 +853,15 @@ async fn instance_offers_over_many_hosts_are_granted_as_offered() {
     }
 }
 
-/// An `earliest` create over more hosts than its first probe reads: where every probed host
-/// is taken, the window still starts where any host is free, found by reading them all.
-#[tokio::test]
-async fn earliest_creates_look_past_the_probed_hosts() {
+/// More hosts than a search's probe reads (256), all taken from 10:00 to 12:00 but host
+/// `free`; a probe over the others finds nothing before 12:00.
+async fn all_taken_but(free: usize) -> TestApp {
     let app = TestApp::spawn().await;
-    for i in 1..=150 {
-        app.create_host(&format!("p{i:03}"), json!({})).await;
+    for i in 1..=300 {
+        app.create_host(&format!("p{i:03}"), json!({"n": i.to_string()}))
+            .await;
     }
+    let others = json!(["!=", "$n", free.to_string()]).to_string();
     let r = app
         .post(
             "/v1/leases",
@@ -868,11 +869,20 @@ async fn earliest_creates_look_past_the_probed_hosts() {
                 "most",
                 "2030-01-01 10:00",
                 "2030-01-01 12:00",
-                json!([hosts(149, 149, "")]),
+                json!([hosts(299, 299, &others)]),
             ),
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app
+}
+
+/// An `earliest` create probes the hosts creates take last (the end of the preference
+/// order); where every one of them is taken, the window still starts where any host is
+/// free, found by reading them all.
+#[tokio::test]
+async fn earliest_creates_look_past_the_probed_hosts() {
+    let app = all_taken_but(1).await;
     let earliest = |name: &str, min: i64, not_before: &str| {
         json!({"name": name, "start_date": "earliest", "duration": 60,
                "not_before": not_before, "reservations": [hosts(min, min, "")]})
@@ -887,7 +897,7 @@ async fn earliest_creates_look_past_the_probed_hosts() {
         // More than a probe holds.
         (
             "four",
-            100,
+            280,
             "2030-01-01 10:30",
             "2030-01-01T12:00:00.000000",
         ),
@@ -898,5 +908,52 @@ async fn earliest_creates_look_past_the_probed_hosts() {
             .await;
         assert_eq!(r.status, StatusCode::CREATED, "{name}: {}", r.body);
         assert_eq!(r.body["lease"]["start_date"], start, "{name}");
+    }
+}
+
+/// Offers probe the first hosts of the preference order (those a create of the offer would
+/// be granted); where every one of them is taken, the offers come from the rest, and each
+/// is booked as offered.
+#[tokio::test]
+async fn offers_over_many_hosts_look_past_the_probed_ones() {
+    let app = all_taken_but(300).await;
+    let starts = |found: &[Value]| -> Vec<String> {
+        found
+            .iter()
+            .map(|o| o["start_date"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let cases = [
+        // One host is free while the others are taken: the offers start with it.
+        (
+            1,
+            "2030-01-01 10:00",
+            [
+                "2030-01-01T10:00:00.000000",
+                "2030-01-01T11:00:00.000000",
+                "2030-01-01T12:00:00.000000",
+            ],
+        ),
+        // Every host is free from 12:00: the first probe answers.
+        (
+            2,
+            "2030-01-01 12:00",
+            [
+                "2030-01-01T12:00:00.000000",
+                "2030-01-01T13:00:00.000000",
+                "2030-01-01T14:00:00.000000",
+            ],
+        ),
+    ];
+    for (i, (count, not_before, expected)) in cases.into_iter().enumerate() {
+        let request = json!([hosts(count, count, "")]);
+        let found = offers(
+            &app,
+            json!({"reservations": request, "duration": 60,
+                   "not_before": not_before, "limit": 3}),
+        )
+        .await;
+        assert_eq!(starts(&found), expected, "{not_before}");
+        book(&app, &format!("b{i}"), &found[0], &request).await;
     }
 }
