@@ -559,6 +559,20 @@ pub fn cannot_be_bettered(offers: &[Offer], search: &Search) -> bool {
         })
 }
 
+/// A search that answers the same first window as `search` over all the candidates but
+/// reads less: `found`, the first window over part of them ([`probe`]), fits over all of
+/// them too, so theirs starts no later, and windows that start by then need allocations
+/// only until the longest wanted from there has ended. `None` unless `search` asks for one
+/// window, earliest first.
+pub fn bounded_by(search: &Search, found: &Offer) -> Option<Search> {
+    (search.limit == 1 && search.order == Order::Earliest).then(|| Search {
+        not_after: search
+            .not_after
+            .min(found.window.start() + Duration::minutes(search.max_minutes)),
+        ..search.clone()
+    })
+}
+
 /// How many of these windows (in start order, all the same length) can be kept without
 /// overlapping each other, taken greedily.
 fn disjoint_count<'a>(
@@ -921,6 +935,40 @@ mod tests {
             .any(|b| b.overlaps(at(start), at(until)))
     }
 
+    /// Allocations as (host, start, span, exclusive, vCPUs of the slots otherwise).
+    fn occupancy_of(allocs: Vec<(i64, i64, i64, bool, i64)>) -> Occupancy {
+        let mut occ = Occupancy::new();
+        for (host, start, span, exclusive, vcpus) in allocs {
+            let b = if exclusive {
+                busy(start, start + span)
+            } else {
+                slots(start, start + span, vcpus)
+            };
+            occ.add(HOST, host, b);
+        }
+        occ
+    }
+
+    /// `amount` one-vCPU instances on these hosts of four vCPUs each, in this order.
+    fn four_cpu_hosts(
+        hosts: impl IntoIterator<Item = i64>,
+        amount: i64,
+        affinity: Affinity,
+    ) -> Demand {
+        let cpus = |vcpus| Usage {
+            vcpus,
+            memory_mb: 0,
+            disk_gb: 0,
+        };
+        Demand::Slots {
+            kind: HOST.into(),
+            hosts: hosts.into_iter().map(|h| (h, cpus(4))).collect(),
+            slot: cpus(1),
+            amount,
+            affinity,
+        }
+    }
+
     fn scenario() -> impl Strategy<Value = (Occupancy, Vec<Demand>, i64, i64)> {
         let allocation = (0i64..5, 0i64..400, 1i64..120, any::<bool>(), 1i64..4);
         (
@@ -934,41 +982,11 @@ mod tests {
         )
             .prop_map(
                 |(allocs, hosts_wanted, with_slots, amount, affinity, len, clean)| {
-                    let mut occ = Occupancy::new();
-                    for (host, start, span, exclusive, vcpus) in allocs {
-                        let b = if exclusive {
-                            busy(start, start + span)
-                        } else {
-                            slots(start, start + span, vcpus)
-                        };
-                        occ.add(HOST, host, b);
-                    }
                     let mut demands = vec![whole(HOST, &[0, 1, 2, 3, 4], 1, hosts_wanted)];
                     if with_slots {
-                        demands.push(Demand::Slots {
-                            kind: HOST.into(),
-                            hosts: (0..5)
-                                .map(|h| {
-                                    (
-                                        h,
-                                        Usage {
-                                            vcpus: 4,
-                                            memory_mb: 0,
-                                            disk_gb: 0,
-                                        },
-                                    )
-                                })
-                                .collect(),
-                            slot: Usage {
-                                vcpus: 1,
-                                memory_mb: 0,
-                                disk_gb: 0,
-                            },
-                            amount: amount as i64 + 1,
-                            affinity,
-                        });
+                        demands.push(four_cpu_hosts(0..5, amount as i64 + 1, affinity));
                     }
-                    (occ, demands, len, clean)
+                    (occupancy_of(allocs), demands, len, clean)
                 },
             )
     }
@@ -987,29 +1005,7 @@ mod tests {
         )
             .prop_map(|(order, slots, min, extra, affinity)| {
                 if slots {
-                    Demand::Slots {
-                        kind: HOST.into(),
-                        hosts: order
-                            .into_iter()
-                            .map(|h| {
-                                (
-                                    h,
-                                    Usage {
-                                        vcpus: 4,
-                                        memory_mb: 0,
-                                        disk_gb: 0,
-                                    },
-                                )
-                            })
-                            .collect(),
-                        slot: Usage {
-                            vcpus: 1,
-                            memory_mb: 0,
-                            disk_gb: 0,
-                        },
-                        amount: min as i64 + extra as i64,
-                        affinity,
-                    }
+                    four_cpu_hosts(order, (min + extra) as i64, affinity)
                 } else {
                     whole(HOST, &order, min, min + extra)
                 }
@@ -1020,18 +1016,7 @@ mod tests {
             1i64..180,
             0i64..20,
         )
-            .prop_map(|(allocs, demands, len, clean)| {
-                let mut occ = Occupancy::new();
-                for (host, start, span, exclusive, vcpus) in allocs {
-                    let b = if exclusive {
-                        busy(start, start + span)
-                    } else {
-                        slots(start, start + span, vcpus)
-                    };
-                    occ.add(HOST, host, b);
-                }
-                (occ, demands, len, clean)
-            })
+            .prop_map(|(allocs, demands, len, clean)| (occupancy_of(allocs), demands, len, clean))
     }
 
     proptest! {
@@ -1097,7 +1082,15 @@ mod tests {
                 if cannot_be_bettered(&found, &s) {
                     prop_assert_eq!(windows(&full), windows(&found));
                     if needs == ProbeFor::Grants {
-                        prop_assert_eq!(full, found);
+                        prop_assert_eq!(&full, &found);
+                    }
+                }
+                // Whatever the probe found bounds the search over every candidate.
+                if let Some(bounded) = found.first().and_then(|f| bounded_by(&s, f)) {
+                    let within = search(&demands, &occ, &bounded);
+                    prop_assert_eq!(windows(&full), windows(&within));
+                    if needs == ProbeFor::Grants {
+                        prop_assert_eq!(&full, &within);
                     }
                 }
             }

@@ -368,7 +368,7 @@ const PROBE_CANDIDATES: usize = 256;
 /// each as long as wanted, are the answer (`offer::cannot_be_bettered`: more candidates
 /// can only make more windows fit), and only the probed candidates' allocations are read.
 /// At a site with thousands of matching hosts that is most searches of a quiet future;
-/// otherwise every candidate is read.
+/// otherwise every candidate is read, for one window only up to the probe's.
 async fn probed_offers(
     tx: &mut Tx,
     demands: &[Demand],
@@ -381,6 +381,11 @@ async fn probed_offers(
         let found = offers_among(tx, &probe, search, except).await?;
         if offer::cannot_be_bettered(&found, search) {
             return Ok(found);
+        }
+        // The probe's first window fits over every candidate too: the search over all of
+        // them needs their allocations only until it (`offer::bounded_by`).
+        if let Some(bounded) = found.first().and_then(|f| offer::bounded_by(search, f)) {
+            return offers_among(tx, demands, &bounded, except).await;
         }
     }
     offers_among(tx, demands, search, except).await
