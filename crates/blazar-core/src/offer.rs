@@ -113,38 +113,25 @@ impl Demand {
     /// (`last`) the last; required resources are always kept. `None` when that would be all
     /// of them.
     fn part(&self, size: usize, last: bool) -> Option<Demand> {
-        let range = |len: usize| match last {
-            true => len.saturating_sub(size)..len,
-            false => 0..size.min(len),
-        };
-        match self {
-            Demand::Whole {
-                kind,
-                candidates,
-                required,
-                min,
-                max,
-            } => (candidates.len() > size).then(|| Demand::Whole {
-                kind: kind.clone(),
-                candidates: candidates[range(candidates.len())].to_vec(),
-                required: required.clone(),
-                min: *min,
-                max: *max,
-            }),
-            Demand::Slots {
-                kind,
-                hosts,
-                slot,
-                amount,
-                affinity,
-            } => (hosts.len() > size).then(|| Demand::Slots {
-                kind: kind.clone(),
-                hosts: hosts[range(hosts.len())].to_vec(),
-                slot: *slot,
-                amount: *amount,
-                affinity: *affinity,
-            }),
+        fn keep<T>(list: &mut Vec<T>, size: usize, last: bool) {
+            match last {
+                true => drop(list.drain(..list.len() - size)),
+                false => list.truncate(size),
+            }
         }
+        let len = match self {
+            Demand::Whole { candidates, .. } => candidates.len(),
+            Demand::Slots { hosts, .. } => hosts.len(),
+        };
+        if len <= size {
+            return None;
+        }
+        let mut part = self.clone();
+        match &mut part {
+            Demand::Whole { candidates, .. } => keep(candidates, size, last),
+            Demand::Slots { hosts, .. } => keep(hosts, size, last),
+        }
+        Some(part)
     }
 
     /// Whether what this demand is granted, wherever it fits over the first of its
@@ -188,16 +175,16 @@ pub fn probe(
         return None;
     }
     let count = demands.len();
-    let prefixes: Vec<Option<Demand>> = demands
+    let parts: Vec<Option<Demand>> = demands
         .iter()
         .enumerate()
         .map(|(i, d)| d.part(size(d), needs == ProbeFor::Windows && i + 1 == count))
         .collect();
-    if prefixes.iter().all(Option::is_none) {
+    if parts.iter().all(Option::is_none) {
         return None;
     }
     Some(
-        prefixes
+        parts
             .into_iter()
             .zip(demands)
             .map(|(p, d)| p.unwrap_or_else(|| d.clone()))

@@ -363,7 +363,7 @@ impl Service {
 const PROBE_CANDIDATES: usize = 256;
 
 /// The offers for `demands` as of `tx`, leaving out the allocations of lease `except`,
-/// searched over the first candidates of each demand first (`offer::probe`): offers found
+/// searched over part of each demand's candidates first (`offer::probe`): offers found
 /// there that start at the search's first minute, each next one where the one before ends,
 /// each as long as wanted, are the answer (`offer::cannot_be_bettered`: more candidates
 /// can only make more windows fit), and only the probed candidates' allocations are read.
