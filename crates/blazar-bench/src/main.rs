@@ -36,6 +36,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Seed the server to each scale step and measure every operation there.
+    // A later option replaces an earlier one, so that `scripts/bench.sh -- --write-ops N`
+    // overrides the script's own settings.
+    #[command(args_override_self = true)]
     Run(Box<RunArgs>),
     /// Render saved runs as markdown: their tables, targets, or two runs side by side.
     Report(ReportArgs),

@@ -11,9 +11,6 @@ use sqlx::any::AnyRow;
 
 use crate::{Arg, Backend, DbError, DbResult, Tx, from_opt_secs, from_secs, to_secs};
 
-/// A lease's start and end.
-type Span = (DateTime<Utc>, DateTime<Utc>);
-
 /// An allocation to write: the database gives it its id.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewAllocation {
@@ -423,9 +420,6 @@ impl Tx {
         resource_type: &str,
         filter: &AllocationFilter,
     ) -> DbResult<Vec<AllocationView>> {
-        // Two reads: the allocations from the index by resource, then the dates of the
-        // few leases they belong to. Joined here, a lease is looked up once per batch
-        // instead of once per allocation, which was two thirds of the list's SQL.
         let mut sql = match self.backend {
             // One row of JSON: sqlx hands SQLite rows from the connection's thread to the
             // task one at a time, so one row per allocation was mostly thread switches.
@@ -436,7 +430,8 @@ impl Tx {
             // driver converts every row with its column descriptions: a row per
             // reservation with its resources as text (a lease of a rack is one row, not
             // a hundred) spares most of that, and the JSON text both sides would build.
-            Backend::Postgres => "SELECT a.reservation_id, a.lease_id, \
+            Backend::Postgres => "SELECT g.reservation_id, g.lease_id, l.start_at, l.end_at, \
+                 g.resources FROM (SELECT a.reservation_id, a.lease_id, \
                  string_agg(CAST(a.resource_id AS TEXT), ',') AS resources"
                 .to_string(),
         };
@@ -472,69 +467,91 @@ impl Tx {
             // index alone.
             condition(&mut sql, " AND a.blocked_until > $?", t.into());
         }
-        // (resource, reservation, lease) of each allocation.
-        let held: Vec<(i64, Arc<str>, Arc<str>)> = match self.backend {
+        let mut views = match self.backend {
             Backend::Sqlite => {
+                // Two reads: the allocations from the index by resource, then the dates of
+                // the few leases they belong to. Joined here, a lease is looked up once per
+                // batch instead of once per allocation, which was two thirds of the list's
+                // SQL.
                 let rows: Vec<(i64, String, String)> =
                     self.fetch_json_array(&sql, args, "allocations").await?;
-                rows.into_iter()
+                let held: Vec<(i64, Arc<str>, Arc<str>)> = rows
+                    .into_iter()
                     .map(|(id, reservation, lease)| (id, reservation.into(), lease.into()))
-                    .collect()
+                    .collect();
+                let mut leases: Vec<&str> = held.iter().map(|(_, _, lease)| &**lease).collect();
+                leases.sort_unstable();
+                leases.dedup();
+                let dates = self.lease_dates(&leases, filter).await?;
+                let mut views = Vec::with_capacity(held.len());
+                for (resource_id, reservation_id, lease_id) in held {
+                    // A lease outside the window (or one gone since) leaves its allocations
+                    // out.
+                    let Some(&(lease_start, lease_end)) = dates.get(&*lease_id) else {
+                        continue;
+                    };
+                    views.push(AllocationView {
+                        resource_id,
+                        reservation_id,
+                        lease_id,
+                        lease_start,
+                        lease_end,
+                    });
+                }
+                views
             }
             Backend::Postgres => {
-                sql.push_str(" GROUP BY a.reservation_id, a.lease_id");
-                let groups: Vec<(String, String, String)> = self
+                // One statement: each reservation's group, then its lease's dates by the
+                // lease's key (a lease is read once per reservation, not per allocation),
+                // and its text is the same for every batch, so each connection prepares it
+                // once where a list of lease ids made a new statement per batch.
+                sql.push_str(
+                    " GROUP BY a.reservation_id, a.lease_id) g CROSS JOIN LATERAL \
+                     (SELECT start_at, end_at FROM leases l WHERE l.id = g.lease_id",
+                );
+                if let Some(t) = filter.ends_after {
+                    // Half-open windows: a lease ending at T is over at T.
+                    condition(&mut sql, " AND l.end_at > $?", t.into());
+                }
+                if let Some(t) = filter.starts_before {
+                    condition(&mut sql, " AND l.start_at < $?", t.into());
+                }
+                // `OFFSET 0` keeps the planner from flattening the lateral read into a join:
+                // it cannot know a batch holds a few dozen reservations, and as a join it
+                // hashed every lease of the table for each batch.
+                sql.push_str(" OFFSET 0) l");
+                let groups: Vec<(String, String, i64, i64, String)> = self
                     .fetch_all_as(&sql, args, |row| {
                         Ok((
                             row.try_get("reservation_id")?,
                             row.try_get("lease_id")?,
+                            row.try_get("start_at")?,
+                            row.try_get("end_at")?,
                             row.try_get("resources")?,
                         ))
                     })
                     .await?;
-                let mut held = Vec::with_capacity(groups.len());
-                for (reservation_id, lease_id, resources) in groups {
+                let mut views = Vec::new();
+                for (reservation_id, lease_id, start, end, resources) in groups {
                     let (reservation_id, lease_id): (Arc<str>, Arc<str>) =
                         (reservation_id.into(), lease_id.into());
+                    let (lease_start, lease_end) = (from_secs(start)?, from_secs(end)?);
                     for id in resources.split(',') {
-                        let id = id.parse::<i64>().map_err(|_| {
+                        let resource_id = id.parse::<i64>().map_err(|_| {
                             DbError::Corrupt(format!("allocated resource id {id:?}"))
                         })?;
-                        held.push((id, reservation_id.clone(), lease_id.clone()));
+                        views.push(AllocationView {
+                            resource_id,
+                            reservation_id: reservation_id.clone(),
+                            lease_id: lease_id.clone(),
+                            lease_start,
+                            lease_end,
+                        });
                     }
                 }
-                held
+                views
             }
         };
-        let mut leases: Vec<&str> = held.iter().map(|(_, _, lease)| &**lease).collect();
-        leases.sort_unstable();
-        leases.dedup();
-        let dates = self.lease_dates(&leases, filter).await?;
-        let mut views = Vec::with_capacity(held.len());
-        // The allocations of a reservation come together on PostgreSQL: its lease is looked
-        // up once for them.
-        let mut last: Option<(Arc<str>, Option<Span>)> = None;
-        for (resource_id, reservation_id, lease_id) in held {
-            let lease_dates = match &last {
-                Some((lease, lease_dates)) if Arc::ptr_eq(lease, &lease_id) => *lease_dates,
-                _ => {
-                    let lease_dates = dates.get(&*lease_id).copied();
-                    last = Some((lease_id.clone(), lease_dates));
-                    lease_dates
-                }
-            };
-            // A lease outside the window (or one gone since) leaves its allocations out.
-            let Some((start, end)) = lease_dates else {
-                continue;
-            };
-            views.push(AllocationView {
-                resource_id,
-                reservation_id,
-                lease_id,
-                lease_start: start,
-                lease_end: end,
-            });
-        }
         // Sorted here: the database would sort every allocation, and SQLite spills a sort
         // larger than its page cache.
         views.sort_unstable_by(|a, b| {
