@@ -430,8 +430,11 @@ impl Tx {
             // driver converts every row with its column descriptions: a row per
             // reservation with its resources as text (a lease of a rack is one row, not
             // a hundred) spares most of that, and the JSON text both sides would build.
-            Backend::Postgres => "SELECT g.reservation_id, g.lease_id, l.start_at, l.end_at, \
-                 g.resources FROM (SELECT a.reservation_id, a.lease_id, \
+            // Only the resource and its reservation are read from the allocations, both in
+            // `allocations_resource_span`, so that a vacuumed table is read from the index
+            // alone; the lease comes through the reservation.
+            Backend::Postgres => "SELECT g.reservation_id, l.lease_id, l.start_at, l.end_at, \
+                 g.resources FROM (SELECT a.reservation_id, \
                  string_agg(CAST(a.resource_id AS TEXT), ',') AS resources"
                 .to_string(),
         };
@@ -501,13 +504,14 @@ impl Tx {
                 views
             }
             Backend::Postgres => {
-                // One statement: each reservation's group, then its lease's dates by the
-                // lease's key (a lease is read once per reservation, not per allocation),
-                // and its text is the same for every batch, so each connection prepares it
-                // once where a list of lease ids made a new statement per batch.
+                // One statement: each reservation's group, then its lease by the
+                // reservation's and the lease's keys (read once per reservation, not per
+                // allocation), and its text is the same for every batch, so each connection
+                // prepares it once where a list of lease ids made a new statement per batch.
                 sql.push_str(
-                    " GROUP BY a.reservation_id, a.lease_id) g CROSS JOIN LATERAL \
-                     (SELECT start_at, end_at FROM leases l WHERE l.id = g.lease_id",
+                    " GROUP BY a.reservation_id) g CROSS JOIN LATERAL \
+                     (SELECT l.id AS lease_id, l.start_at, l.end_at FROM reservations r \
+                     JOIN leases l ON l.id = r.lease_id WHERE r.id = g.reservation_id",
                 );
                 if let Some(t) = filter.ends_after {
                     // Half-open windows: a lease ending at T is over at T.

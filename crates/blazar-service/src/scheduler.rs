@@ -328,6 +328,7 @@ impl Service {
     ) {
         tokio::pin!(shutdown);
         let mut statistics_checked = std::time::Instant::now();
+        let mut statistics: Option<tokio::task::JoinHandle<()>> = None;
         loop {
             // Writes committed from here on wake the scheduler again, whatever their time.
             self.scheduler_plan.store(i64::MIN, Ordering::SeqCst);
@@ -349,15 +350,24 @@ impl Service {
             if let Err(e) = self.heal_pending(now).await {
                 tracing::error!(error = %e, "healing failed; retrying at the next poll");
             }
-            if statistics_checked.elapsed() >= STATISTICS_INTERVAL {
+            // On a task of its own, one at a time: vacuuming a large table takes seconds,
+            // which events must not wait for.
+            if statistics_checked.elapsed() >= STATISTICS_INTERVAL
+                && statistics.as_ref().is_none_or(|task| task.is_finished())
+            {
                 statistics_checked = std::time::Instant::now();
-                match self.store.refresh_statistics().await {
-                    Ok(tables) if !tables.is_empty() => {
-                        tracing::debug!(?tables, "refreshed planner statistics");
+                let store = self.store.clone();
+                statistics = Some(tokio::spawn(async move {
+                    match store.refresh_statistics().await {
+                        Ok(tables) if !tables.is_empty() => {
+                            tracing::debug!(?tables, "vacuumed and refreshed planner statistics");
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not refresh planner statistics");
+                        }
                     }
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "could not refresh planner statistics"),
-                }
+                }));
             }
             // The clock's own reading, not the whole seconds of `now()`: the sleep ends when
             // the event is due, and the plan is the instant it ends.
@@ -375,6 +385,10 @@ impl Service {
                 _ = self.wake.notified() => {}
                 _ = &mut shutdown => break,
             }
+        }
+        // A vacuum cut short is harmless: the next one starts over.
+        if let Some(task) = statistics {
+            task.abort();
         }
         tracing::info!("scheduler stopped");
     }

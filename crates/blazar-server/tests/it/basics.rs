@@ -147,8 +147,9 @@ async fn delete_answers_204_with_an_empty_body() {
     assert_eq!(r.headers["content-type"], "application/json");
 }
 
-/// After a burst of allocations the planner statistics are refreshed without waiting for
-/// autovacuum (PostgreSQL), and not again until enough changes again; SQLite has none to keep.
+/// After a burst of allocations the table is vacuumed and its planner statistics refreshed
+/// without waiting for autovacuum (PostgreSQL), and not again until enough changes again;
+/// SQLite has none to keep.
 #[tokio::test]
 async fn planner_statistics_follow_a_burst_of_allocations() {
     let app = TestApp::spawn().await;
