@@ -429,10 +429,14 @@ impl Store {
             let changed: i64 = sqlx::Row::try_get(&row, "changed")?;
             let live: i64 = sqlx::Row::try_get(&row, "live")?;
             if stale_statistics(changed, live) {
-                // Outside a transaction (the pool's autocommit), as VACUUM must be.
-                sqlx::query(&format!("VACUUM (ANALYZE, SKIP_LOCKED) {table}"))
-                    .execute(&self.pool)
-                    .await?;
+                // Outside a transaction (the pool's autocommit), as VACUUM must be. Without
+                // giving empty pages at the table's end back to the system, which would take
+                // a lock that stops readers and writers for a moment.
+                sqlx::query(&format!(
+                    "VACUUM (ANALYZE, SKIP_LOCKED, TRUNCATE false) {table}"
+                ))
+                .execute(&self.pool)
+                .await?;
                 analyzed.push(table);
             }
         }
