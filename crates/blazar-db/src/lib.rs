@@ -398,7 +398,8 @@ impl Store {
     }
 
     /// Vacuums and re-analyzes the tables whose planner statistics have gone stale
-    /// (PostgreSQL; SQLite's plans come from its indexes alone). Returns the tables done.
+    /// (PostgreSQL; SQLite's plans come from its indexes alone). Returns the tables it asked
+    /// to vacuum, including one PostgreSQL skipped because another session was vacuuming it.
     ///
     /// The availability probe is only fast with the covering index, and the planner only
     /// picks that index once it knows the allocation table is large: right after a burst of
