@@ -35,11 +35,6 @@ const LIST_COLUMNS: &[&str] = &["resource_id", "reservations"];
 
 /// List allocations for all resources of a type
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar allocation-list host
-  blazar allocation-list host --lease-id 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40
-  blazar allocation-list host -f json")]
 #[command(mut_args(sort_by_default("resource_id")))]
 pub struct ListArgs {
     /// Show allocations for a resource type
@@ -57,10 +52,6 @@ pub struct ListArgs {
 
 /// Show allocations for resource identified by type and ID
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar allocation-show host compute-2
-  blazar allocation-show host 2 --lease-id 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40")]
 pub struct ShowArgs {
     /// Show allocations for a resource type
     #[arg(value_enum)]

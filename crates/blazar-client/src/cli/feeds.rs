@@ -24,13 +24,6 @@ pub const LIST: Listing = Listing {
 
 /// Create a calendar feed of your project's leases; its URL is shown this once
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar ical-feed-create --description 'lab calendar'
-  blazar ical-feed-create --project 3b4d9e0c5f0a4d8f9a1e2b3c4d5e6f70   (admin)
-
-Subscribe to the printed url in a calendar application; anyone holding it sees the
-project's leases. Delete the feed to revoke it.")]
 pub struct CreateArgs {
     /// The project whose leases the feed shows (default: yours; another needs admin)
     #[arg(long, value_name = "PROJECT_ID")]
@@ -44,9 +37,6 @@ pub struct CreateArgs {
 
 /// Delete a calendar feed: its URL stops working at once
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar ical-feed-delete 9f86d081884c7d65")]
 pub struct DeleteArgs {
     /// ID of the feed
     #[arg(value_name = "FEED_ID")]

@@ -29,9 +29,6 @@ const FLAVORS: Lookup<'static> = Lookup {
 
 /// Show flavor details
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar flavor-show m1.large")]
 pub struct ShowArgs {
     /// ID or name of flavor to look up
     #[arg(value_name = "FLAVOR")]
@@ -42,10 +39,6 @@ pub struct ShowArgs {
 
 /// Create a flavor
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar flavor-create --vcpus 4 --ram 8192 --disk 40 m1.large
-  blazar flavor-create --vcpus 8 --ram 16384 --disk 80 --extra-spec hw:cpu_policy=dedicated pinned")]
 pub struct CreateArgs {
     /// Name of the flavor
     #[arg(value_name = "FLAVOR")]
@@ -74,9 +67,6 @@ pub struct CreateArgs {
 
 /// Delete a flavor
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar flavor-delete m1.large")]
 pub struct DeleteArgs {
     /// ID or name of flavor to delete
     #[arg(value_name = "FLAVOR")]

@@ -18,9 +18,6 @@ pub const LIST: Listing = Listing {
 
 /// Show floating IP details
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar floatingip-show 7ce5d3e9-8920-4c5c-97d8-3b3504c7f9d8")]
 pub struct ShowArgs {
     /// ID of floatingip to look up
     #[arg(value_name = "FLOATINGIP")]
@@ -31,9 +28,6 @@ pub struct ShowArgs {
 
 /// Create a floating IP
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar floatingip-create 2b1a7f3c-5d3e-4a43-9a1e-3f7d7c0d9a01 172.24.4.200")]
 pub struct CreateArgs {
     /// External network ID to which the floating IP belongs
     #[arg(value_name = "NETWORK_ID")]
@@ -47,9 +41,6 @@ pub struct CreateArgs {
 
 /// Delete a floating IP
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar floatingip-delete 7ce5d3e9-8920-4c5c-97d8-3b3504c7f9d8")]
 pub struct DeleteArgs {
     /// ID of floatingip to delete
     #[arg(value_name = "FLOATINGIP")]

@@ -109,13 +109,6 @@ pub struct ShowArgs {
 
 /// Create a host
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Facts (vcpus, memory_mb, local_gb, hypervisor_type, ...) given with --extra describe the host
-on a standalone blazar-server; every other key becomes an extra capability.
-
-Examples:
-  blazar host-create compute-1
-  blazar host-create --extra gpu=true --extra rack=r1 compute-2")]
 pub struct HostCreateArgs {
     /// Name of the host to add
     #[arg(value_name = "HOST")]
@@ -129,10 +122,6 @@ pub struct HostCreateArgs {
 
 /// Create a network segment
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar network-create --network-type vlan --physical-network physnet1 --segment 1001
-  blazar network-create --network-type vxlan --segment 5000 --extra stitchable=true")]
 pub struct NetworkCreateArgs {
     /// Type of physical mechanism associated with the network segment. For example: flat,
     /// geneve, gre, local, vlan, vxlan
@@ -154,9 +143,6 @@ pub struct NetworkCreateArgs {
 
 /// Create a device
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar device-create --device-type container --device-driver k8s --extra machine=rpi4 edge-1")]
 pub struct DeviceCreateArgs {
     /// Name of the device to add
     #[arg(value_name = "DEVICE")]
@@ -186,10 +172,6 @@ pub struct UpdateArgs {
 
 /// Update attributes of a device
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar device-update --extra machine=rpi5 edge-1
-  blazar device-update --device-driver k8s edge-1")]
 pub struct DeviceUpdateArgs {
     /// ID or name of device to update
     #[arg(value_name = "DEVICE")]

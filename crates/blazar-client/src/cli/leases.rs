@@ -18,7 +18,7 @@ use super::human::{describe_date, localize};
 use super::output::{
     ShowOutput, SortedListOutput, check_sort, render_list, render_show, show_fields, sort_objects,
 };
-use super::reservations::{parse_all, parse_update};
+use super::reservations::{RequestArgs, parse_update};
 use super::resolve::{IdShape, Lookup, find_id};
 use super::{CliResult, Context, EXIT_TIMEOUT, EXIT_UNREACHABLE, Failure, emit};
 
@@ -35,11 +35,6 @@ const LEASES: Lookup<'static> = Lookup {
 
 /// Show details about the given lease
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar lease-show my-lease
-  blazar lease-show -f value -c status 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40
-  blazar lease-show -f json -c reservations my-lease")]
 pub struct ShowArgs {
     /// ID or name of lease to look up
     #[arg(value_name = "LEASE")]
@@ -50,36 +45,12 @@ pub struct ShowArgs {
 
 /// Create a lease
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Dates are YYYY-MM-DD HH:MM in UTC (as python-blazarclient), or carry an offset
-(2026-12-01 18:00+01:00) or the word local, or are relative: now, now+2m, now+1h30m.
-
-Examples:
-  blazar lease-create --physical-reservation min=1,max=1,hypervisor_properties=,resource_properties= \\
-      --start-date '2030-01-01 10:00' --end-date '2030-01-01 12:00' my-lease
-  blazar lease-create --physical-reservation 'min=1,max=2,resource_properties=[\"==\", \"$gpu\", \"true\"]' \\
-      --start-date now+2m --duration 3h --wait gpu-lease
-  blazar lease-create --reservation resource_type=virtual:floatingip,network_id=NET_ID,amount=1 \\
-      --end-date '2030-01-05 12:00' fip-lease
-  blazar lease-create --physical-reservation min=4,max=4,hypervisor_properties=,resource_properties= \\
-      --start-date now --duration 8h --dry-run big-lease")]
 pub struct CreateArgs {
     /// Name for the lease
     #[arg(value_name = "LEASE")]
     name: String,
-    /// Create a reservation for physical compute hosts. Specify option multiple times to
-    /// create multiple reservations. min: minimum number of hosts to reserve. max: maximum
-    /// number of hosts to reserve. hypervisor_properties: JSON string, see doc.
-    /// resource_properties: JSON string, see doc. before_end: JSON string, see doc
-    #[arg(
-        long = "physical-reservation",
-        value_name = "min=INT,max=INT,hypervisor_properties=STR,resource_properties=STR,before_end=STR"
-    )]
-    physical_reservations: Vec<String>,
-    /// Key/value pairs for creating a generic reservation. Specify option multiple times to
-    /// create multiple reservations
-    #[arg(long = "reservation", value_name = "KEY=VALUE,...")]
-    reservations: Vec<String>,
+    #[command(flatten)]
+    request: RequestArgs,
     /// Start of the lease (default: now, the server's current minute)
     #[arg(long = "start-date", value_name = "DATE")]
     start: Option<String>,
@@ -137,16 +108,7 @@ pub struct CreateArgs {
 #[derive(Debug, Args)]
 #[command(
     group(ArgGroup::new("end_change").args(["prolong_for", "prolong_for_legacy", "reduce_by", "end_date"])),
-    group(ArgGroup::new("start_change").args(["defer_by", "advance_by", "start_date"])),
-    after_help = "\
-Durations are a number and a unit (s, m, h, d, w), combinable: 30m, 1h30m, 2d.
-
-Examples:
-  blazar lease-update --prolong-for 1h my-lease
-  blazar lease-update --prolong-for 8h --dry-run my-lease
-  blazar lease-update --end-date '2030-01-01 15:00' --defer-by 30m my-lease
-  blazar lease-update --name new-name 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40
-  blazar lease-update --reservation id=2852eded-93ec-4feb-a13e-fe756f7e33d7,max=1 my-lease"
+    group(ArgGroup::new("start_change").args(["defer_by", "advance_by", "start_date"]))
 )]
 pub struct UpdateArgs {
     /// ID or name of lease to update
@@ -190,10 +152,6 @@ pub struct UpdateArgs {
 
 /// Delete a lease
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar lease-delete my-lease
-  blazar lease-delete 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40")]
 pub struct DeleteArgs {
     /// ID or name of lease to delete
     #[arg(value_name = "LEASE")]
@@ -202,14 +160,6 @@ pub struct DeleteArgs {
 
 /// Wait until a lease reaches a status
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Exit codes: 0 the lease reached the status; 3 the timeout passed first; 4 the lease cannot
-reach it any more (it is in ERROR, already past it, or was deleted); 1 any other error.
-Progress is shown on stderr when it is a terminal.
-
-Examples:
-  blazar lease-wait my-lease --status ACTIVE --timeout 10m
-  blazar lease-wait my-lease --status TERMINATED && echo 'lease over'")]
 pub struct WaitArgs {
     /// ID or name of lease to wait for
     #[arg(value_name = "LEASE")]
@@ -477,7 +427,7 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
         }
         None => None,
     };
-    let reservations = parse_all(&args.physical_reservations, &args.reservations)?;
+    let reservations = args.request.parse()?;
     if reservations.is_empty() {
         return Err(incorrect(
             "a lease needs at least one --physical-reservation or --reservation",
@@ -544,7 +494,7 @@ async fn submit(
 
 /// `lease-create --earliest`: the server searches and books the first window that fits.
 async fn create_earliest(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
-    let reservations = parse_all(&args.physical_reservations, &args.reservations)?;
+    let reservations = args.request.parse()?;
     if reservations.is_empty() {
         return Err(incorrect(
             "a lease needs at least one --physical-reservation or --reservation",

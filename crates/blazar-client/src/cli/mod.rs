@@ -2,6 +2,7 @@
 //! to an exit code.
 
 mod allocations;
+mod examples;
 mod feeds;
 mod flavors;
 mod floatingips;
@@ -23,7 +24,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use blazar_client::{Client, ConnectOptions, Error};
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use output::{SortedListOutput, sort_by_default};
 
@@ -230,11 +231,7 @@ impl GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print a list of leases
-    #[command(
-        name = "lease-list",
-        after_help = "Examples:\n  blazar lease-list\n  blazar lease-list --sort-by start_date -f value -c id -c name\n  blazar lease-list -f json",
-        mut_args(sort_by_default("name"))
-    )]
+    #[command(name = "lease-list", mut_args(sort_by_default("name")))]
     LeaseList(SortedListOutput),
     #[command(name = "lease-show")]
     LeaseShow(leases::ShowArgs),
@@ -250,172 +247,93 @@ pub enum Command {
     LeaseOffers(offers::OffersArgs),
 
     /// Print a list of hosts
-    #[command(
-        name = "host-list",
-        after_help = "Examples:\n  blazar host-list\n  blazar host-list -f value -c id -c hypervisor_hostname"
-    )]
+    #[command(name = "host-list")]
     HostList(inventory::ListArgs),
     /// Show host details
-    #[command(
-        name = "host-show",
-        after_help = "Examples:\n  blazar host-show compute-2\n  blazar host-show -f json 2"
-    )]
+    #[command(name = "host-show")]
     HostShow(inventory::ShowArgs),
     /// Move a host's reservations onto other matching hosts (for the rest of their leases)
-    #[command(
-        name = "host-reallocate",
-        after_help = "Examples:\n  blazar host-reallocate --lease-id 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40 compute-2"
-    )]
+    #[command(name = "host-reallocate")]
     HostReallocate(inventory::ReallocateArgs),
     #[command(name = "host-create")]
     HostCreate(inventory::HostCreateArgs),
     /// Update attributes of a host
-    #[command(
-        name = "host-update",
-        after_help = "Examples:\n  blazar host-update --extra rack=r9 --extra owner=team-a compute-2"
-    )]
+    #[command(name = "host-update")]
     HostUpdate(inventory::UpdateArgs),
     /// Unset attributes of a host
-    #[command(
-        name = "host-unset",
-        after_help = "Examples:\n  blazar host-unset --extra owner compute-2"
-    )]
+    #[command(name = "host-unset")]
     HostUnset(inventory::UnsetArgs),
     /// Delete a host
-    #[command(
-        name = "host-delete",
-        after_help = "Examples:\n  blazar host-delete compute-1"
-    )]
+    #[command(name = "host-delete")]
     HostDelete(inventory::DeleteArgs),
     /// List host properties
-    #[command(
-        name = "host-property-list",
-        after_help = "Examples:\n  blazar host-property-list\n  blazar host-property-list --detail --all"
-    )]
+    #[command(name = "host-property-list")]
     HostPropertyList(inventory::PropertyListArgs),
     /// Show host property
-    #[command(
-        name = "host-property-show",
-        after_help = "Examples:\n  blazar host-property-show rack"
-    )]
+    #[command(name = "host-property-show")]
     HostPropertyShow(inventory::PropertyShowArgs),
     /// Update attributes of a host property
-    #[command(
-        name = "host-property-set",
-        after_help = "Examples:\n  blazar host-property-set --private rack\n  blazar host-property-set --public rack"
-    )]
+    #[command(name = "host-property-set")]
     HostPropertySet(inventory::PropertySetArgs),
 
     /// Print a list of network segments
-    #[command(
-        name = "network-list",
-        after_help = "Examples:\n  blazar network-list\n  blazar network-list -f value -c id -c segment_id"
-    )]
+    #[command(name = "network-list")]
     NetworkList(inventory::ListArgs),
     /// Show network segment details
-    #[command(
-        name = "network-show",
-        after_help = "Examples:\n  blazar network-show 1001\n  blazar network-show 3f5a3c4e-1a1b-4c1d-9e2f-0a1b2c3d4e5f"
-    )]
+    #[command(name = "network-show")]
     NetworkShow(inventory::ShowArgs),
     #[command(name = "network-create")]
     NetworkCreate(inventory::NetworkCreateArgs),
     /// Update attributes of a network segment
-    #[command(
-        name = "network-update",
-        after_help = "Examples:\n  blazar network-update --extra stitchable=false 1001"
-    )]
+    #[command(name = "network-update")]
     NetworkUpdate(inventory::UpdateArgs),
     /// Unset attributes of a network segment
-    #[command(
-        name = "network-unset",
-        after_help = "Examples:\n  blazar network-unset --extra stitchable 1001"
-    )]
+    #[command(name = "network-unset")]
     NetworkUnset(inventory::UnsetArgs),
     /// Delete a network segment
-    #[command(
-        name = "network-delete",
-        after_help = "Examples:\n  blazar network-delete 1001"
-    )]
+    #[command(name = "network-delete")]
     NetworkDelete(inventory::DeleteArgs),
     /// List network properties
-    #[command(
-        name = "network-property-list",
-        after_help = "Examples:\n  blazar network-property-list --detail"
-    )]
+    #[command(name = "network-property-list")]
     NetworkPropertyList(inventory::PropertyListArgs),
     /// Show network property
-    #[command(
-        name = "network-property-show",
-        after_help = "Examples:\n  blazar network-property-show stitchable"
-    )]
+    #[command(name = "network-property-show")]
     NetworkPropertyShow(inventory::PropertyShowArgs),
     /// Update attributes of a network property
-    #[command(
-        name = "network-property-set",
-        after_help = "Examples:\n  blazar network-property-set --private stitchable"
-    )]
+    #[command(name = "network-property-set")]
     NetworkPropertySet(inventory::PropertySetArgs),
 
     /// Print a list of devices
-    #[command(
-        name = "device-list",
-        after_help = "Examples:\n  blazar device-list\n  blazar device-list -f value -c id -c name"
-    )]
+    #[command(name = "device-list")]
     DeviceList(inventory::ListArgs),
     /// Show device details
-    #[command(
-        name = "device-show",
-        after_help = "Examples:\n  blazar device-show edge-1"
-    )]
+    #[command(name = "device-show")]
     DeviceShow(inventory::ShowArgs),
     #[command(name = "device-create")]
     DeviceCreate(inventory::DeviceCreateArgs),
     #[command(name = "device-update")]
     DeviceUpdate(inventory::DeviceUpdateArgs),
     /// Unset attributes of a device
-    #[command(
-        name = "device-unset",
-        after_help = "Examples:\n  blazar device-unset --extra machine edge-1"
-    )]
+    #[command(name = "device-unset")]
     DeviceUnset(inventory::UnsetArgs),
     /// Delete a device
-    #[command(
-        name = "device-delete",
-        after_help = "Examples:\n  blazar device-delete edge-1"
-    )]
+    #[command(name = "device-delete")]
     DeviceDelete(inventory::DeleteArgs),
     /// Move a device's reservations onto other matching devices
-    #[command(
-        name = "device-reallocate",
-        after_help = "Examples:\n  blazar device-reallocate --lease-id 9b0c4a52-8d5e-4c43-b0c2-0a5d2c1e3f40 edge-1"
-    )]
+    #[command(name = "device-reallocate")]
     DeviceReallocate(inventory::ReallocateArgs),
     /// List device properties
-    #[command(
-        name = "device-property-list",
-        after_help = "Examples:\n  blazar device-property-list --detail"
-    )]
+    #[command(name = "device-property-list")]
     DevicePropertyList(inventory::PropertyListArgs),
     /// Show device property
-    #[command(
-        name = "device-property-show",
-        after_help = "Examples:\n  blazar device-property-show machine"
-    )]
+    #[command(name = "device-property-show")]
     DevicePropertyShow(inventory::PropertyShowArgs),
     /// Update attributes of a device property
-    #[command(
-        name = "device-property-set",
-        after_help = "Examples:\n  blazar device-property-set --public machine"
-    )]
+    #[command(name = "device-property-set")]
     DevicePropertySet(inventory::PropertySetArgs),
 
     /// Print a list of floating IPs
-    #[command(
-        name = "floatingip-list",
-        after_help = "Examples:\n  blazar floatingip-list\n  blazar floatingip-list -f value -c id -c floating_ip_address",
-        mut_args(sort_by_default("id"))
-    )]
+    #[command(name = "floatingip-list", mut_args(sort_by_default("id")))]
     FloatingipList(SortedListOutput),
     #[command(name = "floatingip-show")]
     FloatingipShow(floatingips::ShowArgs),
@@ -425,11 +343,7 @@ pub enum Command {
     FloatingipDelete(floatingips::DeleteArgs),
 
     /// List calendar feeds (of your project; an admin sees every feed)
-    #[command(
-        name = "ical-feed-list",
-        after_help = "Examples:\n  blazar ical-feed-list",
-        mut_args(sort_by_default("created_at"))
-    )]
+    #[command(name = "ical-feed-list", mut_args(sort_by_default("created_at")))]
     IcalFeedList(SortedListOutput),
     #[command(name = "ical-feed-create")]
     IcalFeedCreate(feeds::CreateArgs),
@@ -437,11 +351,7 @@ pub enum Command {
     IcalFeedDelete(feeds::DeleteArgs),
 
     /// List webhooks (of your project; an admin sees every webhook)
-    #[command(
-        name = "webhook-list",
-        after_help = "Examples:\n  blazar webhook-list",
-        mut_args(sort_by_default("created_at"))
-    )]
+    #[command(name = "webhook-list", mut_args(sort_by_default("created_at")))]
     WebhookList(SortedListOutput),
     #[command(name = "webhook-create")]
     WebhookCreate(webhooks::CreateArgs),
@@ -455,11 +365,7 @@ pub enum Command {
     WebhookRedeliver(webhooks::RedeliverArgs),
 
     /// List the projects that have quota overrides (a non-admin sees only its own)
-    #[command(
-        name = "quota-list",
-        after_help = "Examples:\n  blazar quota-list",
-        mut_args(sort_by_default("project_id"))
-    )]
+    #[command(name = "quota-list", mut_args(sort_by_default("project_id")))]
     QuotaList(SortedListOutput),
     #[command(name = "quota-show")]
     QuotaShow(quotas::ShowArgs),
@@ -469,11 +375,7 @@ pub enum Command {
     QuotaDelete(quotas::DeleteArgs),
 
     /// Print a list of flavors
-    #[command(
-        name = "flavor-list",
-        after_help = "Examples:\n  blazar flavor-list\n  blazar flavor-list --sort-by vcpus -f value -c name",
-        mut_args(sort_by_default("name"))
-    )]
+    #[command(name = "flavor-list", mut_args(sort_by_default("name")))]
     FlavorList(SortedListOutput),
     #[command(name = "flavor-show")]
     FlavorShow(flavors::ShowArgs),
@@ -491,11 +393,6 @@ pub enum Command {
     Timeline(timeline::TimelineArgs),
 
     /// Print a shell completion script
-    #[command(after_help = "\
-Examples:
-  blazar completion bash > /etc/bash_completion.d/blazar
-  blazar completion zsh > \"${fpath[1]}/_blazar\"
-  blazar completion fish > ~/.config/fish/completions/blazar.fish")]
     Completion {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
@@ -528,7 +425,7 @@ async fn dispatch(command: Command, global: &GlobalArgs) -> CliResult<u8> {
     use inventory::Kind;
     if let Command::Completion { shell } = command {
         let mut buffer = Vec::new();
-        clap_complete::generate(shell, &mut Cli::command(), "blazar", &mut buffer);
+        clap_complete::generate(shell, &mut command_line(), "blazar", &mut buffer);
         emit(&String::from_utf8_lossy(&buffer));
         return Ok(0);
     }
@@ -620,9 +517,19 @@ async fn dispatch(command: Command, global: &GlobalArgs) -> CliResult<u8> {
     }
 }
 
+/// The command line as clap parses it, each command with its notes and examples.
+fn command_line() -> clap::Command {
+    examples::after_help().fold(Cli::command(), |cli, (name, text)| {
+        cli.mut_subcommand(name, |command| command.after_help(text))
+    })
+}
+
 /// Parses the command line, runs the command, prints any failure; returns the exit code.
 pub async fn main() -> u8 {
-    let cli = match Cli::try_parse() {
+    let cli = match command_line()
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches))
+    {
         Ok(cli) => cli,
         Err(e) => {
             let code = e.exit_code();
@@ -645,7 +552,7 @@ mod tests {
 
     #[test]
     fn the_command_line_is_consistent() {
-        Cli::command().debug_assert();
+        command_line().debug_assert();
     }
 
     /// `SortedListOutput` leaves the default column to each command; one that forgot it
@@ -670,7 +577,7 @@ mod tests {
 
     #[test]
     fn every_command_has_an_example() {
-        for command in Cli::command().get_subcommands() {
+        for command in command_line().get_subcommands() {
             let help = command
                 .get_after_help()
                 .map(|h| h.to_string())

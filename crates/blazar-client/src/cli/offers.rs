@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 
 use super::human::localize;
 use super::output::{ListOutput, render_list};
-use super::reservations::parse_all;
+use super::reservations::RequestArgs;
 use super::{CliResult, Context, Failure, emit};
 
 const COLUMNS: &[&str] = &["start_date", "end_date", "duration", "resources"];
@@ -15,23 +15,15 @@ const COLUMNS: &[&str] = &["start_date", "end_date", "duration", "resources"];
 /// Show when a lease request fits: the earliest (or longest) windows with what each
 /// reservation would get. Book one with lease-create and its dates, or lease-create --earliest
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Durations are a number and a unit (m, h, d, w), combinable: 90m, 4h, 1d12h.
-
-Examples:
-  blazar lease-offers --physical-reservation min=4,max=4 --duration 3h --within 7d
-  blazar lease-offers --reservation resource_type=virtual:instance,amount=2,vcpus=4,memory_mb=8192,disk_gb=40 --duration 1d
-  blazar lease-offers --physical-reservation min=1,max=1,resource_properties='[\"=\",\"$node_type\",\"gpu\"]' --min-duration 2h --max-duration 2d --order longest")]
+#[command(
+    mut_arg("physical_reservations", |a| a
+        .help("A physical host reservation, as lease-create takes it; can be repeated")
+        .value_name("min=INT,max=INT,hypervisor_properties=STR,resource_properties=STR")),
+    mut_arg("reservations", |a| a.help("Any reservation, as lease-create takes it; can be repeated"))
+)]
 pub struct OffersArgs {
-    /// A physical host reservation, as lease-create takes it; can be repeated
-    #[arg(
-        long = "physical-reservation",
-        value_name = "min=INT,max=INT,hypervisor_properties=STR,resource_properties=STR"
-    )]
-    physical_reservations: Vec<String>,
-    /// Any reservation, as lease-create takes it; can be repeated
-    #[arg(long = "reservation", value_name = "KEY=VALUE,...")]
-    reservations: Vec<String>,
+    #[command(flatten)]
+    request: RequestArgs,
     /// How long the lease lasts, e.g. 3h
     #[arg(long, value_name = "DURATION", required_unless_present_any = ["min_duration", "max_duration"])]
     duration: Option<String>,
@@ -159,7 +151,7 @@ fn summary(offer: &Value) -> String {
 }
 
 pub async fn offers(ctx: &Context, args: OffersArgs) -> CliResult {
-    let reservations = parse_all(&args.physical_reservations, &args.reservations)?;
+    let reservations = args.request.parse()?;
     if reservations.is_empty() {
         return Err(Failure::plain(
             "an offer needs at least one --physical-reservation or --reservation",

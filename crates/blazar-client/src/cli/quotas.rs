@@ -25,9 +25,6 @@ const LIMITS: &[&str] = LIST_COLUMNS.split_at(1).1;
 
 /// Show a project's quotas (-1: no limit) and what it holds now
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar quota-show 3b4d9e0c5f0a4d8f9a1e2b3c4d5e6f70")]
 pub struct ShowArgs {
     /// ID of the project
     #[arg(value_name = "PROJECT_ID")]
@@ -38,11 +35,6 @@ pub struct ShowArgs {
 
 /// Set a project's quota overrides (admin); the others keep their values
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar quota-set --hosts 10 --host-hours-per-month 2000 3b4d9e0c5f0a4d8f9a1e2b3c4d5e6f70
-  blazar quota-set --max-lease-duration -1 3b4d9e0c5f0a4d8f9a1e2b3c4d5e6f70
-  blazar quota-set --unset hosts 3b4d9e0c5f0a4d8f9a1e2b3c4d5e6f70")]
 pub struct SetArgs {
     /// ID of the project
     #[arg(value_name = "PROJECT_ID")]
@@ -74,9 +66,6 @@ pub struct SetArgs {
 
 /// Remove a project's quota overrides (admin): the defaults apply again
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar quota-delete 3b4d9e0c5f0a4d8f9a1e2b3c4d5e6f70")]
 pub struct DeleteArgs {
     /// ID of the project
     #[arg(value_name = "PROJECT_ID")]

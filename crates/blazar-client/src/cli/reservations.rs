@@ -2,6 +2,7 @@
 //! python-blazarclient 4.6 reads them: the same splitting (values may contain commas),
 //! int-like values as JSON integers, JSON lists decoded, and per-type defaults added.
 
+use clap::Args;
 use serde_json::{Map, Value};
 
 use super::{CliResult, Failure};
@@ -153,17 +154,39 @@ fn parse_with_defaults(
     Ok(params)
 }
 
-/// Every `--physical-reservation`, then every `--reservation`, as request objects: what
-/// lease-create, lease-create --earliest and lease-offers send.
-pub fn parse_all(physical: &[String], generic: &[String]) -> CliResult<Vec<Map<String, Value>>> {
-    let mut reservations = Vec::with_capacity(physical.len() + generic.len());
-    for argument in physical {
-        reservations.push(parse_physical(argument)?);
+/// The reservations of a lease request, as lease-create (with Blazar's help texts) and
+/// lease-offers take them.
+#[derive(Debug, Args)]
+pub struct RequestArgs {
+    /// Create a reservation for physical compute hosts. Specify option multiple times to
+    /// create multiple reservations. min: minimum number of hosts to reserve. max: maximum
+    /// number of hosts to reserve. hypervisor_properties: JSON string, see doc.
+    /// resource_properties: JSON string, see doc. before_end: JSON string, see doc
+    #[arg(
+        long = "physical-reservation",
+        value_name = "min=INT,max=INT,hypervisor_properties=STR,resource_properties=STR,before_end=STR"
+    )]
+    physical_reservations: Vec<String>,
+    /// Key/value pairs for creating a generic reservation. Specify option multiple times to
+    /// create multiple reservations
+    #[arg(long = "reservation", value_name = "KEY=VALUE,...")]
+    reservations: Vec<String>,
+}
+
+impl RequestArgs {
+    /// Every `--physical-reservation`, then every `--reservation`, as request objects: what
+    /// lease-create, lease-create --earliest and lease-offers send.
+    pub fn parse(&self) -> CliResult<Vec<Map<String, Value>>> {
+        let (physical, generic) = (&self.physical_reservations, &self.reservations);
+        let mut reservations = Vec::with_capacity(physical.len() + generic.len());
+        for argument in physical {
+            reservations.push(parse_physical(argument)?);
+        }
+        for argument in generic {
+            reservations.push(parse_create(argument)?);
+        }
+        Ok(reservations)
     }
-    for argument in generic {
-        reservations.push(parse_create(argument)?);
-    }
-    Ok(reservations)
 }
 
 /// One `--physical-reservation` of `lease-create`, checked as python-blazarclient checks

@@ -40,11 +40,6 @@ pub enum TimelineFormat {
 
 /// Show who holds which resources over a window, as a chart
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar timeline host
-  blazar timeline host --start now --end now+3d --query '[\"==\", \"$gpu\", \"true\"]'
-  blazar timeline device --start '2030-01-01 00:00' --end '2030-02-01 00:00' -f json")]
 pub struct TimelineArgs {
     /// The resource type to show
     #[arg(value_enum)]

@@ -29,16 +29,6 @@ const DELIVERY_COLUMNS: &[&str] = &[
 
 /// Register a webhook: your project's lease events are POSTed to URL, signed
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar webhook-create https://hooks.example.org/blazar
-  blazar webhook-create https://hooks.example.org/blazar --event-type lease.event.start_lease \\
-      --event-type lease.event.end_lease
-  blazar webhook-create https://billing.example.org/hook --all-projects   (admin)
-
-Each delivery carries X-Blazar-Timestamp and X-Blazar-Signature: sha256=<hex HMAC-SHA256
-of '<timestamp>.<body>' keyed with the secret printed here, once>. Failed deliveries are
-tried again with growing pauses, then kept as dead letters (webhook-deliveries).")]
 pub struct CreateArgs {
     /// The http(s) endpoint that receives the events
     #[arg(value_name = "URL")]
@@ -61,9 +51,6 @@ pub struct CreateArgs {
 
 /// Show a webhook
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar webhook-show 1d8a5e0e-2f7b-4c1e-9d7a-3c8e2b1f0a9d")]
 pub struct ShowArgs {
     /// ID of the webhook
     #[arg(value_name = "WEBHOOK_ID")]
@@ -74,9 +61,6 @@ pub struct ShowArgs {
 
 /// Delete a webhook; its pending deliveries are dropped
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar webhook-delete 1d8a5e0e-2f7b-4c1e-9d7a-3c8e2b1f0a9d")]
 pub struct DeleteArgs {
     /// ID of the webhook
     #[arg(value_name = "WEBHOOK_ID")]
@@ -85,9 +69,6 @@ pub struct DeleteArgs {
 
 /// List a webhook's latest deliveries
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar webhook-deliveries 1d8a5e0e-2f7b-4c1e-9d7a-3c8e2b1f0a9d --status dead")]
 pub struct DeliveriesArgs {
     /// ID of the webhook
     #[arg(value_name = "WEBHOOK_ID")]
@@ -101,10 +82,6 @@ pub struct DeliveriesArgs {
 
 /// Try a delivery again now (a dead letter, once the endpoint is back)
 #[derive(Debug, Args)]
-#[command(after_help = "\
-Examples:
-  blazar webhook-redeliver 1d8a5e0e-2f7b-4c1e-9d7a-3c8e2b1f0a9d \\
-      5b0e4f7a-8c1d-4e2f-9a3b-6c7d8e9f0a1b")]
 pub struct RedeliverArgs {
     /// ID of the webhook
     #[arg(value_name = "WEBHOOK_ID")]
