@@ -177,7 +177,7 @@ impl Backend for OpenStackBackend {
             )));
         };
         let servers = nova
-            .servers_on_host(&h.service_host)
+            .servers_on_host(&h.facts.service_name)
             .await
             .map_err(unavailable)?;
         if !servers.is_empty() {
@@ -187,25 +187,16 @@ impl Backend for OpenStackBackend {
                 ids.join(", ")
             )));
         }
-        let zone = nova
+        let mut facts = h.facts;
+        facts.availability_zone = nova
             .compute_services()
             .await
             .map_err(unavailable)?
             .into_iter()
-            .find(|s| s.host == h.service_host)
+            .find(|s| s.host == facts.service_name)
             .map(|s| s.zone)
             .unwrap_or_default();
-        Ok(Some(HostFacts {
-            hypervisor_hostname: h.hypervisor_hostname,
-            service_name: h.service_host,
-            hypervisor_type: h.hypervisor_type,
-            hypervisor_version: h.hypervisor_version,
-            vcpus: h.vcpus,
-            memory_mb: h.memory_mb,
-            local_gb: h.local_gb,
-            cpu_info: h.cpu_info,
-            availability_zone: zone,
-        }))
+        Ok(Some(facts))
     }
 
     fn acts_on_inventory(&self) -> bool {
@@ -367,26 +358,17 @@ impl Backend for OpenStackBackend {
             hypervisors
                 .into_iter()
                 .map(|h| {
-                    let zone = zones
+                    let mut facts = h.facts;
+                    facts.availability_zone = zones
                         .iter()
-                        .find(|s| s.host == h.service_host)
+                        .find(|s| s.host == facts.service_name)
                         .map(|s| s.zone.clone())
                         .unwrap_or_default();
                     HostHealth {
                         healthy: h.state == "up" && h.status == "enabled",
                         reason: format!("state={} status={}", h.state, h.status),
-                        facts: Some(HostFacts {
-                            hypervisor_hostname: h.hypervisor_hostname.clone(),
-                            service_name: h.service_host.clone(),
-                            hypervisor_type: h.hypervisor_type.clone(),
-                            hypervisor_version: h.hypervisor_version,
-                            vcpus: h.vcpus,
-                            memory_mb: h.memory_mb,
-                            local_gb: h.local_gb,
-                            cpu_info: h.cpu_info.clone(),
-                            availability_zone: zone,
-                        }),
-                        hypervisor_hostname: h.hypervisor_hostname,
+                        hypervisor_hostname: facts.hypervisor_hostname.clone(),
+                        facts: Some(facts),
                     }
                 })
                 .collect(),

@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use blazar_core::HostFacts;
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -17,15 +18,9 @@ const MICROVERSION: &str = "2.61";
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hypervisor {
     pub id: String,
-    pub hypervisor_hostname: String,
-    /// The compute service's host: what aggregates hold.
-    pub service_host: String,
-    pub hypervisor_type: String,
-    pub hypervisor_version: i64,
-    pub vcpus: i64,
-    pub memory_mb: i64,
-    pub local_gb: i64,
-    pub cpu_info: String,
+    /// What blazar-rs records of it: `service_name` is the compute service's host (what
+    /// aggregates hold); Nova does not give a hypervisor's zone, so it is left empty here.
+    pub facts: HostFacts,
     pub state: String,
     pub status: String,
 }
@@ -62,20 +57,23 @@ fn hypervisor_from(v: &Value) -> Hypervisor {
             .as_str()
             .map(str::to_string)
             .unwrap_or_else(|| v["id"].to_string()),
-        hypervisor_hostname: text("hypervisor_hostname"),
-        service_host: v["service"]["host"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        hypervisor_type: text("hypervisor_type"),
-        hypervisor_version: v["hypervisor_version"].as_i64().unwrap_or(0),
-        vcpus: v["vcpus"].as_i64().unwrap_or(0),
-        memory_mb: v["memory_mb"].as_i64().unwrap_or(0),
-        local_gb: v["local_gb"].as_i64().unwrap_or(0),
-        cpu_info: match &v["cpu_info"] {
-            Value::String(s) => s.clone(),
-            Value::Null => String::new(),
-            other => other.to_string(),
+        facts: HostFacts {
+            hypervisor_hostname: text("hypervisor_hostname"),
+            service_name: v["service"]["host"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            hypervisor_type: text("hypervisor_type"),
+            hypervisor_version: v["hypervisor_version"].as_i64().unwrap_or(0),
+            vcpus: v["vcpus"].as_i64().unwrap_or(0),
+            memory_mb: v["memory_mb"].as_i64().unwrap_or(0),
+            local_gb: v["local_gb"].as_i64().unwrap_or(0),
+            cpu_info: match &v["cpu_info"] {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            },
+            availability_zone: String::new(),
         },
         state: text("state"),
         status: text("status"),
@@ -137,9 +135,9 @@ impl<'a> Nova<'a> {
     /// The hypervisor named `name` (its hypervisor hostname, or its id).
     pub async fn find_hypervisor(&self, name: &str) -> Result<Option<Hypervisor>> {
         let all = self.api.get("/os-hypervisors/detail").await?;
-        Ok(items(&all, "hypervisors")
-            .map(hypervisor_from)
-            .find(|h| h.hypervisor_hostname == name || h.id == name || h.service_host == name))
+        Ok(items(&all, "hypervisors").map(hypervisor_from).find(|h| {
+            h.facts.hypervisor_hostname == name || h.id == name || h.facts.service_name == name
+        }))
     }
 
     pub async fn hypervisors(&self) -> Result<Vec<Hypervisor>> {

@@ -1,7 +1,6 @@
 //! `/v1/os-hosts`: the hosts themselves and their re-allocation (their properties and
 //! allocations are served by the handlers of `inventory`); `/v1/handovers` and `/v1/reconcile`.
 
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use blazar_service::{HostList, Reallocated, ServiceResult};
@@ -38,7 +37,7 @@ pub async fn list_hosts(
 const HOST_BATCH: usize = 100;
 
 /// A host list written as the client reads it, from the shared inventory: the bytes
-/// `Json(Envelope("hosts", ...))` would write, without the whole list in memory for each
+/// `Envelope("hosts", ...)` would write, without the whole list in memory for each
 /// reader.
 struct HostStream {
     list: HostList,
@@ -102,7 +101,7 @@ pub async fn show_host(
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     let host = state.service.get_host(&identity, &id).await?;
-    Ok(Json(Envelope("host", to_wire::host(host))))
+    Ok(Envelope("host", to_wire::host(host)))
 }
 
 pub async fn update_host(
@@ -113,7 +112,7 @@ pub async fn update_host(
 ) -> ApiResult<impl IntoResponse> {
     let body = from_wire::host_update(body);
     let host = state.service.update_host(&identity, &id, &body).await?;
-    Ok(Json(Envelope("host", to_wire::host(host))))
+    Ok(Envelope("host", to_wire::host(host)))
 }
 
 pub async fn delete_host(
@@ -139,7 +138,7 @@ pub async fn reallocate(
         .service
         .reallocate(&identity, what, &id, &filter)
         .await?;
-    Ok(Json(Envelope("allocation", to_wire::allocation(entry))))
+    Ok(Envelope("allocation", to_wire::allocation(entry)))
 }
 
 /// `POST /v1/reconcile` (admin, additive): compares the cloud with the database once and
@@ -151,10 +150,7 @@ pub async fn reconcile(
 ) -> ApiResult<impl IntoResponse> {
     let apply = from_wire::reconcile(body)?;
     let report = state.service.reconcile_for(&identity, apply).await?;
-    Ok(Json(Envelope(
-        "reconcile",
-        to_wire::reconcile_report(report),
-    )))
+    Ok(Envelope("reconcile", to_wire::reconcile_report(report)))
 }
 
 /// `GET /v1/handovers[?resource_type=..][&lease_id=..][&all=true]`: who holds which resource
@@ -174,5 +170,5 @@ pub async fn list_handovers(
         )
         .await?;
     let handovers: Vec<_> = rows.into_iter().map(to_wire::handover).collect();
-    Ok(Json(Envelope("handovers", handovers)))
+    Ok(Envelope("handovers", handovers))
 }

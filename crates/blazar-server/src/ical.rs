@@ -2,7 +2,6 @@
 //! `/ical/<id>_<secret>.ics` that calendar applications subscribe to, an iCalendar
 //! (RFC 5545) document with one event per lease of the feed's project.
 
-use axum::Json;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
@@ -33,7 +32,7 @@ pub async fn list_feeds(
         .into_iter()
         .map(|f| to_wire::ical_feed(f, None))
         .collect();
-    Ok(Json(Envelope("ical_feeds", feeds)))
+    Ok(Envelope("ical_feeds", feeds))
 }
 
 pub async fn create_feed(

@@ -2,11 +2,11 @@
 //! description, whose allocation and property handlers serve `/v1/os-hosts` too),
 //! `/v1/flavors` and `/v1/notifications`.
 
+use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{get, patch};
-use axum::{Json, Router};
 use blazar_core::ResourceRecord;
 use blazar_service::{AllocationKind, DEVICES, FLOATINGIPS, KindSpec, NETWORKS, Reallocated};
 
@@ -115,7 +115,7 @@ async fn list(
         .into_iter()
         .map(|r| to_wire::pool_resource(r, false))
         .collect();
-    Ok(Json(Envelope(names(spec).many, items)))
+    Ok(Envelope(names(spec).many, items))
 }
 
 async fn create(
@@ -137,11 +137,8 @@ async fn create(
 }
 
 /// One resource as a show or an update answers it.
-fn one(spec: &KindSpec, record: ResourceRecord) -> Json<Envelope<blazar_api::PoolResource>> {
-    Json(Envelope(
-        names(spec).one,
-        to_wire::pool_resource(record, false),
-    ))
+fn one(spec: &KindSpec, record: ResourceRecord) -> Envelope<blazar_api::PoolResource> {
+    Envelope(names(spec).one, to_wire::pool_resource(record, false))
 }
 
 async fn show(
@@ -212,7 +209,7 @@ pub async fn allocation(
                 .await?
         }
     };
-    Ok(Json(Envelope("allocation", to_wire::allocation(entry))))
+    Ok(Envelope("allocation", to_wire::allocation(entry)))
 }
 
 /// `GET .../properties` of hosts or of one kind of pool resource.
@@ -232,10 +229,10 @@ pub async fn properties(
                 .await?
         }
     };
-    Ok(Json(Envelope(
+    Ok(Envelope(
         "resource_properties",
         to_wire::property_listing(listing),
-    )))
+    ))
 }
 
 /// `PATCH .../properties/{name}` of hosts or of one kind of pool resource.
@@ -260,10 +257,10 @@ pub async fn update_property(
                 .await?
         }
     };
-    Ok(Json(Envelope(
+    Ok(Envelope(
         "resource_property",
         to_wire::resource_property(property),
-    )))
+    ))
 }
 
 pub fn flavor_routes() -> Router<AppState> {
@@ -283,7 +280,7 @@ async fn list_flavors(
         .into_iter()
         .map(to_wire::flavor)
         .collect();
-    Ok(Json(Envelope("flavors", flavors)))
+    Ok(Envelope("flavors", flavors))
 }
 
 async fn create_flavor(
@@ -302,7 +299,7 @@ async fn show_flavor(
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     let flavor = state.service.get_flavor(&identity, &id).await?;
-    Ok(Json(Envelope("flavor", to_wire::flavor(flavor))))
+    Ok(Envelope("flavor", to_wire::flavor(flavor)))
 }
 
 async fn delete_flavor(
@@ -325,5 +322,5 @@ pub async fn list_notifications(
         .notifications(&identity, query.get("lease_id").map(String::as_str))
         .await?;
     let items: Vec<_> = rows.into_iter().map(to_wire::notification).collect();
-    Ok(Json(Envelope("notifications", items)))
+    Ok(Envelope("notifications", items))
 }

@@ -52,7 +52,7 @@ pub async fn list_leases(
 
 /// A lease list written a batch of leases at a time as the client reads it. Leases rendered
 /// by an earlier list are reused while their revision stands (see `lease_cache`); the bytes
-/// are those `Json(Envelope("leases", ...))` would write.
+/// are those `Envelope("leases", ...)` would write.
 struct LeaseStream {
     list: LeaseList,
     cache: Arc<LeaseCache>,
@@ -132,7 +132,7 @@ pub async fn create_lease(
         } else {
             to_wire::lease(state.service.create_lease(&identity, &request).await?)
         };
-        Ok((StatusCode::CREATED, Json(Envelope("lease", lease))))
+        Ok((StatusCode::CREATED, Envelope("lease", lease)))
     }
     .await
     .map_err(ApiError::explained)
@@ -158,7 +158,7 @@ pub async fn lease_extension(
 ) -> ApiResult<impl IntoResponse> {
     let ask = from_wire::extension_ask(&query)?;
     let extension = state.service.lease_extension(&identity, &id, ask).await?;
-    Ok(Json(Envelope("extension", to_wire::extension(extension))))
+    Ok(Envelope("extension", to_wire::extension(extension)))
 }
 
 /// `GET /v1/leases/{id}/actions`: what was done in the cloud for the lease (additive).
@@ -169,7 +169,7 @@ pub async fn lease_actions(
 ) -> ApiResult<impl IntoResponse> {
     let actions = state.service.lease_actions(&identity, &id).await?;
     let actions: Vec<_> = actions.iter().map(to_wire::action).collect();
-    Ok(Json(Envelope("actions", actions)))
+    Ok(Envelope("actions", actions))
 }
 
 /// `GET /v1/leases/{id}/hosts` (Chameleon): the hosts of the lease's host reservations.
@@ -185,7 +185,7 @@ pub async fn lease_hosts(
         .into_iter()
         .map(to_wire::host)
         .collect();
-    Ok(Json(Envelope("hosts", hosts)))
+    Ok(Envelope("hosts", hosts))
 }
 
 async fn lease_pool(
@@ -210,7 +210,7 @@ pub async fn lease_networks(
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     let networks = lease_pool(&state, &identity, &id, "network").await?;
-    Ok(Json(Envelope("networks", networks)))
+    Ok(Envelope("networks", networks))
 }
 
 /// `GET /v1/leases/{id}/devices` (Chameleon): the devices of its device reservations.
@@ -220,7 +220,7 @@ pub async fn lease_devices(
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     let devices = lease_pool(&state, &identity, &id, "device").await?;
-    Ok(Json(Envelope("devices", devices)))
+    Ok(Envelope("devices", devices))
 }
 
 /// How long a long poll waits when it names no `timeout`.
@@ -276,7 +276,7 @@ pub async fn show_lease(
     } else {
         to_wire::lease(lease)
     };
-    let mut response = Json(Envelope("lease", body)).into_response();
+    let mut response = Envelope("lease", body).into_response();
     if let Some(target) = waited
         && let Ok(value) = HeaderValue::from_str(target.as_str())
     {
@@ -403,7 +403,7 @@ pub async fn update_lease(
         } else {
             to_wire::lease(state.service.update_lease(&identity, &id, &update).await?)
         };
-        Ok(Json(Envelope("lease", lease)))
+        Ok(Envelope("lease", lease))
     }
     .await
     .map_err(ApiError::explained)

@@ -1,6 +1,5 @@
 //! `/v1/quotas`: per-project limits (ours; Blazar has none).
 
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 
@@ -20,7 +19,7 @@ pub async fn list_quotas(
         .into_iter()
         .map(to_wire::quota)
         .collect();
-    Ok(Json(Envelope("quotas", quotas)))
+    Ok(Envelope("quotas", quotas))
 }
 
 pub async fn show_quota(
@@ -29,7 +28,7 @@ pub async fn show_quota(
     Path(project_id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     let quota = state.service.get_quota(&identity, &project_id).await?;
-    Ok(Json(Envelope("quota", to_wire::quota(quota))))
+    Ok(Envelope("quota", to_wire::quota(quota)))
 }
 
 pub async fn update_quota(
@@ -43,7 +42,7 @@ pub async fn update_quota(
         .service
         .set_quota(&identity, &project_id, &changes)
         .await?;
-    Ok(Json(Envelope("quota", to_wire::quota(quota))))
+    Ok(Envelope("quota", to_wire::quota(quota)))
 }
 
 pub async fn delete_quota(

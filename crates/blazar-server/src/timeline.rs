@@ -1,7 +1,6 @@
 //! `GET /v1/<resources>/timeline` (additive): occupancy calendars of hosts, floating IPs,
 //! network segments and devices.
 
-use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use blazar_service::{ServiceResult, TimelineBatch, TimelineReader};
@@ -92,10 +91,10 @@ pub async fn show_timeline_properties(
         .service
         .timeline_properties(identity, resource_type)
         .await?;
-    Ok(Json(Envelope(
+    Ok(Envelope(
         "resource_properties",
         to_wire::property_listing(listing),
-    )))
+    ))
 }
 
 /// `GET /v1/os-hosts/timeline/properties`.

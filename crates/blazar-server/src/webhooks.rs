@@ -2,7 +2,6 @@
 //! `/v1/webhooks/{id}/deliveries` to see how each event's delivery went and to offer a
 //! dead one again.
 
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -32,7 +31,7 @@ pub async fn list_webhooks(
         .into_iter()
         .map(|w| to_wire::webhook(w, false))
         .collect();
-    Ok(Json(Envelope("webhooks", hooks)))
+    Ok(Envelope("webhooks", hooks))
 }
 
 pub async fn create_webhook(
@@ -98,7 +97,7 @@ pub async fn get_webhook(
     Path(id): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
     let webhook = state.service.get_webhook(&identity, &id).await?;
-    Ok(Json(Envelope("webhook", to_wire::webhook(webhook, false))))
+    Ok(Envelope("webhook", to_wire::webhook(webhook, false)))
 }
 
 pub async fn delete_webhook(
@@ -129,7 +128,7 @@ pub async fn list_deliveries(
         .into_iter()
         .map(to_wire::webhook_delivery)
         .collect();
-    Ok(Json(Envelope("deliveries", deliveries)))
+    Ok(Envelope("deliveries", deliveries))
 }
 
 /// `POST /v1/webhooks/{id}/deliveries/{delivery_id}/redeliver`: the delivery is tried

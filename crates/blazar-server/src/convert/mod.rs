@@ -7,8 +7,15 @@ pub mod from_wire;
 pub mod to_wire;
 
 /// A body with one key, `{"<key>": value}`, serialized straight to bytes: large lists (10,000
-/// hosts) never go through an intermediate `serde_json::Value` tree.
+/// hosts) never go through an intermediate `serde_json::Value` tree. A response by itself
+/// (JSON, 200 unless paired with another status).
 pub struct Envelope<T>(pub &'static str, pub T);
+
+impl<T: serde::Serialize> axum::response::IntoResponse for Envelope<T> {
+    fn into_response(self) -> axum::response::Response {
+        axum::Json(self).into_response()
+    }
+}
 
 impl<T: serde::Serialize> serde::Serialize for Envelope<T> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
