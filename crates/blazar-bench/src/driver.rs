@@ -735,15 +735,14 @@ impl Driver {
     fn timeline_path(&self, days: i64, query: Option<String>) -> String {
         let start = self.year_start + TimeDelta::days(31);
         let end = start + TimeDelta::days(days);
-        let mut path = format!(
-            "/os-hosts/timeline?start={}&end={}",
-            encode_query_value(&fmt_minute(start)),
-            encode_query_value(&fmt_minute(end))
-        );
+        let mut pairs = url::form_urlencoded::Serializer::new(String::new());
+        pairs
+            .append_pair("start", &fmt_minute(start))
+            .append_pair("end", &fmt_minute(end));
         if let Some(query) = query {
-            path.push_str(&format!("&query={}", encode_query_value(&query)));
+            pairs.append_pair("query", &query);
         }
-        path
+        format!("/os-hosts/timeline?{}", pairs.finish())
     }
 
     /// A property query matching about 100 hosts: the first racks (racks sort by name).
@@ -1220,19 +1219,6 @@ pub fn parse_wire(text: &str) -> Option<NaiveDateTime> {
     ]
     .iter()
     .find_map(|f| NaiveDateTime::parse_from_str(text, f).ok())
-}
-
-/// Percent-encodes a query string value (dates have a space, queries `$` and quotes).
-fn encode_query_value(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 /// Counts overlapping allocation pairs in a `GET /v1/os-hosts/allocations` body.

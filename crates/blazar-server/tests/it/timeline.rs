@@ -353,15 +353,7 @@ async fn a_property_query_picks_resources_and_unknown_or_private_ones_are_400s()
 
 /// Percent-encodes a query string value.
 fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
 #[tokio::test]
