@@ -524,7 +524,7 @@ impl Tx {
                 // it cannot know a batch holds a few dozen reservations, and as a join it
                 // hashed every lease of the table for each batch.
                 sql.push_str(" OFFSET 0) l");
-                let groups: Vec<(String, String, i64, i64, String)> = self
+                let mut groups: Vec<(String, String, i64, i64, String)> = self
                     .fetch_all_as(&sql, args, |row| {
                         Ok((
                             row.try_get("reservation_id")?,
@@ -535,7 +535,13 @@ impl Tx {
                         ))
                     })
                     .await?;
-                let mut views = Vec::new();
+                // The few reservations in start order first: the resources' stable sort
+                // below then leaves each resource's allocations in that order, and it
+                // merges the reservations' runs (each in index order) instead of sorting
+                // every allocation by the whole key.
+                groups.sort_unstable_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
+                let held = groups.iter().map(|g| g.4.split(',').count()).sum();
+                let mut views = Vec::with_capacity(held);
                 for (reservation_id, lease_id, start, end, resources) in groups {
                     let (reservation_id, lease_id): (Arc<str>, Arc<str>) =
                         (reservation_id.into(), lease_id.into());
@@ -553,7 +559,8 @@ impl Tx {
                         });
                     }
                 }
-                views
+                views.sort_by_key(|v| v.resource_id);
+                return Ok(views);
             }
         };
         // Sorted here: the database would sort every allocation, and SQLite spills a sort

@@ -54,8 +54,27 @@ pub(crate) fn allocation_entries(
     resources: impl IntoIterator<Item = (i64, String)>,
     views: Vec<AllocationView>,
 ) -> Vec<AllocationEntry> {
+    let resources: Vec<(i64, String)> = resources.into_iter().collect();
+    if resources.is_sorted_by(|a, b| a.0 < b.0) {
+        // Both in resource order (a list's batch): one walk, no map.
+        let mut views = views.into_iter().peekable();
+        return resources
+            .into_iter()
+            .map(|(id, resource_id)| {
+                while views.next_if(|v| v.resource_id < id).is_some() {}
+                let mut reservations = Vec::new();
+                while let Some(view) = views.next_if(|v| v.resource_id == id) {
+                    reservations.push(view);
+                }
+                AllocationEntry {
+                    resource_id,
+                    reservations,
+                }
+            })
+            .collect();
+    }
     // The views come sorted by resource: a map lookup per run of one resource's views,
-    // not per allocation (any order stays correct).
+    // not per allocation.
     let mut by_id: HashMap<i64, Vec<AllocationView>> = HashMap::new();
     let mut views = views.into_iter().peekable();
     while let Some(first) = views.next() {
