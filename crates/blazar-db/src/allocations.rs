@@ -1,7 +1,7 @@
 //! Allocations (which resource a reservation holds, and for when) and hand-overs (who holds a
 //! resource right now).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use blazar_core::{Allocation, Handover, Occupancy};
@@ -98,6 +98,39 @@ fn share_key() -> i64 {
     key.copy_from_slice(&bytes[..8]);
     // Positive and below i64::MAX, so `share_key + 1` cannot overflow.
     (i64::from_le_bytes(key) & 0x3fff_ffff_ffff_ffff) + 1
+}
+
+/// One reservation's allocations in a list batch: the reservation, its lease, the lease's
+/// dates and the allocated resource ids joined by commas (a resource twice if it holds two
+/// of the reservation's slots).
+type Group = (String, String, DateTime<Utc>, DateTime<Utc>, String);
+
+/// The views of a batch's groups, sorted by resource, start and reservation.
+fn views_of_groups(mut groups: Vec<Group>) -> DbResult<Vec<AllocationView>> {
+    // The few reservations in start order first: the resources' stable sort below then
+    // leaves each resource's allocations in that order, and it merges the reservations' runs
+    // (each in index order) instead of sorting every allocation by the whole key.
+    groups.sort_unstable_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
+    let held = groups.iter().map(|g| g.4.split(',').count()).sum();
+    let mut views = Vec::with_capacity(held);
+    for (reservation_id, lease_id, lease_start, lease_end, resources) in groups {
+        let (reservation_id, lease_id): (Arc<str>, Arc<str>) =
+            (reservation_id.into(), lease_id.into());
+        for id in resources.split(',') {
+            let resource_id = id
+                .parse::<i64>()
+                .map_err(|_| DbError::Corrupt(format!("allocated resource id {id:?}")))?;
+            views.push(AllocationView {
+                resource_id,
+                reservation_id: reservation_id.clone(),
+                lease_id: lease_id.clone(),
+                lease_start,
+                lease_end,
+            });
+        }
+    }
+    views.sort_by_key(|v| v.resource_id);
+    Ok(views)
 }
 
 fn allocation_from_row(row: &AnyRow) -> DbResult<Allocation> {
@@ -421,10 +454,15 @@ impl Tx {
         filter: &AllocationFilter,
     ) -> DbResult<Vec<AllocationView>> {
         let mut sql = match self.backend {
-            // One row of JSON: sqlx hands SQLite rows from the connection's thread to the
-            // task one at a time, so one row per allocation was mostly thread switches.
-            Backend::Sqlite => "SELECT CAST(json_group_array(json_array(a.resource_id, \
-                 a.reservation_id, a.lease_id)) AS TEXT) AS json"
+            // One row of JSON (sqlx hands SQLite rows from the connection's thread to the
+            // task one at a time, so one row per allocation was mostly thread switches), of
+            // one entry per reservation with its resources as text, as on PostgreSQL: a
+            // lease of a rack is one entry, not a hundred with its two ids each. The
+            // allocations are read from `allocations_resource_span` alone, which carries
+            // the reservation; its lease is read once per reservation.
+            Backend::Sqlite => "SELECT CAST(json_group_array(json_array(g.reservation_id, \
+                 l.id, l.start_at, l.end_at, g.resources)) AS TEXT) AS json \
+                 FROM (SELECT a.reservation_id, group_concat(a.resource_id) AS resources"
                 .to_string(),
             // PostgreSQL hands rows over a socket, not between threads, but sqlx's `Any`
             // driver converts every row with its column descriptions: a row per
@@ -470,38 +508,35 @@ impl Tx {
             // index alone.
             condition(&mut sql, " AND a.blocked_until > $?", t.into());
         }
-        let mut views = match self.backend {
+        let groups: Vec<Group> = match self.backend {
             Backend::Sqlite => {
-                // Two reads: the allocations from the index by resource, then the dates of
-                // the few leases they belong to. Joined here, a lease is looked up once per
-                // batch instead of once per allocation, which was two thirds of the list's
-                // SQL.
-                let rows: Vec<(i64, String, String)> =
-                    self.fetch_json_array(&sql, args, "allocations").await?;
-                let held: Vec<(i64, Arc<str>, Arc<str>)> = rows
-                    .into_iter()
-                    .map(|(id, reservation, lease)| (id, reservation.into(), lease.into()))
-                    .collect();
-                let mut leases: Vec<&str> = held.iter().map(|(_, _, lease)| &**lease).collect();
-                leases.sort_unstable();
-                leases.dedup();
-                let dates = self.lease_dates(&leases, filter).await?;
-                let mut views = Vec::with_capacity(held.len());
-                for (resource_id, reservation_id, lease_id) in held {
-                    // A lease outside the window (or one gone since) leaves its allocations
-                    // out.
-                    let Some(&(lease_start, lease_end)) = dates.get(&*lease_id) else {
-                        continue;
-                    };
-                    views.push(AllocationView {
-                        resource_id,
-                        reservation_id,
-                        lease_id,
-                        lease_start,
-                        lease_end,
-                    });
+                // `CROSS JOIN` keeps SQLite's join order: the batch's groups first, then
+                // each one's reservation and lease by key (a lease outside the window, or
+                // one gone since, leaves its allocations out).
+                sql.push_str(
+                    " GROUP BY a.reservation_id) g CROSS JOIN reservations r \
+                     CROSS JOIN leases l WHERE r.id = g.reservation_id AND l.id = r.lease_id",
+                );
+                if let Some(t) = filter.ends_after {
+                    // Half-open windows: a lease ending at T is over at T.
+                    condition(&mut sql, " AND l.end_at > $?", t.into());
                 }
-                views
+                if let Some(t) = filter.starts_before {
+                    condition(&mut sql, " AND l.start_at < $?", t.into());
+                }
+                let rows: Vec<(String, String, i64, i64, String)> =
+                    self.fetch_json_array(&sql, args, "allocations").await?;
+                let mut groups = Vec::with_capacity(rows.len());
+                for (reservation, lease, start, end, resources) in rows {
+                    groups.push((
+                        reservation,
+                        lease,
+                        from_secs(start)?,
+                        from_secs(end)?,
+                        resources,
+                    ));
+                }
+                groups
             }
             Backend::Postgres => {
                 // One statement: each reservation's group, then its lease by the
@@ -524,7 +559,7 @@ impl Tx {
                 // it cannot know a batch holds a few dozen reservations, and as a join it
                 // hashed every lease of the table for each batch.
                 sql.push_str(" OFFSET 0) l");
-                let mut groups: Vec<(String, String, i64, i64, String)> = self
+                let rows: Vec<(String, String, i64, i64, String)> = self
                     .fetch_all_as(&sql, args, |row| {
                         Ok((
                             row.try_get("reservation_id")?,
@@ -535,77 +570,20 @@ impl Tx {
                         ))
                     })
                     .await?;
-                // The few reservations in start order first: the resources' stable sort
-                // below then leaves each resource's allocations in that order, and it
-                // merges the reservations' runs (each in index order) instead of sorting
-                // every allocation by the whole key.
-                groups.sort_unstable_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
-                let held = groups.iter().map(|g| g.4.split(',').count()).sum();
-                let mut views = Vec::with_capacity(held);
-                for (reservation_id, lease_id, start, end, resources) in groups {
-                    let (reservation_id, lease_id): (Arc<str>, Arc<str>) =
-                        (reservation_id.into(), lease_id.into());
-                    let (lease_start, lease_end) = (from_secs(start)?, from_secs(end)?);
-                    for id in resources.split(',') {
-                        let resource_id = id.parse::<i64>().map_err(|_| {
-                            DbError::Corrupt(format!("allocated resource id {id:?}"))
-                        })?;
-                        views.push(AllocationView {
-                            resource_id,
-                            reservation_id: reservation_id.clone(),
-                            lease_id: lease_id.clone(),
-                            lease_start,
-                            lease_end,
-                        });
-                    }
+                let mut groups = Vec::with_capacity(rows.len());
+                for (reservation, lease, start, end, resources) in rows {
+                    groups.push((
+                        reservation,
+                        lease,
+                        from_secs(start)?,
+                        from_secs(end)?,
+                        resources,
+                    ));
                 }
-                views.sort_by_key(|v| v.resource_id);
-                return Ok(views);
+                groups
             }
         };
-        // Sorted here: the database would sort every allocation, and SQLite spills a sort
-        // larger than its page cache.
-        views.sort_unstable_by(|a, b| {
-            (a.resource_id, a.lease_start, &a.reservation_id).cmp(&(
-                b.resource_id,
-                b.lease_start,
-                &b.reservation_id,
-            ))
-        });
-        Ok(views)
-    }
-
-    /// The start and end of each lease of `ids` that `filter`'s window lets through.
-    async fn lease_dates(
-        &mut self,
-        ids: &[&str],
-        filter: &AllocationFilter,
-    ) -> DbResult<HashMap<String, (DateTime<Utc>, DateTime<Utc>)>> {
-        let (agg, array) = self.json_functions();
-        let mut dates = HashMap::with_capacity(ids.len());
-        for chunk in ids.chunks(USAGE_CHUNK) {
-            let (list, chunk) = crate::in_list(self.backend, 1, chunk);
-            let mut args: Vec<Arg> = chunk.into_iter().map(Arg::from).collect();
-            let mut sql = format!(
-                "SELECT CAST({agg}({array}(id, start_at, end_at)) AS TEXT) AS json FROM leases \
-                 WHERE id IN ({list})"
-            );
-            if let Some(t) = filter.ends_after {
-                // Half-open windows: a lease ending at T is over at T.
-                args.push(t.into());
-                sql.push_str(&format!(" AND end_at > ${}", args.len()));
-            }
-            if let Some(t) = filter.starts_before {
-                args.push(t.into());
-                sql.push_str(&format!(" AND start_at < ${}", args.len()));
-            }
-            let rows: Vec<(String, i64, i64)> =
-                self.fetch_json_array(&sql, args, "lease dates").await?;
-            for (id, start, end) in rows {
-                dates.insert(id, (from_secs(start)?, from_secs(end)?));
-            }
-        }
-        Ok(dates)
+        views_of_groups(groups)
     }
 
     /// Whether the resource is held by an allocation still blocked at or after `now`.

@@ -1,6 +1,6 @@
 //! Host inventory, host properties and allocation use cases. All admin-only, as in Blazar.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use blazar_core::host::{FACT_FIELDS, MAX_CAPABILITY_KEY_LEN};
@@ -48,48 +48,31 @@ pub struct AllocationEntry {
     pub reservations: Vec<AllocationView>,
 }
 
-/// The `/allocations` entries of `resources` (internal id, API id), in their order, each
-/// with the views of its allocations.
+/// The `/allocations` entries of `resources` (internal id, API id), in resource id order, each
+/// with the views of its allocations. `views` come from the store sorted by resource, so
+/// one walk of both lists pairs them; resources are sorted first if a caller did not.
 pub(crate) fn allocation_entries(
     resources: impl IntoIterator<Item = (i64, String)>,
     views: Vec<AllocationView>,
 ) -> Vec<AllocationEntry> {
-    let resources: Vec<(i64, String)> = resources.into_iter().collect();
-    if resources.is_sorted_by(|a, b| a.0 < b.0) {
-        // Both in resource order (a list's batch): one walk, no map.
-        let mut views = views.into_iter().peekable();
-        return resources
-            .into_iter()
-            .map(|(id, resource_id)| {
-                while views.next_if(|v| v.resource_id < id).is_some() {}
-                let mut reservations = Vec::new();
-                while let Some(view) = views.next_if(|v| v.resource_id == id) {
-                    reservations.push(view);
-                }
-                AllocationEntry {
-                    resource_id,
-                    reservations,
-                }
-            })
-            .collect();
+    let mut resources: Vec<(i64, String)> = resources.into_iter().collect();
+    if !resources.is_sorted_by_key(|r| r.0) {
+        resources.sort_by_key(|r| r.0);
     }
-    // The views come sorted by resource: a map lookup per run of one resource's views,
-    // not per allocation.
-    let mut by_id: HashMap<i64, Vec<AllocationView>> = HashMap::new();
+    debug_assert!(views.is_sorted_by_key(|v| v.resource_id));
     let mut views = views.into_iter().peekable();
-    while let Some(first) = views.next() {
-        let id = first.resource_id;
-        let held = by_id.entry(id).or_default();
-        held.push(first);
-        while let Some(next) = views.next_if(|v| v.resource_id == id) {
-            held.push(next);
-        }
-    }
     resources
         .into_iter()
-        .map(|(id, resource_id)| AllocationEntry {
-            resource_id,
-            reservations: by_id.remove(&id).unwrap_or_default(),
+        .map(|(id, resource_id)| {
+            while views.next_if(|v| v.resource_id < id).is_some() {}
+            let mut reservations = Vec::new();
+            while let Some(view) = views.next_if(|v| v.resource_id == id) {
+                reservations.push(view);
+            }
+            AllocationEntry {
+                resource_id,
+                reservations,
+            }
         })
         .collect()
 }
