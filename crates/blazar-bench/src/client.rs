@@ -54,6 +54,21 @@ impl Reply {
     }
 }
 
+/// The headers that make a request the admin's or the bench project member's.
+fn identify(request: reqwest::RequestBuilder, who: Who) -> reqwest::RequestBuilder {
+    match who {
+        Who::Admin => request.header("X-Auth-Token", "admin"),
+        Who::Member => request
+            .header(
+                "X-Auth-Token",
+                format!("peer:{BENCH_USER}:{BENCH_PROJECT}:member"),
+            )
+            .header("X-Project-Id", BENCH_PROJECT)
+            .header("X-User-Id", BENCH_USER)
+            .header("X-Roles", "member"),
+    }
+}
+
 impl Api {
     /// `fresh_connections` opens a new TCP connection per request, as python-blazarclient does
     /// against Blazar (whose WSGI server answers `Connection: close`); otherwise connections
@@ -108,17 +123,7 @@ impl Api {
             .request(method.clone(), &url)
             .header("Accept", "application/json")
             .header("User-Agent", "blazar-bench");
-        request = match who {
-            Who::Admin => request.header("X-Auth-Token", "admin"),
-            Who::Member => request
-                .header(
-                    "X-Auth-Token",
-                    format!("peer:{BENCH_USER}:{BENCH_PROJECT}:member"),
-                )
-                .header("X-Project-Id", BENCH_PROJECT)
-                .header("X-User-Id", BENCH_USER)
-                .header("X-Roles", "member"),
-        };
+        request = identify(request, who);
         if let Some(body) = body {
             request = request.json(body);
         }
@@ -133,6 +138,42 @@ impl Api {
             .with_context(|| format!("reading the body of {method} {path}"))?
             .to_vec();
         Ok(Reply { status, body })
+    }
+
+    /// A measured read: the body is read to its end as it arrives and dropped, as `curl -o
+    /// /dev/null` does, so the time is the server's answer and not the driver gathering and
+    /// copying tens of megabytes on the same cores. Returns the body's length.
+    pub async fn read_through(&self, path: &str, who: Who, what: &str) -> Result<usize, String> {
+        let turn = self.next.fetch_add(1, Ordering::Relaxed) % self.bases.len();
+        let url = format!("{}/v1{path}", self.bases[turn]);
+        let request = self
+            .http
+            .get(&url)
+            .header("Accept", "application/json")
+            .header("User-Agent", "blazar-bench");
+        let mut response = identify(request, who)
+            .send()
+            .await
+            .map_err(|e| format!("GET {path}: {e:#}"))?;
+        let status = response.status();
+        let mut length = 0;
+        let mut head = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| format!("reading the body of GET {path}: {e:#}"))?
+        {
+            length += chunk.len();
+            if !status.is_success() && head.len() < 300 {
+                head.extend_from_slice(&chunk);
+            }
+        }
+        if status.is_success() {
+            Ok(length)
+        } else {
+            let reply = Reply { status, body: head };
+            Err(format!("{what}{} {}", status, reply.text()))
+        }
     }
 
     pub async fn get(&self, path: &str, who: Who) -> anyhow::Result<Reply> {

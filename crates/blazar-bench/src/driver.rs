@@ -769,7 +769,7 @@ impl Driver {
             let api = api.clone();
             let path = path.clone();
             async move {
-                api.call_ok(Method::GET, &path, who, None, "").await?;
+                api.read_through(&path, who, "").await?;
                 Ok(Outcome::Ok)
             }
         })

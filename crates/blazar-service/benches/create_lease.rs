@@ -17,6 +17,14 @@
 //! and the measured creates fall in the year's last 10 %. With `BLAZAR_BENCH_ALLOCATIONS=
 //! 100000,1000000` that is the "flat over history" comparison of issue 15.
 //!
+//! `BLAZAR_BENCH_HISTORY=900000` adds history without changing the present: that many more
+//! allocations, as dense as the year's, over the years before it (9 years for 900,000 on top
+//! of 100,000), all over (TERMINATED) when creates are measured. The year measured is then the
+//! same as without it, so `BLAZAR_BENCH_ALLOCATIONS=100000` with and without
+//! `BLAZAR_BENCH_HISTORY=900000` is item 3 of issue 15 exactly: a million allocations of which
+//! 900,000 are over, against the figures at 100,000. (`BLAZAR_BENCH_PAST` with 100,000 and
+//! 1,000,000 compares a year ten times as dense too.)
+//!
 //! `BLAZAR_BENCH_KEEP_DB=DIR` keeps each seeded database in DIR (`create_lease-<hosts>-<
 //! allocations>.db`), to measure a server's start-up and memory on it.
 //!
@@ -129,6 +137,48 @@ fn past() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Finished allocations seeded before the measured year (`BLAZAR_BENCH_HISTORY`).
+fn history() -> usize {
+    std::env::var("BLAZAR_BENCH_HISTORY")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whole-rack leases making `allocations` allocations over `minutes` from `from`, one per rack
+/// and slot, each lasting about half its slot.
+async fn seed(
+    service: &Service,
+    hosts: usize,
+    rack_size: usize,
+    from: DateTime<Utc>,
+    minutes: i64,
+    allocations: usize,
+    prefix: &str,
+) {
+    let who = admin();
+    let racks = hosts / rack_size;
+    let leases = allocations.div_ceil(rack_size);
+    let slots = leases.div_ceil(racks).max(1);
+    let slot_minutes = minutes / slots as i64;
+    for n in 0..leases {
+        let (rack, round) = (n % racks, n / racks);
+        let slot = (rack * 7919 + round) % slots;
+        let h = mix64(((rack as u64) << 32) ^ slot as u64);
+        let duration =
+            ((slot_minutes as f64 * 0.5 * (0.75 + (h % 1000) as f64 / 2000.0)) as i64).max(1);
+        let offset = (mix64(h) % (slot_minutes - duration + 1) as u64) as i64;
+        let start = from + chrono::Duration::minutes(slot as i64 * slot_minutes + offset);
+        let request = lease(
+            format!("{prefix}-{n}"),
+            start,
+            start + chrono::Duration::minutes(duration),
+            reservation(rack_size, "rack", &format!("r{rack:04}")),
+        );
+        service.create_lease(&who, &request).await.unwrap();
+    }
+}
+
 /// A service over a fresh SQLite file with `hosts` hosts and `allocations` allocations.
 async fn fixture(hosts: usize, allocations: usize) -> Fixture {
     // `BLAZAR_BENCH_KEEP_DB=DIR` keeps each seeded database there (measured creates are
@@ -176,29 +226,38 @@ async fn fixture(hosts: usize, allocations: usize) -> Fixture {
         };
         service.create_host(&who, &body).await.unwrap();
     }
-    let racks = hosts / rack_size;
-    let leases = allocations.div_ceil(rack_size);
-    let slots = leases.div_ceil(racks).max(1);
-    let slot_minutes = YEAR_MINUTES / slots as i64;
-    for n in 0..leases {
-        let (rack, round) = (n % racks, n / racks);
-        let slot = (rack * 7919 + round) % slots;
-        let h = mix64(((rack as u64) << 32) ^ slot as u64);
-        let duration =
-            ((slot_minutes as f64 * 0.5 * (0.75 + (h % 1000) as f64 / 2000.0)) as i64).max(1);
-        let offset = (mix64(h) % (slot_minutes - duration + 1) as u64) as i64;
-        let start = year_start() + chrono::Duration::minutes(slot as i64 * slot_minutes + offset);
-        let request = lease(
-            format!("seed-{n}"),
-            start,
-            start + chrono::Duration::minutes(duration),
-            reservation(rack_size, "rack", &format!("r{rack:04}")),
-        );
-        service.create_lease(&who, &request).await.unwrap();
-    }
+    let history = history();
+    // As dense as the measured year: as many years as it takes at the year's rate.
+    let history_years = if history == 0 {
+        0
+    } else {
+        history.div_ceil(allocations.max(1)).max(1) as i64
+    };
+    let history_start = year_start() - chrono::Duration::minutes(history_years * YEAR_MINUTES);
+    clock.set(history_start - chrono::Duration::days(1));
+    seed(
+        &service,
+        hosts,
+        rack_size,
+        history_start,
+        history_years * YEAR_MINUTES,
+        history,
+        "old",
+    )
+    .await;
+    seed(
+        &service,
+        hosts,
+        rack_size,
+        year_start(),
+        YEAR_MINUTES,
+        allocations,
+        "seed",
+    )
+    .await;
     let from = year_start() + chrono::Duration::minutes((YEAR_MINUTES as f64 * past()) as i64);
     clock.set(from);
-    if past() > 0.0 {
+    if past() > 0.0 || history > 0 {
         // Every start and end due by now, as a scheduler running all along would have.
         let t = Instant::now();
         let mut events = 0;
@@ -261,7 +320,13 @@ fn bench_create_lease(c: &mut Criterion) {
                 group.bench_function(
                     BenchmarkId::new(
                         format!("sqlite-{kind}"),
-                        format!("{hosts}/{allocations}/past{:.0}", past() * 100.0),
+                        match history() {
+                            0 => format!("{hosts}/{allocations}/past{:.0}", past() * 100.0),
+                            h => format!(
+                                "{hosts}/{allocations}/past{:.0}/history{h}",
+                                past() * 100.0
+                            ),
+                        },
                     ),
                     |b| {
                         b.iter_custom(|iters| {
