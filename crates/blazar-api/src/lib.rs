@@ -445,6 +445,10 @@ pub struct ReconcileReport {
     pub applied: bool,
     /// One line per difference.
     pub repairs: Vec<String>,
+    /// Repairs that failed, and parts of the cloud that could not be read, with their
+    /// errors (the pass went on past them).
+    #[serde(default)]
+    pub failed: Vec<String>,
 }
 
 /// Who holds a resource right now, as recorded by the standalone backend at lease start.

@@ -259,15 +259,21 @@ impl Tx {
         Ok(!rows.is_empty())
     }
 
-    /// Cancels the lease's pending actions of `kind` that no worker has taken yet.
+    /// Ends the lease's pending actions of `kind` that no worker has taken yet: cancelled if
+    /// never tried, failed if tried and waiting for another attempt.
     pub async fn cancel_pending_actions(
         &mut self,
         lease_id: &str,
         kind: &str,
         now: DateTime<Utc>,
     ) -> DbResult<()> {
+        // One that was tried and is waiting to be tried again failed: what it was to do was
+        // never done, and its event and lease say so. One never tried is only cancelled.
         self.write(
-            "UPDATE actions SET status = 'cancelled', updated_at = $1 \
+            "UPDATE actions SET status = CASE WHEN attempts > 0 THEN 'failed' \
+             ELSE 'cancelled' END, last_error = CASE WHEN attempts > 0 THEN \
+             'not done before the lease ended: ' || COALESCE(last_error, '') \
+             ELSE last_error END, updated_at = $1 \
              WHERE lease_id = $2 AND kind = $3 AND status = 'pending'",
             vec![now.into(), lease_id.into(), kind.into()],
         )

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use blazar_core::{ActionKind, ActionPurpose, HostFacts, PHYSICAL_HOST};
+use blazar_core::{ActionKind, ActionPurpose, HostFacts, PHYSICAL_HOST, ReservationStatus};
 use blazar_db::Store;
 use std::collections::BTreeSet;
 
@@ -19,6 +19,65 @@ use crate::Cloud;
 use crate::error::Error;
 use crate::nova::{Aggregate, Nova};
 use crate::placement::reservation_provider_name;
+
+/// Whether reservation `id`, not kept when `desired` was read, exists now: one made while
+/// the pass ran, whose aggregate, flavor or addresses may already be in the cloud. Left to
+/// the next pass (also when the database cannot say).
+pub(crate) async fn appeared_since(store: &Store, desired: &DesiredState, id: &str) -> bool {
+    if desired.kept.contains(id) {
+        return false;
+    }
+    let Ok(mut tx) = store.read().await else {
+        return true;
+    };
+    match tx.get_reservation(id).await {
+        Ok(Some(r)) => r.status != ReservationStatus::Deleted,
+        Ok(None) => false,
+        Err(_) => true,
+    }
+}
+
+/// One reconciler pass's findings: every difference, and each repair that failed with its
+/// error. A failed repair is recorded and the pass goes on, so that one piece of the cloud
+/// that cannot be repaired (a deleted hypervisor, a host Nova will not move) does not keep
+/// every other difference from being repaired.
+#[derive(Default)]
+pub(crate) struct Pass {
+    pub(crate) repairs: Vec<String>,
+    pub(crate) failed: Vec<String>,
+}
+
+impl Pass {
+    /// Records a difference; returns its line, to name a failed repair of it.
+    pub(crate) fn found(&mut self, line: String) -> String {
+        self.repairs.push(line.clone());
+        line
+    }
+
+    /// Whether a repair step of `line` worked; a failure is recorded.
+    pub(crate) fn done<T, E: std::fmt::Display>(
+        &mut self,
+        line: &str,
+        result: Result<T, E>,
+    ) -> bool {
+        self.value(line, result).is_some()
+    }
+
+    /// The result of a repair step of `line`, or `None` with the failure recorded.
+    pub(crate) fn value<T, E: std::fmt::Display>(
+        &mut self,
+        line: &str,
+        result: Result<T, E>,
+    ) -> Option<T> {
+        match result {
+            Ok(value) => Some(value),
+            Err(e) => {
+                self.failed.push(format!("{line}: {e}"));
+                None
+            }
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct OpenStackSettings {
@@ -335,16 +394,29 @@ impl Backend for OpenStackBackend {
         desired: &DesiredState,
         apply: bool,
     ) -> Result<ReconcileReport, InventoryError> {
-        let unavailable = |e: Error| InventoryError::Unavailable(format!("nova: {e}"));
-        let mut repairs = self
-            .reconcile_hosts(desired, apply)
+        // Each part goes on past a failed repair, and a part that cannot read the cloud
+        // does not keep the others from running; the pass fails only when neither the
+        // aggregates nor the leftovers could be listed (the cloud does not answer).
+        let mut pass = Pass::default();
+        let mut unread = Vec::new();
+        if let Err(e) = self.reconcile_hosts(store, desired, apply, &mut pass).await {
+            unread.push(format!("host aggregates could not be read: nova: {e}"));
+        }
+        self.reconcile_live(store, desired, apply, &mut pass).await;
+        if let Err(e) = self
+            .reconcile_orphans(store, desired, apply, &mut pass)
             .await
-            .map_err(unavailable)?;
-        repairs.extend(self.reconcile_live(store, desired, apply).await?);
-        repairs.extend(self.reconcile_orphans(desired, apply).await?);
+        {
+            unread.push(format!("leftovers could not be listed: {e}"));
+        }
+        if unread.len() == 2 {
+            return Err(InventoryError::Unavailable(unread.join("; ")));
+        }
+        pass.failed.extend(unread);
         Ok(ReconcileReport {
             applied: apply,
-            repairs,
+            repairs: pass.repairs,
+            failed: pass.failed,
         })
     }
 
@@ -481,21 +553,25 @@ impl OpenStackBackend {
     /// is left; every other enrolled host is in the freepool. Returns what differed.
     async fn reconcile_hosts(
         &self,
+        store: &Store,
         desired: &DesiredState,
         apply: bool,
-    ) -> Result<Vec<String>, Error> {
+        pass: &mut Pass,
+    ) -> Result<(), Error> {
         let nova = self.cloud.nova(None);
-        let mut repairs = Vec::new();
         let aggregates = nova.aggregates().await?;
         let freepool = match aggregates.iter().find(|a| a.name == self.settings.freepool) {
             Some(f) => Some(f.clone()),
             None => {
-                repairs.push(format!(
+                let line = pass.found(format!(
                     "aggregate {} missing: created",
                     self.settings.freepool
                 ));
                 if apply {
-                    Some(nova.ensure_aggregate(&self.settings.freepool, None).await?)
+                    pass.value(
+                        &line,
+                        nova.ensure_aggregate(&self.settings.freepool, None).await,
+                    )
                 } else {
                     None
                 }
@@ -515,52 +591,63 @@ impl OpenStackBackend {
             let aggregate = match found {
                 Some(a) => a.clone(),
                 None => {
-                    repairs.push(format!(
+                    let line = pass.found(format!(
                         "aggregate of reservation {} missing: re-created",
                         r.reservation_id
                     ));
                     if !apply {
                         continue;
                     }
-                    nova.ensure_aggregate(&r.reservation_id, Some(&zone))
-                        .await?
+                    let made = nova.ensure_aggregate(&r.reservation_id, Some(&zone)).await;
+                    match pass.value(&line, made) {
+                        Some(a) => a,
+                        None => continue,
+                    }
                 }
             };
             if aggregate.metadata.get(&self.settings.owner_key)
                 != Some(&serde_json::Value::String(r.project_id.clone()))
             {
-                repairs.push(format!(
+                let line = pass.found(format!(
                     "aggregate {}: {} not {}: set",
                     r.reservation_id, self.settings.owner_key, r.project_id
                 ));
                 if apply {
                     let mut metadata = Map::new();
                     metadata.insert(self.settings.owner_key.clone(), json!(r.project_id));
-                    nova.set_metadata(&aggregate, metadata).await?;
+                    pass.done(&line, nova.set_metadata(&aggregate, metadata).await);
                 }
             }
             for host in r.hosts.iter().filter(|h| !aggregate.hosts.contains(h)) {
-                repairs.push(format!(
+                let line = pass.found(format!(
                     "host {host} missing from the aggregate of reservation {}: put back",
                     r.reservation_id
                 ));
                 if apply {
-                    if let Some(f) = &freepool {
-                        nova.remove_host(f, host).await?;
+                    if let Some(f) = &freepool
+                        && !pass.done(&line, nova.remove_host(f, host).await)
+                    {
+                        continue;
                     }
-                    nova.add_host(&aggregate, host).await?;
+                    pass.done(&line, nova.add_host(&aggregate, host).await);
                 }
             }
             for host in aggregate.hosts.iter().filter(|h| !r.hosts.contains(h)) {
-                repairs.push(format!(
+                let line = pass.found(format!(
                     "host {host} in the aggregate of reservation {} without being granted to it: \
                      taken out",
                     r.reservation_id
                 ));
                 if apply {
-                    nova.remove_host(&aggregate, host).await?;
+                    pass.done(&line, nova.remove_host(&aggregate, host).await);
                 }
             }
+        }
+        // Reservations whose start or change failed for good keep their hosts and aggregate
+        // as they are.
+        for r in &desired.stranded {
+            in_force.insert(&r.reservation_id);
+            reserved.extend(r.hosts.iter().map(String::as_str));
         }
         // Aggregates of reservations no longer in force (an ended or deleted lease whose
         // take-back did not finish, or a hand-made copy).
@@ -574,18 +661,22 @@ impl OpenStackBackend {
                 || (desired.upcoming.contains(&aggregate.name) && aggregate.hosts.is_empty())
                 || desired.busy_reservations.contains(&aggregate.name)
                 || aggregate.hosts.iter().any(busy)
+                || appeared_since(store, desired, &aggregate.name).await
             {
                 continue;
             }
-            repairs.push(format!(
+            let line = pass.found(format!(
                 "aggregate {} belongs to no reservation in force: removed",
                 aggregate.name
             ));
             if apply {
+                let mut emptied = true;
                 for host in &aggregate.hosts {
-                    nova.remove_host(aggregate, host).await?;
+                    emptied &= pass.done(&line, nova.remove_host(aggregate, host).await);
                 }
-                nova.delete_aggregate(aggregate).await?;
+                if emptied {
+                    pass.done(&line, nova.delete_aggregate(aggregate).await);
+                }
             }
         }
         // Every other enrolled host waits in the freepool.
@@ -597,15 +688,15 @@ impl OpenStackBackend {
             if reserved.contains(host.as_str()) || busy(host) || pooled.contains(host.as_str()) {
                 continue;
             }
-            repairs.push(format!(
+            let line = pass.found(format!(
                 "host {host} missing from {}: put back",
                 self.settings.freepool
             ));
             if apply && let Some(f) = &freepool {
-                nova.add_host(f, host).await?;
+                pass.done(&line, nova.add_host(f, host).await);
             }
         }
-        Ok(repairs)
+        Ok(())
     }
 
     /// A new host goes into the freepool, and gets its `blazar_<hostname>` provider under

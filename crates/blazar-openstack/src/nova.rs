@@ -223,8 +223,7 @@ impl<'a> Nova<'a> {
         tolerate(
             self.aggregate_action(aggregate.id, json!({"add_host": {"host": host}}))
                 .await,
-            // "already exists in aggregate": done by an earlier attempt.
-            |e| e.is_conflict() && e.to_string().contains("already"),
+            already_has_host,
         )
     }
 
@@ -543,5 +542,42 @@ impl<'a> Nova<'a> {
             )
             .await
             .map(|_| ())
+    }
+}
+
+/// Nova's 409 for a host already in the aggregate (done by an earlier attempt). Its other
+/// 409 for an `add_host`, a host already in another availability zone, is a failure: the
+/// host is not in the aggregate.
+fn already_has_host(e: &Error) -> bool {
+    matches!(e, Error::Status { status: 409, message, .. } if message.contains("already has host"))
+}
+
+#[cfg(test)]
+mod add_host_tests {
+    use super::*;
+
+    fn conflict(message: &str) -> Error {
+        Error::Status {
+            service: "nova".into(),
+            request: "POST /os-aggregates/7/action".into(),
+            status: 409,
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn only_the_host_being_there_already_counts_as_added() {
+        assert!(already_has_host(&conflict(
+            "Aggregate 7 already has host compute-1."
+        )));
+        assert!(!already_has_host(&conflict(
+            "Cannot add host to aggregate 7. Reason: One or more hosts already in \
+             availability zone(s) ['blazar_x']."
+        )));
+        let mut other = conflict("Aggregate 7 already has host compute-1.");
+        if let Error::Status { status, .. } = &mut other {
+            *status = 400;
+        }
+        assert!(!already_has_host(&other));
     }
 }

@@ -15,7 +15,7 @@ use blazar_service::{Action, ActionError, DesiredState, InventoryError};
 use chrono::Utc;
 use serde_json::Value;
 
-use crate::backend::OpenStackBackend;
+use crate::backend::{OpenStackBackend, Pass, appeared_since};
 use crate::error::Error;
 use crate::instances::{FLAVOR_INSTANCE, VIRTUAL_INSTANCE};
 use crate::placement::class_reservation;
@@ -35,33 +35,38 @@ fn tagged_reservation(tags: &[String]) -> Option<&str> {
 }
 
 impl OpenStackBackend {
-    /// Live reservations: what is missing is made again (`apply`), or only listed.
+    /// Live reservations: what is missing is made again (`apply`), or only listed; a
+    /// reservation that cannot be checked or made again is recorded in `pass`.
     pub(crate) async fn reconcile_live(
         &self,
         store: &Store,
         desired: &DesiredState,
         apply: bool,
-    ) -> Result<Vec<String>, InventoryError> {
-        let mut repairs = Vec::new();
+        pass: &mut Pass,
+    ) {
         for action in &desired.live {
-            let drift = match action.reservation_type.as_str() {
-                VIRTUAL_INSTANCE | FLAVOR_INSTANCE => {
-                    self.instance_drift(store, action).await.map_err(failed)?
-                }
-                FLOATINGIP | NETWORK => self.pool_drift(store, action).await.map_err(failed)?,
+            let checked = match action.reservation_type.as_str() {
+                VIRTUAL_INSTANCE | FLAVOR_INSTANCE => self.instance_drift(store, action).await,
+                FLOATINGIP | NETWORK => self.pool_drift(store, action).await,
                 _ => continue,
+            };
+            let what = format!("reservation {}", action.reservation_id);
+            let Some(drift) = pass.value(&format!("{what} could not be checked"), checked) else {
+                continue;
             };
             if drift.is_empty() {
                 continue;
             }
             for line in drift {
-                repairs.push(format!("{line}: made again"));
+                pass.found(format!("{line}: made again"));
             }
             if apply {
-                self.apply_now(store, action).await?;
+                pass.done(
+                    &format!("{what}: made again"),
+                    self.apply_now(store, action).await,
+                );
             }
         }
-        Ok(repairs)
     }
 
     async fn apply_now(&self, store: &Store, action: &Action) -> Result<(), InventoryError> {
@@ -75,14 +80,15 @@ impl OpenStackBackend {
     /// or only listed.
     pub(crate) async fn reconcile_orphans(
         &self,
+        store: &Store,
         desired: &DesiredState,
         apply: bool,
-    ) -> Result<Vec<String>, InventoryError> {
+        pass: &mut Pass,
+    ) -> Result<(), InventoryError> {
         let nova = self.cloud().nova(None);
         let placement = self.cloud().placement(None);
         let neutron = self.cloud().neutron(None);
         let orphan = |id: &str| !desired.kept.contains(id);
-        let mut repairs = Vec::new();
 
         // Instance reservations: a flavor, an aggregate with `reservation` metadata, or a
         // resource class of a reservation no longer kept. The aggregate says whose it was.
@@ -113,7 +119,10 @@ impl OpenStackBackend {
                 .filter(|id| orphan(id)),
         );
         for id in instance_orphans {
-            repairs.push(format!(
+            if appeared_since(store, desired, &id).await {
+                continue;
+            }
+            let line = pass.found(format!(
                 "instance reservation {id} is over or gone: its servers, flavor, group, \
                  aggregate, inventories and class removed"
             ));
@@ -128,9 +137,10 @@ impl OpenStackBackend {
                 .unwrap_or_default()
                 .to_string();
             let action = orphan_action(&id, &project);
-            self.teardown_instances(&action, &desired.hypervisors)
-                .await
-                .map_err(unavailable)?;
+            pass.done(
+                &line,
+                self.teardown_instances(&action, &desired.hypervisors).await,
+            );
         }
 
         // Floating IPs and networks carry their reservation's tag.
@@ -142,15 +152,15 @@ impl OpenStackBackend {
             let Some(id) = tagged_reservation(&fip.tags) else {
                 continue;
             };
-            if !orphan(id) {
+            if !orphan(id) || appeared_since(store, desired, id).await {
                 continue;
             }
-            repairs.push(format!(
+            let line = pass.found(format!(
                 "floating IP {} of reservation {id}, which is over or gone: deleted",
                 fip.address
             ));
             if apply {
-                neutron.delete_floatingip(&fip).await.map_err(unavailable)?;
+                pass.done(&line, neutron.delete_floatingip(&fip).await);
             }
         }
         for network in neutron
@@ -161,21 +171,18 @@ impl OpenStackBackend {
             let Some(id) = tagged_reservation(&network.tags) else {
                 continue;
             };
-            if !orphan(id) {
+            if !orphan(id) || appeared_since(store, desired, id).await {
                 continue;
             }
-            repairs.push(format!(
+            let line = pass.found(format!(
                 "network {} of reservation {id}, which is over or gone: deleted",
                 network.id
             ));
             if apply {
-                neutron
-                    .delete_network(&network.id)
-                    .await
-                    .map_err(unavailable)?;
+                pass.done(&line, neutron.delete_network(&network.id).await);
             }
         }
-        Ok(repairs)
+        Ok(())
     }
 }
 

@@ -160,7 +160,8 @@ pub fn policy(config: &Config, command: PolicyCommand, out: &mut impl Write) -> 
 }
 
 /// Runs one reconciler pass with the configured backend, printing each difference found
-/// (repaired with `apply`). Exit status 0 whether or not there was drift.
+/// (repaired with `apply`) and each repair that failed. Exit status 0 whether or not there
+/// was drift; an error if a repair failed.
 pub async fn reconcile(config: &Config, apply: bool, out: &mut impl Write) -> anyhow::Result<()> {
     let state = crate::build_state(config).await?;
     let report = state
@@ -185,6 +186,12 @@ pub async fn reconcile(config: &Config, apply: bool, out: &mut impl Write) -> an
             " (dry run; --apply repairs them)"
         }
     )?;
+    for line in &report.failed {
+        writeln!(out, "failed: {line}")?;
+    }
     state.service.store().close().await;
+    if !report.failed.is_empty() {
+        anyhow::bail!("{} repair(s) failed", report.failed.len());
+    }
     Ok(())
 }

@@ -130,7 +130,7 @@ pub struct Cli {
     #[arg(long, env = "BLAZAR_ACTION_WORKERS")]
     pub action_workers: Option<usize>,
     /// Attempts of an action that keeps failing transiently before it fails for good and
-    /// its lease goes to ERROR [default: 8].
+    /// its lease goes to ERROR [default: 12, about 23 minutes of retrying].
     #[arg(long, env = "BLAZAR_ACTION_ATTEMPTS")]
     pub action_attempts: Option<u32>,
     /// Seconds one attempt of an action may take [default: 300].
@@ -1217,7 +1217,7 @@ impl Config {
             action_attempts: cli
                 .action_attempts
                 .or(file.action_attempts)
-                .unwrap_or(8)
+                .unwrap_or(blazar_service::Settings::default().action_max_attempts)
                 .clamp(1, 100),
             action_timeout: std::time::Duration::from_secs(
                 cli.action_timeout

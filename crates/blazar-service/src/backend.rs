@@ -201,6 +201,7 @@ pub trait Backend: Send + Sync {
         Ok(crate::ReconcileReport {
             applied: apply,
             repairs: Vec::new(),
+            failed: Vec::new(),
         })
     }
 

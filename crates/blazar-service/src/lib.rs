@@ -300,7 +300,10 @@ impl Default for Settings {
             minutes_before_end_lease: 60,
             ratios: Ratios::default(),
             action_workers: 16,
-            action_max_attempts: 8,
+            // Backoff 2 s doubling to 5 min: twelve attempts span about 23 minutes, so an
+            // outage of a cloud API (a restart, an upgrade) delays a start or an end
+            // instead of failing the lease.
+            action_max_attempts: 12,
             action_timeout: std::time::Duration::from_secs(300),
             list_batch_allocations: 2_500,
         }

@@ -41,6 +41,12 @@ pub struct DesiredState {
     pub kept: BTreeSet<String>,
     /// (service name, hypervisor hostname) of every enrolled host.
     pub hypervisors: Vec<(String, String)>,
+    /// Host reservations that hold their hosts now without being in force: the lease, or
+    /// the reservation, in ERROR after a start or change that failed for good. The cloud is
+    /// left as it is for them (not repaired, not taken back): the lease's end, or an
+    /// operator, decides; taking the hosts away would end a lease the database still
+    /// grants them to.
+    pub stranded: Vec<HeldHosts>,
 }
 
 /// What a pass found and did.
@@ -50,6 +56,10 @@ pub struct ReconcileReport {
     pub applied: bool,
     /// One line per difference found (and repaired, if applied).
     pub repairs: Vec<String>,
+    /// Repairs that failed and parts of the cloud that could not be read, each with its
+    /// error. The pass goes on past them: one broken piece does not keep the rest from
+    /// being repaired, and the next pass tries again.
+    pub failed: Vec<String>,
 }
 
 impl Service {
@@ -100,6 +110,12 @@ impl Service {
                     ..LeaseFilter::default()
                 })
                 .await?;
+            let failed = tx
+                .lease_trees(&LeaseFilter {
+                    status: Some(LeaseStatus::Error.as_str().to_string()),
+                    ..LeaseFilter::default()
+                })
+                .await?;
             for status in [
                 LeaseStatus::Pending,
                 LeaseStatus::Active,
@@ -132,6 +148,28 @@ impl Service {
                 );
             }
             let now = self.now();
+            for (lease, reservations, _) in failed {
+                let allocations = tx.allocations_of_lease(&lease.id).await?;
+                for r in reservations {
+                    if r.resource_type() != PHYSICAL_HOST
+                        || desired.busy_reservations.contains(&r.id)
+                    {
+                        continue;
+                    }
+                    let hosts: Vec<String> = allocations
+                        .iter()
+                        .filter(|a| a.reservation_id == r.id && a.occupancy.end > now)
+                        .filter_map(|a| name_of(a.resource_id))
+                        .collect();
+                    if !hosts.is_empty() {
+                        desired.stranded.push(HeldHosts {
+                            reservation_id: r.id.clone(),
+                            project_id: lease.project_id.clone(),
+                            hosts,
+                        });
+                    }
+                }
+            }
             for (lease, reservations, _) in active {
                 let allocations = tx.allocations_of_lease(&lease.id).await?;
                 for r in reservations {
@@ -175,21 +213,26 @@ impl Service {
                         continue;
                     }
                     if r.resource_type() != PHYSICAL_HOST
-                        || r.status != ReservationStatus::Active
                         || desired.busy_reservations.contains(&r.id)
                     {
                         continue;
                     }
-                    let held = allocations
+                    let in_force = r.status == ReservationStatus::Active;
+                    let held: Vec<String> = allocations
                         .iter()
-                        .filter(|a| a.reservation_id == r.id)
+                        .filter(|a| a.reservation_id == r.id && (in_force || a.occupancy.end > now))
                         .filter_map(|a| name_of(a.resource_id))
                         .collect();
-                    desired.reservations.push(HeldHosts {
+                    let hosts = HeldHosts {
                         reservation_id: r.id.clone(),
                         project_id: lease.project_id.clone(),
                         hosts: held,
-                    });
+                    };
+                    if in_force {
+                        desired.reservations.push(hosts);
+                    } else if !hosts.hosts.is_empty() {
+                        desired.stranded.push(hosts);
+                    }
                 }
             }
             Ok(desired)
@@ -210,6 +253,9 @@ impl Service {
             } else {
                 tracing::info!(drift = %line, "reconciler found drift (dry run)");
             }
+        }
+        for line in &report.failed {
+            tracing::warn!(failure = %line, "reconciler could not repair drift");
         }
         Ok(report)
     }
@@ -237,8 +283,12 @@ impl Service {
                 _ = &mut shutdown => break,
             }
             match self.reconcile(true).await {
-                Ok(r) if !r.repairs.is_empty() => {
-                    tracing::warn!(repairs = r.repairs.len(), "reconciler pass repaired drift");
+                Ok(r) if !r.repairs.is_empty() || !r.failed.is_empty() => {
+                    tracing::warn!(
+                        repairs = r.repairs.len(),
+                        failed = r.failed.len(),
+                        "reconciler pass found drift"
+                    );
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "reconciler pass failed"),

@@ -384,6 +384,7 @@ pub fn reconcile_report(r: blazar_service::ReconcileReport) -> ReconcileReport {
     ReconcileReport {
         applied: r.applied,
         repairs: r.repairs,
+        failed: r.failed,
     }
 }
 

@@ -170,6 +170,39 @@ async fn transient_failures_are_retried_with_backoff() {
 }
 
 #[tokio::test]
+async fn a_start_still_retrying_at_the_end_is_reported_as_not_done() {
+    let backend = Arc::new(Scripted::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    app.create_host("compute-1", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 10:05", 1, 1, "")
+        .await;
+    let lid = id(&r.body);
+    backend.fail_next(ActionError::Transient("nova: 503".into()));
+    backend.fail_next(ActionError::Transient("nova: 503".into()));
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    app.clock
+        .set(t(2030, 1, 1, 10, 0) + chrono::Duration::seconds(2));
+    assert_eq!(app.run_actions().await.retried, 1);
+    assert_eq!(lease(&app, &lid).await["status"], "STARTING");
+    // The cloud is still down when the lease ends: the start waits for its third attempt.
+    app.tick_at(t(2030, 1, 1, 10, 5)).await;
+    let l = lease(&app, &lid).await;
+    assert_eq!(event_status(&l, "start_lease"), "ERROR", "{l}");
+    assert_eq!(event_status(&l, "end_lease"), "DONE", "{l}");
+    assert_eq!(l["status"], "ERROR", "{l}");
+    let listed = actions(&app, &lid).await;
+    let start = listed.iter().find(|a| a["kind"] == "start").unwrap();
+    assert_eq!(start["status"], "failed");
+    assert_eq!(
+        start["last_error"],
+        "not done before the lease ended: nova: 503"
+    );
+    let stop = listed.iter().find(|a| a["kind"] == "stop").unwrap();
+    assert_eq!(stop["status"], "done");
+}
+
+#[tokio::test]
 async fn a_permanent_failure_puts_the_lease_in_error_and_says_why() {
     let backend = Arc::new(Scripted::default());
     let app = TestApp::spawn_backend(backend.clone()).await;
@@ -192,12 +225,24 @@ async fn a_permanent_failure_puts_the_lease_in_error_and_says_why() {
         a["last_error"],
         "nova: host compute-1 is in aggregate other-pool"
     );
+    // Until its end the reconciler leaves whatever was handed over as it is: the host is
+    // still granted to the lease.
+    let desired = app.service.desired_state().await.unwrap();
+    assert!(desired.reservations.is_empty(), "{desired:?}");
+    assert_eq!(desired.stranded.len(), 1, "{desired:?}");
+    assert_eq!(
+        desired.stranded[0].reservation_id,
+        l["reservations"][0]["id"]
+    );
+    assert_eq!(desired.stranded[0].hosts, vec!["compute-1".to_string()]);
 
     // Its end still takes back whatever may have been handed over, and it stays in ERROR.
     app.tick_at(t(2030, 1, 1, 12, 0)).await;
     let l = lease(&app, &lid).await;
     assert_eq!(l["status"], "ERROR");
     assert_eq!(event_status(&l, "end_lease"), "DONE");
+    let desired = app.service.desired_state().await.unwrap();
+    assert!(desired.stranded.is_empty(), "{desired:?}");
     let kinds: Vec<ActionKind> = backend.calls().iter().map(|c| c.1).collect();
     assert_eq!(kinds, vec![ActionKind::Start, ActionKind::Stop]);
     // And it can be deleted.

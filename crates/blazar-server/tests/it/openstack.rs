@@ -777,6 +777,48 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
         Some(format!("blazar_{rid}").as_str())
     );
 
+    // A reserved host moved into another availability zone cannot be put back (Nova keeps a
+    // host in one zone): that repair is reported as failed, not as made, and the rest of the
+    // pass goes on (the spare host goes back to the freepool).
+    let moved = back.hosts[0].clone();
+    nova.remove_host(&back, &moved).await.unwrap();
+    let elsewhere = nova
+        .ensure_aggregate("elsewhere", Some("other-zone"))
+        .await
+        .unwrap();
+    nova.add_host(&elsewhere, &moved).await.unwrap();
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    nova.remove_host(&freepool, &spare).await.unwrap();
+    let r = app.post("/v1/reconcile", json!({ "dry_run": false })).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let lines = |key: &str| {
+        r.body["reconcile"][key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(lines("repairs").len(), 2, "{}", r.body);
+    let failed = lines("failed");
+    assert_eq!(failed.len(), 1, "{}", r.body);
+    assert!(
+        failed[0].contains(&moved) && failed[0].contains("409"),
+        "{failed:?}"
+    );
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert_eq!(freepool.hosts, vec![spare.clone()]);
+    let still = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    assert!(!still.hosts.contains(&moved), "{:?}", still.hosts);
+    // Once the other zone lets it go, the next pass puts it back.
+    let elsewhere = nova.find_aggregate("elsewhere").await.unwrap().unwrap();
+    nova.remove_host(&elsewhere, &moved).await.unwrap();
+    nova.delete_aggregate(&elsewhere).await.unwrap();
+    let repaired = reconcile(false).await;
+    assert_eq!(repaired.len(), 1, "{repaired:#?}");
+    let back = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    assert!(back.hosts.contains(&moved), "{:?}", back.hosts);
+
     // Only admins may reconcile.
     app.act_as(&alpha, "alpha-user", "member");
     let r = app.post("/v1/reconcile", json!({})).await;
