@@ -65,6 +65,10 @@ pub enum DbError {
     Retryable(String),
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+    /// The database refused a value given to it: a NUL character or bytes PostgreSQL cannot
+    /// store as text, or a value too long for an index entry. The caller's input, not a fault.
+    #[error("{0}")]
+    Rejected(String),
     #[error(transparent)]
     Sql(sqlx::Error),
 }
@@ -79,6 +83,11 @@ impl From<sqlx::Error> for DbError {
             }
             if code == "23505" || message.contains("UNIQUE constraint failed") {
                 return DbError::Duplicate(message.to_string());
+            }
+            // PostgreSQL: a character its text cannot hold (NUL among them), a string too long
+            // for its column or for an index entry.
+            if matches!(code.as_str(), "22021" | "22P05" | "22001" | "54000") {
+                return DbError::Rejected(message.to_string());
             }
             // PostgreSQL serialization failure and deadlock; SQLite busy/locked.
             if code == "40001" || code == "40P01" || code == "5" || code == "6" || code == "517" {

@@ -302,6 +302,12 @@ pub(crate) fn check_name(name: &str) -> ServiceResult<()> {
                 .with_reason(Reason::field("name")),
         );
     }
+    if name.contains('\0') {
+        return Err(ServiceError::BadRequest(
+            "The lease name must not contain a NUL character".into(),
+        )
+        .with_reason(Reason::field("name")));
+    }
     let len = name.chars().count();
     if len > MAX_LEASE_NAME_LEN {
         return Err(ServiceError::BadRequest(format!(

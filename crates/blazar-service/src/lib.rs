@@ -168,6 +168,7 @@ impl From<DbError> for ServiceError {
             DbError::Retryable(m) => ServiceError::Retry(m),
             DbError::Duplicate(m) => ServiceError::Conflict(format!("already exists: {m}")),
             DbError::NotUnique(m) => ServiceError::Conflict(m),
+            DbError::Rejected(m) => ServiceError::BadRequest(format!("Invalid value: {m}")),
             other => ServiceError::Internal(other.to_string()),
         }
     }

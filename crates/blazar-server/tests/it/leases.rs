@@ -1036,6 +1036,46 @@ async fn integer_like_strings_are_taken_and_stored_as_integers() {
     assert_eq!(shown.body["lease"]["reservations"][0]["max"], json!(1));
 }
 
+/// A NUL character, which PostgreSQL's text cannot hold, is bad input on either backend,
+/// wherever it comes: never a 500.
+#[tokio::test]
+async fn nul_characters_are_bad_input_not_server_errors() {
+    let app = TestApp::spawn().await;
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "a\u{0}b", "start_date": "2030-01-01 10:00",
+                   "end_date": "2030-01-01 12:00", "reservations": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(r.message().contains("NUL"), "{}", r.body);
+    for path in [
+        "/v1/leases/x%00y",
+        "/v1/leases?name=%00",
+        "/v1/os-hosts/allocations?lease_id=%00",
+        "/v1/floatingips/x%00y",
+    ] {
+        let r = app.get(path).await;
+        assert!(
+            r.status.is_client_error() || r.status == StatusCode::OK,
+            "{path}: {} {}",
+            r.status,
+            r.body
+        );
+    }
+    let r = app
+        .put("/v1/leases/x%00y", json!({"name": "renamed"}))
+        .await;
+    assert!(r.status.is_client_error(), "{} {}", r.status, r.body);
+    assert!(
+        app.get("/v1/leases").await.body["leases"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
 #[tokio::test]
 async fn oversized_property_queries_are_refused_and_write_nothing() {
     let app = TestApp::spawn().await;
