@@ -114,13 +114,21 @@ struct SignIn {
 /// `POST /calendar/api/sign-in` (keystone mode): Keystone's password authentication scoped
 /// to a project, on the user's behalf. The answer carries the token in its body only; the
 /// page keeps it in the tab's session storage.
-async fn sign_in(State(state): State<AppState>, JsonObject(body): JsonObject) -> Response {
+async fn sign_in(State(state): State<AppState>, request: axum::extract::Request) -> Response {
+    // The mode first: without Keystone, nobody's body is worth parsing.
     let crate::auth::Auth::Keystone(keystone) = state.auth.as_ref() else {
         return framework_error(
             StatusCode::NOT_FOUND,
             "Sign-in exchanges credentials with Keystone; this server does not use Keystone",
         );
     };
+    let body =
+        match <JsonObject as axum::extract::FromRequest<AppState>>::from_request(request, &state)
+            .await
+        {
+            Ok(JsonObject(body)) => body,
+            Err(e) => return axum::response::IntoResponse::into_response(e),
+        };
     let request: SignIn = match serde_json::from_value(serde_json::Value::Object(body)) {
         Ok(r) => r,
         Err(e) => {

@@ -163,9 +163,12 @@ pub struct Cli {
     /// Seconds an idle keep-alive connection stays open [default: 60].
     #[arg(long, env = "BLAZAR_IDLE_TIMEOUT")]
     pub idle_timeout: Option<f64>,
-    /// Seconds one request may take, body upload included (then 408) [default: 300].
+    /// Seconds one request may take once its body has arrived (then 408) [default: 300].
     #[arg(long, env = "BLAZAR_REQUEST_TIMEOUT")]
     pub request_timeout: Option<f64>,
+    /// Seconds a request's body has to arrive once its headers have (then 408) [default: 30].
+    #[arg(long, env = "BLAZAR_BODY_READ_TIMEOUT")]
+    pub body_read_timeout: Option<f64>,
     /// What acts on the outside world: `standalone` records hand-overs; `openstack` acts on
     /// Nova and Placement as Blazar's plugins do, with the --keystone-* service credentials
     /// [default: standalone].
@@ -788,6 +791,7 @@ pub struct FileConfig {
     pub header_read_timeout: Option<f64>,
     pub idle_timeout: Option<f64>,
     pub request_timeout: Option<f64>,
+    pub body_read_timeout: Option<f64>,
     pub backend: Option<BackendKind>,
     pub act_for_user: Option<ActForUser>,
     pub os_region: Option<String>,
@@ -1046,6 +1050,14 @@ impl Config {
                     .unwrap_or(defaults.request_timeout.as_secs_f64()),
                 86_400.0,
             )?,
+            body_read_timeout: seconds(
+                "body_read_timeout",
+                cli.body_read_timeout
+                    .or(file.body_read_timeout)
+                    .unwrap_or(defaults.body_read_timeout.as_secs_f64()),
+                3600.0,
+            )?,
+            body_bytes_in_flight: defaults.body_bytes_in_flight,
         };
         if connections.max_connections == 0 {
             anyhow::bail!("max_client_connections must be at least 1");

@@ -14,6 +14,14 @@
 //!   useless connections cannot lock others out; if every connection is busy serving a
 //!   request, the new one is closed at once;
 //! * accept errors (out of file descriptors) pause the loop briefly instead of spinning.
+//!
+//! Request bodies are read here, before the application sees the request, because a slow
+//! upload is slowloris after the headers: hyper and axum would hold the connection (and the
+//! bytes received so far) for as long as the client trickles. So a body must arrive whole
+//! within `body_read_timeout` (else 408), may not exceed the application's limit (else 413),
+//! and all bodies being received share one byte budget (else 503); a connection whose only
+//! requests are still uploading counts as waiting, so the connection bound can take its slot.
+//! HTTP/2 clients get a small stream limit for the same reason.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -41,8 +49,12 @@ pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
     /// Longest a connection may stay open between requests (keep-alive).
     pub idle_timeout: Duration,
-    /// Longest one request may take, body upload included (then 408).
+    /// Longest one request may take once its body has arrived (then 408).
     pub request_timeout: Duration,
+    /// Longest a request's body may take to arrive once its headers have (then 408).
+    pub body_read_timeout: Duration,
+    /// Bytes of request bodies held at once across every connection (then 503).
+    pub body_bytes_in_flight: usize,
 }
 
 impl Default for ConnectionLimits {
@@ -52,6 +64,8 @@ impl Default for ConnectionLimits {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(300),
+            body_read_timeout: Duration::from_secs(30),
+            body_bytes_in_flight: BODY_BYTES_IN_FLIGHT,
         }
     }
 }
@@ -75,8 +89,12 @@ struct Tracked {
     accepted: Instant,
     /// When the last response was sent; `None` before the first.
     last_done: Option<Instant>,
-    /// Requests in progress.
+    /// Requests in progress (uploading ones included).
     busy: usize,
+    /// Requests in progress whose body is still arriving.
+    uploading: usize,
+    /// Since when `uploading` has been above zero.
+    uploading_since: Option<Instant>,
     close: Arc<Notify>,
 }
 
@@ -84,6 +102,17 @@ impl Tracked {
     /// Since when the connection has been waiting for a request, if it is.
     fn waiting_since(&self) -> Option<Instant> {
         (self.busy == 0).then(|| self.last_done.unwrap_or(self.accepted))
+    }
+
+    /// Since when the connection has been of no use to anyone but its client: waiting for a
+    /// request, or only receiving bodies (which have their own deadline). Such a connection
+    /// may give its slot up at the bound.
+    fn evictable_since(&self) -> Option<Instant> {
+        self.waiting_since().or_else(|| {
+            (self.busy == self.uploading)
+                .then_some(self.uploading_since)
+                .flatten()
+        })
     }
 }
 
@@ -107,7 +136,7 @@ impl Registry {
         if connections.len() >= max {
             let oldest = connections
                 .iter()
-                .filter_map(|(id, c)| c.waiting_since().map(|t| (t, *id)))
+                .filter_map(|(id, c)| c.evictable_since().map(|t| (t, *id)))
                 .min();
             let (_, victim) = oldest?;
             if let Some(c) = connections.remove(&victim) {
@@ -126,6 +155,8 @@ impl Registry {
                 accepted: Instant::now(),
                 last_done: None,
                 busy: 0,
+                uploading: 0,
+                uploading_since: None,
                 close: close.clone(),
             },
         );
@@ -136,9 +167,26 @@ impl Registry {
         self.lock().remove(&id);
     }
 
-    fn request_started(&self, id: u64) {
+    /// A request's headers arrived; its body is yet to come when `uploading`.
+    fn request_started(&self, id: u64, uploading: bool) {
         if let Some(c) = self.lock().get_mut(&id) {
             c.busy += 1;
+            if uploading {
+                c.uploading += 1;
+                if c.uploading == 1 {
+                    c.uploading_since = Some(Instant::now());
+                }
+            }
+        }
+    }
+
+    /// A request's body has arrived (or its reading ended).
+    fn body_received(&self, id: u64) {
+        if let Some(c) = self.lock().get_mut(&id) {
+            c.uploading = c.uploading.saturating_sub(1);
+            if c.uploading == 0 {
+                c.uploading_since = None;
+            }
         }
     }
 
@@ -185,6 +233,87 @@ struct InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.registry.request_done(self.id);
+    }
+}
+
+/// Marks a request's body received however its reading ends.
+struct Uploading {
+    registry: Arc<Registry>,
+    id: u64,
+}
+
+impl Drop for Uploading {
+    fn drop(&mut self) {
+        self.registry.body_received(self.id);
+    }
+}
+
+/// Bytes of request bodies held at once by default, across every connection, while they
+/// arrive and until their request has been answered. Real requests are a few kilobytes;
+/// without a bound, thousands of connections each uploading the largest body allowed would
+/// hold gigabytes.
+const BODY_BYTES_IN_FLIGHT: usize = 64 * 1024 * 1024;
+
+/// Streams one HTTP/2 connection may have open at once (hyper's default is 200): each can
+/// hold a body upload, so a few connections could otherwise hold the byte budget.
+const MAX_HTTP2_STREAMS: u32 = 16;
+
+/// Reads `body` whole, under the deadline, the size limit and the shared byte budget.
+/// Answers the bytes and the share of the budget they hold, or the response to send instead.
+async fn read_body(
+    body: Incoming,
+    limits: &ConnectionLimits,
+    budget: &Arc<tokio::sync::Semaphore>,
+) -> Result<(hyper::body::Bytes, Vec<tokio::sync::OwnedSemaphorePermit>), Response> {
+    use http_body_util::BodyExt;
+    let max = crate::app::MAX_BODY_BYTES;
+    let read = async {
+        let mut body = body;
+        let mut bytes = Vec::new();
+        let mut held = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                tracing::debug!(error = %e, "a request body could not be read");
+                error_response(
+                    axum::http::StatusCode::BAD_REQUEST,
+                    "The request body could not be read",
+                )
+            })?;
+            let Ok(data) = frame.into_data() else {
+                continue; // trailers: nothing the API reads
+            };
+            if bytes.len() + data.len() > max {
+                return Err(error_response(
+                    axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                    &format!("The request body is larger than {max} bytes"),
+                ));
+            }
+            if !data.is_empty() {
+                let share = u32::try_from(data.len()).unwrap_or(u32::MAX);
+                let permit = budget.clone().try_acquire_many_owned(share).map_err(|_| {
+                    tracing::warn!("request bodies in flight reached their byte bound");
+                    let mut response = error_response(
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        "The server is receiving too many request bodies; retry shortly",
+                    );
+                    response.headers_mut().insert(
+                        axum::http::header::RETRY_AFTER,
+                        axum::http::HeaderValue::from_static("1"),
+                    );
+                    response
+                })?;
+                held.push(permit);
+            }
+            bytes.extend_from_slice(&data);
+        }
+        Ok((hyper::body::Bytes::from(bytes), held))
+    };
+    match tokio::time::timeout(limits.body_read_timeout, read).await {
+        Ok(read) => read,
+        Err(_) => Err(error_response(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            "The request body took too long to arrive",
+        )),
     }
 }
 
@@ -239,6 +368,11 @@ where
     S::Future: Send + 'static,
 {
     let registry = Arc::new(Registry::default());
+    let budget = Arc::new(tokio::sync::Semaphore::new(
+        limits
+            .body_bytes_in_flight
+            .min(tokio::sync::Semaphore::MAX_PERMITS),
+    ));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -292,18 +426,38 @@ where
         let _ = stream.set_nodelay(true);
         let registry = registry.clone();
         let app = app.clone();
+        let budget = budget.clone();
         let mut stop = stop_rx.clone();
         connections.spawn(async move {
             let tracker = registry.clone();
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                tracker.request_started(id);
+                let bodiless = hyper::body::Body::is_end_stream(request.body());
+                tracker.request_started(id, !bodiless);
                 let guard = InFlight {
                     registry: tracker.clone(),
                     id,
                 };
+                let uploading = (!bodiless).then(|| Uploading {
+                    registry: tracker.clone(),
+                    id,
+                });
                 let app = app.clone();
+                let budget = budget.clone();
                 async move {
-                    let mut request = request.map(Body::new);
+                    let (parts, body) = request.into_parts();
+                    let (body, _held) = if bodiless {
+                        (Body::empty(), Vec::new())
+                    } else {
+                        match read_body(body, &limits, &budget).await {
+                            Ok((bytes, held)) => (Body::from(bytes), held),
+                            Err(response) => {
+                                drop(uploading);
+                                return Ok(hold_while_streaming(response, guard));
+                            }
+                        }
+                    };
+                    drop(uploading);
+                    let mut request = Request::from_parts(parts, body);
                     // Who is asking, for handlers that care (`/metrics` on loopback).
                     request
                         .extensions_mut()
@@ -318,7 +472,8 @@ where
                     Ok::<_, Infallible>(hold_while_streaming(response, guard))
                 }
             });
-            let builder = Builder::new(TokioExecutor::new());
+            let mut builder = Builder::new(TokioExecutor::new());
+            builder.http2().max_concurrent_streams(MAX_HTTP2_STREAMS);
             let connection =
                 builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             tokio::pin!(connection);
@@ -351,12 +506,15 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 fn request_timeout() -> Response {
-    use axum::response::IntoResponse;
-    crate::error::ApiError::new(
+    error_response(
         axum::http::StatusCode::REQUEST_TIMEOUT,
-        "The request took too long to arrive or to be served",
+        "The request took too long to be served",
     )
-    .into_response()
+}
+
+fn error_response(status: axum::http::StatusCode, message: &str) -> Response {
+    use axum::response::IntoResponse;
+    crate::error::ApiError::new(status, message).into_response()
 }
 
 #[cfg(test)]
@@ -430,6 +588,29 @@ mod tests {
             ids
         };
         assert_eq!(open, vec![0, 1, 3]);
+    }
+
+    #[test]
+    fn a_connection_only_uploading_gives_its_slot_up_but_is_not_swept() {
+        let registry = registry_with(&[(100, 1)]);
+        {
+            let mut connections = registry.lock();
+            let c = connections.get_mut(&0).unwrap();
+            c.uploading = 1;
+            c.uploading_since = Some(Instant::now() - Duration::from_secs(5));
+        }
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_millis(200),
+            idle_timeout: Duration::from_millis(200),
+            ..ConnectionLimits::default()
+        };
+        // Its body has a deadline of its own: the sweeper leaves it.
+        registry.sweep(&limits);
+        assert_eq!(registry.len(), 1);
+        // At the bound, it makes room.
+        assert!(registry.admit(1).is_some());
+        let open: Vec<u64> = registry.lock().keys().copied().collect();
+        assert_eq!(open, vec![1]);
     }
 
     #[test]

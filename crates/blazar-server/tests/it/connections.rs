@@ -20,6 +20,8 @@ async fn limited(max_connections: usize) -> TestApp {
             header_read_timeout: Duration::from_secs(1),
             idle_timeout: Duration::from_millis(2_500),
             request_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_millis(1_500),
+            body_bytes_in_flight: 256 * 1024,
         },
     )
     .await
@@ -128,4 +130,119 @@ async fn slow_headers_and_idle_keep_alives_are_closed() {
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
     assert!(!closed_within(&mut kept, Duration::from_millis(1_500)).await);
     assert!(closed_within(&mut kept, Duration::from_secs(3)).await);
+}
+
+/// The status line of what the server answers on `stream` within `within`, if anything.
+async fn status_within(stream: &mut TcpStream, within: Duration) -> Option<String> {
+    let mut buf = [0u8; 1024];
+    match tokio::time::timeout(within, stream.read(&mut buf)).await {
+        Ok(Ok(n)) if n > 0 => String::from_utf8_lossy(&buf[..n])
+            .lines()
+            .next()
+            .map(str::to_string),
+        _ => None,
+    }
+}
+
+/// Headers announcing a `length`-byte lease body, then `sent` bytes of it.
+async fn upload_part(target: &str, length: usize, sent: usize) -> TcpStream {
+    let mut s = TcpStream::connect(target).await.unwrap();
+    let head = format!(
+        "POST /v1/leases HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {length}\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&vec![b' '; sent]).await.unwrap();
+    s
+}
+
+#[tokio::test]
+async fn a_body_trickling_in_is_answered_408_at_its_deadline() {
+    let app = limited(64).await;
+    let target = addr(&app);
+    let mut slow = upload_part(&target, 1_000, 1).await;
+    let started = Instant::now();
+    // A byte every 200 ms keeps the upload alive but never finishes it within 1.5 s.
+    let mut status = None;
+    for _ in 0..30 {
+        if slow.write_all(b" ").await.is_err() {
+            break;
+        }
+        status = status_within(&mut slow, Duration::from_millis(200)).await;
+        if status.is_some() {
+            break;
+        }
+    }
+    let status = status.expect("no answer to a body that never finished");
+    assert!(status.starts_with("HTTP/1.1 408"), "{status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "answered only after {:?}",
+        started.elapsed()
+    );
+    // A body that does arrive in time is served as usual.
+    app.get("/v1/leases").await.assert_status(StatusCode::OK);
+    let r = app
+        .post(
+            "/v1/leases",
+            serde_json::json!({"name": "x", "start_date": "now", "end_date": "now"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+}
+
+#[tokio::test]
+async fn uploads_that_stall_cannot_lock_others_out() {
+    let app = limited(8).await;
+    let target = addr(&app);
+    let mut held = Vec::new();
+    for _ in 0..16 {
+        held.push(upload_part(&target, 100_000, 10).await);
+    }
+    for _ in 0..5 {
+        let started = Instant::now();
+        let r = app.get("/healthz").await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "served only after {:?}",
+            started.elapsed()
+        );
+    }
+    let mut closed = 0;
+    for s in held.iter_mut().take(8) {
+        if closed_within(s, Duration::from_millis(200)).await {
+            closed += 1;
+        }
+    }
+    assert!(closed > 0, "no stalled upload gave its slot up");
+}
+
+#[tokio::test]
+async fn bodies_being_received_share_one_byte_budget() {
+    // The budget is 256 KiB: three half-sent 200 kB bodies do not fit.
+    let app = limited(64).await;
+    let target = addr(&app);
+    let mut uploads = Vec::new();
+    for _ in 0..3 {
+        uploads.push(upload_part(&target, 200_000, 100_000).await);
+    }
+    let mut refused = 0;
+    for s in &mut uploads {
+        if let Some(status) = status_within(s, Duration::from_millis(500)).await {
+            assert!(status.starts_with("HTTP/1.1 503"), "{status}");
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 1, "expected exactly one upload over the budget");
+    // Once the stalled uploads reach their deadline, their bytes are given back.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let name = "y".repeat(150_000);
+    let r = app
+        .post(
+            "/v1/leases",
+            serde_json::json!({"name": name, "start_date": "now", "end_date": "now"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
 }
