@@ -121,3 +121,21 @@ fn serde_urlencoded_pairs(query: &str) -> Result<Vec<(String, String)>, ApiError
     .map(|q| q.0)
     .map_err(|e| ApiError::bad_request(format!("The query string is malformed: {e}")))
 }
+
+/// Path parameters, as axum's `Path` but refused in Blazar's error format (a segment that
+/// is not UTF-8 once decoded, such as `%FF`, is a 400 with the usual body).
+pub struct Path<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Path(value)),
+            Err(rejection) => Err(ApiError::new(
+                rejection.status(),
+                format!("Malformed path: {}", rejection.body_text()),
+            )),
+        }
+    }
+}

@@ -1,7 +1,9 @@
 //! `/v1/os-hosts`: the hosts themselves and their re-allocation (their properties and
 //! allocations are served by the handlers of `inventory`); `/v1/handovers` and `/v1/reconcile`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::extract::Path;
 use axum::response::IntoResponse;
 use blazar_service::{HostList, Reallocated, ServiceResult};
 

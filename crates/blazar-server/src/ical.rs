@@ -3,7 +3,9 @@
 //! (RFC 5545) document with one event per lease of the feed's project.
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::extract::Path;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;

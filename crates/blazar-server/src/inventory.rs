@@ -3,7 +3,9 @@
 //! `/v1/flavors` and `/v1/notifications`.
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::extract::Path;
 use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{get, patch};

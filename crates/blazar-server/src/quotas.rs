@@ -1,6 +1,8 @@
 //! `/v1/quotas`: per-project limits (ours; Blazar has none).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::extract::Path;
 use axum::response::{IntoResponse, Response};
 
 use crate::convert::{Envelope, from_wire, to_wire};

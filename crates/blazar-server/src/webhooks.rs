@@ -2,7 +2,9 @@
 //! `/v1/webhooks/{id}/deliveries` to see how each event's delivery went and to offer a
 //! dead one again.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;

@@ -82,6 +82,21 @@ pub(crate) fn not_found(spec: &KindSpec, id: &str) -> ServiceError {
 }
 
 /// Checks a kind's fixed fields and computes what must be unique.
+/// Longest text a resource or flavor field holds (Blazar's and Nova's columns).
+const MAX_FIELD_LEN: usize = 255;
+
+fn check_length(key: &str, value: &Value) -> ServiceResult<()> {
+    match value {
+        Value::String(text) if text.chars().count() > MAX_FIELD_LEN => {
+            Err(ServiceError::BadRequest(format!(
+                "Malformed parameter {key}: at most {MAX_FIELD_LEN} characters, got {}",
+                text.chars().count()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn check_fields(spec: &KindSpec, attrs: &mut Map<String, Value>) -> ServiceResult<String> {
     match spec.kind {
         FLOATINGIP => {
@@ -222,6 +237,7 @@ impl Service {
                 }
                 "reservable" => reservable = as_bool(key, value)?,
                 k if spec.fields.contains(&k) => {
+                    check_length(k, value)?;
                     attrs.insert(k.to_string(), value.clone());
                 }
                 k if spec.capabilities => {
@@ -504,6 +520,11 @@ impl Service {
             Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
             _ => return Err(ServiceError::BadRequest("Missing parameter name".into())),
         };
+        for key in ["id", "name"] {
+            if let Some(value) = body.get(key) {
+                check_length(key, value)?;
+            }
+        }
         // Nova's bounds: vCPUs and RAM from 1, disks from 0, all at most 2^31-1.
         let max = blazar_core::reservation::MAX_FLAVOR_SIZE;
         let number = |key: &str, min: i64, default: Option<i64>| -> ServiceResult<i64> {

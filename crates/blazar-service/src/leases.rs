@@ -34,6 +34,10 @@ pub const EXPLAIN_REFUSAL: &str = "blazar:leases:explain_refusal";
 /// Longest lease name Blazar's schema holds.
 pub const MAX_LEASE_NAME_LEN: usize = 80;
 
+/// Most reservations in one lease (Blazar has no bound). Real leases hold a handful; each
+/// one multiplies the work of a window search, so thousands would hold a core for minutes.
+pub const MAX_RESERVATIONS: usize = 100;
+
 #[derive(Debug, Clone)]
 pub struct NewLease {
     pub name: String,
@@ -402,6 +406,12 @@ impl Service {
         &self,
         requests: &[ReservationRequest],
     ) -> ServiceResult<Vec<ReservationSpec>> {
+        if requests.len() > MAX_RESERVATIONS {
+            return Err(ServiceError::BadRequest(format!(
+                "A lease may have at most {MAX_RESERVATIONS} reservations, got {}",
+                requests.len()
+            )));
+        }
         requests
             .iter()
             .map(|request| {
@@ -458,18 +468,24 @@ impl Service {
             plan.trust = self
                 .make_trust(identity, request.user_token.as_ref())
                 .await?;
-            let trust = plan.trust.clone();
-            let written = match &self.batcher {
-                Some(batcher) => batcher.create(self, plan).await,
-                None => self.write_new_lease_alone(&plan).await,
-            };
-            let view = match (written, trust) {
-                (Ok(view), _) => view,
-                (Err(e), Some(trust)) => {
-                    self.forget_trust(&trust, request.user_token.as_ref()).await;
-                    return Err(e);
+            let view = match plan.trust.clone() {
+                None => self.write_lease_of(plan).await?,
+                // The write and the trust's removal if it fails run to the end even when the
+                // request is dropped meanwhile (client gone, timeout): otherwise a trust
+                // made for a lease that was never written would stay in Keystone.
+                Some(trust) => {
+                    let service = self.clone();
+                    let token = request.user_token.clone();
+                    tokio::spawn(async move {
+                        let written = service.write_lease_of(plan).await;
+                        if written.is_err() {
+                            service.forget_trust(&trust, token.as_ref()).await;
+                        }
+                        written
+                    })
+                    .await
+                    .map_err(|e| ServiceError::Internal(format!("a lease write failed: {e}")))??
                 }
-                (Err(e), None) => return Err(e),
             };
             tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
             self.wake_for(&view);
@@ -704,6 +720,14 @@ impl Service {
             self.see_through(action.seq, PREPARE_WAIT).await?;
         }
         self.get_lease(identity, &lease_id).await
+    }
+
+    /// Writes a validated new lease, through the group-commit writer if there is one.
+    async fn write_lease_of(&self, plan: LeasePlan) -> ServiceResult<LeaseView> {
+        match &self.batcher {
+            Some(batcher) => batcher.create(self, plan).await,
+            None => self.write_new_lease_alone(&plan).await,
+        }
     }
 
     /// Writes a validated new lease in a transaction of its own (re-run if it lost a race).

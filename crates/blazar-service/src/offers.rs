@@ -54,9 +54,14 @@ impl SearchWindow {
             return bad("max_duration must not be shorter than min_duration".into());
         }
         let not_before = self.not_before.map_or(now, |w| w.resolve(now)).max(now);
-        let not_after = self
-            .not_after
-            .unwrap_or(not_before + Duration::days(DEFAULT_SEARCH_DAYS));
+        // The default end stays within what the wire can write (year 9999).
+        let last_minute = chrono::NaiveDate::from_ymd_opt(9999, 12, 31)
+            .and_then(|d| d.and_hms_opt(23, 59, 0))
+            .map(|t| t.and_utc());
+        let not_after = self.not_after.unwrap_or_else(|| {
+            let default = not_before + Duration::days(DEFAULT_SEARCH_DAYS);
+            last_minute.map_or(default, |last| default.min(last))
+        });
         if not_after <= not_before {
             return bad(format!(
                 "not_after ({}) must be later than not_before ({})",
@@ -406,7 +411,12 @@ async fn offers_among(
         except,
     )
     .await?;
-    Ok(offer::search(demands, &occupancy, search))
+    // The search is CPU work that can take a while over a large occupancy: off the async
+    // workers, so it never holds up requests that only wait on I/O.
+    let (demands, search) = (demands.to_vec(), search.clone());
+    tokio::task::spawn_blocking(move || offer::search(&demands, &occupancy, &search))
+        .await
+        .map_err(|e| ServiceError::Internal(format!("a window search failed: {e}")))
 }
 
 /// The allocations of every candidate of `demands` that reach into `[start, until)`.

@@ -766,3 +766,55 @@ async fn a_lease_lists_its_hosts_networks_and_devices() {
     let r = app.get(&format!("/v1/leases/{other}/devices")).await;
     assert_eq!(r.body, json!({"devices": []}));
 }
+
+/// Names longer than the columns that hold them in Blazar and Nova are refused at the edge
+/// (PostgreSQL would otherwise refuse the index entry of a very long one).
+#[tokio::test]
+async fn overlong_names_are_refused() {
+    let app = TestApp::spawn().await;
+    let long = "n".repeat(256);
+    for (path, body) in [
+        ("/v1/devices", json!({"name": long})),
+        ("/v1/flavors", json!({"name": long, "vcpus": 1, "ram": 64})),
+        (
+            "/v1/flavors",
+            json!({"id": long, "name": "m1", "vcpus": 1, "ram": 64}),
+        ),
+        (
+            "/v1/floatingips",
+            json!({"floating_network_id": long, "floating_ip_address": "172.24.4.10"}),
+        ),
+    ] {
+        let r = app.post(path, body).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{path}: {}", r.body);
+        assert!(
+            r.message().contains("at most 255 characters"),
+            "{}",
+            r.message()
+        );
+    }
+    let fits = "n".repeat(255);
+    device(&app, &fits, json!({})).await;
+    assert_eq!(
+        app.get("/v1/devices").await.body["devices"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+/// A path segment that is not UTF-8 once decoded is a 400 in Blazar's error format.
+#[tokio::test]
+async fn undecodable_path_segments_are_bad_requests() {
+    let app = TestApp::spawn().await;
+    for path in [
+        "/v1/leases/%FF",
+        "/v1/os-hosts/%C3%28",
+        "/v1/devices/%FF%FE",
+    ] {
+        let r = app.get(path).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{path}: {}", r.body);
+        assert_eq!(r.body["error_code"], 400, "{path}: {}", r.body);
+    }
+}

@@ -957,3 +957,86 @@ async fn offers_over_many_hosts_look_past_the_probed_ones() {
         book(&app, &format!("b{i}"), &found[0], &request).await;
     }
 }
+
+/// The last days of year 9999: a window found there ends by its last minute (the wire
+/// cannot write a later date), and a search that starts at that minute has no room.
+#[tokio::test]
+async fn earliest_windows_end_by_the_last_writable_minute() {
+    let app = TestApp::spawn().await;
+    app.create_host("h1", json!({})).await;
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "late", "start_date": "earliest", "duration": 1440,
+                   "not_before": "9999-12-30 12:00", "reservations": [hosts(1, 1, "")]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["lease"]["end_date"], "9999-12-31T12:00:00.000000");
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "later", "start_date": "earliest", "duration": 60,
+                   "not_before": "9999-12-31 23:59", "reservations": [hosts(1, 1, "")]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(r.message().contains("not_after"), "{}", r.message());
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"duration": 30, "not_before": "9999-12-31 23:00",
+                   "reservations": [hosts(1, 1, "")]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let found = r.body["offers"].as_array().unwrap();
+    assert!(!found.is_empty(), "{}", r.body);
+    for offer in found {
+        assert!(offer["end_date"].as_str().unwrap() <= "9999-12-31T23:59:00.000000");
+    }
+    assert_eq!(
+        app.get("/v1/leases").await.body["leases"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+/// A lease of more reservations than anyone books is refused before any search.
+#[tokio::test]
+async fn a_lease_of_too_many_reservations_is_refused() {
+    let app = TestApp::spawn().await;
+    app.create_host("h1", json!({})).await;
+    let many: Vec<Value> = (0..101).map(|_| hosts(1, 1, "")).collect();
+    for (path, body) in [
+        (
+            "/v1/leases",
+            json!({"name": "many", "start_date": "earliest", "duration": 60,
+                   "reservations": many}),
+        ),
+        (
+            "/v1/leases",
+            lease("many", "2030-01-01 10:00", "2030-01-01 11:00", json!(many)),
+        ),
+        (
+            "/v1/leases/offers",
+            json!({"duration": 60, "reservations": many}),
+        ),
+    ] {
+        let r = app.post(path, body).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{path}: {}", r.body);
+        assert!(
+            r.message().contains("at most 100 reservations"),
+            "{}",
+            r.message()
+        );
+    }
+    assert!(
+        app.get("/v1/leases").await.body["leases"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
