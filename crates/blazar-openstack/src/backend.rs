@@ -191,9 +191,13 @@ impl OpenStackBackend {
             ActionPurpose::LeaseEnd | ActionPurpose::Delete
         );
         if whole && let Some(aggregate) = nova.find_aggregate(&action.reservation_id).await? {
-            // Hosts of the reservation that were not part of this action (none, normally).
+            // Hosts in the aggregate that were not part of this action (none, normally: a
+            // host healed away whose take-back did not finish, or one put there by hand).
+            // Only the project's servers go: another project's were there before the host
+            // was, and are not the reservation's to end.
             for host in &aggregate.hosts {
-                nova.clear_host(host, self.settings.server_delete_timeout)
+                let project = (!action.project_id.is_empty()).then_some(action.project_id.as_str());
+                nova.clear_host_of(host, project, self.settings.server_delete_timeout)
                     .await?;
                 nova.remove_host(&aggregate, host).await?;
                 nova.add_host(&freepool, host).await?;
@@ -508,10 +512,20 @@ impl OpenStackBackend {
         let aggregate = nova
             .ensure_aggregate(&action.reservation_id, Some(&zone))
             .await?;
-        let mut metadata = Map::new();
-        metadata.insert(self.settings.owner_key.clone(), json!(action.project_id));
-        nova.set_metadata(&aggregate, metadata).await?;
+        nova.set_zone(&aggregate, &zone).await?;
+        nova.set_exact_metadata(
+            &aggregate,
+            &self.host_aggregate_metadata(&action.project_id),
+        )
+        .await?;
         Ok(aggregate)
+    }
+
+    /// The metadata of a host reservation's aggregate: its owner, nothing else.
+    fn host_aggregate_metadata(&self, project_id: &str) -> Map<String, serde_json::Value> {
+        let mut metadata = Map::new();
+        metadata.insert(self.settings.owner_key.clone(), json!(project_id));
+        metadata
     }
 
     /// A reservation deleted before it started: its (empty) aggregate goes.
@@ -605,17 +619,30 @@ impl OpenStackBackend {
                     }
                 }
             };
-            if aggregate.metadata.get(&self.settings.owner_key)
-                != Some(&serde_json::Value::String(r.project_id.clone()))
-            {
+            // Only the owner may be named: another project's id as a key (or another
+            // owner) would let BlazarFilter admit that project too; another zone would let
+            // anyone's servers land there.
+            let wanted = self.host_aggregate_metadata(&r.project_id);
+            let drift = crate::nova::metadata_drift(&aggregate, &wanted);
+            if !drift.is_empty() {
                 let line = pass.found(format!(
-                    "aggregate {}: {} not {}: set",
-                    r.reservation_id, self.settings.owner_key, r.project_id
+                    "aggregate {}: metadata {} not as granted to {}: set",
+                    r.reservation_id,
+                    drift.join(", "),
+                    r.project_id
                 ));
                 if apply {
-                    let mut metadata = Map::new();
-                    metadata.insert(self.settings.owner_key.clone(), json!(r.project_id));
-                    pass.done(&line, nova.set_metadata(&aggregate, metadata).await);
+                    pass.done(&line, nova.set_exact_metadata(&aggregate, &wanted).await);
+                }
+            }
+            if aggregate.availability_zone.as_deref() != Some(zone.as_str()) {
+                let line = pass.found(format!(
+                    "aggregate {}: availability zone {} not {zone}: set",
+                    r.reservation_id,
+                    aggregate.availability_zone.as_deref().unwrap_or("(none)")
+                ));
+                if apply {
+                    pass.done(&line, nova.set_zone(&aggregate, &zone).await);
                 }
             }
             for host in r.hosts.iter().filter(|h| !aggregate.hosts.contains(h)) {

@@ -198,19 +198,31 @@ impl OpenStackBackend {
         }
         nova.ensure_flavor(flavor, extra_specs).await?;
         let aggregate = nova.ensure_aggregate(id, None).await?;
-        let mut metadata = Map::new();
-        metadata.insert("reservation".into(), json!(id));
-        metadata.insert("filter_tenant_id".into(), json!(action.project_id));
-        metadata.insert(self.settings().owner_key.clone(), json!(action.project_id));
-        if let Some(g) = &group_id {
-            metadata.insert("affinity_id".into(), json!(g));
-        }
-        nova.set_metadata(&aggregate, metadata).await?;
+        let metadata = self.instance_aggregate_metadata(action, group_id.as_deref());
+        nova.set_exact_metadata(&aggregate, &metadata).await?;
         self.cloud()
             .placement(action.request_id.as_deref())
             .ensure_resource_class(&class)
             .await?;
         Ok(group_id)
+    }
+
+    /// The metadata of an instance reservation's aggregate, and nothing else (a stray
+    /// project key would admit that project through BlazarFilter).
+    fn instance_aggregate_metadata(
+        &self,
+        action: &Action,
+        group_id: Option<&str>,
+    ) -> Map<String, Value> {
+        let id = &action.reservation_id;
+        let mut metadata = Map::new();
+        metadata.insert("reservation".into(), json!(id));
+        metadata.insert("filter_tenant_id".into(), json!(action.project_id));
+        metadata.insert(self.settings().owner_key.clone(), json!(action.project_id));
+        if let Some(g) = group_id {
+            metadata.insert("affinity_id".into(), json!(g));
+        }
+        metadata
     }
 
     /// Flavor access for the project, and hosts and inventories as `slots` says (a host at
@@ -232,11 +244,23 @@ impl OpenStackBackend {
                 .await?;
             if n > 0 {
                 nova.add_host(&aggregate, service).await?;
-                let Some(provider) = provider else {
-                    return Err(Error::Refused(format!(
-                        "host {hypervisor} has no provider {}: enrol it again",
-                        reservation_provider_name(hypervisor)
-                    )));
+                let provider = match provider {
+                    Some(provider) => provider,
+                    // Removed by hand (or never made): made again under the host's own
+                    // provider, as at enrolment.
+                    None => {
+                        let Some(node) = placement.provider_by_name(hypervisor).await? else {
+                            return Err(Error::Refused(format!(
+                                "host {hypervisor} has no resource provider in Placement"
+                            )));
+                        };
+                        placement
+                            .ensure_child_provider(
+                                &reservation_provider_name(hypervisor),
+                                &node.uuid,
+                            )
+                            .await?
+                    }
                 };
                 placement.set_slots(&provider.uuid, &class, n).await?;
                 tracing::info!(host = %service, slots = n, reservation.id = %id,
@@ -284,18 +308,34 @@ impl OpenStackBackend {
                 }
             }
         }
-        if affinity(action).is_some()
-            && nova
-                .find_server_group(&group_name(id), true)
-                .await
-                .map_err(action_error)?
-                .is_none()
-        {
-            drift.push(format!("server group of instance reservation {id} missing"));
-        }
+        let group = match affinity(action) {
+            Some(_) => {
+                let group = nova
+                    .find_server_group(&group_name(id), true)
+                    .await
+                    .map_err(action_error)?;
+                if group.is_none() {
+                    drift.push(format!("server group of instance reservation {id} missing"));
+                }
+                group
+            }
+            None => None,
+        };
         let aggregate = nova.find_aggregate(id).await.map_err(action_error)?;
-        if aggregate.is_none() {
-            drift.push(format!("aggregate of instance reservation {id} missing"));
+        match &aggregate {
+            None => drift.push(format!("aggregate of instance reservation {id} missing")),
+            // A group made again has a new id: the metadata is made again with it.
+            Some(a) if affinity(action).is_none() || group.is_some() => {
+                let wanted = self.instance_aggregate_metadata(action, group.as_deref());
+                let keys = crate::nova::metadata_drift(a, &wanted);
+                if !keys.is_empty() {
+                    drift.push(format!(
+                        "aggregate of instance reservation {id}: metadata {} not as granted",
+                        keys.join(", ")
+                    ));
+                }
+            }
+            Some(_) => {}
         }
         let class = reservation_class(id);
         for ((service, hypervisor), n) in self.slots(store, action).await? {
@@ -364,19 +404,45 @@ impl OpenStackBackend {
             services.extend(a.hosts.iter().cloned());
         }
         // Inventories on every provider of the hosts (by hypervisor name when known, else
-        // by the service host, which the fake and libvirt drivers share).
+        // by the service host, which the fake and libvirt drivers share), and on any other
+        // provider that still has a unit of the class (a host healed away from the
+        // reservation whose take-back did not finish).
         let known: BTreeMap<&str, &str> = hosts
             .iter()
             .map(|(s, h)| (s.as_str(), h.as_str()))
             .collect();
+        let mut providers = BTreeSet::new();
         for service in &services {
             let hypervisor = known.get(service.as_str()).copied().unwrap_or(service);
             if let Some(provider) = placement
                 .provider_by_name(&reservation_provider_name(hypervisor))
                 .await?
             {
-                placement.delete_inventory(&provider.uuid, &class).await?;
+                providers.insert(provider.uuid);
             }
+        }
+        providers.extend(
+            placement
+                .providers_with_class(&class)
+                .await?
+                .into_iter()
+                .map(|p| p.uuid),
+        );
+        // Servers still holding units: booted with the flavor but no longer found through
+        // it (the flavor deleted by hand). Placement still knows them.
+        let mut holders = BTreeSet::new();
+        for provider in &providers {
+            holders.extend(placement.consumers_of(provider, &class).await?);
+        }
+        if !holders.is_empty() {
+            let holders: Vec<String> = holders.into_iter().collect();
+            tracing::info!(servers = holders.len(), reservation.id = %id,
+                "deleting servers that still hold units of an ended instance reservation");
+            nova.clear_servers(&holders, self.settings().server_delete_timeout)
+                .await?;
+        }
+        for provider in &providers {
+            placement.delete_inventory(provider, &class).await?;
         }
         if let Some(a) = &aggregate {
             for host in &a.hosts {

@@ -278,6 +278,16 @@ impl<'a> Neutron<'a> {
             if new.tags.iter().all(|t| found.tags.contains(t)) {
                 return Ok(found);
             }
+            // An earlier attempt made it and failed to tag it: untagged, in the project,
+            // named as asked. Tagged now, so that it is found (and taken back) as ours.
+            if found.tags.is_empty() && found.project_id == new.project_id && found.name == new.name
+            {
+                self.set_tags("networks", &found.id, new.tags).await?;
+                return Ok(Network {
+                    tags: new.tags.to_vec(),
+                    ..found
+                });
+            }
             return Err(Error::Refused(format!(
                 "segment {} {} is already used by network {} of project {}",
                 new.network_type, new.segmentation_id, found.id, found.project_id

@@ -46,6 +46,31 @@ pub struct Aggregate {
     pub metadata: serde_json::Map<String, Value>,
 }
 
+/// The metadata key Nova mirrors an aggregate's availability zone into.
+const ZONE_KEY: &str = "availability_zone";
+
+/// The keys of `aggregate`'s metadata that are not as `wanted` says (the zone's aside):
+/// missing, with another value, or not wanted at all; sorted.
+pub fn metadata_drift(
+    aggregate: &Aggregate,
+    wanted: &serde_json::Map<String, Value>,
+) -> Vec<String> {
+    let mut keys: Vec<String> = wanted
+        .iter()
+        .filter(|(k, v)| aggregate.metadata.get(*k) != Some(*v))
+        .map(|(k, _)| k.clone())
+        .chain(
+            aggregate
+                .metadata
+                .keys()
+                .filter(|k| k.as_str() != ZONE_KEY && !wanted.contains_key(*k))
+                .cloned(),
+        )
+        .collect();
+    keys.sort();
+    keys
+}
+
 pub struct Nova<'a> {
     api: Api<'a>,
 }
@@ -134,14 +159,20 @@ impl<'a> Nova<'a> {
 
     /// The hypervisor named `name` (its hypervisor hostname, or its id).
     pub async fn find_hypervisor(&self, name: &str) -> Result<Option<Hypervisor>> {
-        let all = self.api.get("/os-hypervisors/detail").await?;
+        let all = self
+            .api
+            .get_all("/os-hypervisors/detail", "hypervisors")
+            .await?;
         Ok(items(&all, "hypervisors").map(hypervisor_from).find(|h| {
             h.facts.hypervisor_hostname == name || h.id == name || h.facts.service_name == name
         }))
     }
 
     pub async fn hypervisors(&self) -> Result<Vec<Hypervisor>> {
-        let all = self.api.get("/os-hypervisors/detail").await?;
+        let all = self
+            .api
+            .get_all("/os-hypervisors/detail", "hypervisors")
+            .await?;
         Ok(items(&all, "hypervisors").map(hypervisor_from).collect())
     }
 
@@ -259,6 +290,44 @@ impl<'a> Nova<'a> {
         .map(|_| ())
     }
 
+    /// Makes the aggregate's metadata exactly `wanted`, beside the zone Nova keeps there:
+    /// sets what differs and removes every other key. A stray key is not harmless on a
+    /// reservation's aggregate: BlazarFilter admits a project whose id is a key.
+    pub async fn set_exact_metadata(
+        &self,
+        aggregate: &Aggregate,
+        wanted: &serde_json::Map<String, Value>,
+    ) -> Result<()> {
+        let mut change = serde_json::Map::new();
+        for key in metadata_drift(aggregate, wanted) {
+            change.insert(
+                key.clone(),
+                wanted.get(&key).cloned().unwrap_or(Value::Null),
+            );
+        }
+        if change.is_empty() {
+            return Ok(());
+        }
+        self.aggregate_action(aggregate.id, json!({"set_metadata": {"metadata": change}}))
+            .await
+            .map(|_| ())
+    }
+
+    /// Puts the aggregate in availability zone `zone`.
+    pub async fn set_zone(&self, aggregate: &Aggregate, zone: &str) -> Result<()> {
+        if aggregate.availability_zone.as_deref() == Some(zone) {
+            return Ok(());
+        }
+        self.api
+            .call(
+                Method::PUT,
+                &format!("/os-aggregates/{}", aggregate.id),
+                Some(json!({"aggregate": {"availability_zone": zone}})),
+            )
+            .await
+            .map(|_| ())
+    }
+
     /// Deletes the aggregate (hosts must be out of it); absent is fine.
     pub async fn delete_aggregate(&self, aggregate: &Aggregate) -> Result<()> {
         self.api
@@ -268,13 +337,26 @@ impl<'a> Nova<'a> {
 
     /// Ids and names of the servers on `host`, every project's.
     pub async fn servers_on_host(&self, host: &str) -> Result<Vec<(String, String)>> {
-        let found = self
-            .api
-            .get(&format!(
-                "/servers?all_tenants=1&host={}",
-                crate::placement::urlencode(host)
-            ))
-            .await?;
+        self.servers_on_host_of(host, None).await
+    }
+
+    /// Ids and names of the servers on `host`, of `project` only when given.
+    async fn servers_on_host_of(
+        &self,
+        host: &str,
+        project: Option<&str>,
+    ) -> Result<Vec<(String, String)>> {
+        let mut path = format!(
+            "/servers?all_tenants=1&host={}",
+            crate::placement::urlencode(host)
+        );
+        if let Some(project) = project {
+            path.push_str(&format!(
+                "&project_id={}",
+                crate::placement::urlencode(project)
+            ));
+        }
+        let found = self.api.get_all(&path, "servers").await?;
         Ok(items(&found, "servers")
             .map(|s| {
                 (
@@ -292,13 +374,23 @@ impl<'a> Nova<'a> {
     /// Deletes every server on `host` and waits until none is left, at most `within`
     /// (then a transient error: the action is tried again later).
     pub async fn clear_host(&self, host: &str, within: Duration) -> Result<usize> {
-        let servers = self.servers_on_host(host).await?;
+        self.clear_host_of(host, None, within).await
+    }
+
+    /// As [`Self::clear_host`], for the servers of `project` only when given.
+    pub async fn clear_host_of(
+        &self,
+        host: &str,
+        project: Option<&str>,
+        within: Duration,
+    ) -> Result<usize> {
+        let servers = self.servers_on_host_of(host, project).await?;
         for (id, name) in &servers {
             tracing::info!(host, server.id = %id, server.name = %name, "deleting a server on a reserved host");
             self.delete_server(id).await?;
         }
         wait_until_gone(
-            || self.servers_on_host(host),
+            || self.servers_on_host_of(host, project),
             within,
             &format!("delete servers on {host}"),
             &format!("still on {host}"),
@@ -334,7 +426,10 @@ impl<'a> Nova<'a> {
         let flavor = match by_id {
             Some(f) => f,
             None => {
-                let all = self.api.get("/flavors/detail?is_public=None").await?;
+                let all = self
+                    .api
+                    .get_all("/flavors/detail?is_public=None", "flavors")
+                    .await?;
                 let Some(found) = items(&all, "flavors")
                     .find(|f| f["name"].as_str() == Some(id_or_name))
                     .cloned()
@@ -359,7 +454,10 @@ impl<'a> Nova<'a> {
     /// Ids of the flavors named `reservation:<id>` after their own id: the reservation
     /// flavors blazar-rs (or Blazar) made, private ones included.
     pub async fn reservation_flavors(&self) -> Result<Vec<String>> {
-        let all = self.api.get("/flavors/detail?is_public=None").await?;
+        let all = self
+            .api
+            .get_all("/flavors/detail?is_public=None", "flavors")
+            .await?;
         Ok(items(&all, "flavors")
             .filter_map(|f| {
                 let id = f["id"].as_str()?;
@@ -457,10 +555,13 @@ impl<'a> Nova<'a> {
     pub async fn servers_with_flavor(&self, id: &str) -> Result<Vec<String>> {
         let found = match self
             .api
-            .get(&format!(
-                "/servers?all_tenants=1&flavor={}",
-                crate::placement::urlencode(id)
-            ))
+            .get_all(
+                &format!(
+                    "/servers?all_tenants=1&flavor={}",
+                    crate::placement::urlencode(id)
+                ),
+                "servers",
+            )
             .await
         {
             Ok(found) => found,
@@ -491,6 +592,30 @@ impl<'a> Nova<'a> {
         Ok(servers.len())
     }
 
+    /// Deletes the servers `ids` (any project's) and waits until they are gone.
+    pub async fn clear_servers(&self, ids: &[String], within: Duration) -> Result<()> {
+        for id in ids {
+            self.delete_server(id).await?;
+        }
+        wait_until_gone(
+            || async {
+                let mut left = Vec::new();
+                for id in ids {
+                    match self.api.get(&format!("/servers/{id}")).await {
+                        Ok(_) => left.push(id.clone()),
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(left)
+            },
+            within,
+            "delete servers",
+            "still there",
+        )
+        .await
+    }
+
     /// The server group named `name` of the session's project, made with `policy` if
     /// missing. Returns its id.
     pub async fn ensure_server_group(&self, name: &str, policy: &str) -> Result<String> {
@@ -517,15 +642,33 @@ impl<'a> Nova<'a> {
         name: &str,
         all_projects: bool,
     ) -> Result<Option<String>> {
-        let path = if all_projects {
-            "/os-server-groups?all_projects=true&limit=1000"
+        // Server groups page by offset, at most 1,000 at a time.
+        const PAGE: usize = 1_000;
+        let scope = if all_projects {
+            "all_projects=true&"
         } else {
-            "/os-server-groups?limit=1000"
+            ""
         };
-        let found = self.api.get(path).await?;
-        Ok(items(&found, "server_groups")
-            .find(|g| g["name"].as_str() == Some(name))
-            .and_then(|g| g["id"].as_str().map(str::to_string)))
+        let mut offset = 0;
+        loop {
+            let found = self
+                .api
+                .get(&format!(
+                    "/os-server-groups?{scope}limit={PAGE}&offset={offset}"
+                ))
+                .await?;
+            if let Some(id) = items(&found, "server_groups")
+                .find(|g| g["name"].as_str() == Some(name))
+                .and_then(|g| g["id"].as_str())
+            {
+                return Ok(Some(id.to_string()));
+            }
+            let count = items(&found, "server_groups").count();
+            if count < PAGE || offset >= 1_000 * PAGE {
+                return Ok(None);
+            }
+            offset += count;
+        }
     }
 
     pub async fn delete_server_group(&self, id: &str) -> Result<()> {
@@ -563,6 +706,31 @@ mod add_host_tests {
             status: 409,
             message: message.into(),
         }
+    }
+
+    #[test]
+    fn metadata_drift_names_every_key_not_as_wanted() {
+        let aggregate = Aggregate {
+            id: 7,
+            name: "r".into(),
+            availability_zone: Some("blazar_r".into()),
+            hosts: Vec::new(),
+            metadata: serde_json::from_value(json!({
+                "availability_zone": "blazar_r",
+                "blazar:owner": "other",
+                "0badc0de": "true",
+            }))
+            .unwrap(),
+        };
+        let mut wanted = serde_json::Map::new();
+        wanted.insert("blazar:owner".into(), json!("p"));
+        assert_eq!(
+            metadata_drift(&aggregate, &wanted),
+            ["0badc0de", "blazar:owner"]
+        );
+        wanted.insert("blazar:owner".into(), json!("other"));
+        wanted.insert("0badc0de".into(), json!("true"));
+        assert!(metadata_drift(&aggregate, &wanted).is_empty());
     }
 
     #[test]

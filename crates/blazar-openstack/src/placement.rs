@@ -69,17 +69,13 @@ impl<'a> Placement<'a> {
             .await
         {
             Ok(made) => Ok(provider_from(&made)),
-            Err(e) if e.is_conflict() => {
-                Ok(self
-                    .provider_by_name(name)
-                    .await?
-                    .unwrap_or_else(|| Provider {
-                        uuid: String::new(),
-                        name: name.to_string(),
-                        generation: 0,
-                        parent: Some(parent.to_string()),
-                    }))
-            }
+            // Made meanwhile by another attempt; if it is not there either, the conflict
+            // was something else (the name taken under another parent being deleted):
+            // the call fails and is tried again.
+            Err(e) if e.is_conflict() => match self.provider_by_name(name).await? {
+                Some(found) => Ok(found),
+                None => Err(e),
+            },
             Err(e) => Err(e),
         }
     }
@@ -186,10 +182,48 @@ impl Placement<'_> {
             };
             match self.api.call(method, &path, Some(body)).await {
                 Ok(_) => return Ok(()),
-                Err(e) if e.is_conflict() && tries < 5 => tries += 1,
+                // Another writer moved the provider's generation: read again, after a
+                // pause that grows, so that two writers do not keep colliding.
+                Err(e) if e.is_conflict() && tries < 5 => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100 * tries)).await;
+                }
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Providers with a unit of `class` free: every provider with an inventory of it once
+    /// the servers holding its units are gone.
+    pub async fn providers_with_class(&self, class: &str) -> Result<Vec<Provider>> {
+        let found = self
+            .api
+            .get(&format!(
+                "/resource_providers?resources={}:1",
+                urlencode(class)
+            ))
+            .await?;
+        Ok(found["resource_providers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(provider_from)
+            .collect())
+    }
+
+    /// The consumers (servers) holding units of `class` on provider `uuid`.
+    pub async fn consumers_of(&self, uuid: &str, class: &str) -> Result<Vec<String>> {
+        let found = self
+            .api
+            .get(&format!("/resource_providers/{uuid}/allocations"))
+            .await?;
+        Ok(found["allocations"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, a)| a["resources"].get(class).is_some())
+            .map(|(consumer, _)| consumer.clone())
+            .collect())
     }
 
     /// Removes the provider's inventory of `class`; absent is fine. Placement refuses (409)

@@ -131,6 +131,33 @@ impl<'a> Api<'a> {
         self.call(Method::GET, path, None).await
     }
 
+    /// A list that may come in pages (Nova answers at most its `max_limit`, 1,000 by
+    /// default, and a `<key>_links` "next" link): every page's `key` items, gathered as one
+    /// body `{key: [...]}`.
+    pub(crate) async fn get_all(&self, path: &str, key: &str) -> Result<Value> {
+        // A cloud that kept answering "next" would otherwise be followed forever.
+        const MAX_PAGES: usize = 1_000;
+        let mut all = Vec::new();
+        let mut page_path = path.to_string();
+        let mut markers = std::collections::HashSet::new();
+        for _ in 0..MAX_PAGES {
+            let page = self.get(&page_path).await?;
+            all.extend(items(&page, key).cloned());
+            let Some(marker) = next_marker(&page, key) else {
+                break;
+            };
+            if !markers.insert(marker.clone()) {
+                break;
+            }
+            let joint = if path.contains('?') { '&' } else { '?' };
+            page_path = format!(
+                "{path}{joint}marker={}",
+                crate::placement::urlencode(&marker)
+            );
+        }
+        Ok(serde_json::json!({ key: all }))
+    }
+
     /// Deletes what `path` names; already gone is fine.
     pub(crate) async fn delete(&self, path: &str) -> Result<()> {
         tolerate(
@@ -184,6 +211,15 @@ pub(crate) async fn send(
 /// The elements of list `key` of a service's answer (none when it has no such list).
 pub(crate) fn items<'v>(body: &'v Value, key: &str) -> impl Iterator<Item = &'v Value> {
     body[key].as_array().into_iter().flatten()
+}
+
+/// The `marker` of a paged list's "next" link (`<key>_links`), if there is a next page.
+fn next_marker(body: &Value, key: &str) -> Option<String> {
+    let link = items(body, &format!("{key}_links")).find(|l| l["rel"].as_str() == Some("next"))?;
+    let url = url::Url::parse(link["href"].as_str()?).ok()?;
+    url.query_pairs()
+        .find(|(k, _)| k == "marker")
+        .map(|(_, v)| v.into_owned())
 }
 
 impl Session {
@@ -518,7 +554,17 @@ mod tests {
             if drop.contains(&count.fetch_add(1, Ordering::SeqCst)) {
                 return;
             }
-            let body = r#"{"token": {"user": {"id": "u"}, "catalog": []}}"#;
+            // A list of three in pages of two (Nova's `<key>_links`), the second page
+            // pointing back at the first to prove a repeated marker ends the walk.
+            let body = if line.contains("/os-hypervisors/detail?marker=b ") {
+                r#"{"hypervisors": [{"id": "c"}], "hypervisors_links": [{"rel": "next",
+                    "href": "http://nova/v2.1/os-hypervisors/detail?limit=2&marker=b"}]}"#
+            } else if line.contains("/os-hypervisors/detail ") {
+                r#"{"hypervisors": [{"id": "a"}, {"id": "b"}], "hypervisors_links": [
+                    {"rel": "next", "href": "http://nova/v2.1/os-hypervisors/detail?limit=2&marker=b"}]}"#
+            } else {
+                r#"{"token": {"user": {"id": "u"}, "catalog": []}}"#
+            };
             write!(
                 stream,
                 "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-subject-token: t\r\n\
@@ -542,6 +588,29 @@ mod tests {
             timeout: Duration::from_secs(5),
         })
         .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_paged_list_is_read_to_its_last_page() {
+        let (url, seen) = flaky_server(&[]);
+        let session = session(&url);
+        let api = Api::new(&session, "compute", Vec::new(), None);
+        let all = api
+            .get_all("/os-hypervisors/detail", "hypervisors")
+            .await
+            .unwrap();
+        let ids: Vec<&str> = items(&all, "hypervisors")
+            .filter_map(|h| h["id"].as_str())
+            .collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen[1..],
+            [
+                "GET /os-hypervisors/detail HTTP/1.1",
+                "GET /os-hypervisors/detail?marker=b HTTP/1.1"
+            ]
+        );
     }
 
     #[tokio::test]

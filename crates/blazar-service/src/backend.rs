@@ -185,7 +185,8 @@ pub trait Backend: Send + Sync {
     }
 
     /// The health of the cloud's hosts, for the monitor: `None` when this backend cannot
-    /// tell (standalone: an operator marks hosts by hand).
+    /// tell (standalone: an operator marks hosts by hand). The list is every host the cloud
+    /// knows: an enrolled host missing from it is failed (unless the list is empty).
     async fn host_health(&self) -> Result<Option<Vec<HostHealth>>, InventoryError> {
         Ok(None)
     }

@@ -45,15 +45,24 @@ impl Service {
             }
         }
         let hosts = in_tx!(self, read, |tx| { Ok(tx.list_hosts().await?) })?;
+        if health.is_empty() && !hosts.is_empty() {
+            // A cloud that lists no hypervisor at all is more likely restarting than empty:
+            // failing every host on its word would heal every reservation away.
+            tracing::warn!("the cloud lists no hypervisor: host health not checked this pass");
+            return Ok(report);
+        }
         for host in hosts {
-            let Some(state) = health
+            let found = health
                 .iter()
-                .find(|h| h.hypervisor_hostname == host.facts.hypervisor_hostname)
-            else {
-                continue;
+                .find(|h| h.hypervisor_hostname == host.facts.hypervisor_hostname);
+            // A host the cloud no longer lists (its compute service deleted) cannot serve
+            // anyone: failed, as a host that is down.
+            let (healthy, reason) = match found {
+                Some(state) => (state.healthy, state.reason.clone()),
+                None => (false, "not among the cloud's hypervisors".to_string()),
             };
             // Facts first: they decide what the host can be granted for.
-            if let Some(mut facts) = state.facts.clone() {
+            if let Some(mut facts) = found.and_then(|state| state.facts.clone()) {
                 // The inventory's own name for the host stays, and so does its zone: the
                 // cloud's moves with the aggregate the host is in (a reservation's zone while
                 // it is reserved).
@@ -75,17 +84,17 @@ impl Service {
                 }
             }
             let down_by_monitor = host.status.as_deref() == Some(MONITOR_DOWN);
-            if !state.healthy && host.reservable {
+            if !healthy && host.reservable {
                 in_tx!(self, write, |tx| {
                     let now = self.now();
                     tx.set_host_health(host.id, false, Some(MONITOR_DOWN), now)
                         .await?;
                     self.heal_resource(tx, PHYSICAL_HOST, host.id, now).await
                 })?;
-                tracing::warn!(host = %host.facts.hypervisor_hostname, reason = %state.reason,
+                tracing::warn!(host = %host.facts.hypervisor_hostname, reason = %reason,
                     "host failed: no longer reservable, its reservations healed");
                 report.failed.push(host.facts.hypervisor_hostname.clone());
-            } else if state.healthy && !host.reservable && down_by_monitor {
+            } else if healthy && !host.reservable && down_by_monitor {
                 in_tx!(self, write, |tx| {
                     let now = self.now();
                     tx.set_host_health(host.id, true, None, now).await?;

@@ -514,3 +514,91 @@ async fn an_update_that_adds_a_host_to_an_active_reservation_hands_it_over() {
     assert_eq!(holders.as_array().unwrap().len(), 2);
     assert_eq!(lease(&app, &lid).await["status"], "ACTIVE");
 }
+
+/// A cloud that lists only the hypervisors named in `listed`, all healthy.
+struct Listing {
+    listed: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Backend for Listing {
+    async fn apply(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<blazar_service::ActionOutput, ActionError> {
+        StandaloneBackend.apply(store, action).await
+    }
+
+    async fn host_health(
+        &self,
+    ) -> Result<Option<Vec<blazar_service::HostHealth>>, blazar_service::InventoryError> {
+        let listed = self.listed.lock().unwrap().clone();
+        Ok(Some(
+            listed
+                .into_iter()
+                .map(|name| blazar_service::HostHealth {
+                    hypervisor_hostname: name,
+                    healthy: true,
+                    reason: String::new(),
+                    facts: None,
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// A host whose compute service was deleted from the cloud is failed like a host that is
+/// down (its reservation healed onto another), and comes back when the cloud lists it
+/// again; a cloud that lists nothing at all fails nobody.
+#[tokio::test]
+async fn a_host_the_cloud_no_longer_lists_is_failed_and_healed() {
+    let backend = Arc::new(Listing {
+        listed: Mutex::new(vec!["h1".into(), "h2".into()]),
+    });
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    let h1 = app.create_host("h1", json!({})).await;
+    let h2 = app.create_host("h2", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = id(&r.body);
+    let granted = || async {
+        app.get(&format!("/v1/os-hosts/allocations?lease_id={lease_id}"))
+            .await
+            .body["allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["reservations"] != json!([]))
+            .map(|a| a["resource_id"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let before = granted().await;
+    assert_eq!(before.len(), 1);
+    let (gone, other) = if before[0] == h1 {
+        ("h1", &h2)
+    } else {
+        ("h2", &h1)
+    };
+    assert_eq!(
+        app.service.monitor_hosts().await.unwrap(),
+        blazar_service::MonitorReport::default()
+    );
+
+    backend.listed.lock().unwrap().clear();
+    assert_eq!(
+        app.service.monitor_hosts().await.unwrap(),
+        blazar_service::MonitorReport::default()
+    );
+
+    *backend.listed.lock().unwrap() = vec![if gone == "h1" { "h2" } else { "h1" }.to_string()];
+    let report = app.service.monitor_hosts().await.unwrap();
+    assert_eq!(report.failed, vec![gone.to_string()]);
+    assert_eq!(granted().await, vec![other.clone()]);
+
+    *backend.listed.lock().unwrap() = vec!["h1".into(), "h2".into()];
+    let report = app.service.monitor_hosts().await.unwrap();
+    assert_eq!(report.recovered, vec![gone.to_string()]);
+}

@@ -723,14 +723,18 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
         "drift before any"
     );
 
-    // Break it by hand: a reserved host out of its aggregate, the owner changed, an
-    // unreserved host out of the freepool, an aggregate nobody reserved.
+    // Break it by hand: a reserved host out of its aggregate, the owner changed and another
+    // project admitted (BlazarFilter admits a project whose id is a key), the zone changed,
+    // an unreserved host out of the freepool, an aggregate nobody reserved.
     let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
     let taken = aggregate.hosts[0].clone();
     nova.remove_host(&aggregate, &taken).await.unwrap();
+    let intruder = "0badc0de0badc0de0badc0de0badc0de";
     let mut metadata = serde_json::Map::new();
     metadata.insert("blazar:owner".into(), json!("someone-else"));
+    metadata.insert(intruder.into(), json!("true"));
     nova.set_metadata(&aggregate, metadata).await.unwrap();
+    nova.set_zone(&aggregate, "anyone").await.unwrap();
     let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
     let spare = freepool.hosts[0].clone();
     nova.remove_host(&freepool, &spare).await.unwrap();
@@ -739,7 +743,17 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
         .unwrap();
 
     let drift = reconcile(true).await;
-    assert_eq!(drift.len(), 4, "{drift:#?}");
+    assert_eq!(drift.len(), 5, "{drift:#?}");
+    assert!(
+        drift
+            .iter()
+            .any(|l| l.contains(intruder) && l.contains("blazar:owner")),
+        "{drift:#?}"
+    );
+    assert!(
+        drift.iter().any(|l| l.contains("availability zone anyone")),
+        "{drift:#?}"
+    );
     // A dry run changes nothing.
     let still = nova.find_aggregate(&rid).await.unwrap().unwrap();
     assert!(!still.hosts.contains(&taken));
@@ -750,6 +764,15 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
     assert_eq!(
         fixed.metadata["blazar:owner"],
         json!(alpha_or_admin(&lease))
+    );
+    assert!(
+        !fixed.metadata.contains_key(intruder),
+        "{:?}",
+        fixed.metadata
+    );
+    assert_eq!(
+        fixed.availability_zone.as_deref(),
+        Some(format!("blazar_{rid}").as_str())
     );
     let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
     assert_eq!(freepool.hosts, vec![spare.clone()]);
@@ -1804,6 +1827,9 @@ async fn instance_reservations_make_a_flavor_slots_and_a_group_for_the_project()
     assert_eq!(hosts.len(), 3, "{hosts:?}");
     let (_, status) = boot_flavor(&alpha_cloud, "slot-4", &rid).await;
     assert_eq!(status, "ERROR", "a fourth server found a slot");
+    // The flavor deleted by hand: Nova no longer finds the servers by it, Placement still
+    // knows what they hold.
+    compute(&admin, Method::DELETE, &format!("/flavors/{rid}"), None).await;
 
     // End: servers, flavor, group, aggregate, inventories and class are gone.
     app.tick_at(t(2030, 4, 1, 12, 0)).await;
@@ -2154,9 +2180,14 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
         "drift before any"
     );
 
-    // Break it by hand: alpha loses the flavor, a host its slots, the floating IP and the
-    // network are deleted.
+    // Break it by hand: alpha loses the flavor, the aggregate admits another project, a
+    // host loses its slots, the floating IP and the network are deleted.
     nova.remove_flavor_access(&rid, &alpha).await.unwrap();
+    let intruder = "0badc0de0badc0de0badc0de0badc0de";
+    let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    let mut metadata = serde_json::Map::new();
+    metadata.insert(intruder.into(), json!("true"));
+    nova.set_metadata(&aggregate, metadata).await.unwrap();
     let class = format!(
         "CUSTOM_RESERVATION_{}",
         rid.to_uppercase().replace('-', "_")
@@ -2170,8 +2201,10 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
             .unwrap();
         let inventory = placement.inventories(&p.uuid).await.unwrap();
         if let Some((_, total, ..)) = inventory.iter().find(|(c, ..)| c == &class) {
+            // Its whole reservation provider goes (the slots with it).
             placement.delete_inventory(&p.uuid, &class).await.unwrap();
-            emptied = Some((p.uuid.clone(), *total));
+            placement.delete_provider(&p.uuid).await.unwrap();
+            emptied = Some((p.name.clone(), *total));
             break;
         }
     }
@@ -2239,6 +2272,10 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     let drift = reconcile(true).await;
     let has = |needle: &str| drift.iter().any(|l| l.contains(needle));
     assert!(has("may not use the flavor"), "{drift:#?}");
+    assert!(
+        has(&format!("metadata {intruder} not as granted")),
+        "{drift:#?}"
+    );
     assert!(has("slot(s) of instance reservation"), "{drift:#?}");
     assert!(has(&format!("floating IP {address}")), "{drift:#?}");
     assert!(has("network on segment vlan/151"), "{drift:#?}");
@@ -2252,7 +2289,17 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     let repaired = reconcile(false).await;
     assert_eq!(repaired, drift);
     assert!(nova.flavor_access(&rid).await.unwrap().contains(&alpha));
-    let back = placement.inventories(&emptied).await.unwrap();
+    let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    assert!(
+        !aggregate.metadata.contains_key(intruder),
+        "{:?}",
+        aggregate.metadata
+    );
+    let remade = placement.provider_by_name(&emptied).await.unwrap();
+    let back = placement
+        .inventories(&remade.expect("the provider made again").uuid)
+        .await
+        .unwrap();
     assert!(
         back.iter()
             .any(|(c, total, ..)| c == &class && *total == slots),
