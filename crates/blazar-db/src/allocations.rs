@@ -103,7 +103,7 @@ fn share_key() -> i64 {
 /// One reservation's allocations in a list batch: the reservation, its lease, the lease's
 /// dates and the allocated resource ids joined by commas (a resource twice if it holds two
 /// of the reservation's slots).
-type Group = (String, String, DateTime<Utc>, DateTime<Utc>, String);
+type Group = (String, String, i64, i64, String);
 
 /// The views of a batch's groups, sorted by resource, start and reservation.
 fn views_of_groups(mut groups: Vec<Group>) -> DbResult<Vec<AllocationView>> {
@@ -116,6 +116,7 @@ fn views_of_groups(mut groups: Vec<Group>) -> DbResult<Vec<AllocationView>> {
     for (reservation_id, lease_id, lease_start, lease_end, resources) in groups {
         let (reservation_id, lease_id): (Arc<str>, Arc<str>) =
             (reservation_id.into(), lease_id.into());
+        let (lease_start, lease_end) = (from_secs(lease_start)?, from_secs(lease_end)?);
         for id in resources.split(',') {
             let resource_id = id
                 .parse::<i64>()
@@ -508,79 +509,46 @@ impl Tx {
             // index alone.
             condition(&mut sql, " AND a.blocked_until > $?", t.into());
         }
-        let groups: Vec<Group> = match self.backend {
+        // Each reservation's group, then its reservation and lease by key (read once per
+        // reservation, not per allocation; a lease outside the window, or one gone since,
+        // leaves its allocations out). SQLite: `CROSS JOIN` keeps its join order, the
+        // batch's groups first. PostgreSQL: a lateral read, whose text is the same for
+        // every batch, so each connection prepares it once.
+        sql.push_str(match self.backend {
             Backend::Sqlite => {
-                // `CROSS JOIN` keeps SQLite's join order: the batch's groups first, then
-                // each one's reservation and lease by key (a lease outside the window, or
-                // one gone since, leaves its allocations out).
-                sql.push_str(
-                    " GROUP BY a.reservation_id) g CROSS JOIN reservations r \
-                     CROSS JOIN leases l WHERE r.id = g.reservation_id AND l.id = r.lease_id",
-                );
-                if let Some(t) = filter.ends_after {
-                    // Half-open windows: a lease ending at T is over at T.
-                    condition(&mut sql, " AND l.end_at > $?", t.into());
-                }
-                if let Some(t) = filter.starts_before {
-                    condition(&mut sql, " AND l.start_at < $?", t.into());
-                }
-                let rows: Vec<(String, String, i64, i64, String)> =
-                    self.fetch_json_array(&sql, args, "allocations").await?;
-                let mut groups = Vec::with_capacity(rows.len());
-                for (reservation, lease, start, end, resources) in rows {
-                    groups.push((
-                        reservation,
-                        lease,
-                        from_secs(start)?,
-                        from_secs(end)?,
-                        resources,
-                    ));
-                }
-                groups
+                " GROUP BY a.reservation_id) g CROSS JOIN reservations r \
+                 CROSS JOIN leases l WHERE r.id = g.reservation_id AND l.id = r.lease_id"
             }
             Backend::Postgres => {
-                // One statement: each reservation's group, then its lease by the
-                // reservation's and the lease's keys (read once per reservation, not per
-                // allocation), and its text is the same for every batch, so each connection
-                // prepares it once where a list of lease ids made a new statement per batch.
-                sql.push_str(
-                    " GROUP BY a.reservation_id) g CROSS JOIN LATERAL \
-                     (SELECT l.id AS lease_id, l.start_at, l.end_at FROM reservations r \
-                     JOIN leases l ON l.id = r.lease_id WHERE r.id = g.reservation_id",
-                );
-                if let Some(t) = filter.ends_after {
-                    // Half-open windows: a lease ending at T is over at T.
-                    condition(&mut sql, " AND l.end_at > $?", t.into());
-                }
-                if let Some(t) = filter.starts_before {
-                    condition(&mut sql, " AND l.start_at < $?", t.into());
-                }
+                " GROUP BY a.reservation_id) g CROSS JOIN LATERAL \
+                 (SELECT l.id AS lease_id, l.start_at, l.end_at FROM reservations r \
+                 JOIN leases l ON l.id = r.lease_id WHERE r.id = g.reservation_id"
+            }
+        });
+        if let Some(t) = filter.ends_after {
+            // Half-open windows: a lease ending at T is over at T.
+            condition(&mut sql, " AND l.end_at > $?", t.into());
+        }
+        if let Some(t) = filter.starts_before {
+            condition(&mut sql, " AND l.start_at < $?", t.into());
+        }
+        let groups: Vec<Group> = match self.backend {
+            Backend::Sqlite => self.fetch_json_array(&sql, args, "allocations").await?,
+            Backend::Postgres => {
                 // `OFFSET 0` keeps the planner from flattening the lateral read into a join:
                 // it cannot know a batch holds a few dozen reservations, and as a join it
                 // hashed every lease of the table for each batch.
                 sql.push_str(" OFFSET 0) l");
-                let rows: Vec<(String, String, i64, i64, String)> = self
-                    .fetch_all_as(&sql, args, |row| {
-                        Ok((
-                            row.try_get("reservation_id")?,
-                            row.try_get("lease_id")?,
-                            row.try_get("start_at")?,
-                            row.try_get("end_at")?,
-                            row.try_get("resources")?,
-                        ))
-                    })
-                    .await?;
-                let mut groups = Vec::with_capacity(rows.len());
-                for (reservation, lease, start, end, resources) in rows {
-                    groups.push((
-                        reservation,
-                        lease,
-                        from_secs(start)?,
-                        from_secs(end)?,
-                        resources,
-                    ));
-                }
-                groups
+                self.fetch_all_as(&sql, args, |row| {
+                    Ok((
+                        row.try_get("reservation_id")?,
+                        row.try_get("lease_id")?,
+                        row.try_get("start_at")?,
+                        row.try_get("end_at")?,
+                        row.try_get("resources")?,
+                    ))
+                })
+                .await?
             }
         };
         views_of_groups(groups)
