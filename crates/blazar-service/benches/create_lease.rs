@@ -28,6 +28,9 @@
 //! `BLAZAR_BENCH_KEEP_DB=DIR` keeps each seeded database in DIR (`create_lease-<hosts>-<
 //! allocations>.db`), to measure a server's start-up and memory on it.
 //!
+//! `BLAZAR_BENCH_SAMPLES=N` and `BLAZAR_BENCH_SECONDS=S` take N samples over S seconds per
+//! benchmark (10 over 5 by default).
+//!
 //! Run: `cargo bench -p blazar-service --bench create_lease`.
 
 // A benchmark is a test harness: a broken fixture should stop it loudly.
@@ -287,9 +290,17 @@ fn bench_create_lease(c: &mut Criterion) {
         .unwrap();
     let who = admin();
     let mut group = c.benchmark_group("create_lease");
-    group.sample_size(10);
+    // `BLAZAR_BENCH_SAMPLES` and `BLAZAR_BENCH_SECONDS` measure longer, to compare two runs
+    // whose difference is within the default run's noise.
+    let knob = |var: &str, default: u64| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(default)
+    };
+    group.sample_size(knob("BLAZAR_BENCH_SAMPLES", 10).max(10) as usize);
     group.warm_up_time(Duration::from_secs(1));
-    group.measurement_time(Duration::from_secs(5));
+    group.measurement_time(Duration::from_secs(knob("BLAZAR_BENCH_SECONDS", 5)));
     for hosts in counts("BLAZAR_BENCH_HOSTS", &[100, 1_000, 10_000]) {
         for allocations in counts("BLAZAR_BENCH_ALLOCATIONS", &[0, 10_000, 100_000]) {
             let t = Instant::now();
