@@ -458,8 +458,19 @@ fn floor_to_minute(t: DateTime<Utc>) -> DateTime<Utc> {
 /// other: after one, the next is the best window that starts once it has ended, so they
 /// read as alternatives across the search window.
 pub fn search(demands: &[Demand], occupancy: &Occupancy, search: &Search) -> Vec<Offer> {
+    search_until(demands, occupancy, search, || false).unwrap_or_default()
+}
+
+/// [`search`], giving up (`None`) as soon as `give_up` says so; it is asked before each
+/// start is tried, the unit of a search's work.
+pub fn search_until(
+    demands: &[Demand],
+    occupancy: &Occupancy,
+    search: &Search,
+    give_up: impl Fn() -> bool,
+) -> Option<Vec<Offer>> {
     if search.limit == 0 || search.min_minutes < 1 || search.max_minutes < search.min_minutes {
-        return Vec::new();
+        return Some(Vec::new());
     }
     let starts = candidate_starts(occupancy, search, search.min_minutes);
     let offer = |start: DateTime<Utc>, (minutes, granted): (i64, Vec<Granted>)| {
@@ -488,6 +499,9 @@ pub fn search(demands: &[Demand], occupancy: &Occupancy, search: &Search) -> Vec
                     let t = starts[next];
                     next += 1;
                     if t >= from {
+                        if give_up() {
+                            return None;
+                        }
                         found = check(t);
                     }
                 }
@@ -500,6 +514,9 @@ pub fn search(demands: &[Demand], occupancy: &Occupancy, search: &Search) -> Vec
         Order::Longest => {
             let mut all: Vec<(DateTime<Utc>, i64, Vec<Granted>)> = Vec::new();
             for &t in &starts {
+                if give_up() {
+                    return None;
+                }
                 if let Some((minutes, granted)) = search.longest_at(demands, occupancy, t) {
                     all.push((t, minutes, granted));
                     // Scanning in start order, `limit` disjoint windows of the longest
@@ -524,7 +541,7 @@ pub fn search(demands: &[Demand], occupancy: &Occupancy, search: &Search) -> Vec
             }
         }
     }
-    offers
+    Some(offers)
 }
 
 /// Whether a search over more candidates would answer these `offers` too: there are as
@@ -731,6 +748,19 @@ mod tests {
         assert_eq!(windows(&search(&demands, &occ, &s)), vec![(0, 60)]);
         s.cleaning = Duration::minutes(41);
         assert_eq!(windows(&search(&demands, &occ, &s)), vec![(200, 260)]);
+    }
+
+    #[test]
+    fn a_search_told_to_give_up_answers_nothing_rather_than_part() {
+        let occ = Occupancy::new();
+        let demands = [whole(HOST, &[1, 2], 1, 1)];
+        for order in [Order::Earliest, Order::Longest] {
+            let s = search_for(10, 10, 100, order, 3);
+            assert_eq!(search_until(&demands, &occ, &s, || true), None);
+            let all = search_until(&demands, &occ, &s, || false).unwrap();
+            assert_eq!(all, search(&demands, &occ, &s));
+            assert!(!all.is_empty());
+        }
     }
 
     #[test]

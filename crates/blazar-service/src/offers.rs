@@ -414,10 +414,28 @@ async fn offers_among(
     // The search is CPU work that can take a while over a large occupancy: off the async
     // workers, so it never holds up requests that only wait on I/O.
     let (demands, search) = (demands.to_vec(), search.clone());
-    tokio::task::spawn_blocking(move || offer::search(&demands, &occupancy, &search))
-        .await
-        .map_err(|e| ServiceError::Internal(format!("a window search failed: {e}")))
+    let deadline = std::time::Instant::now() + SEARCH_BUDGET;
+    tokio::task::spawn_blocking(move || {
+        offer::search_until(&demands, &occupancy, &search, || {
+            std::time::Instant::now() >= deadline
+        })
+    })
+    .await
+    .map_err(|e| ServiceError::Internal(format!("a window search failed: {e}")))?
+    .ok_or_else(|| {
+        ServiceError::BadRequest(format!(
+            "The search for a window did not finish within {} s; narrow not_before and \
+             not_after, or the range of durations",
+            SEARCH_BUDGET.as_secs()
+        ))
+    })
 }
+
+/// Longest one window search may compute. An earliest create searches inside its writing
+/// transaction, which other writers wait for; an offer search holds one of few permits.
+/// Real requests take milliseconds; a hundred reservations over a busy month with a range
+/// of durations took seconds.
+const SEARCH_BUDGET: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The allocations of every candidate of `demands` that reach into `[start, until)`.
 async fn occupancy(
