@@ -1058,6 +1058,7 @@ impl Config {
                 3600.0,
             )?,
             body_bytes_in_flight: defaults.body_bytes_in_flight,
+            body_bytes_per_peer: defaults.body_bytes_per_peer,
         };
         if connections.max_connections == 0 {
             anyhow::bail!("max_client_connections must be at least 1");

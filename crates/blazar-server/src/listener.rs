@@ -55,6 +55,9 @@ pub struct ConnectionLimits {
     pub body_read_timeout: Duration,
     /// Bytes of request bodies held at once across every connection (then 503).
     pub body_bytes_in_flight: usize,
+    /// Of those, the most one client address may hold (then 503): a few clients cannot
+    /// take the whole budget from the others.
+    pub body_bytes_per_peer: usize,
 }
 
 impl Default for ConnectionLimits {
@@ -66,6 +69,7 @@ impl Default for ConnectionLimits {
             request_timeout: Duration::from_secs(300),
             body_read_timeout: Duration::from_secs(30),
             body_bytes_in_flight: BODY_BYTES_IN_FLIGHT,
+            body_bytes_per_peer: BODY_BYTES_IN_FLIGHT / 8,
         }
     }
 }
@@ -258,19 +262,128 @@ const BODY_BYTES_IN_FLIGHT: usize = 64 * 1024 * 1024;
 /// hold a body upload, so a few connections could otherwise hold the byte budget.
 const MAX_HTTP2_STREAMS: u32 = 16;
 
-/// Reads `body` whole, under the deadline, the size limit and the shared byte budget.
-/// Answers the bytes and the share of the budget they hold, or the response to send instead.
+/// The bytes of request bodies held at once: a total for the process and a share of it per
+/// client address. Counted as allocated (the buffer's capacity), so a body sent in tiny
+/// chunks costs what it holds.
+struct BodyBudget {
+    total: usize,
+    per_peer: usize,
+    held: Mutex<(usize, HashMap<std::net::IpAddr, usize>)>,
+}
+
+impl BodyBudget {
+    fn new(limits: &ConnectionLimits) -> BodyBudget {
+        BodyBudget {
+            total: limits.body_bytes_in_flight,
+            per_peer: limits.body_bytes_per_peer.min(limits.body_bytes_in_flight),
+            held: Mutex::new((0, HashMap::new())),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, HashMap<std::net::IpAddr, usize>)> {
+        // Plain counters: a panic while holding the lock leaves nothing half-done.
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes `bytes` for `peer` if both the total and the peer's share allow it.
+    fn take(&self, peer: std::net::IpAddr, bytes: usize) -> bool {
+        let mut held = self.lock();
+        let (total, by_peer) = &mut *held;
+        let mine = by_peer.get(&peer).copied().unwrap_or(0);
+        if *total + bytes > self.total || mine + bytes > self.per_peer {
+            return false;
+        }
+        *total += bytes;
+        by_peer.insert(peer, mine + bytes);
+        true
+    }
+
+    fn give_back(&self, peer: std::net::IpAddr, bytes: usize) {
+        let mut held = self.lock();
+        let (total, by_peer) = &mut *held;
+        *total = total.saturating_sub(bytes);
+        if let Some(mine) = by_peer.get_mut(&peer) {
+            *mine = mine.saturating_sub(bytes);
+            if *mine == 0 {
+                by_peer.remove(&peer);
+            }
+        }
+    }
+}
+
+/// What one request's body holds of the budget, given back when it is dropped.
+struct Held {
+    budget: Arc<BodyBudget>,
+    peer: std::net::IpAddr,
+    bytes: usize,
+}
+
+impl Held {
+    fn grow(&mut self, bytes: usize) -> bool {
+        let taken = self.budget.take(self.peer, bytes);
+        if taken {
+            self.bytes += bytes;
+        }
+        taken
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.budget.give_back(self.peer, self.bytes);
+    }
+}
+
+fn too_many_bodies() -> Response {
+    tracing::warn!("request bodies in flight reached their byte bound");
+    let mut response = error_response(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "The server is receiving too many request bodies; retry shortly",
+    );
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("1"),
+    );
+    response
+}
+
+/// Reads `body` whole, under the deadline, the size limit and the byte budget. Answers the
+/// bytes and the share of the budget they hold, or the response to send instead.
 async fn read_body(
     body: Incoming,
     limits: &ConnectionLimits,
-    budget: &Arc<tokio::sync::Semaphore>,
-) -> Result<(hyper::body::Bytes, Vec<tokio::sync::OwnedSemaphorePermit>), Response> {
+    budget: &Arc<BodyBudget>,
+    peer: std::net::IpAddr,
+) -> Result<(hyper::body::Bytes, Held), Response> {
     use http_body_util::BodyExt;
     let max = crate::app::MAX_BODY_BYTES;
+    let too_large = || {
+        error_response(
+            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("The request body is larger than {max} bytes"),
+        )
+    };
+    // A declared length over the limit is refused before anything is read (a client that
+    // asked `Expect: 100-continue` is not told to go ahead).
+    let hint = hyper::body::Body::size_hint(&body);
+    if usize::try_from(hint.lower()).map_or(true, |n| n > max) {
+        return Err(too_large());
+    }
+    let mut held = Held {
+        budget: budget.clone(),
+        peer,
+        bytes: 0,
+    };
     let read = async {
         let mut body = body;
+        // Grown as bytes arrive, not from the declared length: headers alone hold nothing.
         let mut bytes = Vec::new();
-        let mut held = Vec::new();
+        let declared = hint
+            .exact()
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(max);
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
                 tracing::debug!(error = %e, "a request body could not be read");
@@ -282,34 +395,25 @@ async fn read_body(
             let Ok(data) = frame.into_data() else {
                 continue; // trailers: nothing the API reads
             };
-            if bytes.len() + data.len() > max {
-                return Err(error_response(
-                    axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!("The request body is larger than {max} bytes"),
-                ));
+            let needed = bytes.len() + data.len();
+            if needed > max {
+                return Err(too_large());
             }
-            if !data.is_empty() {
-                let share = u32::try_from(data.len()).unwrap_or(u32::MAX);
-                let permit = budget.clone().try_acquire_many_owned(share).map_err(|_| {
-                    tracing::warn!("request bodies in flight reached their byte bound");
-                    let mut response = error_response(
-                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                        "The server is receiving too many request bodies; retry shortly",
-                    );
-                    response.headers_mut().insert(
-                        axum::http::header::RETRY_AFTER,
-                        axum::http::HeaderValue::from_static("1"),
-                    );
-                    response
-                })?;
-                held.push(permit);
+            if needed > bytes.capacity() {
+                // Grown by doubling, as Vec would, up to the declared length, and counted
+                // before it is allocated.
+                let grown = (bytes.capacity() * 2).min(max).min(declared).max(needed);
+                if !held.grow(grown - bytes.capacity()) {
+                    return Err(too_many_bodies());
+                }
+                bytes.reserve_exact(grown - bytes.len());
             }
             bytes.extend_from_slice(&data);
         }
-        Ok((hyper::body::Bytes::from(bytes), held))
+        Ok(hyper::body::Bytes::from(bytes))
     };
     match tokio::time::timeout(limits.body_read_timeout, read).await {
-        Ok(read) => read,
+        Ok(read) => read.map(|bytes| (bytes, held)),
         Err(_) => Err(error_response(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             "The request body took too long to arrive",
@@ -368,11 +472,7 @@ where
     S::Future: Send + 'static,
 {
     let registry = Arc::new(Registry::default());
-    let budget = Arc::new(tokio::sync::Semaphore::new(
-        limits
-            .body_bytes_in_flight
-            .min(tokio::sync::Semaphore::MAX_PERMITS),
-    ));
+    let budget = Arc::new(BodyBudget::new(&limits));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -446,10 +546,10 @@ where
                 async move {
                     let (parts, body) = request.into_parts();
                     let (body, _held) = if bodiless {
-                        (Body::empty(), Vec::new())
+                        (Body::empty(), None)
                     } else {
-                        match read_body(body, &limits, &budget).await {
-                            Ok((bytes, held)) => (Body::from(bytes), held),
+                        match read_body(body, &limits, &budget, peer.ip()).await {
+                            Ok((bytes, held)) => (Body::from(bytes), Some(held)),
                             Err(response) => {
                                 drop(uploading);
                                 return Ok(hold_while_streaming(response, guard));

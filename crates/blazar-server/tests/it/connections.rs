@@ -22,6 +22,7 @@ async fn limited(max_connections: usize) -> TestApp {
             request_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_millis(1_500),
             body_bytes_in_flight: 256 * 1024,
+            body_bytes_per_peer: 256 * 1024,
         },
     )
     .await
@@ -220,21 +221,31 @@ async fn uploads_that_stall_cannot_lock_others_out() {
 
 #[tokio::test]
 async fn bodies_being_received_share_one_byte_budget() {
-    // The budget is 256 KiB: three half-sent 200 kB bodies do not fit.
+    // The budget is 256 KiB: five bodies of 100 kB, 60 kB of each sent, do not all fit.
     let app = limited(64).await;
     let target = addr(&app);
     let mut uploads = Vec::new();
-    for _ in 0..3 {
-        uploads.push(upload_part(&target, 200_000, 100_000).await);
+    for _ in 0..5 {
+        uploads.push(upload_part(&target, 100_000, 60_000).await);
+        // Each one read before the next arrives, so the refusals fall on the last ones.
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let mut refused = 0;
-    for s in &mut uploads {
-        if let Some(status) = status_within(s, Duration::from_millis(500)).await {
-            assert!(status.starts_with("HTTP/1.1 503"), "{status}");
-            refused += 1;
+    // A refusal is answered at once; an upload that fit is answered 408 at its deadline.
+    let mut refused = Vec::new();
+    for (i, s) in uploads.iter_mut().enumerate() {
+        if let Some(status) = status_within(s, Duration::from_millis(100)).await {
+            if status.starts_with("HTTP/1.1 503") {
+                refused.push(i);
+            } else {
+                assert!(status.starts_with("HTTP/1.1 408"), "{status}");
+            }
         }
     }
-    assert_eq!(refused, 1, "expected exactly one upload over the budget");
+    assert!(!refused.is_empty(), "every upload fit in the budget");
+    assert!(
+        !refused.contains(&0),
+        "the first upload was refused: {refused:?}"
+    );
     // Once the stalled uploads reach their deadline, their bytes are given back.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let name = "y".repeat(150_000);
@@ -245,4 +256,49 @@ async fn bodies_being_received_share_one_byte_budget() {
         )
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+}
+
+/// One client address may hold only its share of the budget: another address is still
+/// served while the first is at its share.
+#[tokio::test]
+async fn one_client_cannot_hold_the_whole_budget() {
+    let app = TestApp::spawn_limited(
+        TestDatabase::new().await,
+        Settings::default(),
+        ConnectionLimits {
+            body_read_timeout: Duration::from_millis(1_500),
+            body_bytes_in_flight: 1024 * 1024,
+            body_bytes_per_peer: 128 * 1024,
+            ..ConnectionLimits::default()
+        },
+    )
+    .await;
+    let target = addr(&app);
+    let mut first = upload_part(&target, 100_000, 90_000).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut second = upload_part(&target, 100_000, 90_000).await;
+    assert_eq!(
+        status_within(&mut first, Duration::from_millis(500)).await,
+        None
+    );
+    let status = status_within(&mut second, Duration::from_millis(500))
+        .await
+        .expect("the second upload of one address was not refused");
+    assert!(status.starts_with("HTTP/1.1 503"), "{status}");
+    // The same upload from another loopback address.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = socket.connect(target.parse().unwrap()).await.unwrap();
+    other
+        .write_all(
+            b"POST /v1/leases HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+              Content-Length: 100000\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    other.write_all(&vec![b' '; 90_000]).await.unwrap();
+    assert_eq!(
+        status_within(&mut other, Duration::from_millis(500)).await,
+        None
+    );
 }
