@@ -470,27 +470,34 @@ impl Service {
                 .await?;
             let view = match plan.trust.clone() {
                 None => self.write_lease_of(plan).await?,
-                // The write and the trust's removal if it fails run to the end even when the
-                // request is dropped meanwhile (client gone, timeout): otherwise a trust
-                // made for a lease that was never written would stay in Keystone.
+                // The write and what follows it (the trust's removal if it failed, the
+                // scheduler woken if it did not) run to the end even when the request is
+                // dropped meanwhile (client gone, timeout): otherwise a trust made for a
+                // lease that was never written would stay in Keystone. In a task of its
+                // own, with the request's id and log span.
                 Some(trust) => {
+                    use tracing::Instrument;
                     let service = self.clone();
                     let token = request.user_token.clone();
-                    tokio::spawn(async move {
+                    let request_id = crate::actions::current_request_id();
+                    let write = async move {
                         let written = service.write_lease_of(plan).await;
                         if written.is_err() {
                             service.forget_trust(&trust, token.as_ref()).await;
                         }
                         written
+                    }
+                    .in_current_span();
+                    tokio::spawn(async move {
+                        match request_id {
+                            Some(id) => crate::actions::with_request_id(id, write).await,
+                            None => write.await,
+                        }
                     })
                     .await
                     .map_err(|e| ServiceError::Internal(format!("a lease write failed: {e}")))??
                 }
             };
-            tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
-            self.wake_for(&view);
-            // The create writer commits outside `in_tx!`; event streams look again.
-            self.announce_lease_change();
             self.with_groups_made(identity, view).await
         }
         .await;
@@ -723,11 +730,17 @@ impl Service {
     }
 
     /// Writes a validated new lease, through the group-commit writer if there is one.
+    /// Then the scheduler and event streams are told.
     async fn write_lease_of(&self, plan: LeasePlan) -> ServiceResult<LeaseView> {
-        match &self.batcher {
+        let view = match &self.batcher {
             Some(batcher) => batcher.create(self, plan).await,
             None => self.write_new_lease_alone(&plan).await,
-        }
+        }?;
+        tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
+        self.wake_for(&view);
+        // The create writer commits outside `in_tx!`; event streams look again.
+        self.announce_lease_change();
+        Ok(view)
     }
 
     /// Writes a validated new lease in a transaction of its own (re-run if it lost a race).
@@ -939,9 +952,11 @@ impl Service {
         let not_before = retry.window.start().max(now);
         let search = blazar_core::offer::Search {
             not_before,
-            not_after: not_before
-                + Duration::days(crate::offers::DEFAULT_SEARCH_DAYS)
-                + Duration::minutes(minutes),
+            not_after: crate::offers::within_the_wire(
+                not_before
+                    + Duration::days(crate::offers::DEFAULT_SEARCH_DAYS)
+                    + Duration::minutes(minutes),
+            ),
             min_minutes: minutes,
             max_minutes: minutes,
             cleaning: self.settings().cleaning(),
