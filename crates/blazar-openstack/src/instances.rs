@@ -392,6 +392,19 @@ impl OpenStackBackend {
             tracing::info!(servers = cleared, reservation.id = %id,
                 "deleted the servers of an ended instance reservation");
         }
+        // Servers whose flavor was deleted by hand are no longer found by it; Nova still
+        // names it in each server.
+        if !action.project_id.is_empty() {
+            let orphaned = nova
+                .servers_of_flavor_named(&action.project_id, &format!("reservation:{id}"))
+                .await?;
+            if !orphaned.is_empty() {
+                tracing::info!(servers = orphaned.len(), reservation.id = %id,
+                    "deleting servers of an ended instance reservation whose flavor is gone");
+                nova.clear_servers(&orphaned, self.settings().server_delete_timeout)
+                    .await?;
+            }
+        }
         if affinity(action).is_some()
             && let Some(group) = nova.find_server_group(&group_name(id), true).await?
         {
@@ -428,8 +441,8 @@ impl OpenStackBackend {
                 .into_iter()
                 .map(|p| p.uuid),
         );
-        // Servers still holding units: booted with the flavor but no longer found through
-        // it (the flavor deleted by hand). Placement still knows them.
+        // Anything else still holding units (a server of an orphan whose project is not
+        // known, or one moved to another project): Placement knows them all.
         let mut holders = BTreeSet::new();
         for provider in &providers {
             holders.extend(placement.consumers_of(provider, &class).await?);
@@ -441,6 +454,14 @@ impl OpenStackBackend {
             nova.clear_servers(&holders, self.settings().server_delete_timeout)
                 .await?;
         }
+        // Providers whose every unit was held show up now that the units are free.
+        providers.extend(
+            placement
+                .providers_with_class(&class)
+                .await?
+                .into_iter()
+                .map(|p| p.uuid),
+        );
         for provider in &providers {
             placement.delete_inventory(provider, &class).await?;
         }

@@ -592,6 +592,25 @@ impl<'a> Nova<'a> {
         Ok(servers.len())
     }
 
+    /// Ids of `project`'s servers booted with a flavor named `name`, found by the flavor
+    /// Nova keeps in each server (2.47 on), so also after the flavor was deleted.
+    pub async fn servers_of_flavor_named(&self, project: &str, name: &str) -> Result<Vec<String>> {
+        let found = self
+            .api
+            .get_all(
+                &format!(
+                    "/servers/detail?all_tenants=1&project_id={}",
+                    crate::placement::urlencode(project)
+                ),
+                "servers",
+            )
+            .await?;
+        Ok(items(&found, "servers")
+            .filter(|s| s["flavor"]["original_name"].as_str() == Some(name))
+            .filter_map(|s| s["id"].as_str().map(str::to_string))
+            .collect())
+    }
+
     /// Deletes the servers `ids` (any project's) and waits until they are gone.
     pub async fn clear_servers(&self, ids: &[String], within: Duration) -> Result<()> {
         for id in ids {
@@ -663,8 +682,10 @@ impl<'a> Nova<'a> {
             {
                 return Ok(Some(id.to_string()));
             }
+            // An empty page ends the list (a cloud whose `max_limit` is below the page
+            // size answers short pages that are not the last).
             let count = items(&found, "server_groups").count();
-            if count < PAGE || offset >= 1_000 * PAGE {
+            if count == 0 || offset >= 1_000 * PAGE {
                 return Ok(None);
             }
             offset += count;

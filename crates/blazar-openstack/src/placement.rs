@@ -196,13 +196,19 @@ impl Placement<'_> {
     /// Providers with a unit of `class` free: every provider with an inventory of it once
     /// the servers holding its units are gone.
     pub async fn providers_with_class(&self, class: &str) -> Result<Vec<Provider>> {
-        let found = self
+        let found = match self
             .api
             .get(&format!(
                 "/resource_providers?resources={}:1",
                 urlencode(class)
             ))
-            .await?;
+            .await
+        {
+            Ok(found) => found,
+            // Placement refuses a class it does not know: no provider has any of it.
+            Err(e) if e.status() == Some(400) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
         Ok(found["resource_providers"]
             .as_array()
             .into_iter()

@@ -144,8 +144,9 @@ impl<'a> Api<'a> {
             let page = self.get(&page_path).await?;
             all.extend(items(&page, key).cloned());
             let Some(marker) = next_marker(&page, key) else {
-                break;
+                return Ok(serde_json::json!({ key: all }));
             };
+            // A list cut short is worse than none: the monitor fails hosts missing from it.
             if !markers.insert(marker.clone()) {
                 break;
             }
@@ -155,7 +156,10 @@ impl<'a> Api<'a> {
                 crate::placement::urlencode(&marker)
             );
         }
-        Ok(serde_json::json!({ key: all }))
+        Err(Error::Decode(format!(
+            "{path}: the pages of {key} do not end (after {} items)",
+            all.len()
+        )))
     }
 
     /// Deletes what `path` names; already gone is fine.
@@ -554,14 +558,16 @@ mod tests {
             if drop.contains(&count.fetch_add(1, Ordering::SeqCst)) {
                 return;
             }
-            // A list of three in pages of two (Nova's `<key>_links`), the second page
-            // pointing back at the first to prove a repeated marker ends the walk.
+            // A list of three in pages of two (Nova's `<key>_links`), and a list whose
+            // "next" link never ends.
             let body = if line.contains("/os-hypervisors/detail?marker=b ") {
-                r#"{"hypervisors": [{"id": "c"}], "hypervisors_links": [{"rel": "next",
-                    "href": "http://nova/v2.1/os-hypervisors/detail?limit=2&marker=b"}]}"#
+                r#"{"hypervisors": [{"id": "c"}]}"#
             } else if line.contains("/os-hypervisors/detail ") {
                 r#"{"hypervisors": [{"id": "a"}, {"id": "b"}], "hypervisors_links": [
                     {"rel": "next", "href": "http://nova/v2.1/os-hypervisors/detail?limit=2&marker=b"}]}"#
+            } else if line.contains("/os-hypervisors/loop") {
+                r#"{"hypervisors": [{"id": "z"}], "hypervisors_links": [{"rel": "next",
+                    "href": "http://nova/v2.1/os-hypervisors/loop?marker=z"}]}"#
             } else {
                 r#"{"token": {"user": {"id": "u"}, "catalog": []}}"#
             };
@@ -611,6 +617,9 @@ mod tests {
                 "GET /os-hypervisors/detail?marker=b HTTP/1.1"
             ]
         );
+        // Pages that never end are an error, not a list cut short.
+        let endless = api.get_all("/os-hypervisors/loop", "hypervisors").await;
+        assert!(matches!(endless, Err(Error::Decode(_))), "{endless:?}");
     }
 
     #[tokio::test]
