@@ -97,7 +97,7 @@ impl Default for OpenStackSettings {
             freepool: "freepool".into(),
             owner_key: "blazar:owner".into(),
             az_prefix: "blazar_".into(),
-            server_delete_timeout: Duration::from_secs(600),
+            server_delete_timeout: Duration::from_secs(240),
         }
     }
 }
@@ -656,7 +656,25 @@ impl OpenStackBackend {
                     {
                         continue;
                     }
-                    pass.done(&line, nova.add_host(&aggregate, host).await);
+                    // While out, anyone's servers could land there; the host is the
+                    // owner's alone, as at the start.
+                    let owner = r.project_id.as_str();
+                    let evicted = nova.evict_from_host(host, |p| p != owner).await;
+                    if pass.done(&line, evicted) {
+                        pass.done(&line, nova.add_host(&aggregate, host).await);
+                    }
+                }
+            }
+            // A reserved host put into the freepool by hand: BlazarFilter turns everyone
+            // away from freepool hosts, the owner included.
+            let pooled_hosts = freepool.as_ref().map(|f| f.hosts.as_slice()).unwrap_or(&[]);
+            for host in r.hosts.iter().filter(|h| pooled_hosts.contains(h)) {
+                let line = pass.found(format!(
+                    "host {host} of reservation {} in {}: taken out",
+                    r.reservation_id, self.settings.freepool
+                ));
+                if apply && let Some(f) = &freepool {
+                    pass.done(&line, nova.remove_host(f, host).await);
                 }
             }
             for host in aggregate.hosts.iter().filter(|h| !r.hosts.contains(h)) {
@@ -666,7 +684,13 @@ impl OpenStackBackend {
                     r.reservation_id
                 ));
                 if apply {
-                    pass.done(&line, nova.remove_host(&aggregate, host).await);
+                    // Servers the project started there meanwhile hold the host in the zone
+                    // (Nova refuses to move it): they were never granted it.
+                    let owner = r.project_id.as_str();
+                    let evicted = nova.evict_from_host(host, |p| p == owner).await;
+                    if pass.done(&line, evicted) {
+                        pass.done(&line, nova.remove_host(&aggregate, host).await);
+                    }
                 }
             }
         }

@@ -19,6 +19,10 @@ pub enum Error {
     /// address held by another project, a segment used by a network that is not ours).
     #[error("{0}")]
     Refused(String),
+    /// Something the action needs is not there yet, and the cloud makes it by itself (a
+    /// compute node's resource provider, made when its nova-compute starts).
+    #[error("{0}")]
+    NotYet(String),
     #[error("{0}")]
     Auth(String),
     #[error("{0}")]
@@ -36,7 +40,7 @@ impl Error {
     /// host it is asked to move), or credentials Keystone could not check just now.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Unreachable(_) => true,
+            Error::Unreachable(_) | Error::NotYet(_) => true,
             Error::Status { status, .. } => matches!(status, 409 | 429 | 500..=599),
             Error::Refused(_) | Error::Auth(_) | Error::Config(_) | Error::Decode(_) => false,
         }

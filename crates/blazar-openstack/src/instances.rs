@@ -77,6 +77,25 @@ fn flavor_of(action: &Action) -> Result<(Value, Map<String, Value>), Error> {
     Ok((flavor, extra))
 }
 
+/// The extra specs of reservation `id`'s flavor: those of its source flavor, and the keys
+/// that hold its servers to the reservation's slots (the resource class) and aggregate, and
+/// to its server group (`group_id`), as Blazar sets them.
+fn flavor_extra_specs(
+    id: &str,
+    mut extra_specs: Map<String, Value>,
+    group_id: Option<&str>,
+) -> Map<String, Value> {
+    extra_specs.insert(
+        "aggregate_instance_extra_specs:reservation".into(),
+        json!(id),
+    );
+    extra_specs.insert(format!("resources:{}", reservation_class(id)), json!("1"));
+    if let Some(g) = group_id {
+        extra_specs.insert("affinity_id".into(), json!(g));
+    }
+    extra_specs
+}
+
 impl OpenStackBackend {
     fn nova_in_project<'a>(&self, session: &'a crate::Session, action: &'a Action) -> Nova<'a> {
         Nova::new(session, action.request_id.as_deref())
@@ -103,7 +122,9 @@ impl OpenStackBackend {
                 self.teardown_instances(action, &hosts).await.map(|()| None)
             }
             (ActionKind::Stop, _) => {
-                // A host taken out (healing): the others keep their slots.
+                // A host taken out (healing): the others keep their slots. What the start
+                // made is made sure of first (the flavor may be gone since).
+                self.prepare_instances(action).await.map_err(action_error)?;
                 let mut slots = self.slots(store, action).await?;
                 for host in self.hosts_of(store, &action.resources).await? {
                     slots.entry(host).or_insert(0);
@@ -187,15 +208,8 @@ impl OpenStackBackend {
             );
         }
         let class = reservation_class(id);
-        let (flavor, mut extra_specs) = flavor_of(action)?;
-        extra_specs.insert(
-            "aggregate_instance_extra_specs:reservation".into(),
-            json!(id),
-        );
-        extra_specs.insert(format!("resources:{class}"), json!("1"));
-        if let Some(g) = &group_id {
-            extra_specs.insert("affinity_id".into(), json!(g));
-        }
+        let (flavor, source_specs) = flavor_of(action)?;
+        let extra_specs = flavor_extra_specs(id, source_specs, group_id.as_deref());
         nova.ensure_flavor(flavor, extra_specs).await?;
         let aggregate = nova.ensure_aggregate(id, None).await?;
         let metadata = self.instance_aggregate_metadata(action, group_id.as_deref());
@@ -236,7 +250,7 @@ impl OpenStackBackend {
         let placement = self.cloud().placement(action.request_id.as_deref());
         let id = &action.reservation_id;
         let class = reservation_class(id);
-        nova.add_flavor_access(id, &action.project_id).await?;
+        nova.grant_flavor_only_to(id, &action.project_id).await?;
         let aggregate = nova.ensure_aggregate(id, None).await?;
         for ((service, hypervisor), &n) in slots {
             let provider = placement
@@ -249,9 +263,11 @@ impl OpenStackBackend {
                     // Removed by hand (or never made): made again under the host's own
                     // provider, as at enrolment.
                     None => {
+                        // nova-compute makes its node's provider again when it starts:
+                        // worth waiting for.
                         let Some(node) = placement.provider_by_name(hypervisor).await? else {
-                            return Err(Error::Refused(format!(
-                                "host {hypervisor} has no resource provider in Placement"
+                            return Err(Error::NotYet(format!(
+                                "host {hypervisor} has no resource provider in Placement yet"
                             )));
                         };
                         placement
@@ -296,18 +312,6 @@ impl OpenStackBackend {
         let placement = self.cloud().placement(None);
         let id = &action.reservation_id;
         let mut drift = Vec::new();
-        match nova.flavor(id).await.map_err(action_error)? {
-            None => drift.push(format!("flavor of instance reservation {id} missing")),
-            Some(_) => {
-                let access = nova.flavor_access(id).await.map_err(action_error)?;
-                if !access.contains(&action.project_id) {
-                    drift.push(format!(
-                        "project {} may not use the flavor of instance reservation {id}",
-                        action.project_id
-                    ));
-                }
-            }
-        }
         let group = match affinity(action) {
             Some(_) => {
                 let group = nova
@@ -321,11 +325,45 @@ impl OpenStackBackend {
             }
             None => None,
         };
+        // A group made again has a new id: the flavor and the aggregate get it then.
+        let group_known = affinity(action).is_none() || group.is_some();
+        match nova.flavor(id).await.map_err(action_error)? {
+            None => drift.push(format!("flavor of instance reservation {id} missing")),
+            Some(found) => {
+                let (wanted, source_specs) = flavor_of(action).map_err(action_error)?;
+                if crate::nova::flavor_differs(&found, &wanted) {
+                    drift.push(format!(
+                        "flavor of instance reservation {id}: size or visibility not as granted"
+                    ));
+                } else if group_known {
+                    let specs = flavor_extra_specs(id, source_specs, group.as_deref());
+                    let keys = crate::nova::extra_specs_drift(&found, &specs);
+                    if !keys.is_empty() {
+                        drift.push(format!(
+                            "flavor of instance reservation {id}: extra specs {} not as granted",
+                            keys.join(", ")
+                        ));
+                    }
+                }
+                let access = nova.flavor_access(id).await.map_err(action_error)?;
+                if !access.contains(&action.project_id) {
+                    drift.push(format!(
+                        "project {} may not use the flavor of instance reservation {id}",
+                        action.project_id
+                    ));
+                }
+                for other in access.iter().filter(|p| **p != action.project_id) {
+                    drift.push(format!(
+                        "project {other} may use the flavor of instance reservation {id}, not \
+                         granted to it"
+                    ));
+                }
+            }
+        }
         let aggregate = nova.find_aggregate(id).await.map_err(action_error)?;
         match &aggregate {
             None => drift.push(format!("aggregate of instance reservation {id} missing")),
-            // A group made again has a new id: the metadata is made again with it.
-            Some(a) if affinity(action).is_none() || group.is_some() => {
+            Some(a) if group_known => {
                 let wanted = self.instance_aggregate_metadata(action, group.as_deref());
                 let keys = crate::nova::metadata_drift(a, &wanted);
                 if !keys.is_empty() {
@@ -347,24 +385,30 @@ impl OpenStackBackend {
                 ));
             }
             let provider = reservation_provider_name(&hypervisor);
-            let total = match placement
+            let inventory = match placement
                 .provider_by_name(&provider)
                 .await
                 .map_err(action_error)?
             {
                 Some(p) => placement
-                    .inventories(&p.uuid)
+                    .inventory_of(&p.uuid, &class)
                     .await
-                    .map_err(action_error)?
-                    .into_iter()
-                    .find(|(c, ..)| c == &class)
-                    .map(|(_, total, ..)| total),
+                    .map_err(action_error)?,
                 None => None,
             };
+            let total = inventory.as_ref().and_then(|i| i["total"].as_i64());
             if total != Some(n) {
                 drift.push(format!(
                     "{provider} has {} slot(s) of instance reservation {id}, not {n}",
                     total.unwrap_or(0)
+                ));
+            } else if !inventory
+                .as_ref()
+                .is_some_and(|i| crate::placement::slots_as_granted(i, n))
+            {
+                drift.push(format!(
+                    "{provider}: the slots of instance reservation {id} are not one server \
+                     each (reserved, units or allocation ratio changed)"
                 ));
             }
         }
@@ -434,13 +478,11 @@ impl OpenStackBackend {
                 providers.insert(provider.uuid);
             }
         }
-        providers.extend(
-            placement
-                .providers_with_class(&class)
-                .await?
-                .into_iter()
-                .map(|p| p.uuid),
-        );
+        let with_class = || async {
+            let found = placement.providers_with_class(&class).await?;
+            Ok::<_, Error>(found.into_iter().map(|p| p.uuid))
+        };
+        providers.extend(with_class().await?);
         // Anything else still holding units (a server of an orphan whose project is not
         // known, or one moved to another project): Placement knows them all.
         let mut holders = BTreeSet::new();
@@ -455,13 +497,7 @@ impl OpenStackBackend {
                 .await?;
         }
         // Providers whose every unit was held show up now that the units are free.
-        providers.extend(
-            placement
-                .providers_with_class(&class)
-                .await?
-                .into_iter()
-                .map(|p| p.uuid),
-        );
+        providers.extend(with_class().await?);
         for provider in &providers {
             placement.delete_inventory(provider, &class).await?;
         }

@@ -49,26 +49,65 @@ pub struct Aggregate {
 /// The metadata key Nova mirrors an aggregate's availability zone into.
 const ZONE_KEY: &str = "availability_zone";
 
+/// The keys of `have` not as `wanted` says: missing, with another value, or not wanted at
+/// all (`ignored` aside); sorted.
+fn map_drift(
+    have: &serde_json::Map<String, Value>,
+    wanted: &serde_json::Map<String, Value>,
+    ignored: Option<&str>,
+) -> Vec<String> {
+    let mut keys: Vec<String> = wanted
+        .iter()
+        .filter(|(k, v)| have.get(*k) != Some(*v))
+        .map(|(k, _)| k.clone())
+        .chain(
+            have.keys()
+                .filter(|k| Some(k.as_str()) != ignored && !wanted.contains_key(*k))
+                .cloned(),
+        )
+        .collect();
+    keys.sort();
+    keys
+}
+
 /// The keys of `aggregate`'s metadata that are not as `wanted` says (the zone's aside):
 /// missing, with another value, or not wanted at all; sorted.
 pub fn metadata_drift(
     aggregate: &Aggregate,
     wanted: &serde_json::Map<String, Value>,
 ) -> Vec<String> {
-    let mut keys: Vec<String> = wanted
+    map_drift(&aggregate.metadata, wanted, Some(ZONE_KEY))
+}
+
+/// The extra specs of `flavor` (as Nova shows it from 2.61 on) that are not as `wanted`
+/// says; sorted. A stray key could loosen what the reservation's keys hold to its hosts.
+pub fn extra_specs_drift(flavor: &Value, wanted: &serde_json::Map<String, Value>) -> Vec<String> {
+    let none = serde_json::Map::new();
+    let have = flavor["extra_specs"].as_object().unwrap_or(&none);
+    map_drift(have, wanted, None)
+}
+
+/// The fields of a flavor Nova cannot change in place, compared where `wanted` sets them.
+const FIXED_FLAVOR_FIELDS: [&str; 5] = [
+    "vcpus",
+    "ram",
+    "disk",
+    "OS-FLV-EXT-DATA:ephemeral",
+    "os-flavor-access:is_public",
+];
+
+/// Whether `found` differs from `wanted` in what only making the flavor again changes (its
+/// size, or made public by hand).
+pub fn flavor_differs(found: &Value, wanted: &Value) -> bool {
+    FIXED_FLAVOR_FIELDS
         .iter()
-        .filter(|(k, v)| aggregate.metadata.get(*k) != Some(*v))
-        .map(|(k, _)| k.clone())
-        .chain(
-            aggregate
-                .metadata
-                .keys()
-                .filter(|k| k.as_str() != ZONE_KEY && !wanted.contains_key(*k))
-                .cloned(),
-        )
-        .collect();
-    keys.sort();
-    keys
+        .any(|k| !wanted[*k].is_null() && found[*k] != wanted[*k])
+}
+
+/// `s` as one segment of a URL path (`form_urlencoded` writes a space as `+`, which a path
+/// keeps as a plus).
+fn path_segment(s: &str) -> String {
+    crate::placement::urlencode(s).replace('+', "%20")
 }
 
 pub struct Nova<'a> {
@@ -367,6 +406,33 @@ impl<'a> Nova<'a> {
             .collect())
     }
 
+    /// Deletes, without waiting for them to go, the servers on `host` whose project
+    /// `doomed` says; answers how many. For the reconciler, which must not wait on one host.
+    pub async fn evict_from_host(
+        &self,
+        host: &str,
+        doomed: impl Fn(&str) -> bool,
+    ) -> Result<usize> {
+        let path = format!(
+            "/servers/detail?all_tenants=1&host={}",
+            crate::placement::urlencode(host)
+        );
+        let found = self.api.get_all(&path, "servers").await?;
+        let mut deleted = 0;
+        for server in items(&found, "servers") {
+            let project = server["tenant_id"].as_str().unwrap_or_default();
+            if let Some(id) = server["id"].as_str()
+                && doomed(project)
+            {
+                tracing::warn!(host, server.id = %id, project,
+                    "deleting a server on a host not granted to its project");
+                self.delete_server(id).await?;
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
     pub async fn delete_server(&self, id: &str) -> Result<()> {
         self.api.delete(&format!("/servers/{id}")).await
     }
@@ -451,6 +517,18 @@ impl<'a> Nova<'a> {
         Ok(Some(flavor))
     }
 
+    /// Ids of the flavors named `name`, private ones included.
+    pub async fn flavor_ids_named(&self, name: &str) -> Result<Vec<String>> {
+        let all = self
+            .api
+            .get_all("/flavors/detail?is_public=None", "flavors")
+            .await?;
+        Ok(items(&all, "flavors")
+            .filter(|f| f["name"].as_str() == Some(name))
+            .filter_map(|f| f["id"].as_str().map(str::to_string))
+            .collect())
+    }
+
     /// Ids of the flavors named `reservation:<id>` after their own id: the reservation
     /// flavors blazar-rs (or Blazar) made, private ones included.
     pub async fn reservation_flavors(&self) -> Result<Vec<String>> {
@@ -466,8 +544,9 @@ impl<'a> Nova<'a> {
             .collect())
     }
 
-    /// Makes the private flavor `flavor` (its `id` given) with `extra_specs`, unless it is
-    /// there already (an earlier attempt); the extra specs are set either way.
+    /// Makes the private flavor `flavor` (its `id` given) unless it is there already as
+    /// `flavor` says (an earlier attempt); its extra specs are made exactly `extra_specs`
+    /// either way.
     pub async fn ensure_flavor(
         &self,
         flavor: Value,
@@ -476,24 +555,61 @@ impl<'a> Nova<'a> {
         let id = flavor["id"].as_str().unwrap_or_default().to_string();
         let existing = self.flavor(&id).await?;
         // A reservation resized before it started: its flavor is made again (Blazar deletes
-        // and re-creates it on such an update).
-        let stale = existing.as_ref().is_some_and(|found| {
-            ["vcpus", "ram", "disk"]
-                .iter()
-                .any(|k| found[*k].as_i64() != flavor[*k].as_i64())
-        });
+        // and re-creates it on such an update). So is one made again by hand differently.
+        let stale = existing
+            .as_ref()
+            .is_some_and(|found| flavor_differs(found, &flavor));
         if stale {
             self.delete_flavor(&id).await?;
         }
+        let none = serde_json::Map::new();
+        let have = match &existing {
+            Some(found) if !stale => found["extra_specs"].as_object().unwrap_or(&none),
+            _ => &none,
+        };
         if stale || existing.is_none() {
-            tolerate(
-                self.api
-                    .call(Method::POST, "/flavors", Some(json!({ "flavor": flavor })))
-                    .await,
-                Error::is_conflict,
-            )?;
+            let body = json!({ "flavor": flavor });
+            match self
+                .api
+                .call(Method::POST, "/flavors", Some(body.clone()))
+                .await
+            {
+                Ok(_) => {}
+                // Flavor names are unique too: one made by hand under the reservation's name
+                // (with another id) would keep the reservation's own from being made.
+                Err(e) if e.is_conflict() => {
+                    let name = flavor["name"].as_str().unwrap_or_default();
+                    let squatters: Vec<String> = self
+                        .flavor_ids_named(name)
+                        .await?
+                        .into_iter()
+                        .filter(|other| *other != id)
+                        .collect();
+                    if !squatters.is_empty() {
+                        for other in &squatters {
+                            tracing::warn!(flavor = %other, name,
+                                "deleting a flavor that took a reservation flavor's name");
+                            self.delete_flavor(other).await?;
+                        }
+                        tolerate(
+                            self.api.call(Method::POST, "/flavors", Some(body)).await,
+                            Error::is_conflict,
+                        )?;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
         }
-        if !extra_specs.is_empty() {
+        // Exactly these extra specs: a key added by hand goes.
+        for key in have.keys().filter(|k| !extra_specs.contains_key(*k)) {
+            self.api
+                .delete(&format!(
+                    "/flavors/{id}/os-extra_specs/{}",
+                    path_segment(key)
+                ))
+                .await?;
+        }
+        if extra_specs.iter().any(|(k, v)| have.get(k) != Some(v)) {
             self.api
                 .call(
                     Method::POST,
@@ -535,6 +651,19 @@ impl<'a> Nova<'a> {
                 .await,
             Error::is_conflict,
         )
+    }
+
+    /// Lets `project`, and no other project, use the private flavor `id`: access given to
+    /// another project by hand would let it take the reservation's slots.
+    pub async fn grant_flavor_only_to(&self, id: &str, project: &str) -> Result<()> {
+        for other in self.flavor_access(id).await? {
+            if other != project {
+                tracing::warn!(flavor = %id, project = %other,
+                    "taking a reservation flavor away from a project it was not granted to");
+                self.remove_flavor_access(id, &other).await?;
+            }
+        }
+        self.add_flavor_access(id, project).await
     }
 
     /// Takes the flavor away from `project`; not allowed (or no flavor) is fine.
@@ -752,6 +881,38 @@ mod add_host_tests {
         wanted.insert("blazar:owner".into(), json!("other"));
         wanted.insert("0badc0de".into(), json!("true"));
         assert!(metadata_drift(&aggregate, &wanted).is_empty());
+    }
+
+    #[test]
+    fn a_flavor_drifts_by_extra_specs_size_or_visibility() {
+        let found = json!({
+            "vcpus": 1, "ram": 64, "disk": 1, "OS-FLV-EXT-DATA:ephemeral": 0,
+            "os-flavor-access:is_public": false,
+            "extra_specs": {"resources:CUSTOM_RESERVATION_R": "0", "hw:stray": "x"},
+        });
+        let mut wanted = serde_json::Map::new();
+        wanted.insert("resources:CUSTOM_RESERVATION_R".into(), json!("1"));
+        wanted.insert(
+            "aggregate_instance_extra_specs:reservation".into(),
+            json!("r"),
+        );
+        assert_eq!(
+            extra_specs_drift(&found, &wanted),
+            [
+                "aggregate_instance_extra_specs:reservation",
+                "hw:stray",
+                "resources:CUSTOM_RESERVATION_R"
+            ]
+        );
+        assert_eq!(extra_specs_drift(&json!({}), &wanted).len(), 2);
+        // Only the fields the wanted flavor sets are compared.
+        let same = json!({"vcpus": 1, "ram": 64, "disk": 1, "os-flavor-access:is_public": false});
+        assert!(!flavor_differs(&found, &same));
+        let public = json!({"vcpus": 1, "ram": 64, "disk": 1, "os-flavor-access:is_public": true});
+        assert!(flavor_differs(&found, &public));
+        let bigger = json!({"vcpus": 2, "ram": 64, "disk": 1});
+        assert!(flavor_differs(&found, &bigger));
+        assert_eq!(path_segment("hw:a b"), "hw%3Aa%20b");
     }
 
     #[test]

@@ -107,6 +107,15 @@ impl<'a> Placement<'a> {
             .collect())
     }
 
+    /// The inventory of `class` on provider `uuid`, as Placement shows it (`None`: none).
+    pub async fn inventory_of(&self, uuid: &str, class: &str) -> Result<Option<Value>> {
+        let found = self
+            .api
+            .get(&format!("/resource_providers/{uuid}/inventories"))
+            .await?;
+        Ok(found["inventories"].get(class).cloned())
+    }
+
     pub async fn traits(&self, uuid: &str) -> Result<Vec<String>> {
         let found = self
             .api
@@ -155,7 +164,7 @@ impl Placement<'_> {
                 .api
                 .get(&format!("/resource_providers/{uuid}/inventories"))
                 .await?;
-            if current["inventories"][class]["total"].as_i64() == Some(total) {
+            if slots_as_granted(&current["inventories"][class], total) {
                 return Ok(());
             }
             let mut body = json!({
@@ -283,6 +292,18 @@ pub fn class_reservation(class: &str) -> Option<String> {
 }
 
 /// A query value, percent-encoded.
+/// Whether `inventory` holds `total` slots of an instance reservation and nothing more:
+/// one server a slot, none held back. A higher `allocation_ratio` (or a wider unit) would let
+/// the project run more servers than it booked, on capacity promised to others.
+pub fn slots_as_granted(inventory: &Value, total: i64) -> bool {
+    inventory["total"].as_i64() == Some(total)
+        && inventory["reserved"].as_i64() == Some(0)
+        && inventory["min_unit"].as_i64() == Some(1)
+        && inventory["max_unit"].as_i64() == Some(1)
+        && inventory["step_size"].as_i64() == Some(1)
+        && inventory["allocation_ratio"].as_f64() == Some(1.0)
+}
+
 pub(crate) fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
@@ -290,6 +311,25 @@ pub(crate) fn urlencode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_are_as_granted_only_one_server_each() {
+        let granted = json!({"total": 2, "reserved": 0, "min_unit": 1, "max_unit": 1,
+            "step_size": 1, "allocation_ratio": 1.0});
+        assert!(slots_as_granted(&granted, 2));
+        assert!(!slots_as_granted(&granted, 3));
+        for (key, value) in [
+            ("allocation_ratio", json!(8.0)),
+            ("reserved", json!(2)),
+            ("max_unit", json!(2)),
+            ("min_unit", json!(2)),
+        ] {
+            let mut changed = granted.clone();
+            changed[key] = value;
+            assert!(!slots_as_granted(&changed, 2), "{key}");
+        }
+        assert!(!slots_as_granted(&Value::Null, 0));
+    }
 
     #[test]
     fn names_are_escaped_in_queries() {

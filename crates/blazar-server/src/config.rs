@@ -209,7 +209,7 @@ pub struct Cli {
     #[arg(long, env = "BLAZAR_NOVA_AZ_PREFIX")]
     pub nova_az_prefix: Option<String>,
     /// Seconds a take-back waits for the servers on a host to be deleted before it is tried
-    /// again [default: 600].
+    /// again; at most the action timeout less 30 s [default: 240].
     #[arg(long, env = "BLAZAR_SERVER_DELETE_TIMEOUT")]
     pub server_delete_timeout: Option<u64>,
     /// Seconds between two reconciler passes, which repair drift between Nova and the
@@ -1129,7 +1129,7 @@ impl Config {
             server_delete_timeout: std::time::Duration::from_secs(
                 cli.server_delete_timeout
                     .or(file.server_delete_timeout)
-                    .unwrap_or(600)
+                    .unwrap_or(240)
                     .clamp(1, 86_400),
             ),
         };
@@ -1282,6 +1282,25 @@ impl Config {
         }
     }
 
+    /// How long one take-back waits for servers to be deleted: as configured, but ending
+    /// 30 s before the attempt's own limit (`action_timeout`), so that an attempt that runs
+    /// out of patience says so and is retried rather than cut off without a reason.
+    pub fn server_delete_wait(&self) -> std::time::Duration {
+        let limit = self
+            .action_timeout
+            .saturating_sub(std::time::Duration::from_secs(30))
+            .max(std::time::Duration::from_secs(1));
+        if self.openstack.server_delete_timeout > limit {
+            tracing::warn!(
+                server_delete_timeout = self.openstack.server_delete_timeout.as_secs(),
+                action_timeout = self.action_timeout.as_secs(),
+                "server_delete_timeout shortened to {} s to end within one action attempt",
+                limit.as_secs()
+            );
+        }
+        self.openstack.server_delete_timeout.min(limit)
+    }
+
     /// The store's SQLite durability setting.
     pub fn sqlite_sync(&self) -> blazar_service::SqliteSync {
         match self.sqlite_synchronous {
@@ -1398,6 +1417,18 @@ mod tests {
         let mut argv = vec!["blazar-server"];
         argv.extend_from_slice(args);
         Config::resolve(Cli::parse_from(argv)).unwrap()
+    }
+
+    #[test]
+    fn a_take_back_waits_for_servers_within_one_action_attempt() {
+        let secs = |args: &[&str]| config(args).server_delete_wait().as_secs();
+        assert_eq!(secs(&[]), 240);
+        assert_eq!(secs(&["--server-delete-timeout", "100"]), 100);
+        assert_eq!(
+            secs(&["--action-timeout", "60", "--server-delete-timeout", "600"]),
+            30
+        );
+        assert_eq!(secs(&["--action-timeout", "10"]), 1);
     }
 
     #[test]

@@ -219,7 +219,7 @@ fn backend(config: &Config) -> anyhow::Result<Arc<dyn Backend>> {
                     freepool: o.freepool.clone(),
                     owner_key: o.owner_key.clone(),
                     az_prefix: o.az_prefix.clone(),
-                    server_delete_timeout: o.server_delete_timeout,
+                    server_delete_timeout: config.server_delete_wait(),
                 },
             ))
         }

@@ -2192,6 +2192,25 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
         "CUSTOM_RESERVATION_{}",
         rid.to_uppercase().replace('-', "_")
     );
+    // Another project is let use the flavor.
+    let beta = env.get("OS_BETA_PROJECT_ID");
+    nova.add_flavor_access(&rid, &beta).await.unwrap();
+    // The flavor loses the key that holds its servers to the reservation's slots and
+    // gains one nobody granted.
+    compute(
+        &admin,
+        Method::DELETE,
+        &format!("/flavors/{rid}/os-extra_specs/resources%3A{class}"),
+        None,
+    )
+    .await;
+    compute(
+        &admin,
+        Method::POST,
+        &format!("/flavors/{rid}/os-extra_specs"),
+        Some(json!({"extra_specs": {"blazar-test:stray": "x"}})),
+    )
+    .await;
     let mut emptied = None;
     for host in ["compute-1", "compute-2", "compute-3"] {
         let p = placement
@@ -2273,10 +2292,20 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     let has = |needle: &str| drift.iter().any(|l| l.contains(needle));
     assert!(has("may not use the flavor"), "{drift:#?}");
     assert!(
+        has(&format!("project {beta} may use the flavor")),
+        "{drift:#?}"
+    );
+    assert!(
         has(&format!("metadata {intruder} not as granted")),
         "{drift:#?}"
     );
     assert!(has("slot(s) of instance reservation"), "{drift:#?}");
+    assert!(
+        has(&format!(
+            "extra specs blazar-test:stray, resources:{class} not as granted"
+        )),
+        "{drift:#?}"
+    );
     assert!(has(&format!("floating IP {address}")), "{drift:#?}");
     assert!(has("network on segment vlan/151"), "{drift:#?}");
     assert!(
@@ -2288,12 +2317,20 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     assert!(!nova.flavor_access(&rid).await.unwrap().contains(&alpha));
     let repaired = reconcile(false).await;
     assert_eq!(repaired, drift);
-    assert!(nova.flavor_access(&rid).await.unwrap().contains(&alpha));
+    assert_eq!(nova.flavor_access(&rid).await.unwrap(), vec![alpha.clone()]);
     let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
     assert!(
         !aggregate.metadata.contains_key(intruder),
         "{:?}",
         aggregate.metadata
+    );
+    let specs = compute(&admin, Method::GET, &format!("/flavors/{rid}"), None).await["flavor"]
+        ["extra_specs"]
+        .clone();
+    assert_eq!(
+        specs,
+        json!({"aggregate_instance_extra_specs:reservation": rid,
+            format!("resources:{class}"): "1"}),
     );
     let remade = placement.provider_by_name(&emptied).await.unwrap();
     let back = placement
@@ -2328,6 +2365,63 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
         Vec::<String>::new(),
         "drift after repair"
     );
+
+    // A host's slots overcommitted eightfold would let alpha run more servers than it
+    // booked: put back to one server a slot.
+    let mut overcommitted = None;
+    for host in ["compute-1", "compute-2", "compute-3"] {
+        let Some(p) = placement
+            .provider_by_name(&format!("blazar_{host}"))
+            .await
+            .unwrap()
+        else {
+            continue;
+        };
+        if placement
+            .inventory_of(&p.uuid, &class)
+            .await
+            .unwrap()
+            .is_some()
+        {
+            let path = format!("/resource_providers/{}/inventories/{class}", p.uuid);
+            let mut changed = placement_call(&admin, Method::GET, &path, None).await;
+            changed["allocation_ratio"] = json!(8.0);
+            placement_call(&admin, Method::PUT, &path, Some(changed)).await;
+            overcommitted = Some(path);
+            break;
+        }
+    }
+    let overcommitted = overcommitted.expect("a host with slots");
+    // And the flavor is deleted and another one made under its name (Nova names are unique).
+    nova.delete_flavor(&rid).await.unwrap();
+    let squatter = compute(
+        &admin,
+        Method::POST,
+        "/flavors",
+        Some(
+            json!({"flavor": {"name": format!("reservation:{rid}"), "vcpus": 1, "ram": 64,
+            "disk": 1}}),
+        ),
+    )
+    .await["flavor"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let drift = reconcile(false).await;
+    assert!(
+        drift
+            .iter()
+            .any(|l| l.contains(&format!("flavor of instance reservation {rid} missing"))),
+        "{drift:#?}"
+    );
+    assert!(nova.flavor(&squatter).await.unwrap().is_none());
+    assert_eq!(nova.flavor_access(&rid).await.unwrap(), vec![alpha.clone()]);
+    assert!(
+        drift.iter().any(|l| l.contains("are not one server each")),
+        "{drift:#?}"
+    );
+    let ratio = placement_call(&admin, Method::GET, &overcommitted, None).await;
+    assert_eq!(ratio["allocation_ratio"], json!(1.0), "{ratio}");
 
     // The end takes back what was made again.
     app.tick_at(t(2030, 6, 1, 12, 0)).await;
