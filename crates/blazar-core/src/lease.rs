@@ -347,11 +347,9 @@ pub fn plan_update(
     if request.is_rename() {
         return Ok(UpdatePlan::Rename);
     }
+    // Blazar's order of checks, so that a request with several faults gets its message.
     let started = event_status(events, EventType::StartLease) != EventStatus::Undone;
     let ended = event_status(events, EventType::EndLease) != EventStatus::Undone;
-    if ended || lease.status == LeaseStatus::Terminated {
-        return Err(invalid("Terminated leases can only be renamed"));
-    }
     let new_start = request.start.map_or(lease.start, |w| w.resolve(now));
     if started && new_start != lease.start {
         return Err(bad_date(
@@ -365,7 +363,17 @@ pub fn plan_update(
             "Start date must be later than current date",
         ));
     }
+    if ended || lease.status == LeaseStatus::Terminated {
+        return Err(invalid("Terminated leases can only be renamed"));
+    }
     let new_end = request.end.map_or(lease.end, |w| w.resolve(now));
+    // Blazar takes an end equal to the start: "end it now" in the first minute of a lease
+    // that started. Here a lease lasts at least a second, so it ends one second in.
+    let new_end = if started && request.end.is_some() && new_end == new_start {
+        new_start + chrono::Duration::seconds(1)
+    } else {
+        new_end
+    };
     let window = match TimeWindow::new(new_start, new_end) {
         Ok(w) if new_end >= now => w,
         _ => {
@@ -522,6 +530,14 @@ mod tests {
                 dates(None, Some(When::At(at(13, 0)))),
                 at(12, 30),
                 "Terminated leases can only be renamed",
+            ),
+            (
+                "terminated, new start",
+                Terminated,
+                events(Done, Done, None),
+                dates(Some(When::At(at(13, 0))), None),
+                at(12, 30),
+                "Cannot modify the start date of already started leases",
             ),
             (
                 "started, new start",

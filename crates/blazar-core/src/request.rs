@@ -87,9 +87,12 @@ pub struct ReservationChange {
 impl ReservationChange {
     /// Reads one entry of an update's `reservations` list.
     pub fn read(body: Map<String, Value>) -> ReservationChange {
+        // Any other JSON value names no reservation of the lease: refused as an invalid id,
+        // as Blazar does.
         let id = match body.get("id") {
+            None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.clone()),
-            _ => None,
+            Some(other) => Some(other.to_string()),
         };
         ReservationChange {
             id,
@@ -103,7 +106,7 @@ impl ReservationChange {
         bodies.into_iter().map(ReservationChange::read).collect()
     }
 
-    /// The id of the reservation it changes (a string `id`), if it names one.
+    /// The id of the reservation it changes, if it names one.
     pub fn id(&self) -> Option<&str> {
         self.id.as_deref()
     }
@@ -192,8 +195,9 @@ mod tests {
         assert_eq!((h.min, h.max), (1, 5));
         assert_eq!(h.resource_properties.text(), "[\"==\", \"$a\", \"b\"]");
 
+        assert_eq!(ReservationChange::read(body(json!({"max": 1}))).id(), None);
         let retyped = ReservationChange::read(body(json!({"id": 4, "resource_type": "device"})));
-        assert_eq!(retyped.id(), None);
+        assert_eq!(retyped.id(), Some("4"));
         assert!(retyped.changes_type("physical:host"));
         assert!(
             ReservationChange::read(body(json!({"id": "r1", "min": 9})))

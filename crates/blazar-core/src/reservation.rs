@@ -536,13 +536,26 @@ fn merge_fields(
     merged
 }
 
+/// `min` and `max`, refused with Blazar's own messages where Blazar refuses them: below 1
+/// once both are integers, or `max` below `min`.
 fn min_max(map: &Map<String, Value>, noun: &str) -> Result<(u32, u32)> {
+    let integer = |key: &str| match map.get(key) {
+        Some(Value::Number(n)) => n.as_i64(),
+        Some(Value::String(s)) if integer_like(s) => s.trim().parse::<i64>().ok(),
+        _ => None,
+    };
+    if let (Some(min), Some(max)) = (integer("min"), integer("max"))
+        && (min < 1 || max < 1)
+    {
+        return Err(bad(
+            "Malformed parameter min and max (must be greater than or equal to 1)",
+        ));
+    }
     let min = count_field(map, "min")?;
     let max = count_field(map, "max")?;
     if max < min {
         return Err(bad(format!(
-            "Invalid values for min/max of {noun}. Max must be equal to or larger than min \
-             (got min {min}, max {max})"
+            "Invalid values for min/max of {noun}. Max must be equal to or larger than min."
         )));
     }
     Ok((min, max))
@@ -1069,7 +1082,12 @@ mod tests {
             (
                 PHYSICAL_HOST,
                 json!({"min": 0, "max": 1}),
-                "Malformed parameter min",
+                "Malformed parameter min and max (must be greater than or equal to 1)",
+            ),
+            (
+                PHYSICAL_HOST,
+                json!({"min": "1", "max": -2}),
+                "Malformed parameter min and max (must be greater than or equal to 1)",
             ),
             (PHYSICAL_HOST, json!({"max": 1}), "Missing parameter min"),
             (

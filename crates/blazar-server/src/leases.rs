@@ -18,7 +18,7 @@ use blazar_service::{LeaseBatch, LeaseList, Listed, ServiceResult};
 
 use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{Caller, Query, Wire};
+use crate::extract::{Caller, JsonObject, Query, Wire};
 use crate::lease_cache::LeaseCache;
 use crate::state::AppState;
 use crate::stream::{Batches, Pieces, stream_json};
@@ -391,11 +391,18 @@ pub async fn update_lease(
     Caller(identity): Caller,
     Path(id): Path<String>,
     Query(query): Query,
-    Wire(body): Wire<blazar_api::LeaseUpdate>,
+    JsonObject(body): JsonObject,
 ) -> ApiResult<impl IntoResponse> {
     async {
         let dry_run = crate::reply::strict_flag(&query, "dry_run")?;
-        let update = from_wire::lease_update(body)?;
+        let update = match from_wire::read(body).and_then(from_wire::lease_update) {
+            Ok(update) => update,
+            // Blazar finds the lease (404) before it reads the request's fields.
+            Err(bad_input) => {
+                state.service.get_lease(&identity, &id).await?;
+                return Err(bad_input);
+            }
+        };
         let lease = if dry_run {
             let tried = state
                 .service
@@ -403,7 +410,12 @@ pub async fn update_lease(
                 .await?;
             to_wire::lease_with_grants(tried.view, &tried.grants)
         } else {
-            to_wire::lease(state.service.update_lease(&identity, &id, &update).await?)
+            let mut lease =
+                to_wire::lease(state.service.update_lease(&identity, &id, &update).await?);
+            // Blazar answers from inside the update's status transition: the lease shows
+            // UPDATING there, and its settled status from the next read on.
+            lease.status = LeaseStatus::Updating.as_str().to_string();
+            lease
         };
         Ok(Envelope("lease", lease))
     }

@@ -1398,10 +1398,9 @@ impl Service {
                     continue;
                 };
                 if entry.changes_type(stored.resource_type()) {
-                    return Err(ServiceError::Conflict(format!(
-                        "resource_type cannot be updated (reservation {rid} is {})",
-                        stored.resource_type()
-                    )));
+                    return Err(ServiceError::Conflict(
+                        "resource_type cannot be updated".into(),
+                    ));
                 }
                 let spec = entry
                     .apply(stored.resource_type(), &stored.spec)
@@ -1417,7 +1416,7 @@ impl Service {
             if !invalid.is_empty() {
                 return Err(ServiceError::BadRequest(format!(
                     "Please enter valid reservation IDs. Invalid reservation IDs are: {}",
-                    invalid.join(", ")
+                    invalid.join(",")
                 )));
             }
         }

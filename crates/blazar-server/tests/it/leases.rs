@@ -764,14 +764,19 @@ async fn update_changes_reservation_min_max_and_properties() {
             "Missing parameter reservation ID",
         ),
         (
-            json!({"reservations": [{"id": "nope", "max": 2}]}),
+            json!({"reservations": [{"id": "nope", "max": 2}, {"id": 7}]}),
             StatusCode::BAD_REQUEST,
-            "Invalid reservation IDs are: nope",
+            "Please enter valid reservation IDs. Invalid reservation IDs are: nope,7",
         ),
         (
             json!({"reservations": [{"id": rid, "min": 3, "max": 2}]}),
             StatusCode::BAD_REQUEST,
-            "Max must be equal",
+            "Invalid values for min/max of hosts. Max must be equal to or larger than min.",
+        ),
+        (
+            json!({"reservations": [{"id": rid, "min": 0}]}),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter min and max (must be greater than or equal to 1)",
         ),
         (
             json!({"reservations": [{"id": rid, "resource_type": "virtual:instance"}]}),
@@ -820,6 +825,14 @@ async fn update_changes_reservation_min_max_and_properties() {
         ),
     ];
     for (body, status, message) in cases {
+        // As in Blazar, the lease is looked for before its fields are read.
+        let missing = app.put("/v1/leases/no-such-lease", body.clone()).await;
+        assert_eq!(
+            missing.status,
+            StatusCode::NOT_FOUND,
+            "{body}: {}",
+            missing.body
+        );
         let r = app.put(&path, body.clone()).await;
         assert_eq!(r.status, status, "{body}: {}", r.body);
         assert!(r.message().contains(message), "{body}: {}", r.message());

@@ -126,7 +126,29 @@ async fn a_lease_starting_now_is_active_after_one_tick() {
     assert_eq!(r.body["lease"]["start_date"], "2030-01-01T10:00:00.000000");
     app.tick_at(t(2030, 1, 1, 10, 0) + chrono::Duration::seconds(26))
         .await;
-    assert_eq!(lease(&app, &lease_id(&r.body)).await["status"], "ACTIVE");
+    let id = lease_id(&r.body);
+    assert_eq!(lease(&app, &id).await["status"], "ACTIVE");
+    // Ended in the minute it started: the end equals the start, which Blazar accepts.
+    app.set_time(t(2030, 1, 1, 10, 0) + chrono::Duration::seconds(40));
+    let path = format!("/v1/leases/{id}");
+    let r = app.put(&path, json!({"end_date": "now"})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    app.tick_at(t(2030, 1, 1, 10, 0) + chrono::Duration::seconds(41))
+        .await;
+    let ended = lease(&app, &id).await;
+    assert_eq!(ended["status"], "TERMINATED", "{ended}");
+    assert!(
+        ended["end_date"]
+            .as_str()
+            .unwrap()
+            .starts_with("2030-01-01T10:00:0"),
+        "{ended}"
+    );
+    // The host is free again from the next minute.
+    let r = app
+        .host_lease("next", "2030-01-01 10:01", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
 }
 
 #[tokio::test]
@@ -205,7 +227,9 @@ async fn active_leases_can_extend_and_rename_but_not_move_their_start() {
         .put(&path, json!({"end_date": "2030-01-01 14:00"}))
         .await;
     assert_eq!(extended.status, StatusCode::OK, "{}", extended.body);
-    assert_eq!(extended.body["lease"]["status"], "ACTIVE");
+    // Blazar answers from within the update (UPDATING); the lease is ACTIVE again after.
+    assert_eq!(extended.body["lease"]["status"], "UPDATING");
+    assert_eq!(lease(&app, &id).await["status"], "ACTIVE");
     // The end moved with it: nothing happens at 12:00 any more.
     assert_eq!(app.tick_at(t(2030, 1, 1, 12, 0)).await.executed, 0);
     app.tick_at(t(2030, 1, 1, 14, 0)).await;
@@ -217,7 +241,8 @@ async fn active_leases_can_extend_and_rename_but_not_move_their_start() {
     assert_eq!(r.message(), "Terminated leases can only be renamed");
     let r = app.put(&path, json!({"name": "history"})).await;
     assert_eq!(r.status, StatusCode::OK);
-    assert_eq!(r.body["lease"]["status"], "TERMINATED");
+    assert_eq!(r.body["lease"]["name"], "history");
+    assert_eq!(lease(&app, &id).await["status"], "TERMINATED");
 }
 
 #[tokio::test]
