@@ -21,18 +21,34 @@ impl Tx {
             .collect()
     }
 
-    /// How many outside-world actions are waiting or being carried out.
-    pub async fn open_action_count(&mut self) -> DbResult<i64> {
+    /// How many outside-world actions are waiting or being carried out, and how many
+    /// were given up on (each status from the index on `status`).
+    pub async fn action_gauges(&mut self) -> DbResult<ActionCounts> {
         let rows = self
             .fetch_rows(
-                "SELECT CAST(COUNT(*) AS BIGINT) AS n FROM actions \
-                 WHERE status IN ('pending', 'running')",
+                "SELECT status, CAST(COUNT(*) AS BIGINT) AS n FROM actions \
+                 WHERE status IN ('pending', 'running', 'failed') GROUP BY status",
                 vec![],
             )
             .await?;
-        match rows.first() {
-            Some(row) => Ok(row.try_get("n")?),
-            None => Ok(0),
+        let mut counts = ActionCounts::default();
+        for row in &rows {
+            let status: String = row.try_get("status")?;
+            let n: i64 = row.try_get("n")?;
+            match status.as_str() {
+                "failed" => counts.failed += n,
+                _ => counts.open += n,
+            }
         }
+        Ok(counts)
     }
+}
+
+/// Outside-world actions by where they stand.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ActionCounts {
+    /// Pending or running.
+    pub open: i64,
+    /// Given up on: the cloud refused them or never answered in time.
+    pub failed: i64,
 }

@@ -32,6 +32,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 pub use actions::{ActionOutcome, NewAction};
 pub use allocations::{AllocationFilter, AllocationUsage, AllocationView, GrantRow, NewAllocation};
+pub use gauges::ActionCounts;
 pub use hosts::NewHost;
 pub use inventory::NewResource;
 pub use leases::LeaseTree;

@@ -57,6 +57,7 @@ pub struct Metrics {
     webhook_pending: Gauge,
     webhook_dead: Gauge,
     open_actions: Gauge,
+    failed_actions: Gauge,
     database_up: Gauge,
     pool_open: Gauge,
     pool_idle: Gauge,
@@ -125,6 +126,11 @@ impl Metrics {
             "actions_open",
             "Outside-world actions pending or running",
         );
+        let failed_actions = gauge(
+            &mut registry,
+            "actions_failed",
+            "Outside-world actions given up on after their last attempt",
+        );
         let database_up = gauge(
             &mut registry,
             "database_up",
@@ -156,6 +162,7 @@ impl Metrics {
             webhook_pending,
             webhook_dead,
             open_actions,
+            failed_actions,
             database_up,
             pool_open,
             pool_idle,
@@ -211,6 +218,7 @@ impl Metrics {
                 self.webhook_pending.set(m.webhook_pending);
                 self.webhook_dead.set(m.webhook_dead);
                 self.open_actions.set(m.open_actions);
+                self.failed_actions.set(m.failed_actions);
                 self.pool_open.set(i64::from(m.pool.open));
                 self.pool_idle.set(i64::from(m.pool.idle));
                 self.pool_max.set(i64::from(m.pool.max));

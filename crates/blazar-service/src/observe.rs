@@ -29,6 +29,8 @@ pub struct Monitoring {
     pub unsent_notifications: i64,
     /// Outside-world actions pending or running.
     pub open_actions: i64,
+    /// Outside-world actions given up on (the lease, if it still exists, shows them).
+    pub failed_actions: i64,
     /// Webhook deliveries waiting for their (next) attempt.
     pub webhook_pending: i64,
     /// Webhook deliveries given up on (dead letters).
@@ -95,18 +97,19 @@ impl Service {
 
     /// The counts `/metrics` shows, in one read transaction.
     pub async fn monitoring(&self) -> ServiceResult<Monitoring> {
-        let (leases, unsent_notifications, open_actions, webhooks) = in_tx!(self, read, |tx| {
+        let (leases, unsent_notifications, actions, webhooks) = in_tx!(self, read, |tx| {
             Ok((
                 tx.lease_status_counts().await?,
                 tx.unsent_notifications().await?,
-                tx.open_action_count().await?,
+                tx.action_gauges().await?,
                 tx.webhook_delivery_counts().await?,
             ))
         })?;
         Ok(Monitoring {
             leases,
             unsent_notifications,
-            open_actions,
+            open_actions: actions.open,
+            failed_actions: actions.failed,
             webhook_pending: webhooks.pending,
             webhook_dead: webhooks.dead,
             pool: self.store.pool_use(),

@@ -389,6 +389,18 @@ impl TestApp {
         self.request(Method::GET, path, None).await
     }
 
+    /// The text of `GET /metrics`, as a scraper on the loopback address reads it.
+    pub async fn metrics_text(&self) -> String {
+        let response = self
+            .client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .expect("scrape /metrics");
+        assert_eq!(response.status(), StatusCode::OK);
+        response.text().await.expect("metrics text")
+    }
+
     pub async fn post(&self, path: &str, body: Value) -> Response {
         self.request(Method::POST, path, Some(body)).await
     }

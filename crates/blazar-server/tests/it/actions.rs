@@ -225,6 +225,12 @@ async fn a_permanent_failure_puts_the_lease_in_error_and_says_why() {
         a["last_error"],
         "nova: host compute-1 is in aggregate other-pool"
     );
+    // Operators see it without knowing the lease (which may be deleted by then).
+    let metrics = app.metrics_text().await;
+    assert!(
+        metrics.lines().any(|l| l == "blazar_actions_failed 1"),
+        "{metrics}"
+    );
     // Until its end the reconciler leaves whatever was handed over as it is: the host is
     // still granted to the lease.
     let desired = app.service.desired_state().await.unwrap();

@@ -218,6 +218,7 @@ async fn metrics_count_requests_by_route_template_status_refusals_and_event_lag(
         Some(2.0)
     );
     assert_eq!(sample(&samples, "blazar_actions_open", &[]), Some(0.0));
+    assert_eq!(sample(&samples, "blazar_actions_failed", &[]), Some(0.0));
     assert!(sample(&samples, "blazar_database_connections_max", &[]).is_some_and(|n| n >= 1.0));
 }
 

@@ -321,15 +321,7 @@ async fn failures_back_off_die_and_are_redelivered_in_lease_order() {
     assert_eq!(dead[0]["attempts"], 3);
     assert_eq!(dead[0]["last_result"], "500");
     // The dead letter shows in the metrics.
-    let text = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics_text().await;
     assert!(
         text.lines()
             .any(|l| l.contains("webhook_deliveries_dead") && l.ends_with(" 1")),
