@@ -23,6 +23,7 @@ use blazar_service::{
     Action, ActionError, Backend, Identity, ManualClock, NewLease, Service, Settings,
     StandaloneBackend,
 };
+use blazar_testkit::TestDatabase;
 use chrono::{TimeZone, Utc};
 use serde_json::{Value, json};
 
@@ -58,9 +59,9 @@ fn admin() -> Identity {
 
 /// Seconds from the start instant until every lease is ACTIVE.
 async fn burst(leases: usize, latency: Duration, workers: usize) -> f64 {
-    let (url, place) = place_for_burst().await;
+    let database = database_for_burst().await;
     let store = Store::connect(&StoreOptions {
-        url,
+        url: database.url.clone(),
         max_connections: 8,
         ..Default::default()
     })
@@ -143,57 +144,16 @@ async fn burst(leases: usize, latency: Duration, workers: usize) -> f64 {
     stop_tx.send(true).unwrap();
     workers_task.await.unwrap();
     service.store().close().await;
-    place.remove().await;
+    drop(database);
     took
-}
-
-/// Where one burst's database lives.
-enum Place {
-    /// Removed with the directory when dropped.
-    Sqlite { _dir: tempfile::TempDir },
-    /// A schema of the PostgreSQL database at `base`.
-    Postgres { base: String, schema: String },
 }
 
 /// A fresh database for one burst: a temporary SQLite file, or, when
 /// `BLAZAR_BENCH_DATABASE_URL` names a PostgreSQL database, a schema of its own in it.
-async fn place_for_burst() -> (String, Place) {
-    use sqlx::Connection;
+async fn database_for_burst() -> TestDatabase {
     match std::env::var("BLAZAR_BENCH_DATABASE_URL") {
-        Ok(base) if !base.is_empty() => {
-            let schema = format!("burst_{}", uuid::Uuid::new_v4().simple());
-            let mut conn = sqlx::PgConnection::connect(&base).await.unwrap();
-            let _ = sqlx::query("CREATE EXTENSION IF NOT EXISTS btree_gist WITH SCHEMA public")
-                .execute(&mut conn)
-                .await;
-            sqlx::query(&format!("CREATE SCHEMA {schema}"))
-                .execute(&mut conn)
-                .await
-                .unwrap();
-            conn.close().await.unwrap();
-            let sep = if base.contains('?') { '&' } else { '?' };
-            let url = format!("{base}{sep}options=-c%20search_path%3D{schema}%2Cpublic");
-            (url, Place::Postgres { base, schema })
-        }
-        _ => {
-            let dir = tempfile::tempdir().unwrap();
-            let url = dir.path().join("burst.db").display().to_string();
-            (url, Place::Sqlite { _dir: dir })
-        }
-    }
-}
-
-impl Place {
-    async fn remove(self) {
-        use sqlx::Connection;
-        if let Place::Postgres { base, schema } = self {
-            let mut conn = sqlx::PgConnection::connect(&base).await.unwrap();
-            sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-                .execute(&mut conn)
-                .await
-                .unwrap();
-            conn.close().await.unwrap();
-        }
+        Ok(base) if !base.is_empty() => TestDatabase::postgres(base).await,
+        _ => TestDatabase::sqlite(),
     }
 }
 
