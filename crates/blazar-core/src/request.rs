@@ -119,6 +119,11 @@ impl ReservationChange {
             .is_some_and(|kind| kind.as_str() != Some(current))
     }
 
+    /// Whether it sets any of the fields `keys`.
+    pub fn sets_any(&self, keys: &[&str]) -> bool {
+        keys.iter().any(|k| self.fields.contains_key(*k))
+    }
+
     /// The spec `current` (of type `resource_type`) becomes with this change.
     pub fn apply(
         &self,

@@ -1402,6 +1402,34 @@ impl Service {
                         "resource_type cannot be updated".into(),
                     ));
                 }
+                // Blazar's instance plugin: the flavor of a reservation in force serves
+                // running servers, so only the number of slots may change; a reservation
+                // in error takes no change.
+                let size: &[&str] = match stored.resource_type() {
+                    blazar_core::reservation::VIRTUAL_INSTANCE => &[
+                        "vcpus",
+                        "memory_mb",
+                        "disk_gb",
+                        "affinity",
+                        "resource_properties",
+                    ],
+                    blazar_core::reservation::FLAVOR_INSTANCE => &["flavor_id", "affinity"],
+                    _ => &[],
+                };
+                if !size.is_empty() {
+                    if stored.status == ReservationStatus::Active && entry.sets_any(size) {
+                        return Err(ServiceError::Conflict(
+                            "An active reservation only accepts to update amount.".into(),
+                        ));
+                    }
+                    if stored.status == ReservationStatus::Error
+                        && entry.sets_any(&[size, &["amount"]].concat())
+                    {
+                        return Err(ServiceError::Conflict(
+                            "An error reservation doesn't accept an updating request.".into(),
+                        ));
+                    }
+                }
                 let spec = entry
                     .apply(stored.resource_type(), &stored.spec)
                     .map_err(|e| {

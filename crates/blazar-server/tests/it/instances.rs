@@ -118,6 +118,58 @@ async fn instance_capacity_is_counted_exactly_over_time() {
     assert_eq!(big.status, StatusCode::CONFLICT);
 }
 
+/// Blazar's instance plugin: once started, a reservation's flavor serves running servers,
+/// so only its number of slots may change.
+#[tokio::test]
+async fn an_active_instance_reservation_changes_only_its_amount() {
+    let app = TestApp::spawn().await;
+    app.create_host(
+        "c1",
+        json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100}),
+    )
+    .await;
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "a",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                instances(1, 2, 4096, 10, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lid = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = format!("/v1/leases/{lid}");
+    // Before the start, the size may change.
+    let r = app
+        .put(&path, json!({"reservations": [{"id": rid, "vcpus": 1}]}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    for change in [json!({"vcpus": 2}), json!({"memory_mb": 2048, "amount": 2})] {
+        let mut entry = change.clone();
+        entry["id"] = json!(rid);
+        let r = app.put(&path, json!({"reservations": [entry]})).await;
+        assert_eq!(r.status, StatusCode::CONFLICT, "{change}: {}", r.body);
+        assert_eq!(
+            r.message(),
+            "An active reservation only accepts to update amount."
+        );
+    }
+    let r = app
+        .put(&path, json!({"reservations": [{"id": rid, "amount": 2}]}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["lease"]["reservations"][0]["amount"], 2);
+    assert_eq!(r.body["lease"]["reservations"][0]["vcpus"], 1);
+}
+
 #[tokio::test]
 async fn affinity_places_instances_on_one_or_distinct_hosts() {
     let app = TestApp::spawn().await;
