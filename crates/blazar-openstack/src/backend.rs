@@ -619,22 +619,7 @@ impl OpenStackBackend {
                     }
                 }
             };
-            // Only the owner may be named: another project's id as a key (or another
-            // owner) would let BlazarFilter admit that project too; another zone would let
-            // anyone's servers land there.
-            let wanted = self.host_aggregate_metadata(&r.project_id);
-            let drift = crate::nova::metadata_drift(&aggregate, &wanted);
-            if !drift.is_empty() {
-                let line = pass.found(format!(
-                    "aggregate {}: metadata {} not as granted to {}: set",
-                    r.reservation_id,
-                    drift.join(", "),
-                    r.project_id
-                ));
-                if apply {
-                    pass.done(&line, nova.set_exact_metadata(&aggregate, &wanted).await);
-                }
-            }
+            self.repair_owner(&nova, &aggregate, r, apply, pass).await;
             if aggregate.availability_zone.as_deref() != Some(zone.as_str()) {
                 let line = pass.found(format!(
                     "aggregate {}: availability zone {} not {zone}: set",
@@ -695,10 +680,13 @@ impl OpenStackBackend {
             }
         }
         // Reservations whose start or change failed for good keep their hosts and aggregate
-        // as they are.
+        // as they are, but no other project may be let in.
         for r in &desired.stranded {
             in_force.insert(&r.reservation_id);
             reserved.extend(r.hosts.iter().map(String::as_str));
+            if let Some(aggregate) = aggregates.iter().find(|a| a.name == r.reservation_id) {
+                self.repair_owner(&nova, aggregate, r, apply, pass).await;
+            }
         }
         // Aggregates of reservations no longer in force (an ended or deleted lease whose
         // take-back did not finish, or a hand-made copy).
@@ -748,6 +736,33 @@ impl OpenStackBackend {
             }
         }
         Ok(())
+    }
+
+    /// The metadata of host reservation `r`'s aggregate made exactly its owner's. Only the
+    /// owner may be named: another project's id as a key (or another owner) would let
+    /// BlazarFilter admit that project too.
+    async fn repair_owner(
+        &self,
+        nova: &crate::nova::Nova<'_>,
+        aggregate: &crate::nova::Aggregate,
+        r: &blazar_service::HeldHosts,
+        apply: bool,
+        pass: &mut Pass,
+    ) {
+        let wanted = self.host_aggregate_metadata(&r.project_id);
+        let drift = crate::nova::metadata_drift(aggregate, &wanted);
+        if drift.is_empty() {
+            return;
+        }
+        let line = pass.found(format!(
+            "aggregate {}: metadata {} not as granted to {}: set",
+            r.reservation_id,
+            drift.join(", "),
+            r.project_id
+        ));
+        if apply {
+            pass.done(&line, nova.set_exact_metadata(aggregate, &wanted).await);
+        }
     }
 
     /// A new host goes into the freepool, and gets its `blazar_<hostname>` provider under
