@@ -94,18 +94,32 @@ impl TraitHosts {
 
 /// A host's capacity for instances: totals times ratios.
 pub fn capacity(host: &HostRecord, defaults: Ratios) -> Usage {
-    let ratio = |key: &str, default: f64| {
-        host.capabilities
-            .get(key)
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|r| r.is_finite() && *r > 0.0)
-            .unwrap_or(default)
-    };
-    let scale = |total: i64, r: f64| (total as f64 * r).floor() as i64;
-    Usage {
-        vcpus: scale(host.facts.vcpus, ratio(RATIO_KEYS[0], defaults.cpu)),
-        memory_mb: scale(host.facts.memory_mb, ratio(RATIO_KEYS[1], defaults.ram)),
-        disk_gb: scale(host.facts.local_gb, ratio(RATIO_KEYS[2], defaults.disk)),
+    HostRatios::of(host).capacity(host, defaults)
+}
+
+/// The allocation ratios a host sets for itself (capabilities `RATIO_KEYS`), where valid.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HostRatios([Option<f64>; 3]);
+
+impl HostRatios {
+    pub fn of(host: &HostRecord) -> HostRatios {
+        HostRatios(RATIO_KEYS.map(|key| {
+            host.capabilities
+                .get(key)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|r| r.is_finite() && *r > 0.0)
+        }))
+    }
+
+    /// `host`'s capacity with these ratios, `defaults` where it sets none.
+    pub fn capacity(self, host: &HostRecord, defaults: Ratios) -> Usage {
+        let [cpu, ram, disk] = self.0;
+        let scale = |total: i64, r: f64| (total as f64 * r).floor() as i64;
+        Usage {
+            vcpus: scale(host.facts.vcpus, cpu.unwrap_or(defaults.cpu)),
+            memory_mb: scale(host.facts.memory_mb, ram.unwrap_or(defaults.ram)),
+            disk_gb: scale(host.facts.local_gb, disk.unwrap_or(defaults.disk)),
+        }
     }
 }
 
@@ -175,17 +189,16 @@ pub(crate) async fn shape_hosts(
     let queries: Vec<(&str, &blazar_core::reservation::Query)> =
         shape.queries.iter().map(|(f, q)| (*f, q)).collect();
     let (inventory, matching) = cache.matching(tx, &queries, &shape.key).await?;
-    Ok(matching
-        .iter()
-        .filter_map(|&id| inventory.get(id))
-        .filter(|host| match &shape.trait_hosts {
+    Ok(inventory
+        .with_capacity(&matching, ratios)
+        .filter(|(host, _)| match &shape.trait_hosts {
             Some(hosts) => hosts.contains(&host.facts.hypervisor_hostname),
             None => shape
                 .traits
                 .iter()
                 .all(|(name, required)| has_trait(host, name) == *required),
         })
-        .map(|host| (host.id, capacity(host, ratios)))
+        .map(|(host, cap)| (host.id, cap))
         .filter(|(_, cap)| free_slots(*cap, Usage::default(), shape.slot) > 0)
         .collect())
 }
@@ -581,5 +594,28 @@ mod tests {
                 disk_gb: 100
             }
         );
+
+        // The inventory finds the hosts asked for, in one walk or by id, with the same
+        // capacities.
+        let hosts: Vec<HostRecord> = [2, 3, 5, 8, 9]
+            .into_iter()
+            .map(|id| {
+                let mut h = host.clone();
+                h.id = id;
+                h.facts.vcpus = id;
+                h
+            })
+            .collect();
+        let inventory = crate::resources::Inventory::new(hosts);
+        let found = |ids: &[i64]| -> Vec<(i64, i64)> {
+            inventory
+                .with_capacity(ids, defaults)
+                .map(|(h, cap)| (h.id, cap.vcpus))
+                .collect()
+        };
+        assert_eq!(found(&[1, 3, 4, 5, 9, 10]), [(3, 6), (5, 10), (9, 18)]);
+        assert_eq!(found(&[2, 3, 5, 8, 9]).len(), 5);
+        assert_eq!(found(&[9, 2]), [(9, 18), (2, 4)]);
+        assert!(found(&[]).is_empty());
     }
 }
