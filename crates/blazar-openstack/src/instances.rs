@@ -122,9 +122,7 @@ impl OpenStackBackend {
                 self.teardown_instances(action, &hosts).await.map(|()| None)
             }
             (ActionKind::Stop, _) => {
-                // A host taken out (healing): the others keep their slots. What the start
-                // made is made sure of first (the flavor may be gone since).
-                self.prepare_instances(action).await.map_err(action_error)?;
+                // A host taken out (healing): the others keep their slots.
                 let mut slots = self.slots(store, action).await?;
                 for host in self.hosts_of(store, &action.resources).await? {
                     slots.entry(host).or_insert(0);

@@ -420,6 +420,19 @@ impl<'a> Nova<'a> {
         let found = self.api.get_all(&path, "servers").await?;
         let mut deleted = 0;
         for server in items(&found, "servers") {
+            // Nova drops the `host` filter for a caller its policy does not allow it to
+            // (answering every server): each server's own host is checked before anything
+            // is deleted, and a list that does not show it deletes nothing.
+            match server["OS-EXT-SRV-ATTR:host"].as_str() {
+                Some(on) if on == host => {}
+                Some(_) => continue,
+                None => {
+                    return Err(Error::Refused(format!(
+                        "Nova does not show which host its servers are on to this service \
+                         user: servers on {host} not checked"
+                    )));
+                }
+            }
             let project = server["tenant_id"].as_str().unwrap_or_default();
             if let Some(id) = server["id"].as_str()
                 && doomed(project)

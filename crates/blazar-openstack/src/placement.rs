@@ -291,7 +291,6 @@ pub fn class_reservation(class: &str) -> Option<String> {
         .map(|id| id.to_lowercase().replace('_', "-"))
 }
 
-/// A query value, percent-encoded.
 /// Whether `inventory` holds `total` slots of an instance reservation and nothing more:
 /// one server a slot, none held back. A higher `allocation_ratio` (or a wider unit) would let
 /// the project run more servers than it booked, on capacity promised to others.
@@ -304,6 +303,7 @@ pub fn slots_as_granted(inventory: &Value, total: i64) -> bool {
         && inventory["allocation_ratio"].as_f64() == Some(1.0)
 }
 
+/// A query value, percent-encoded.
 pub(crate) fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }

@@ -129,7 +129,8 @@ impl Metrics {
         let failed_actions = gauge(
             &mut registry,
             "actions_failed",
-            "Outside-world actions given up on after their last attempt",
+            "Outside-world actions given up on after their last attempt, ever (only grows: \
+             alert on an increase)",
         );
         let database_up = gauge(
             &mut registry,
