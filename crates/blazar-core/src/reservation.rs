@@ -486,6 +486,22 @@ const INSTANCE_FIELDS: &[&str] = &[
 /// flavor there instead): Blazar's own tempest scenario sends it empty.
 const FLAVOR_FIELDS: &[&str] = &["flavor_id", "amount", "affinity", "resource_properties"];
 const FLOATINGIP_FIELDS: &[&str] = &["network_id", "amount", "required_floatingips"];
+
+/// The request fields that size an instance reservation (its type's fields but `amount`,
+/// and but `flavor:instance`'s ignored `resource_properties`): what Blazar's instance plugin
+/// lets no reservation in force change. Empty for other types.
+pub fn sizing_fields(resource_type: &str) -> Vec<&'static str> {
+    let (fields, ignored): (&[&'static str], &[&str]) = match resource_type {
+        VIRTUAL_INSTANCE => (INSTANCE_FIELDS, &[]),
+        FLAVOR_INSTANCE => (FLAVOR_FIELDS, &["resource_properties"]),
+        _ => return Vec::new(),
+    };
+    fields
+        .iter()
+        .copied()
+        .filter(|f| *f != "amount" && !ignored.contains(f))
+        .collect()
+}
 const NETWORK_FIELDS: &[&str] = &[
     "network_name",
     "network_description",

@@ -1405,25 +1405,15 @@ impl Service {
                 // Blazar's instance plugin: the flavor of a reservation in force serves
                 // running servers, so only the number of slots may change; a reservation
                 // in error takes no change.
-                let size: &[&str] = match stored.resource_type() {
-                    blazar_core::reservation::VIRTUAL_INSTANCE => &[
-                        "vcpus",
-                        "memory_mb",
-                        "disk_gb",
-                        "affinity",
-                        "resource_properties",
-                    ],
-                    blazar_core::reservation::FLAVOR_INSTANCE => &["flavor_id", "affinity"],
-                    _ => &[],
-                };
+                let size = blazar_core::reservation::sizing_fields(stored.resource_type());
                 if !size.is_empty() {
-                    if stored.status == ReservationStatus::Active && entry.sets_any(size) {
+                    if stored.status == ReservationStatus::Active && entry.sets_any(&size) {
                         return Err(ServiceError::Conflict(
                             "An active reservation only accepts to update amount.".into(),
                         ));
                     }
                     if stored.status == ReservationStatus::Error
-                        && entry.sets_any(&[size, &["amount"]].concat())
+                        && (entry.sets_any(&size) || entry.sets_any(&["amount"]))
                     {
                         return Err(ServiceError::Conflict(
                             "An error reservation doesn't accept an updating request.".into(),
