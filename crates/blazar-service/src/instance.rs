@@ -17,7 +17,7 @@ use serde_json::Value;
 
 pub use blazar_core::reservation::{Affinity, FLAVOR_INSTANCE, VIRTUAL_INSTANCE};
 
-use crate::resources::{AllocationRequest, Grant, HostCache, filter_key, lock_reservable};
+use crate::resources::{AllocationRequest, Fitting, Grant, HostCache, filter_key, lock_reservable};
 use crate::{ServiceError, ServiceResult};
 
 /// Extra capabilities that set a host's allocation ratios.
@@ -185,22 +185,31 @@ pub(crate) async fn shape_hosts(
     shape: &Shape,
     ratios: Ratios,
     cache: &HostCache,
-) -> ServiceResult<Vec<(i64, Usage)>> {
+) -> ServiceResult<Fitting> {
     let queries: Vec<(&str, &blazar_core::reservation::Query)> =
         shape.queries.iter().map(|(f, q)| (*f, q)).collect();
+    if shape.traits.is_empty() {
+        return cache
+            .fitting(tx, &queries, &shape.key, shape.slot, ratios)
+            .await;
+    }
+    // Which hosts have a trait is the cloud's answer of the moment: not remembered with
+    // the inventory.
     let (inventory, matching) = cache.matching(tx, &queries, &shape.key).await?;
-    Ok(inventory
-        .with_capacity(&matching, ratios)
-        .filter(|(host, _)| match &shape.trait_hosts {
-            Some(hosts) => hosts.contains(&host.facts.hypervisor_hostname),
-            None => shape
-                .traits
-                .iter()
-                .all(|(name, required)| has_trait(host, name) == *required),
-        })
-        .map(|(host, cap)| (host.id, cap))
-        .filter(|(_, cap)| free_slots(*cap, Usage::default(), shape.slot) > 0)
-        .collect())
+    Ok(Arc::new(
+        inventory
+            .with_capacity(&matching, ratios)
+            .filter(|(host, _)| match &shape.trait_hosts {
+                Some(hosts) => hosts.contains(&host.facts.hypervisor_hostname),
+                None => shape
+                    .traits
+                    .iter()
+                    .all(|(name, required)| has_trait(host, name) == *required),
+            })
+            .map(|(host, cap)| (host.id, cap))
+            .filter(|(_, cap)| free_slots(*cap, Usage::default(), shape.slot) > 0)
+            .collect(),
+    ))
 }
 
 /// Free slots per candidate host for `slot`-sized instances over the request's window, read
@@ -283,9 +292,16 @@ async fn probe_slots(
 ) -> ServiceResult<(Option<Vec<(i64, i64)>>, Vec<HostSlots>, usize)> {
     let hosts = shape_hosts(tx, shape, ratios, cache).await?;
     let fitting = hosts.len();
-    let mut order = hosts;
-    // The kept hosts first, the others still in id order.
-    order.sort_by_key(|(id, _)| !request.keep.contains(id));
+    // The kept hosts first, the others still in id order (a new reservation keeps none:
+    // the remembered list is used as it is).
+    let order: std::borrow::Cow<'_, [(i64, Usage)]> = if request.keep.is_empty() {
+        std::borrow::Cow::Borrowed(hosts.as_slice())
+    } else {
+        let (mut kept, others): (Vec<_>, Vec<_>) =
+            hosts.iter().partition(|(id, _)| request.keep.contains(id));
+        kept.extend(others);
+        std::borrow::Cow::Owned(kept)
+    };
     let kept = order
         .iter()
         .filter(|(id, _)| request.keep.contains(id))
@@ -319,10 +335,12 @@ async fn write_slots(
     let hosts: Vec<i64> = placement.iter().map(|(h, _)| *h).collect();
     if tx.backend() == Backend::Postgres {
         tx.claim_resources(PHYSICAL_HOST, &hosts).await?;
+        let chosen: HashSet<i64> = hosts.iter().copied().collect();
         let capacity: HashMap<i64, Usage> = shape_hosts(tx, shape, ratios, cache)
             .await?
-            .into_iter()
-            .filter(|(id, _)| hosts.contains(id))
+            .iter()
+            .filter(|(id, _)| chosen.contains(id))
+            .copied()
             .collect();
         let placed: Vec<(i64, Usage)> = hosts
             .iter()

@@ -281,7 +281,7 @@ impl Service {
                 .await?;
                 Demand::Slots {
                     kind: PHYSICAL_HOST.to_string(),
-                    hosts,
+                    hosts: hosts.to_vec(),
                     slot: shape.slot,
                     amount: shape.amount,
                     affinity: shape.affinity,

@@ -346,13 +346,18 @@ impl Inventory {
 /// An inventory copy with the remembered matches of one filter, if any.
 type Cached = (Arc<Inventory>, Option<Arc<Vec<i64>>>);
 
+/// The hosts of one filter that could hold one instance of a size when empty, with their
+/// capacity for instances, in id order (`HostCache::fitting`).
+pub type Fitting = Arc<Vec<(i64, blazar_core::engine::Usage)>>;
+
 struct Snapshot {
     version: i64,
     inventory: Arc<Inventory>,
     /// Matching host ids per query text: most requests repeat a few filters.
-    matches: HashMap<String, Arc<Vec<i64>>>,
-    /// What `matches` holds, in bytes (see `filter_weight`).
-    matches_bytes: usize,
+    matches: Remembered<i64>,
+    /// Fitting hosts per query text, instance size and default ratios: an instance search
+    /// weighs every matching host, and most requests repeat a few sizes.
+    fits: Remembered<(i64, blazar_core::engine::Usage)>,
 }
 
 /// Most memory the remembered filters may take per inventory version. Bounded by bytes, not
@@ -360,27 +365,62 @@ struct Snapshot {
 /// refused, nothing stored) grow the server by a gigabyte.
 pub(crate) const MAX_CACHED_FILTER_BYTES: usize = 16 * 1024 * 1024;
 
-/// The memory one remembered filter takes: its key, its host ids, and the map's overhead.
-fn filter_weight(key: &str, matching: &[i64]) -> usize {
-    key.len() + std::mem::size_of_val(matching) + 64
+/// Most memory the remembered fitting hosts may take per inventory version (a list is 32
+/// bytes per host: 25 sizes of filters matching 10,000 hosts).
+const MAX_CACHED_FIT_BYTES: usize = 8 * 1024 * 1024;
+
+/// Lists remembered by text key within a byte budget.
+struct Remembered<V> {
+    lists: HashMap<String, Arc<Vec<V>>>,
+    /// What `lists` holds, in bytes (see `weight`).
+    bytes: usize,
+    budget: usize,
+}
+
+impl<V> Remembered<V> {
+    fn new(budget: usize) -> Remembered<V> {
+        Remembered {
+            lists: HashMap::new(),
+            bytes: 0,
+            budget,
+        }
+    }
+
+    /// The memory one remembered list takes: its key, its items, and the map's overhead.
+    fn weight(key: &str, list: &[V]) -> usize {
+        key.len() + std::mem::size_of_val(list) + 64
+    }
+
+    fn get(&self, key: &str) -> Option<Arc<Vec<V>>> {
+        self.lists.get(key).cloned()
+    }
+
+    /// Remembers a list within the byte budget. When it would overflow, the remembered
+    /// lists are dropped at once (cheap, and the common ones come back first).
+    fn remember(&mut self, key: &str, list: &Arc<Vec<V>>) {
+        let weight = Self::weight(key, list);
+        if weight > self.budget / 4 {
+            return;
+        }
+        if self.bytes + weight > self.budget {
+            self.lists.clear();
+            self.bytes = 0;
+        }
+        if let Some(old) = self.lists.insert(key.to_string(), list.clone()) {
+            self.bytes -= Self::weight(key, &old);
+        }
+        self.bytes += weight;
+    }
 }
 
 impl Snapshot {
-    /// Remembers a filter's matches within the byte budget. When it would overflow, the
-    /// remembered filters are dropped at once (cheap, and the common ones come back first).
-    fn remember(&mut self, key: &str, matching: &Arc<Vec<i64>>) {
-        let weight = filter_weight(key, matching);
-        if weight > MAX_CACHED_FILTER_BYTES / 4 {
-            return;
+    fn new(version: i64, inventory: Arc<Inventory>) -> Snapshot {
+        Snapshot {
+            version,
+            inventory,
+            matches: Remembered::new(MAX_CACHED_FILTER_BYTES),
+            fits: Remembered::new(MAX_CACHED_FIT_BYTES),
         }
-        if self.matches_bytes + weight > MAX_CACHED_FILTER_BYTES {
-            self.matches.clear();
-            self.matches_bytes = 0;
-        }
-        if let Some(old) = self.matches.insert(key.to_string(), matching.clone()) {
-            self.matches_bytes -= filter_weight(key, &old);
-        }
-        self.matches_bytes += weight;
     }
 }
 
@@ -417,9 +457,55 @@ impl HostCache {
             Err(unknown) => return Err(unknown.into_error(tx, PHYSICAL_HOST).await),
         };
         if let Some(snapshot) = self.lock().as_mut().filter(|s| s.version == version) {
-            snapshot.remember(key, &matching);
+            snapshot.matches.remember(key, &matching);
         }
         Ok((inventory, matching))
+    }
+
+    /// The hosts matching `queries` (keyed by `key`) that could hold one `slot`-sized
+    /// instance when empty, with their capacity (totals times ratios, `defaults` where a
+    /// host sets none), in id order. Remembered per inventory version, so that a search
+    /// costs the hosts it probes rather than every matching host.
+    pub async fn fitting(
+        &self,
+        tx: &mut Tx,
+        queries: &[(&str, &Query)],
+        key: &str,
+        slot: blazar_core::engine::Usage,
+        defaults: crate::instance::Ratios,
+    ) -> ServiceResult<Fitting> {
+        let (inventory, matching) = self.matching(tx, queries, key).await?;
+        let fit_key = format!(
+            "{}/{}/{}/{}/{}/{} {key}",
+            slot.vcpus,
+            slot.memory_mb,
+            slot.disk_gb,
+            defaults.cpu.to_bits(),
+            defaults.ram.to_bits(),
+            defaults.disk.to_bits()
+        );
+        // The copy `matching` answered from, if it is still the one kept.
+        let same = |s: &&mut Snapshot| Arc::ptr_eq(&s.inventory, &inventory);
+        if let Some(found) = self
+            .lock()
+            .as_mut()
+            .filter(same)
+            .and_then(|s| s.fits.get(&fit_key))
+        {
+            return Ok(found);
+        }
+        let empty = blazar_core::engine::Usage::default();
+        let fits: Fitting = Arc::new(
+            inventory
+                .with_capacity(&matching, defaults)
+                .map(|(host, cap)| (host.id, cap))
+                .filter(|(_, cap)| blazar_core::engine::free_slots(*cap, empty, slot) > 0)
+                .collect(),
+        );
+        if let Some(snapshot) = self.lock().as_mut().filter(same) {
+            snapshot.fits.remember(&fit_key, &fits);
+        }
+        Ok(fits)
     }
 
     /// The current inventory.
@@ -456,12 +542,7 @@ impl HostCache {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let inventory = Arc::new(Inventory::new(hosts));
         if shared {
-            *self.lock() = Some(Snapshot {
-                version,
-                inventory: inventory.clone(),
-                matches: HashMap::new(),
-                matches_bytes: 0,
-            });
+            *self.lock() = Some(Snapshot::new(version, inventory.clone()));
         }
         Ok((version, inventory, None))
     }
@@ -477,12 +558,7 @@ impl HostCache {
         self.lock()
             .as_ref()
             .filter(|s| s.version == version)
-            .map(|s| {
-                (
-                    s.inventory.clone(),
-                    key.and_then(|k| s.matches.get(k).cloned()),
-                )
-            })
+            .map(|s| (s.inventory.clone(), key.and_then(|k| s.matches.get(k))))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Snapshot>> {
@@ -732,31 +808,31 @@ mod tests {
 
     #[test]
     fn remembered_filters_stay_within_their_byte_budget() {
-        let mut snapshot = Snapshot {
-            version: 1,
-            inventory: Arc::new(Inventory::new(Vec::new())),
-            matches: HashMap::new(),
-            matches_bytes: 0,
-        };
+        let mut remembered = Remembered::new(MAX_CACHED_FILTER_BYTES);
         let ids = Arc::new((0..1_000).collect::<Vec<i64>>());
         for i in 0..2_000 {
             // Distinct keys of 64 kB each, the largest query taken.
             let key = format!("{i}{}", "x".repeat(65_530));
-            snapshot.remember(&key, &ids);
-            let held: usize = snapshot
-                .matches
+            remembered.remember(&key, &ids);
+            let held: usize = remembered
+                .lists
                 .iter()
-                .map(|(k, v)| filter_weight(k, v))
+                .map(|(k, v)| Remembered::weight(k, v))
                 .sum();
-            assert_eq!(held, snapshot.matches_bytes);
+            assert_eq!(held, remembered.bytes);
             assert!(held <= MAX_CACHED_FILTER_BYTES, "{held} bytes after {i}");
         }
-        assert!(!snapshot.matches.is_empty());
+        assert!(!remembered.lists.is_empty());
         // Remembering a key again replaces it without counting it twice.
-        let before = snapshot.matches_bytes;
-        let key = snapshot.matches.keys().next().cloned().unwrap();
-        snapshot.remember(&key, &ids);
-        assert_eq!(snapshot.matches_bytes, before);
+        let before = remembered.bytes;
+        let key = remembered.lists.keys().next().cloned().unwrap();
+        remembered.remember(&key, &ids);
+        assert_eq!(remembered.bytes, before);
+        // A list over a quarter of the budget is not kept at all.
+        let mut small = Remembered::new(1_000);
+        small.remember("k", &ids);
+        assert!(small.get("k").is_none());
+        assert_eq!(small.bytes, 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -818,5 +894,105 @@ mod tests {
         cache.inventory(&mut tx).await.unwrap();
         tx.commit().await.unwrap();
         assert_eq!(cache.loads(), 2);
+    }
+
+    fn sized_host(i: i64, vcpus: i64, capabilities: &[(&str, &str)]) -> blazar_db::NewHost {
+        blazar_db::NewHost {
+            facts: blazar_core::HostFacts {
+                hypervisor_hostname: format!("h{i}"),
+                service_name: format!("h{i}"),
+                hypervisor_type: "QEMU".into(),
+                hypervisor_version: 1,
+                vcpus,
+                memory_mb: 4096,
+                local_gb: 100,
+                cpu_info: "{}".into(),
+                availability_zone: "nova".into(),
+            },
+            trust_id: String::new(),
+            capabilities: capabilities
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            created_at: chrono::Utc::now(),
+        }
+    }
+
+    #[tokio::test]
+    async fn fitting_hosts_are_remembered_per_size_and_ratios_and_never_stale() {
+        use blazar_core::engine::Usage;
+        let dir = tempfile::tempdir().unwrap();
+        let store = blazar_db::Store::connect(&blazar_db::StoreOptions {
+            url: dir.path().join("fits.db").display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let mut tx = store.write().await.unwrap();
+        // Hosts of 1 to 8 vCPUs (host id n has (n - 1) % 8 + 1); h1 (id 2, 2 vCPUs)
+        // triples its own CPU.
+        for i in 0..40 {
+            let ratio: &[(&str, &str)] = if i == 1 {
+                &[("cpu_allocation_ratio", "3.0")]
+            } else {
+                &[]
+            };
+            tx.insert_host(&sized_host(i, i % 8 + 1, ratio))
+                .await
+                .unwrap();
+        }
+        tx.commit().await.unwrap();
+        let cache = HostCache::default();
+        let any = Query::default();
+        let slot = |vcpus| Usage {
+            vcpus,
+            memory_mb: 512,
+            disk_gb: 10,
+        };
+        let ratios = crate::instance::Ratios {
+            cpu: 1.0,
+            ram: 1.0,
+            disk: 1.0,
+        };
+        let fitting = |vcpus: i64, ratios| {
+            let (store, cache, any) = (&store, &cache, &any);
+            async move {
+                let mut tx = store.read().await.unwrap();
+                let queries = [("resource_properties", any)];
+                let found = cache
+                    .fitting(&mut tx, &queries, "", slot(vcpus), ratios)
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+                found
+            }
+        };
+        let names = |fits: &Fitting| -> Vec<(i64, i64)> {
+            fits.iter().map(|(id, cap)| (*id, cap.vcpus)).collect()
+        };
+        let four = fitting(4, ratios).await;
+        // Hosts of 4 vCPUs or more (ids 4..=8, 12..=16, ...), and h1 at 2 x 3.
+        assert_eq!(four.len(), 26);
+        assert!(names(&four).contains(&(4, 4)), "{:?}", names(&four));
+        assert!(names(&four).contains(&(2, 6)), "{:?}", names(&four));
+        assert!(four.iter().all(|(_, cap)| cap.vcpus >= 4));
+        assert!(four.windows(2).all(|w| w[0].0 < w[1].0), "id order");
+        // Asked again, the same list answers.
+        assert!(Arc::ptr_eq(&four, &fitting(4, ratios).await));
+        // Another size, or other default ratios, is another list.
+        assert_eq!(fitting(8, ratios).await.len(), 5);
+        let doubled = crate::instance::Ratios { cpu: 2.0, ..ratios };
+        let four_doubled = fitting(4, doubled).await;
+        assert_eq!(four_doubled.len(), 35);
+        // h1 sets its own ratio: the default does not change it.
+        assert!(names(&four_doubled).contains(&(2, 6)));
+        assert!(names(&four_doubled).contains(&(4, 8)));
+        // A new host moves the inventory version: it is found at once.
+        let mut tx = store.write().await.unwrap();
+        let id = tx.insert_host(&sized_host(99, 32, &[])).await.unwrap();
+        tx.commit().await.unwrap();
+        let eight = fitting(8, ratios).await;
+        assert_eq!(eight.len(), 6);
+        assert_eq!(eight.last().map(|(h, _)| *h), Some(id));
     }
 }
