@@ -697,6 +697,10 @@ impl OpenStackBackend {
                 .is_some_and(|z| z.starts_with(&self.settings.az_prefix));
             if !ours
                 || in_force.contains(aggregate.name.as_str())
+                // An instance reservation's aggregate given a zone by hand: its own
+                // checks own it, not the host reservations'.
+                || (crate::nova::names_reservation(aggregate)
+                    && desired.kept.contains(&aggregate.name))
                 || (desired.upcoming.contains(&aggregate.name) && aggregate.hosts.is_empty())
                 || desired.busy_reservations.contains(&aggregate.name)
                 || aggregate.hosts.iter().any(busy)

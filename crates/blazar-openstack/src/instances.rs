@@ -111,7 +111,10 @@ impl OpenStackBackend {
     ) -> Result<ActionOutput, ActionError> {
         let group = match (action.kind, action.purpose) {
             (ActionKind::Prepare, _) => self.prepare_instances(action).await,
-            (ActionKind::Release, _) => self.teardown_instances(action, &[]).await.map(|()| None),
+            (ActionKind::Release, _) => self
+                .teardown_instances(action, &[], self.settings().server_delete_timeout)
+                .await
+                .map(|()| None),
             (ActionKind::Start, _) => {
                 let group = self.prepare_instances(action).await.map_err(action_error)?;
                 let slots = self.slots(store, action).await?;
@@ -119,7 +122,9 @@ impl OpenStackBackend {
             }
             (ActionKind::Stop, ActionPurpose::LeaseEnd | ActionPurpose::Delete) => {
                 let hosts = self.hosts_of(store, &action.resources).await?;
-                self.teardown_instances(action, &hosts).await.map(|()| None)
+                self.teardown_instances(action, &hosts, self.settings().server_delete_timeout)
+                    .await
+                    .map(|()| None)
             }
             (ActionKind::Stop, _) => {
                 // A host taken out (healing): the others keep their slots.
@@ -413,11 +418,13 @@ impl OpenStackBackend {
         Ok(drift)
     }
 
-    /// Everything of the reservation goes, whatever is left of it.
+    /// Everything of the reservation goes, whatever is left of it. Its servers are deleted
+    /// and waited for up to `wait` (the inventories cannot go while they hold units).
     pub(crate) async fn teardown_instances(
         &self,
         action: &Action,
         hosts: &[(String, String)],
+        wait: std::time::Duration,
     ) -> Result<(), Error> {
         let nova = self.cloud().nova(action.request_id.as_deref());
         let placement = self.cloud().placement(action.request_id.as_deref());
@@ -427,9 +434,7 @@ impl OpenStackBackend {
         if !action.project_id.is_empty() && nova.flavor(id).await?.is_some() {
             nova.remove_flavor_access(id, &action.project_id).await?;
         }
-        let cleared = nova
-            .clear_flavor(id, self.settings().server_delete_timeout)
-            .await?;
+        let cleared = nova.clear_flavor(id, wait).await?;
         if cleared > 0 {
             tracing::info!(servers = cleared, reservation.id = %id,
                 "deleted the servers of an ended instance reservation");
@@ -443,8 +448,7 @@ impl OpenStackBackend {
             if !orphaned.is_empty() {
                 tracing::info!(servers = orphaned.len(), reservation.id = %id,
                     "deleting servers of an ended instance reservation whose flavor is gone");
-                nova.clear_servers(&orphaned, self.settings().server_delete_timeout)
-                    .await?;
+                nova.clear_servers(&orphaned, wait).await?;
             }
         }
         if affinity(action).is_some()
@@ -491,8 +495,7 @@ impl OpenStackBackend {
             let holders: Vec<String> = holders.into_iter().collect();
             tracing::info!(servers = holders.len(), reservation.id = %id,
                 "deleting servers that still hold units of an ended instance reservation");
-            nova.clear_servers(&holders, self.settings().server_delete_timeout)
-                .await?;
+            nova.clear_servers(&holders, wait).await?;
         }
         // Providers whose every unit was held show up now that the units are free.
         providers.extend(with_class().await?);

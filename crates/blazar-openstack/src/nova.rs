@@ -46,6 +46,16 @@ pub struct Aggregate {
     pub metadata: serde_json::Map<String, Value>,
 }
 
+/// Whether `aggregate` is an instance reservation's: named after the reservation its
+/// `reservation` metadata names.
+pub fn names_reservation(aggregate: &Aggregate) -> bool {
+    aggregate
+        .metadata
+        .get("reservation")
+        .and_then(Value::as_str)
+        == Some(aggregate.name.as_str())
+}
+
 /// The metadata key Nova mirrors an aggregate's availability zone into.
 const ZONE_KEY: &str = "availability_zone";
 
@@ -532,27 +542,39 @@ impl<'a> Nova<'a> {
 
     /// Ids of the flavors named `name`, private ones included.
     pub async fn flavor_ids_named(&self, name: &str) -> Result<Vec<String>> {
-        let all = self
-            .api
-            .get_all("/flavors/detail?is_public=None", "flavors")
-            .await?;
-        Ok(items(&all, "flavors")
-            .filter(|f| f["name"].as_str() == Some(name))
-            .filter_map(|f| f["id"].as_str().map(str::to_string))
+        Ok(self
+            .flavor_names()
+            .await?
+            .into_iter()
+            .filter(|(_, n)| n == name)
+            .map(|(id, _)| id)
             .collect())
     }
 
     /// Ids of the flavors named `reservation:<id>` after their own id: the reservation
     /// flavors blazar-rs (or Blazar) made, private ones included.
     pub async fn reservation_flavors(&self) -> Result<Vec<String>> {
+        Ok(self
+            .flavor_names()
+            .await?
+            .into_iter()
+            .filter(|(id, name)| *name == format!("reservation:{id}"))
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    /// (id, name) of every flavor, private ones included.
+    async fn flavor_names(&self) -> Result<Vec<(String, String)>> {
         let all = self
             .api
             .get_all("/flavors/detail?is_public=None", "flavors")
             .await?;
         Ok(items(&all, "flavors")
             .filter_map(|f| {
-                let id = f["id"].as_str()?;
-                (f["name"].as_str() == Some(&format!("reservation:{id}"))).then(|| id.to_string())
+                Some((
+                    f["id"].as_str()?.to_string(),
+                    f["name"].as_str()?.to_string(),
+                ))
             })
             .collect())
     }
@@ -894,6 +916,30 @@ mod add_host_tests {
         wanted.insert("blazar:owner".into(), json!("other"));
         wanted.insert("0badc0de".into(), json!("true"));
         assert!(metadata_drift(&aggregate, &wanted).is_empty());
+    }
+
+    #[test]
+    fn an_instance_aggregate_is_named_after_the_reservation_it_names() {
+        let aggregate = |name: &str, metadata: Value| Aggregate {
+            id: 1,
+            name: name.into(),
+            availability_zone: Some("blazar_by_hand".into()),
+            hosts: Vec::new(),
+            metadata: serde_json::from_value(metadata).unwrap(),
+        };
+        assert!(names_reservation(&aggregate(
+            "r1",
+            json!({"reservation": "r1"})
+        )));
+        assert!(!names_reservation(&aggregate(
+            "r1",
+            json!({"reservation": "r2"})
+        )));
+        // A host reservation's aggregate carries its owner, not a `reservation` key.
+        assert!(!names_reservation(&aggregate(
+            "r1",
+            json!({"blazar:owner": "p"})
+        )));
     }
 
     #[test]

@@ -88,14 +88,10 @@ impl<'a> Placement<'a> {
 
     /// Inventories by resource class: (total, allocation_ratio, reserved).
     pub async fn inventories(&self, uuid: &str) -> Result<Vec<(String, i64, f64, i64)>> {
-        let found = self
-            .api
-            .get(&format!("/resource_providers/{uuid}/inventories"))
-            .await?;
-        Ok(found["inventories"]
-            .as_object()
-            .into_iter()
-            .flatten()
+        Ok(self
+            .inventory_map(uuid)
+            .await?
+            .iter()
             .map(|(class, inv)| {
                 (
                     class.clone(),
@@ -109,11 +105,19 @@ impl<'a> Placement<'a> {
 
     /// The inventory of `class` on provider `uuid`, as Placement shows it (`None`: none).
     pub async fn inventory_of(&self, uuid: &str, class: &str) -> Result<Option<Value>> {
-        let found = self
+        Ok(self.inventory_map(uuid).await?.remove(class))
+    }
+
+    /// Provider `uuid`'s inventories by resource class, as Placement shows them.
+    async fn inventory_map(&self, uuid: &str) -> Result<serde_json::Map<String, Value>> {
+        let mut found = self
             .api
             .get(&format!("/resource_providers/{uuid}/inventories"))
             .await?;
-        Ok(found["inventories"].get(class).cloned())
+        Ok(match found.get_mut("inventories").map(Value::take) {
+            Some(Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        })
     }
 
     pub async fn traits(&self, uuid: &str) -> Result<Vec<String>> {

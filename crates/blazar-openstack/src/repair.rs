@@ -21,6 +21,9 @@ use crate::instances::{FLAVOR_INSTANCE, VIRTUAL_INSTANCE};
 use crate::placement::class_reservation;
 use crate::pools::{FLOATINGIP, NETWORK};
 
+/// How long a reconcile pass waits for the servers of one orphaned instance reservation.
+const ORPHAN_SERVER_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 fn unavailable(e: Error) -> InventoryError {
     InventoryError::Unavailable(e.to_string())
 }
@@ -101,14 +104,12 @@ impl OpenStackBackend {
                 .filter(|id| orphan(id)),
         );
         let aggregates = nova.aggregates().await.map_err(unavailable)?;
-        for a in &aggregates {
-            if let Some(id) = a.metadata.get("reservation").and_then(Value::as_str)
-                && a.name == id
-                && orphan(id)
-            {
-                instance_orphans.insert(id.to_string());
-            }
-        }
+        instance_orphans.extend(
+            aggregates
+                .iter()
+                .filter(|a| crate::nova::names_reservation(a) && orphan(&a.name))
+                .map(|a| a.name.clone()),
+        );
         instance_orphans.extend(
             placement
                 .reservation_classes()
@@ -137,9 +138,17 @@ impl OpenStackBackend {
                 .unwrap_or_default()
                 .to_string();
             let action = orphan_action(&id, &project);
+            // A pass does not wait out slow server deletes (one orphan would hold the whole
+            // pass for minutes): what is still there fails this time and the next pass,
+            // finding the servers gone, removes the rest.
+            let wait = self
+                .settings()
+                .server_delete_timeout
+                .min(ORPHAN_SERVER_WAIT);
             pass.done(
                 &line,
-                self.teardown_instances(&action, &desired.hypervisors).await,
+                self.teardown_instances(&action, &desired.hypervisors, wait)
+                    .await,
             );
         }
 

@@ -2188,6 +2188,9 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     let mut metadata = serde_json::Map::new();
     metadata.insert(intruder.into(), json!("true"));
     nova.set_metadata(&aggregate, metadata).await.unwrap();
+    // A zone named like a host reservation's: the aggregate is still the instance
+    // reservation's, not a host reservation's leftover to remove.
+    nova.set_zone(&aggregate, "blazar_by_hand").await.unwrap();
     let class = format!(
         "CUSTOM_RESERVATION_{}",
         rid.to_uppercase().replace('-', "_")
@@ -2313,6 +2316,7 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
         "{drift:#?}"
     );
     assert!(has(&format!("network {stray}")), "{drift:#?}");
+    assert!(!has("belongs to no reservation in force"), "{drift:#?}");
     // A dry run changes nothing.
     assert!(!nova.flavor_access(&rid).await.unwrap().contains(&alpha));
     let repaired = reconcile(false).await;
