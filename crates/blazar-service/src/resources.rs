@@ -847,22 +847,8 @@ mod tests {
         .unwrap();
         let mut tx = store.write().await.unwrap();
         for i in 0..500 {
-            let host = blazar_db::NewHost {
-                facts: blazar_core::HostFacts {
-                    hypervisor_hostname: format!("h{i}"),
-                    service_name: format!("h{i}"),
-                    hypervisor_type: "QEMU".into(),
-                    hypervisor_version: 1,
-                    vcpus: 8,
-                    memory_mb: 1024,
-                    local_gb: 10,
-                    cpu_info: "{}".into(),
-                    availability_zone: "nova".into(),
-                },
-                trust_id: String::new(),
-                capabilities: [("rack".to_string(), format!("r{}", i / 10))].into(),
-                created_at: chrono::Utc::now(),
-            };
+            let rack = format!("r{}", i / 10);
+            let host = sized_host(i, 8, &[("rack", &rack)]);
             tx.insert_host(&host).await.unwrap();
         }
         tx.commit().await.unwrap();
