@@ -419,7 +419,7 @@ impl OpenStackBackend {
     }
 
     /// Everything of the reservation goes, whatever is left of it. Its servers are deleted
-    /// and waited for up to `wait` (the inventories cannot go while they hold units).
+    /// and waited for, `wait` in all (the inventories cannot go while they hold units).
     pub(crate) async fn teardown_instances(
         &self,
         action: &Action,
@@ -430,11 +430,14 @@ impl OpenStackBackend {
         let placement = self.cloud().placement(action.request_id.as_deref());
         let id = &action.reservation_id;
         let class = reservation_class(id);
+        // Servers are looked for three ways below; the waits share one deadline.
+        let deadline = tokio::time::Instant::now() + wait;
+        let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
         // An orphan found by the reconciler may not say whose it was.
         if !action.project_id.is_empty() && nova.flavor(id).await?.is_some() {
             nova.remove_flavor_access(id, &action.project_id).await?;
         }
-        let cleared = nova.clear_flavor(id, wait).await?;
+        let cleared = nova.clear_flavor(id, left()).await?;
         if cleared > 0 {
             tracing::info!(servers = cleared, reservation.id = %id,
                 "deleted the servers of an ended instance reservation");
@@ -448,7 +451,7 @@ impl OpenStackBackend {
             if !orphaned.is_empty() {
                 tracing::info!(servers = orphaned.len(), reservation.id = %id,
                     "deleting servers of an ended instance reservation whose flavor is gone");
-                nova.clear_servers(&orphaned, wait).await?;
+                nova.clear_servers(&orphaned, left()).await?;
             }
         }
         if affinity(action).is_some()
@@ -495,7 +498,7 @@ impl OpenStackBackend {
             let holders: Vec<String> = holders.into_iter().collect();
             tracing::info!(servers = holders.len(), reservation.id = %id,
                 "deleting servers that still hold units of an ended instance reservation");
-            nova.clear_servers(&holders, wait).await?;
+            nova.clear_servers(&holders, left()).await?;
         }
         // Providers whose every unit was held show up now that the units are free.
         providers.extend(with_class().await?);

@@ -453,7 +453,11 @@ impl HostCache {
             return Ok((inventory, matching));
         }
         let matching = match matching_hosts(&inventory.hosts, queries) {
-            Ok(matching) => Arc::new(matching),
+            Ok(mut matching) => {
+                // What is remembered is weighed by its length.
+                matching.shrink_to_fit();
+                Arc::new(matching)
+            }
             Err(unknown) => return Err(unknown.into_error(tx, PHYSICAL_HOST).await),
         };
         if let Some(snapshot) = self.lock().as_mut().filter(|s| s.version == version) {
@@ -495,13 +499,14 @@ impl HostCache {
             return Ok(found);
         }
         let empty = blazar_core::engine::Usage::default();
-        let fits: Fitting = Arc::new(
-            inventory
-                .with_capacity(&matching, defaults)
-                .map(|(host, cap)| (host.id, cap))
-                .filter(|(_, cap)| blazar_core::engine::free_slots(*cap, empty, slot) > 0)
-                .collect(),
-        );
+        let mut fits: Vec<_> = inventory
+            .with_capacity(&matching, defaults)
+            .map(|(host, cap)| (host.id, cap))
+            .filter(|(_, cap)| blazar_core::engine::free_slots(*cap, empty, slot) > 0)
+            .collect();
+        // What is remembered is weighed by its length.
+        fits.shrink_to_fit();
+        let fits: Fitting = Arc::new(fits);
         if let Some(snapshot) = self.lock().as_mut().filter(same) {
             snapshot.fits.remember(&fit_key, &fits);
         }
