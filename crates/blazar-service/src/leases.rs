@@ -1543,7 +1543,14 @@ impl Service {
             tx.cancel_pending_actions(&lease.id, ActionKind::Start.as_str(), now)
                 .await?;
             let started = event_status(&events, EventType::StartLease) != EventStatus::Undone;
+            let ended = event_status(&events, EventType::EndLease) != EventStatus::Undone;
             for reservation in &reservations {
+                if started && ended {
+                    // The end recorded the take-back of everything (a reservation in ERROR
+                    // included). Another one now would come after the next lease's
+                    // hand-over of the same resources, and undo it.
+                    continue;
+                }
                 if !started {
                     // Nothing was handed over; only what was prepared goes.
                     self.record_reservation_action(
@@ -1574,7 +1581,6 @@ impl Service {
                 .await?;
             }
             // Blazar tells usage enforcement of a delete unless the lease already ended.
-            let ended = event_status(&events, EventType::EndLease) != EventStatus::Undone;
             if !(started && ended) && self.enforcement.wants_on_end() {
                 let view = LeaseView {
                     lease: lease.clone(),
