@@ -580,6 +580,26 @@ impl Service {
 
     /// One attempt at one claimed action: what the backend answered, not yet recorded.
     async fn attempt(&self, row: ActionRecord) -> Attempt {
+        // Each claim counts an attempt, and only a claim that expired (its worker stopped
+        // or hung mid-attempt) is taken past the last one: an action that takes its worker
+        // down would otherwise be taken again forever, holding back its lease and every
+        // later action on its resources.
+        let max_attempts = i64::from(self.settings.action_max_attempts);
+        if row.attempts > max_attempts {
+            let error = format!(
+                "gave up after {max_attempts} attempts: the last did not report back (its \
+                 worker stopped or hung)"
+            );
+            tracing::error!(action.seq = row.seq, action.kind = %row.kind,
+                lease.id = %row.lease_id, attempts = row.attempts, error = %error,
+                "action failed for good");
+            return Attempt {
+                row,
+                outcome: ActionOutcome::Failed { error },
+                output: ActionOutput::default(),
+                at: self.now(),
+            };
+        }
         let result = match action_from_row(&row) {
             Ok(_) if row.kind == ActionKind::OnEnd => self.tell_lease_end(&row).await,
             Ok(action) if row.kind == ActionKind::DeleteTrust => self.delete_trust(&action).await,
