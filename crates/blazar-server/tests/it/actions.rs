@@ -251,11 +251,15 @@ async fn a_permanent_failure_puts_the_lease_in_error_and_says_why() {
     assert!(desired.stranded.is_empty(), "{desired:?}");
     let kinds: Vec<ActionKind> = backend.calls().iter().map(|c| c.1).collect();
     assert_eq!(kinds, vec![ActionKind::Start, ActionKind::Stop]);
-    // And it can be deleted.
+    // And it can be deleted. Its end took everything back already: the delete takes
+    // nothing back again (the host may be another lease's by now).
     assert_eq!(
         app.delete(&format!("/v1/leases/{lid}")).await.status,
         StatusCode::NO_CONTENT
     );
+    app.run_actions().await;
+    let kinds: Vec<ActionKind> = backend.calls().iter().map(|c| c.1).collect();
+    assert_eq!(kinds, vec![ActionKind::Start, ActionKind::Stop]);
 }
 
 #[tokio::test]
@@ -414,6 +418,55 @@ async fn an_expired_claim_is_taken_again_and_the_late_worker_changes_nothing() {
     tx.commit().await.unwrap();
     assert!(!taken);
     assert_eq!(actions(&app, &lid).await[0]["status"], "done");
+}
+
+#[tokio::test]
+async fn an_action_whose_workers_keep_dying_fails_after_its_attempts() {
+    let backend = Arc::new(Scripted::default());
+    let mut app = TestApp::spawn_full(
+        TestDatabase::new().await,
+        Settings {
+            action_max_attempts: 2,
+            ..Settings::default()
+        },
+        ConnectionLimits::default(),
+        backend.clone(),
+    )
+    .await;
+    app.auto_actions = false;
+    app.create_host("compute-1", json!({})).await;
+    let lid = id(&app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await
+        .body);
+    let start = t(2030, 1, 1, 10, 0);
+    app.tick_at(start).await;
+    // Two workers in turn take the action and die in the attempt (it takes them down).
+    for minutes in [0, 7] {
+        let at = start + chrono::Duration::minutes(minutes);
+        let mut tx = app.service.store().write().await.unwrap();
+        let claimed = tx
+            .claim_actions(at, "dying-worker", chrono::Duration::minutes(6), 10)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(claimed.len(), 1);
+    }
+    // Taken past its last attempt, it fails without being tried again.
+    app.clock.set(start + chrono::Duration::minutes(14));
+    let report = app.run_actions().await;
+    assert_eq!(report.done, 0);
+    assert!(backend.calls().is_empty());
+    let a = &actions(&app, &lid).await[0];
+    assert_eq!(a["status"], "failed", "{a}");
+    assert!(
+        a["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("did not report back"),
+        "{a}"
+    );
+    assert_eq!(lease(&app, &lid).await["status"], "ERROR");
 }
 
 #[tokio::test]
