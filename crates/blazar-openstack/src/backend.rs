@@ -150,6 +150,7 @@ impl OpenStackBackend {
         let nova = self.cloud.nova(action.request_id.as_deref());
         let aggregate = self.reservation_aggregate(&nova, action).await?;
         let freepool = nova.ensure_aggregate(&self.settings.freepool, None).await?;
+        let aggregates = nova.aggregates().await?;
         for host in hosts {
             nova.remove_host(&freepool, host).await?;
             let cleared = nova
@@ -158,6 +159,13 @@ impl OpenStackBackend {
             if cleared > 0 {
                 tracing::info!(host, servers = cleared, reservation.id = %action.reservation_id,
                     "deleted servers left on a host before handing it over");
+            }
+            // The host is this reservation's now: an earlier one whose take-back failed
+            // for good still has it in its zone, where Nova would keep it from moving.
+            for stale in self.held_elsewhere(&aggregates, host, &action.reservation_id) {
+                tracing::warn!(host, aggregate = %stale.name, reservation.id = %action.reservation_id,
+                    "host still in an earlier reservation's aggregate: taken out before the hand-over");
+                nova.remove_host(stale, host).await?;
             }
             nova.add_host(&aggregate, host).await?;
             tracing::info!(host, aggregate = %action.reservation_id, project.id = %action.project_id,
@@ -171,8 +179,22 @@ impl OpenStackBackend {
     async fn stop_hosts(&self, action: &Action, hosts: &[String]) -> Result<(), Error> {
         let nova = self.cloud.nova(action.request_id.as_deref());
         let freepool = nova.ensure_aggregate(&self.settings.freepool, None).await?;
-        let aggregate = nova.find_aggregate(&action.reservation_id).await?;
+        let aggregates = nova.aggregates().await?;
+        let aggregate = aggregates
+            .iter()
+            .find(|a| a.name == action.reservation_id)
+            .cloned();
         for host in hosts {
+            // Handed over to another reservation since (a take-back that came late, after
+            // the next lease's hand-over): the host and its servers are that one's now.
+            if let Some(other) = self
+                .held_elsewhere(&aggregates, host, &action.reservation_id)
+                .next()
+            {
+                tracing::warn!(host, aggregate = %other.name, reservation.id = %action.reservation_id,
+                    "host already handed to another reservation: left to it");
+                continue;
+            }
             let cleared = nova
                 .clear_host(host, self.settings.server_delete_timeout)
                 .await?;
@@ -519,6 +541,23 @@ impl OpenStackBackend {
         )
         .await?;
         Ok(aggregate)
+    }
+
+    /// The host reservations' aggregates (named by their zone) other than
+    /// `reservation_id`'s that hold `host`.
+    fn held_elsewhere<'a>(
+        &'a self,
+        aggregates: &'a [Aggregate],
+        host: &'a str,
+        reservation_id: &'a str,
+    ) -> impl Iterator<Item = &'a Aggregate> + 'a {
+        aggregates.iter().filter(move |a| {
+            a.name != reservation_id
+                && a.hosts.iter().any(|h| h == host)
+                && a.availability_zone
+                    .as_deref()
+                    .is_some_and(|z| z.starts_with(&self.settings.az_prefix))
+        })
     }
 
     /// The metadata of a host reservation's aggregate: its owner, nothing else.

@@ -476,6 +476,76 @@ async fn host_reservations_move_hosts_between_the_freepool_and_their_aggregate()
     nova.delete_aggregate(&freepool).await.unwrap();
 }
 
+/// A host the cloud shows in another reservation's aggregate: a take-back leaves it to that
+/// one (a late take-back must not undo the next lease's hand-over), and a hand-over takes it
+/// from there (a take-back that failed for good must not keep the next lease from it).
+#[tokio::test]
+async fn a_host_in_another_reservations_aggregate_goes_to_whom_the_database_grants_it() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
+    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let ids = enrol(&app, &["compute-1"]).await;
+    let alpha = env.get("OS_ALPHA_PROJECT_ID");
+    app.act_as(&alpha, "alpha-user", "member");
+    let a = app
+        .host_lease("a", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let b = app
+        .host_lease("b", "2030-01-01 13:00", "2030-01-01 14:00", 1, 1, "")
+        .await;
+    app.act_as_admin();
+    let field =
+        |body: &Value, pointer: &str| body.pointer(pointer).unwrap().as_str().unwrap().to_string();
+    let (a_id, b_id) = (field(&a.body, "/lease/id"), field(&b.body, "/lease/id"));
+    let rid = "/lease/reservations/0/id";
+    let (a_rid, b_rid) = (field(&a.body, rid), field(&b.body, rid));
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let held = nova.find_aggregate(&a_rid).await.unwrap().unwrap();
+    assert_eq!(held.hosts, ["compute-1"]);
+    // Meanwhile the cloud shows the host in another reservation's aggregate.
+    nova.remove_host(&held, "compute-1").await.unwrap();
+    let other = nova
+        .ensure_aggregate("another-reservation", Some("blazar_another-reservation"))
+        .await
+        .unwrap();
+    nova.add_host(&other, "compute-1").await.unwrap();
+
+    // A's end leaves it there: not put in the freepool, its aggregate not emptied.
+    app.tick_at(t(2030, 1, 1, 12, 0)).await;
+    let a_lease = app.get(&format!("/v1/leases/{a_id}")).await.body;
+    assert_eq!(a_lease["lease"]["status"], "TERMINATED", "{a_lease}");
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert!(freepool.hosts.is_empty(), "{:?}", freepool.hosts);
+    let other = nova
+        .find_aggregate("another-reservation")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(other.hosts, ["compute-1"]);
+
+    // B's start: the database grants B the host, so B gets it from there.
+    app.tick_at(t(2030, 1, 1, 13, 0)).await;
+    let b_lease = app.get(&format!("/v1/leases/{b_id}")).await.body;
+    let actions = app.get(&format!("/v1/leases/{b_id}/actions")).await.body;
+    assert_eq!(b_lease["lease"]["status"], "ACTIVE", "{actions}");
+    let granted = nova.find_aggregate(&b_rid).await.unwrap().unwrap();
+    assert_eq!(granted.hosts, ["compute-1"]);
+    let other = nova
+        .find_aggregate("another-reservation")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(other.hosts.is_empty(), "{:?}", other.hosts);
+
+    app.tick_at(t(2030, 1, 1, 14, 0)).await;
+    nova.delete_aggregate(&other).await.unwrap();
+    withdraw(&app, &admin, &ids).await;
+}
+
 async fn enrol(app: &TestApp, names: &[&str]) -> Vec<String> {
     let mut ids = Vec::new();
     for name in names {
