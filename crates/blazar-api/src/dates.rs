@@ -87,6 +87,8 @@ fn push_digits(out: &mut String, value: u32, width: u32) {
 pub fn parse_t(text: &str) -> Option<DateTime<Utc>> {
     NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
         .ok()
+        // `%Y` takes a sign and any number of digits; the wire's years have four.
+        .filter(|naive| (1..=9999).contains(&naive.year()))
         .map(|naive| naive.and_utc())
 }
 
@@ -128,6 +130,13 @@ mod tests {
         assert_eq!(format_t(t), "2030-01-01T10:05:00.000000");
         assert_eq!(format_space(t), "2030-01-01 10:05:00");
         assert_eq!(parse_t(&format_t(t)), Some(t));
+        for outside in [
+            "-0001-01-01T00:00:00",
+            "+20000-01-01T00:00:00",
+            "0000-01-01T00:00:00",
+        ] {
+            assert_eq!(parse_t(outside), None, "{outside}");
+        }
         let precise = Utc.with_ymd_and_hms(987, 12, 31, 23, 59, 7).unwrap()
             + chrono::Duration::microseconds(4_321);
         assert_eq!(format_t(precise), "0987-12-31T23:59:07.004321");

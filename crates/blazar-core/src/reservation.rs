@@ -597,16 +597,27 @@ fn stored_ids(map: &Map<String, Value>) -> Option<InstanceIds> {
     })
 }
 
+/// The required addresses, each once, in the order given: an address asked for twice is
+/// one floating IP (a list of one address repeated was bound once per repeat and could
+/// overflow the database's bind limit).
 fn addresses(map: &Map<String, Value>) -> Result<Vec<String>> {
     match map.get("required_floatingips") {
         None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| match v.as_str() {
-                Some(a) if a.parse::<std::net::IpAddr>().is_ok() => Ok(a.to_string()),
-                _ => Err(bad(format!("IP address {v} is invalid form."))),
-            })
-            .collect(),
+        Some(Value::Array(items)) => {
+            let mut seen = std::collections::HashSet::new();
+            let mut addresses = Vec::new();
+            for v in items {
+                match v.as_str() {
+                    Some(a) if a.parse::<std::net::IpAddr>().is_ok() => {
+                        if seen.insert(a) {
+                            addresses.push(a.to_string());
+                        }
+                    }
+                    _ => return Err(bad(format!("IP address {v} is invalid form."))),
+                }
+            }
+            Ok(addresses)
+        }
         Some(other) => Err(bad(format!(
             "Malformed parameter required_floatingips: expected a list of addresses, got {other}"
         ))),
@@ -1176,6 +1187,22 @@ mod tests {
             let err = parse(kind, body.clone()).unwrap_err();
             assert!(err.0.contains(expected), "{kind} {body}: {err}");
         }
+    }
+
+    #[test]
+    fn a_required_address_given_twice_is_one() {
+        let repeated: Vec<&str> = std::iter::repeat_n("10.0.0.1", 40_000)
+            .chain(["10.0.0.2", "10.0.0.1"])
+            .collect();
+        let spec = parse(
+            FLOATINGIP,
+            json!({"network_id": "n", "amount": 2, "required_floatingips": repeated}),
+        )
+        .unwrap();
+        let ReservationSpec::FloatingIp(f) = spec else {
+            panic!("{spec:?}")
+        };
+        assert_eq!(f.required_floatingips, ["10.0.0.1", "10.0.0.2"]);
     }
 
     #[test]

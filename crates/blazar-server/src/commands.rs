@@ -50,7 +50,11 @@ pub async fn token(
                 .map(tokens::parse_duration)
                 .transpose()
                 .map_err(|e| anyhow::anyhow!("--expires-in {e}"))?
-                .map(|d| now + d);
+                .map(|d| {
+                    now.checked_add_signed(d)
+                        .ok_or_else(|| anyhow::anyhow!("--expires-in is too long"))
+                })
+                .transpose()?;
             let issued = tokens::issue(
                 &store,
                 NewToken {

@@ -535,9 +535,19 @@ impl Service {
                 ExtensionAsk::EndAt(t) => Some(t),
                 ExtensionAsk::ProlongBy(minutes) => Some(lease.end + Duration::minutes(minutes)),
             };
-            let horizon = (lease.end + Duration::days(DEFAULT_SEARCH_DAYS))
-                .max(requested_end.unwrap_or(lease.end))
-                .min(lease.end + Duration::days(MAX_SEARCH_DAYS));
+            if let Some(end) = requested_end
+                && within_the_wire(end) < end
+            {
+                return Err(ServiceError::BadRequest(format!(
+                    "The lease cannot end after 9999-12-31 23:59 (asked: {})",
+                    end.format("%Y-%m-%d %H:%M")
+                )));
+            }
+            let horizon = within_the_wire(
+                (lease.end + Duration::days(DEFAULT_SEARCH_DAYS))
+                    .max(requested_end.unwrap_or(lease.end))
+                    .min(lease.end + Duration::days(MAX_SEARCH_DAYS)),
+            );
             let movable = !matches!(
                 lease.status,
                 blazar_core::LeaseStatus::Terminated

@@ -3,6 +3,7 @@
 //! granted exclusively, like a host.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use blazar_core::ResourceRecord;
 use blazar_core::{PropertyQuery, ReservationSpec};
@@ -127,12 +128,17 @@ pub(crate) async fn matching(
         .collect();
     let mut required = Vec::new();
     let mut missing = None;
+    let by_address: HashMap<&str, i64> = if wanted.is_empty() {
+        HashMap::new()
+    } else {
+        matching
+            .iter()
+            .filter_map(|r| Some((r.attrs.get("floating_ip_address")?.as_str()?, r.id)))
+            .collect()
+    };
     for address in wanted {
-        let found = matching.iter().find(|r| {
-            r.attrs.get("floating_ip_address").and_then(Value::as_str) == Some(address.as_str())
-        });
-        match found {
-            Some(r) => required.push(r.id),
+        match by_address.get(address.as_str()) {
+            Some(id) => required.push(*id),
             None => {
                 missing.get_or_insert_with(|| address.clone());
             }

@@ -88,11 +88,14 @@ impl Measure {
         self.peaks.get(&kind).map_or(0.0, Peak::total)
     }
 
-    fn month_total(&self, month: TimeWindow) -> f64 {
+    /// Each month's total, to look up: a window to the year 9999 has some 95,000 months,
+    /// and searching them for each of as many months held the write transaction for
+    /// seconds.
+    fn month_totals(&self) -> HashMap<TimeWindow, f64> {
         self.months
             .iter()
-            .find(|(m, _, _)| *m == month)
-            .map_or(0.0, |(_, others, own)| others + own)
+            .map(|(month, others, own)| (*month, others + own))
+            .collect()
     }
 }
 
@@ -382,8 +385,12 @@ impl Service {
             }
         }
         if let Some(limit) = limits.limit(QuotaKind::HostHoursPerMonth) {
+            let totals_before = baseline.map(|b| b.measure.month_totals());
             for &(month, others, own) in &measure.months {
-                let before = baseline.map_or(0.0, |b| b.measure.month_total(month));
+                let before = totals_before
+                    .as_ref()
+                    .and_then(|t| t.get(&month).copied())
+                    .unwrap_or(0.0);
                 let total = others + own;
                 if own > 0.0 && total > limit as f64 + 1e-9 && total > before + 1e-9 {
                     excesses.push(QuotaExcess {

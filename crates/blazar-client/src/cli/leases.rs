@@ -547,7 +547,12 @@ fn shifted(
                 "the lease has no readable {key} to shift with {option}"
             ))
         })?;
-    Ok(format_minute(current + delta))
+    let shifted = current.checked_add_signed(delta).ok_or_else(|| {
+        Failure::plain(format!(
+            "{option} moves the {key} past any date the service accepts"
+        ))
+    })?;
+    Ok(format_minute(shifted))
 }
 
 pub async fn update(ctx: &Context, args: UpdateArgs) -> CliResult {

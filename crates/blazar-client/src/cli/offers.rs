@@ -85,10 +85,13 @@ pub fn search_window(
     body.insert("not_before".into(), Value::String(start.to_wire()));
     let end = match (not_after, within) {
         (Some(text), _) => Some(parse_date(text, now).map_err(bad)?),
-        (None, Some(span)) => Some(DateInput::At(
-            start.instant(blazar_client::time::floor_minute(now))
-                + TimeDelta::minutes(minutes("--within", span)?),
-        )),
+        (None, Some(span)) => {
+            let from = start.instant(blazar_client::time::floor_minute(now));
+            let until = TimeDelta::try_minutes(minutes("--within", span)?)
+                .and_then(|d| from.checked_add_signed(d))
+                .ok_or_else(|| Failure::plain(format!("--within: {span:?} is too long")))?;
+            Some(DateInput::At(until))
+        }
         (None, None) => None,
     };
     if let Some(end) = end {

@@ -423,3 +423,35 @@ async fn dry_runs_and_explained_refusals() {
         refused.stderr
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shifts_past_the_calendar_are_refused_not_crashed_on() {
+    let s = Server::start().await;
+    s.blazar(&["host-create", "compute-1"]).await.ok();
+    s.blazar(&crate::harness::one_host_lease("far", &[]))
+        .await
+        .ok();
+    for option in ["--prolong-for", "--defer-by", "--advance-by"] {
+        let run = s
+            .blazar(&["lease-update", option, "20000000w", "far"])
+            .await;
+        assert_eq!(run.code, 1, "{}", run.transcript());
+        assert!(
+            run.stderr.contains("past any date the service accepts"),
+            "{}",
+            run.transcript()
+        );
+    }
+    let run = s
+        .blazar(&[
+            "lease-offers",
+            "--within",
+            "20000000w",
+            "--physical-reservation",
+            ONE_HOST,
+            "--duration",
+            "1h",
+        ])
+        .await;
+    assert_eq!(run.code, 1, "{}", run.transcript());
+}

@@ -523,6 +523,36 @@ async fn extension_checks_say_whether_and_how_far() {
         app.get("/v1/leases/nope/extension").await.status,
         StatusCode::NOT_FOUND
     );
+    // Near the calendar's last minute: no answer past it.
+    let last = app
+        .post(
+            "/v1/leases",
+            lease(
+                "last",
+                "9999-12-31 10:00",
+                "9999-12-31 12:00",
+                json!([hosts(1, 1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(last.status, StatusCode::CREATED, "{}", last.body);
+    let last = last.body["lease"]["id"].as_str().unwrap().to_string();
+    let r = app
+        .get(&format!("/v1/leases/{last}/extension?prolong_for=30d"))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    let r = app.get(&format!("/v1/leases/{last}/extension")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        r.body["extension"]["searched_until"], "9999-12-31T23:59:00.000000",
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        r.body["extension"]["latest_end_date"], "9999-12-31T23:59:00.000000",
+        "{}",
+        r.body
+    );
     // Another project may not ask about the lease.
     app.act_as("other-project", "other-user", "member");
     let r = app.get(&format!("/v1/leases/{id}/extension")).await;
