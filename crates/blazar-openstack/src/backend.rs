@@ -552,12 +552,16 @@ impl OpenStackBackend {
         reservation_id: &'a str,
     ) -> impl Iterator<Item = &'a Aggregate> + 'a {
         aggregates.iter().filter(move |a| {
-            a.name != reservation_id
-                && a.hosts.iter().any(|h| h == host)
-                && a.availability_zone
-                    .as_deref()
-                    .is_some_and(|z| z.starts_with(&self.settings.az_prefix))
+            a.name != reservation_id && a.hosts.iter().any(|h| h == host) && self.in_our_zone(a)
         })
+    }
+
+    /// Whether `aggregate` has a zone of ours (`az_prefix`): a host reservation's.
+    fn in_our_zone(&self, aggregate: &Aggregate) -> bool {
+        aggregate
+            .availability_zone
+            .as_deref()
+            .is_some_and(|z| z.starts_with(&self.settings.az_prefix))
     }
 
     /// The metadata of a host reservation's aggregate: its owner, nothing else.
@@ -730,11 +734,7 @@ impl OpenStackBackend {
         // Aggregates of reservations no longer in force (an ended or deleted lease whose
         // take-back did not finish, or a hand-made copy).
         for aggregate in &aggregates {
-            let ours = aggregate
-                .availability_zone
-                .as_deref()
-                .is_some_and(|z| z.starts_with(&self.settings.az_prefix));
-            if !ours
+            if !self.in_our_zone(aggregate)
                 || in_force.contains(aggregate.name.as_str())
                 // An instance reservation's aggregate given a zone by hand: its own
                 // checks own it, not the host reservations'.

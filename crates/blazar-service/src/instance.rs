@@ -198,7 +198,7 @@ pub(crate) async fn shape_hosts(
     let (inventory, matching) = cache.matching(tx, &queries, &shape.key).await?;
     Ok(Arc::new(
         inventory
-            .with_capacity(&matching, ratios)
+            .fitting(&matching, ratios, shape.slot)
             .filter(|(host, _)| match &shape.trait_hosts {
                 Some(hosts) => hosts.contains(&host.facts.hypervisor_hostname),
                 None => shape
@@ -207,7 +207,6 @@ pub(crate) async fn shape_hosts(
                     .all(|(name, required)| has_trait(host, name) == *required),
             })
             .map(|(host, cap)| (host.id, cap))
-            .filter(|(_, cap)| free_slots(*cap, Usage::default(), shape.slot) > 0)
             .collect(),
     ))
 }

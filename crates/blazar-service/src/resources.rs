@@ -341,6 +341,19 @@ impl Inventory {
             Some((host, self.ratios[i].capacity(host, defaults)))
         })
     }
+
+    /// The hosts `ids` (as `with_capacity` takes them) that could hold one `slot`-sized
+    /// instance when empty, with their capacity.
+    pub fn fitting<'a>(
+        &'a self,
+        ids: &'a [i64],
+        defaults: crate::instance::Ratios,
+        slot: blazar_core::engine::Usage,
+    ) -> impl Iterator<Item = (&'a HostRecord, blazar_core::engine::Usage)> + 'a {
+        let empty = blazar_core::engine::Usage::default();
+        self.with_capacity(ids, defaults)
+            .filter(move |(_, cap)| blazar_core::engine::free_slots(*cap, empty, slot) > 0)
+    }
 }
 
 /// An inventory copy with the remembered matches of one filter, if any.
@@ -498,11 +511,9 @@ impl HostCache {
         {
             return Ok(found);
         }
-        let empty = blazar_core::engine::Usage::default();
         let mut fits: Vec<_> = inventory
-            .with_capacity(&matching, defaults)
+            .fitting(&matching, defaults, slot)
             .map(|(host, cap)| (host.id, cap))
-            .filter(|(_, cap)| blazar_core::engine::free_slots(*cap, empty, slot) > 0)
             .collect();
         // What is remembered is weighed by its length.
         fits.shrink_to_fit();

@@ -262,19 +262,24 @@ async fn a_permanent_failure_puts_the_lease_in_error_and_says_why() {
     assert_eq!(kinds, vec![ActionKind::Start, ActionKind::Stop]);
 }
 
-#[tokio::test]
-async fn an_action_that_keeps_failing_gives_up_after_its_attempts() {
-    let backend = Arc::new(Scripted::default());
-    let app = TestApp::spawn_full(
+/// An app on `backend` whose actions get two attempts.
+async fn with_two_attempts(backend: Arc<Scripted>) -> TestApp {
+    TestApp::spawn_full(
         TestDatabase::new().await,
         Settings {
             action_max_attempts: 2,
             ..Settings::default()
         },
         ConnectionLimits::default(),
-        backend.clone(),
+        backend,
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn an_action_that_keeps_failing_gives_up_after_its_attempts() {
+    let backend = Arc::new(Scripted::default());
+    let app = with_two_attempts(backend.clone()).await;
     app.create_host("compute-1", json!({})).await;
     let r = app
         .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
@@ -423,16 +428,7 @@ async fn an_expired_claim_is_taken_again_and_the_late_worker_changes_nothing() {
 #[tokio::test]
 async fn an_action_whose_workers_keep_dying_fails_after_its_attempts() {
     let backend = Arc::new(Scripted::default());
-    let mut app = TestApp::spawn_full(
-        TestDatabase::new().await,
-        Settings {
-            action_max_attempts: 2,
-            ..Settings::default()
-        },
-        ConnectionLimits::default(),
-        backend.clone(),
-    )
-    .await;
+    let mut app = with_two_attempts(backend.clone()).await;
     app.auto_actions = false;
     app.create_host("compute-1", json!({})).await;
     let lid = id(&app
