@@ -106,6 +106,63 @@ impl Tx {
             .await
     }
 
+    /// The id and lease of the first undone event due at `now` (in the order events run),
+    /// read without the rest of its row: the scheduler names an event before running it, so
+    /// that an event which cannot run (a row that does not read back, a handler that fails
+    /// whatever it is given) can be set aside by id.
+    pub async fn first_due_event(
+        &mut self,
+        now: DateTime<Utc>,
+    ) -> DbResult<Option<(String, String)>> {
+        self.fetch_optional_as(
+            "SELECT id, lease_id FROM events WHERE status = 'UNDONE' AND event_time <= $1 \
+             ORDER BY event_time, rank, id LIMIT 1",
+            vec![now.into()],
+            |row| Ok((row.try_get("id")?, row.try_get("lease_id")?)),
+        )
+        .await
+    }
+
+    /// Event `id` if it is still undone and due at `now`.
+    pub async fn due_event(&mut self, id: &str, now: DateTime<Utc>) -> DbResult<Option<Event>> {
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events e \
+             WHERE e.id = $1 AND e.status = 'UNDONE' AND e.event_time <= $2"
+        );
+        self.fetch_optional_as(&sql, vec![id.into(), now.into()], event_from_row)
+            .await
+    }
+
+    /// Sets event `id` aside as ERROR, and its lease with it, as Blazar does with an event
+    /// whose handler raised; written column by column, so that it works when the rows do not
+    /// read back. Returns whether the event was still undone (another scheduler may have
+    /// run it meanwhile; then nothing changes).
+    pub async fn fail_event(
+        &mut self,
+        id: &str,
+        lease_id: &str,
+        now: DateTime<Utc>,
+    ) -> DbResult<bool> {
+        let failed = self
+            .execute(
+                "UPDATE events SET status = 'ERROR', updated_at = $2 \
+                 WHERE id = $1 AND status = 'UNDONE'",
+                vec![id.into(), now.into()],
+            )
+            .await?;
+        if failed == 0 {
+            return Ok(false);
+        }
+        self.lease_revised(lease_id);
+        self.execute(
+            "UPDATE leases SET status = 'ERROR', updated_at = $2, revision = revision + 1 \
+             WHERE id = $1",
+            vec![lease_id.into(), now.into()],
+        )
+        .await?;
+        Ok(true)
+    }
+
     /// When the next undone event is due, if any.
     pub async fn next_event_time(&mut self) -> DbResult<Option<DateTime<Utc>>> {
         let row = sqlx::query("SELECT MIN(event_time) AS t FROM events WHERE status = 'UNDONE'")

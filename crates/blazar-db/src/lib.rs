@@ -66,6 +66,11 @@ pub enum DbError {
     Retryable(String),
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+    /// The database could not be reached or could not do any work just now (connection
+    /// refused or lost, pool exhausted, disk full, I/O error): neither the request nor the
+    /// stored data is at fault, and the same work may succeed later.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
     /// The database refused a value given to it: a NUL character or bytes PostgreSQL cannot
     /// store as text, or a value too long for an index entry. The caller's input, not a fault.
     #[error("{0}")]
@@ -76,6 +81,17 @@ pub enum DbError {
 
 impl From<sqlx::Error> for DbError {
     fn from(e: sqlx::Error) -> Self {
+        if matches!(
+            e,
+            sqlx::Error::Io(_)
+                | sqlx::Error::Tls(_)
+                | sqlx::Error::Protocol(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
+        ) {
+            return DbError::Unavailable(e.to_string());
+        }
         if let sqlx::Error::Database(db) = &e {
             let code = db.code().map(|c| c.to_string()).unwrap_or_default();
             let message = db.message();
@@ -94,9 +110,31 @@ impl From<sqlx::Error> for DbError {
             if code == "40001" || code == "40P01" || code == "5" || code == "6" || code == "517" {
                 return DbError::Retryable(message.to_string());
             }
+            if outage(db.as_ref(), &code) {
+                return DbError::Unavailable(message.to_string());
+            }
         }
         DbError::Sql(e)
     }
+}
+
+/// Whether a database error says the server cannot work just now rather than that the
+/// statement or its data is wrong. PostgreSQL: connection exceptions (class 08), shutting
+/// down or starting up (57P01-57P03), insufficient resources (class 53: disk full, out of
+/// memory, too many connections), system and I/O errors (class 58). SQLite (primary code
+/// in the low byte of the extended one): out of memory, I/O error, disk full, cannot open.
+fn outage(db: &dyn sqlx::error::DatabaseError, code: &str) -> bool {
+    if db
+        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .is_some()
+    {
+        return code.starts_with("08")
+            || matches!(code, "57P01" | "57P02" | "57P03")
+            || code.starts_with("53")
+            || code.starts_with("58");
+    }
+    code.parse::<u32>()
+        .is_ok_and(|c| matches!(c & 0xff, 7 | 10 | 13 | 14))
 }
 
 pub type DbResult<T> = Result<T, DbError>;

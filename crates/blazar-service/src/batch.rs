@@ -168,7 +168,9 @@ async fn write_one(
             tx.release(savepoint).await?;
             Ok(Ok(view))
         }
-        Err(e @ (ServiceError::Retry(_) | ServiceError::Internal(_))) => Err(e),
+        Err(
+            e @ (ServiceError::Retry(_) | ServiceError::Internal(_) | ServiceError::Unavailable(_)),
+        ) => Err(e),
         Err(refusal) => {
             tx.rollback_to(savepoint).await?;
             Ok(Err(refusal))

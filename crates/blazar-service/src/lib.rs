@@ -169,6 +169,7 @@ impl From<DbError> for ServiceError {
             DbError::Duplicate(m) => ServiceError::Conflict(format!("already exists: {m}")),
             DbError::NotUnique(m) => ServiceError::Conflict(m),
             DbError::Rejected(m) => ServiceError::BadRequest(format!("Invalid value: {m}")),
+            e @ DbError::Unavailable(_) => ServiceError::Unavailable(e.to_string()),
             other => ServiceError::Internal(other.to_string()),
         }
     }

@@ -2,13 +2,16 @@
 //!
 //! Due events run in write transactions (up to 50 each, in time order) that claim them,
 //! apply their effects and mark them done, so an event runs exactly once even with several
-//! manager processes or a crash half-way: a rolled-back event is still due and runs again. One scheduler at a time runs
-//! events (a transaction-scoped advisory lock on PostgreSQL, the single writer on SQLite),
+//! manager processes or a crash half-way: a rolled-back event is still due and runs again,
+//! and one that fails whatever is tried is set aside as ERROR with its lease (Blazar's
+//! handling of an event whose handler raised) so the events behind it run. One scheduler at
+//! a time runs events (a transaction-scoped advisory lock on PostgreSQL, the single writer on SQLite),
 //! which keeps them in global time order across processes, so back-to-back leases hand a
 //! resource over end-before-start.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 
 use blazar_core::reservation::BeforeEnd;
@@ -16,10 +19,11 @@ use blazar_core::{ActionKind, ActionPurpose, EventStatus, EventType, Reservation
 use blazar_core::{Allocation, Event, Lease, LeaseView, Reservation};
 use blazar_db::Tx;
 use chrono::{DateTime, Utc};
+use futures::FutureExt;
 
 use crate::actions::settle_lease_status;
 use crate::leases::{group_by_lease, lock_views};
-use crate::{Service, ServiceResult};
+use crate::{Service, ServiceError, ServiceResult};
 
 /// What one tick did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -89,6 +93,16 @@ fn held(allocations: &[Allocation], reservation_id: &str) -> Vec<Allocation> {
         .collect()
 }
 
+/// Whether a failure of the scheduler's work says nothing about the events it ran: the
+/// database away or a race lost (also once retries ran out). The same events are run again
+/// at the next poll; any other failure is taken as the events' own.
+fn passing(e: &ServiceError) -> bool {
+    matches!(
+        e,
+        ServiceError::Unavailable(_) | ServiceError::Retry(_) | ServiceError::Conflict(_)
+    )
+}
+
 /// Upper bound of events run by one tick, so a flood of due events cannot starve shutdown.
 const MAX_EVENTS_PER_TICK: usize = 10_000;
 
@@ -105,37 +119,22 @@ const STATISTICS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(
 
 impl Service {
     /// Runs every event due at `now`, in time order (ends before starts at the same instant).
+    ///
+    /// A batch that fails for a reason other than the database being away or a lost race
+    /// (stored data that does not read back, a handler that fails whatever it is given)
+    /// would fail again at every tick and hold up every event behind it; its events are then
+    /// run one per transaction, and one that still fails is set aside as ERROR.
     pub async fn tick(&self, now: DateTime<Utc>) -> ServiceResult<TickReport> {
         let mut report = TickReport::default();
         while report.executed + report.failed < MAX_EVENTS_PER_TICK {
-            let (batch, dues, drained) = in_tx!(self, write, |tx| {
-                tx.lock_scheduler().await?;
-                let mut batch = TickReport::default();
-                let mut dues = Vec::new();
-                let due_events = tx.claim_due_events(now, EVENTS_PER_TRANSACTION).await?;
-                let drained = due_events.len() < EVENTS_PER_TRANSACTION;
-                let mut ids: Vec<&str> = due_events.iter().map(|e| e.lease_id.as_str()).collect();
-                ids.sort_unstable();
-                ids.dedup();
-                let mut states = load_states(tx, &ids).await?;
-                for event in due_events {
-                    let due = event.time;
-                    let Some(state) = states.get_mut(&event.lease_id) else {
-                        continue;
-                    };
-                    match self.run_event(tx, event, state, now).await? {
-                        None => continue,
-                        Some(true) => batch.executed += 1,
-                        Some(false) => batch.failed += 1,
-                    }
-                    dues.push(due);
+            let (batch, drained) = match self.run_batch(now).await {
+                Ok(done) => done,
+                Err(e) if passing(&e) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(error = %e, "a batch of events failed; running them one by one");
+                    self.run_one_by_one(now, EVENTS_PER_TRANSACTION).await?
                 }
-                Ok((batch, dues, drained))
-            })?;
-            // Observed once they committed: a rolled-back batch is run again later.
-            for due in dues {
-                self.observe_event_lag(now, due);
-            }
+            };
             report.executed += batch.executed;
             report.failed += batch.failed;
             if drained {
@@ -143,6 +142,104 @@ impl Service {
             }
         }
         Ok(report)
+    }
+
+    /// Runs up to [`EVENTS_PER_TRANSACTION`] due events in one transaction. Returns what it
+    /// did and whether no more events are due.
+    async fn run_batch(&self, now: DateTime<Utc>) -> ServiceResult<(TickReport, bool)> {
+        let (batch, dues, drained) = in_tx!(self, write, |tx| {
+            tx.lock_scheduler().await?;
+            let due_events = tx.claim_due_events(now, EVENTS_PER_TRANSACTION).await?;
+            let drained = due_events.len() < EVENTS_PER_TRANSACTION;
+            let (batch, dues) = self.run_events(tx, due_events, now).await?;
+            Ok((batch, dues, drained))
+        })?;
+        // Observed once they committed: a rolled-back batch is run again later.
+        for due in dues {
+            self.observe_event_lag(now, due);
+        }
+        Ok((batch, drained))
+    }
+
+    /// Runs `events` (claimed, in time order) in `tx`, each with its lease locked and read
+    /// once. Returns what they did and the times they were due.
+    async fn run_events(
+        &self,
+        tx: &mut Tx,
+        events: Vec<Event>,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<(TickReport, Vec<DateTime<Utc>>)> {
+        let mut batch = TickReport::default();
+        let mut dues = Vec::new();
+        let mut ids: Vec<&str> = events.iter().map(|e| e.lease_id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut states = load_states(tx, &ids).await?;
+        for event in events {
+            let due = event.time;
+            let Some(state) = states.get_mut(&event.lease_id) else {
+                continue;
+            };
+            // A panic in a handler is that event's failure, not the scheduler's end.
+            let ran = AssertUnwindSafe(self.run_event(tx, event, state, now))
+                .catch_unwind()
+                .await
+                .map_err(|_| ServiceError::Internal("the event's handler panicked".into()))?;
+            match ran? {
+                None => continue,
+                Some(true) => batch.executed += 1,
+                Some(false) => batch.failed += 1,
+            }
+            dues.push(due);
+        }
+        Ok((batch, dues))
+    }
+
+    /// Runs up to `limit` due events one per transaction, naming each before running it: an
+    /// event that fails for a reason that would not pass is set aside as ERROR with its
+    /// lease, in a transaction of its own, and the events behind it run.
+    async fn run_one_by_one(
+        &self,
+        now: DateTime<Utc>,
+        limit: usize,
+    ) -> ServiceResult<(TickReport, bool)> {
+        let mut report = TickReport::default();
+        for _ in 0..limit {
+            let Some((id, lease_id)) =
+                in_tx!(self, read, |tx| { Ok(tx.first_due_event(now).await?) })?
+            else {
+                return Ok((report, true));
+            };
+            let ran = in_tx!(self, write, |tx| {
+                tx.lock_scheduler().await?;
+                let events = tx.due_event(&id, now).await?.into_iter().collect();
+                self.run_events(tx, events, now).await
+            });
+            match ran {
+                Ok((batch, dues)) => {
+                    report.executed += batch.executed;
+                    report.failed += batch.failed;
+                    for due in dues {
+                        self.observe_event_lag(now, due);
+                    }
+                }
+                Err(e) if passing(&e) => return Err(e),
+                Err(e) => {
+                    let failed = in_tx!(self, write, |tx| {
+                        tx.lock_scheduler().await?;
+                        Ok(tx.fail_event(&id, &lease_id, now).await?)
+                    })?;
+                    if failed {
+                        tracing::error!(
+                            event.id = %id, lease.id = %lease_id, error = %e,
+                            "event failed; it and its lease are in ERROR"
+                        );
+                        report.failed += 1;
+                    }
+                }
+            }
+        }
+        Ok((report, false))
     }
 
     /// Applies one event inside the transaction that claimed it: records the actions it

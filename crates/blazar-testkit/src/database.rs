@@ -67,6 +67,29 @@ impl TestDatabase {
         }
     }
 
+    /// Runs `sql` on a connection of its own, beside the application's: for tests that put
+    /// the stored rows in a state no request can, e.g. one that does not read back.
+    pub async fn execute(&self, sql: &str) -> u64 {
+        let done = if self.is_postgres() {
+            let mut conn = sqlx::PgConnection::connect(&self.url)
+                .await
+                .expect("connect to PostgreSQL");
+            sqlx::query(sql)
+                .execute(&mut conn)
+                .await
+                .map(|d| d.rows_affected())
+        } else {
+            let mut conn = sqlx::SqliteConnection::connect(&self.url)
+                .await
+                .expect("open the SQLite file");
+            sqlx::query(sql)
+                .execute(&mut conn)
+                .await
+                .map(|d| d.rows_affected())
+        };
+        done.expect("the statement runs")
+    }
+
     /// Whether this database is a PostgreSQL schema.
     pub fn is_postgres(&self) -> bool {
         self.schema.is_some()

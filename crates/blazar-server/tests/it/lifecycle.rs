@@ -322,3 +322,71 @@ async fn a_burst_of_events_runs_in_time_order_across_transactions() {
             .all(|h| second.contains(&h["lease_id"].as_str().unwrap().to_string()))
     );
 }
+
+#[tokio::test]
+async fn an_event_that_cannot_run_is_set_aside_and_the_others_run() {
+    let app = TestApp::spawn().await;
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        app.create_host(&format!("compute-{i}"), json!({"n": i.to_string()}))
+            .await;
+        let r = app
+            .host_lease(
+                &format!("l{i}"),
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                1,
+                1,
+                &format!(r#"["==", "$n", "{i}"]"#),
+            )
+            .await;
+        ids.push(lease_id(&r.body));
+    }
+    // Rows no request can write: an event of an unknown type, a reservation whose status
+    // does not read back. Each fails its event whatever the scheduler tries.
+    let db = app.database();
+    let broken_event = format!(
+        "UPDATE events SET event_type = 'bogus' \
+         WHERE lease_id = '{}' AND event_type = 'start_lease'",
+        ids[1]
+    );
+    assert_eq!(db.execute(&broken_event).await, 1);
+    let broken_reservation = format!(
+        "UPDATE reservations SET status = 'bogus' WHERE lease_id = '{}'",
+        ids[2]
+    );
+    assert_eq!(db.execute(&broken_reservation).await, 1);
+
+    let report = app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    assert_eq!((report.executed, report.failed), (2, 2), "{report:?}");
+    // Set aside: the next tick finds nothing due.
+    let report = app.tick_at(t(2030, 1, 1, 10, 1)).await;
+    assert_eq!((report.executed, report.failed), (0, 0), "{report:?}");
+
+    // Mended by hand, the two leases read back as Blazar leaves a lease whose event
+    // raised: the event and the lease in ERROR.
+    db.execute("UPDATE events SET event_type = 'start_lease' WHERE event_type = 'bogus'")
+        .await;
+    db.execute("UPDATE reservations SET status = 'pending' WHERE status = 'bogus'")
+        .await;
+    for (i, id) in ids.iter().enumerate() {
+        let l = lease(&app, id).await;
+        let (status, start) = if i == 1 || i == 2 {
+            ("ERROR", "ERROR")
+        } else {
+            ("ACTIVE", "DONE")
+        };
+        assert_eq!(l["status"], status, "l{i}: {l}");
+        assert_eq!(event_status(&l, "start_lease"), start, "l{i}: {l}");
+    }
+
+    // Their later events run as any other's.
+    let report = app.tick_at(t(2030, 1, 1, 12, 0)).await;
+    assert_eq!(report.failed, 0, "{report:?}");
+    assert_eq!(lease(&app, &ids[0]).await["status"], "TERMINATED");
+    assert_eq!(lease(&app, &ids[1]).await["status"], "ERROR");
+    assert_eq!(
+        event_status(&lease(&app, &ids[1]).await, "end_lease"),
+        "DONE"
+    );
+}
