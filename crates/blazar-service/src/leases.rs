@@ -16,7 +16,7 @@ use blazar_core::{
 use blazar_core::{
     Allocation, Event, Lease, LeaseView, Reservation, ReservationChange, ReservationRequest,
 };
-use blazar_db::Tx;
+use blazar_db::{Backend, Tx};
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Map, Value, json};
 
@@ -24,9 +24,18 @@ use crate::enforcement::{EnforcedLease, UsageFilter, iso};
 use crate::policy::Target;
 use crate::resources::AllocationRequest;
 use crate::{
-    Identity, Reason, Requested, ReservationRef, Retry, Service, ServiceError, ServiceResult,
-    new_id,
+    Identity, Reason, RefusalKind, Requested, ReservationRef, Retry, Service, ServiceError,
+    ServiceResult, new_id,
 };
+
+/// Whether an allocation's refusal says too few resources were free.
+fn shortfall(e: &ServiceError) -> bool {
+    match e {
+        ServiceError::Conflict(_) => true,
+        ServiceError::Refused(r) => r.kind == RefusalKind::Conflict,
+        _ => false,
+    }
+}
 
 /// The policy rule deciding whether a refused create or update says why.
 pub const EXPLAIN_REFUSAL: &str = "blazar:leases:explain_refusal";
@@ -755,6 +764,7 @@ impl Service {
         tx: &mut Tx,
         plan: &LeasePlan,
     ) -> ServiceResult<LeaseView> {
+        let earliest = matches!(plan.dates, PlanDates::Earliest(_));
         let CreatePlan { window, before_end } = match &plan.dates {
             PlanDates::Fixed(dates) => *dates,
             PlanDates::Earliest(search) => self.earliest_dates(tx, plan, search).await?,
@@ -811,6 +821,15 @@ impl Service {
             };
             let grant = match self.allocate(tx, &reservation.spec, &allocation).await {
                 Ok(grant) => grant,
+                // On PostgreSQL an earliest window is found among committed allocations,
+                // while an ordinary create may hold a claim on one of its resources, about to
+                // commit: a shortfall then says the search is stale, not that the request
+                // cannot be met. The whole create runs again and searches anew.
+                Err(e) if earliest && tx.backend() == Backend::Postgres && shortfall(&e) => {
+                    return Err(ServiceError::Retry(
+                        "a resource of the earliest window was taken concurrently".into(),
+                    ));
+                }
                 Err(e) => {
                     let at = ReservationRef::Position(i + 1);
                     return Err(self.finalise_refusal(e, at, &reservation.spec, || Retry {
