@@ -146,9 +146,14 @@ pub async fn lease_offers(
     Caller(identity): Caller,
     Wire(body): Wire<blazar_api::OfferRequest>,
 ) -> ApiResult<impl IntoResponse> {
-    let request = from_wire::offer_request(body)?;
-    let offers = state.service.lease_offers(&identity, &request).await?;
-    Ok(Json(to_wire::offers(offers)))
+    // Refused as a create with the same request is, reasons included.
+    async {
+        let request = from_wire::offer_request(body)?;
+        let offers = state.service.lease_offers(&identity, &request).await?;
+        Ok(Json(to_wire::offers(offers)))
+    }
+    .await
+    .map_err(ApiError::explained)
 }
 
 /// `GET /v1/leases/{id}/extension` (additive): whether and how far a lease can be extended.
@@ -403,20 +408,19 @@ pub async fn update_lease(
                 return Err(bad_input);
             }
         };
-        let lease = if dry_run {
+        let mut lease = if dry_run {
             let tried = state
                 .service
                 .dry_run_update_lease(&identity, &id, &update)
                 .await?;
             to_wire::lease_with_grants(tried.view, &tried.grants)
         } else {
-            let mut lease =
-                to_wire::lease(state.service.update_lease(&identity, &id, &update).await?);
-            // Blazar answers from inside the update's status transition: the lease shows
-            // UPDATING there, and its settled status from the next read on.
-            lease.status = LeaseStatus::Updating.as_str().to_string();
-            lease
+            to_wire::lease(state.service.update_lease(&identity, &id, &update).await?)
         };
+        // Blazar answers from inside the update's status transition: the lease shows
+        // UPDATING there, and its settled status from the next read on. A dry run answers
+        // what the update would.
+        lease.status = LeaseStatus::Updating.as_str().to_string();
         Ok(Envelope("lease", lease))
     }
     .await

@@ -14,6 +14,7 @@ use blazar_core::{PHYSICAL_HOST, ReservationSpec, ResourceRecord, TimeWindow};
 use blazar_db::Tx;
 use chrono::{DateTime, Duration, Utc};
 
+use crate::policy::Target;
 use crate::resources::{count, filter_key};
 use crate::{Identity, Service, ServiceError, ServiceResult, truncate_to_minute};
 
@@ -171,7 +172,7 @@ impl Service {
         identity: &Identity,
         request: &OfferRequest,
     ) -> ServiceResult<Vec<LeaseOffer>> {
-        self.authorize_own("blazar:leases:post", identity)?;
+        self.authorize_explained("blazar:leases:post", identity, &Target::own(identity))?;
         if request.limit == 0 || request.limit > MAX_OFFERS {
             return Err(ServiceError::BadRequest(format!(
                 "limit must be between 1 and {MAX_OFFERS}"

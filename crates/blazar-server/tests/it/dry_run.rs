@@ -244,6 +244,8 @@ async fn a_dry_run_update_leaves_the_lease_as_it_was() {
     let would = &free.body["lease"];
     assert_eq!(would["end_date"], "2030-01-01T12:30:00.000000");
     assert_eq!(would["updated_at"], "2029-12-31 09:00:00");
+    // As a real update answers: from inside its status transition.
+    assert_eq!(would["status"], "UPDATING");
     assert_eq!(
         would["reservations"][0]["allocations"][0]["end_date"],
         "2030-01-01T12:30:00.000000"

@@ -309,6 +309,23 @@ async fn offer_requests_are_checked_like_creates() {
         assert!(r.message().contains(expected), "{body}: {}", r.message());
         assert_eq!(r.body["error_code"], 400);
     }
+    // The same body a create with the same reservations gets, its reasons included.
+    let unknown = json!([hosts(1, 1, r#"["=", "$colour", "red"]"#)]);
+    let offered = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": unknown, "duration": 60}),
+        )
+        .await;
+    let created = app
+        .post(
+            "/v1/leases",
+            json!({"name": "x", "start_date": "2030-01-01 10:00",
+                   "end_date": "2030-01-01 11:00", "reservations": unknown}),
+        )
+        .await;
+    assert!(offered.body.get("reasons").is_some(), "{}", offered.body);
+    assert_eq!(offered.body["reasons"], created.body["reasons"]);
     // Nothing fits: an empty list, not an error.
     let none = offers(
         &app,
