@@ -338,25 +338,38 @@ impl Tx {
         .await
     }
 
-    /// Offers a dead (or delivered) delivery again at `now`, with its attempts counted
-    /// afresh; false if the webhook has no such delivery.
+    /// Offers a delivery again at `now`, with its attempts counted afresh: `None` if the
+    /// webhook has no such delivery, `Some(false)` if a worker is delivering it right now
+    /// (its claim runs: resetting it would send it twice and lose that attempt's result).
     pub async fn redeliver_webhook(
         &mut self,
         webhook_id: &str,
         notification_id: &str,
         now: DateTime<Utc>,
-    ) -> DbResult<bool> {
+    ) -> DbResult<Option<bool>> {
         let done = sqlx::query(
             "UPDATE webhook_deliveries SET status = 'pending', attempts = 0, \
                  next_attempt_at = $1, claimed_by = NULL, claimed_until = NULL \
-             WHERE webhook_id = $2 AND notification_id = $3",
+             WHERE webhook_id = $2 AND notification_id = $3 \
+               AND NOT (status = 'pending' AND claimed_until IS NOT NULL \
+                        AND claimed_until > $1)",
         )
         .bind(to_secs(now))
         .bind(webhook_id)
         .bind(notification_id)
         .execute(self.conn().await?)
         .await?;
-        Ok(done.rows_affected() > 0)
+        if done.rows_affected() > 0 {
+            return Ok(Some(true));
+        }
+        let exists = sqlx::query(
+            "SELECT 1 AS one FROM webhook_deliveries WHERE webhook_id = $1 AND notification_id = $2",
+        )
+        .bind(webhook_id)
+        .bind(notification_id)
+        .fetch_optional(self.conn().await?)
+        .await?;
+        Ok(exists.map(|_| false))
     }
 
     /// Pending and dead deliveries over every webhook.

@@ -121,7 +121,7 @@ impl ExternalServiceFilter {
             return Ok(());
         }
         // The body is logged, never shown: it may hold what the user must not see.
-        let text = match response.text().await {
+        let text = match capped_text(response).await {
             Ok(text) => text,
             Err(e) => {
                 tracing::warn!(url = %url, error = %e, "external enforcement service answer cut short");
@@ -155,6 +155,24 @@ impl ExternalServiceFilter {
             field: None,
         })
     }
+}
+
+/// Most of an answer's body that is read: a refusal's message is a sentence, and a service
+/// that misbehaves must not make the server hold whatever it streams until the timeout.
+/// A longer body is cut here, so it no longer parses and counts as a refusal without one.
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// The body of `response`, its first [`MAX_ANSWER`] bytes at most.
+async fn capped_text(mut response: reqwest::Response) -> Result<String, reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = MAX_ANSWER - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= MAX_ANSWER {
+            break;
+        }
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 /// How a call that did not allow went.

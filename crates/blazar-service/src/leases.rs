@@ -747,8 +747,11 @@ impl Service {
         }?;
         tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
         self.wake_for(&view);
-        // The create writer commits outside `in_tx!`; event streams look again.
+        // The create writer commits outside `in_tx!`: event streams look again, and the
+        // `lease.create` notification goes out now rather than at the next poll.
         self.announce_lease_change();
+        self.wake_publisher();
+        self.wake_webhooks();
         Ok(view)
     }
 

@@ -391,13 +391,22 @@ impl Service {
     ) -> ServiceResult<()> {
         self.visible_webhook(identity, id).await?;
         let now = self.now();
-        let found = in_tx!(self, write, |tx| {
+        let offered = in_tx!(self, write, |tx| {
             Ok(tx.redeliver_webhook(id, notification_id, now).await?)
         })?;
-        if !found {
-            return Err(ServiceError::NotFound(format!(
-                "Delivery {notification_id} of webhook {id} not found"
-            )));
+        match offered {
+            None => {
+                return Err(ServiceError::NotFound(format!(
+                    "Delivery {notification_id} of webhook {id} not found"
+                )));
+            }
+            Some(false) => {
+                return Err(ServiceError::Conflict(format!(
+                    "Delivery {notification_id} of webhook {id} is being made right now; \
+                     ask again once it has been tried"
+                )));
+            }
+            Some(true) => {}
         }
         self.wake_webhooks();
         Ok(())

@@ -21,6 +21,8 @@ enum Answer {
     Allow,
     Refuse(&'static str),
     RefuseWithoutMessage,
+    /// A refusal with a message in a body of several megabytes.
+    RefuseAtLength,
     Fail,
     Slow(Duration),
 }
@@ -89,6 +91,11 @@ async fn endpoint(
             (StatusCode::FORBIDDEN, Json(json!({"message": message}))).into_response()
         }
         Answer::RefuseWithoutMessage => (StatusCode::FORBIDDEN, "no").into_response(),
+        Answer::RefuseAtLength => (
+            StatusCode::FORBIDDEN,
+            Json(json!({"message": "long", "padding": "x".repeat(4 << 20)})),
+        )
+            .into_response(),
         Answer::Fail => (StatusCode::INTERNAL_SERVER_ERROR, "internal detail").into_response(),
         Answer::Slow(wait) => {
             tokio::time::sleep(wait).await;
@@ -263,6 +270,8 @@ async fn external_service_refusals_answer_blazars_400s_and_write_nothing() {
             "Insufficient service units",
         ),
         (Answer::RefuseWithoutMessage, generic),
+        // Read up to a bound only: past it the body no longer parses.
+        (Answer::RefuseAtLength, generic),
         (Answer::Fail, generic),
     ];
     for (answer, message) in rows {

@@ -570,3 +570,37 @@ async fn a_slow_endpoint_does_not_hold_up_other_webhooks() {
     let (report, ()) = tokio::join!(deliver(&app), check);
     assert_eq!(report.delivered, 2, "{report:?}");
 }
+
+#[tokio::test]
+async fn a_delivery_being_made_is_not_offered_again() {
+    let mut app = TestApp::spawn().await;
+    let (_receiver, base) = Receiver::start().await;
+    app.create_host("compute-1", json!({})).await;
+    app.act_as("alpha", "alpha-user", "member");
+    let r = app
+        .post("/v1/webhooks", json!({"url": format!("{base}/hook")}))
+        .await;
+    let hook_id = r.body["webhook"]["id"].as_str().unwrap().to_string();
+    app.post("/v1/leases", lease_body("a")).await;
+    // A worker (of another replica, say) has taken the delivery and is sending it.
+    let now = app.service.now();
+    let mut tx = app.service.store().write().await.unwrap();
+    let claimed = tx
+        .claim_webhook_deliveries(now, "busy-worker", chrono::Duration::minutes(1), 10)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let path = format!(
+        "/v1/webhooks/{hook_id}/deliveries/{}/redeliver",
+        claimed[0].notification_id
+    );
+    let r = app.post(&path, json!({})).await;
+    r.assert_status(StatusCode::CONFLICT);
+    assert!(r.message().contains("being made"), "{}", r.message());
+    // Once its claim has run out (the worker died), it may be offered again.
+    app.set_time(now + TimeDelta::minutes(2));
+    app.post(&path, json!({}))
+        .await
+        .assert_status(StatusCode::ACCEPTED);
+}
