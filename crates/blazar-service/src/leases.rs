@@ -28,6 +28,20 @@ use crate::{
     ServiceResult, new_id,
 };
 
+/// How often an update put to the enforcement filters is tried again because the lease
+/// changed between the filters' decision and the write.
+const FILTERED_UPDATE_ATTEMPTS: usize = 3;
+
+/// Lease `id`'s revision (moved by every change to it, its reservations or its events),
+/// `None` if it does not exist.
+async fn revision_of(tx: &mut Tx, id: &str) -> ServiceResult<Option<i64>> {
+    let filter = LeaseFilter {
+        id: Some(id.to_string()),
+        ..LeaseFilter::default()
+    };
+    Ok(tx.lease_revisions(&filter).await?.pop().map(|(_, r)| r))
+}
+
 /// Whether an allocation's refusal says too few resources were free.
 fn shortfall(e: &ServiceError) -> bool {
     match e {
@@ -1247,50 +1261,71 @@ impl Service {
             });
         }
         // A trial gives the filters the lease before and after; they decide outside every
-        // transaction; then the update is carried out (a dry run answers the trial).
-        let (trial, current, new) = in_tx!(self, write, dry_run = true, |tx| {
-            let filter = LeaseFilter {
-                id: Some(id.to_string()),
-                ..LeaseFilter::default()
-            };
-            let before = tx.lease_trees(&filter).await?.pop();
-            let held_before = tx.allocations_of_lease(id).await?;
-            let held_before =
-                crate::enforcement::resources_by_reservation(tx, &held_before).await?;
-            let trial = self.apply_update(tx, identity, id, update, true).await?;
-            let Some((lease, reservations, events)) = before else {
-                return Err(lease_not_found(id));
-            };
-            let before = LeaseView {
-                lease,
-                reservations,
-                events,
-            };
-            let current = EnforcedLease {
-                start: before.lease.start,
-                end: before.lease.end,
-                values: crate::enforcement::stored_lease_values(&before, &held_before),
-            };
-            let held_after = tx.allocations_of_lease(id).await?;
-            let held_after = crate::enforcement::resources_by_reservation(tx, &held_after).await?;
-            let new = update_values(update, &trial.view, &held_after);
-            Ok((trial, current, new))
-        })?;
-        // Blazar's context names the lease's owner, whoever asks.
-        let owner = &trial.view.lease;
-        let context = self.enforcement.context(&owner.user_id, &owner.project_id);
-        for filter in &filters {
-            filter
-                .check_update(&context, &current, &new)
-                .await
-                .map_err(|d| crate::enforcement::refusal(filter.name(), d))?;
+        // transaction; then the update is carried out (a dry run answers the trial), if the
+        // lease is still as the trial read it. Otherwise (another update, a rename, an event
+        // came between) what the filters allowed is not what would be written: the trial and
+        // the filters run again on the lease as it is now.
+        for _ in 0..FILTERED_UPDATE_ATTEMPTS {
+            let (trial, current, new, revision) = in_tx!(self, write, dry_run = true, |tx| {
+                let revision = revision_of(tx, id).await?;
+                let filter = LeaseFilter {
+                    id: Some(id.to_string()),
+                    ..LeaseFilter::default()
+                };
+                let before = tx.lease_trees(&filter).await?.pop();
+                let held_before = tx.allocations_of_lease(id).await?;
+                let held_before =
+                    crate::enforcement::resources_by_reservation(tx, &held_before).await?;
+                let trial = self.apply_update(tx, identity, id, update, true).await?;
+                let Some((lease, reservations, events)) = before else {
+                    return Err(lease_not_found(id));
+                };
+                let before = LeaseView {
+                    lease,
+                    reservations,
+                    events,
+                };
+                let current = EnforcedLease {
+                    start: before.lease.start,
+                    end: before.lease.end,
+                    values: crate::enforcement::stored_lease_values(&before, &held_before),
+                };
+                let held_after = tx.allocations_of_lease(id).await?;
+                let held_after =
+                    crate::enforcement::resources_by_reservation(tx, &held_after).await?;
+                let new = update_values(update, &trial.view, &held_after);
+                Ok((trial, current, new, revision))
+            })?;
+            // Blazar's context names the lease's owner, whoever asks.
+            let owner = &trial.view.lease;
+            let context = self.enforcement.context(&owner.user_id, &owner.project_id);
+            for filter in &filters {
+                filter
+                    .check_update(&context, &current, &new)
+                    .await
+                    .map_err(|d| crate::enforcement::refusal(filter.name(), d))?;
+            }
+            if dry_run {
+                return Ok(trial);
+            }
+            let applied = in_tx!(self, write, |tx| {
+                // Locked first, so that nothing changes it between the check and the write.
+                tx.lock_lease(id).await?;
+                if revision_of(tx, id).await? != revision {
+                    return Ok(None);
+                }
+                Ok(Some(
+                    self.apply_update(tx, identity, id, update, false).await?,
+                ))
+            })?;
+            if let Some(done) = applied {
+                return Ok(done);
+            }
         }
-        if dry_run {
-            return Ok(trial);
-        }
-        in_tx!(self, write, |tx| {
-            self.apply_update(tx, identity, id, update, false).await
-        })
+        Err(ServiceError::Conflict(format!(
+            "Lease {id} kept changing while the update was put to the enforcement filters; \
+             try again"
+        )))
     }
 
     /// The update itself, in `tx`; `dry_run` adds what the lease would then be granted.

@@ -103,6 +103,12 @@ const CLAIM_BATCH: usize = 100;
 /// How long a claim lasts: longer than publishing a batch takes when the broker answers.
 const CLAIM_FOR_SECONDS: i64 = 60;
 
+/// How long a publisher goes on sending what it claimed: half the claim, so that the last
+/// send (bounded by the sink's own timeout, 10 s for the broker) and the mark that it was
+/// sent are done before the claim runs out.
+const PUBLISH_WITHIN: std::time::Duration =
+    std::time::Duration::from_secs(CLAIM_FOR_SECONDS as u64 / 2);
+
 impl Service {
     /// Writes the lease notification `event_type` (`lease.create`, ...) with `view` as it is
     /// now, in the transaction making the change.
@@ -252,11 +258,18 @@ impl Service {
             if claimed.is_empty() {
                 return Ok(report);
             }
+            let claimed_at = std::time::Instant::now();
             let mut sent = Vec::with_capacity(claimed.len());
             let mut failure = None;
             // One at a time, in order: a lease's later notification never overtakes one
             // that failed.
             for n in &claimed {
+                // Past half the claim, the rest is given back: a slow broker must not let
+                // the claim run out while this publisher still sends, or another replica
+                // would claim and send the same notifications again.
+                if claimed_at.elapsed() >= PUBLISH_WITHIN {
+                    break;
+                }
                 match sink.publish(n).await {
                     Ok(()) => sent.push(n.id.clone()),
                     Err(e) => {

@@ -332,6 +332,39 @@ async fn a_dry_run_does_not_ask_the_external_service() {
     assert_eq!(lease_count(&app).await, 0);
 }
 
+/// The filters allow an update of the lease as a trial read it; when the lease changes
+/// before the update is written, they are asked again about the lease as it is then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_update_is_put_to_the_filters_again_when_the_lease_changed_meanwhile() {
+    let (app, service) = external_app().await;
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("grow", "2030-01-01 10:00", "2030-01-01 12:00"),
+        )
+        .await;
+    let id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let path = format!("/v1/leases/{id}");
+    service.answer("check-update", Answer::Slow(Duration::from_millis(600)));
+    let (prolonged, renamed) = tokio::join!(
+        app.put(&path, json!({"end_date": "2030-01-01 14:00"})),
+        async {
+            // While the filters think about the first trial.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            app.put(&path, json!({"name": "renamed"})).await
+        }
+    );
+    renamed.assert_status(StatusCode::OK);
+    prolonged.assert_status(StatusCode::OK);
+    let asked = service.received("check-update");
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert_eq!(prolonged.body["lease"]["name"], "renamed");
+    assert_eq!(
+        prolonged.body["lease"]["end_date"],
+        "2030-01-01T14:00:00.000000"
+    );
+}
+
 #[tokio::test]
 async fn updates_send_the_current_and_the_new_lease() {
     let (app, service) = external_app().await;
