@@ -485,7 +485,7 @@ impl Service {
     ) -> ServiceResult<LeaseView> {
         let created = async {
             let mut plan = self.plan_lease(identity, request).await?;
-            self.enforce_create(identity, request, &plan).await?;
+            self.enforce_create(identity, request, &mut plan).await?;
             // After every check that can refuse without writing, so that those make no
             // trust; before the write, which calls nobody.
             plan.trust = self
@@ -571,12 +571,14 @@ impl Service {
     /// its write transaction. A filter that reads the resources (or a create whose dates are
     /// only found by writing it, `earliest`) needs a trial first: the create carried out in
     /// a transaction that is rolled back, whose refusal, if any, is answered as is (Blazar
-    /// searches the candidates before it asks the filters too).
+    /// searches the candidates before it asks the filters too). An `earliest` create is then
+    /// held to the window the filters allowed: the write books those dates or is refused,
+    /// never other dates nobody asked the filters about.
     async fn enforce_create(
         &self,
         identity: &Identity,
         request: &NewLease,
-        plan: &LeasePlan,
+        plan: &mut LeasePlan,
     ) -> ServiceResult<()> {
         let filters = self.enforcement.consulted(false);
         if filters.is_empty() {
@@ -589,7 +591,22 @@ impl Service {
             false => None,
         };
         self.check_create(identity, request, plan, &filters, trial.as_ref())
-            .await
+            .await?;
+        if let (PlanDates::Earliest(_), Some((tried, _))) = (&plan.dates, &trial) {
+            let lease = &tried.view.lease;
+            let before_end = tried
+                .view
+                .events
+                .iter()
+                .find(|e| e.event_type == EventType::BeforeEndLease)
+                .map(|e| e.time);
+            plan.dates = PlanDates::Fixed(CreatePlan {
+                window: TimeWindow::new(lease.start, lease.end)
+                    .map_err(|e| ServiceError::Internal(format!("a trial's window: {e}")))?,
+                before_end,
+            });
+        }
+        Ok(())
     }
 
     /// The create of `plan` carried out and rolled back: what it would answer and grant,

@@ -332,6 +332,41 @@ async fn a_dry_run_does_not_ask_the_external_service() {
     assert_eq!(lease_count(&app).await, 0);
 }
 
+/// An `earliest` create is held to the window the filters were asked about: when that
+/// window is taken while they decide, the create is refused, not booked at other dates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_earliest_create_books_only_the_window_the_filters_allowed() {
+    let (app, service) = external_app().await;
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("other", "2030-01-01 03:00", "2030-01-01 04:00"),
+        )
+        .await;
+    let other = format!("/v1/leases/{}", r.body["lease"]["id"].as_str().unwrap());
+    service.answer("check-create", Answer::Slow(Duration::from_millis(600)));
+    let mut earliest = lease("e", "earliest", "");
+    earliest["duration"] = json!(60);
+    earliest["not_before"] = json!("2030-01-01 00:00");
+    earliest.as_object_mut().unwrap().remove("end_date");
+    let (created, moved) = tokio::join!(app.post("/v1/leases", earliest), async {
+        // While the filters think: the other lease moves into the first free hour.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        app.put(
+            &other,
+            json!({"start_date": "2030-01-01 00:00", "end_date": "2030-01-01 01:00"}),
+        )
+        .await
+    });
+    moved.assert_status(StatusCode::OK);
+    let asked = service.received("check-create");
+    assert_eq!(
+        asked.last().unwrap().body["lease"]["start_date"],
+        "2030-01-01T00:00:00"
+    );
+    assert_eq!(created.status, StatusCode::CONFLICT, "{}", created.body);
+}
+
 /// The filters allow an update of the lease as a trial read it; when the lease changes
 /// before the update is written, they are asked again about the lease as it is then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
