@@ -254,17 +254,26 @@ impl<'a> Neutron<'a> {
         Ok(items(&found, collection).map(from).collect())
     }
 
-    /// The network on segment (`network_type`, `segmentation_id`), if Neutron has one.
+    /// The network on segment (`network_type`, `physical_network`, `segmentation_id`), if
+    /// Neutron has one. The physical network is part of the segment: VLAN 100 on `physnet1`
+    /// and VLAN 100 on `physnet2` are two segments, each with a network of its own.
     pub async fn network_on_segment(
         &self,
         network_type: &str,
+        physical_network: Option<&str>,
         segmentation_id: i64,
     ) -> Result<Option<Network>> {
-        let found = self.api.get(&format!(
-                    "/v2.0/networks?provider%3Anetwork_type={}&provider%3Asegmentation_id={segmentation_id}",
-                    urlencode(network_type)
-                ))
-            .await?;
+        let mut query = format!(
+            "/v2.0/networks?provider%3Anetwork_type={}&provider%3Asegmentation_id={segmentation_id}",
+            urlencode(network_type)
+        );
+        if let Some(physical) = physical_network {
+            query.push_str(&format!(
+                "&provider%3Aphysical_network={}",
+                urlencode(physical)
+            ));
+        }
+        let found = self.api.get(&query).await?;
         Ok(items(&found, "networks").map(network_from).next())
     }
 
@@ -272,16 +281,17 @@ impl<'a> Neutron<'a> {
     /// same tags (an earlier attempt).
     pub async fn ensure_network(&self, new: &NewNetwork<'_>) -> Result<Network> {
         if let Some(found) = self
-            .network_on_segment(new.network_type, new.segmentation_id)
+            .network_on_segment(new.network_type, new.physical_network, new.segmentation_id)
             .await?
         {
             if new.tags.iter().all(|t| found.tags.contains(t)) {
                 return Ok(found);
             }
-            // An earlier attempt made it and failed to tag it: untagged, in the project,
-            // named as asked. Tagged now, so that it is found (and taken back) as ours.
-            if found.tags.is_empty() && found.project_id == new.project_id && found.name == new.name
-            {
+            // The project's own network on the segment it holds: an earlier attempt that made
+            // it and failed to tag it, or one whose tags (or name) the project edited, or the
+            // one an earlier lease of the project left. Tagged now, so that it is found (and
+            // taken back) as this reservation's.
+            if found.project_id == new.project_id {
                 self.set_tags("networks", &found.id, new.tags).await?;
                 return Ok(Network {
                     tags: new.tags.to_vec(),

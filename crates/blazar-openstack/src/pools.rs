@@ -37,9 +37,13 @@ fn floating_address(r: &ResourceRecord) -> Option<(&str, &str)> {
 
 /// The network type (VLAN unless the record says) and the segmentation id of a segment
 /// record.
-fn segment_of(r: &ResourceRecord) -> Option<(&str, i64)> {
+fn segment_of(r: &ResourceRecord) -> Option<(&str, Option<&str>, i64)> {
     let segmentation_id = r.attrs.get("segment_id").and_then(Value::as_i64)?;
-    Some((attr(r, "network_type").unwrap_or("vlan"), segmentation_id))
+    Some((
+        attr(r, "network_type").unwrap_or("vlan"),
+        attr(r, "physical_network"),
+        segmentation_id,
+    ))
 }
 
 /// The inventory records of the action's resources (those still registered).
@@ -158,7 +162,8 @@ impl OpenStackBackend {
             .and_then(|n| n.network_description.as_deref())
             .filter(|d| !d.is_empty());
         for segment in records(store, NETWORK, &action.resources).await? {
-            let Some((network_type, segmentation_id)) = segment_of(&segment) else {
+            let Some((network_type, physical_network, segmentation_id)) = segment_of(&segment)
+            else {
                 continue;
             };
             let start = async {
@@ -168,7 +173,7 @@ impl OpenStackBackend {
                         description,
                         project_id: &action.project_id,
                         network_type,
-                        physical_network: attr(&segment, "physical_network"),
+                        physical_network,
                         segmentation_id,
                         tags: &tags,
                     })
@@ -179,7 +184,12 @@ impl OpenStackBackend {
                             "network created on its reserved segment");
                     })
             };
-            let stop = self.delete_reserved_network(action, network_type, segmentation_id);
+            let stop = self.delete_reserved_network(
+                action,
+                network_type,
+                physical_network,
+                segmentation_id,
+            );
             start_or_stop(action.kind, start, stop).await?;
         }
         Ok(())
@@ -189,19 +199,24 @@ impl OpenStackBackend {
         &self,
         action: &Action,
         network_type: &str,
+        physical_network: Option<&str>,
         segmentation_id: i64,
     ) -> Result<(), Error> {
         let neutron = self.cloud().neutron(action.request_id.as_deref());
         let Some(network) = neutron
-            .network_on_segment(network_type, segmentation_id)
+            .network_on_segment(network_type, physical_network, segmentation_id)
             .await?
         else {
             return Ok(());
         };
-        if !network
+        // Ours by its tag, or (tags and name being the project's to edit) as the network the
+        // lease's project has on the segment its reservation held: Blazar deletes the
+        // network it made whatever became of its tags.
+        let ours = network
             .tags
             .contains(&reservation_tag(&action.reservation_id))
-        {
+            || network.project_id == action.project_id;
+        if !ours {
             tracing::warn!(network.id = %network.id, segment = segmentation_id,
                 "the network on a reserved segment is not the reservation's; left alone");
             return Ok(());
@@ -241,11 +256,11 @@ impl OpenStackBackend {
             }
             NETWORK => {
                 for segment in records(store, NETWORK, &action.resources).await? {
-                    let Some((network_type, seg)) = segment_of(&segment) else {
+                    let Some((network_type, physical, seg)) = segment_of(&segment) else {
                         continue;
                     };
                     let found = neutron
-                        .network_on_segment(network_type, seg)
+                        .network_on_segment(network_type, physical, seg)
                         .await
                         .map_err(err)?;
                     if !found.is_some_and(|n| n.tags.contains(&tag)) {

@@ -116,6 +116,7 @@ impl Service {
                     ..LeaseFilter::default()
                 })
                 .await?;
+            let now = self.now();
             for status in [
                 LeaseStatus::Pending,
                 LeaseStatus::Active,
@@ -133,6 +134,11 @@ impl Service {
                     })
                     .await?
                     .into_iter()
+                    // A lease in ERROR past its end keeps nothing: its end ran, and what a
+                    // take-back that failed for good left in the cloud is a leftover (or it
+                    // would stay there, in the way of the next lease of the same address,
+                    // segment or host, until the lease is deleted by hand).
+                    .filter(|(lease, _, _)| status != LeaseStatus::Error || lease.end > now)
                     .flat_map(|(_, reservations, _)| reservations.into_iter().map(|r| r.id));
                 desired.kept.extend(ids);
             }
@@ -147,7 +153,6 @@ impl Service {
                         .map(|r| r.id),
                 );
             }
-            let now = self.now();
             for (lease, reservations, _) in failed {
                 let allocations = tx.allocations_of_lease(&lease.id).await?;
                 for r in reservations {

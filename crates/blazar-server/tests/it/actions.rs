@@ -241,6 +241,8 @@ async fn a_permanent_failure_puts_the_lease_in_error_and_says_why() {
         l["reservations"][0]["id"]
     );
     assert_eq!(desired.stranded[0].hosts, vec!["compute-1".to_string()]);
+    let rid = l["reservations"][0]["id"].as_str().unwrap().to_string();
+    assert!(desired.kept.contains(&rid), "{desired:?}");
 
     // Its end still takes back whatever may have been handed over, and it stays in ERROR.
     app.tick_at(t(2030, 1, 1, 12, 0)).await;
@@ -249,6 +251,8 @@ async fn a_permanent_failure_puts_the_lease_in_error_and_says_why() {
     assert_eq!(event_status(&l, "end_lease"), "DONE");
     let desired = app.service.desired_state().await.unwrap();
     assert!(desired.stranded.is_empty(), "{desired:?}");
+    // Past its end, whatever a failed take-back might have left is a leftover.
+    assert!(!desired.kept.contains(&rid), "{desired:?}");
     let kinds: Vec<ActionKind> = backend.calls().iter().map(|c| c.1).collect();
     assert_eq!(kinds, vec![ActionKind::Start, ActionKind::Stop]);
     // And it can be deleted. Its end took everything back already: the delete takes

@@ -1727,6 +1727,22 @@ async fn floating_ips_and_network_segments_exist_in_neutron_while_reserved() {
         Some(json!({"port": {"network_id": net_id, "name": "left-behind"}})),
     )
     .await;
+    // Alpha strips the network of its tags and renames it: still the reservation's network,
+    // taken back at the end.
+    neutron(
+        &alpha_cloud,
+        Method::DELETE,
+        &format!("/v2.0/networks/{net_id}/tags"),
+        None,
+    )
+    .await;
+    neutron(
+        &alpha_cloud,
+        Method::PUT,
+        &format!("/v2.0/networks/{net_id}"),
+        Some(json!({"network": {"name": "renamed-by-alpha"}})),
+    )
+    .await;
 
     // End: both are gone.
     app.tick_at(t(2030, 3, 1, 12, 0)).await;
