@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use blazar_core::{ActionKind, ActionPurpose, HostFacts, PHYSICAL_HOST, ReservationStatus};
+use blazar_core::{
+    ActionKind, ActionPurpose, HostFacts, LeaseStatus, PHYSICAL_HOST, ReservationStatus,
+};
 use blazar_db::Store;
 use std::collections::BTreeSet;
 
@@ -35,6 +37,26 @@ pub(crate) async fn appeared_since(store: &Store, desired: &DesiredState, id: &s
         Ok(None) => false,
         Err(_) => true,
     }
+}
+
+/// Whether `action`'s reservation is still in force as the pass found it: its lease ACTIVE,
+/// the reservation active, no action open on the lease. A pass reads the database once, at
+/// its start; a lease that ended since (its take-back may have run already) must not have
+/// what it held made again, in the way of the next lease of the same address or segment.
+pub(crate) async fn still_live(store: &Store, action: &Action) -> bool {
+    let Ok(mut tx) = store.read().await else {
+        return false;
+    };
+    let (Ok(Some(lease)), Ok(Some(reservation)), Ok(actions)) = (
+        tx.get_lease(&action.lease_id).await,
+        tx.get_reservation(&action.reservation_id).await,
+        tx.actions_of_lease(&action.lease_id).await,
+    ) else {
+        return false;
+    };
+    lease.status == LeaseStatus::Active
+        && reservation.status == ReservationStatus::Active
+        && !actions.iter().any(|a| a.status.is_open())
 }
 
 /// One reconciler pass's findings: every difference, and each repair that failed with its
@@ -726,8 +748,32 @@ impl OpenStackBackend {
         // as they are, but no other project may be let in.
         for r in &desired.stranded {
             in_force.insert(&r.reservation_id);
-            reserved.extend(r.hosts.iter().map(String::as_str));
-            if let Some(aggregate) = aggregates.iter().find(|a| a.name == r.reservation_id) {
+            let own = aggregates.iter().find(|a| a.name == r.reservation_id);
+            for host in &r.hosts {
+                let pooled = freepool.as_ref().is_some_and(|f| f.hosts.contains(host))
+                    || aggregates
+                        .iter()
+                        .any(|a| self.in_our_zone(a) && a.hosts.contains(host));
+                // A start that failed between taking the host out of the freepool and
+                // putting it into the reservation's aggregate left it in no pool, where
+                // BlazarFilter lets anyone's servers in: into the owner's aggregate, or,
+                // with none, back to the freepool (below) rather than open to all.
+                match (pooled, own) {
+                    (false, Some(aggregate)) => {
+                        let line = pass.found(format!(
+                            "host {host} of reservation {} in no pool: put into its aggregate",
+                            r.reservation_id
+                        ));
+                        if apply {
+                            pass.done(&line, nova.add_host(aggregate, host).await);
+                        }
+                    }
+                    (false, None) => continue,
+                    (true, _) => {}
+                }
+                reserved.insert(host.as_str());
+            }
+            if let Some(aggregate) = own {
                 self.repair_owner(&nova, aggregate, r, apply, pass).await;
             }
         }

@@ -57,7 +57,9 @@ impl OpenStackBackend {
             let Some(drift) = pass.value(&format!("{what} could not be checked"), checked) else {
                 continue;
             };
-            if drift.is_empty() {
+            // Ended (or changing) since the pass read the database: its own actions decide
+            // what the cloud holds for it.
+            if drift.is_empty() || !crate::backend::still_live(store, action).await {
                 continue;
             }
             for line in drift {

@@ -546,6 +546,58 @@ async fn a_host_in_another_reservations_aggregate_goes_to_whom_the_database_gran
     withdraw(&app, &admin, &ids).await;
 }
 
+/// A start that fails for good after taking its host out of the freepool leaves the host in
+/// no pool, where BlazarFilter admits anyone's servers: the reconciler puts it into the
+/// owner's aggregate once Nova lets it.
+#[tokio::test]
+async fn a_host_a_failed_start_left_in_no_pool_goes_to_its_owner() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
+    let app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let ids = enrol(&app, &["compute-1"]).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Another availability zone holds the host: Nova refuses it the reservation's.
+    let elsewhere = nova
+        .ensure_aggregate("elsewhere", Some("elsewhere-zone"))
+        .await
+        .unwrap();
+    nova.add_host(&elsewhere, "compute-1").await.unwrap();
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ERROR", "{actions}");
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert!(freepool.hosts.is_empty(), "{:?}", freepool.hosts);
+
+    // The operator takes the host out of the other zone; the reconciler hands it to the
+    // lease the database still grants it to.
+    let elsewhere = nova.find_aggregate("elsewhere").await.unwrap().unwrap();
+    nova.remove_host(&elsewhere, "compute-1").await.unwrap();
+    let r = app.post("/v1/reconcile", json!({"dry_run": false})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let repairs = r.body["reconcile"]["repairs"].to_string();
+    assert!(repairs.contains("in no pool"), "{}", r.body);
+    let held = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    assert_eq!(held.hosts, ["compute-1"]);
+
+    // Its end takes it back to the freepool.
+    app.tick_at(t(2030, 1, 1, 12, 0)).await;
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert_eq!(freepool.hosts, ["compute-1"]);
+    nova.delete_aggregate(&elsewhere).await.unwrap();
+    withdraw(&app, &admin, &ids).await;
+}
+
 async fn enrol(app: &TestApp, names: &[&str]) -> Vec<String> {
     let mut ids = Vec::new();
     for name in names {
