@@ -128,7 +128,28 @@ impl Demand {
         }
         let mut part = self.clone();
         match &mut part {
-            Demand::Whole { candidates, .. } => keep(candidates, size, last),
+            Demand::Whole {
+                candidates,
+                required,
+                ..
+            } => {
+                keep(candidates, size, last);
+                // A required resource cut off with the rest could never be granted from the
+                // part: kept, after the others (the order of the whole list among them).
+                let kept: std::collections::HashSet<i64> = candidates.iter().copied().collect();
+                let required: std::collections::HashSet<i64> = required.iter().copied().collect();
+                let cut: Vec<i64> = match self {
+                    Demand::Whole {
+                        candidates: all, ..
+                    } => all
+                        .iter()
+                        .copied()
+                        .filter(|id| required.contains(id) && !kept.contains(id))
+                        .collect(),
+                    Demand::Slots { .. } => Vec::new(),
+                };
+                candidates.extend(cut);
+            }
             Demand::Slots { hosts, .. } => keep(hosts, size, last),
         }
         Some(part)
@@ -643,6 +664,30 @@ mod tests {
             min,
             max,
         }
+    }
+
+    #[test]
+    fn a_part_keeps_the_required_resources_it_would_cut() {
+        let demand = Demand::Whole {
+            kind: "virtual:floatingip".into(),
+            candidates: (1..=300).collect(),
+            required: vec![290, 5],
+            min: 1,
+            max: 1,
+        };
+        let Some(Demand::Whole { candidates, .. }) = demand.part(256, false) else {
+            panic!("a part");
+        };
+        assert_eq!(candidates.len(), 257);
+        assert_eq!(candidates[..256], (1..=256).collect::<Vec<i64>>()[..]);
+        assert_eq!(candidates[256], 290);
+        let Some(Demand::Whole { candidates, .. }) = demand.part(10, true) else {
+            panic!("a part");
+        };
+        assert_eq!(
+            candidates,
+            [291, 292, 293, 294, 295, 296, 297, 298, 299, 300, 5, 290]
+        );
     }
 
     fn busy(start: i64, until: i64) -> Busy {

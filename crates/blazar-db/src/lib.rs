@@ -1037,11 +1037,23 @@ impl Tx {
     /// Serialises, on PostgreSQL, the transactions that check and write one project's
     /// usage against its quotas (SQLite writers are serialised already).
     pub async fn lock_project_usage(&mut self, project_id: &str) -> DbResult<()> {
+        self.lock_project("project usage", project_id).await
+    }
+
+    /// Serialises, on PostgreSQL, the transactions that count and add one project's webhooks
+    /// (or the site-wide ones, `None`), so that concurrent registrations cannot pass its cap.
+    pub async fn lock_project_webhooks(&mut self, project_id: Option<&str>) -> DbResult<()> {
+        self.lock_project("project webhooks", project_id.unwrap_or(""))
+            .await
+    }
+
+    /// The transaction-scoped lock of `project_id` among the locks of `kind` (PostgreSQL).
+    async fn lock_project(&mut self, kind: &str, project_id: &str) -> DbResult<()> {
         if self.backend != Backend::Postgres {
             return Ok(());
         }
         sqlx::query("SELECT pg_advisory_xact_lock(CAST($1 AS INTEGER), hashtext($2))")
-            .bind(i64::from(self.locks.claims("project usage")))
+            .bind(i64::from(self.locks.claims(kind)))
             .bind(project_id)
             .execute(self.conn().await?)
             .await?;

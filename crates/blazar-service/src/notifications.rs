@@ -219,6 +219,15 @@ impl Service {
             created_at: self.now(),
         };
         let written = in_tx!(self, write, |tx| {
+            let mut row = row.clone();
+            // Filed under the lease's project (an admin may be refused an update of another
+            // project's lease): its webhooks and event streams hear of it, the caller's
+            // project's do not.
+            if let Some(id) = lease_id
+                && let Some(lease) = tx.get_lease(id).await?
+            {
+                row.payload["project_id"] = json!(lease.project_id);
+            }
             tx.insert_notification(&row, crate::current_request_id().as_deref())
                 .await?;
             Ok(())

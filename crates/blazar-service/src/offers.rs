@@ -13,7 +13,9 @@ use blazar_core::offer::{self, Busy, Demand, Occupancy, Offer, Order, ProbeFor, 
 use blazar_core::{PHYSICAL_HOST, ReservationSpec, ResourceRecord, TimeWindow};
 use blazar_db::Tx;
 use chrono::{DateTime, Duration, Utc};
+use serde_json::json;
 
+use crate::enforcement::EnforcedLease;
 use crate::policy::Target;
 use crate::resources::{count, filter_key};
 use crate::{Identity, Service, ServiceError, ServiceResult, truncate_to_minute};
@@ -188,14 +190,81 @@ impl Service {
             request.limit,
         )?;
         let mut specs = self.validated_requests(&request.reservations)?;
+        // The local usage filters (Blazar's MaxLeaseDurationFilter) refuse an offer request
+        // as a create: a request whose shortest lease they refuse is answered as that
+        // create would be.
+        let mut search = search;
+        let at = |minutes: i64| search.not_before + Duration::minutes(minutes);
+        self.screen(identity, search.not_before, at(search.min_minutes))
+            .await
+            .map_err(|(filter, denial)| crate::enforcement::refusal(filter, denial))?;
+        // Of a range of durations, the longest they allow (a lease only gets harder to allow
+        // as it grows): about twenty questions to the filters, none to the database.
+        if self
+            .screen(identity, search.not_before, at(search.max_minutes))
+            .await
+            .is_err()
+        {
+            let (mut allowed, mut refused) = (search.min_minutes, search.max_minutes);
+            while refused - allowed > 1 {
+                let mid = allowed + (refused - allowed) / 2;
+                match self.screen(identity, search.not_before, at(mid)).await {
+                    Ok(()) => allowed = mid,
+                    Err(_) => refused = mid,
+                }
+            }
+            search.max_minutes = allowed;
+        }
         self.ask_cloud_for_flavors(identity, &mut specs).await?;
         let _permit = self.search_permit().await?;
-        in_tx!(self, read, |tx| {
+        let offers = in_tx!(self, read, |tx| {
             let offers = self
                 .find_offers(tx, identity, &specs, &search, None)
                 .await?;
-            self.describe_offers(tx, &specs, offers).await
-        })
+            self.describe_offers(tx, identity, &specs, offers).await
+        })?;
+        // And no offer they would refuse is made (a longer one of a range, say).
+        let mut kept = Vec::with_capacity(offers.len());
+        for offer in offers {
+            let (start, end) = (offer.window.start(), offer.window.end());
+            if self.screen(identity, start, end).await.is_ok() {
+                kept.push(offer);
+            }
+        }
+        Ok(kept)
+    }
+
+    /// What the local usage filters say of a create of `identity`'s from `start` to `end`:
+    /// the first that refuses, with its denial. The filters that tell someone outside are
+    /// not asked for advice: a create asks them.
+    async fn screen(
+        &self,
+        identity: &Identity,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> Result<(), (&'static str, crate::enforcement::Denial)> {
+        let context = self
+            .enforcement
+            .context(&identity.user_id, &identity.project_id);
+        let lease = EnforcedLease {
+            start,
+            end,
+            values: json!({
+                "start_date": crate::enforcement::iso(start),
+                "end_date": crate::enforcement::iso(end),
+                "user_id": identity.user_id,
+                "project_id": identity.project_id,
+                "status": "CREATING",
+                "reservations": [],
+            }),
+        };
+        for filter in self.enforcement.consulted(true) {
+            filter
+                .check_create(&context, &lease)
+                .await
+                .map_err(|d| (filter.name(), d))?;
+        }
+        Ok(())
     }
 
     /// The offers for `specs` as of `tx`, leaving out the allocations of lease `except`.
@@ -312,12 +381,27 @@ impl Service {
     }
 
     /// Offers as the API shows them: ids and names of what each reservation would get.
+    /// A member whose query names a private property is told when, not which resources:
+    /// which ones match would tell the property's values (as the timeline and refusals
+    /// keep them).
     async fn describe_offers(
         &self,
         tx: &mut Tx,
+        identity: &Identity,
         specs: &[ReservationSpec],
         offers: Vec<Offer>,
     ) -> ServiceResult<Vec<LeaseOffer>> {
+        let admin = self.is_admin(identity);
+        let mut hidden = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let keys = spec.query_keys();
+            hidden.push(if admin || keys.is_empty() {
+                false
+            } else {
+                let private = tx.private_property_names(spec.kind()).await?;
+                keys.iter().any(|k| private.contains(*k))
+            });
+        }
         let inventory = self.host_cache.inventory(tx).await?;
         let mut pools: HashMap<&str, BTreeMap<i64, ResourceRecord>> = HashMap::new();
         for spec in specs {
@@ -333,11 +417,13 @@ impl Service {
                 window: o.window,
                 reservations: specs
                     .iter()
+                    .zip(&hidden)
                     .zip(o.granted)
-                    .map(|(spec, granted)| OfferedReservation {
+                    .map(|((spec, &hidden), granted)| OfferedReservation {
                         resource_type: spec.resource_type(),
                         resources: granted
                             .into_iter()
+                            .filter(|_| !hidden)
                             .map(|(id, units)| {
                                 let (uid, name) = if spec.kind() == PHYSICAL_HOST {
                                     let name = inventory

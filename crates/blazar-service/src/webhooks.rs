@@ -310,6 +310,8 @@ impl Service {
             created_at: self.now(),
         };
         in_tx!(self, write, |tx| {
+            tx.lock_project_webhooks(webhook.project_id.as_deref())
+                .await?;
             if tx.count_webhooks(webhook.project_id.as_deref()).await? >= MAX_WEBHOOKS_PER_PROJECT {
                 return Err(ServiceError::BadRequest(format!(
                     "A project has at most {MAX_WEBHOOKS_PER_PROJECT} webhooks; delete one first"

@@ -672,4 +672,67 @@ async fn refusals_by_filters_and_quotas_are_notified() {
     assert_eq!(payload(1)["filters"], json!([]));
     assert_eq!(payload(2)["lease_id"], id.as_str());
     assert_eq!(payload(2)["filters"], json!(["MaxLeaseDurationFilter"]));
+
+    // An admin refused an update of alpha's lease: filed under alpha, whose webhooks and
+    // streams hear of it, with the admin as the user who asked.
+    app.act_as_admin();
+    let r = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"end_date": "2030-01-06 10:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    let notes = refusal_notifications(&mut app).await;
+    let last = &notes.last().unwrap()["payload"];
+    assert_eq!(last["project_id"], "alpha");
+    assert_eq!(last["user_id"], "admin-user");
+}
+
+/// Offers are what a create would be granted: a request whose shortest lease the maximum
+/// duration refuses is refused as its create would be, and no offer is longer than it.
+#[tokio::test]
+async fn offers_keep_to_the_maximum_lease_duration() {
+    let app = app_with(|cli| {
+        cli.enabled_filters = vec!["MaxLeaseDurationFilter".into()];
+        cli.max_lease_duration = Some(86_400);
+    })
+    .await;
+    app.create_host("compute-1", json!({})).await;
+    let hosts = json!([{"resource_type": "physical:host", "min": 1, "max": 1,
+                        "hypervisor_properties": "", "resource_properties": ""}]);
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": hosts, "duration": 2880}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(
+        r.body["reasons"],
+        json!([{"filter": "MaxLeaseDurationFilter", "field": "end_date"}])
+    );
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": hosts, "min_duration": 60, "max_duration": 2880,
+                   "order": "longest", "limit": 3}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let offers = r.body["offers"].as_array().unwrap();
+    assert!(!offers.is_empty(), "{}", r.body);
+    for offer in offers {
+        let start = chrono::NaiveDateTime::parse_from_str(
+            offer["start_date"].as_str().unwrap(),
+            "%Y-%m-%dT%H:%M:%S%.f",
+        )
+        .unwrap();
+        let end = chrono::NaiveDateTime::parse_from_str(
+            offer["end_date"].as_str().unwrap(),
+            "%Y-%m-%dT%H:%M:%S%.f",
+        )
+        .unwrap();
+        assert_eq!(end - start, chrono::Duration::days(1), "{offer}");
+    }
 }

@@ -755,3 +755,45 @@ async fn events_written_side_by_side_resume_after_any_of_them() {
         assert_eq!(resumed.take(LEASES - k - 1).await, events[k + 1..].to_vec());
     }
 }
+
+/// A member's stream reads on through other projects' events at once: more of them than a
+/// batch before the member's own does not make it wait for a poll per batch.
+#[tokio::test]
+async fn a_members_stream_passes_over_other_projects_events_at_once() {
+    let mut app = TestApp::spawn().await;
+    app.create_host("compute-1", json!({})).await;
+    app.act_as("beta", "beta-user", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            host_lease_body("b", "2030-01-01 10:00", "2030-01-01 12:00"),
+        )
+        .await;
+    let beta = format!("/v1/leases/{}", r.body["lease"]["id"].as_str().unwrap());
+    for i in 0..450 {
+        app.put(&beta, json!({"name": format!("b{i}")}))
+            .await
+            .assert_status(StatusCode::OK);
+    }
+    app.act_as("alpha", "alpha-user", "member");
+    app.post(
+        "/v1/leases",
+        host_lease_body("a", "2030-01-02 10:00", "2030-01-02 12:00"),
+    )
+    .await
+    .assert_status(StatusCode::CREATED);
+    let alpha = blazar_service::Identity {
+        user_id: "alpha-user".into(),
+        project_id: "alpha".into(),
+        roles: vec!["member".into()],
+    };
+    let mut reader = app
+        .service
+        .lease_events(&alpha, Some(0), None)
+        .await
+        .unwrap();
+    let events = app.service.next_lease_events(&mut reader).await.unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].event_type, "lease.create");
+    assert_eq!(events[0].project_id.as_deref(), Some("alpha"));
+}

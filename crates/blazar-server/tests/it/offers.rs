@@ -335,6 +335,40 @@ async fn offer_requests_are_checked_like_creates() {
     assert!(none.is_empty());
 }
 
+/// Offers tell a member whose query names a private property when, not which hosts: the
+/// hosts that match would tell the property's values.
+#[tokio::test]
+async fn offers_name_no_resource_picked_by_a_private_property() {
+    let mut app = TestApp::spawn().await;
+    app.create_host("h1", json!({"secret": "x"})).await;
+    app.create_host("h2", json!({"secret": "y"})).await;
+    app.patch("/v1/os-hosts/properties/secret", json!({"private": true}))
+        .await
+        .assert_status(StatusCode::OK);
+    let body = json!({"reservations": [hosts(1, 1, r#"["==", "$secret", "x"]"#)],
+                      "duration": 60, "not_before": "2030-01-01 00:00"});
+    let seen = offers(&app, body.clone()).await;
+    assert_eq!(seen[0]["reservations"][0]["resources"][0]["name"], "h1");
+    app.act_as("demo", "alice", "member");
+    let told = offers(&app, body).await;
+    assert_eq!(told[0]["start_date"], seen[0]["start_date"]);
+    assert_eq!(told[0]["reservations"][0]["resources"], json!([]));
+    // Without the private property the member sees what it would get.
+    let plain = offers(
+        &app,
+        json!({"reservations": [hosts(1, 1, "")], "duration": 60,
+               "not_before": "2030-01-01 00:00"}),
+    )
+    .await;
+    assert_eq!(
+        plain[0]["reservations"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
 #[tokio::test]
 async fn earliest_create_books_the_first_offer() {
     let app = TestApp::spawn().await;

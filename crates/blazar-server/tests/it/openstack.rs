@@ -557,7 +557,15 @@ async fn a_host_a_failed_start_left_in_no_pool_goes_to_its_owner() {
     reset_cloud(&admin).await;
     let nova = admin.nova(None);
     let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
-    let app = TestApp::spawn_backend(Arc::new(backend)).await;
+    // One attempt: the start's failure is for good at once.
+    let app = TestApp::builder()
+        .settings(blazar_service::Settings {
+            action_max_attempts: 1,
+            ..blazar_service::Settings::default()
+        })
+        .backend(Arc::new(backend))
+        .spawn()
+        .await;
     let ids = enrol(&app, &["compute-1"]).await;
     let r = app
         .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")

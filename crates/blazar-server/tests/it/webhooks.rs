@@ -429,18 +429,28 @@ async fn internal_destinations_are_refused_unless_the_operator_allows_them() {
     assert!(last.contains("internal address"), "{}", r.body);
 }
 
-#[tokio::test]
+/// At most 25, also when 40 registrations race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_project_has_at_most_25_webhooks() {
     let mut app = TestApp::spawn().await;
     app.act_as("alpha", "alpha-user", "member");
-    for i in 0..25 {
+    let racing = (0..40).map(|i| {
         app.post(
             "/v1/webhooks",
             json!({"url": format!("https://hooks.example.org/{i}")}),
         )
-        .await
-        .assert_status(StatusCode::CREATED);
-    }
+    });
+    let answers = futures::future::join_all(racing).await;
+    let created = answers
+        .iter()
+        .filter(|r| r.status == StatusCode::CREATED)
+        .count();
+    assert_eq!(created, 25);
+    assert!(
+        answers
+            .iter()
+            .all(|r| matches!(r.status, StatusCode::CREATED | StatusCode::BAD_REQUEST))
+    );
     let r = app
         .post(
             "/v1/webhooks",
