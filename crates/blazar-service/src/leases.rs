@@ -1528,11 +1528,24 @@ impl Service {
             if !window_changed && spec == reservation.spec {
                 continue;
             }
-            let held: Vec<i64> = allocations
+            let own: Vec<&Allocation> = allocations
                 .iter()
                 .filter(|a| a.reservation_id == reservation.id)
-                .map(|a| a.resource_id)
                 .collect();
+            let held: Vec<i64> = own.iter().map(|a| a.resource_id).collect();
+            // An active reservation whose resources were all replaced by healing holds them
+            // from the replacement on, not from the lease's start (another lease may have
+            // had them before): they are held again over the same span, so an extension
+            // asks only for the time that is new to them.
+            let window = match own.iter().map(|a| a.occupancy.start).min() {
+                Some(held_from)
+                    if reservation.status == ReservationStatus::Active
+                        && held_from > window.start() =>
+                {
+                    TimeWindow::new(held_from, window.end()).unwrap_or(window)
+                }
+                _ => window,
+            };
             tx.delete_allocations_of_reservation(&reservation.id)
                 .await?;
             let explain = self.may_explain(tx, identity, &spec).await?;

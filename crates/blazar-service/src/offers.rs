@@ -739,23 +739,19 @@ impl Service {
                 required: ids,
             });
         }
+        // Resources that healing put in place are held from then on (as the update holds
+        // them again), not from the lease's start.
+        let from = held
+            .iter()
+            .map(|a| a.occupancy.start)
+            .min()
+            .filter(|t| *t > lease.start && *t < lease.end)
+            .unwrap_or(lease.start);
         let cleaning = self.settings().cleaning();
-        let occupancy = occupancy(
-            tx,
-            &demands,
-            lease.start,
-            horizon + cleaning,
-            Some(&lease.id),
-        )
-        .await?;
-        let current = (lease.end - lease.start).num_minutes();
+        let occupancy = occupancy(tx, &demands, from, horizon + cleaning, Some(&lease.id)).await?;
+        let current = (lease.end - from).num_minutes();
         Ok(offer::latest_end(
-            &demands,
-            &occupancy,
-            lease.start,
-            current,
-            horizon,
-            cleaning,
+            &demands, &occupancy, from, current, horizon, cleaning,
         ))
     }
 }

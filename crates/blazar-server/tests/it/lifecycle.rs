@@ -390,3 +390,55 @@ async fn an_event_that_cannot_run_is_set_aside_and_the_others_run() {
         "DONE"
     );
 }
+
+/// A running lease whose host was replaced by healing holds the replacement from the
+/// swap on: it can be extended though another lease had that host before the swap.
+#[tokio::test]
+async fn a_lease_healed_onto_another_host_can_still_be_extended() {
+    let app = TestApp::spawn().await;
+    let c1 = app.create_host("c1", json!({"n": "1"})).await;
+    let c2 = app.create_host("c2", json!({"n": "2"})).await;
+    // c2 is someone else's until 10:30, so the lease gets c1.
+    let earlier = app
+        .host_lease(
+            "earlier",
+            "2030-01-01 09:00",
+            "2030-01-01 10:30",
+            1,
+            1,
+            r#"["==", "$n", "2"]"#,
+        )
+        .await;
+    assert_eq!(earlier.status, StatusCode::CREATED);
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let id = lease_id(&r.body);
+    assert_eq!(app.hosts_of(&id).await, std::slice::from_ref(&c1));
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    app.tick_at(t(2030, 1, 1, 10, 30)).await;
+    assert_eq!(lease(&app, &id).await["status"], "ACTIVE");
+
+    // c1 fails at 10:40: the lease moves to c2.
+    app.set_time(t(2030, 1, 1, 10, 40));
+    app.put(&format!("/v1/os-hosts/{c1}"), json!({"reservable": false}))
+        .await
+        .assert_status(StatusCode::OK);
+    let hosts = app.hosts_of(&id).await;
+    assert_eq!(hosts, [c2]);
+
+    let check = app
+        .get(&format!("/v1/leases/{id}/extension?prolong_for=1h"))
+        .await;
+    check.assert_status(StatusCode::OK);
+    assert_eq!(check.body["extension"]["possible"], true, "{}", check.body);
+    let r = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"end_date": "2030-01-01 13:00"}),
+        )
+        .await;
+    r.assert_status(StatusCode::OK);
+    assert_eq!(r.body["lease"]["end_date"], "2030-01-01T13:00:00.000000");
+    assert_eq!(app.hosts_of(&id).await, hosts);
+}
