@@ -67,6 +67,8 @@ pub(crate) async fn still_live(store: &Store, action: &Action) -> bool {
 pub(crate) struct Pass {
     pub(crate) repairs: Vec<String>,
     pub(crate) failed: Vec<String>,
+    /// (reservation id, server group id) of the affinity groups made again.
+    pub(crate) server_groups: Vec<(String, String)>,
 }
 
 impl Pass {
@@ -465,6 +467,7 @@ impl Backend for OpenStackBackend {
             applied: apply,
             repairs: pass.repairs,
             failed: pass.failed,
+            server_groups: pass.server_groups,
         })
     }
 

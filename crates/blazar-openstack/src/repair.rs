@@ -11,7 +11,7 @@ use blazar_core::engine::Usage;
 use blazar_core::reservation::{Affinity, InstanceSpec, Query};
 use blazar_core::{ActionKind, ActionPurpose, ReservationSpec};
 use blazar_db::Store;
-use blazar_service::{Action, ActionError, DesiredState, InventoryError};
+use blazar_service::{Action, ActionError, ActionOutput, DesiredState, InventoryError};
 use chrono::Utc;
 use serde_json::Value;
 
@@ -65,20 +65,28 @@ impl OpenStackBackend {
             for line in drift {
                 pass.found(format!("{line}: made again"));
             }
-            if apply {
-                pass.done(
+            if apply
+                && let Some(output) = pass.value(
                     &format!("{what}: made again"),
                     self.apply_now(store, action).await,
-                );
+                )
+                && let Some(group) = output.server_group_id
+            {
+                pass.server_groups
+                    .push((action.reservation_id.clone(), group));
             }
         }
     }
 
-    async fn apply_now(&self, store: &Store, action: &Action) -> Result<(), InventoryError> {
+    /// Carries out `action` again. A group made again gets a new id from Nova: the output
+    /// says so, and the service writes it to the reservation.
+    async fn apply_now(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<ActionOutput, InventoryError> {
         use blazar_service::Backend;
-        // A group made again gets a new id from Nova; the reservation keeps showing the old
-        // one until its next action (the reconciler never writes the database).
-        self.apply(store, action).await.map(|_| ()).map_err(failed)
+        self.apply(store, action).await.map_err(failed)
     }
 
     /// What the cloud holds for reservations that are not kept any more: removed (`apply`),

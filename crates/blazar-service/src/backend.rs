@@ -201,8 +201,7 @@ pub trait Backend: Send + Sync {
     ) -> Result<crate::ReconcileReport, InventoryError> {
         Ok(crate::ReconcileReport {
             applied: apply,
-            repairs: Vec::new(),
-            failed: Vec::new(),
+            ..crate::ReconcileReport::default()
         })
     }
 

@@ -60,6 +60,11 @@ pub struct ReconcileReport {
     /// error. The pass goes on past them: one broken piece does not keep the rest from
     /// being repaired, and the next pass tries again.
     pub failed: Vec<String>,
+    /// (reservation id, server group id) of each affinity group the pass made again: the
+    /// reservation is told its new group (users boot with it as their hint), as an action
+    /// that made one tells it.
+    #[serde(skip)]
+    pub server_groups: Vec<(String, String)>,
 }
 
 impl Service {
@@ -261,6 +266,26 @@ impl Service {
         }
         for line in &report.failed {
             tracing::warn!(failure = %line, "reconciler could not repair drift");
+        }
+        if !report.server_groups.is_empty() {
+            let now = self.now();
+            in_tx!(self, write, |tx| {
+                for (reservation_id, group) in &report.server_groups {
+                    let Some(reservation) = tx.get_reservation(reservation_id).await? else {
+                        continue;
+                    };
+                    // Under its lease's lock, read again: an update may have just moved it.
+                    tx.lock_lease(&reservation.lease_id).await?;
+                    let Some(mut reservation) = tx.get_reservation(reservation_id).await? else {
+                        continue;
+                    };
+                    if reservation.spec.set_server_group(group) {
+                        reservation.updated_at = Some(now);
+                        tx.update_reservation(&reservation).await?;
+                    }
+                }
+                Ok(())
+            })?;
         }
         Ok(report)
     }

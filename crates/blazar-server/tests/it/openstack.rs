@@ -2286,7 +2286,7 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
                 "end_date": "2030-06-01 12:00",
                 "reservations": [
                     {"resource_type": "virtual:instance", "amount": 2, "vcpus": 1,
-                     "memory_mb": 64, "disk_gb": 1, "affinity": "None",
+                     "memory_mb": 64, "disk_gb": 1, "affinity": false,
                      "resource_properties": ""},
                     {"resource_type": "virtual:floatingip", "network_id": public, "amount": 1,
                      "required_floatingips": [address]},
@@ -2327,8 +2327,27 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     );
 
     // Break it by hand: alpha loses the flavor, the aggregate admits another project, a
-    // host loses its slots, the floating IP and the network are deleted.
+    // host loses its slots, the floating IP, the network and the server group are deleted.
     nova.remove_flavor_access(&rid, &alpha).await.unwrap();
+    let group_of = |lease: &Value| {
+        lease["lease"]["reservations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource_type"] == "virtual:instance")
+            .unwrap()["server_group_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let old_group = group_of(&app.get(&format!("/v1/leases/{lease_id}")).await.body);
+    compute(
+        &admin,
+        Method::DELETE,
+        &format!("/os-server-groups/{old_group}"),
+        None,
+    )
+    .await;
     let intruder = "0badc0de0badc0de0badc0de0badc0de";
     let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
     let mut metadata = serde_json::Map::new();
@@ -2458,6 +2477,12 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     assert!(has(&format!("floating IP {address}")), "{drift:#?}");
     assert!(has("network on segment vlan/151"), "{drift:#?}");
     assert!(
+        has(&format!(
+            "server group of instance reservation {rid} missing"
+        )),
+        "{drift:#?}"
+    );
+    assert!(
         has(&format!("instance reservation {ghost} is over")),
         "{drift:#?}"
     );
@@ -2468,6 +2493,16 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     let repaired = reconcile(false).await;
     assert_eq!(repaired, drift);
     assert_eq!(nova.flavor_access(&rid).await.unwrap(), vec![alpha.clone()]);
+    // The group made again is the one the reservation names: users boot with it.
+    let new_group = group_of(&app.get(&format!("/v1/leases/{lease_id}")).await.body);
+    assert_ne!(new_group, old_group);
+    compute(
+        &admin,
+        Method::GET,
+        &format!("/os-server-groups/{new_group}"),
+        None,
+    )
+    .await;
     let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
     assert!(
         !aggregate.metadata.contains_key(intruder),
