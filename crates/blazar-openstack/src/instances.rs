@@ -454,8 +454,14 @@ impl OpenStackBackend {
                 nova.clear_servers(&orphaned, left()).await?;
             }
         }
-        if affinity(action).is_some()
-            && let Some(group) = nova.find_server_group(&group_name(id), true).await?
+        // Every group of that name, whatever the reservation's spec says (a leftover's is
+        // not known): two passes or attempts that raced may each have made one.
+        let name = group_name(id);
+        for (group, _) in nova
+            .server_groups(true)
+            .await?
+            .into_iter()
+            .filter(|(_, n)| *n == name)
         {
             nova.delete_server_group(&group).await?;
         }

@@ -825,6 +825,16 @@ impl<'a> Nova<'a> {
         name: &str,
         all_projects: bool,
     ) -> Result<Option<String>> {
+        Ok(self
+            .server_groups(all_projects)
+            .await?
+            .into_iter()
+            .find(|(_, n)| n == name)
+            .map(|(id, _)| id))
+    }
+
+    /// (id, name) of every server group (every project's when `all_projects`).
+    pub async fn server_groups(&self, all_projects: bool) -> Result<Vec<(String, String)>> {
         // Server groups page by offset, at most 1,000 at a time.
         const PAGE: usize = 1_000;
         let scope = if all_projects {
@@ -832,6 +842,7 @@ impl<'a> Nova<'a> {
         } else {
             ""
         };
+        let mut groups = Vec::new();
         let mut offset = 0;
         loop {
             let found = self
@@ -840,17 +851,18 @@ impl<'a> Nova<'a> {
                     "/os-server-groups?{scope}limit={PAGE}&offset={offset}"
                 ))
                 .await?;
-            if let Some(id) = items(&found, "server_groups")
-                .find(|g| g["name"].as_str() == Some(name))
-                .and_then(|g| g["id"].as_str())
-            {
-                return Ok(Some(id.to_string()));
-            }
+            let before = groups.len();
+            groups.extend(items(&found, "server_groups").filter_map(|g| {
+                Some((
+                    g["id"].as_str()?.to_string(),
+                    g["name"].as_str().unwrap_or_default().to_string(),
+                ))
+            }));
             // An empty page ends the list (a cloud whose `max_limit` is below the page
             // size answers short pages that are not the last).
-            let count = items(&found, "server_groups").count();
+            let count = groups.len() - before;
             if count == 0 || offset >= 1_000 * PAGE {
-                return Ok(None);
+                return Ok(groups);
             }
             offset += count;
         }

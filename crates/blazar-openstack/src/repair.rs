@@ -121,6 +121,14 @@ impl OpenStackBackend {
                 .map(|a| a.name.clone()),
         );
         instance_orphans.extend(
+            nova.server_groups(true)
+                .await
+                .map_err(unavailable)?
+                .into_iter()
+                .filter_map(|(_, name)| name.strip_prefix("reservation:").map(str::to_string))
+                .filter(|id| orphan(id)),
+        );
+        instance_orphans.extend(
             placement
                 .reservation_classes()
                 .await

@@ -2438,6 +2438,19 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
         ghost.to_uppercase().replace('-', "_")
     );
     placement.ensure_resource_class(&ghost_class).await.unwrap();
+    // Two groups of the ghost's (two attempts that raced each made one).
+    for _ in 0..2 {
+        compute(
+            &admin,
+            Method::POST,
+            "/os-server-groups",
+            Some(
+                json!({"server_group": {"name": format!("reservation:{ghost}"),
+                "policies": ["affinity"]}}),
+            ),
+        )
+        .await;
+    }
     let stray = neutron(
         &admin,
         Method::POST,
@@ -2536,6 +2549,13 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     let renet = neutron(&admin, Method::GET, on_segment, None).await;
     assert_eq!(renet["networks"][0]["project_id"], json!(alpha), "{renet}");
     assert!(nova.flavor(ghost).await.unwrap().is_none());
+    let groups = nova.server_groups(true).await.unwrap();
+    assert!(
+        !groups
+            .iter()
+            .any(|(_, name)| name.starts_with(&format!("reservation:{ghost}"))),
+        "{groups:?}"
+    );
     assert!(
         !placement
             .reservation_classes()
