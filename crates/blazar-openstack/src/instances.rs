@@ -37,6 +37,16 @@ fn affinity(action: &Action) -> Option<bool> {
     }
 }
 
+/// The services and reservation provider names of the hosts that hold slots in `slots`.
+fn granted(slots: &BTreeMap<(String, String), i64>) -> (BTreeSet<&str>, BTreeSet<String>) {
+    let held = slots.iter().filter(|(_, n)| **n > 0).map(|(host, _)| host);
+    (
+        held.clone().map(|(service, _)| service.as_str()).collect(),
+        held.map(|(_, hypervisor)| reservation_provider_name(hypervisor))
+            .collect(),
+    )
+}
+
 fn group_name(reservation_id: &str) -> String {
     format!("reservation:{reservation_id}")
 }
@@ -301,6 +311,29 @@ impl OpenStackBackend {
                     "host no longer holds instance slots of its reservation");
             }
         }
+        // What holds none of its slots goes: a host put in the aggregate by hand (its
+        // servers would be let in as the reservation's), an inventory of the class on
+        // another host's provider (capacity nobody booked).
+        let (hosts, providers) = granted(slots);
+        if let Some(current) = nova.find_aggregate(id).await? {
+            for host in current.hosts.iter().filter(|h| !hosts.contains(h.as_str())) {
+                nova.remove_host(&current, host).await?;
+                tracing::info!(host = %host, reservation.id = %id,
+                    "host without slots of its reservation taken out of its aggregate");
+            }
+        }
+        for provider in placement.providers_with_class(&class).await? {
+            if providers.contains(&provider.name) {
+                continue;
+            }
+            match placement.delete_inventory(&provider.uuid, &class).await {
+                Err(e) if e.is_conflict() => {
+                    tracing::warn!(provider = %provider.name, reservation.id = %id, error = %e,
+                        "slots not granted are in use; kept until the reservation ends")
+                }
+                other => other?,
+            }
+        }
         Ok(())
     }
 
@@ -379,7 +412,29 @@ impl OpenStackBackend {
             Some(_) => {}
         }
         let class = reservation_class(id);
-        for ((service, hypervisor), n) in self.slots(store, action).await? {
+        let slots = self.slots(store, action).await?;
+        let (hosts, providers) = granted(&slots);
+        if let Some(a) = &aggregate {
+            for host in a.hosts.iter().filter(|h| !hosts.contains(h.as_str())) {
+                drift.push(format!(
+                    "host {host} in the aggregate of instance reservation {id} without slots \
+                     of it"
+                ));
+            }
+        }
+        for provider in placement
+            .providers_with_class(&class)
+            .await
+            .map_err(action_error)?
+        {
+            if !providers.contains(&provider.name) {
+                drift.push(format!(
+                    "{} has slots of instance reservation {id} not granted to it",
+                    provider.name
+                ));
+            }
+        }
+        for ((service, hypervisor), n) in slots {
             if let Some(a) = &aggregate
                 && !a.hosts.contains(&service)
             {

@@ -2356,6 +2356,15 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     // A zone named like a host reservation's: the aggregate is still the instance
     // reservation's, not a host reservation's leftover to remove.
     nova.set_zone(&aggregate, "blazar_by_hand").await.unwrap();
+    // A host holding none of its slots put into its aggregate: its servers would pass as
+    // the reservation's.
+    let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    let granted_hosts = aggregate.hosts.clone();
+    let stray_host = ["compute-1", "compute-2", "compute-3"]
+        .into_iter()
+        .find(|h| !granted_hosts.iter().any(|g| g == h))
+        .expect("a host without slots");
+    nova.add_host(&aggregate, stray_host).await.unwrap();
     let class = format!(
         "CUSTOM_RESERVATION_{}",
         rid.to_uppercase().replace('-', "_")
@@ -2491,6 +2500,12 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     assert!(has("network on segment vlan/151"), "{drift:#?}");
     assert!(
         has(&format!(
+            "host {stray_host} in the aggregate of instance reservation {rid} without slots"
+        )),
+        "{drift:#?}"
+    );
+    assert!(
+        has(&format!(
             "server group of instance reservation {rid} missing"
         )),
         "{drift:#?}"
@@ -2517,6 +2532,11 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     )
     .await;
     let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    let mut now_held = aggregate.hosts.clone();
+    now_held.sort();
+    let mut was_held = granted_hosts.clone();
+    was_held.sort();
+    assert_eq!(now_held, was_held);
     assert!(
         !aggregate.metadata.contains_key(intruder),
         "{:?}",
