@@ -193,22 +193,25 @@ impl Service {
         // The local usage filters (Blazar's MaxLeaseDurationFilter) refuse an offer request
         // as a create: a request whose shortest lease they refuse is answered as that
         // create would be.
+        let limits = in_tx!(self, read, |tx| {
+            self.project_limits(tx, &identity.project_id).await
+        })?;
+        let screen = |start, end| self.screen(identity, &limits, now, start, end);
         let mut search = search;
         let at = |minutes: i64| search.not_before + Duration::minutes(minutes);
-        self.screen(identity, search.not_before, at(search.min_minutes))
+        screen(search.not_before, at(search.min_minutes))
             .await
-            .map_err(|(filter, denial)| crate::enforcement::refusal(filter, denial))?;
+            .map_err(|screened| screened.refusal(&identity.project_id))?;
         // Of a range of durations, the longest they allow (a lease only gets harder to allow
-        // as it grows): about twenty questions to the filters, none to the database.
-        if self
-            .screen(identity, search.not_before, at(search.max_minutes))
+        // as it grows): about twenty questions, none to the database.
+        if screen(search.not_before, at(search.max_minutes))
             .await
             .is_err()
         {
             let (mut allowed, mut refused) = (search.min_minutes, search.max_minutes);
             while refused - allowed > 1 {
                 let mid = allowed + (refused - allowed) / 2;
-                match self.screen(identity, search.not_before, at(mid)).await {
+                match screen(search.not_before, at(mid)).await {
                     Ok(()) => allowed = mid,
                     Err(_) => refused = mid,
                 }
@@ -223,26 +226,31 @@ impl Service {
                 .await?;
             self.describe_offers(tx, identity, &specs, offers).await
         })?;
-        // And no offer they would refuse is made (a longer one of a range, say).
+        // And no offer they would refuse is made (one that starts too far ahead, say).
         let mut kept = Vec::with_capacity(offers.len());
         for offer in offers {
-            let (start, end) = (offer.window.start(), offer.window.end());
-            if self.screen(identity, start, end).await.is_ok() {
+            if screen(offer.window.start(), offer.window.end())
+                .await
+                .is_ok()
+            {
                 kept.push(offer);
             }
         }
         Ok(kept)
     }
 
-    /// What the local usage filters say of a create of `identity`'s from `start` to `end`:
-    /// the first that refuses, with its denial. The filters that tell someone outside are
-    /// not asked for advice: a create asks them.
+    /// What the window alone decides of a create of `identity`'s from `start` to `end` at
+    /// minute `now`: the local usage filters, then the quotas on lease duration and start
+    /// ahead (`limits`, the project's), in the order a create meets them. The filters that tell someone outside are not asked
+    /// for advice: a create asks them.
     async fn screen(
         &self,
         identity: &Identity,
+        limits: &blazar_core::quota::QuotaValues,
+        now: DateTime<Utc>,
         start: DateTime<Utc>,
         end: DateTime<Utc>,
-    ) -> Result<(), (&'static str, crate::enforcement::Denial)> {
+    ) -> Result<(), Screened> {
         let context = self
             .enforcement
             .context(&identity.user_id, &identity.project_id);
@@ -262,7 +270,13 @@ impl Service {
             filter
                 .check_create(&context, &lease)
                 .await
-                .map_err(|d| (filter.name(), d))?;
+                .map_err(|d| Screened::Filter(filter.name(), d))?;
+        }
+        if let Ok(window) = TimeWindow::new(start, end) {
+            let excesses = crate::quotas::window_excesses(limits, window, now, None);
+            if !excesses.is_empty() {
+                return Err(Screened::Quota(excesses));
+            }
         }
         Ok(())
     }
@@ -449,6 +463,24 @@ impl Service {
                     .collect(),
             })
             .collect())
+    }
+}
+
+/// Why the window alone would have a create refused.
+enum Screened {
+    Quota(Vec<blazar_core::quota::QuotaExcess>),
+    Filter(&'static str, crate::enforcement::Denial),
+}
+
+impl Screened {
+    /// The refusal the create would get.
+    fn refusal(self, project_id: &str) -> ServiceError {
+        match self {
+            Screened::Quota(excesses) => {
+                crate::quotas::refusal(project_id, excesses, crate::RefusalKind::Forbidden)
+            }
+            Screened::Filter(filter, denial) => crate::enforcement::refusal(filter, denial),
+        }
     }
 }
 

@@ -166,7 +166,48 @@ fn excess_message(project_id: &str, e: &QuotaExcess) -> String {
 /// The refusal of a create (403, as Blazar refuses a create its enforcement denies) or an
 /// update (400, as Blazar refuses an update its enforcement denies), naming every limit
 /// exceeded; the message is the first one's.
-fn refusal(project_id: &str, excesses: Vec<QuotaExcess>, kind: RefusalKind) -> ServiceError {
+/// What of the quotas that depend on the window alone (lease duration, how far ahead it
+/// starts) a lease over `window` at minute `now` goes over; with `before`, the window an
+/// update starts from, only what it makes worse.
+pub(crate) fn window_excesses(
+    limits: &QuotaValues,
+    window: TimeWindow,
+    now: DateTime<Utc>,
+    before: Option<TimeWindow>,
+) -> Vec<QuotaExcess> {
+    let seconds = |w: TimeWindow| (w.end() - w.start()).num_seconds() as f64;
+    let ahead = |w: TimeWindow| (w.start() - now).num_seconds() as f64;
+    let mut excesses = Vec::new();
+    for (kind, after, before) in [
+        (
+            QuotaKind::LeaseDuration,
+            seconds(window),
+            before.map(seconds),
+        ),
+        (QuotaKind::StartAhead, ahead(window), before.map(ahead)),
+    ] {
+        if let Some(limit) = limits.limit(kind)
+            && after > limit as f64
+            && before.is_none_or(|b| after > b)
+        {
+            excesses.push(QuotaExcess {
+                kind,
+                limit,
+                in_use: 0.0,
+                requested: after,
+                at: None,
+                month: None,
+            });
+        }
+    }
+    excesses
+}
+
+pub(crate) fn refusal(
+    project_id: &str,
+    excesses: Vec<QuotaExcess>,
+    kind: RefusalKind,
+) -> ServiceError {
     let message = excesses
         .first()
         .map(|e| excess_message(project_id, e))
@@ -193,7 +234,11 @@ impl Service {
     }
 
     /// A project's limits in force: its overrides over the configured defaults.
-    async fn project_limits(&self, tx: &mut Tx, project_id: &str) -> ServiceResult<QuotaValues> {
+    pub(crate) async fn project_limits(
+        &self,
+        tx: &mut Tx,
+        project_id: &str,
+    ) -> ServiceResult<QuotaValues> {
         let own = tx.quota_of(project_id).await?.map(|r| r.values);
         Ok(own.unwrap_or_default().over(&self.quotas.defaults))
     }
@@ -336,35 +381,7 @@ impl Service {
             }
         };
         let now = truncate_to_minute(self.now());
-        let mut excesses = Vec::new();
-        let seconds = |w: TimeWindow| (w.end() - w.start()).num_seconds() as f64;
-        let ahead = |w: TimeWindow| (w.start() - now).num_seconds() as f64;
-        for (kind, after, before) in [
-            (
-                QuotaKind::LeaseDuration,
-                seconds(window),
-                baseline.map(|b| seconds(b.window)),
-            ),
-            (
-                QuotaKind::StartAhead,
-                ahead(window),
-                baseline.map(|b| ahead(b.window)),
-            ),
-        ] {
-            if let Some(limit) = limits.limit(kind)
-                && after > limit as f64
-                && before.is_none_or(|b| after > b)
-            {
-                excesses.push(QuotaExcess {
-                    kind,
-                    limit,
-                    in_use: 0.0,
-                    requested: after,
-                    at: None,
-                    month: None,
-                });
-            }
-        }
+        let mut excesses = window_excesses(&limits, window, now, baseline.map(|b| b.window));
         let measure = self
             .measure(tx, &limits, project_id, lease_id, window)
             .await?;

@@ -2327,7 +2327,7 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     );
 
     // Break it by hand: alpha loses the flavor, the aggregate admits another project, a
-    // host loses its slots, the floating IP, the network and the server group are deleted.
+    // host loses its slots, the floating IP and the network are deleted.
     nova.remove_flavor_access(&rid, &alpha).await.unwrap();
     let group_of = |lease: &Value| {
         lease["lease"]["reservations"]
@@ -2340,14 +2340,7 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
             .unwrap()
             .to_string()
     };
-    let old_group = group_of(&app.get(&format!("/v1/leases/{lease_id}")).await.body);
-    compute(
-        &admin,
-        Method::DELETE,
-        &format!("/os-server-groups/{old_group}"),
-        None,
-    )
-    .await;
+
     let intruder = "0badc0de0badc0de0badc0de0badc0de";
     let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
     let mut metadata = serde_json::Map::new();
@@ -2504,12 +2497,7 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
         )),
         "{drift:#?}"
     );
-    assert!(
-        has(&format!(
-            "server group of instance reservation {rid} missing"
-        )),
-        "{drift:#?}"
-    );
+
     assert!(
         has(&format!("instance reservation {ghost} is over")),
         "{drift:#?}"
@@ -2521,16 +2509,7 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     let repaired = reconcile(false).await;
     assert_eq!(repaired, drift);
     assert_eq!(nova.flavor_access(&rid).await.unwrap(), vec![alpha.clone()]);
-    // The group made again is the one the reservation names: users boot with it.
-    let new_group = group_of(&app.get(&format!("/v1/leases/{lease_id}")).await.body);
-    assert_ne!(new_group, old_group);
-    compute(
-        &admin,
-        Method::GET,
-        &format!("/os-server-groups/{new_group}"),
-        None,
-    )
-    .await;
+
     let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
     let mut now_held = aggregate.hosts.clone();
     now_held.sort();
@@ -2589,6 +2568,38 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
         reconcile(true).await,
         Vec::<String>::new(),
         "drift after repair"
+    );
+
+    // The server group deleted by hand: made again, and the one the reservation names
+    // (users boot with it as their hint).
+    let old_group = group_of(&app.get(&format!("/v1/leases/{lease_id}")).await.body);
+    compute(
+        &admin,
+        Method::DELETE,
+        &format!("/os-server-groups/{old_group}"),
+        None,
+    )
+    .await;
+    let regrouped = reconcile(false).await;
+    assert!(
+        regrouped.iter().any(|l| l.contains(&format!(
+            "server group of instance reservation {rid} missing"
+        ))),
+        "{regrouped:#?}"
+    );
+    let new_group = group_of(&app.get(&format!("/v1/leases/{lease_id}")).await.body);
+    assert_ne!(new_group, old_group);
+    compute(
+        &admin,
+        Method::GET,
+        &format!("/os-server-groups/{new_group}"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        reconcile(true).await,
+        Vec::<String>::new(),
+        "drift after the group was made again"
     );
 
     // A host's slots overcommitted eightfold would let alpha run more servers than it

@@ -573,3 +573,71 @@ async fn fifty_concurrent_creates_never_take_a_project_past_its_host_quota() {
         .len();
     assert_eq!(leases, 5);
 }
+
+/// Offers keep to the quotas a window alone decides: a request whose shortest lease is too
+/// long is refused as its create would be; a range stops at the longest allowed, and no
+/// offer starts further ahead than allowed.
+#[tokio::test]
+async fn offers_keep_to_the_lease_duration_and_start_ahead_quotas() {
+    let mut app = app_with_hosts(1, |cli| {
+        cli.quota_max_lease_duration = Some(86_400);
+        cli.quota_max_start_ahead = Some(2 * 86_400);
+    })
+    .await;
+    app.act_as("alpha", "ada", "member");
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": [hosts(1, "")], "duration": 2880}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(quota_reason(&r)["name"], "max_lease_duration");
+    // The host is busy for most of the next day: a lease of a day starts after that, and
+    // later ones would start too far ahead.
+    app.act_as_admin();
+    let now = app.service.now();
+    let busy_until = now + chrono::Duration::hours(23);
+    let fmt = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M").to_string();
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "busy",
+                &fmt(now + chrono::Duration::hours(1)),
+                &fmt(busy_until),
+                json!([hosts(1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as("alpha", "ada", "member");
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": [hosts(1, "")], "min_duration": 60,
+                   "max_duration": 2880, "order": "longest", "limit": 5}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let offers = r.body["offers"].as_array().unwrap().clone();
+    assert!(!offers.is_empty(), "{}", r.body);
+    let parse = |v: &Value| {
+        chrono::NaiveDateTime::parse_from_str(v.as_str().unwrap(), "%Y-%m-%dT%H:%M:%S%.f")
+            .unwrap()
+            .and_utc()
+    };
+    for offer in &offers {
+        let (start, end) = (parse(&offer["start_date"]), parse(&offer["end_date"]));
+        assert!(end - start <= chrono::Duration::days(1), "{offer}");
+        assert!(start - now <= chrono::Duration::days(2), "{offer}");
+        // Each is bookable as offered.
+        let r = app
+            .post(
+                "/v1/leases?dry_run=true",
+                lease("o", &fmt(start), &fmt(end), json!([hosts(1, "")])),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{offer}: {}", r.body);
+    }
+}
