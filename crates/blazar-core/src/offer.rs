@@ -375,6 +375,9 @@ pub struct Search {
     pub order: Order,
     /// How many offers, at most.
     pub limit: usize,
+    /// The last minute a lease may start, when that is earlier than its end allows (a
+    /// project may book only so far ahead).
+    pub start_by: Option<DateTime<Utc>>,
 }
 
 /// A window in which the whole request fits, and what each reservation would get there.
@@ -397,7 +400,8 @@ pub fn ceil_to_minute(t: DateTime<Utc>) -> DateTime<Utc> {
 impl Search {
     /// The latest minute a window of `minutes` may start at.
     fn latest_start(&self, minutes: i64) -> DateTime<Utc> {
-        self.not_after - Duration::minutes(minutes)
+        let by_end = self.not_after - Duration::minutes(minutes);
+        self.start_by.map_or(by_end, |t| t.min(by_end))
     }
 
     /// The longest duration in `[min_minutes, max_minutes]` (and ending by `not_after`)
@@ -439,6 +443,16 @@ impl Search {
             .collect();
         lengths.sort_unstable();
         lengths.dedup();
+        if !monotone(demands) {
+            // Longest first, each tried: see `monotone`.
+            return Some(
+                lengths
+                    .into_iter()
+                    .rev()
+                    .find_map(|minutes| at(minutes).map(|granted| (minutes, granted)))
+                    .unwrap_or((self.min_minutes, shortest)),
+            );
+        }
         // A window only gets harder to fit as it grows (it meets every allocation a shorter
         // one meets): the longest that fits is found by halving, in a few fits rather than
         // one per allocation of the window.
@@ -456,6 +470,26 @@ impl Search {
         }
         Some(best)
     }
+}
+
+/// Whether a window of `demands` that fits at a start fits there at every shorter length.
+/// True of one demand alone, and of demands that each hold exactly their resources (an
+/// extension's): a longer window meets every allocation a shorter one meets. Not of
+/// several demands in general: one granted a range takes as many as are free in preference
+/// order, so over a longer window it may take fewer hosts and leave the next demand room
+/// it did not have over a shorter one.
+fn monotone(demands: &[Demand]) -> bool {
+    demands.len() <= 1
+        || demands.iter().all(|d| match d {
+            Demand::Whole {
+                candidates,
+                required,
+                min,
+                max,
+                ..
+            } => min == max && *max == candidates.len() && required.len() == candidates.len(),
+            Demand::Slots { hosts, .. } => hosts.len() == 1,
+        })
 }
 
 /// The starts worth checking for windows of `minutes`, in order: the first minute of the
@@ -644,6 +678,7 @@ pub fn latest_end(
         cleaning,
         order: Order::Earliest,
         limit: 1,
+        start_by: None,
     };
     search
         .longest_at(demands, occupancy, start)
@@ -731,6 +766,7 @@ mod tests {
             cleaning: Duration::zero(),
             order,
             limit,
+            start_by: None,
         }
     }
 

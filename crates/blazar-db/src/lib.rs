@@ -106,8 +106,13 @@ impl From<sqlx::Error> for DbError {
             if matches!(code.as_str(), "22021" | "22P05" | "22001" | "54000") {
                 return DbError::Rejected(message.to_string());
             }
-            // PostgreSQL serialization failure and deadlock; SQLite busy/locked.
-            if code == "40001" || code == "40P01" || code == "5" || code == "6" || code == "517" {
+            // PostgreSQL serialization failure and deadlock; SQLite busy or locked (any of
+            // their extended codes: the primary code is the low byte).
+            let sqlite_busy = db
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_none()
+                && code.parse::<u32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6));
+            if code == "40001" || code == "40P01" || sqlite_busy {
                 return DbError::Retryable(message.to_string());
             }
             if outage(db.as_ref(), &code) {
@@ -120,7 +125,8 @@ impl From<sqlx::Error> for DbError {
 
 /// Whether a database error says the server cannot work just now rather than that the
 /// statement or its data is wrong. PostgreSQL: connection exceptions (class 08), shutting
-/// down or starting up (57P01-57P03), insufficient resources (class 53: disk full, out of
+/// down or starting up (57P01-57P03), a statement timed out or cancelled (57014), a lock
+/// not granted in time (55P03), insufficient resources (class 53: disk full, out of
 /// memory, too many connections), system and I/O errors (class 58). SQLite (primary code
 /// in the low byte of the extended one): out of memory, I/O error, disk full, cannot open.
 fn outage(db: &dyn sqlx::error::DatabaseError, code: &str) -> bool {
@@ -128,8 +134,10 @@ fn outage(db: &dyn sqlx::error::DatabaseError, code: &str) -> bool {
         .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
         .is_some()
     {
+        // A statement cancelled or timed out (57014) and a lock not granted in time (55P03)
+        // say the server is busy, not that the statement is wrong.
         return code.starts_with("08")
-            || matches!(code, "57P01" | "57P02" | "57P03")
+            || matches!(code, "57P01" | "57P02" | "57P03" | "57014" | "55P03")
             || code.starts_with("53")
             || code.starts_with("58");
     }

@@ -768,7 +768,13 @@ impl OpenStackBackend {
                             r.reservation_id
                         ));
                         if apply {
-                            pass.done(&line, nova.add_host(aggregate, host).await);
+                            // Others' servers that landed there meanwhile go first, as when
+                            // a granted host is put back.
+                            let owner = r.project_id.as_str();
+                            let evicted = nova.evict_from_host(host, |p| p != owner).await;
+                            if pass.done(&line, evicted) {
+                                pass.done(&line, nova.add_host(aggregate, host).await);
+                            }
                         }
                     }
                     (false, None) => continue,

@@ -212,10 +212,12 @@ impl OpenStackBackend {
         // Ours by its tag, or (tags and name being the project's to edit) as the network the
         // lease's project has on the segment its reservation held: Blazar deletes the
         // network it made whatever became of its tags.
+        // (The project alone says so only when the lookup named the physical network: a
+        // segment without one may be matched by a network on any.)
         let ours = network
             .tags
             .contains(&reservation_tag(&action.reservation_id))
-            || network.project_id == action.project_id;
+            || (physical_network.is_some() && network.project_id == action.project_id);
         if !ours {
             tracing::warn!(network.id = %network.id, segment = segmentation_id,
                 "the network on a reserved segment is not the reservation's; left alone");

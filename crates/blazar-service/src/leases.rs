@@ -1015,6 +1015,7 @@ impl Service {
             cleaning: self.settings().cleaning(),
             order: blazar_core::offer::Order::Earliest,
             limit: 1,
+            start_by: None,
         };
         let permit = match self.search_permit().await {
             Ok(permit) => permit,

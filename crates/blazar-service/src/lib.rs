@@ -169,7 +169,14 @@ impl From<DbError> for ServiceError {
             DbError::Duplicate(m) => ServiceError::Conflict(format!("already exists: {m}")),
             DbError::NotUnique(m) => ServiceError::Conflict(m),
             DbError::Rejected(m) => ServiceError::BadRequest(format!("Invalid value: {m}")),
-            e @ DbError::Unavailable(_) => ServiceError::Unavailable(e.to_string()),
+            // The cause (which may name hosts or paths) is logged here, once; the caller is
+            // told to come back.
+            e @ DbError::Unavailable(_) => {
+                tracing::error!(error = %e, "database unavailable");
+                ServiceError::Unavailable(
+                    "The database is unavailable just now; try again later".into(),
+                )
+            }
             other => ServiceError::Internal(other.to_string()),
         }
     }
@@ -346,6 +353,9 @@ pub struct Service {
     /// When the scheduler next looks at the events (epoch milliseconds; `i64::MIN` while it is
     /// looking): a write wakes it only for an event due before then.
     scheduler_plan: Arc<AtomicI64>,
+    /// How many ticks in a row each event failed on its own (see `Service::tick`): set
+    /// aside only when the failure outlasts a few of them.
+    event_failures: Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>,
     /// Group commit of lease creates (SQLite only; see `batch`).
     batcher: Option<Arc<batch::CreateBatcher>>,
     /// Permits for reads whose answer grows with the whole history (a batch of an allocation
@@ -405,6 +415,7 @@ impl Service {
             webhooks_purged: Arc::new(AtomicI64::new(i64::MIN)),
             worker_id: Arc::from(new_id().as_str()),
             scheduler_plan: Arc::new(AtomicI64::new(i64::MIN)),
+            event_failures: Arc::default(),
             large_reads: Arc::new(tokio::sync::Semaphore::new(2)),
             searches: Arc::new(tokio::sync::Semaphore::new(search_permits())),
             enforcement: Arc::new(enforcement::Enforcement::default()),

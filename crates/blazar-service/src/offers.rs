@@ -94,6 +94,7 @@ impl SearchWindow {
             cleaning,
             order,
             limit,
+            start_by: None,
         })
     }
 }
@@ -196,8 +197,16 @@ impl Service {
         let limits = in_tx!(self, read, |tx| {
             self.project_limits(tx, &identity.project_id).await
         })?;
-        let screen = |start, end| self.screen(identity, &limits, now, start, end);
+        // The minute a create's quotas are reckoned from (a create rounds down).
+        let quota_now = truncate_to_minute(self.now());
+        let screen = |start, end| self.screen(identity, &limits, quota_now, start, end);
         let mut search = search;
+        // Offers start no further ahead than the project may book: searched that way, so
+        // that later windows do not crowd out the bookable ones.
+        if let Some(ahead) = limits.limit(blazar_core::quota::QuotaKind::StartAhead) {
+            search.start_by =
+                Duration::try_seconds(ahead).and_then(|ahead| quota_now.checked_add_signed(ahead));
+        }
         let at = |minutes: i64| search.not_before + Duration::minutes(minutes);
         screen(search.not_before, at(search.min_minutes))
             .await
@@ -734,19 +743,23 @@ impl Service {
     ) -> ServiceResult<Option<DateTime<Utc>>> {
         let held = tx.allocations_of_lease(&lease.id).await?;
         let inventory = self.host_cache.inventory(tx).await?;
-        let mut whole: BTreeMap<(String, String), Vec<i64>> = BTreeMap::new();
-        let mut demands = Vec::new();
+        // Per reservation: what it holds, and from when (resources that healing put in
+        // place all of are held from the swap on, as the update holds them again, not from
+        // the lease's start).
+        let mut reservations: BTreeMap<&str, (DateTime<Utc>, Vec<Demand>)> = BTreeMap::new();
+        let mut whole: BTreeMap<(&str, &str), Vec<i64>> = BTreeMap::new();
         for a in &held {
+            let entry = reservations
+                .entry(&a.reservation_id)
+                .or_insert((a.occupancy.start, Vec::new()));
+            entry.0 = entry.0.min(a.occupancy.start);
             if a.occupancy.exclusive {
                 whole
-                    .entry((a.reservation_id.clone(), a.resource_type.clone()))
+                    .entry((&a.reservation_id, &a.resource_type))
                     .or_default()
                     .push(a.resource_id);
-            } else {
-                let Some(host) = inventory.get(a.resource_id) else {
-                    continue;
-                };
-                demands.push(Demand::Slots {
+            } else if let Some(host) = inventory.get(a.resource_id) {
+                entry.1.push(Demand::Slots {
                     kind: a.resource_type.clone(),
                     hosts: vec![(
                         a.resource_id,
@@ -762,28 +775,41 @@ impl Service {
                 });
             }
         }
-        for ((_, kind), ids) in whole {
-            demands.push(Demand::Whole {
-                kind,
-                min: ids.len(),
-                max: ids.len(),
-                candidates: ids.clone(),
-                required: ids,
-            });
+        for ((reservation, kind), ids) in whole {
+            if let Some(entry) = reservations.get_mut(reservation) {
+                entry.1.push(Demand::Whole {
+                    kind: kind.to_string(),
+                    min: ids.len(),
+                    max: ids.len(),
+                    candidates: ids.clone(),
+                    required: ids,
+                });
+            }
         }
-        // Resources that healing put in place are held from then on (as the update holds
-        // them again), not from the lease's start.
-        let from = held
-            .iter()
-            .map(|a| a.occupancy.start)
-            .min()
-            .filter(|t| *t > lease.start && *t < lease.end)
-            .unwrap_or(lease.start);
+        // Reservations held from the same minute are checked together (most leases: all of
+        // them, from the lease's start).
+        let mut by_start: BTreeMap<DateTime<Utc>, Vec<Demand>> = BTreeMap::new();
+        for (held_from, demands) in reservations.into_values() {
+            let from = if held_from > lease.start && held_from < lease.end {
+                held_from
+            } else {
+                lease.start
+            };
+            by_start.entry(from).or_default().extend(demands);
+        }
         let cleaning = self.settings().cleaning();
-        let occupancy = occupancy(tx, &demands, from, horizon + cleaning, Some(&lease.id)).await?;
-        let current = (lease.end - from).num_minutes();
-        Ok(offer::latest_end(
-            &demands, &occupancy, from, current, horizon, cleaning,
-        ))
+        // The lease can end no later than its tightest reservation allows.
+        let mut latest = Some(horizon);
+        for (from, demands) in by_start {
+            let occupancy =
+                occupancy(tx, &demands, from, horizon + cleaning, Some(&lease.id)).await?;
+            let current = (lease.end - from).num_minutes();
+            let end = offer::latest_end(&demands, &occupancy, from, current, horizon, cleaning);
+            latest = match (latest, end) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                _ => None,
+            };
+        }
+        Ok(latest)
     }
 }

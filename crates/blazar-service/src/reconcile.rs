@@ -270,12 +270,18 @@ impl Service {
         if !report.server_groups.is_empty() {
             let now = self.now();
             in_tx!(self, write, |tx| {
+                // Their leases are locked in id order, as every transaction that locks more
+                // than one lease takes them.
+                let mut groups = Vec::with_capacity(report.server_groups.len());
                 for (reservation_id, group) in &report.server_groups {
-                    let Some(reservation) = tx.get_reservation(reservation_id).await? else {
-                        continue;
-                    };
+                    if let Some(reservation) = tx.get_reservation(reservation_id).await? {
+                        groups.push((reservation.lease_id, reservation_id, group));
+                    }
+                }
+                groups.sort();
+                for (lease_id, reservation_id, group) in groups {
                     // Under its lease's lock, read again: an update may have just moved it.
-                    tx.lock_lease(&reservation.lease_id).await?;
+                    tx.lock_lease(&lease_id).await?;
                     let Some(mut reservation) = tx.get_reservation(reservation_id).await? else {
                         continue;
                     };

@@ -103,6 +103,9 @@ fn passing(e: &ServiceError) -> bool {
     )
 }
 
+/// Ticks in a row an event must fail on its own before it is set aside.
+const SET_ASIDE_AFTER: u32 = 3;
+
 /// Upper bound of events run by one tick, so a flood of due events cannot starve shutdown.
 const MAX_EVENTS_PER_TICK: usize = 10_000;
 
@@ -217,6 +220,7 @@ impl Service {
             });
             match ran {
                 Ok((batch, dues)) => {
+                    self.forget_failures(&id);
                     report.executed += batch.executed;
                     report.failed += batch.failed;
                     for due in dues {
@@ -224,7 +228,18 @@ impl Service {
                     }
                 }
                 Err(e) if passing(&e) => return Err(e),
+                // Not yet: a failure that goes away by the next ticks sets nothing aside. This
+                // tick ends here (what ran stays done); the events behind it wait for those
+                // ticks.
+                Err(e) if self.count_failure(&id) < SET_ASIDE_AFTER => {
+                    tracing::warn!(
+                        event.id = %id, lease.id = %lease_id, error = %e,
+                        "event failed; tried again at the next tick"
+                    );
+                    return Ok((report, true));
+                }
                 Err(e) => {
+                    self.forget_failures(&id);
                     let failed = in_tx!(self, write, |tx| {
                         tx.lock_scheduler().await?;
                         Ok(tx.fail_event(&id, &lease_id, now).await?)
@@ -240,6 +255,28 @@ impl Service {
             }
         }
         Ok((report, false))
+    }
+
+    /// Counts one more tick on which event `id` failed on its own; returns how many in a row.
+    fn count_failure(&self, id: &str) -> u32 {
+        let mut failures = self
+            .event_failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Bounded: the events failing at once are few; a full map starts over.
+        if failures.len() >= 1_000 {
+            failures.clear();
+        }
+        let count = failures.entry(id.to_string()).or_default();
+        *count += 1;
+        *count
+    }
+
+    fn forget_failures(&self, id: &str) {
+        self.event_failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(id);
     }
 
     /// Applies one event inside the transaction that claimed it: records the actions it

@@ -258,6 +258,15 @@ async fn healthz_and_readyz_follow_the_database() {
     let r = app.get("/readyz").await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(r.body, json!({"status": "database unreachable"}));
+    // Requests are told to come back, in Blazar's error format, with no detail of the
+    // database in it.
+    let r = app.get("/v1/leases").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert_eq!(r.body["error_code"], 503);
+    assert_eq!(
+        r.body["error_message"],
+        "The database is unavailable just now; try again later"
+    );
     let (_, samples) = scrape(&app).await;
     assert_eq!(sample(&samples, "blazar_database_up", &[]), Some(0.0));
 }

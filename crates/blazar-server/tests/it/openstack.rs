@@ -2524,9 +2524,11 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     let specs = compute(&admin, Method::GET, &format!("/flavors/{rid}"), None).await["flavor"]
         ["extra_specs"]
         .clone();
+    let group = group_of(&app.get(&format!("/v1/leases/{lease_id}")).await.body);
     assert_eq!(
         specs,
         json!({"aggregate_instance_extra_specs:reservation": rid,
+            "affinity_id": group,
             format!("resources:{class}"): "1"}),
     );
     let remade = placement.provider_by_name(&emptied).await.unwrap();

@@ -641,3 +641,48 @@ async fn offers_keep_to_the_lease_duration_and_start_ahead_quotas() {
         assert_eq!(r.status, StatusCode::CREATED, "{offer}: {}", r.body);
     }
 }
+
+/// The longest windows of a range all start too far ahead: the bookable shorter ones are
+/// offered rather than none.
+#[tokio::test]
+async fn offers_that_start_too_far_ahead_do_not_crowd_out_bookable_ones() {
+    let mut app = app_with_hosts(1, |cli| {
+        cli.quota_max_lease_duration = Some(86_400);
+        cli.quota_max_start_ahead = Some(2 * 86_400);
+    })
+    .await;
+    let now = app.service.now();
+    let fmt = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M").to_string();
+    let hours = |h: i64| now + chrono::Duration::hours(h);
+    // Busy from the second hour to the fiftieth: free for an hour now, then only after the
+    // two days the project may book ahead.
+    for (i, (from, to)) in [(1, 24), (24, 47), (47, 50)].into_iter().enumerate() {
+        let r = app
+            .post(
+                "/v1/leases",
+                lease(
+                    &format!("busy{i}"),
+                    &fmt(hours(from)),
+                    &fmt(hours(to)),
+                    json!([hosts(1, "")]),
+                ),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    }
+    app.act_as("alpha", "ada", "member");
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": [hosts(1, "")], "min_duration": 30,
+                   "max_duration": 1440, "order": "longest", "limit": 1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let offers = r.body["offers"].as_array().unwrap();
+    assert_eq!(offers.len(), 1, "{}", r.body);
+    assert_eq!(
+        offers[0]["end_date"].as_str().unwrap()[..16],
+        fmt(hours(1)).replace(' ', "T")
+    );
+}
