@@ -42,6 +42,19 @@ async fn revision_of(tx: &mut Tx, id: &str) -> ServiceResult<Option<i64>> {
     Ok(tx.lease_revisions(&filter).await?.pop().map(|(_, r)| r))
 }
 
+/// Where in `window` a reservation whose allocations start at `starts` holds them from: a
+/// reservation whose resources healing all replaced holds them from the replacement on, not
+/// from the lease's start (another lease may have had them before).
+pub(crate) fn held_since(
+    window: TimeWindow,
+    starts: impl Iterator<Item = DateTime<Utc>>,
+) -> DateTime<Utc> {
+    starts
+        .min()
+        .filter(|t| *t > window.start() && *t < window.end())
+        .unwrap_or(window.start())
+}
+
 /// Whether an allocation's refusal says too few resources were free.
 fn shortfall(e: &ServiceError) -> bool {
     match e {
@@ -1534,18 +1547,13 @@ impl Service {
                 .filter(|a| a.reservation_id == reservation.id)
                 .collect();
             let held: Vec<i64> = own.iter().map(|a| a.resource_id).collect();
-            // An active reservation whose resources were all replaced by healing holds them
-            // from the replacement on, not from the lease's start (another lease may have
-            // had them before): they are held again over the same span, so an extension
-            // asks only for the time that is new to them.
-            let window = match own.iter().map(|a| a.occupancy.start).min() {
-                Some(held_from)
-                    if reservation.status == ReservationStatus::Active
-                        && held_from > window.start() =>
-                {
-                    TimeWindow::new(held_from, window.end()).unwrap_or(window)
-                }
-                _ => window,
+            // An active reservation is held again over the span it holds (see `held_since`),
+            // so an extension asks only for the time that is new to its resources.
+            let window = if reservation.status == ReservationStatus::Active {
+                let from = held_since(window, own.iter().map(|a| a.occupancy.start));
+                TimeWindow::new(from, window.end()).unwrap_or(window)
+            } else {
+                window
             };
             tx.delete_allocations_of_reservation(&reservation.id)
                 .await?;

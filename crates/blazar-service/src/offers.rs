@@ -743,9 +743,8 @@ impl Service {
     ) -> ServiceResult<Option<DateTime<Utc>>> {
         let held = tx.allocations_of_lease(&lease.id).await?;
         let inventory = self.host_cache.inventory(tx).await?;
-        // Per reservation: what it holds, and from when (resources that healing put in
-        // place all of are held from the swap on, as the update holds them again, not from
-        // the lease's start).
+        // Per reservation: what it holds, and from when (`held_since`, as the update holds
+        // them again).
         let mut reservations: BTreeMap<&str, (DateTime<Utc>, Vec<Demand>)> = BTreeMap::new();
         let mut whole: BTreeMap<(&str, &str), Vec<i64>> = BTreeMap::new();
         for a in &held {
@@ -790,11 +789,9 @@ impl Service {
         // them, from the lease's start).
         let mut by_start: BTreeMap<DateTime<Utc>, Vec<Demand>> = BTreeMap::new();
         for (held_from, demands) in reservations.into_values() {
-            let from = if held_from > lease.start && held_from < lease.end {
-                held_from
-            } else {
-                lease.start
-            };
+            let from = TimeWindow::new(lease.start, lease.end).map_or(lease.start, |window| {
+                crate::leases::held_since(window, std::iter::once(held_from))
+            });
             by_start.entry(from).or_default().extend(demands);
         }
         let cleaning = self.settings().cleaning();
