@@ -8,6 +8,7 @@
 
 mod actions;
 mod allocations;
+mod claims;
 mod events;
 mod feeds;
 mod gauges;
@@ -32,6 +33,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 pub use actions::{ActionOutcome, NewAction};
 pub use allocations::{AllocationFilter, AllocationUsage, AllocationView, GrantRow, NewAllocation};
+pub use claims::TaskClaim;
 pub use gauges::ActionCounts;
 pub use hosts::NewHost;
 pub use inventory::NewResource;

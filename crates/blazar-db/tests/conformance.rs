@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use blazar_core::LeaseFilter;
-use blazar_db::{Backend, DbError, DbResult, NewAllocation, Store, StoreOptions, Tx};
+use blazar_db::{Backend, DbError, DbResult, NewAllocation, Store, StoreOptions, TaskClaim, Tx};
 use blazar_testkit::{TestDatabase, t};
 use chrono::{DateTime, Duration, Utc};
 
@@ -854,4 +854,69 @@ async fn locks_of_two_schemas_of_one_database_are_apart() {
     );
     drop(same);
     held.rollback().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_task_claim_has_one_holder_until_it_runs_out() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let at = |minute: u32| t(2030, 1, 1, 10, minute);
+    let claim = async |holder: &'static str, now: u32, until: u32| {
+        let mut tx = store.write().await.unwrap();
+        let got = tx
+            .claim_task("reconcile", holder, at(now), at(until))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        got
+    };
+    let renew = async |holder: &'static str, now: u32, until: u32| {
+        let mut tx = store.write().await.unwrap();
+        let got = tx
+            .renew_task("reconcile", holder, at(now), at(until))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        got
+    };
+    let holder = async || {
+        let mut tx = store.read().await.unwrap();
+        let claim = tx.task_claim("reconcile").await.unwrap();
+        tx.commit().await.unwrap();
+        claim
+    };
+    assert!(claim("a", 0, 2).await);
+    // Held: neither another holder nor the same one claims it again.
+    assert!(!claim("b", 1, 3).await);
+    assert!(!claim("a", 1, 3).await);
+
+    // Its holder renews it; no one else can.
+    assert!(!renew("b", 1, 5).await);
+    assert!(renew("a", 1, 5).await);
+    assert_eq!(
+        holder().await,
+        Some(TaskClaim {
+            holder: "a".into(),
+            held_until: at(5)
+        })
+    );
+
+    // Run out, it is free for anyone; its old holder's renewal then fails.
+    assert!(!claim("b", 4, 8).await);
+    assert!(claim("b", 5, 8).await);
+    assert!(!renew("a", 6, 10).await);
+    // A holder that let it run out gets it back by renewing if no one took it meanwhile.
+    assert!(renew("b", 9, 12).await);
+
+    // Released only by whoever holds it.
+    let mut tx = store.write().await.unwrap();
+    tx.release_task("reconcile", "a").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(holder().await.map(|c| c.holder), Some("b".into()));
+    let mut tx = store.write().await.unwrap();
+    tx.release_task("reconcile", "b").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(holder().await, None);
+    assert!(claim("c", 9, 11).await);
+    store.close().await;
 }

@@ -67,6 +67,18 @@ pub struct ReconcileReport {
     pub server_groups: Vec<(String, String)>,
 }
 
+/// The task claim a repairing pass holds.
+const RECONCILE_TASK: &str = "reconcile";
+/// How long a repairing pass may run. Passes read the whole cloud, but at a few seconds
+/// even for thousands of hosts; one that runs this long is stuck on the cloud.
+const PASS_LIMIT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+/// How often a running pass renews its claim, and how long each renewal holds it: a
+/// replica that stops mid-pass keeps others from reconciling at most `CLAIM_FOR`.
+const RENEW_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+fn claim_for() -> chrono::Duration {
+    chrono::Duration::minutes(2)
+}
+
 impl Service {
     /// What the database says the cloud should look like now.
     pub async fn desired_state(&self) -> ServiceResult<DesiredState> {
@@ -250,7 +262,93 @@ impl Service {
     }
 
     /// Compares the cloud with the database and repairs it (`apply`) or only reports.
+    ///
+    /// A pass that repairs runs in one replica at a time: two at once would both make what
+    /// is missing (two networks, two server groups for one reservation) and undo each
+    /// other's moves. It holds the `reconcile` task claim, renewed while it runs, so a
+    /// replica that stops mid-pass frees it within `CLAIM_FOR`; a repairing pass asked for
+    /// while another runs is refused (409), a dry run is not (it only reads).
     pub async fn reconcile(&self, apply: bool) -> ServiceResult<ReconcileReport> {
+        if !apply {
+            return self.reconcile_pass(false).await;
+        }
+        // The holder names the pass, not only the replica: two passes asked of one replica
+        // (a timer and an operator) exclude each other as well.
+        let holder = format!("{} {}", self.worker_id, crate::new_id());
+        let now = self.now();
+        let claimed = in_tx!(self, write, |tx| {
+            Ok(tx
+                .claim_task(RECONCILE_TASK, &holder, now, now + claim_for())
+                .await?)
+        })?;
+        if !claimed {
+            return Err(ServiceError::Conflict(
+                "A reconciliation pass is running; try again when it ends".into(),
+            ));
+        }
+        // In a task of its own: a caller that goes away (an HTTP client that timed out)
+        // must not cancel the pass between a repair and the claim's release.
+        let this = self.clone();
+        let pass = tokio::spawn(async move {
+            let outcome = this.claimed_pass(&holder).await;
+            let released = in_tx!(this, write, |tx| {
+                Ok(tx.release_task(RECONCILE_TASK, &holder).await?)
+            });
+            if let Err(e) = released {
+                tracing::warn!(error = %e, "could not release the reconciler's claim");
+            }
+            outcome
+        });
+        pass.await
+            .map_err(|e| ServiceError::Internal(format!("reconciliation pass: {e}")))?
+    }
+
+    /// A repairing pass under the claim: renews it while the pass runs, stops the pass if
+    /// the claim was lost (another replica took it over) or the pass overran `PASS_LIMIT`.
+    async fn claimed_pass(&self, holder: &str) -> ServiceResult<ReconcileReport> {
+        let pass = self.reconcile_pass(true);
+        tokio::pin!(pass);
+        let overrun = tokio::time::sleep(PASS_LIMIT);
+        tokio::pin!(overrun);
+        let mut renew = tokio::time::interval(RENEW_EVERY);
+        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        renew.tick().await;
+        loop {
+            tokio::select! {
+                report = &mut pass => return report,
+                _ = &mut overrun => {
+                    return Err(ServiceError::Unavailable(format!(
+                        "The reconciliation pass did not end within {} s; the next pass goes on",
+                        PASS_LIMIT.as_secs()
+                    )));
+                }
+                _ = renew.tick() => {
+                    let now = self.now();
+                    let renewed = in_tx!(self, write, |tx| {
+                        Ok(tx
+                            .renew_task(RECONCILE_TASK, holder, now, now + claim_for())
+                            .await?)
+                    });
+                    match renewed {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            return Err(ServiceError::Conflict(
+                                "The reconciliation pass lost its claim to another replica"
+                                    .into(),
+                            ));
+                        }
+                        // Renewed again before it runs out, if the database comes back.
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not renew the reconciler's claim");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One pass, claim aside.
+    async fn reconcile_pass(&self, apply: bool) -> ServiceResult<ReconcileReport> {
         let desired = self.desired_state().await?;
         let report = self
             .backend
@@ -319,6 +417,10 @@ impl Service {
                 _ = &mut shutdown => break,
             }
             match self.reconcile(true).await {
+                // Another replica's pass is running: this one's turn comes at its next tick.
+                Err(ServiceError::Conflict(reason)) => {
+                    tracing::debug!(%reason, "reconciler pass skipped");
+                }
                 Ok(r) if !r.repairs.is_empty() || !r.failed.is_empty() => {
                     tracing::warn!(
                         repairs = r.repairs.len(),

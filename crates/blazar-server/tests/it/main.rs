@@ -28,6 +28,7 @@ mod openstack;
 mod policy_file;
 mod processes;
 mod quotas;
+mod reconciler;
 mod responses;
 mod support;
 mod timeline;

@@ -1,0 +1,222 @@
+//! The reconciler's repairing passes run in one replica at a time: a pass holds the
+//! `reconcile` task claim, others are refused (409) while it runs, and a claim left by a
+//! replica that stopped is taken over once it runs out.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use blazar_db::Store;
+use blazar_service::{
+    Action, ActionError, ActionOutput, Backend, Clock, DesiredState, InventoryError,
+    ReconcileReport, ServiceError, StandaloneBackend,
+};
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use crate::harness::{TestApp, TestDatabase};
+
+/// A backend whose repairing passes wait at a gate until the test lets them through, so
+/// that a pass can be held open while other replicas try to start theirs.
+struct Gated {
+    /// Repairing passes that reached the cloud.
+    entered: AtomicUsize,
+    /// Dry runs that reached the cloud.
+    dry_runs: AtomicUsize,
+    gate: Semaphore,
+}
+
+impl Default for Gated {
+    fn default() -> Self {
+        Gated {
+            entered: AtomicUsize::new(0),
+            dry_runs: AtomicUsize::new(0),
+            gate: Semaphore::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for Gated {
+    async fn apply(&self, store: &Store, action: &Action) -> Result<ActionOutput, ActionError> {
+        StandaloneBackend.apply(store, action).await
+    }
+
+    async fn reconcile(
+        &self,
+        _store: &Store,
+        _desired: &DesiredState,
+        apply: bool,
+    ) -> Result<ReconcileReport, InventoryError> {
+        if apply {
+            self.entered.fetch_add(1, Ordering::SeqCst);
+            self.gate
+                .acquire()
+                .await
+                .map_err(|e| InventoryError::Unavailable(e.to_string()))?
+                .forget();
+        } else {
+            self.dry_runs.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(ReconcileReport {
+            applied: apply,
+            repairs: vec![format!("pass {}", if apply { "applied" } else { "dry" })],
+            ..ReconcileReport::default()
+        })
+    }
+}
+
+async fn until_entered(backend: &Gated, n: usize) {
+    for _ in 0..500 {
+        if backend.entered.load(Ordering::SeqCst) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no pass reached the cloud");
+}
+
+#[tokio::test]
+async fn one_repairing_pass_at_a_time_among_replicas() {
+    let backend = Arc::new(Gated::default());
+    let app = TestApp::builder()
+        .database(Arc::new(TestDatabase::new().await))
+        .backend(backend.clone())
+        .spawn()
+        .await;
+    let replicas = [
+        app.replica_with(backend.clone()).await,
+        app.replica_with(backend.clone()).await,
+        app.replica_with(backend.clone()).await,
+    ];
+
+    // Four replicas ask at once: one pass reaches the cloud, the others are refused.
+    let mut passes = Vec::new();
+    for service in std::iter::once(&app)
+        .chain(replicas.iter())
+        .map(|a| a.service.clone())
+    {
+        passes.push(tokio::spawn(async move { service.reconcile(true).await }));
+    }
+    until_entered(&backend, 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(backend.entered.load(Ordering::SeqCst), 1);
+
+    // While it runs, every replica (the one running it too) refuses another repairing pass
+    // and still answers a dry run.
+    for replica in std::iter::once(&app).chain(replicas.iter()) {
+        let r = replica
+            .post("/v1/reconcile", json!({"dry_run": false}))
+            .await;
+        r.assert_status(StatusCode::CONFLICT);
+        assert!(
+            r.message().contains("reconciliation pass is running"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(backend.entered.load(Ordering::SeqCst), 1);
+    let r = replicas[1]
+        .post("/v1/reconcile", json!({"dry_run": true}))
+        .await;
+    r.assert_status(StatusCode::OK);
+    assert_eq!(r.body["reconcile"]["repairs"], json!(["pass dry"]));
+    assert_eq!(backend.dry_runs.load(Ordering::SeqCst), 1);
+
+    backend.gate.add_permits(1);
+    let mut applied = 0;
+    let mut refused = 0;
+    for pass in passes {
+        match pass.await.unwrap() {
+            Ok(report) => {
+                assert!(report.applied);
+                applied += 1;
+            }
+            Err(ServiceError::Conflict(_)) => refused += 1,
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    assert_eq!((applied, refused), (1, 3));
+    assert_eq!(backend.entered.load(Ordering::SeqCst), 1);
+
+    // Once it ended, the claim is free for whichever replica comes next.
+    backend.gate.add_permits(1);
+    let r = replicas[2]
+        .post("/v1/reconcile", json!({"dry_run": false}))
+        .await;
+    r.assert_status(StatusCode::OK);
+    assert_eq!(r.body["reconcile"]["repairs"], json!(["pass applied"]));
+    assert_eq!(backend.entered.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_pass_whose_caller_goes_away_still_releases_its_claim() {
+    let backend = Arc::new(Gated::default());
+    let app = TestApp::builder()
+        .database(Arc::new(TestDatabase::new().await))
+        .backend(backend.clone())
+        .spawn()
+        .await;
+    let replica = app.replica_with(backend.clone()).await;
+
+    let service = app.service.clone();
+    let caller = tokio::spawn(async move { service.reconcile(true).await });
+    until_entered(&backend, 1).await;
+    // The caller is dropped mid-pass (as an HTTP client that timed out); the pass runs on
+    // and gives the claim back when it ends.
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    backend.gate.add_permits(100);
+    let mut free = false;
+    for _ in 0..200 {
+        match replica.service.reconcile(true).await {
+            Ok(_) => {
+                free = true;
+                break;
+            }
+            Err(ServiceError::Conflict(_)) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+    }
+    assert!(free, "the claim was never released");
+}
+
+#[tokio::test]
+async fn a_claim_left_by_a_stopped_replica_is_taken_over_when_it_runs_out() {
+    let backend = Arc::new(Gated::default());
+    backend.gate.add_permits(10);
+    let db = Arc::new(TestDatabase::new().await);
+    let app = TestApp::builder()
+        .database(db.clone())
+        .backend(backend.clone())
+        .spawn()
+        .await;
+    let now = app.clock.now().timestamp();
+
+    // A replica that stopped mid-pass a moment ago: its claim still holds.
+    db.execute(&format!(
+        "INSERT INTO task_claims (name, holder, held_until) VALUES ('reconcile', 'gone', {})",
+        now + 60
+    ))
+    .await;
+    let r = app.post("/v1/reconcile", json!({"dry_run": false})).await;
+    r.assert_status(StatusCode::CONFLICT);
+    assert_eq!(backend.entered.load(Ordering::SeqCst), 0);
+
+    // Once its time has passed, the claim is free.
+    db.execute(&format!(
+        "UPDATE task_claims SET held_until = {} WHERE name = 'reconcile'",
+        now - 1
+    ))
+    .await;
+    let r = app.post("/v1/reconcile", json!({"dry_run": false})).await;
+    r.assert_status(StatusCode::OK);
+    assert_eq!(backend.entered.load(Ordering::SeqCst), 1);
+    let left = db
+        .execute("DELETE FROM task_claims WHERE name = 'reconcile'")
+        .await;
+    assert_eq!(left, 0, "the pass gave its claim back");
+}
