@@ -160,13 +160,20 @@ def run(api, collector):
     # A dry run and a refused create announce nothing.
     call(api, "POST", "/v1/leases?dry_run=true",
          lease_request("dry", at(60), at(120)), expect=(201,))
-    lease = call(api, "POST", "/v1/leases", lease_request("life", "now", at(2), at(1)),
-                 expect=(201,))["lease"]
+    created = requests.post(api + "/v1/leases", json=lease_request("life", "now", at(2), at(1)),
+                            timeout=30)
+    if created.status_code != 201:
+        fail(f"POST /v1/leases: {created.status_code} {created.text}")
+    lease = created.json()["lease"]
+    create_request_id = created.headers["x-openstack-request-id"]
     lease_id = lease["id"]
     call(api, "POST", "/v1/leases", lease_request("refused", at(1), at(2)), expect=(409,))
     print(f"== lease {lease_id}: created, starting now, ending at {at(3)} after extension")
 
     got = collector.wait_for(2, 30, "lease.create and the start")
+    # The context names the API request that caused the notification.
+    if got[0]["ctxt"].get("request_id") != create_request_id:
+        fail(f"lease.create: context {got[0]['ctxt']}, the create answered {create_request_id}")
     call(api, "PUT", f"/v1/leases/{lease_id}", {"name": "life-renamed"})
     call(api, "PUT", f"/v1/leases/{lease_id}?dry_run=true", {"end_date": at(30)})
     call(api, "PUT", f"/v1/leases/{lease_id}", {"end_date": at(3), "before_end_date": at(1)})

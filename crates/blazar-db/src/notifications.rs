@@ -15,6 +15,8 @@ pub struct NotificationRow {
     pub lease_id: Option<String>,
     pub payload: Value,
     pub created_at: DateTime<Utc>,
+    /// The global id of the API request that caused it, if one did.
+    pub request_id: Option<String>,
 }
 
 /// A notification with its place in the outbox's order.
@@ -24,7 +26,7 @@ pub struct SequencedNotification {
     pub notification: NotificationRow,
 }
 
-const COLUMNS: &str = "id, event_type, lease_id, payload, created_at";
+const COLUMNS: &str = "id, event_type, lease_id, payload, created_at, request_id";
 
 fn notification_from_row(row: &AnyRow) -> DbResult<NotificationRow> {
     let payload: String = row.try_get("payload")?;
@@ -35,32 +37,31 @@ fn notification_from_row(row: &AnyRow) -> DbResult<NotificationRow> {
         payload: serde_json::from_str(&payload)
             .map_err(|_| DbError::Corrupt(format!("notification payload {payload:?}")))?,
         created_at: from_secs(row.try_get("created_at")?)?,
+        request_id: row.try_get("request_id")?,
     })
 }
 
 impl Tx {
     /// Adds a notification after those written before it, and a pending delivery of it to
     /// every webhook that takes it. A lease's notifications are written under its row lock,
-    /// so their order is the order of the changes. `request_id`, the global id of the API
-    /// call that caused it, goes with each webhook delivery.
-    pub async fn insert_notification(
-        &mut self,
-        n: &NotificationRow,
-        request_id: Option<&str>,
-    ) -> DbResult<()> {
+    /// so their order is the order of the changes. Its `request_id`, the global id of the
+    /// API call that caused it, also goes with each webhook delivery.
+    pub async fn insert_notification(&mut self, n: &NotificationRow) -> DbResult<()> {
         self.recorded_notifications = true;
         // SQLite's one writer makes MAX + 1 the final place; PostgreSQL's rows wait for
         // `sequence_notifications` (`written` comes from a sequence there).
         let sql = match self.backend {
             Backend::Sqlite => {
                 "INSERT INTO notifications \
-                     (id, seq, written, event_type, lease_id, payload, created_at) \
-                 SELECT $1, m.next, m.next, $2, $3, $4, $5 \
+                     (id, seq, written, event_type, lease_id, payload, created_at, \
+                      request_id) \
+                 SELECT $1, m.next, m.next, $2, $3, $4, $5, $6 \
                  FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM notifications) m"
             }
             Backend::Postgres => {
-                "INSERT INTO notifications (id, event_type, lease_id, payload, created_at) \
-                 VALUES ($1, $2, $3, $4, $5)"
+                "INSERT INTO notifications \
+                     (id, event_type, lease_id, payload, created_at, request_id) \
+                 VALUES ($1, $2, $3, $4, $5, $6)"
             }
         };
         self.write(
@@ -71,11 +72,13 @@ impl Tx {
                 Arg::Text(n.lease_id.clone()),
                 n.payload.to_string().into(),
                 n.created_at.into(),
+                Arg::Text(n.request_id.clone()),
             ],
         )
         .await?;
         let project = n.payload.get("project_id").and_then(Value::as_str);
-        self.fan_out_to_webhooks(&n.id, project, request_id).await
+        self.fan_out_to_webhooks(&n.id, project, n.request_id.as_deref())
+            .await
     }
 
     /// Gives the committed notifications that have no place in the event stream yet

@@ -739,6 +739,7 @@ async fn a_notification_committed_late_is_placed_after_those_read_before_it() {
         lease_id: Some(format!("lease-{id}")),
         payload: serde_json::json!({"project_id": "project"}),
         created_at: created(),
+        request_id: Some(format!("req-{id}")),
     };
     let read_after = async |after: i64| -> Vec<(i64, String)> {
         in_write(&store, async |tx| {
@@ -758,12 +759,9 @@ async fn a_notification_committed_late_is_placed_after_those_read_before_it() {
     let first = if store.backend() == Backend::Postgres {
         // `early` is written first and commits last.
         let mut early = store.write().await.unwrap();
-        early
-            .insert_notification(&note("early"), None)
-            .await
-            .unwrap();
+        early.insert_notification(&note("early")).await.unwrap();
         in_write(&store, async |tx| {
-            tx.insert_notification(&note("late"), None).await
+            tx.insert_notification(&note("late")).await
         })
         .await
         .unwrap();
@@ -773,13 +771,13 @@ async fn a_notification_committed_late_is_placed_after_those_read_before_it() {
         first
     } else {
         in_write(&store, async |tx| {
-            tx.insert_notification(&note("late"), None).await
+            tx.insert_notification(&note("late")).await
         })
         .await
         .unwrap();
         let first = read_after(0).await;
         in_write(&store, async |tx| {
-            tx.insert_notification(&note("early"), None).await
+            tx.insert_notification(&note("early")).await
         })
         .await
         .unwrap();

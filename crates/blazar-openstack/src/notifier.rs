@@ -113,7 +113,9 @@ pub fn oslo_message(n: &NotificationRow, publisher_id: &str) -> Value {
         // Blazar's is the lease owner's.
         "_context_user_id": payload.get("user_id").cloned().unwrap_or(Value::Null),
         "_context_project_id": payload.get("project_id").cloned().unwrap_or(Value::Null),
-        "_context_request_id": format!("req-{}", n.id),
+        // The API call that caused it; the scheduler's events were caused by none, and
+        // name their own, as each of Blazar's periodic tasks makes a fresh context.
+        "_context_request_id": n.request_id.clone().unwrap_or_else(|| format!("req-{}", n.id)),
     });
     json!({
         "oslo.version": "2.0",
@@ -303,6 +305,7 @@ mod tests {
             lease_id: Some("l1".into()),
             payload: json!({"lease_id": "l1", "user_id": "u1", "project_id": "p1"}),
             created_at: at,
+            request_id: Some("req-0d1f6c2e-6a55-4c1e-9a2b-3f7a8a1d2c4e".into()),
         };
         let envelope = oslo_message(&n, "blazar.lease");
         assert_eq!(envelope["oslo.version"], "2.0");
@@ -319,5 +322,19 @@ mod tests {
         assert_eq!(message["timestamp"], "2030-01-01 10:00:00");
         assert_eq!(message["payload"]["lease_id"], "l1");
         assert_eq!(message["_context_project_id"], "p1");
+        assert_eq!(
+            message["_context_request_id"],
+            "req-0d1f6c2e-6a55-4c1e-9a2b-3f7a8a1d2c4e"
+        );
+
+        // An event's notification was caused by no request: it names its own.
+        let event = NotificationRow {
+            request_id: None,
+            ..n
+        };
+        let envelope = oslo_message(&event, "blazar.lease");
+        let text = envelope["oslo.message"].as_str().unwrap_or_default();
+        let message: Value = serde_json::from_str(text).unwrap_or_default();
+        assert_eq!(message["_context_request_id"], "req-m1");
     }
 }

@@ -30,22 +30,20 @@ impl Service {
         detail: serde_json::Value,
         now: DateTime<Utc>,
     ) -> ServiceResult<()> {
-        tx.insert_notification(
-            &NotificationRow {
-                id: new_id(),
-                event_type: event_type.to_string(),
-                lease_id: Some(lease.id.clone()),
-                payload: json!({
-                    "lease_id": lease.id,
-                    "project_id": lease.project_id,
-                    "reservation_id": reservation.id,
-                    "resource_type": reservation.resource_type(),
-                    "detail": detail,
-                }),
-                created_at: now,
-            },
-            crate::current_request_id().as_deref(),
-        )
+        tx.insert_notification(&NotificationRow {
+            id: new_id(),
+            event_type: event_type.to_string(),
+            lease_id: Some(lease.id.clone()),
+            payload: json!({
+                "lease_id": lease.id,
+                "project_id": lease.project_id,
+                "reservation_id": reservation.id,
+                "resource_type": reservation.resource_type(),
+                "detail": detail,
+            }),
+            created_at: now,
+            request_id: crate::current_request_id(),
+        })
         .await?;
         Ok(())
     }

@@ -118,16 +118,14 @@ impl Service {
         event_type: &str,
         view: &LeaseView,
     ) -> ServiceResult<()> {
-        tx.insert_notification(
-            &NotificationRow {
-                id: new_id(),
-                event_type: event_type.to_string(),
-                lease_id: Some(view.lease.id.clone()),
-                payload: lease_payload(view),
-                created_at: self.now(),
-            },
-            crate::current_request_id().as_deref(),
-        )
+        tx.insert_notification(&NotificationRow {
+            id: new_id(),
+            event_type: event_type.to_string(),
+            lease_id: Some(view.lease.id.clone()),
+            payload: lease_payload(view),
+            created_at: self.now(),
+            request_id: crate::current_request_id(),
+        })
         .await?;
         Ok(())
     }
@@ -217,6 +215,7 @@ impl Service {
             lease_id: lease_id.map(str::to_string),
             payload,
             created_at: self.now(),
+            request_id: crate::current_request_id(),
         };
         let written = in_tx!(self, write, |tx| {
             let mut row = row.clone();
@@ -228,8 +227,7 @@ impl Service {
             {
                 row.payload["project_id"] = json!(lease.project_id);
             }
-            tx.insert_notification(&row, crate::current_request_id().as_deref())
-                .await?;
+            tx.insert_notification(&row).await?;
             Ok(())
         });
         match written {

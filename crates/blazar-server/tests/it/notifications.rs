@@ -370,6 +370,10 @@ async fn a_lease_life_is_announced_in_oslos_format_and_in_order() {
         "2030-01-01T10:00:00.000000"
     );
     assert_eq!(create["payload"]["created_at"], "2029-12-31 08:00:00");
+    // The context names the API request that caused it, as the response did.
+    let request_id = created.headers["x-openstack-request-id"].to_str().unwrap();
+    assert!(request_id.starts_with("req-"), "{request_id}");
+    assert_eq!(create["_context_request_id"], request_id);
 
     // Extend; start; the lease-ending notice; extend again (the notice comes again); end;
     // delete. A rename alone is not announced, as in Blazar.
@@ -435,6 +439,17 @@ async fn a_lease_life_is_announced_in_oslos_format_and_in_order() {
     }
     assert_eq!(got[0]["payload"]["end_date"], "2030-01-01T13:00:00.000000");
     assert_eq!(event_status(&got[1]["payload"], "start_lease"), "DONE");
+    // Requests name theirs; an event, caused by none, names its own.
+    let request_ids: Vec<&str> = got
+        .iter()
+        .map(|m| m["_context_request_id"].as_str().unwrap())
+        .collect();
+    assert_ne!(request_ids[0], request_ids[3]);
+    assert_ne!(request_ids[0], request_id);
+    assert_eq!(
+        request_ids[1],
+        format!("req-{}", got[1]["message_id"].as_str().unwrap())
+    );
     assert_eq!(got[3]["payload"]["end_date"], "2030-01-01T14:00:00.000000");
     // The re-armed notice waits for its new time.
     assert_eq!(
