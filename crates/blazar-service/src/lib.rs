@@ -83,6 +83,7 @@ mod scheduler;
 mod timeline;
 pub mod tokens;
 mod trusts;
+mod turns;
 mod webhooks;
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -131,6 +132,7 @@ pub use resources::Grant;
 pub use scheduler::TickReport;
 pub use timeline::{TIMELINE_RULE, TimelineBatch, TimelineReader, TimelineRequest};
 pub use trusts::{TrustError, Trusts, UserToken};
+pub use turns::{MONITOR_TURN, RECONCILE_TURN};
 pub use webhooks::{
     DELIVERIES_LISTED, DeliveryReport, NewWebhook, WebhookRequest, WebhookSender, WebhookSettings,
     internal_destination, is_internal_address, webhook_signature,

@@ -109,7 +109,8 @@ impl Service {
         Ok(report)
     }
 
-    /// Runs the monitor every `interval` until `shutdown`.
+    /// Runs the monitor every `interval` until `shutdown`, when this replica takes the
+    /// interval's turn (`take_turn`): one pass an interval among replicas.
     pub async fn run_monitor(
         &self,
         interval: std::time::Duration,
@@ -117,8 +118,16 @@ impl Service {
     ) {
         tokio::pin!(shutdown);
         loop {
-            if let Err(e) = self.monitor_hosts().await {
-                tracing::warn!(error = %e, "host monitor pass failed; trying again at the next one");
+            match self.take_turn(crate::MONITOR_TURN, interval).await {
+                Ok(true) => {
+                    if let Err(e) = self.monitor_hosts().await {
+                        tracing::warn!(error = %e,
+                            "host monitor pass failed; trying again at the next one");
+                    }
+                }
+                // Another replica's monitor took this interval's turn.
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "host monitor could not take its turn"),
             }
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}

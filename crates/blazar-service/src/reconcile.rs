@@ -404,7 +404,8 @@ impl Service {
         self.reconcile(apply).await
     }
 
-    /// Reconciles (and repairs) every `interval` until `shutdown`.
+    /// Reconciles (and repairs) every `interval` until `shutdown`, when this replica takes
+    /// the interval's turn (`take_turn`): one pass an interval among replicas.
     pub async fn run_reconciler(
         &self,
         interval: std::time::Duration,
@@ -416,8 +417,17 @@ impl Service {
                 _ = tokio::time::sleep(interval) => {}
                 _ = &mut shutdown => break,
             }
+            match self.take_turn(crate::RECONCILE_TURN, interval).await {
+                Ok(true) => {}
+                // Another replica's reconciler took this interval's turn.
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reconciler could not take its turn");
+                    continue;
+                }
+            }
             match self.reconcile(true).await {
-                // Another replica's pass is running: this one's turn comes at its next tick.
+                // An operator's pass is running: the next turn comes an interval later.
                 Err(ServiceError::Conflict(reason)) => {
                     tracing::debug!(%reason, "reconciler pass skipped");
                 }

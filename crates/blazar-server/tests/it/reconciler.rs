@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use blazar_db::Store;
 use blazar_service::{
-    Action, ActionError, ActionOutput, Backend, Clock, DesiredState, InventoryError,
-    ReconcileReport, ServiceError, StandaloneBackend,
+    Action, ActionError, ActionOutput, Backend, Clock, DesiredState, InventoryError, MONITOR_TURN,
+    RECONCILE_TURN, ReconcileReport, ServiceError, StandaloneBackend,
 };
 use reqwest::StatusCode;
 use serde_json::json;
@@ -219,4 +219,76 @@ async fn a_claim_left_by_a_stopped_replica_is_taken_over_when_it_runs_out() {
         .execute("DELETE FROM task_claims WHERE name = 'reconcile'")
         .await;
     assert_eq!(left, 0, "the pass gave its claim back");
+}
+
+#[tokio::test]
+async fn periodic_passes_take_one_turn_an_interval_among_replicas() {
+    let app = TestApp::builder()
+        .database(Arc::new(TestDatabase::new().await))
+        .spawn()
+        .await;
+    let replica = app.replica().await;
+    let every = Duration::from_secs(300);
+    let start = app.clock.now();
+    let at = |seconds: i64| {
+        let t = start + chrono::Duration::seconds(seconds);
+        app.set_time(t);
+        replica.set_time(t);
+    };
+
+    // The first timer to fire takes the turn; the other replica's, and its own again, wait.
+    assert!(app.service.take_turn(RECONCILE_TURN, every).await.unwrap());
+    assert!(
+        !replica
+            .service
+            .take_turn(RECONCILE_TURN, every)
+            .await
+            .unwrap()
+    );
+    at(299);
+    assert!(!app.service.take_turn(RECONCILE_TURN, every).await.unwrap());
+    assert!(
+        !replica
+            .service
+            .take_turn(RECONCILE_TURN, every)
+            .await
+            .unwrap()
+    );
+    // The monitor's turns are its own.
+    assert!(
+        replica
+            .service
+            .take_turn(MONITOR_TURN, every)
+            .await
+            .unwrap()
+    );
+
+    // An interval on, the turn goes to whichever fires first; a replica that stopped
+    // taking turns is followed by the others.
+    at(300);
+    assert!(
+        replica
+            .service
+            .take_turn(RECONCILE_TURN, every)
+            .await
+            .unwrap()
+    );
+    assert!(!app.service.take_turn(RECONCILE_TURN, every).await.unwrap());
+    at(598);
+    assert!(!app.service.take_turn(MONITOR_TURN, every).await.unwrap());
+    at(599);
+    assert!(app.service.take_turn(MONITOR_TURN, every).await.unwrap());
+    at(600);
+    assert!(
+        replica
+            .service
+            .take_turn(RECONCILE_TURN, every)
+            .await
+            .unwrap()
+    );
+    assert!(!app.service.take_turn(RECONCILE_TURN, every).await.unwrap());
+
+    // A turn is not a running pass: an operator's pass runs meanwhile.
+    let r = app.post("/v1/reconcile", json!({"dry_run": false})).await;
+    r.assert_status(StatusCode::OK);
 }
