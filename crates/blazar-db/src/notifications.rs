@@ -113,17 +113,31 @@ impl Tx {
         .await
     }
 
-    pub async fn list_notifications(
+    /// Up to `limit` notifications (of one lease, or all) written after the one written
+    /// `after` (from the first with `None`), in the order they were written, each with its
+    /// place in that order to resume after.
+    pub async fn outbox_page(
         &mut self,
         lease_id: Option<&str>,
-    ) -> DbResult<Vec<NotificationRow>> {
-        let (filter, args): (&str, Vec<Arg>) = match lease_id {
-            Some(l) => (" WHERE lease_id = $1", vec![l.into()]),
-            None => ("", vec![]),
+        after: Option<i64>,
+        limit: usize,
+    ) -> DbResult<Vec<(i64, NotificationRow)>> {
+        let mut args: Vec<Arg> = vec![after.unwrap_or(i64::MIN).into(), (limit as i64).into()];
+        let filter = match lease_id {
+            Some(l) => {
+                args.push(l.into());
+                " AND lease_id = $3"
+            }
+            None => "",
         };
-        let sql = format!("SELECT {COLUMNS} FROM notifications{filter} ORDER BY written, id");
+        let sql = format!(
+            "SELECT written, {COLUMNS} FROM notifications WHERE written > $1{filter} \
+             ORDER BY written LIMIT $2"
+        );
         let rows = self.fetch_rows(&sql, args).await?;
-        rows.iter().map(notification_from_row).collect()
+        rows.iter()
+            .map(|row| Ok((row.try_get("written")?, notification_from_row(row)?)))
+            .collect()
     }
 
     /// Claims up to `limit` unsent notifications for `worker` until `now + claim_for`,

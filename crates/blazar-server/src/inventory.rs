@@ -10,13 +10,16 @@ use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{get, patch};
 use blazar_core::ResourceRecord;
-use blazar_service::{AllocationKind, DEVICES, FLOATINGIPS, KindSpec, NETWORKS, Reallocated};
+use blazar_service::{
+    AllocationKind, DEVICES, FLOATINGIPS, KindSpec, NETWORKS, Reallocated, ServiceResult,
+};
 
 use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::ApiResult;
 use crate::extract::{Caller, JsonObject, Query, Wire};
 use crate::reply::flag;
 use crate::state::AppState;
+use crate::stream::{Batches, Pieces, push_item, stream_json};
 
 /// Envelope keys of a kind.
 struct Names {
@@ -313,16 +316,65 @@ async fn delete_flavor(
     Ok(crate::reply::no_content())
 }
 
-/// `GET /v1/notifications[?lease_id=..]`: the outbox of lease notifications (admin).
+/// `GET /v1/notifications[?lease_id=..]`: the outbox of lease notifications (admin),
+/// streamed a page at a time: the outbox keeps every notification, so its size is the
+/// service's whole history.
 pub async fn list_notifications(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Query(query): Query,
-) -> ApiResult<impl IntoResponse> {
-    let rows = state
-        .service
-        .notifications(&identity, query.get("lease_id").map(String::as_str))
-        .await?;
-    let items: Vec<_> = rows.into_iter().map(to_wire::notification).collect();
-    Ok(Envelope("notifications", items))
+) -> ApiResult<Response> {
+    let source = NotificationStream {
+        service: state.service.clone(),
+        identity,
+        lease_id: query.get("lease_id").cloned(),
+        after: None,
+        done: false,
+    };
+    stream_json(br#"{"notifications":["#.to_vec(), source).await
+}
+
+/// Notifications per page of the outbox's stream.
+const NOTIFICATION_BATCH: usize = 200;
+
+struct NotificationStream {
+    service: blazar_service::Service,
+    identity: blazar_service::Identity,
+    lease_id: Option<String>,
+    /// The place of the last notification read.
+    after: Option<i64>,
+    done: bool,
+}
+
+impl Batches for NotificationStream {
+    type Batch = Vec<blazar_service::NotificationRow>;
+
+    async fn next_batch(&mut self) -> ServiceResult<Option<Self::Batch>> {
+        if self.done {
+            return Ok(None);
+        }
+        let page = self
+            .service
+            .notifications(
+                &self.identity,
+                self.lease_id.as_deref(),
+                self.after,
+                NOTIFICATION_BATCH,
+            )
+            .await?;
+        self.done = page.len() < NOTIFICATION_BATCH;
+        self.after = page.last().map(|(place, _)| *place).or(self.after);
+        Ok(Some(page.into_iter().map(|(_, row)| row).collect()))
+    }
+
+    fn write_batch(&self, batch: Self::Batch, out: &mut Pieces, mut written: bool) -> bool {
+        for row in batch {
+            written = push_item(out.bytes(), &to_wire::notification(row), b",", written);
+        }
+        written
+    }
+
+    fn suffix(&self) -> Vec<u8> {
+        b"]}".to_vec()
+    }
 }

@@ -301,15 +301,18 @@ impl Service {
         in_tx!(self, write, |tx| { self.fill_missing(tx, now).await })
     }
 
-    /// The notification outbox, oldest first.
+    /// A page of the notification outbox (of one lease, or all), oldest first: up to
+    /// `limit` written after place `after`, each with its place to resume after.
     pub async fn notifications(
         &self,
         identity: &crate::Identity,
         lease_id: Option<&str>,
-    ) -> ServiceResult<Vec<NotificationRow>> {
+        after: Option<i64>,
+        limit: usize,
+    ) -> ServiceResult<Vec<(i64, NotificationRow)>> {
         self.authorize_own("admin", identity)?;
         in_tx!(self, read, |tx| {
-            Ok(tx.list_notifications(lease_id).await?)
+            Ok(tx.outbox_page(lease_id, after, limit).await?)
         })
     }
 }

@@ -626,3 +626,54 @@ async fn replicas_publish_each_notification_once() {
     assert!(listener.is_quiet().await);
     broker.clean_default_vhost().await;
 }
+
+/// The outbox keeps every notification; its list is streamed a page at a time, in the order
+/// they were written, whatever its length.
+#[tokio::test]
+async fn the_whole_outbox_is_listed_in_order_past_one_page() {
+    let app = TestApp::spawn().await;
+    app.create_host("compute-1", json!({})).await;
+    let mut expected = Vec::new();
+    for day in 0..120u32 {
+        let start = t(2030, 1, 1, 0, 0) + chrono::Duration::days(i64::from(day));
+        let end = start + chrono::Duration::hours(1);
+        let body = lease_request(
+            &format!("outbox-{day}"),
+            &start.format("%Y-%m-%d %H:%M").to_string(),
+            &end.format("%Y-%m-%d %H:%M").to_string(),
+        );
+        let created = app.post("/v1/leases", body).await;
+        created.assert_status(StatusCode::CREATED);
+        let id = created.body["lease"]["id"].as_str().unwrap().to_string();
+        app.delete(&format!("/v1/leases/{id}")).await;
+        expected.push(("lease.create".to_string(), id.clone()));
+        expected.push(("lease.delete".to_string(), id));
+    }
+
+    let all = app.get("/v1/notifications").await;
+    all.assert_status(StatusCode::OK);
+    let listed: Vec<(String, String)> = all.body["notifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["event_type"].as_str().unwrap().to_string(),
+                n["lease_id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, expected);
+
+    let one = &expected[201].1;
+    let of_one = app.get(&format!("/v1/notifications?lease_id={one}")).await;
+    let kinds: Vec<&str> = of_one.body["notifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["event_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["lease.create", "lease.delete"]);
+    let none = app.get("/v1/notifications?lease_id=nothing").await;
+    assert_eq!(none.body, json!({"notifications": []}));
+}
