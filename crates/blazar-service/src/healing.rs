@@ -30,6 +30,10 @@ impl Service {
         detail: serde_json::Value,
         now: DateTime<Utc>,
     ) -> ServiceResult<()> {
+        debug_assert!(
+            crate::notifications::EVENT_TYPES.contains(&event_type),
+            "{event_type}"
+        );
         tx.insert_notification(&NotificationRow {
             id: new_id(),
             event_type: event_type.to_string(),

@@ -91,8 +91,20 @@ pub(crate) fn parse_host_id(id: &str) -> ServiceResult<i64> {
     id.parse::<i64>().map_err(|_| host_not_found(id))
 }
 
+/// Longest text a host fact or an extra capability holds (a MySQL `TEXT`).
+const MAX_TEXT_LEN: usize = 65_535;
+
+/// Longest name-like host fact (Blazar's `String(255)` columns).
+const MAX_NAME_LEN: usize = 255;
+
 pub(crate) fn as_text(key: &str, value: &Value) -> ServiceResult<String> {
     match value {
+        Value::String(s) if s.chars().count() > MAX_TEXT_LEN => {
+            Err(ServiceError::BadRequest(format!(
+                "Malformed parameter {key}: at most {MAX_TEXT_LEN} characters, got {}",
+                s.chars().count()
+            )))
+        }
         Value::String(s) => Ok(s.clone()),
         Value::Number(n) => Ok(n.to_string()),
         Value::Bool(b) => Ok(if *b { "True" } else { "False" }.to_string()),
@@ -116,6 +128,23 @@ fn as_int(key: &str, value: &Value) -> ServiceResult<i64> {
     }
 }
 
+/// A name-like fact: a host's names and zone, which logs and aggregates show.
+fn as_name(key: &str, value: &Value) -> ServiceResult<String> {
+    let text = as_text(key, value)?;
+    if text.chars().count() > MAX_NAME_LEN {
+        return Err(ServiceError::BadRequest(format!(
+            "Malformed parameter {key}: at most {MAX_NAME_LEN} characters, got {}",
+            text.chars().count()
+        )));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(ServiceError::BadRequest(format!(
+            "Malformed parameter {key}: control characters are not allowed"
+        )));
+    }
+    Ok(text)
+}
+
 pub(crate) fn as_bool(key: &str, value: &Value) -> ServiceResult<bool> {
     match value {
         Value::Bool(b) => Ok(*b),
@@ -135,15 +164,15 @@ pub(crate) fn as_bool(key: &str, value: &Value) -> ServiceResult<bool> {
 /// Applies one fact from a request body to `facts`.
 fn set_fact(facts: &mut HostFacts, key: &str, value: &Value) -> ServiceResult<()> {
     match key {
-        "hypervisor_hostname" => facts.hypervisor_hostname = as_text(key, value)?,
-        "service_name" => facts.service_name = as_text(key, value)?,
+        "hypervisor_hostname" => facts.hypervisor_hostname = as_name(key, value)?,
+        "service_name" => facts.service_name = as_name(key, value)?,
         "hypervisor_type" => facts.hypervisor_type = as_text(key, value)?,
         "hypervisor_version" => facts.hypervisor_version = as_int(key, value)?,
         "vcpus" => facts.vcpus = as_int(key, value)?,
         "memory_mb" => facts.memory_mb = as_int(key, value)?,
         "local_gb" => facts.local_gb = as_int(key, value)?,
         "cpu_info" => facts.cpu_info = as_text(key, value)?,
-        "availability_zone" => facts.availability_zone = as_text(key, value)?,
+        "availability_zone" => facts.availability_zone = as_name(key, value)?,
         _ => {}
     }
     Ok(())
@@ -186,9 +215,14 @@ impl Service {
                 )));
             }
         };
-        if name.chars().count() > 255 {
+        if name.chars().count() > MAX_NAME_LEN {
             return Err(ServiceError::BadRequest(
                 "The host name is longer than 255 characters".into(),
+            ));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(ServiceError::BadRequest(
+                "Malformed parameter name: control characters are not allowed".into(),
             ));
         }
         let mut facts = default_facts(&name);

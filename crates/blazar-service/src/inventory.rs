@@ -238,6 +238,12 @@ impl Service {
                 "reservable" => reservable = as_bool(key, value)?,
                 k if spec.fields.contains(&k) => {
                     check_length(k, value)?;
+                    // Every fixed field but a segment's number is text (or left out).
+                    if k != "segment_id" && !matches!(value, Value::String(_) | Value::Null) {
+                        return Err(ServiceError::BadRequest(format!(
+                            "Malformed parameter {k}: expected a string, got {value}"
+                        )));
+                    }
                     attrs.insert(k.to_string(), value.clone());
                 }
                 k if spec.capabilities => {

@@ -109,6 +109,22 @@ const CLAIM_FOR_SECONDS: i64 = 60;
 const PUBLISH_WITHIN: std::time::Duration =
     std::time::Duration::from_secs(CLAIM_FOR_SECONDS as u64 / 2);
 
+/// Every notification type the service writes: what a webhook may ask for.
+pub(crate) const EVENT_TYPES: &[&str] = &[
+    "lease.create",
+    "lease.update",
+    "lease.delete",
+    "lease.event.start_lease",
+    "lease.event.end_lease",
+    "lease.event.before_end_lease",
+    "lease.event.before_end_lease.stop",
+    "lease.degraded",
+    "lease.healed",
+    "reservation.resources_changed",
+    "lease.create.refused",
+    "lease.update.refused",
+];
+
 impl Service {
     /// Writes the lease notification `event_type` (`lease.create`, ...) with `view` as it is
     /// now, in the transaction making the change.
@@ -118,6 +134,7 @@ impl Service {
         event_type: &str,
         view: &LeaseView,
     ) -> ServiceResult<()> {
+        debug_assert!(EVENT_TYPES.contains(&event_type), "{event_type}");
         tx.insert_notification(&NotificationRow {
             id: new_id(),
             event_type: event_type.to_string(),
@@ -209,6 +226,7 @@ impl Service {
             "filters": filters,
             "quotas": quotas,
         });
+        debug_assert!(EVENT_TYPES.contains(&event_type), "{event_type}");
         let row = NotificationRow {
             id: new_id(),
             event_type: event_type.to_string(),

@@ -230,13 +230,11 @@ fn check_event_types(types: Vec<String>) -> ServiceResult<Vec<String>> {
     let mut out: Vec<String> = Vec::with_capacity(types.len());
     for t in types {
         let t = t.trim().to_string();
-        let valid = !t.is_empty()
-            && t.len() <= 255
-            && t.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-        if !valid {
+        // A type no notification has would make a webhook that never hears anything.
+        if !crate::notifications::EVENT_TYPES.contains(&t.as_str()) {
             return Err(ServiceError::BadRequest(format!(
-                "Invalid event type {t:?}: event types are like lease.create"
+                "Unknown event type {t:?}: known types are {}",
+                crate::notifications::EVENT_TYPES.join(", ")
             )));
         }
         if !out.contains(&t) {
@@ -714,5 +712,9 @@ mod tests {
         );
         assert!(check_event_types(vec!["lease create".into()]).is_err());
         assert!(check_event_types(vec![String::new()]).is_err());
+        assert!(check_event_types(vec!["nope".into()]).is_err());
+        assert!(check_event_types(vec!["lease.event".into()]).is_err());
+        assert!(check_event_types(vec!["lease.event.start_lease".into()]).is_ok());
+        assert!(check_event_types(vec![" lease.degraded ".into()]).is_ok());
     }
 }

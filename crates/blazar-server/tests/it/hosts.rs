@@ -104,6 +104,37 @@ async fn host_creation_errors() {
             StatusCode::BAD_REQUEST,
             "Malformed parameter gpu",
         ),
+        // Names reach logs and aggregates: no control characters, Blazar's lengths.
+        (
+            json!({"name": "c2\nfake log line"}),
+            StatusCode::BAD_REQUEST,
+            "control characters",
+        ),
+        (
+            json!({"name": "c\u{0}2"}),
+            StatusCode::BAD_REQUEST,
+            "control characters",
+        ),
+        (
+            json!({"name": "c2", "availability_zone": "z".repeat(256)}),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter availability_zone: at most 255",
+        ),
+        (
+            json!({"name": "c2", "service_name": "c2\r"}),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter service_name: control characters",
+        ),
+        (
+            json!({"name": "c2", "cpu_info": "x".repeat(65_536)}),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter cpu_info: at most 65535",
+        ),
+        (
+            json!({"name": "c2", "gpu": "x".repeat(65_536)}),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter gpu: at most 65535",
+        ),
     ];
     for (body, status, message) in cases {
         let r = app.post("/v1/os-hosts", body.clone()).await;

@@ -818,3 +818,57 @@ async fn undecodable_path_segments_are_bad_requests() {
         assert_eq!(r.body["error_code"], 400, "{path}: {}", r.body);
     }
 }
+
+#[tokio::test]
+async fn pool_resource_fields_are_text() {
+    let app = TestApp::spawn().await;
+    let cases = [
+        (
+            "/v1/floatingips",
+            json!({"floating_network_id": "n", "floating_ip_address": "10.0.0.7",
+                   "subnet_id": ["x"]}),
+            "Malformed parameter subnet_id: expected a string",
+        ),
+        (
+            "/v1/floatingips",
+            json!({"floating_network_id": 7, "floating_ip_address": "10.0.0.7"}),
+            "Malformed parameter floating_network_id: expected a string",
+        ),
+        (
+            "/v1/networks",
+            json!({"network_type": 1, "segment_id": "5"}),
+            "Malformed parameter network_type: expected a string",
+        ),
+        (
+            "/v1/networks",
+            json!({"network_type": "vlan", "physical_network": {"a": 1}, "segment_id": 5}),
+            "Malformed parameter physical_network: expected a string",
+        ),
+        (
+            "/v1/devices",
+            json!({"name": "d2", "device_type": 1}),
+            "Malformed parameter device_type: expected a string",
+        ),
+    ];
+    for (path, body, message) in cases {
+        let r = app.post(path, body.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.body);
+        assert!(r.message().contains(message), "{body}: {}", r.message());
+    }
+    // Nothing was registered; text and a left-out optional field still are.
+    for (path, key) in [
+        ("/v1/floatingips", "floatingips"),
+        ("/v1/networks", "networks"),
+        ("/v1/devices", "devices"),
+    ] {
+        assert_eq!(app.get(path).await.body[key], json!([]), "{path}");
+    }
+    let r = app
+        .post(
+            "/v1/networks",
+            json!({"network_type": "vlan", "physical_network": null, "segment_id": "5"}),
+        )
+        .await;
+    r.assert_status(StatusCode::CREATED);
+    assert_eq!(r.body["network"]["segment_id"], 5);
+}

@@ -71,6 +71,21 @@ async fn quotas_are_shown_set_and_removed_by_admins_and_read_by_their_project() 
         q["overrides"],
         json!({"hosts": 2, "host_hours_per_month": 100, "max_lease_duration": -1})
     );
+    // A project id Keystone could not have made is refused, and nothing is written.
+    for bad in ["%00", &"p".repeat(65)] {
+        let r = app
+            .put(&format!("/v1/quotas/{bad}"), json!({"hosts": 1}))
+            .await;
+        r.assert_status(StatusCode::BAD_REQUEST);
+        assert!(r.message().contains("Invalid project id"), "{}", r.body);
+    }
+    assert_eq!(
+        app.get("/v1/quotas").await.body["quotas"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
     // null clears one override; the others stay.
     let r = app
         .put("/v1/quotas/alpha", json!({"max_lease_duration": null}))

@@ -154,11 +154,25 @@ async fn a_project_receives_its_own_events_signed_and_in_order() {
         json!({"url": format!("{base}/x"), "event_types": "lease.create"}),
         json!({"url": format!("{base}/x"), "colour": "red"}),
         json!({"url": format!("{base}/x"), "event_types": ["lease create"]}),
+        // A type no notification has: the webhook would never hear anything.
+        json!({"url": format!("{base}/x"), "event_types": ["lease.created"]}),
     ] {
         let r = app.post("/v1/webhooks", bad.clone()).await;
         r.assert_status(StatusCode::BAD_REQUEST);
         assert!(r.body["error_message"].is_string(), "{bad}: {}", r.body);
     }
+    let r = app
+        .post(
+            "/v1/webhooks",
+            json!({"url": format!("{base}/x"), "event_types": ["nope"]}),
+        )
+        .await;
+    assert!(
+        r.message().contains("Unknown event type \"nope\"")
+            && r.message().contains("lease.event.start_lease"),
+        "{}",
+        r.body
+    );
     let alpha_lease = app.post("/v1/leases", lease_body("a")).await;
     let alpha_lease = alpha_lease.body["lease"]["id"]
         .as_str()
