@@ -68,6 +68,15 @@ impl SearchWindow {
         let not_after = self
             .not_after
             .unwrap_or_else(|| within_the_wire(not_before + Duration::days(DEFAULT_SEARCH_DAYS)));
+        if not_after <= not_before && self.not_after.is_none() {
+            // The default end (DEFAULT_SEARCH_DAYS on, clamped to the wire's last date)
+            // was not asked for: say what was.
+            return bad(format!(
+                "not_before ({}) leaves no time to search before the last date the API \
+                 accepts",
+                not_before.format("%Y-%m-%d %H:%M")
+            ));
+        }
         if not_after <= not_before {
             return bad(format!(
                 "not_after ({}) must be later than not_before ({})",

@@ -1107,7 +1107,13 @@ async fn earliest_windows_end_by_the_last_writable_minute() {
         )
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
-    assert!(r.message().contains("not_after"), "{}", r.message());
+    // It names what the caller sent, not the default end it did not.
+    assert!(
+        r.message()
+            .contains("not_before (9999-12-31 23:59) leaves no time"),
+        "{}",
+        r.message()
+    );
     let r = app
         .post(
             "/v1/leases/offers",
