@@ -113,30 +113,36 @@ impl Tx {
         .await
     }
 
-    /// Up to `limit` notifications (of one lease, or all) written after the one written
-    /// `after` (from the first with `None`), in the order they were written, each with its
-    /// place in that order to resume after.
+    /// Up to `limit` notifications (of one lease, or all) after the one at place `after`
+    /// (its `written` and id; from the first with `None`), in the order they were written,
+    /// each with its place to resume after. The id breaks ties: rows written before
+    /// migration 0013 took `written` from `seq`, which PostgreSQL could repeat.
     pub async fn outbox_page(
         &mut self,
         lease_id: Option<&str>,
-        after: Option<i64>,
+        after: Option<(i64, &str)>,
         limit: usize,
-    ) -> DbResult<Vec<(i64, NotificationRow)>> {
-        let mut args: Vec<Arg> = vec![after.unwrap_or(i64::MIN).into(), (limit as i64).into()];
+    ) -> DbResult<Vec<((i64, String), NotificationRow)>> {
+        let (written, id) = after.unwrap_or((i64::MIN, ""));
+        let mut args: Vec<Arg> = vec![written.into(), id.into(), (limit as i64).into()];
         let filter = match lease_id {
             Some(l) => {
                 args.push(l.into());
-                " AND lease_id = $3"
+                " AND lease_id = $4"
             }
             None => "",
         };
         let sql = format!(
-            "SELECT written, {COLUMNS} FROM notifications WHERE written > $1{filter} \
-             ORDER BY written LIMIT $2"
+            "SELECT written, {COLUMNS} FROM notifications \
+             WHERE (written, id) > ($1, $2){filter} \
+             ORDER BY written, id LIMIT $3"
         );
         let rows = self.fetch_rows(&sql, args).await?;
         rows.iter()
-            .map(|row| Ok((row.try_get("written")?, notification_from_row(row)?)))
+            .map(|row| {
+                let n = notification_from_row(row)?;
+                Ok(((row.try_get("written")?, n.id.clone()), n))
+            })
             .collect()
     }
 

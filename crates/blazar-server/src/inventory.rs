@@ -342,7 +342,7 @@ struct NotificationStream {
     identity: blazar_service::Identity,
     lease_id: Option<String>,
     /// The place of the last notification read.
-    after: Option<i64>,
+    after: Option<(i64, String)>,
     done: bool,
 }
 
@@ -358,12 +358,14 @@ impl Batches for NotificationStream {
             .notifications(
                 &self.identity,
                 self.lease_id.as_deref(),
-                self.after,
+                self.after.as_ref().map(|(w, id)| (*w, id.as_str())),
                 NOTIFICATION_BATCH,
             )
             .await?;
         self.done = page.len() < NOTIFICATION_BATCH;
-        self.after = page.last().map(|(place, _)| *place).or(self.after);
+        if let Some((place, _)) = page.last() {
+            self.after = Some(place.clone());
+        }
         Ok(Some(page.into_iter().map(|(_, row)| row).collect()))
     }
 

@@ -306,14 +306,14 @@ impl Service {
     }
 
     /// A page of the notification outbox (of one lease, or all), oldest first: up to
-    /// `limit` written after place `after`, each with its place to resume after.
+    /// `limit` after place `after`, each with its place to resume after.
     pub async fn notifications(
         &self,
         identity: &crate::Identity,
         lease_id: Option<&str>,
-        after: Option<i64>,
+        after: Option<(i64, &str)>,
         limit: usize,
-    ) -> ServiceResult<Vec<(i64, NotificationRow)>> {
+    ) -> ServiceResult<Vec<((i64, String), NotificationRow)>> {
         self.authorize_own("admin", identity)?;
         in_tx!(self, read, |tx| {
             Ok(tx.outbox_page(lease_id, after, limit).await?)

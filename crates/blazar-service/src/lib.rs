@@ -302,6 +302,9 @@ pub struct Settings {
     /// holds: each sizes its batches of resources by what the last one held, so that the
     /// memory a reader holds stays this size however dense the allocations are.
     pub list_batch_allocations: usize,
+    /// How often a running reconciliation pass renews its claim; each renewal holds it
+    /// four times as long, so a replica that stops mid-pass keeps others out that long.
+    pub claim_renewal: std::time::Duration,
 }
 
 impl Default for Settings {
@@ -317,6 +320,7 @@ impl Default for Settings {
             action_max_attempts: 12,
             action_timeout: std::time::Duration::from_secs(300),
             list_batch_allocations: 2_500,
+            claim_renewal: std::time::Duration::from_secs(30),
         }
     }
 }

@@ -7,6 +7,7 @@ use std::future::Future;
 
 use blazar_core::LeaseFilter;
 use blazar_core::{ActionKind, ActionPurpose, LeaseStatus, PHYSICAL_HOST, ReservationStatus};
+use chrono::{DateTime, Utc};
 
 use crate::{Action, Identity, Service, ServiceError, ServiceResult};
 
@@ -72,11 +73,14 @@ const RECONCILE_TASK: &str = "reconcile";
 /// How long a repairing pass may run. Passes read the whole cloud, but at a few seconds
 /// even for thousands of hosts; one that runs this long is stuck on the cloud.
 const PASS_LIMIT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
-/// How often a running pass renews its claim, and how long each renewal holds it: a
-/// replica that stops mid-pass keeps others from reconciling at most `CLAIM_FOR`.
-const RENEW_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
-fn claim_for() -> chrono::Duration {
-    chrono::Duration::minutes(2)
+
+/// Stops a task when dropped: the claim's renewals end with the pass, however it ends.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Service {
@@ -276,10 +280,9 @@ impl Service {
         // (a timer and an operator) exclude each other as well.
         let holder = format!("{} {}", self.worker_id, crate::new_id());
         let now = self.now();
+        let until = now + self.claim_for();
         let claimed = in_tx!(self, write, |tx| {
-            Ok(tx
-                .claim_task(RECONCILE_TASK, &holder, now, now + claim_for())
-                .await?)
+            Ok(tx.claim_task(RECONCILE_TASK, &holder, now, until).await?)
         })?;
         if !claimed {
             return Err(ServiceError::Conflict(
@@ -290,7 +293,7 @@ impl Service {
         // must not cancel the pass between a repair and the claim's release.
         let this = self.clone();
         let pass = tokio::spawn(async move {
-            let outcome = this.claimed_pass(&holder).await;
+            let outcome = this.claimed_pass(&holder, until).await;
             let released = in_tx!(this, write, |tx| {
                 Ok(tx.release_task(RECONCILE_TASK, &holder).await?)
             });
@@ -303,44 +306,72 @@ impl Service {
             .map_err(|e| ServiceError::Internal(format!("reconciliation pass: {e}")))?
     }
 
-    /// A repairing pass under the claim: renews it while the pass runs, stops the pass if
-    /// the claim was lost (another replica took it over) or the pass overran `PASS_LIMIT`.
-    async fn claimed_pass(&self, holder: &str) -> ServiceResult<ReconcileReport> {
-        let pass = self.reconcile_pass(true);
-        tokio::pin!(pass);
-        let overrun = tokio::time::sleep(PASS_LIMIT);
-        tokio::pin!(overrun);
-        let mut renew = tokio::time::interval(RENEW_EVERY);
-        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        renew.tick().await;
+    /// How long each claim or renewal of a repairing pass holds it.
+    fn claim_for(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.settings.claim_renewal * 4)
+            .unwrap_or(chrono::Duration::minutes(2))
+    }
+
+    /// A repairing pass under the claim (held until `until`): stops the pass if the claim
+    /// is lost or the pass overran `PASS_LIMIT`. The renewals run in a task beside the
+    /// pass, not between its steps: on SQLite a renewal waits for the process's write
+    /// lock, which the pass may hold while it is not being polled.
+    async fn claimed_pass(
+        &self,
+        holder: &str,
+        until: DateTime<Utc>,
+    ) -> ServiceResult<ReconcileReport> {
+        let keeper = self.clone();
+        let kept = holder.to_string();
+        let mut renewals = AbortOnDrop(tokio::spawn(async move {
+            keeper.keep_claim(&kept, until).await
+        }));
+        // Whether the renewals ended by themselves (their handle is then spent).
+        let mut ended = false;
+        let outcome = tokio::select! {
+            report = self.reconcile_pass(true) => report,
+            stopped = &mut renewals.0 => {
+                ended = true;
+                let why = stopped.unwrap_or_else(|e| format!("its renewals stopped: {e}"));
+                Err(ServiceError::Unavailable(format!(
+                    "The reconciliation pass was stopped half-way: {why}; the next pass goes on"
+                )))
+            }
+            _ = tokio::time::sleep(PASS_LIMIT) => {
+                Err(ServiceError::Unavailable(format!(
+                    "The reconciliation pass did not end within {} s; the next pass goes on",
+                    PASS_LIMIT.as_secs()
+                )))
+            }
+        };
+        // No renewal may land after the release.
+        if !ended {
+            renewals.0.abort();
+            let _ = (&mut renewals.0).await;
+        }
+        outcome
+    }
+
+    /// Renews the claim until it cannot; answers why. A claim that could not be renewed
+    /// before it runs out counts as lost: past it another replica may take over.
+    async fn keep_claim(&self, holder: &str, mut held_until: DateTime<Utc>) -> String {
+        let every = self.settings.claim_renewal;
         loop {
-            tokio::select! {
-                report = &mut pass => return report,
-                _ = &mut overrun => {
-                    return Err(ServiceError::Unavailable(format!(
-                        "The reconciliation pass did not end within {} s; the next pass goes on",
-                        PASS_LIMIT.as_secs()
-                    )));
-                }
-                _ = renew.tick() => {
-                    let now = self.now();
-                    let renewed = in_tx!(self, write, |tx| {
-                        Ok(tx
-                            .renew_task(RECONCILE_TASK, holder, now, now + claim_for())
-                            .await?)
-                    });
-                    match renewed {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            return Err(ServiceError::Conflict(
-                                "The reconciliation pass lost its claim to another replica"
-                                    .into(),
-                            ));
-                        }
-                        // Renewed again before it runs out, if the database comes back.
-                        Err(e) => {
-                            tracing::warn!(error = %e, "could not renew the reconciler's claim");
-                        }
+            tokio::time::sleep(every).await;
+            let now = self.now();
+            let until = now + self.claim_for();
+            let renewed = in_tx!(self, write, |tx| {
+                Ok(tx.renew_task(RECONCILE_TASK, holder, now, until).await?)
+            });
+            match renewed {
+                Ok(true) => held_until = until,
+                Ok(false) => return "another replica took its claim over".into(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not renew the reconciler's claim");
+                    let next = self.now()
+                        + chrono::Duration::from_std(every).unwrap_or(chrono::Duration::zero());
+                    if next >= held_until {
+                        return format!("its claim could not be renewed before running out: {e}");
                     }
                 }
             }

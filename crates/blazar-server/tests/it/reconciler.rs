@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use blazar_db::Store;
 use blazar_service::{
     Action, ActionError, ActionOutput, Backend, Clock, DesiredState, InventoryError, MONITOR_TURN,
-    RECONCILE_TURN, ReconcileReport, ServiceError, StandaloneBackend,
+    RECONCILE_TURN, ReconcileReport, ServiceError, Settings, StandaloneBackend,
 };
 use reqwest::StatusCode;
 use serde_json::json;
@@ -291,4 +291,99 @@ async fn periodic_passes_take_one_turn_an_interval_among_replicas() {
     // A turn is not a running pass: an operator's pass runs meanwhile.
     let r = app.post("/v1/reconcile", json!({"dry_run": false})).await;
     r.assert_status(StatusCode::OK);
+}
+
+/// A backend whose repairing pass holds a write transaction for a while, as a pass that
+/// records what it made does, or waits at the gate.
+struct Slow {
+    hold: Duration,
+    gated: Gated,
+}
+
+#[async_trait]
+impl Backend for Slow {
+    async fn apply(&self, store: &Store, action: &Action) -> Result<ActionOutput, ActionError> {
+        StandaloneBackend.apply(store, action).await
+    }
+
+    async fn reconcile(
+        &self,
+        store: &Store,
+        desired: &DesiredState,
+        apply: bool,
+    ) -> Result<ReconcileReport, InventoryError> {
+        let unavailable = |e: blazar_db::DbError| InventoryError::Unavailable(e.to_string());
+        let tx = store.write().await.map_err(unavailable)?;
+        tokio::time::sleep(self.hold).await;
+        tx.commit().await.map_err(unavailable)?;
+        self.gated.reconcile(store, desired, apply).await
+    }
+}
+
+fn renewing_every(ms: u64) -> Settings {
+    Settings {
+        claim_renewal: Duration::from_millis(ms),
+        ..Settings::default()
+    }
+}
+
+#[tokio::test]
+async fn a_renewal_waits_beside_a_pass_that_holds_the_write_lock() {
+    // Renewals every 50 ms while the pass holds a write transaction for 400 ms: on SQLite
+    // the renewal waits for the pass's lock, and the pass must go on meanwhile.
+    let backend = Arc::new(Slow {
+        hold: Duration::from_millis(400),
+        gated: Gated::default(),
+    });
+    backend.gated.gate.add_permits(1);
+    let app = TestApp::builder()
+        .database(Arc::new(TestDatabase::new().await))
+        .settings(renewing_every(50))
+        .backend(backend.clone())
+        .spawn()
+        .await;
+    let report = tokio::time::timeout(Duration::from_secs(20), app.service.reconcile(true))
+        .await
+        .expect("the pass and its renewals wait for each other")
+        .unwrap();
+    assert_eq!(report.repairs, ["pass applied"]);
+}
+
+#[tokio::test]
+async fn a_pass_that_lost_its_claim_stops_and_leaves_the_new_holder_alone() {
+    let backend = Arc::new(Gated::default());
+    let db = Arc::new(TestDatabase::new().await);
+    let app = TestApp::builder()
+        .database(db.clone())
+        .settings(renewing_every(50))
+        .backend(backend.clone())
+        .spawn()
+        .await;
+    let service = app.service.clone();
+    let pass = tokio::spawn(async move { service.reconcile(true).await });
+    until_entered(&backend, 1).await;
+    // Another replica took the claim over (this one's ran out while it was cut off).
+    let far = app.clock.now().timestamp() + 3_600;
+    db.execute(&format!(
+        "UPDATE task_claims SET holder = 'other', held_until = {far} WHERE name = 'reconcile'"
+    ))
+    .await;
+    let stopped = tokio::time::timeout(Duration::from_secs(20), pass)
+        .await
+        .expect("the pass stops")
+        .unwrap();
+    match stopped {
+        Err(ServiceError::Unavailable(m)) => {
+            assert!(m.contains("another replica took its claim over"), "{m}");
+        }
+        other => panic!("expected the pass to stop, got {other:?}"),
+    }
+    let r = app.post("/v1/reconcile", json!({"dry_run": false})).await;
+    r.assert_status(StatusCode::CONFLICT);
+    assert_eq!(
+        db.execute("UPDATE task_claims SET held_until = 0 WHERE holder = 'other'")
+            .await,
+        1,
+        "the new holder's claim stays"
+    );
 }
