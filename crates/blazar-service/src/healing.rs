@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use crate::resources::AllocationRequest;
-use crate::{Service, ServiceError, ServiceResult, new_id};
+use crate::{Service, ServiceError, ServiceResult};
 
 fn is_live(r: &Reservation) -> bool {
     r.status == ReservationStatus::Pending || r.status == ReservationStatus::Active
@@ -30,24 +30,18 @@ impl Service {
         detail: serde_json::Value,
         now: DateTime<Utc>,
     ) -> ServiceResult<()> {
-        debug_assert!(
-            crate::notifications::EVENT_TYPES.contains(&event_type),
-            "{event_type}"
-        );
-        tx.insert_notification(&NotificationRow {
-            id: new_id(),
-            event_type: event_type.to_string(),
-            lease_id: Some(lease.id.clone()),
-            payload: json!({
+        tx.insert_notification(&crate::notifications::new_notification(
+            event_type,
+            Some(lease.id.clone()),
+            json!({
                 "lease_id": lease.id,
                 "project_id": lease.project_id,
                 "reservation_id": reservation.id,
                 "resource_type": reservation.resource_type(),
                 "detail": detail,
             }),
-            created_at: now,
-            request_id: crate::current_request_id(),
-        })
+            now,
+        ))
         .await?;
         Ok(())
     }

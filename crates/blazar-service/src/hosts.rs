@@ -137,12 +137,18 @@ fn as_name(key: &str, value: &Value) -> ServiceResult<String> {
             text.chars().count()
         )));
     }
+    check_printable(key, &text)?;
+    Ok(text)
+}
+
+/// Names reach the text log and the cloud: no control characters.
+fn check_printable(key: &str, text: &str) -> ServiceResult<()> {
     if text.chars().any(char::is_control) {
         return Err(ServiceError::BadRequest(format!(
             "Malformed parameter {key}: control characters are not allowed"
         )));
     }
-    Ok(text)
+    Ok(())
 }
 
 pub(crate) fn as_bool(key: &str, value: &Value) -> ServiceResult<bool> {
@@ -220,11 +226,7 @@ impl Service {
                 "The host name is longer than 255 characters".into(),
             ));
         }
-        if name.chars().any(char::is_control) {
-            return Err(ServiceError::BadRequest(
-                "Malformed parameter name: control characters are not allowed".into(),
-            ));
-        }
+        check_printable("name", &name)?;
         let mut facts = default_facts(&name);
         let mut capabilities = BTreeMap::new();
         let mut reservable = true;

@@ -125,6 +125,25 @@ pub(crate) const EVENT_TYPES: &[&str] = &[
     "lease.update.refused",
 ];
 
+/// A new outbox row of type `event_type` (one of `EVENT_TYPES`), caused by the request
+/// being served, if any.
+pub(crate) fn new_notification(
+    event_type: &str,
+    lease_id: Option<String>,
+    payload: Value,
+    created_at: DateTime<Utc>,
+) -> NotificationRow {
+    debug_assert!(EVENT_TYPES.contains(&event_type), "{event_type}");
+    NotificationRow {
+        id: new_id(),
+        event_type: event_type.to_string(),
+        lease_id,
+        payload,
+        created_at,
+        request_id: crate::current_request_id(),
+    }
+}
+
 impl Service {
     /// Writes the lease notification `event_type` (`lease.create`, ...) with `view` as it is
     /// now, in the transaction making the change.
@@ -134,15 +153,12 @@ impl Service {
         event_type: &str,
         view: &LeaseView,
     ) -> ServiceResult<()> {
-        debug_assert!(EVENT_TYPES.contains(&event_type), "{event_type}");
-        tx.insert_notification(&NotificationRow {
-            id: new_id(),
-            event_type: event_type.to_string(),
-            lease_id: Some(view.lease.id.clone()),
-            payload: lease_payload(view),
-            created_at: self.now(),
-            request_id: crate::current_request_id(),
-        })
+        tx.insert_notification(&new_notification(
+            event_type,
+            Some(view.lease.id.clone()),
+            lease_payload(view),
+            self.now(),
+        ))
         .await?;
         Ok(())
     }
@@ -226,15 +242,12 @@ impl Service {
             "filters": filters,
             "quotas": quotas,
         });
-        debug_assert!(EVENT_TYPES.contains(&event_type), "{event_type}");
-        let row = NotificationRow {
-            id: new_id(),
-            event_type: event_type.to_string(),
-            lease_id: lease_id.map(str::to_string),
+        let row = new_notification(
+            event_type,
+            lease_id.map(str::to_string),
             payload,
-            created_at: self.now(),
-            request_id: crate::current_request_id(),
-        };
+            self.now(),
+        );
         let written = in_tx!(self, write, |tx| {
             let mut row = row.clone();
             // Filed under the lease's project (an admin may be refused an update of another

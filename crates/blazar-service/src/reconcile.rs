@@ -270,7 +270,8 @@ impl Service {
     /// A pass that repairs runs in one replica at a time: two at once would both make what
     /// is missing (two networks, two server groups for one reservation) and undo each
     /// other's moves. It holds the `reconcile` task claim, renewed while it runs, so a
-    /// replica that stops mid-pass frees it within `CLAIM_FOR`; a repairing pass asked for
+    /// replica that stops mid-pass frees it within four `Settings::claim_renewal`
+    /// periods; a repairing pass asked for
     /// while another runs is refused (409), a dry run is not (it only reads).
     pub async fn reconcile(&self, apply: bool) -> ServiceResult<ReconcileReport> {
         if !apply {
@@ -326,12 +327,9 @@ impl Service {
         let mut renewals = AbortOnDrop(tokio::spawn(async move {
             keeper.keep_claim(&kept, until).await
         }));
-        // Whether the renewals ended by themselves (their handle is then spent).
-        let mut ended = false;
         let outcome = tokio::select! {
             report = self.reconcile_pass(true) => report,
             stopped = &mut renewals.0 => {
-                ended = true;
                 let why = stopped.unwrap_or_else(|e| format!("its renewals stopped: {e}"));
                 Err(ServiceError::Unavailable(format!(
                     "The reconciliation pass was stopped half-way: {why}; the next pass goes on"
@@ -344,8 +342,9 @@ impl Service {
                 )))
             }
         };
-        // No renewal may land after the release.
-        if !ended {
+        // No renewal may land after the release. A finished task renews no more (and a
+        // handle the select spent must not be polled again).
+        if !renewals.0.is_finished() {
             renewals.0.abort();
             let _ = (&mut renewals.0).await;
         }
