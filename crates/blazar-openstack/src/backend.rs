@@ -200,7 +200,13 @@ impl OpenStackBackend {
 
     /// Take-back: every server on the hosts deleted and waited for, each host moved back to
     /// the freepool; at the end of the lease (or its delete) the aggregate goes too.
+    ///
+    /// A host taken from a lease still in force (healing, re-allocation) keeps its servers,
+    /// as Blazar's healing only moves the host out of the aggregate: a compute service
+    /// down for a minute or disabled by an operator must not cost a running lease its
+    /// servers. The next hand-over of the host clears it.
     async fn stop_hosts(&self, action: &Action, hosts: &[String]) -> Result<(), Error> {
+        let keep_servers = action.purpose == ActionPurpose::Change;
         let nova = self.cloud.nova(action.request_id.as_deref());
         let freepool = nova.ensure_aggregate(&self.settings.freepool, None).await?;
         let aggregates = nova.aggregates().await?;
@@ -219,12 +225,14 @@ impl OpenStackBackend {
                     "host already handed to another reservation: left to it");
                 continue;
             }
-            let cleared = nova
-                .clear_host(host, self.settings.server_delete_timeout)
-                .await?;
-            if cleared > 0 {
-                tracing::info!(host, servers = cleared, reservation.id = %action.reservation_id,
-                    "deleted the servers of an ended reservation");
+            if !keep_servers {
+                let cleared = nova
+                    .clear_host(host, self.settings.server_delete_timeout)
+                    .await?;
+                if cleared > 0 {
+                    tracing::info!(host, servers = cleared, reservation.id = %action.reservation_id,
+                        "deleted the servers of an ended reservation");
+                }
             }
             if let Some(aggregate) = &aggregate {
                 nova.remove_host(aggregate, host).await?;

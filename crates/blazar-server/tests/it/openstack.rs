@@ -719,6 +719,69 @@ async fn a_disabled_compute_service_is_healed_around_and_comes_back() {
     withdraw(&app, &admin, &ids).await;
 }
 
+/// Healing takes a failed host from a running lease as Blazar does: out of the aggregate,
+/// a replacement in; the servers on it stay (a compute service disabled or down for a
+/// minute must not cost the lease its servers).
+#[tokio::test]
+async fn healing_a_running_lease_replaces_its_host_and_keeps_the_servers() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
+    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let ids = enrol(&app, &["compute-1", "compute-2"]).await;
+    let alpha = env.get("OS_ALPHA_PROJECT_ID");
+    app.act_as(&alpha, "alpha-user", "member");
+    let r = app
+        .host_lease("healed", "2030-04-01 10:00", "2030-04-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as_admin();
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.tick_at(t(2030, 4, 1, 10, 0)).await;
+    let (status, _) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE");
+    let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    assert_eq!(aggregate.hosts.len(), 1);
+    let failing = aggregate.hosts[0].clone();
+    let spare = if failing == "compute-1" {
+        "compute-2"
+    } else {
+        "compute-1"
+    };
+    let (server, status) = boot(&env.member("alpha"), "survivor", Some(&rid)).await;
+    assert_eq!(status, "ACTIVE");
+    assert_eq!(server_host(&admin, &server).await, failing);
+
+    set_compute_enabled(&admin, &failing, false).await;
+    let report = app.service.monitor_hosts().await.unwrap();
+    assert_eq!(report.failed, vec![failing.clone()]);
+    app.run_actions().await;
+    let (status, lease) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{lease}");
+    let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    assert_eq!(aggregate.hosts, vec![spare.to_string()]);
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert_eq!(freepool.hosts, vec![failing.clone()]);
+    let kept = compute(&admin, Method::GET, &format!("/servers/{server}"), None).await;
+    assert_eq!(kept["server"]["status"], "ACTIVE", "{kept}");
+    assert_eq!(server_host(&admin, &server).await, failing);
+
+    set_compute_enabled(&admin, &failing, true).await;
+    assert_eq!(
+        app.delete(&format!("/v1/leases/{lease_id}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    nova.delete_server(&server).await.unwrap();
+    withdraw(&app, &admin, &ids).await;
+}
+
 #[tokio::test]
 async fn a_lease_survives_a_broken_cloud() {
     let Some(env) = env() else { return };
