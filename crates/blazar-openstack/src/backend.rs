@@ -59,6 +59,29 @@ pub(crate) async fn still_live(store: &Store, action: &Action) -> bool {
         && !actions.iter().any(|a| a.status.is_open())
 }
 
+/// Puts `host` into `aggregate`; answers false, having done nothing, when Nova no longer
+/// has the host (its compute service deleted, which takes it out of every aggregate):
+/// there is nothing left to move, and a take-back must not fail for good on it.
+async fn put_host(nova: &Nova<'_>, aggregate: &Aggregate, host: &str) -> Result<bool, Error> {
+    match nova.add_host(aggregate, host).await {
+        Ok(()) => Ok(true),
+        Err(e) if e.is_not_found() => {
+            if nova
+                .compute_services()
+                .await?
+                .iter()
+                .any(|s| s.host == host)
+            {
+                return Err(e);
+            }
+            tracing::warn!(host, aggregate = %aggregate.name,
+                "host no longer in Nova: nothing to put back");
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// One reconciler pass's findings: every difference, and each repair that failed with its
 /// error. A failed repair is recorded and the pass goes on, so that one piece of the cloud
 /// that cannot be repaired (a deleted hypervisor, a host Nova will not move) does not keep
@@ -170,13 +193,19 @@ impl OpenStackBackend {
     /// Hand-over: the reservation's aggregate (created, with its zone and owner, if it is
     /// not there), and each host moved from the freepool into it, servers on it deleted
     /// first (Blazar's "terminate preemptibles").
+    ///
+    /// Each move adds to the new place before it takes out of the old one: a host in no
+    /// pool is open to every project's servers (BlazarFilter passes it without a hint), so
+    /// an attempt that fails half-way must leave it in one pool or both, never in none. In
+    /// the freepool and its reservation's aggregate at once, only the owner (with the hint)
+    /// gets in.
     async fn start_hosts(&self, action: &Action, hosts: &[String]) -> Result<(), Error> {
         let nova = self.cloud.nova(action.request_id.as_deref());
         let aggregate = self.reservation_aggregate(&nova, action).await?;
         let freepool = nova.ensure_aggregate(&self.settings.freepool, None).await?;
         let aggregates = nova.aggregates().await?;
         for host in hosts {
-            nova.remove_host(&freepool, host).await?;
+            // Cleared while still in the freepool, where no new server can land.
             let cleared = nova
                 .clear_host(host, self.settings.server_delete_timeout)
                 .await?;
@@ -192,6 +221,7 @@ impl OpenStackBackend {
                 nova.remove_host(stale, host).await?;
             }
             nova.add_host(&aggregate, host).await?;
+            nova.remove_host(&freepool, host).await?;
             tracing::info!(host, aggregate = %action.reservation_id, project.id = %action.project_id,
                 "host moved into its reservation's aggregate");
         }
@@ -234,10 +264,23 @@ impl OpenStackBackend {
                         "deleted the servers of an ended reservation");
                 }
             }
-            if let Some(aggregate) = &aggregate {
-                nova.remove_host(aggregate, host).await?;
+            if !put_host(&nova, &freepool, host).await? {
+                continue;
             }
-            nova.add_host(&freepool, host).await?;
+            if let Some(aggregate) = &aggregate {
+                match nova.remove_host(aggregate, host).await {
+                    // Nova keeps a host with servers in its zone. Taken from a lease in
+                    // force, it stays in the aggregate with them (in the freepool as well,
+                    // so only the owner gets in) until they go, the lease ends, or the
+                    // host's next hand-over clears it.
+                    Err(e) if keep_servers && e.is_conflict() => {
+                        tracing::warn!(host, reservation.id = %action.reservation_id, error = %e,
+                            "host taken from a reservation still holds its servers: left in its aggregate");
+                        continue;
+                    }
+                    other => other?,
+                }
+            }
             tracing::info!(host, "host back in the freepool");
         }
         let whole = matches!(
@@ -253,8 +296,8 @@ impl OpenStackBackend {
                 let project = (!action.project_id.is_empty()).then_some(action.project_id.as_str());
                 nova.clear_host_of(host, project, self.settings.server_delete_timeout)
                     .await?;
+                put_host(&nova, &freepool, host).await?;
                 nova.remove_host(&aggregate, host).await?;
-                nova.add_host(&freepool, host).await?;
             }
             nova.delete_aggregate(&aggregate).await?;
             tracing::info!(aggregate = %action.reservation_id, "reservation aggregate deleted");
@@ -668,6 +711,12 @@ impl OpenStackBackend {
             }
         };
         let busy = |h: &String| desired.busy_hosts.contains(h);
+        let granted: BTreeSet<&str> = desired
+            .reservations
+            .iter()
+            .chain(&desired.stranded)
+            .flat_map(|r| r.hosts.iter().map(String::as_str))
+            .collect();
         let mut in_force: BTreeSet<&str> = BTreeSet::new();
         let mut reserved: BTreeSet<&str> = BTreeSet::new();
         for r in &desired.reservations {
@@ -739,6 +788,30 @@ impl OpenStackBackend {
                 }
             }
             for host in aggregate.hosts.iter().filter(|h| !r.hosts.contains(h)) {
+                // Taken from the reservation (healing) with the project's servers still on
+                // it, and granted to no one else: Nova keeps it in the zone while they run,
+                // and they are the lease's to keep until it ends.
+                if !granted.contains(host.as_str()) {
+                    let owner = r.project_id.as_str();
+                    let kept = pass.value(
+                        &format!("servers on host {host} could not be listed"),
+                        nova.servers_on_host_of(host, Some(owner)).await,
+                    );
+                    match kept {
+                        Some(servers) if !servers.is_empty() => {
+                            pass.found(format!(
+                                "host {host} in the aggregate of reservation {} without being \
+                                 granted to it: left while {} server(s) of project {owner} run \
+                                 there",
+                                r.reservation_id,
+                                servers.len()
+                            ));
+                            continue;
+                        }
+                        Some(_) => {}
+                        None => continue,
+                    }
+                }
                 let line = pass.found(format!(
                     "host {host} in the aggregate of reservation {} without being granted to it: \
                      taken out",

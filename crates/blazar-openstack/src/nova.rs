@@ -390,13 +390,13 @@ impl<'a> Nova<'a> {
     }
 
     /// Ids and names of the servers on `host`, of `project` only when given.
-    async fn servers_on_host_of(
+    pub async fn servers_on_host_of(
         &self,
         host: &str,
         project: Option<&str>,
     ) -> Result<Vec<(String, String)>> {
         let mut path = format!(
-            "/servers?all_tenants=1&host={}",
+            "/servers/detail?all_tenants=1&host={}",
             crate::placement::urlencode(host)
         );
         if let Some(project) = project {
@@ -406,14 +406,17 @@ impl<'a> Nova<'a> {
             ));
         }
         let found = self.api.get_all(&path, "servers").await?;
-        Ok(items(&found, "servers")
-            .map(|s| {
-                (
-                    s["id"].as_str().unwrap_or_default().to_string(),
-                    s["name"].as_str().unwrap_or_default().to_string(),
-                )
-            })
-            .collect())
+        let mut servers = Vec::new();
+        for server in items(&found, "servers") {
+            if !on_host(server, host)? {
+                continue;
+            }
+            servers.push((
+                server["id"].as_str().unwrap_or_default().to_string(),
+                server["name"].as_str().unwrap_or_default().to_string(),
+            ));
+        }
+        Ok(servers)
     }
 
     /// Deletes, without waiting for them to go, the servers on `host` whose project
@@ -430,18 +433,8 @@ impl<'a> Nova<'a> {
         let found = self.api.get_all(&path, "servers").await?;
         let mut deleted = 0;
         for server in items(&found, "servers") {
-            // Nova drops the `host` filter for a caller its policy does not allow it to
-            // (answering every server): each server's own host is checked before anything
-            // is deleted, and a list that does not show it deletes nothing.
-            match server["OS-EXT-SRV-ATTR:host"].as_str() {
-                Some(on) if on == host => {}
-                Some(_) => continue,
-                None => {
-                    return Err(Error::Refused(format!(
-                        "Nova does not show which host its servers are on to this service \
-                         user: servers on {host} not checked"
-                    )));
-                }
+            if !on_host(server, host)? {
+                continue;
             }
             let project = server["tenant_id"].as_str().unwrap_or_default();
             if let Some(id) = server["id"].as_str()
@@ -882,6 +875,20 @@ impl<'a> Nova<'a> {
             )
             .await
             .map(|_| ())
+    }
+}
+
+/// Whether `server` (from a `/servers/detail` list filtered by `host`) is on `host`. Nova
+/// drops the `host` filter for a caller its policy does not allow it to (answering every
+/// server): each server's own host is checked before anything is done to it, and a list
+/// that does not show it is refused rather than taken for the host's.
+fn on_host(server: &Value, host: &str) -> Result<bool> {
+    match server["OS-EXT-SRV-ATTR:host"].as_str() {
+        Some(on) => Ok(on == host),
+        None => Err(Error::Refused(format!(
+            "Nova does not show which host its servers are on to this service user: \
+             servers on {host} not checked"
+        ))),
     }
 }
 

@@ -763,22 +763,51 @@ async fn healing_a_running_lease_replaces_its_host_and_keeps_the_servers() {
     let report = app.service.monitor_hosts().await.unwrap();
     assert_eq!(report.failed, vec![failing.clone()]);
     app.run_actions().await;
-    let (status, lease) = lease_status(&app, &lease_id).await;
-    assert_eq!(status, "ACTIVE", "{lease}");
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{actions}");
+    assert!(
+        actions["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["status"] == "done"),
+        "{actions}"
+    );
+    assert_eq!(granted_hosts(&app, &lease_id).await.len(), 1);
+    // The spare is the reservation's; the failed host is free in the database and in the
+    // freepool, and stays in the aggregate (Nova keeps a host with servers in its zone),
+    // open to its owner only, while the lease's server runs there.
     let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
-    assert_eq!(aggregate.hosts, vec![spare.to_string()]);
+    let held: BTreeSet<String> = aggregate.hosts.iter().cloned().collect();
+    assert_eq!(held, BTreeSet::from([failing.clone(), spare.to_string()]));
     let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
     assert_eq!(freepool.hosts, vec![failing.clone()]);
     let kept = compute(&admin, Method::GET, &format!("/servers/{server}"), None).await;
     assert_eq!(kept["server"]["status"], "ACTIVE", "{kept}");
     assert_eq!(server_host(&admin, &server).await, failing);
+    // The reconciler leaves them so.
+    let report = app.service.reconcile(true).await.unwrap();
+    assert!(
+        report
+            .repairs
+            .iter()
+            .any(|l| l.contains(&failing) && l.contains("left while 1 server(s)")),
+        "{report:?}"
+    );
+    let kept = compute(&admin, Method::GET, &format!("/servers/{server}"), None).await;
+    assert_eq!(kept["server"]["status"], "ACTIVE", "{kept}");
 
+    // The lease's end takes both hosts back, its server with them.
     set_compute_enabled(&admin, &failing, true).await;
     assert_eq!(
         app.delete(&format!("/v1/leases/{lease_id}")).await.status,
         StatusCode::NO_CONTENT
     );
-    nova.delete_server(&server).await.unwrap();
+    assert!(nova.find_aggregate(&rid).await.unwrap().is_none());
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert_eq!(freepool.hosts.len(), 2, "{:?}", freepool.hosts);
+    let gone = compute(&admin, Method::GET, "/servers?all_tenants=1", None).await;
+    assert!(gone["servers"].as_array().unwrap().is_empty(), "{gone}");
     withdraw(&app, &admin, &ids).await;
 }
 
