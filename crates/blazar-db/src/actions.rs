@@ -7,6 +7,7 @@ use sqlx::any::AnyRow;
 
 use blazar_core::{ActionKind, ActionPurpose, ActionRecord};
 
+use crate::repairs::RECONCILE_TASK;
 use crate::{Arg, Backend, DbResult, Tx, from_opt_secs, from_secs, to_secs, wire};
 
 /// An action to record.
@@ -53,7 +54,7 @@ fn action_from_row(row: &AnyRow) -> DbResult<ActionRecord> {
 }
 
 /// An action is open while pending or running.
-const OPEN: &str = "('pending', 'running')";
+pub(crate) const OPEN: &str = "('pending', 'running')";
 
 const INSERT_ACTION: &str = "INSERT INTO actions (lease_id, reservation_id, project_id, kind, \
      purpose, resource_type, payload, status, attempts, not_before, request_id, created_at) \
@@ -175,6 +176,10 @@ impl Tx {
         limit: usize,
         only: Option<i64>,
     ) -> DbResult<Vec<ActionRecord>> {
+        // What a repairing reconciler pass holds is not claimed (see `repairs`); the shared
+        // lock makes a hold and a claim see each other.
+        self.advisory_lock_shared(crate::repairs::REPAIR_LOCK)
+            .await?;
         let lock = match self.backend() {
             Backend::Postgres => " FOR UPDATE OF a SKIP LOCKED",
             Backend::Sqlite => "",
@@ -190,6 +195,11 @@ impl Tx {
                      AND s.resource_id = r.resource_id AND s.seq < r.seq \
                  JOIN actions b ON b.seq = s.seq AND b.status IN {OPEN} \
                  WHERE r.seq = a.seq) \
+             AND NOT EXISTS (SELECT 1 FROM repair_holds h JOIN task_claims c \
+                 ON c.name = '{RECONCILE_TASK}' AND c.holder = h.holder AND c.held_until > $1 \
+                 WHERE h.lease_id = a.lease_id OR EXISTS (SELECT 1 FROM action_resources r \
+                     WHERE r.seq = a.seq AND r.resource_type = h.resource_type \
+                     AND r.resource_id = h.resource_id)) \
              {only_filter} ORDER BY a.seq LIMIT $2{lock}",
             only_filter = if only.is_some() { "AND a.seq = $3" } else { "" }
         );

@@ -18,6 +18,7 @@ mod leases;
 mod notifications;
 mod properties;
 mod quotas;
+mod repairs;
 mod timeline;
 mod tokens;
 mod webhooks;
@@ -42,6 +43,7 @@ pub use notifications::NotificationRow;
 pub use notifications::SequencedNotification;
 pub use properties::PropertyWithValues;
 pub use quotas::{ProjectAllocation, QuotaRow};
+pub use repairs::{ActionsSeen, RECONCILE_TASK, RepairItem};
 pub use timeline::TimelineRow;
 pub use webhooks::{ClaimedDelivery, DeliveryCounts};
 
@@ -1076,6 +1078,18 @@ impl Tx {
         if self.backend == Backend::Postgres {
             let key = self.locks.single(key);
             sqlx::query(&format!("SELECT pg_advisory_xact_lock({key})"))
+                .execute(self.conn().await?)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Takes the transaction-scoped PostgreSQL advisory lock `key` shared: shared holders
+    /// pass each other, and wait for (and are waited for by) an exclusive one.
+    async fn advisory_lock_shared(&mut self, key: i64) -> DbResult<()> {
+        if self.backend == Backend::Postgres {
+            let key = self.locks.single(key);
+            sqlx::query(&format!("SELECT pg_advisory_xact_lock_shared({key})"))
                 .execute(self.conn().await?)
                 .await?;
         }

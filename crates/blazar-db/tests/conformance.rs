@@ -7,7 +7,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use blazar_core::LeaseFilter;
-use blazar_db::{Backend, DbError, DbResult, NewAllocation, Store, StoreOptions, TaskClaim, Tx};
+use blazar_db::{
+    ActionsSeen, Backend, DbError, DbResult, NewAllocation, RECONCILE_TASK, RepairItem, Store,
+    StoreOptions, TaskClaim, Tx,
+};
 use blazar_testkit::{TestDatabase, t};
 use chrono::{DateTime, Duration, Utc};
 
@@ -916,5 +919,108 @@ async fn a_task_claim_has_one_holder_until_it_runs_out() {
     tx.commit().await.unwrap();
     assert_eq!(holder().await, None);
     assert!(claim("c", 9, 11).await);
+    store.close().await;
+}
+
+#[tokio::test]
+async fn what_a_repair_holds_is_not_claimed_and_a_hold_is_refused_on_news() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let r1 = seed_lease(&store, "l1").await;
+    let r2 = seed_lease(&store, "l2").await;
+    let r3 = seed_lease(&store, "l3").await;
+    let now = created() + Duration::minutes(1);
+    let claim_for = Duration::minutes(5);
+    let record = async |lease: &str, reservation: &str, hosts: &[i64]| {
+        let mut tx = store.write().await.unwrap();
+        let seq = tx
+            .insert_action(&rows::action(lease, reservation, hosts))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        seq
+    };
+    let claim = async |at: DateTime<Utc>| {
+        let mut tx = store.write().await.unwrap();
+        let claimed: Vec<i64> = tx
+            .claim_actions(at, "worker", claim_for, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| a.seq)
+            .collect();
+        tx.commit().await.unwrap();
+        claimed
+    };
+    let finish = async |seq: i64| {
+        let mut tx = store.write().await.unwrap();
+        let done = blazar_db::ActionOutcome::Done;
+        assert!(tx.finish_action(seq, "worker", &done, now).await.unwrap());
+        tx.commit().await.unwrap();
+    };
+    let seen = async || {
+        let mut tx = store.read().await.unwrap();
+        let seen = tx.actions_seen().await.unwrap();
+        tx.commit().await.unwrap();
+        seen
+    };
+    let hold = async |item: &RepairItem, seen: &ActionsSeen| {
+        let mut tx = store.write().await.unwrap();
+        let held = tx.hold_for_repair("pass", item, seen).await.unwrap();
+        tx.commit().await.unwrap();
+        held
+    };
+    let release = async || {
+        let mut tx = store.write().await.unwrap();
+        tx.release_repair_holds("pass").await.unwrap();
+        tx.commit().await.unwrap();
+    };
+    let first = record("l1", &r1, &[1]).await;
+    assert_eq!(claim(now).await, vec![first]);
+    finish(first).await;
+    let host = |id: i64| ("physical:host".to_string(), id);
+    let lease_one = RepairItem {
+        lease_id: Some("l1".into()),
+        resources: vec![host(2)],
+    };
+
+    // An open action on what the repair would change, or one recorded after the pass read
+    // the database: refused.
+    let read = seen().await;
+    let open = record("l2", &r2, &[2]).await;
+    assert!(!hold(&lease_one, &read).await);
+    assert!(!hold(&lease_one, &seen().await).await);
+    assert_eq!(claim(now).await, vec![open]);
+    finish(open).await;
+    assert!(!hold(&lease_one, &read).await, "news to the first read");
+
+    // Nothing new: held. Without the pass's task claim the hold counts for nothing.
+    let read = seen().await;
+    assert!(hold(&lease_one, &read).await);
+    let of_lease = record("l1", &r1, &[3]).await;
+    let on_host = record("l2", &r2, &[2]).await;
+    let elsewhere = record("l3", &r3, &[4]).await;
+    let mut tx = store.write().await.unwrap();
+    assert!(
+        tx.claim_task(RECONCILE_TASK, "pass", now, now + Duration::minutes(2))
+            .await
+            .unwrap()
+    );
+    tx.commit().await.unwrap();
+    // The lease's actions and those on its hosts wait; others do not.
+    assert_eq!(claim(now).await, vec![elsewhere]);
+    // A claim run out frees them, as does the release.
+    assert_eq!(
+        claim(now + Duration::minutes(3)).await,
+        vec![of_lease, on_host]
+    );
+    for seq in [of_lease, on_host, elsewhere] {
+        finish(seq).await;
+    }
+    // (The claim still holds at `now`.)
+    let late = record("l1", &r1, &[5]).await;
+    assert!(claim(now).await.is_empty());
+    release().await;
+    assert_eq!(claim(now).await, vec![late]);
     store.close().await;
 }

@@ -8,12 +8,12 @@ use async_trait::async_trait;
 use blazar_core::{
     ActionKind, ActionPurpose, HostFacts, LeaseStatus, PHYSICAL_HOST, ReservationStatus,
 };
-use blazar_db::Store;
+use blazar_db::{RepairItem, Store};
 use std::collections::BTreeSet;
 
 use blazar_service::{
-    Action, ActionError, ActionOutput, Backend, DesiredState, HostHealth, InventoryError,
-    ReconcileReport,
+    Action, ActionError, ActionOutput, Backend, DesiredState, HeldHosts, HostHealth,
+    InventoryError, ReconcileReport,
 };
 use serde_json::{Map, json};
 
@@ -82,6 +82,36 @@ async fn put_host(nova: &Nova<'_>, aggregate: &Aggregate, host: &str) -> Result<
     }
 }
 
+/// What a repair of `hosts` (service names; of `lease_id`'s reservation, if given) changes,
+/// to hold it against the action workers. A host no longer enrolled has no actions.
+pub(crate) fn host_item<'a>(
+    desired: &DesiredState,
+    lease_id: Option<&str>,
+    hosts: impl IntoIterator<Item = &'a String>,
+) -> RepairItem {
+    let mut resources: Vec<(String, i64)> = hosts
+        .into_iter()
+        .filter_map(|h| desired.host_ids.get(h))
+        .map(|&id| (PHYSICAL_HOST.to_string(), id))
+        .collect();
+    resources.sort_unstable();
+    resources.dedup();
+    RepairItem {
+        lease_id: lease_id.map(str::to_string),
+        resources,
+    }
+}
+
+/// Whether `host` (a service name) is granted now to a host reservation in force or
+/// stranded.
+fn granted(desired: &DesiredState, host: &str) -> bool {
+    desired
+        .reservations
+        .iter()
+        .chain(&desired.stranded)
+        .any(|r| r.hosts.iter().any(|h| h == host))
+}
+
 /// One reconciler pass's findings: every difference, and each repair that failed with its
 /// error. A failed repair is recorded and the pass goes on, so that one piece of the cloud
 /// that cannot be repaired (a deleted hypervisor, a host Nova will not move) does not keep
@@ -95,6 +125,13 @@ pub(crate) struct Pass {
 }
 
 impl Pass {
+    /// Takes `other`'s findings as this pass's.
+    pub(crate) fn absorb(&mut self, other: Pass) {
+        self.repairs.extend(other.repairs);
+        self.failed.extend(other.failed);
+        self.server_groups.extend(other.server_groups);
+    }
+
     /// Records a difference; returns its line, to name a failed repair of it.
     pub(crate) fn found(&mut self, line: String) -> String {
         self.repairs.push(line.clone());
@@ -711,12 +748,6 @@ impl OpenStackBackend {
             }
         };
         let busy = |h: &String| desired.busy_hosts.contains(h);
-        let granted: BTreeSet<&str> = desired
-            .reservations
-            .iter()
-            .chain(&desired.stranded)
-            .flat_map(|r| r.hosts.iter().map(String::as_str))
-            .collect();
         let mut in_force: BTreeSet<&str> = BTreeSet::new();
         let mut reserved: BTreeSet<&str> = BTreeSet::new();
         for r in &desired.reservations {
@@ -725,108 +756,27 @@ impl OpenStackBackend {
             if r.hosts.iter().any(busy) {
                 continue;
             }
-            let zone = format!("{}{}", self.settings.az_prefix, r.reservation_id);
-            let found = aggregates.iter().find(|a| a.name == r.reservation_id);
-            let aggregate = match found {
-                Some(a) => a.clone(),
-                None => {
-                    let line = pass.found(format!(
-                        "aggregate of reservation {} missing: re-created",
-                        r.reservation_id
-                    ));
-                    if !apply {
-                        continue;
-                    }
-                    let made = nova.ensure_aggregate(&r.reservation_id, Some(&zone)).await;
-                    match pass.value(&line, made) {
-                        Some(a) => a,
-                        None => continue,
-                    }
-                }
-            };
-            self.repair_owner(&nova, &aggregate, r, apply, pass).await;
-            if aggregate.availability_zone.as_deref() != Some(zone.as_str()) {
-                let line = pass.found(format!(
-                    "aggregate {}: availability zone {} not {zone}: set",
-                    r.reservation_id,
-                    aggregate.availability_zone.as_deref().unwrap_or("(none)")
-                ));
-                if apply {
-                    pass.done(&line, nova.set_zone(&aggregate, &zone).await);
-                }
+            // Looked at first without a change: only a reservation that differs is held, and
+            // one an action changed since the pass read the database is left to the next.
+            let mut look = Pass::default();
+            let freepool = freepool.as_ref();
+            self.reconcile_reservation(&aggregates, freepool, desired, r, false, &mut look)
+                .await;
+            if !apply || look.repairs.is_empty() {
+                pass.absorb(look);
+                continue;
             }
-            for host in r.hosts.iter().filter(|h| !aggregate.hosts.contains(h)) {
-                let line = pass.found(format!(
-                    "host {host} missing from the aggregate of reservation {}: put back",
-                    r.reservation_id
-                ));
-                if apply {
-                    if let Some(f) = &freepool
-                        && !pass.done(&line, nova.remove_host(f, host).await)
-                    {
-                        continue;
-                    }
-                    // While out, anyone's servers could land there; the host is the
-                    // owner's alone, as at the start.
-                    let owner = r.project_id.as_str();
-                    let evicted = nova.evict_from_host(host, |p| p != owner).await;
-                    if pass.done(&line, evicted) {
-                        pass.done(&line, nova.add_host(&aggregate, host).await);
-                    }
-                }
+            let touched = aggregates
+                .iter()
+                .filter(|a| a.name == r.reservation_id)
+                .flat_map(|a| &a.hosts);
+            let item = host_item(desired, Some(&r.lease_id), r.hosts.iter().chain(touched));
+            if !desired.hold(store, &item).await {
+                continue;
             }
-            // A reserved host put into the freepool by hand: BlazarFilter turns everyone
-            // away from freepool hosts, the owner included.
-            let pooled_hosts = freepool.as_ref().map(|f| f.hosts.as_slice()).unwrap_or(&[]);
-            for host in r.hosts.iter().filter(|h| pooled_hosts.contains(h)) {
-                let line = pass.found(format!(
-                    "host {host} of reservation {} in {}: taken out",
-                    r.reservation_id, self.settings.freepool
-                ));
-                if apply && let Some(f) = &freepool {
-                    pass.done(&line, nova.remove_host(f, host).await);
-                }
-            }
-            for host in aggregate.hosts.iter().filter(|h| !r.hosts.contains(h)) {
-                // Taken from the reservation (healing) with the project's servers still on
-                // it, and granted to no one else: Nova keeps it in the zone while they run,
-                // and they are the lease's to keep until it ends.
-                if !granted.contains(host.as_str()) {
-                    let owner = r.project_id.as_str();
-                    let kept = pass.value(
-                        &format!("servers on host {host} could not be listed"),
-                        nova.servers_on_host_of(host, Some(owner)).await,
-                    );
-                    match kept {
-                        Some(servers) if !servers.is_empty() => {
-                            pass.found(format!(
-                                "host {host} in the aggregate of reservation {} without being \
-                                 granted to it: left while {} server(s) of project {owner} run \
-                                 there",
-                                r.reservation_id,
-                                servers.len()
-                            ));
-                            continue;
-                        }
-                        Some(_) => {}
-                        None => continue,
-                    }
-                }
-                let line = pass.found(format!(
-                    "host {host} in the aggregate of reservation {} without being granted to it: \
-                     taken out",
-                    r.reservation_id
-                ));
-                if apply {
-                    // Servers the project started there meanwhile hold the host in the zone
-                    // (Nova refuses to move it): they were never granted it.
-                    let owner = r.project_id.as_str();
-                    let evicted = nova.evict_from_host(host, |p| p == owner).await;
-                    if pass.done(&line, evicted) {
-                        pass.done(&line, nova.remove_host(&aggregate, host).await);
-                    }
-                }
-            }
+            self.reconcile_reservation(&aggregates, freepool, desired, r, true, pass)
+                .await;
+            desired.release(store).await;
         }
         // Reservations whose start or change failed for good keep their hosts and aggregate
         // as they are, but no other project may be let in.
@@ -848,7 +798,8 @@ impl OpenStackBackend {
                             "host {host} of reservation {} in no pool: put into its aggregate",
                             r.reservation_id
                         ));
-                        if apply {
+                        let item = host_item(desired, Some(&r.lease_id), [host]);
+                        if apply && desired.hold(store, &item).await {
                             // Others' servers that landed there meanwhile go first, as when
                             // a granted host is put back.
                             let owner = r.project_id.as_str();
@@ -856,6 +807,7 @@ impl OpenStackBackend {
                             if pass.done(&line, evicted) {
                                 pass.done(&line, nova.add_host(aggregate, host).await);
                             }
+                            desired.release(store).await;
                         }
                     }
                     (false, None) => continue,
@@ -869,6 +821,7 @@ impl OpenStackBackend {
         }
         // Aggregates of reservations no longer in force (an ended or deleted lease whose
         // take-back did not finish, or a hand-made copy).
+        let mut put_back: BTreeSet<&str> = BTreeSet::new();
         for aggregate in &aggregates {
             if !self.in_our_zone(aggregate)
                 || in_force.contains(aggregate.name.as_str())
@@ -887,14 +840,27 @@ impl OpenStackBackend {
                 "aggregate {} belongs to no reservation in force: removed",
                 aggregate.name
             ));
-            if apply {
+            if apply
+                && desired
+                    .hold(store, &host_item(desired, None, &aggregate.hosts))
+                    .await
+            {
                 let mut emptied = true;
                 for host in &aggregate.hosts {
+                    // Into the freepool first: out of both, it would be open to all.
+                    if let Some(f) = &freepool
+                        && desired.host_ids.contains_key(host)
+                        && !reserved.contains(host.as_str())
+                        && pass.done(&line, nova.add_host(f, host).await)
+                    {
+                        put_back.insert(host.as_str());
+                    }
                     emptied &= pass.done(&line, nova.remove_host(aggregate, host).await);
                 }
                 if emptied {
                     pass.done(&line, nova.delete_aggregate(aggregate).await);
                 }
+                desired.release(store).await;
             }
         }
         // Every other enrolled host waits in the freepool.
@@ -903,18 +869,141 @@ impl OpenStackBackend {
             .map(|f| f.hosts.iter().map(String::as_str).collect())
             .unwrap_or_default();
         for host in &desired.enrolled {
-            if reserved.contains(host.as_str()) || busy(host) || pooled.contains(host.as_str()) {
+            if reserved.contains(host.as_str())
+                || busy(host)
+                || pooled.contains(host.as_str())
+                || put_back.contains(host.as_str())
+            {
                 continue;
             }
             let line = pass.found(format!(
                 "host {host} missing from {}: put back",
                 self.settings.freepool
             ));
-            if apply && let Some(f) = &freepool {
+            if apply
+                && let Some(f) = &freepool
+                && desired.hold(store, &host_item(desired, None, [host])).await
+            {
                 pass.done(&line, nova.add_host(f, host).await);
+                desired.release(store).await;
             }
         }
         Ok(())
+    }
+
+    /// Brings host reservation `r`'s aggregate in line with the database (`apply`), or only
+    /// lists how it differs.
+    async fn reconcile_reservation(
+        &self,
+        aggregates: &[Aggregate],
+        freepool: Option<&Aggregate>,
+        desired: &DesiredState,
+        r: &HeldHosts,
+        apply: bool,
+        pass: &mut Pass,
+    ) {
+        let nova = &self.cloud.nova(None);
+        let zone = format!("{}{}", self.settings.az_prefix, r.reservation_id);
+        let found = aggregates.iter().find(|a| a.name == r.reservation_id);
+        let aggregate = match found {
+            Some(a) => a.clone(),
+            None => {
+                let line = pass.found(format!(
+                    "aggregate of reservation {} missing: re-created",
+                    r.reservation_id
+                ));
+                if !apply {
+                    return;
+                }
+                let made = nova.ensure_aggregate(&r.reservation_id, Some(&zone)).await;
+                match pass.value(&line, made) {
+                    Some(a) => a,
+                    None => return,
+                }
+            }
+        };
+        self.repair_owner(nova, &aggregate, r, apply, pass).await;
+        if aggregate.availability_zone.as_deref() != Some(zone.as_str()) {
+            let line = pass.found(format!(
+                "aggregate {}: availability zone {} not {zone}: set",
+                r.reservation_id,
+                aggregate.availability_zone.as_deref().unwrap_or("(none)")
+            ));
+            if apply {
+                pass.done(&line, nova.set_zone(&aggregate, &zone).await);
+            }
+        }
+        for host in r.hosts.iter().filter(|h| !aggregate.hosts.contains(h)) {
+            let line = pass.found(format!(
+                "host {host} missing from the aggregate of reservation {}: put back",
+                r.reservation_id
+            ));
+            if apply {
+                // While out, anyone's servers could land there; the host is the
+                // owner's alone, as at the start. Added before it leaves the freepool,
+                // as a hand-over does.
+                let owner = r.project_id.as_str();
+                let evicted = nova.evict_from_host(host, |p| p != owner).await;
+                if pass.done(&line, evicted)
+                    && pass.done(&line, nova.add_host(&aggregate, host).await)
+                    && let Some(f) = freepool
+                {
+                    pass.done(&line, nova.remove_host(f, host).await);
+                }
+            }
+        }
+        // A reserved host put into the freepool by hand: BlazarFilter turns everyone
+        // away from freepool hosts, the owner included.
+        let pooled_hosts = freepool.map(|f| f.hosts.as_slice()).unwrap_or(&[]);
+        for host in r.hosts.iter().filter(|h| pooled_hosts.contains(h)) {
+            let line = pass.found(format!(
+                "host {host} of reservation {} in {}: taken out",
+                r.reservation_id, self.settings.freepool
+            ));
+            if apply && let Some(f) = freepool {
+                pass.done(&line, nova.remove_host(f, host).await);
+            }
+        }
+        for host in aggregate.hosts.iter().filter(|h| !r.hosts.contains(h)) {
+            // Taken from the reservation (healing) with the project's servers still on
+            // it, and granted to no one else: Nova keeps it in the zone while they run,
+            // and they are the lease's to keep until it ends.
+            if !granted(desired, host) {
+                let owner = r.project_id.as_str();
+                let kept = pass.value(
+                    &format!("servers on host {host} could not be listed"),
+                    nova.servers_on_host_of(host, Some(owner)).await,
+                );
+                match kept {
+                    Some(servers) if !servers.is_empty() => {
+                        pass.found(format!(
+                            "host {host} in the aggregate of reservation {} without being \
+                             granted to it: left while {} server(s) of project {owner} run \
+                             there",
+                            r.reservation_id,
+                            servers.len()
+                        ));
+                        continue;
+                    }
+                    Some(_) => {}
+                    None => continue,
+                }
+            }
+            let line = pass.found(format!(
+                "host {host} in the aggregate of reservation {} without being granted to it: \
+                 taken out",
+                r.reservation_id
+            ));
+            if apply {
+                // Servers the project started there meanwhile hold the host in the zone
+                // (Nova refuses to move it): they were never granted it.
+                let owner = r.project_id.as_str();
+                let evicted = nova.evict_from_host(host, |p| p == owner).await;
+                if pass.done(&line, evicted) {
+                    pass.done(&line, nova.remove_host(&aggregate, host).await);
+                }
+            }
+        }
     }
 
     /// The metadata of host reservation `r`'s aggregate made exactly its owner's. Only the

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use blazar_core::engine::Usage;
 use blazar_core::reservation::{Affinity, InstanceSpec, Query};
 use blazar_core::{ActionKind, ActionPurpose, ReservationSpec};
-use blazar_db::Store;
+use blazar_db::{RepairItem, Store};
 use blazar_service::{Action, ActionError, ActionOutput, DesiredState, InventoryError};
 use chrono::Utc;
 use serde_json::Value;
@@ -65,11 +65,20 @@ impl OpenStackBackend {
             for line in drift {
                 pass.found(format!("{line}: made again"));
             }
-            if apply
-                && let Some(output) = pass.value(
-                    &format!("{what}: made again"),
-                    self.apply_now(store, action).await,
-                )
+            let item = RepairItem {
+                lease_id: Some(action.lease_id.clone()),
+                resources: action
+                    .resources
+                    .iter()
+                    .map(|&id| (action.resource_type.clone(), id))
+                    .collect(),
+            };
+            if !apply || !desired.hold(store, &item).await {
+                continue;
+            }
+            let made = self.apply_now(store, action).await;
+            desired.release(store).await;
+            if let Some(output) = pass.value(&format!("{what}: made again"), made)
                 && let Some(group) = output.server_group_id
             {
                 pass.server_groups

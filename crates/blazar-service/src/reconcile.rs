@@ -2,11 +2,12 @@
 //! which compares it with what the cloud says and repairs the difference (or only reports it,
 //! on a dry run). Hosts and reservations with actions still open are left to those actions.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
 use blazar_core::LeaseFilter;
 use blazar_core::{ActionKind, ActionPurpose, LeaseStatus, PHYSICAL_HOST, ReservationStatus};
+use blazar_db::{ActionsSeen, RECONCILE_TASK, RepairItem, Store};
 use chrono::{DateTime, Utc};
 
 use crate::{Action, Identity, Service, ServiceError, ServiceResult};
@@ -14,6 +15,7 @@ use crate::{Action, Identity, Service, ServiceError, ServiceResult};
 /// One host reservation as the cloud should show it now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldHosts {
+    pub lease_id: String,
     pub reservation_id: String,
     pub project_id: String,
     /// Compute service names.
@@ -48,6 +50,65 @@ pub struct DesiredState {
     /// operator, decides; taking the hosts away would end a lease the database still
     /// grants them to.
     pub stranded: Vec<HeldHosts>,
+    /// Enrolled hosts' ids by service name.
+    pub host_ids: BTreeMap<String, i64>,
+    /// The actions recorded when this state was read: one recorded since makes it stale
+    /// for what that action touches.
+    pub seen: ActionsSeen,
+    /// The repairing pass this state is for (`None`: a dry run, which changes nothing).
+    pub holder: Option<String>,
+}
+
+impl DesiredState {
+    /// Holds `item` for a repair (see [`blazar_db::Tx::hold_for_repair`]): until the pass
+    /// releases it, no action on it runs. False when an action on it is open or was
+    /// recorded after this state was read (the state is stale for it: it is left to the
+    /// next pass, which reads it anew), or when the database cannot say. A dry run holds
+    /// nothing and is answered true.
+    pub async fn hold(&self, store: &Store, item: &RepairItem) -> bool {
+        let Some(holder) = &self.holder else {
+            return true;
+        };
+        let held = async {
+            let mut tx = store.write().await?;
+            let held = tx.hold_for_repair(holder, item, &self.seen).await?;
+            tx.commit().await?;
+            Ok::<_, blazar_db::DbError>(held)
+        }
+        .await;
+        match held {
+            Ok(held) => {
+                if !held {
+                    tracing::info!(
+                        ?item,
+                        "changed since the reconciler read it: left to the next pass"
+                    );
+                }
+                held
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, ?item, "could not hold for a repair: left to the next pass");
+                false
+            }
+        }
+    }
+
+    /// Releases what this pass holds: the action workers may claim it again.
+    pub async fn release(&self, store: &Store) {
+        let Some(holder) = &self.holder else {
+            return;
+        };
+        let released = async {
+            let mut tx = store.write().await?;
+            tx.release_repair_holds(holder).await?;
+            tx.commit().await
+        }
+        .await;
+        if let Err(e) = released {
+            // They lapse with the pass's claim.
+            tracing::warn!(error = %e, "could not release the reconciler's holds");
+        }
+    }
 }
 
 /// What a pass found and did.
@@ -68,8 +129,6 @@ pub struct ReconcileReport {
     pub server_groups: Vec<(String, String)>,
 }
 
-/// The task claim a repairing pass holds.
-const RECONCILE_TASK: &str = "reconcile";
 /// How long a repairing pass may run. Passes read the whole cloud, but at a few seconds
 /// even for thousands of hosts; one that runs this long is stuck on the cloud.
 const PASS_LIMIT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
@@ -87,8 +146,16 @@ impl Service {
     /// What the database says the cloud should look like now.
     pub async fn desired_state(&self) -> ServiceResult<DesiredState> {
         in_tx!(self, read, |tx| {
-            let mut desired = DesiredState::default();
+            let mut desired = DesiredState {
+                // First: an action recorded after any of what follows was read is news.
+                seen: tx.actions_seen().await?,
+                ..DesiredState::default()
+            };
             let hosts = tx.list_hosts().await?;
+            desired.host_ids = hosts
+                .iter()
+                .map(|h| (h.facts.service_name.clone(), h.id))
+                .collect();
             let name_of = |id: i64| {
                 hosts
                     .iter()
@@ -189,6 +256,7 @@ impl Service {
                         .collect();
                     if !hosts.is_empty() {
                         desired.stranded.push(HeldHosts {
+                            lease_id: lease.id.clone(),
                             reservation_id: r.id.clone(),
                             project_id: lease.project_id.clone(),
                             hosts,
@@ -250,6 +318,7 @@ impl Service {
                         .filter_map(|a| name_of(a.resource_id))
                         .collect();
                     let hosts = HeldHosts {
+                        lease_id: lease.id.clone(),
                         reservation_id: r.id.clone(),
                         project_id: lease.project_id.clone(),
                         hosts: held,
@@ -275,7 +344,7 @@ impl Service {
     /// while another runs is refused (409), a dry run is not (it only reads).
     pub async fn reconcile(&self, apply: bool) -> ServiceResult<ReconcileReport> {
         if !apply {
-            return self.reconcile_pass(false).await;
+            return self.reconcile_pass(None).await;
         }
         // The holder names the pass, not only the replica: two passes asked of one replica
         // (a timer and an operator) exclude each other as well.
@@ -328,7 +397,7 @@ impl Service {
             keeper.keep_claim(&kept, until).await
         }));
         let outcome = tokio::select! {
-            report = self.reconcile_pass(true) => report,
+            report = self.reconcile_pass(Some(holder)) => report,
             stopped = &mut renewals.0 => {
                 let why = stopped.unwrap_or_else(|e| format!("its renewals stopped: {e}"));
                 Err(ServiceError::Unavailable(format!(
@@ -377,14 +446,20 @@ impl Service {
         }
     }
 
-    /// One pass, claim aside.
-    async fn reconcile_pass(&self, apply: bool) -> ServiceResult<ReconcileReport> {
-        let desired = self.desired_state().await?;
-        let report = self
-            .backend
-            .reconcile(&self.store, &desired, apply)
-            .await
-            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+    /// One pass, claim aside: a repairing one for `holder` (the claim's), or a dry run.
+    async fn reconcile_pass(&self, holder: Option<&str>) -> ServiceResult<ReconcileReport> {
+        let apply = holder.is_some();
+        if let Some(holder) = holder {
+            in_tx!(self, write, |tx| {
+                Ok(tx.drop_stale_repair_holds(holder).await?)
+            })?;
+        }
+        let mut desired = self.desired_state().await?;
+        desired.holder = holder.map(str::to_string);
+        let report = self.backend.reconcile(&self.store, &desired, apply).await;
+        // Whatever the backend left held (a repair it returned from early).
+        desired.release(&self.store).await;
+        let report = report.map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         for line in &report.repairs {
             if apply {
                 tracing::warn!(repair = %line, "reconciler repaired drift");

@@ -550,7 +550,7 @@ async fn a_host_in_another_reservations_aggregate_goes_to_whom_the_database_gran
 /// no pool, where BlazarFilter admits anyone's servers: the reconciler puts it into the
 /// owner's aggregate once Nova lets it.
 #[tokio::test]
-async fn a_host_a_failed_start_left_in_no_pool_goes_to_its_owner() {
+async fn a_failed_start_leaves_the_host_in_the_freepool_and_one_in_no_pool_goes_to_its_owner() {
     let Some(env) = env() else { return };
     let _one_at_a_time = CLOUD.lock().await;
     let admin = env.admin();
@@ -584,13 +584,26 @@ async fn a_host_a_failed_start_left_in_no_pool_goes_to_its_owner() {
     app.tick_at(t(2030, 1, 1, 10, 0)).await;
     let (status, actions) = lease_status(&app, &lease_id).await;
     assert_eq!(status, "ERROR", "{actions}");
+    // The hand-over failed before taking the host out of the freepool, where no project's
+    // servers land: never in no pool, open to all.
     let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
-    assert!(freepool.hosts.is_empty(), "{:?}", freepool.hosts);
+    assert_eq!(freepool.hosts, ["compute-1"]);
+    let r = app.post("/v1/reconcile", json!({"dry_run": false})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(
+        !r.body["reconcile"]["repairs"]
+            .to_string()
+            .contains("compute-1"),
+        "{}",
+        r.body
+    );
 
-    // The operator takes the host out of the other zone; the reconciler hands it to the
-    // lease the database still grants it to.
+    // The operator takes the host out of the other zone, and out of the freepool by
+    // mistake: in no pool, the reconciler hands it to the lease the database still grants
+    // it to.
     let elsewhere = nova.find_aggregate("elsewhere").await.unwrap().unwrap();
     nova.remove_host(&elsewhere, "compute-1").await.unwrap();
+    nova.remove_host(&freepool, "compute-1").await.unwrap();
     let r = app.post("/v1/reconcile", json!({"dry_run": false})).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     let repairs = r.body["reconcile"]["repairs"].to_string();

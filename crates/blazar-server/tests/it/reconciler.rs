@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use blazar_db::Store;
+use blazar_core::ActionKind;
+use blazar_db::{RepairItem, Store};
 use blazar_service::{
     Action, ActionError, ActionOutput, Backend, Clock, DesiredState, InventoryError, MONITOR_TURN,
     RECONCILE_TURN, ReconcileReport, ServiceError, Settings, StandaloneBackend,
@@ -386,4 +387,90 @@ async fn a_pass_that_lost_its_claim_stops_and_leaves_the_new_holder_alone() {
         1,
         "the new holder's claim stays"
     );
+}
+
+/// A backend whose repairing pass holds one lease, as a repair of it does, and waits at a
+/// gate; it records the actions it carries out meanwhile.
+#[derive(Default)]
+struct Holding {
+    lease_id: std::sync::Mutex<String>,
+    /// Whether the pass got its hold.
+    held: std::sync::Mutex<Option<bool>>,
+    applied: std::sync::Mutex<Vec<(ActionKind, String)>>,
+    gated: Gated,
+}
+
+#[async_trait]
+impl Backend for Holding {
+    async fn apply(&self, store: &Store, action: &Action) -> Result<ActionOutput, ActionError> {
+        self.applied
+            .lock()
+            .unwrap()
+            .push((action.kind, action.lease_id.clone()));
+        StandaloneBackend.apply(store, action).await
+    }
+
+    async fn reconcile(
+        &self,
+        store: &Store,
+        desired: &DesiredState,
+        apply: bool,
+    ) -> Result<ReconcileReport, InventoryError> {
+        let item = RepairItem {
+            lease_id: Some(self.lease_id.lock().unwrap().clone()),
+            resources: Vec::new(),
+        };
+        let held = desired.hold(store, &item).await;
+        *self.held.lock().unwrap() = Some(held);
+        self.gated.reconcile(store, desired, apply).await
+    }
+}
+
+/// A repair and the lease's own actions never run at once: the end of a lease whose
+/// repair is under way waits for it (refusing a hold on news is checked in the store's
+/// conformance suite).
+#[tokio::test]
+async fn a_lease_being_repaired_ends_after_the_repair() {
+    let backend = Arc::new(Holding::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    app.create_host("h1", json!({})).await;
+    let r = app
+        .host_lease("repaired", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    r.assert_status(StatusCode::CREATED);
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    *backend.lease_id.lock().unwrap() = lease_id.clone();
+    app.tick_at(crate::harness::t(2030, 1, 1, 10, 0)).await;
+    let status = async || {
+        app.get(&format!("/v1/leases/{lease_id}")).await.body["lease"]["status"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(status().await, "ACTIVE");
+    let stops = || {
+        backend
+            .applied
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(kind, lease)| *kind == ActionKind::Stop && *lease == lease_id)
+            .count()
+    };
+
+    // The pass's claim (and so its hold) lasts two minutes of the test's clock.
+    app.set_time(crate::harness::t(2030, 1, 1, 11, 59));
+    let service = app.service.clone();
+    let pass = tokio::spawn(async move { service.reconcile(true).await });
+    until_entered(&backend.gated, 1).await;
+    assert_eq!(*backend.held.lock().unwrap(), Some(true));
+    app.tick_at(crate::harness::t(2030, 1, 1, 12, 0)).await;
+    app.run_actions().await;
+    assert_eq!(stops(), 0, "the take-back ran beside the repair");
+    assert_ne!(status().await, "TERMINATED");
+    backend.gated.gate.add_permits(1);
+    pass.await.unwrap().unwrap();
+    app.run_actions().await;
+    assert_eq!(stops(), 1);
+    assert_eq!(status().await, "TERMINATED");
 }
