@@ -33,7 +33,12 @@ pub(crate) async fn appeared_since(store: &Store, desired: &DesiredState, id: &s
         return true;
     };
     match tx.get_reservation(id).await {
-        Ok(Some(r)) => r.status != ReservationStatus::Deleted,
+        // One in ERROR is not new: what the cloud holds for it is what a take-back that
+        // failed for good left.
+        Ok(Some(r)) => !matches!(
+            r.status,
+            ReservationStatus::Deleted | ReservationStatus::Error
+        ),
         Ok(None) => false,
         Err(_) => true,
     }
@@ -257,7 +262,11 @@ impl OpenStackBackend {
                     "host still in an earlier reservation's aggregate: taken out before the hand-over");
                 nova.remove_host(stale, host).await?;
             }
-            nova.add_host(&aggregate, host).await?;
+            // A host Nova no longer has (healed away since this start was recorded: the
+            // change that replaced it comes after) has nothing to hand over.
+            if !put_host(&nova, &aggregate, host).await? {
+                continue;
+            }
             nova.remove_host(&freepool, host).await?;
             tracing::info!(host, aggregate = %action.reservation_id, project.id = %action.project_id,
                 "host moved into its reservation's aggregate");
@@ -846,7 +855,19 @@ impl OpenStackBackend {
                     .await
             {
                 let mut emptied = true;
+                // Its owner's servers end with it, as at a lease's end (and Nova keeps a
+                // host with servers in the zone).
+                let owner = aggregate
+                    .metadata
+                    .get(&self.settings.owner_key)
+                    .and_then(|v| v.as_str());
                 for host in &aggregate.hosts {
+                    if let Some(owner) = owner
+                        && !pass.done(&line, nova.evict_from_host(host, |p| p == owner).await)
+                    {
+                        emptied = false;
+                        continue;
+                    }
                     // Into the freepool first: out of both, it would be open to all.
                     if let Some(f) = &freepool
                         && desired.host_ids.contains_key(host)

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 
 use blazar_core::time::truncate_to_minute;
-use blazar_core::{ActionKind, ActionPurpose, ReservationStatus, TimeWindow};
+use blazar_core::{ActionKind, ActionPurpose, LeaseStatus, ReservationStatus, TimeWindow};
 use blazar_core::{Allocation, Lease, Reservation};
 use blazar_db::{NotificationRow, Tx};
 use chrono::{DateTime, Utc};
@@ -18,6 +18,15 @@ use crate::{Service, ServiceError, ServiceResult};
 
 fn is_live(r: &Reservation) -> bool {
     r.status == ReservationStatus::Pending || r.status == ReservationStatus::Active
+}
+
+/// Whether `reservation`'s resources are in the cloud, or on their way there (its lease
+/// STARTING: the start's actions are open, carrying the resources they were recorded with).
+/// A change to them is then carried out by actions, which run after the start's.
+fn handed_over(lease: &Lease, reservation: &Reservation) -> bool {
+    reservation.status == ReservationStatus::Active
+        || (reservation.status == ReservationStatus::Pending
+            && lease.status == LeaseStatus::Starting)
 }
 
 impl Service {
@@ -114,7 +123,7 @@ impl Service {
             ) => 0,
             Err(other) => return Err(other),
         };
-        if added > 0 && reservation.status == ReservationStatus::Active {
+        if added > 0 && handed_over(lease, reservation) {
             self.hand_over_added(tx, lease, reservation, |a| !before.contains(&a.id), now)
                 .await?;
         }
@@ -176,7 +185,7 @@ impl Service {
             )
             .await?;
         tx.delete_allocation(&allocation.id).await?;
-        if reservation.status == ReservationStatus::Active {
+        if handed_over(&lease, &reservation) {
             self.record_action(
                 tx,
                 &lease,

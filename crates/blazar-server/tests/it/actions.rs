@@ -661,3 +661,109 @@ async fn a_host_the_cloud_no_longer_lists_is_failed_and_healed() {
     let report = app.service.monitor_hosts().await.unwrap();
     assert_eq!(report.recovered, vec![gone.to_string()]);
 }
+
+/// A cloud that lists the hypervisors of `listed`, all healthy, fails the next attempts as
+/// scripted, and records what each action it carried out handed over or took back.
+#[derive(Default)]
+struct ListingScripted {
+    listed: Mutex<Vec<String>>,
+    failures: Mutex<VecDeque<ActionError>>,
+    done: Mutex<Vec<(ActionKind, String, Vec<i64>)>>,
+}
+
+#[async_trait]
+impl Backend for ListingScripted {
+    async fn apply(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<blazar_service::ActionOutput, ActionError> {
+        if let Some(e) = self.failures.lock().unwrap().pop_front() {
+            return Err(e);
+        }
+        self.done.lock().unwrap().push((
+            action.kind,
+            action.purpose.as_str().to_string(),
+            action.resources.clone(),
+        ));
+        StandaloneBackend.apply(store, action).await
+    }
+
+    async fn host_health(
+        &self,
+    ) -> Result<Option<Vec<blazar_service::HostHealth>>, blazar_service::InventoryError> {
+        let listing = Listing {
+            listed: Mutex::new(self.listed.lock().unwrap().clone()),
+        };
+        listing.host_health().await
+    }
+}
+
+/// A host that fails while its lease is starting (the start's action recorded with it and
+/// not yet carried out) is replaced in the cloud too: the start hands it over as recorded,
+/// then the replacement is handed over and the failed host taken back, as when a running
+/// lease is healed.
+#[tokio::test]
+async fn a_host_failed_while_its_lease_starts_is_replaced_after_the_start() {
+    let backend = Arc::new(ListingScripted {
+        listed: Mutex::new(vec!["h1".into(), "h2".into()]),
+        ..ListingScripted::default()
+    });
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    let h1 = app.create_host("h1", json!({})).await;
+    let h2 = app.create_host("h2", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = id(&r.body);
+    backend
+        .failures
+        .lock()
+        .unwrap()
+        .push_back(ActionError::Transient("cloud busy".into()));
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    assert_eq!(lease(&app, &lease_id).await["status"], "STARTING");
+    let granted = app
+        .get(&format!("/v1/os-hosts/allocations?lease_id={lease_id}"))
+        .await
+        .body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["reservations"] != json!([]))
+        .map(|a| a["resource_id"].as_str().unwrap().to_string())
+        .collect::<Vec<_>>();
+    assert_eq!(granted.len(), 1);
+    let (failed, spare, failed_name) = if granted[0] == h1 {
+        (&h1, &h2, "h1")
+    } else {
+        (&h2, &h1, "h2")
+    };
+    *backend.listed.lock().unwrap() = vec![if failed_name == "h1" { "h2" } else { "h1" }.into()];
+    let report = app.service.monitor_hosts().await.unwrap();
+    assert_eq!(report.failed, vec![failed_name.to_string()]);
+
+    app.set_time(t(2030, 1, 1, 10, 1));
+    app.run_actions().await;
+    assert_eq!(lease(&app, &lease_id).await["status"], "ACTIVE");
+    let failed: i64 = failed.parse().unwrap();
+    let spare: i64 = spare.parse().unwrap();
+    assert_eq!(
+        *backend.done.lock().unwrap(),
+        vec![
+            (ActionKind::Start, "lease_start".to_string(), vec![failed]),
+            (ActionKind::Start, "change".to_string(), vec![spare]),
+            (ActionKind::Stop, "change".to_string(), vec![failed]),
+        ]
+    );
+    let holders = app.get("/v1/handovers").await.body["handovers"].clone();
+    let held: Vec<&Value> = holders
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h["until"].is_null())
+        .collect();
+    assert_eq!(held.len(), 1, "{holders}");
+    assert_eq!(held[0]["resource_id"], spare.to_string());
+}
