@@ -321,6 +321,11 @@ impl Service {
                 // is settled without them.
                 tx.cancel_pending_actions(&lease.id, ActionKind::Start.as_str(), now)
                     .await?;
+                // Nor does a `before_end` snapshot still waiting for another attempt hold
+                // the end back (its images are taken of the servers the end deletes): as
+                // in Blazar, a failed before-end action does not keep a lease from ending.
+                tx.cancel_pending_actions(&lease.id, ActionKind::Snapshot.as_str(), now)
+                    .await?;
                 if self
                     .settle_event(
                         tx,

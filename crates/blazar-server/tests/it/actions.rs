@@ -767,3 +767,61 @@ async fn a_host_failed_while_its_lease_starts_is_replaced_after_the_start() {
     assert_eq!(held.len(), 1, "{holders}");
     assert_eq!(held[0]["resource_id"], spare.to_string());
 }
+
+/// Snapshots always fail (the image service is down); every other action is the standalone
+/// backend's.
+struct NoImages;
+
+#[async_trait]
+impl Backend for NoImages {
+    async fn apply(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<blazar_service::ActionOutput, ActionError> {
+        if action.kind == ActionKind::Snapshot {
+            return Err(ActionError::Transient("image service unreachable".into()));
+        }
+        StandaloneBackend.apply(store, action).await
+    }
+}
+
+/// A `before_end` snapshot that keeps failing is given up at the lease's end instead of
+/// holding the take-back (and the next lease of the hosts) back for its retries.
+#[tokio::test]
+async fn a_snapshot_that_keeps_failing_does_not_hold_the_end_back() {
+    let app = TestApp::spawn_backend(Arc::new(NoImages)).await;
+    app.create_host("h1", json!({})).await;
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "l", "start_date": "2030-01-01 10:00",
+                "end_date": "2030-01-01 12:00", "before_end_date": "2030-01-01 11:00",
+                "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
+                    "hypervisor_properties": "", "resource_properties": "",
+                    "before_end": "snapshot"}], "events": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lid = id(&r.body);
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    app.tick_at(t(2030, 1, 1, 11, 0)).await;
+    app.set_time(t(2030, 1, 1, 11, 30));
+    app.run_actions().await;
+    app.tick_at(t(2030, 1, 1, 12, 0)).await;
+    let listed = actions(&app, &lid).await;
+    assert_eq!(
+        lease(&app, &lid).await["status"],
+        "TERMINATED",
+        "{listed:?}"
+    );
+    let snapshot = listed.iter().find(|a| a["kind"] == "snapshot").unwrap();
+    assert_eq!(snapshot["status"], "failed");
+    assert!(
+        snapshot["last_error"]
+            .as_str()
+            .unwrap()
+            .starts_with("not done before the lease ended: "),
+        "{snapshot}"
+    );
+}
