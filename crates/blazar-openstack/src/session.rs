@@ -336,8 +336,9 @@ impl Session {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let body: Value = response.json().await.unwrap_or(Value::Null);
-        // Keystone failing is worth another try; a refusal is not.
-        if status.is_server_error() {
+        // Keystone failing or asking callers to slow down is worth another try; a refusal
+        // is not.
+        if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
             return Err(Error::Status {
                 service: "identity".into(),
                 request: "POST /auth/tokens".into(),
@@ -594,6 +595,57 @@ mod tests {
             timeout: Duration::from_secs(5),
         })
         .unwrap()
+    }
+
+    /// An HTTP/1.1 endpoint that answers every request with `status` and `{}`.
+    fn answering(status: u16) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut stream = stream;
+                let mut length = 0;
+                loop {
+                    let mut header = String::new();
+                    if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    if let Some((name, value)) = header.split_once(':')
+                        && name.eq_ignore_ascii_case("content-length")
+                    {
+                        length = value.trim().parse().unwrap();
+                    }
+                    if header.trim().is_empty() {
+                        let mut body = vec![0; length];
+                        reader.read_exact(&mut body).unwrap();
+                        write!(
+                            stream,
+                            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n\
+                             content-length: 2\r\nconnection: close\r\n\r\n{{}}"
+                        )
+                        .unwrap();
+                        break;
+                    }
+                }
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn keystone_asking_to_slow_down_is_worth_another_try_a_refusal_is_not() {
+        let error = session(&answering(429))
+            .call("compute", Method::GET, "/servers", Call::default())
+            .await
+            .unwrap_err();
+        assert!(error.is_transient(), "{error:?}");
+        let error = session(&answering(401))
+            .call("compute", Method::GET, "/servers", Call::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(error, Error::Auth(_)), "{error:?}");
+        assert!(!error.is_transient());
     }
 
     #[tokio::test]
