@@ -290,6 +290,24 @@ impl Tx {
         .await
     }
 
+    /// Gives up the lease's actions of `kind` that were tried and wait for another attempt
+    /// (failed, with `why` before their last error); those never tried are left to run.
+    pub async fn give_up_retries(
+        &mut self,
+        lease_id: &str,
+        kind: &str,
+        why: &str,
+        now: DateTime<Utc>,
+    ) -> DbResult<()> {
+        self.write(
+            "UPDATE actions SET status = 'failed', \
+             last_error = $1 || COALESCE(last_error, ''), updated_at = $2 \
+             WHERE lease_id = $3 AND kind = $4 AND status = 'pending' AND attempts > 0",
+            vec![why.into(), now.into(), lease_id.into(), kind.into()],
+        )
+        .await
+    }
+
     /// How many of the lease's actions for `purpose` are open, and how many failed.
     pub async fn action_counts(&mut self, lease_id: &str, purpose: &str) -> DbResult<(i64, i64)> {
         Ok(self

@@ -41,9 +41,9 @@ impl Tx {
         Ok(!rows.is_empty())
     }
 
-    /// Holds task `name` until `until`, if `holder` still holds it (it may have run out
-    /// meanwhile: then it is `holder`'s again only if no one else took it). Returns whether
-    /// `holder` holds it now.
+    /// Holds task `name` until `until`, if `holder` still holds it at `now`. Returns whether
+    /// it does. A claim that ran out is lost, even if no one took it meanwhile: what its
+    /// holder did under it (a repair's holds) stopped counting when it ran out.
     pub async fn renew_task(
         &mut self,
         name: &str,
@@ -54,14 +54,16 @@ impl Tx {
         let rows = self
             .fetch_rows(
                 "UPDATE task_claims SET held_until = $1 WHERE name = $2 AND holder = $3 \
-                 RETURNING holder",
-                vec![to_secs(until).into(), name.into(), holder.into()],
+                 AND held_until > $4 RETURNING holder",
+                vec![
+                    to_secs(until).into(),
+                    name.into(),
+                    holder.into(),
+                    to_secs(now).into(),
+                ],
             )
             .await?;
-        if !rows.is_empty() {
-            return Ok(true);
-        }
-        self.claim_task(name, holder, now, until).await
+        Ok(!rows.is_empty())
     }
 
     /// Gives task `name` up, if `holder` still holds it.

@@ -13,8 +13,10 @@ use std::collections::HashSet;
 
 use sqlx::Row;
 
+use chrono::{DateTime, Utc};
+
 use crate::actions::OPEN;
-use crate::{DbResult, Tx};
+use crate::{DbResult, Tx, to_secs};
 
 /// The task claim a repairing pass holds; its holds count while it does.
 pub const RECONCILE_TASK: &str = "reconcile";
@@ -22,7 +24,7 @@ pub const RECONCILE_TASK: &str = "reconcile";
 /// The advisory lock between holds (exclusive) and action claims (shared), on PostgreSQL:
 /// a claim either committed before a hold looks at the actions, or looks at the holds
 /// after the hold committed.
-pub(crate) const REPAIR_LOCK: i64 = 7_355_611;
+pub(crate) const REPAIR_LOCK: i64 = 7_355_613;
 
 /// How far below the newest action a read of the recent ones reaches: far more actions
 /// than can be recorded while one transaction commits.
@@ -66,17 +68,30 @@ impl Tx {
         })
     }
 
-    /// Holds `item` for the repair of `holder` (a pass holding the `reconcile` task claim),
-    /// unless an action on it is open or news to `seen`; answers whether it did. Until the
-    /// holds of `holder` are released, or its claim runs out, no action of the item's lease
-    /// or on its resources is claimed.
+    /// Holds `item` for the repair of `holder`, a pass holding the `reconcile` task claim at
+    /// `now`, unless an action on it is open or news to `seen`; answers whether it did.
+    /// Until the holds of `holder` are released, or its claim runs out, no action of the
+    /// item's lease or on its resources is claimed.
     pub async fn hold_for_repair(
         &mut self,
         holder: &str,
         item: &RepairItem,
         seen: &ActionsSeen,
+        now: DateTime<Utc>,
     ) -> DbResult<bool> {
         self.advisory_lock(REPAIR_LOCK).await?;
+        // A hold counts only under its pass's claim: one taken after the claim ran out
+        // would keep nothing from the workers.
+        let claimed = self
+            .fetch_rows(
+                "SELECT holder FROM task_claims WHERE name = $1 AND holder = $2 \
+                 AND held_until > $3",
+                vec![RECONCILE_TASK.into(), holder.into(), to_secs(now).into()],
+            )
+            .await?;
+        if claimed.is_empty() {
+            return Ok(false);
+        }
         let mut touching = Vec::new();
         if let Some(lease_id) = &item.lease_id {
             touching.extend(

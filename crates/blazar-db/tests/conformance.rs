@@ -906,8 +906,10 @@ async fn a_task_claim_has_one_holder_until_it_runs_out() {
     assert!(!claim("b", 4, 8).await);
     assert!(claim("b", 5, 8).await);
     assert!(!renew("a", 6, 10).await);
-    // A holder that let it run out gets it back by renewing if no one took it meanwhile.
-    assert!(renew("b", 9, 12).await);
+    // A holder that let it run out has lost it, even if no one took it meanwhile; it may
+    // claim it again.
+    assert!(!renew("b", 9, 12).await);
+    assert!(claim("b", 9, 12).await);
 
     // Released only by whoever holds it.
     let mut tx = store.write().await.unwrap();
@@ -964,12 +966,13 @@ async fn what_a_repair_holds_is_not_claimed_and_a_hold_is_refused_on_news() {
         tx.commit().await.unwrap();
         seen
     };
-    let hold = async |item: &RepairItem, seen: &ActionsSeen| {
+    let hold_as = async |holder: &str, item: &RepairItem, seen: &ActionsSeen| {
         let mut tx = store.write().await.unwrap();
-        let held = tx.hold_for_repair("pass", item, seen).await.unwrap();
+        let held = tx.hold_for_repair(holder, item, seen, now).await.unwrap();
         tx.commit().await.unwrap();
         held
     };
+    let hold = async |item: &RepairItem, seen: &ActionsSeen| hold_as("pass", item, seen).await;
     let release = async || {
         let mut tx = store.write().await.unwrap();
         tx.release_repair_holds("pass").await.unwrap();
@@ -984,6 +987,15 @@ async fn what_a_repair_holds_is_not_claimed_and_a_hold_is_refused_on_news() {
         resources: vec![host(2)],
     };
 
+    // The pass holds its task claim: holds are taken under it, and count while it holds.
+    let mut tx = store.write().await.unwrap();
+    assert!(
+        tx.claim_task(RECONCILE_TASK, "pass", now, now + Duration::minutes(2))
+            .await
+            .unwrap()
+    );
+    tx.commit().await.unwrap();
+
     // An open action on what the repair would change, or one recorded after the pass read
     // the database: refused.
     let read = seen().await;
@@ -994,19 +1006,13 @@ async fn what_a_repair_holds_is_not_claimed_and_a_hold_is_refused_on_news() {
     finish(open).await;
     assert!(!hold(&lease_one, &read).await, "news to the first read");
 
-    // Nothing new: held. Without the pass's task claim the hold counts for nothing.
+    // Nothing new: held, by the claim's holder only.
     let read = seen().await;
+    assert!(!hold_as("another pass", &lease_one, &read).await);
     assert!(hold(&lease_one, &read).await);
     let of_lease = record("l1", &r1, &[3]).await;
     let on_host = record("l2", &r2, &[2]).await;
     let elsewhere = record("l3", &r3, &[4]).await;
-    let mut tx = store.write().await.unwrap();
-    assert!(
-        tx.claim_task(RECONCILE_TASK, "pass", now, now + Duration::minutes(2))
-            .await
-            .unwrap()
-    );
-    tx.commit().await.unwrap();
     // The lease's actions and those on its hosts wait; others do not.
     assert_eq!(claim(now).await, vec![elsewhere]);
     // A claim run out frees them, as does the release.

@@ -127,11 +127,26 @@ pub(crate) struct Pass {
     pub(crate) failed: Vec<String>,
     /// (reservation id, server group id) of the affinity groups made again.
     pub(crate) server_groups: Vec<(String, String)>,
+    /// How many of `repairs` are differences left as they are on purpose (nothing to
+    /// change, nothing to hold).
+    pub(crate) left: usize,
 }
 
 impl Pass {
+    /// Whether it found anything to change.
+    pub(crate) fn changes(&self) -> bool {
+        self.repairs.len() > self.left
+    }
+
+    /// Records a difference that is left as it is.
+    pub(crate) fn leave(&mut self, line: String) {
+        self.repairs.push(line);
+        self.left += 1;
+    }
+
     /// Takes `other`'s findings as this pass's.
     pub(crate) fn absorb(&mut self, other: Pass) {
+        self.left += other.left;
         self.repairs.extend(other.repairs);
         self.failed.extend(other.failed);
         self.server_groups.extend(other.server_groups);
@@ -262,12 +277,20 @@ impl OpenStackBackend {
                     "host still in an earlier reservation's aggregate: taken out before the hand-over");
                 nova.remove_host(stale, host).await?;
             }
+            // A freepool with a zone of its own must let the host go first: Nova keeps a
+            // host in one zone.
+            let zoned = freepool.availability_zone.is_some();
+            if zoned {
+                nova.remove_host(&freepool, host).await?;
+            }
             // A host Nova no longer has (healed away since this start was recorded: the
             // change that replaced it comes after) has nothing to hand over.
             if !put_host(&nova, &aggregate, host).await? {
                 continue;
             }
-            nova.remove_host(&freepool, host).await?;
+            if !zoned {
+                nova.remove_host(&freepool, host).await?;
+            }
             tracing::info!(host, aggregate = %action.reservation_id, project.id = %action.project_id,
                 "host moved into its reservation's aggregate");
         }
@@ -310,7 +333,9 @@ impl OpenStackBackend {
                         "deleted the servers of an ended reservation");
                 }
             }
-            if !put_host(&nova, &freepool, host).await? {
+            // A freepool with a zone of its own takes the host only once it is out.
+            let zoned = freepool.availability_zone.is_some();
+            if !zoned && !put_host(&nova, &freepool, host).await? {
                 continue;
             }
             if let Some(aggregate) = &aggregate {
@@ -327,6 +352,9 @@ impl OpenStackBackend {
                     other => other?,
                 }
             }
+            if zoned && !put_host(&nova, &freepool, host).await? {
+                continue;
+            }
             tracing::info!(host, "host back in the freepool");
         }
         let whole = matches!(
@@ -342,8 +370,14 @@ impl OpenStackBackend {
                 let project = (!action.project_id.is_empty()).then_some(action.project_id.as_str());
                 nova.clear_host_of(host, project, self.settings.server_delete_timeout)
                     .await?;
-                put_host(&nova, &freepool, host).await?;
+                let zoned = freepool.availability_zone.is_some();
+                if !zoned {
+                    put_host(&nova, &freepool, host).await?;
+                }
                 nova.remove_host(&aggregate, host).await?;
+                if zoned {
+                    put_host(&nova, &freepool, host).await?;
+                }
             }
             nova.delete_aggregate(&aggregate).await?;
             tracing::info!(aggregate = %action.reservation_id, "reservation aggregate deleted");
@@ -771,14 +805,19 @@ impl OpenStackBackend {
             let freepool = freepool.as_ref();
             self.reconcile_reservation(&aggregates, freepool, desired, r, false, &mut look)
                 .await;
-            if !apply || look.repairs.is_empty() {
+            if !apply || !look.changes() {
                 pass.absorb(look);
                 continue;
             }
-            let touched = aggregates
+            let touched: Vec<&String> = aggregates
                 .iter()
                 .filter(|a| a.name == r.reservation_id)
-                .flat_map(|a| &a.hosts);
+                .flat_map(|a| &a.hosts)
+                .collect();
+            // A host of its aggregate that an open action is moving: left to that action.
+            if touched.iter().any(|h| busy(h)) {
+                continue;
+            }
             let item = host_item(desired, Some(&r.lease_id), r.hosts.iter().chain(touched));
             if !desired.hold(store, &item).await {
                 continue;
@@ -868,15 +907,30 @@ impl OpenStackBackend {
                         emptied = false;
                         continue;
                     }
-                    // Into the freepool first: out of both, it would be open to all.
-                    if let Some(f) = &freepool
-                        && desired.host_ids.contains_key(host)
-                        && !reserved.contains(host.as_str())
+                    // Into the freepool first: out of both, it would be open to all (a
+                    // freepool with a zone of its own takes it only once it is out).
+                    let pool = freepool.as_ref().filter(|_| {
+                        desired.host_ids.contains_key(host) && !reserved.contains(host.as_str())
+                    });
+                    let zoned = pool.is_some_and(|f| f.availability_zone.is_some());
+                    if let Some(f) = pool
+                        && !zoned
+                    {
+                        if !pass.done(&line, nova.add_host(f, host).await) {
+                            emptied = false;
+                            continue;
+                        }
+                        put_back.insert(host.as_str());
+                    }
+                    let removed = pass.done(&line, nova.remove_host(aggregate, host).await);
+                    emptied &= removed;
+                    if removed
+                        && zoned
+                        && let Some(f) = pool
                         && pass.done(&line, nova.add_host(f, host).await)
                     {
                         put_back.insert(host.as_str());
                     }
-                    emptied &= pass.done(&line, nova.remove_host(aggregate, host).await);
                 }
                 if emptied {
                     pass.done(&line, nova.delete_aggregate(aggregate).await);
@@ -965,8 +1019,18 @@ impl OpenStackBackend {
                 // as a hand-over does.
                 let owner = r.project_id.as_str();
                 let evicted = nova.evict_from_host(host, |p| p != owner).await;
-                if pass.done(&line, evicted)
-                    && pass.done(&line, nova.add_host(&aggregate, host).await)
+                if !pass.done(&line, evicted) {
+                    continue;
+                }
+                // A freepool with a zone of its own must let the host go first.
+                let zoned = freepool.filter(|f| f.availability_zone.is_some());
+                if let Some(f) = zoned
+                    && !pass.done(&line, nova.remove_host(f, host).await)
+                {
+                    continue;
+                }
+                if pass.done(&line, nova.add_host(&aggregate, host).await)
+                    && zoned.is_none()
                     && let Some(f) = freepool
                 {
                     pass.done(&line, nova.remove_host(f, host).await);
@@ -997,7 +1061,7 @@ impl OpenStackBackend {
                 );
                 match kept {
                     Some(servers) if !servers.is_empty() => {
-                        pass.found(format!(
+                        pass.leave(format!(
                             "host {host} in the aggregate of reservation {} without being \
                              granted to it: left while {} server(s) of project {owner} run \
                              there",

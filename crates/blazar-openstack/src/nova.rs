@@ -408,7 +408,10 @@ impl<'a> Nova<'a> {
         let found = self.api.get_all(&path, "servers").await?;
         let mut servers = Vec::new();
         for server in items(&found, "servers") {
-            if !on_host(server, host)? {
+            // The project filter goes with the host filter when Nova drops filters.
+            if !on_host(server, host)?
+                || project.is_some_and(|p| server["tenant_id"].as_str() != Some(p))
+            {
                 continue;
             }
             servers.push((

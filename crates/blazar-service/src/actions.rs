@@ -621,8 +621,15 @@ impl Service {
         };
         let now = self.now();
         let output = result.as_ref().ok().cloned().unwrap_or_default();
+        // A before-end snapshot is not tried again once its lease has ended: the take-back
+        // waits for it, and Blazar's before-end action never holds an end back.
+        let past_end = row.kind == ActionKind::Snapshot
+            && action_from_row(&row).is_ok_and(|a| a.lease_end <= now);
         let outcome = match result {
             Ok(_) => ActionOutcome::Done,
+            Err(ActionError::Transient(error)) if past_end => ActionOutcome::Failed {
+                error: format!("not done before the lease ended: {error}"),
+            },
             Err(ActionError::Transient(error))
                 if row.attempts < i64::from(self.settings.action_max_attempts) =>
             {

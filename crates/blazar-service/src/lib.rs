@@ -126,7 +126,7 @@ pub use quotas::{
     format_amount,
 };
 pub use reallocation::{Reallocated, ReallocationFilter};
-pub use reconcile::{DesiredState, HeldHosts, ReconcileReport};
+pub use reconcile::{DesiredState, HeldHosts, ReconcileReport, RepairPass};
 pub use refusal::{Availability, Reason, RefusalKind, Refused, Requested, ReservationRef, Retry};
 pub use resources::Grant;
 pub use scheduler::TickReport;

@@ -56,7 +56,29 @@ pub struct DesiredState {
     /// for what that action touches.
     pub seen: ActionsSeen,
     /// The repairing pass this state is for (`None`: a dry run, which changes nothing).
-    pub holder: Option<String>,
+    pub pass: Option<RepairPass>,
+}
+
+/// A repairing pass: the holder of its task claim, and the service's clock its claim is
+/// judged by.
+#[derive(Clone)]
+pub struct RepairPass {
+    pub holder: String,
+    pub clock: std::sync::Arc<dyn crate::Clock>,
+}
+
+impl std::fmt::Debug for RepairPass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RepairPass")
+            .field("holder", &self.holder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for RepairPass {
+    fn eq(&self, other: &Self) -> bool {
+        self.holder == other.holder
+    }
 }
 
 impl DesiredState {
@@ -66,12 +88,14 @@ impl DesiredState {
     /// next pass, which reads it anew), or when the database cannot say. A dry run holds
     /// nothing and is answered true.
     pub async fn hold(&self, store: &Store, item: &RepairItem) -> bool {
-        let Some(holder) = &self.holder else {
+        let Some(pass) = &self.pass else {
             return true;
         };
         let held = async {
             let mut tx = store.write().await?;
-            let held = tx.hold_for_repair(holder, item, &self.seen).await?;
+            let held = tx
+                .hold_for_repair(&pass.holder, item, &self.seen, pass.clock.now())
+                .await?;
             tx.commit().await?;
             Ok::<_, blazar_db::DbError>(held)
         }
@@ -95,12 +119,12 @@ impl DesiredState {
 
     /// Releases what this pass holds: the action workers may claim it again.
     pub async fn release(&self, store: &Store) {
-        let Some(holder) = &self.holder else {
+        let Some(pass) = &self.pass else {
             return;
         };
         let released = async {
             let mut tx = store.write().await?;
-            tx.release_repair_holds(holder).await?;
+            tx.release_repair_holds(&pass.holder).await?;
             tx.commit().await
         }
         .await;
@@ -433,7 +457,9 @@ impl Service {
             });
             match renewed {
                 Ok(true) => held_until = until,
-                Ok(false) => return "another replica took its claim over".into(),
+                // Run out (a renewal that came too late: holds stopped counting then) or
+                // taken over: either way lost.
+                Ok(false) => return "its claim ran out or another replica took it over".into(),
                 Err(e) => {
                     tracing::warn!(error = %e, "could not renew the reconciler's claim");
                     let next = self.now()
@@ -455,7 +481,10 @@ impl Service {
             })?;
         }
         let mut desired = self.desired_state().await?;
-        desired.holder = holder.map(str::to_string);
+        desired.pass = holder.map(|holder| RepairPass {
+            holder: holder.to_string(),
+            clock: self.clock.clone(),
+        });
         let report = self.backend.reconcile(&self.store, &desired, apply).await;
         // Whatever the backend left held (a repair it returned from early).
         desired.release(&self.store).await;

@@ -321,11 +321,17 @@ impl Service {
                 // is settled without them.
                 tx.cancel_pending_actions(&lease.id, ActionKind::Start.as_str(), now)
                     .await?;
-                // Nor does a `before_end` snapshot still waiting for another attempt hold
-                // the end back (its images are taken of the servers the end deletes): as
-                // in Blazar, a failed before-end action does not keep a lease from ending.
-                tx.cancel_pending_actions(&lease.id, ActionKind::Snapshot.as_str(), now)
-                    .await?;
+                // Nor does a `before_end` snapshot that failed and waits for another attempt
+                // hold the end back: as in Blazar, a failed before-end action does not keep
+                // a lease from ending. One never tried yet (due in this same tick) runs
+                // first, and the take-back waits for it.
+                tx.give_up_retries(
+                    &lease.id,
+                    ActionKind::Snapshot.as_str(),
+                    "not done before the lease ended: ",
+                    now,
+                )
+                .await?;
                 if self
                     .settle_event(
                         tx,

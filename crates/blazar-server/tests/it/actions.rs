@@ -824,4 +824,30 @@ async fn a_snapshot_that_keeps_failing_does_not_hold_the_end_back() {
             .starts_with("not done before the lease ended: "),
         "{snapshot}"
     );
+
+    // Both events due in one tick (the scheduler catching up): the snapshot is tried once,
+    // before the take-back, and not again.
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "m", "start_date": "2030-01-02 10:00",
+                "end_date": "2030-01-02 12:00", "before_end_date": "2030-01-02 11:00",
+                "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
+                    "hypervisor_properties": "", "resource_properties": "",
+                    "before_end": "snapshot"}], "events": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lid = id(&r.body);
+    app.tick_at(t(2030, 1, 2, 10, 0)).await;
+    app.tick_at(t(2030, 1, 2, 12, 0)).await;
+    let listed = actions(&app, &lid).await;
+    assert_eq!(
+        lease(&app, &lid).await["status"],
+        "TERMINATED",
+        "{listed:?}"
+    );
+    let snapshot = listed.iter().find(|a| a["kind"] == "snapshot").unwrap();
+    assert_eq!(snapshot["status"], "failed", "{snapshot}");
+    assert_eq!(snapshot["attempts"], 1, "{snapshot}");
 }

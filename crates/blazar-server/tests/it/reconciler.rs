@@ -330,8 +330,9 @@ fn renewing_every(ms: u64) -> Settings {
 
 #[tokio::test]
 async fn a_renewal_waits_beside_a_pass_that_holds_the_write_lock() {
-    // Renewals every 50 ms while the pass holds a write transaction for 400 ms: on SQLite
-    // the renewal waits for the pass's lock, and the pass must go on meanwhile.
+    // Renewals every 300 ms while the pass holds a write transaction for 400 ms: on SQLite
+    // the renewal waits for the pass's lock, and the pass must go on meanwhile. (Claims
+    // are kept to the second: one renewed every 300 ms is held 1.2 s, more than none.)
     let backend = Arc::new(Slow {
         hold: Duration::from_millis(400),
         gated: Gated::default(),
@@ -339,7 +340,7 @@ async fn a_renewal_waits_beside_a_pass_that_holds_the_write_lock() {
     backend.gated.gate.add_permits(1);
     let app = TestApp::builder()
         .database(Arc::new(TestDatabase::new().await))
-        .settings(renewing_every(50))
+        .settings(renewing_every(300))
         .backend(backend.clone())
         .spawn()
         .await;
@@ -356,7 +357,7 @@ async fn a_pass_that_lost_its_claim_stops_and_leaves_the_new_holder_alone() {
     let db = Arc::new(TestDatabase::new().await);
     let app = TestApp::builder()
         .database(db.clone())
-        .settings(renewing_every(50))
+        .settings(renewing_every(300))
         .backend(backend.clone())
         .spawn()
         .await;
@@ -375,7 +376,7 @@ async fn a_pass_that_lost_its_claim_stops_and_leaves_the_new_holder_alone() {
         .unwrap();
     match stopped {
         Err(ServiceError::Unavailable(m)) => {
-            assert!(m.contains("another replica took its claim over"), "{m}");
+            assert!(m.contains("another replica took it over"), "{m}");
         }
         other => panic!("expected the pass to stop, got {other:?}"),
     }
