@@ -234,6 +234,24 @@ impl Tx {
         Ok(claimed)
     }
 
+    /// Holds `worker`'s claim of running action `seq` until `until`. Returns false when the
+    /// claim was lost meanwhile (it expired and another worker took the action).
+    pub async fn renew_action_claim(
+        &mut self,
+        seq: i64,
+        worker: &str,
+        until: DateTime<Utc>,
+    ) -> DbResult<bool> {
+        let rows = self
+            .fetch_rows(
+                "UPDATE actions SET claimed_until = $1 \
+                 WHERE seq = $2 AND status = 'running' AND claimed_by = $3 RETURNING seq",
+                vec![until.into(), seq.into(), worker.into()],
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
     /// Records the outcome of `worker`'s attempt. Returns false (and changes nothing) when
     /// the claim was lost meanwhile: it expired and another worker took the action.
     pub async fn finish_action(

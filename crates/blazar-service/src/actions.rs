@@ -501,9 +501,7 @@ impl Service {
         within: std::time::Duration,
     ) -> ServiceResult<Option<ActionRecord>> {
         let deadline = tokio::time::Instant::now() + within;
-        let claim_for = chrono::Duration::from_std(self.settings.action_timeout)
-            .unwrap_or_else(|_| chrono::Duration::minutes(5))
-            + chrono::Duration::minutes(1);
+        let claim_for = self.action_claim();
         loop {
             let now = self.now();
             let claimed = in_tx!(self, write, |tx| {
@@ -551,7 +549,38 @@ impl Service {
         })?)
     }
 
-    /// Claims up to `limit` runnable actions in `tx`, for the action timeout and a minute.
+    /// How long a claim of an action holds without renewal: four renewals, so that a slow
+    /// one (a write lock waited for) does not lose it, and short enough (a minute by
+    /// default) that the actions of a process killed mid-attempt are soon taken over.
+    fn action_claim(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.settings.action_claim_renewal * 4)
+            .unwrap_or_else(|_| chrono::Duration::minutes(1))
+    }
+
+    /// Renews this worker's claim of action `seq` every `Settings::action_claim_renewal`
+    /// until dropped (with the attempt it runs beside). A renewal that fails is logged:
+    /// the claim may then run out and another worker take the action (every action is
+    /// safe to run twice).
+    async fn keep_action_claim(&self, seq: i64) -> std::convert::Infallible {
+        loop {
+            tokio::time::sleep(self.settings.action_claim_renewal).await;
+            let until = self.now() + self.action_claim();
+            let renewed = in_tx!(self, write, |tx| {
+                Ok(tx.renew_action_claim(seq, &self.worker_id, until).await?)
+            });
+            match renewed {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(action.seq = seq, "action claim lost while carrying it out");
+                }
+                Err(e) => {
+                    tracing::warn!(action.seq = seq, error = %e, "could not renew an action claim");
+                }
+            }
+        }
+    }
+
+    /// Claims up to `limit` runnable actions in `tx`, for [`Self::action_claim`].
     async fn claim_in(
         &self,
         tx: &mut Tx,
@@ -561,11 +590,8 @@ impl Service {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let claim_for = chrono::Duration::from_std(self.settings.action_timeout)
-            .unwrap_or_else(|_| chrono::Duration::minutes(5))
-            + chrono::Duration::minutes(1);
         Ok(tx
-            .claim_actions(now, &self.worker_id, claim_for, limit)
+            .claim_actions(now, &self.worker_id, self.action_claim(), limit)
             .await?)
     }
 
@@ -600,24 +626,35 @@ impl Service {
                 at: self.now(),
             };
         }
-        let result = match action_from_row(&row) {
-            Ok(_) if row.kind == ActionKind::OnEnd => self.tell_lease_end(&row).await,
-            Ok(action) if row.kind == ActionKind::DeleteTrust => self.delete_trust(&action).await,
-            Ok(action) => {
-                let applied = tokio::time::timeout(
-                    self.settings.action_timeout,
-                    self.backend.apply(&self.store, &action),
-                )
-                .await;
-                match applied {
-                    Ok(r) => r,
-                    Err(_) => Err(ActionError::Transient(format!(
-                        "no answer within {} s",
-                        self.settings.action_timeout.as_secs()
-                    ))),
+        let work = async {
+            match action_from_row(&row) {
+                Ok(_) if row.kind == ActionKind::OnEnd => self.tell_lease_end(&row).await,
+                Ok(action) if row.kind == ActionKind::DeleteTrust => {
+                    self.delete_trust(&action).await
                 }
+                Ok(action) => {
+                    let applied = tokio::time::timeout(
+                        self.settings.action_timeout,
+                        self.backend.apply(&self.store, &action),
+                    )
+                    .await;
+                    match applied {
+                        Ok(r) => r,
+                        Err(_) => Err(ActionError::Transient(format!(
+                            "no answer within {} s",
+                            self.settings.action_timeout.as_secs()
+                        ))),
+                    }
+                }
+                Err(e) => Err(ActionError::Permanent(e.to_string())),
             }
-            Err(e) => Err(ActionError::Permanent(e.to_string())),
+        };
+        // The claim is short and renewed while the attempt runs: a process killed
+        // mid-attempt lets its actions go within a claim's length, not an action timeout.
+        // (The work holds no write transaction, so a renewal never waits on it.)
+        let result = tokio::select! {
+            result = work => result,
+            never = self.keep_action_claim(row.seq) => match never {},
         };
         let now = self.now();
         let output = result.as_ref().ok().cloned().unwrap_or_default();

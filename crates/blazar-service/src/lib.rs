@@ -305,6 +305,10 @@ pub struct Settings {
     /// How often a running reconciliation pass renews its claim; each renewal holds it
     /// four times as long, so a replica that stops mid-pass keeps others out that long.
     pub claim_renewal: std::time::Duration,
+    /// How often a worker renews the claim of an action it is carrying out; each renewal
+    /// holds it four times as long, so the actions of a process killed mid-attempt are
+    /// taken over that soon.
+    pub action_claim_renewal: std::time::Duration,
 }
 
 impl Default for Settings {
@@ -321,6 +325,7 @@ impl Default for Settings {
             action_timeout: std::time::Duration::from_secs(300),
             list_batch_allocations: 2_500,
             claim_renewal: std::time::Duration::from_secs(30),
+            action_claim_renewal: std::time::Duration::from_secs(15),
         }
     }
 }

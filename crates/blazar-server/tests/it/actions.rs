@@ -851,3 +851,99 @@ async fn a_snapshot_that_keeps_failing_does_not_hold_the_end_back() {
     assert_eq!(snapshot["status"], "failed", "{snapshot}");
     assert_eq!(snapshot["attempts"], 1, "{snapshot}");
 }
+
+/// Start actions wait at a gate; every action is the standalone backend's.
+struct GatedStarts {
+    entered: std::sync::atomic::AtomicUsize,
+    gate: tokio::sync::Semaphore,
+}
+
+impl Default for GatedStarts {
+    fn default() -> Self {
+        GatedStarts {
+            entered: std::sync::atomic::AtomicUsize::new(0),
+            gate: tokio::sync::Semaphore::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for GatedStarts {
+    async fn apply(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<blazar_service::ActionOutput, ActionError> {
+        if action.kind == ActionKind::Start {
+            self.entered
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.gate
+                .acquire()
+                .await
+                .map_err(|e| ActionError::Transient(e.to_string()))?
+                .forget();
+        }
+        StandaloneBackend.apply(store, action).await
+    }
+}
+
+/// An action's claim is short and renewed while its worker carries it out: another worker
+/// does not take an action in progress, and takes over within a claim's length (four
+/// renewals) one whose worker stopped (killed mid-attempt), not an action timeout later.
+#[tokio::test]
+async fn a_stopped_workers_action_is_taken_over_within_a_claim() {
+    let backend = Arc::new(GatedStarts::default());
+    let settings = Settings {
+        action_claim_renewal: Duration::from_millis(300),
+        ..Settings::default()
+    };
+    let db = Arc::new(TestDatabase::new().await);
+    let app = TestApp::builder()
+        .database(db.clone())
+        .settings(settings.clone())
+        .backend(backend.clone())
+        .auto_actions(false)
+        .spawn()
+        .await;
+    let other = TestApp::builder()
+        .database(db)
+        .settings(settings)
+        .backend(backend.clone())
+        .auto_actions(false)
+        .spawn()
+        .await;
+    app.create_host("h1", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lid = id(&r.body);
+    let start = t(2030, 1, 1, 10, 0);
+    app.tick_at(start).await;
+    let service = app.service.clone();
+    let first = tokio::spawn(async move { service.run_actions(start).await });
+    while backend.entered.load(std::sync::atomic::Ordering::SeqCst) < 1 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // Well past the first claim (1.2 s, kept to the second): renewed meanwhile, so the
+    // other worker leaves the action alone.
+    let later = start + chrono::Duration::seconds(30);
+    app.set_time(later);
+    other.set_time(later);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let report = other.service.run_actions(later).await.unwrap();
+    assert_eq!(report, blazar_service::ActionReport::default());
+
+    // The first worker stops mid-attempt: its claim runs out and the other takes over.
+    first.abort();
+    let _ = first.await;
+    let after = later + chrono::Duration::seconds(3);
+    other.set_time(after);
+    backend.gate.add_permits(1);
+    let report = other.service.run_actions(after).await.unwrap();
+    assert_eq!(report.done, 1, "{report:?}");
+    assert_eq!(lease(&app, &lid).await["status"], "ACTIVE");
+    let listed = actions(&app, &lid).await;
+    assert_eq!(listed[0]["attempts"], 2, "{listed:?}");
+}
