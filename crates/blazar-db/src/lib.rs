@@ -1075,21 +1075,20 @@ impl Tx {
     /// Takes the transaction-scoped PostgreSQL advisory lock `key`; nothing on SQLite, whose
     /// writers are serialised already.
     async fn advisory_lock(&mut self, key: i64) -> DbResult<()> {
-        if self.backend == Backend::Postgres {
-            let key = self.locks.single(key);
-            sqlx::query(&format!("SELECT pg_advisory_xact_lock({key})"))
-                .execute(self.conn().await?)
-                .await?;
-        }
-        Ok(())
+        self.take_advisory_lock("pg_advisory_xact_lock", key).await
     }
 
     /// Takes the transaction-scoped PostgreSQL advisory lock `key` shared: shared holders
     /// pass each other, and wait for (and are waited for by) an exclusive one.
     async fn advisory_lock_shared(&mut self, key: i64) -> DbResult<()> {
+        self.take_advisory_lock("pg_advisory_xact_lock_shared", key)
+            .await
+    }
+
+    async fn take_advisory_lock(&mut self, function: &str, key: i64) -> DbResult<()> {
         if self.backend == Backend::Postgres {
             let key = self.locks.single(key);
-            sqlx::query(&format!("SELECT pg_advisory_xact_lock_shared({key})"))
+            sqlx::query(&format!("SELECT {function}({key})"))
                 .execute(self.conn().await?)
                 .await?;
         }
