@@ -836,9 +836,8 @@ impl OpenStackBackend {
                     || aggregates
                         .iter()
                         .any(|a| self.in_our_zone(a) && a.hosts.contains(host));
-                // A start that failed between taking the host out of the freepool and
-                // putting it into the reservation's aggregate left it in no pool, where
-                // BlazarFilter lets anyone's servers in: into the owner's aggregate, or,
+                // A host in no pool (taken out of every pool by hand) lets anyone's
+                // servers in, BlazarFilter passing it: into the owner's aggregate, or,
                 // with none, back to the freepool (below) rather than open to all.
                 match (pooled, own) {
                     (false, Some(aggregate)) => {
