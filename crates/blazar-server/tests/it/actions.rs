@@ -70,6 +70,19 @@ fn event_status(lease: &Value, kind: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The ids of the hosts lease `id` holds.
+async fn granted(app: &TestApp, id: &str) -> Vec<String> {
+    app.get(&format!("/v1/os-hosts/allocations?lease_id={id}"))
+        .await
+        .body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["reservations"] != json!([]))
+        .map(|a| a["resource_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
 async fn actions(app: &TestApp, id: &str) -> Vec<Value> {
     let r = app.get(&format!("/v1/leases/{id}/actions")).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
@@ -623,18 +636,7 @@ async fn a_host_the_cloud_no_longer_lists_is_failed_and_healed() {
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let lease_id = id(&r.body);
-    let granted = || async {
-        app.get(&format!("/v1/os-hosts/allocations?lease_id={lease_id}"))
-            .await
-            .body["allocations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|a| a["reservations"] != json!([]))
-            .map(|a| a["resource_id"].as_str().unwrap().to_string())
-            .collect::<Vec<_>>()
-    };
-    let before = granted().await;
+    let before = granted(&app, &lease_id).await;
     assert_eq!(before.len(), 1);
     let (gone, other) = if before[0] == h1 {
         ("h1", &h2)
@@ -655,7 +657,7 @@ async fn a_host_the_cloud_no_longer_lists_is_failed_and_healed() {
     *backend.listed.lock().unwrap() = vec![if gone == "h1" { "h2" } else { "h1" }.to_string()];
     let report = app.service.monitor_hosts().await.unwrap();
     assert_eq!(report.failed, vec![gone.to_string()]);
-    assert_eq!(granted().await, vec![other.clone()]);
+    assert_eq!(granted(&app, &lease_id).await, vec![other.clone()]);
 
     *backend.listed.lock().unwrap() = vec!["h1".into(), "h2".into()];
     let report = app.service.monitor_hosts().await.unwrap();
@@ -724,16 +726,7 @@ async fn a_host_failed_while_its_lease_starts_is_replaced_after_the_start() {
         .push_back(ActionError::Transient("cloud busy".into()));
     app.tick_at(t(2030, 1, 1, 10, 0)).await;
     assert_eq!(lease(&app, &lease_id).await["status"], "STARTING");
-    let granted = app
-        .get(&format!("/v1/os-hosts/allocations?lease_id={lease_id}"))
-        .await
-        .body["allocations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["reservations"] != json!([]))
-        .map(|a| a["resource_id"].as_str().unwrap().to_string())
-        .collect::<Vec<_>>();
+    let granted = granted(&app, &lease_id).await;
     assert_eq!(granted.len(), 1);
     let (failed, spare, failed_name) = if granted[0] == h1 {
         (&h1, &h2, "h1")
@@ -786,24 +779,31 @@ impl Backend for NoImages {
     }
 }
 
-/// A `before_end` snapshot that keeps failing is given up at the lease's end instead of
-/// holding the take-back (and the next lease of the hosts) back for its retries.
-#[tokio::test]
-async fn a_snapshot_that_keeps_failing_does_not_hold_the_end_back() {
-    let app = TestApp::spawn_backend(Arc::new(NoImages)).await;
-    app.create_host("h1", json!({})).await;
+/// Creates a one-host lease on day `day` of 2030-01, 10:00 to 12:00, whose reservation
+/// asks for a snapshot at 11:00; answers its id.
+async fn snapshot_lease(app: &TestApp, name: &str, day: u32) -> String {
+    let date = |hour: u32| format!("2030-01-{day:02} {hour}:00");
     let r = app
         .post(
             "/v1/leases",
-            json!({"name": "l", "start_date": "2030-01-01 10:00",
-                "end_date": "2030-01-01 12:00", "before_end_date": "2030-01-01 11:00",
+            json!({"name": name, "start_date": date(10), "end_date": date(12),
+                "before_end_date": date(11),
                 "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
                     "hypervisor_properties": "", "resource_properties": "",
                     "before_end": "snapshot"}], "events": []}),
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let lid = id(&r.body);
+    id(&r.body)
+}
+
+/// A `before_end` snapshot that keeps failing is given up at the lease's end instead of
+/// holding the take-back (and the next lease of the hosts) back for its retries.
+#[tokio::test]
+async fn a_snapshot_that_keeps_failing_does_not_hold_the_end_back() {
+    let app = TestApp::spawn_backend(Arc::new(NoImages)).await;
+    app.create_host("h1", json!({})).await;
+    let lid = snapshot_lease(&app, "l", 1).await;
     app.tick_at(t(2030, 1, 1, 10, 0)).await;
     app.tick_at(t(2030, 1, 1, 11, 0)).await;
     app.set_time(t(2030, 1, 1, 11, 30));
@@ -827,18 +827,7 @@ async fn a_snapshot_that_keeps_failing_does_not_hold_the_end_back() {
 
     // Both events due in one tick (the scheduler catching up): the snapshot is tried once,
     // before the take-back, and not again.
-    let r = app
-        .post(
-            "/v1/leases",
-            json!({"name": "m", "start_date": "2030-01-02 10:00",
-                "end_date": "2030-01-02 12:00", "before_end_date": "2030-01-02 11:00",
-                "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
-                    "hypervisor_properties": "", "resource_properties": "",
-                    "before_end": "snapshot"}], "events": []}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let lid = id(&r.body);
+    let lid = snapshot_lease(&app, "m", 2).await;
     app.tick_at(t(2030, 1, 2, 10, 0)).await;
     app.tick_at(t(2030, 1, 2, 12, 0)).await;
     let listed = actions(&app, &lid).await;
