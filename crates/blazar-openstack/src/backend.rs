@@ -87,6 +87,30 @@ async fn put_host(nova: &Nova<'_>, aggregate: &Aggregate, host: &str) -> Result<
     }
 }
 
+/// Moves `host` from `from` into `to`: added before it is taken out, so that a move that
+/// fails half-way leaves it in one pool or both, never in none (where BlazarFilter lets
+/// every project in); unless both have an availability zone, where Nova keeps a host in
+/// one zone and it must leave `from` first. Answers false, having gone no further, when
+/// Nova no longer has the host.
+async fn move_host(
+    nova: &Nova<'_>,
+    from: &Aggregate,
+    to: &Aggregate,
+    host: &str,
+) -> Result<bool, Error> {
+    let one_zone = from.availability_zone.is_some() && to.availability_zone.is_some();
+    if one_zone {
+        nova.remove_host(from, host).await?;
+    }
+    if !put_host(nova, to, host).await? {
+        return Ok(false);
+    }
+    if !one_zone {
+        nova.remove_host(from, host).await?;
+    }
+    Ok(true)
+}
+
 /// What a repair of `hosts` (service names; of `lease_id`'s reservation, if given) changes,
 /// to hold it against the action workers. A host no longer enrolled has no actions.
 pub(crate) fn host_item<'a>(
@@ -277,19 +301,10 @@ impl OpenStackBackend {
                     "host still in an earlier reservation's aggregate: taken out before the hand-over");
                 nova.remove_host(stale, host).await?;
             }
-            // A freepool with a zone of its own must let the host go first: Nova keeps a
-            // host in one zone.
-            let zoned = freepool.availability_zone.is_some();
-            if zoned {
-                nova.remove_host(&freepool, host).await?;
-            }
             // A host Nova no longer has (healed away since this start was recorded: the
             // change that replaced it comes after) has nothing to hand over.
-            if !put_host(&nova, &aggregate, host).await? {
+            if !move_host(&nova, &freepool, &aggregate, host).await? {
                 continue;
-            }
-            if !zoned {
-                nova.remove_host(&freepool, host).await?;
             }
             tracing::info!(host, aggregate = %action.reservation_id, project.id = %action.project_id,
                 "host moved into its reservation's aggregate");
@@ -333,7 +348,8 @@ impl OpenStackBackend {
                         "deleted the servers of an ended reservation");
                 }
             }
-            // A freepool with a zone of its own takes the host only once it is out.
+            // `move_host`'s order, spelled out: only a refusal to take the host out of the
+            // aggregate may leave it there.
             let zoned = freepool.availability_zone.is_some();
             if !zoned && !put_host(&nova, &freepool, host).await? {
                 continue;
@@ -370,14 +386,7 @@ impl OpenStackBackend {
                 let project = (!action.project_id.is_empty()).then_some(action.project_id.as_str());
                 nova.clear_host_of(host, project, self.settings.server_delete_timeout)
                     .await?;
-                let zoned = freepool.availability_zone.is_some();
-                if !zoned {
-                    put_host(&nova, &freepool, host).await?;
-                }
-                nova.remove_host(&aggregate, host).await?;
-                if zoned {
-                    put_host(&nova, &freepool, host).await?;
-                }
+                move_host(&nova, &aggregate, &freepool, host).await?;
             }
             nova.delete_aggregate(&aggregate).await?;
             tracing::info!(aggregate = %action.reservation_id, "reservation aggregate deleted");
