@@ -915,12 +915,21 @@ async fn a_stopped_workers_action_is_taken_over_within_a_claim() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 
-    // Well past the first claim (1.2 s, kept to the second): renewed meanwhile, so the
-    // other worker leaves the action alone.
+    // Well past the first claim (1.2 s, kept to the second): once the worker has renewed
+    // it, the other worker leaves the action alone.
     let later = start + chrono::Duration::seconds(30);
     app.set_time(later);
     other.set_time(later);
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let renewed = format!(
+        "UPDATE actions SET attempts = attempts WHERE claimed_until > {}",
+        later.timestamp()
+    );
+    for _ in 0..600 {
+        if app.database().execute(&renewed).await > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let report = other.service.run_actions(later).await.unwrap();
     assert_eq!(report, blazar_service::ActionReport::default());
 
