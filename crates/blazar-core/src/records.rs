@@ -19,23 +19,30 @@ pub struct Flavor {
     pub updated_at: Option<DateTime<Utc>>,
 }
 
-/// A floating IP, network segment or device.
+/// A floating IP, network segment or device, as the operator registered it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ResourceRecord {
-    /// Internal id, the key of allocations.
-    pub id: i64,
+pub struct Resource {
     /// The id the API shows.
     pub uid: String,
     pub kind: String,
+    /// What makes it one of a kind (a floating IP's network and address, ...).
     pub uniq: String,
     pub attrs: Map<String, Value>,
     pub reservable: bool,
     pub capabilities: BTreeMap<String, String>,
+}
+
+/// A resource as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceRecord {
+    /// Internal id, the key of allocations.
+    pub id: i64,
+    pub resource: Resource,
     pub created_at: DateTime<Utc>,
     pub updated_at: Option<DateTime<Utc>>,
 }
 
-impl ResourceRecord {
+impl Resource {
     /// The name people know the resource by, on calendars and in offers: a floating IP's
     /// address, a segment as `physical_network:segment_id` (its id alone when it has no
     /// physical network), a device's name; the API id when the attribute is missing.
@@ -144,23 +151,63 @@ pub struct ApiToken {
     pub revoked_at: Option<DateTime<Utc>>,
 }
 
+/// A notification of the outbox: what happened to a lease or the inventory, in the words of
+/// Blazar's notifications.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ActionRecord {
+pub struct Notification {
+    pub id: String,
+    /// `lease.create`, `lease.event.start_lease`, `lease.degraded`, ...
+    pub event_type: String,
+    pub lease_id: Option<String>,
+    pub payload: Value,
+    pub created_at: DateTime<Utc>,
+    /// The global id of the API request that caused it, if one did.
+    pub request_id: Option<String>,
+}
+
+impl Notification {
+    /// The payload's text at `key` (its `project_id`, `status`, ...), if it has one.
+    pub fn payload_text(&self, key: &str) -> Option<&str> {
+        self.payload.get(key).and_then(Value::as_str)
+    }
+}
+
+/// A notification with its place in the outbox's order, which is final once readable: the
+/// lease event stream resumes after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SequencedNotification {
     pub seq: i64,
+    pub notification: Notification,
+}
+
+/// What an outside-world action is to do, and for which lease: fixed when the transaction
+/// that decides it records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionIntent {
+    /// Empty for inventory actions, which belong to no lease.
     pub lease_id: String,
     pub reservation_id: String,
     pub project_id: String,
     pub kind: ActionKind,
     pub purpose: ActionPurpose,
     pub resource_type: String,
+    /// JSON: what the backend needs to carry it out without reading the database.
     pub payload: String,
+    /// The global id of the API request that decided it, if one did.
+    pub request_id: Option<String>,
+}
+
+/// An action in the queue: its intent, and how far carrying it out has come.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionRecord {
+    pub seq: i64,
+    pub intent: ActionIntent,
     pub status: ActionStatus,
     pub attempts: i64,
     pub not_before: DateTime<Utc>,
     pub claimed_by: Option<String>,
     pub claimed_until: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
-    pub request_id: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: Option<DateTime<Utc>>,
 }
@@ -207,18 +254,15 @@ mod tests {
             (FLOATINGIP, json!({}), "uid-1"),
         ];
         for (kind, fields, expected) in rows {
-            let record = ResourceRecord {
-                id: 1,
+            let resource = Resource {
                 uid: "uid-1".into(),
                 kind: kind.into(),
                 uniq: String::new(),
                 attrs: fields.as_object().cloned().unwrap_or_default(),
                 reservable: true,
                 capabilities: BTreeMap::new(),
-                created_at: DateTime::UNIX_EPOCH,
-                updated_at: None,
             };
-            assert_eq!(record.display_name(), expected, "{fields}");
+            assert_eq!(resource.display_name(), expected, "{fields}");
         }
     }
 }

@@ -5,7 +5,7 @@ use chrono::{DateTime, Duration, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use blazar_core::{ActionKind, ActionPurpose, ActionRecord};
+use blazar_core::{ActionIntent, ActionRecord};
 
 use crate::repairs::RECONCILE_TASK;
 use crate::{Arg, Backend, DbResult, Tx, from_opt_secs, from_secs, to_secs, wire};
@@ -13,17 +13,9 @@ use crate::{Arg, Backend, DbResult, Tx, from_opt_secs, from_secs, to_secs, wire}
 /// An action to record.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewAction {
-    pub lease_id: String,
-    pub reservation_id: String,
-    pub project_id: String,
-    pub kind: ActionKind,
-    pub purpose: ActionPurpose,
-    pub resource_type: String,
-    /// JSON: what the backend needs to carry it out without reading the database.
-    pub payload: String,
+    pub intent: ActionIntent,
     /// The resources it touches, for ordering against other actions on them.
     pub resources: Vec<i64>,
-    pub request_id: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -32,8 +24,7 @@ const ACTION_COLUMNS: &str = "a.seq, a.lease_id, a.reservation_id, a.project_id,
     a.claimed_until, a.last_error, a.request_id, a.created_at, a.updated_at";
 
 fn action_from_row(row: &AnyRow) -> DbResult<ActionRecord> {
-    Ok(ActionRecord {
-        seq: row.try_get("seq")?,
+    let intent = ActionIntent {
         lease_id: row.try_get("lease_id")?,
         reservation_id: row.try_get("reservation_id")?,
         project_id: row.try_get("project_id")?,
@@ -41,13 +32,17 @@ fn action_from_row(row: &AnyRow) -> DbResult<ActionRecord> {
         purpose: wire(&row.try_get::<String, _>("purpose")?, "action purpose")?,
         resource_type: row.try_get("resource_type")?,
         payload: row.try_get("payload")?,
+        request_id: row.try_get("request_id")?,
+    };
+    Ok(ActionRecord {
+        seq: row.try_get("seq")?,
+        intent,
         status: wire(&row.try_get::<String, _>("status")?, "action status")?,
         attempts: row.try_get("attempts")?,
         not_before: from_secs(row.try_get("not_before")?)?,
         claimed_by: row.try_get("claimed_by")?,
         claimed_until: from_opt_secs(row.try_get("claimed_until")?)?,
         last_error: row.try_get("last_error")?,
-        request_id: row.try_get("request_id")?,
         created_at: from_secs(row.try_get("created_at")?)?,
         updated_at: from_opt_secs(row.try_get("updated_at")?)?,
     })
@@ -61,16 +56,17 @@ const INSERT_ACTION: &str = "INSERT INTO actions (lease_id, reservation_id, proj
      VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', 0, $8, $9, $10)";
 
 fn action_args(a: &NewAction) -> Vec<Arg> {
+    let intent = &a.intent;
     vec![
-        (&a.lease_id).into(),
-        (&a.reservation_id).into(),
-        (&a.project_id).into(),
-        a.kind.into(),
-        a.purpose.into(),
-        (&a.resource_type).into(),
-        (&a.payload).into(),
+        (&intent.lease_id).into(),
+        (&intent.reservation_id).into(),
+        (&intent.project_id).into(),
+        intent.kind.into(),
+        intent.purpose.into(),
+        (&intent.resource_type).into(),
+        (&intent.payload).into(),
         a.created_at.into(),
-        Arg::Text(a.request_id.clone()),
+        Arg::Text(intent.request_id.clone()),
         a.created_at.into(),
     ]
 }
@@ -110,7 +106,7 @@ impl Tx {
         for id in resources_of(a) {
             self.write(
                 "INSERT INTO action_resources (seq, resource_type, resource_id) VALUES ($1, $2, $3)",
-                vec![seq.into(), (&a.resource_type).into(), id.into()],
+                vec![seq.into(), (&a.intent.resource_type).into(), id.into()],
             )
             .await?;
         }
@@ -132,7 +128,7 @@ impl Tx {
             self.write(
                 "INSERT INTO action_resources (seq, resource_type, resource_id) \
                  VALUES ((SELECT MAX(seq) FROM actions), $1, $2)",
-                vec![(&a.resource_type).into(), id.into()],
+                vec![(&a.intent.resource_type).into(), id.into()],
             )
             .await?;
         }

@@ -12,17 +12,21 @@ pub struct TaskClaim {
     pub held_until: DateTime<Utc>,
 }
 
+/// A term asked for on a task: `holder` holds task `task` from `now` until `until`. One value,
+/// so the two instants cannot be passed the wrong way round.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskTerm<'a> {
+    pub task: &'a str,
+    pub holder: &'a str,
+    pub now: DateTime<Utc>,
+    pub until: DateTime<Utc>,
+}
+
 impl Tx {
-    /// Claims task `name` for `holder` until `until`, if no one holds it at `now` (a claim
-    /// whose time has passed is free). Returns whether `holder` got it. One statement, so
+    /// Claims the task for the term's holder, if no one holds it at the term's `now` (a claim
+    /// whose time has passed is free). Returns whether the holder got it. One statement, so
     /// two replicas racing for a free task cannot both get it: the row's key decides.
-    pub async fn claim_task(
-        &mut self,
-        name: &str,
-        holder: &str,
-        now: DateTime<Utc>,
-        until: DateTime<Utc>,
-    ) -> DbResult<bool> {
+    pub async fn claim_task(&mut self, term: &TaskTerm<'_>) -> DbResult<bool> {
         let rows = self
             .fetch_rows(
                 "INSERT INTO task_claims (name, holder, held_until) VALUES ($1, $2, $3) \
@@ -31,35 +35,30 @@ impl Tx {
                  WHERE task_claims.held_until <= $4 \
                  RETURNING holder",
                 vec![
-                    name.into(),
-                    holder.into(),
-                    to_secs(until).into(),
-                    to_secs(now).into(),
+                    term.task.into(),
+                    term.holder.into(),
+                    to_secs(term.until).into(),
+                    to_secs(term.now).into(),
                 ],
             )
             .await?;
         Ok(!rows.is_empty())
     }
 
-    /// Holds task `name` until `until`, if `holder` still holds it at `now`. Returns whether
-    /// it does. A claim that ran out is lost, even if no one took it meanwhile: what its
-    /// holder did under it (a repair's holds) stopped counting when it ran out.
-    pub async fn renew_task(
-        &mut self,
-        name: &str,
-        holder: &str,
-        now: DateTime<Utc>,
-        until: DateTime<Utc>,
-    ) -> DbResult<bool> {
+    /// Extends the term's holder's claim on the task, if it still holds it at the term's
+    /// `now`. Returns whether it does. A claim that ran out is lost, even if no one took it
+    /// meanwhile: what its holder did under it (a repair's holds) stopped counting when it
+    /// ran out.
+    pub async fn renew_task(&mut self, term: &TaskTerm<'_>) -> DbResult<bool> {
         let rows = self
             .fetch_rows(
                 "UPDATE task_claims SET held_until = $1 WHERE name = $2 AND holder = $3 \
                  AND held_until > $4 RETURNING holder",
                 vec![
-                    to_secs(until).into(),
-                    name.into(),
-                    holder.into(),
-                    to_secs(now).into(),
+                    to_secs(term.until).into(),
+                    term.task.into(),
+                    term.holder.into(),
+                    to_secs(term.now).into(),
                 ],
             )
             .await?;

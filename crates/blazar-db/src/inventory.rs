@@ -10,21 +10,10 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use blazar_core::reservation::SourceFlavor;
-use blazar_core::{Flavor, ResourceRecord};
+use blazar_core::{Flavor, Resource, ResourceRecord};
 
 use crate::properties::RESOURCE_CAPABILITIES;
 use crate::{Columns, DbError, DbResult, Tx, from_opt_secs, from_secs};
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewResource {
-    pub uid: String,
-    pub kind: String,
-    pub uniq: String,
-    pub attrs: Map<String, Value>,
-    pub reservable: bool,
-    pub capabilities: BTreeMap<String, String>,
-    pub created_at: DateTime<Utc>,
-}
 
 const RESOURCE_COLUMNS: &str = "id, uid, kind, uniq, attrs, reservable, created_at, updated_at";
 
@@ -38,14 +27,17 @@ fn json_object(row: &AnyRow, column: &str, what: &str) -> DbResult<Map<String, V
 }
 
 fn resource_from_row(row: &AnyRow) -> DbResult<ResourceRecord> {
-    Ok(ResourceRecord {
-        id: row.try_get("id")?,
+    let resource = Resource {
         uid: row.try_get("uid")?,
         kind: row.try_get("kind")?,
         uniq: row.try_get("uniq")?,
         attrs: json_object(row, "attrs", "resource attrs")?,
         reservable: row.try_get::<i64, _>("reservable")? != 0,
         capabilities: BTreeMap::new(),
+    };
+    Ok(ResourceRecord {
+        id: row.try_get("id")?,
+        resource,
         created_at: from_secs(row.try_get("created_at")?)?,
         updated_at: from_opt_secs(row.try_get("updated_at")?)?,
     })
@@ -68,18 +60,19 @@ fn flavor_from_row(row: &AnyRow) -> DbResult<Flavor> {
 }
 
 impl Tx {
-    pub async fn insert_resource(&mut self, r: &NewResource) -> DbResult<i64> {
+    /// Records resource `r`, registered at `now`; returns its internal id.
+    pub async fn insert_resource(&mut self, r: &Resource, now: DateTime<Utc>) -> DbResult<i64> {
         let columns = Columns::default()
             .set("uid", &r.uid)
             .set("kind", &r.kind)
             .set("uniq", &r.uniq)
             .set("attrs", Value::Object(r.attrs.clone()).to_string())
             .set("reservable", r.reservable)
-            .set("created_at", r.created_at)
+            .set("created_at", now)
             .set("updated_at", None::<DateTime<Utc>>);
         let id = self.insert_returning_id("resources", columns).await?;
         for (key, value) in &r.capabilities {
-            self.set_resource_capability(&r.kind, id, key, value, r.created_at)
+            self.set_resource_capability(&r.kind, id, key, value, now)
                 .await?;
         }
         self.bump_inventory(&r.kind).await?;
@@ -122,7 +115,7 @@ impl Tx {
         else {
             return Ok(None);
         };
-        record.capabilities = self
+        record.resource.capabilities = self
             .capabilities_of(RESOURCE_CAPABILITIES, record.id)
             .await?;
         Ok(Some(record))
@@ -149,7 +142,7 @@ impl Tx {
                 .all_capabilities(RESOURCE_CAPABILITIES, Some(kind))
                 .await?;
             for r in records.iter_mut() {
-                r.capabilities = caps.remove(&r.id).unwrap_or_default();
+                r.resource.capabilities = caps.remove(&r.id).unwrap_or_default();
             }
         }
         Ok(records)

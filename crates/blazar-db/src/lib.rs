@@ -34,13 +34,10 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 pub use actions::{ActionOutcome, NewAction};
 pub use allocations::{AllocationFilter, AllocationUsage, AllocationView, GrantRow, NewAllocation};
-pub use claims::TaskClaim;
+pub use claims::{TaskClaim, TaskTerm};
 pub use gauges::ActionCounts;
 pub use hosts::NewHost;
-pub use inventory::NewResource;
 pub use leases::LeaseTree;
-pub use notifications::NotificationRow;
-pub use notifications::SequencedNotification;
 pub use properties::PropertyWithValues;
 pub use quotas::{ProjectAllocation, QuotaRow};
 pub use repairs::{ActionsSeen, RECONCILE_TASK, RepairItem};

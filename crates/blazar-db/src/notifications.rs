@@ -6,31 +6,15 @@ use serde_json::Value;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use blazar_core::{Notification, SequencedNotification};
+
 use crate::{Arg, Backend, DbError, DbResult, Tx, from_secs, to_secs};
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct NotificationRow {
-    pub id: String,
-    pub event_type: String,
-    pub lease_id: Option<String>,
-    pub payload: Value,
-    pub created_at: DateTime<Utc>,
-    /// The global id of the API request that caused it, if one did.
-    pub request_id: Option<String>,
-}
-
-/// A notification with its place in the outbox's order.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SequencedNotification {
-    pub seq: i64,
-    pub notification: NotificationRow,
-}
 
 const COLUMNS: &str = "id, event_type, lease_id, payload, created_at, request_id";
 
-fn notification_from_row(row: &AnyRow) -> DbResult<NotificationRow> {
+fn notification_from_row(row: &AnyRow) -> DbResult<Notification> {
     let payload: String = row.try_get("payload")?;
-    Ok(NotificationRow {
+    Ok(Notification {
         id: row.try_get("id")?,
         event_type: row.try_get("event_type")?,
         lease_id: row.try_get("lease_id")?,
@@ -46,7 +30,7 @@ impl Tx {
     /// every webhook that takes it. A lease's notifications are written under its row lock,
     /// so their order is the order of the changes. Its `request_id`, the global id of the
     /// API call that caused it, also goes with each webhook delivery.
-    pub async fn insert_notification(&mut self, n: &NotificationRow) -> DbResult<()> {
+    pub async fn insert_notification(&mut self, n: &Notification) -> DbResult<()> {
         self.recorded_notifications = true;
         // SQLite's one writer makes MAX + 1 the final place; PostgreSQL's rows wait for
         // `sequence_notifications` (`written` comes from a sequence there).
@@ -122,7 +106,7 @@ impl Tx {
         lease_id: Option<&str>,
         after: Option<(i64, &str)>,
         limit: usize,
-    ) -> DbResult<Vec<((i64, String), NotificationRow)>> {
+    ) -> DbResult<Vec<((i64, String), Notification)>> {
         let (written, id) = after.unwrap_or((i64::MIN, ""));
         let mut args: Vec<Arg> = vec![written.into(), id.into(), (limit as i64).into()];
         let filter = match lease_id {
@@ -157,7 +141,7 @@ impl Tx {
         worker: &str,
         claim_for: Duration,
         limit: usize,
-    ) -> DbResult<Vec<NotificationRow>> {
+    ) -> DbResult<Vec<Notification>> {
         let sql = format!(
             "SELECT {COLUMNS} FROM notifications n \
              WHERE n.sent_at IS NULL AND n.seq IS NOT NULL \
@@ -173,7 +157,7 @@ impl Tx {
                 vec![to_secs(now).into(), worker.into(), (limit as i64).into()],
             )
             .await?;
-        let claimed: Vec<NotificationRow> = rows
+        let claimed: Vec<Notification> = rows
             .iter()
             .map(notification_from_row)
             .collect::<DbResult<_>>()?;

@@ -9,7 +9,7 @@
 use blazar_core::LeaseFilter;
 use blazar_db::{
     ActionsSeen, Backend, DbError, DbResult, NewAllocation, RECONCILE_TASK, RepairItem, Store,
-    StoreOptions, TaskClaim, Tx,
+    StoreOptions, TaskClaim, TaskTerm, Tx,
 };
 use blazar_testkit::{TestDatabase, t};
 use chrono::{DateTime, Duration, Utc};
@@ -142,15 +142,17 @@ mod rows {
 
     pub fn action(lease_id: &str, reservation_id: &str, resources: &[i64]) -> NewAction {
         NewAction {
-            lease_id: lease_id.into(),
-            reservation_id: reservation_id.into(),
-            project_id: "project".into(),
-            kind: blazar_core::ActionKind::Start,
-            purpose: blazar_core::ActionPurpose::LeaseStart,
-            resource_type: "physical:host".into(),
-            payload: "{}".into(),
+            intent: blazar_core::ActionIntent {
+                lease_id: lease_id.into(),
+                reservation_id: reservation_id.into(),
+                project_id: "project".into(),
+                kind: blazar_core::ActionKind::Start,
+                purpose: blazar_core::ActionPurpose::LeaseStart,
+                resource_type: "physical:host".into(),
+                payload: "{}".into(),
+                request_id: None,
+            },
             resources: resources.to_vec(),
-            request_id: None,
             created_at: created(),
         }
     }
@@ -736,7 +738,7 @@ async fn a_long_allocation_is_found_far_from_its_start_after_shorter_ones() {
 async fn a_notification_committed_late_is_placed_after_those_read_before_it() {
     let db = TestDatabase::new().await;
     let store = connect(&db).await;
-    let note = |id: &str| blazar_db::NotificationRow {
+    let note = |id: &str| blazar_core::Notification {
         id: id.into(),
         event_type: "lease.create".into(),
         lease_id: Some(format!("lease-{id}")),
@@ -865,7 +867,12 @@ async fn a_task_claim_has_one_holder_until_it_runs_out() {
     let claim = async |holder: &'static str, now: u32, until: u32| {
         let mut tx = store.write().await.unwrap();
         let got = tx
-            .claim_task("reconcile", holder, at(now), at(until))
+            .claim_task(&TaskTerm {
+                task: "reconcile",
+                holder,
+                now: at(now),
+                until: at(until),
+            })
             .await
             .unwrap();
         tx.commit().await.unwrap();
@@ -874,7 +881,12 @@ async fn a_task_claim_has_one_holder_until_it_runs_out() {
     let renew = async |holder: &'static str, now: u32, until: u32| {
         let mut tx = store.write().await.unwrap();
         let got = tx
-            .renew_task("reconcile", holder, at(now), at(until))
+            .renew_task(&TaskTerm {
+                task: "reconcile",
+                holder,
+                now: at(now),
+                until: at(until),
+            })
             .await
             .unwrap();
         tx.commit().await.unwrap();
@@ -990,9 +1002,14 @@ async fn what_a_repair_holds_is_not_claimed_and_a_hold_is_refused_on_news() {
     // The pass holds its task claim: holds are taken under it, and count while it holds.
     let mut tx = store.write().await.unwrap();
     assert!(
-        tx.claim_task(RECONCILE_TASK, "pass", now, now + Duration::minutes(2))
-            .await
-            .unwrap()
+        tx.claim_task(&TaskTerm {
+            task: RECONCILE_TASK,
+            holder: "pass",
+            now,
+            until: now + Duration::minutes(2),
+        })
+        .await
+        .unwrap()
     );
     tx.commit().await.unwrap();
 

@@ -11,7 +11,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use blazar_service::{NotificationRow, NotificationSink};
+use blazar_core::Notification;
+use blazar_service::NotificationSink;
 use lapin::options::{
     BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
     QueueDeclareOptions,
@@ -100,7 +101,7 @@ fn oslo_timestamp(t: chrono::DateTime<chrono::Utc>) -> String {
 
 /// The `messagingv2` message of a notification. Its `message_id` is the outbox row's id,
 /// the same on every delivery, so a consumer can drop a duplicate.
-pub fn oslo_message(n: &NotificationRow, publisher_id: &str) -> Value {
+pub fn oslo_message(n: &Notification, publisher_id: &str) -> Value {
     let payload = &n.payload;
     let message = json!({
         "message_id": n.id,
@@ -222,7 +223,7 @@ impl RabbitNotifier {
 
 #[async_trait]
 impl NotificationSink for RabbitNotifier {
-    async fn publish(&self, notification: &NotificationRow) -> Result<(), String> {
+    async fn publish(&self, notification: &Notification) -> Result<(), String> {
         let body = oslo_message(notification, &self.settings.publisher_id).to_string();
         let timeout = self.settings.timeout;
         let mut state = self.state.lock().await;
@@ -299,7 +300,7 @@ mod tests {
         let Some(at) = chrono::DateTime::from_timestamp(1_893_492_000, 0) else {
             panic!("valid time");
         };
-        let n = NotificationRow {
+        let n = Notification {
             id: "m1".into(),
             event_type: "lease.create".into(),
             lease_id: Some("l1".into()),
@@ -328,7 +329,7 @@ mod tests {
         );
 
         // An event's notification was caused by no request: it names its own.
-        let event = NotificationRow {
+        let event = Notification {
             request_id: None,
             ..n
         };

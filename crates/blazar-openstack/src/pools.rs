@@ -24,7 +24,7 @@ pub(crate) fn reservation_tag(reservation_id: &str) -> String {
 }
 
 fn attr<'a>(r: &'a ResourceRecord, key: &str) -> Option<&'a str> {
-    r.attrs.get(key).and_then(Value::as_str)
+    r.resource.attrs.get(key).and_then(Value::as_str)
 }
 
 /// The external network and the address of a floating-IP record.
@@ -38,7 +38,7 @@ fn floating_address(r: &ResourceRecord) -> Option<(&str, &str)> {
 /// The network type (VLAN unless the record says) and the segmentation id of a segment
 /// record.
 fn segment_of(r: &ResourceRecord) -> Option<(&str, Option<&str>, i64)> {
-    let segmentation_id = r.attrs.get("segment_id").and_then(Value::as_i64)?;
+    let segmentation_id = r.resource.attrs.get("segment_id").and_then(Value::as_i64)?;
     Some((
         attr(r, "network_type").unwrap_or("vlan"),
         attr(r, "physical_network"),

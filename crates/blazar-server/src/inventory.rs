@@ -347,7 +347,7 @@ struct NotificationStream {
 }
 
 impl Batches for NotificationStream {
-    type Batch = Vec<blazar_service::NotificationRow>;
+    type Batch = Vec<blazar_core::Notification>;
 
     async fn next_batch(&mut self) -> ServiceResult<Option<Self::Batch>> {
         if self.done {

@@ -343,7 +343,7 @@ async fn stopped(stopping: &mut tokio::sync::watch::Receiver<bool>) {
 struct EventStream {
     service: blazar_service::Service,
     reader: blazar_service::LeaseEvents,
-    pending: std::collections::VecDeque<blazar_service::LeaseEvent>,
+    pending: std::collections::VecDeque<blazar_core::SequencedNotification>,
     changes: tokio::sync::watch::Receiver<u64>,
     stopping: tokio::sync::watch::Receiver<bool>,
     _permit: tokio::sync::OwnedSemaphorePermit,

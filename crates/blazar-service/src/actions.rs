@@ -12,9 +12,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 
-use blazar_core::ActionRecord;
 use blazar_core::ReservationSpec;
 use blazar_core::lease::event_status;
+use blazar_core::{ActionIntent, ActionRecord};
 use blazar_core::{
     ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationStatus,
     action_backoff,
@@ -75,7 +75,7 @@ impl Finished<'_> {
     /// and changes do; actions in the cloud that nothing waits for do not).
     fn moves_statuses(&self) -> bool {
         !matches!(
-            self.attempt.row.purpose,
+            self.attempt.row.intent.purpose,
             ActionPurpose::Delete
                 | ActionPurpose::Inventory
                 | ActionPurpose::Reserve
@@ -86,7 +86,7 @@ impl Finished<'_> {
 
     /// The server group a done action made for its reservation, if any.
     fn server_group(&self) -> Option<&str> {
-        if self.failure.is_some() || self.attempt.row.reservation_id.is_empty() {
+        if self.failure.is_some() || self.attempt.row.intent.reservation_id.is_empty() {
             return None;
         }
         self.attempt.output.server_group_id.as_deref()
@@ -187,8 +187,9 @@ pub(crate) async fn settle_lease_status(
 
 fn action_from_row(row: &ActionRecord) -> ServiceResult<Action> {
     let corrupt = |what: &str| ServiceError::Internal(format!("action {}: bad {what}", row.seq));
-    let (kind, purpose) = (row.kind, row.purpose);
-    let payload: Value = serde_json::from_str(&row.payload).map_err(|_| corrupt("payload"))?;
+    let (kind, purpose) = (row.intent.kind, row.intent.purpose);
+    let payload: Value =
+        serde_json::from_str(&row.intent.payload).map_err(|_| corrupt("payload"))?;
     // Inventory actions have no lease: their times default to when they were recorded.
     let time = |key: &str| -> ServiceResult<DateTime<Utc>> {
         match &payload[key] {
@@ -203,18 +204,18 @@ fn action_from_row(row: &ActionRecord) -> ServiceResult<Action> {
         seq: row.seq,
         kind,
         purpose,
-        lease_id: row.lease_id.clone(),
+        lease_id: row.intent.lease_id.clone(),
         lease_name: payload["lease_name"]
             .as_str()
             .unwrap_or_default()
             .to_string(),
-        reservation_id: row.reservation_id.clone(),
-        project_id: row.project_id.clone(),
+        reservation_id: row.intent.reservation_id.clone(),
+        project_id: row.intent.project_id.clone(),
         user_id: payload["user_id"].as_str().unwrap_or_default().to_string(),
-        resource_type: row.resource_type.clone(),
+        resource_type: row.intent.resource_type.clone(),
         reservation_type: payload["reservation_type"]
             .as_str()
-            .unwrap_or(&row.resource_type)
+            .unwrap_or(&row.intent.resource_type)
             .to_string(),
         hosts: payload["hosts"]
             .as_array()
@@ -241,7 +242,7 @@ fn action_from_row(row: &ActionRecord) -> ServiceResult<Action> {
             .filter_map(Value::as_i64)
             .collect(),
         spec: payload["params"].as_object().and_then(|fields| {
-            let reservation_type = payload["reservation_type"].as_str().unwrap_or(&row.resource_type);
+            let reservation_type = payload["reservation_type"].as_str().unwrap_or(&row.intent.resource_type);
             ReservationSpec::from_stored(reservation_type, fields)
                 .inspect_err(|e| tracing::warn!(action.seq = row.seq, error = %e, "action without its reservation's fields"))
                 .ok()
@@ -250,7 +251,7 @@ fn action_from_row(row: &ActionRecord) -> ServiceResult<Action> {
         lease_end: time("lease_end")?,
         at: time("at")?,
         attempt: u32::try_from(row.attempts).unwrap_or(u32::MAX),
-        request_id: row.request_id.clone(),
+        request_id: row.intent.request_id.clone(),
         trust_id: payload["trust_id"].as_str().map(str::to_string),
     })
 }
@@ -355,15 +356,17 @@ impl Service {
             payload["trust_id"] = json!(lease.trust_id);
         }
         NewAction {
-            lease_id: lease.id.clone(),
-            reservation_id: reservation.id.clone(),
-            project_id: lease.project_id.clone(),
-            kind,
-            purpose,
-            resource_type: resource_type.to_string(),
-            payload: payload.to_string(),
+            intent: ActionIntent {
+                lease_id: lease.id.clone(),
+                reservation_id: reservation.id.clone(),
+                project_id: lease.project_id.clone(),
+                kind,
+                purpose,
+                resource_type: resource_type.to_string(),
+                payload: payload.to_string(),
+                request_id: current_request_id(),
+            },
             resources,
-            request_id: current_request_id(),
             created_at: self.now(),
         }
     }
@@ -386,15 +389,17 @@ impl Service {
             payload.extend(extra);
         }
         NewAction {
-            lease_id: lease.id.clone(),
-            reservation_id: String::new(),
-            project_id: lease.project_id.clone(),
-            kind,
-            purpose,
-            resource_type: String::new(),
-            payload: payload.to_string(),
+            intent: ActionIntent {
+                lease_id: lease.id.clone(),
+                reservation_id: String::new(),
+                project_id: lease.project_id.clone(),
+                kind,
+                purpose,
+                resource_type: String::new(),
+                payload: payload.to_string(),
+                request_id: current_request_id(),
+            },
             resources: Vec::new(),
-            request_id: current_request_id(),
             created_at: self.now(),
         }
     }
@@ -435,13 +440,13 @@ impl Service {
     /// A failure is logged by the caller and retried like any action; it never holds up the
     /// lease.
     async fn tell_lease_end(&self, row: &ActionRecord) -> Result<ActionOutput, ActionError> {
-        let payload: Value = serde_json::from_str(&row.payload)
+        let payload: Value = serde_json::from_str(&row.intent.payload)
             .map_err(|_| ActionError::Permanent(format!("action {}: bad payload", row.seq)))?;
         let tell = self
             .enforcement
             .on_end(&payload["context"], &payload["lease"]);
         // The call carries the id of the request that ended or deleted the lease.
-        let told = match row.request_id.clone() {
+        let told = match row.intent.request_id.clone() {
             Some(id) => {
                 tokio::time::timeout(self.settings.action_timeout, with_request_id(id, tell)).await
             }
@@ -476,15 +481,17 @@ impl Service {
         });
         let seq = tx
             .insert_action(&NewAction {
-                lease_id: String::new(),
-                reservation_id: String::new(),
-                project_id: String::new(),
-                kind,
-                purpose: ActionPurpose::Inventory,
-                resource_type: blazar_core::PHYSICAL_HOST.to_string(),
-                payload: payload.to_string(),
+                intent: ActionIntent {
+                    lease_id: String::new(),
+                    reservation_id: String::new(),
+                    project_id: String::new(),
+                    kind,
+                    purpose: ActionPurpose::Inventory,
+                    resource_type: blazar_core::PHYSICAL_HOST.to_string(),
+                    payload: payload.to_string(),
+                    request_id: current_request_id(),
+                },
                 resources: vec![host.id],
-                request_id: current_request_id(),
                 created_at: self.now(),
             })
             .await?;
@@ -616,8 +623,8 @@ impl Service {
                 "gave up after {max_attempts} attempts: the last did not report back (its \
                  worker stopped or hung)"
             );
-            tracing::error!(action.seq = row.seq, action.kind = %row.kind,
-                lease.id = %row.lease_id, attempts = row.attempts, error = %error,
+            tracing::error!(action.seq = row.seq, action.kind = %row.intent.kind,
+                lease.id = %row.intent.lease_id, attempts = row.attempts, error = %error,
                 "action failed for good");
             return Attempt {
                 row,
@@ -628,8 +635,8 @@ impl Service {
         }
         let work = async {
             match action_from_row(&row) {
-                Ok(_) if row.kind == ActionKind::OnEnd => self.tell_lease_end(&row).await,
-                Ok(action) if row.kind == ActionKind::DeleteTrust => {
+                Ok(_) if row.intent.kind == ActionKind::OnEnd => self.tell_lease_end(&row).await,
+                Ok(action) if row.intent.kind == ActionKind::DeleteTrust => {
                     self.delete_trust(&action).await
                 }
                 Ok(action) => {
@@ -660,7 +667,7 @@ impl Service {
         let output = result.as_ref().ok().cloned().unwrap_or_default();
         // A before-end snapshot is not tried again once its lease has ended: the take-back
         // waits for it, and Blazar's before-end action never holds an end back.
-        let past_end = row.kind == ActionKind::Snapshot
+        let past_end = row.intent.kind == ActionKind::Snapshot
             && action_from_row(&row).is_ok_and(|a| a.lease_end <= now);
         let outcome = match result {
             Ok(_) => ActionOutcome::Done,
@@ -683,17 +690,17 @@ impl Service {
         };
         match &outcome {
             ActionOutcome::Done => {
-                tracing::info!(action.seq = row.seq, action.kind = %row.kind,
-                    lease.id = %row.lease_id, attempts = row.attempts, "action done");
+                tracing::info!(action.seq = row.seq, action.kind = %row.intent.kind,
+                    lease.id = %row.intent.lease_id, attempts = row.attempts, "action done");
             }
             ActionOutcome::Retry { error, not_before } => {
-                tracing::warn!(action.seq = row.seq, action.kind = %row.kind,
-                    lease.id = %row.lease_id, attempts = row.attempts, error = %error,
+                tracing::warn!(action.seq = row.seq, action.kind = %row.intent.kind,
+                    lease.id = %row.intent.lease_id, attempts = row.attempts, error = %error,
                     retry_at = %not_before, "action failed; will retry");
             }
             ActionOutcome::Failed { error } => {
-                tracing::error!(action.seq = row.seq, action.kind = %row.kind,
-                    lease.id = %row.lease_id, attempts = row.attempts, error = %error,
+                tracing::error!(action.seq = row.seq, action.kind = %row.intent.kind,
+                    lease.id = %row.intent.lease_id, attempts = row.attempts, error = %error,
                     "action failed for good");
             }
         }
@@ -719,7 +726,9 @@ impl Service {
         claim: usize,
     ) -> ServiceResult<Vec<ActionRecord>> {
         let mut ordered: Vec<&Attempt> = attempts.iter().collect();
-        ordered.sort_by(|a, b| (&a.row.lease_id, a.row.seq).cmp(&(&b.row.lease_id, b.row.seq)));
+        ordered.sort_by(|a, b| {
+            (&a.row.intent.lease_id, a.row.seq).cmp(&(&b.row.intent.lease_id, b.row.seq))
+        });
         in_tx!(self, write, |tx| {
             let mut finished = Vec::new();
             for attempt in &ordered {
@@ -763,7 +772,10 @@ impl Service {
         let mut by_lease: BTreeMap<&str, Vec<&Finished>> = BTreeMap::new();
         for f in finished {
             if f.moves_statuses() || f.server_group().is_some() {
-                by_lease.entry(&f.attempt.row.lease_id).or_default().push(f);
+                by_lease
+                    .entry(&f.attempt.row.intent.lease_id)
+                    .or_default()
+                    .push(f);
             }
         }
         if by_lease.is_empty() {
@@ -807,7 +819,7 @@ impl Service {
             let index = view
                 .reservations
                 .iter()
-                .position(|r| r.id == row.reservation_id);
+                .position(|r| r.id == row.intent.reservation_id);
             if let (Some(group), Some(i)) = (f.server_group(), index)
                 && view.reservations[i].spec.set_server_group(group)
             {
@@ -819,7 +831,7 @@ impl Service {
             }
             if let Some(i) = index {
                 let reservation = &mut view.reservations[i];
-                let next = match (row.purpose, f.failure) {
+                let next = match (row.intent.purpose, f.failure) {
                     (_, Some(_)) => Some(ReservationStatus::Error),
                     (ActionPurpose::LeaseStart, None)
                         if reservation.status == ReservationStatus::Pending =>
@@ -841,19 +853,19 @@ impl Service {
                     changed[i] = true;
                 }
             }
-            let event_type = match row.purpose {
+            let event_type = match row.intent.purpose {
                 ActionPurpose::LeaseStart => Some(EventType::StartLease),
                 ActionPurpose::LeaseEnd => Some(EventType::EndLease),
                 _ => None,
             };
             if let Some(event_type) = event_type
-                && !settles.contains(&(event_type, row.purpose))
+                && !settles.contains(&(event_type, row.intent.purpose))
             {
-                settles.push((event_type, row.purpose));
+                settles.push((event_type, row.intent.purpose));
             }
             // A change that failed for good leaves the lease in ERROR, as a failed update
             // does in Blazar.
-            failed_change |= f.failure.is_some() && row.purpose == ActionPurpose::Change;
+            failed_change |= f.failure.is_some() && row.intent.purpose == ActionPurpose::Change;
         }
         for (reservation, changed) in view.reservations.iter().zip(changed) {
             if changed {

@@ -154,7 +154,7 @@ impl Service {
                         .list_resources(resource_type)
                         .await?
                         .into_iter()
-                        .map(|r| (r.id, r.uid))
+                        .map(|r| (r.id, r.resource.uid))
                         .collect();
                     pool.sort_unstable_by_key(|(id, _)| *id);
                     pool.into_iter().unzip()

@@ -306,10 +306,12 @@ fn host_value(h: &HostRecord) -> Value {
 }
 
 /// A pool resource (floating IP, network, device) as its plugin `get`s it.
-fn resource_value(r: &ResourceRecord) -> Value {
+fn resource_value(record: &ResourceRecord) -> Value {
+    let r = &record.resource;
     let mut m = r.attrs.clone();
     m.insert("id".into(), json!(r.uid));
-    with_common(m, r.reservable, r.created_at, r.updated_at, &r.capabilities)
+    let (created, updated) = (record.created_at, record.updated_at);
+    with_common(m, r.reservable, created, updated, &r.capabilities)
 }
 
 /// What every plugin's resource ends with, in this order: whether it is reservable, its

@@ -6,10 +6,11 @@
 
 use std::collections::HashSet;
 
+use blazar_core::Notification;
 use blazar_core::time::truncate_to_minute;
 use blazar_core::{ActionKind, ActionPurpose, LeaseStatus, ReservationStatus, TimeWindow};
 use blazar_core::{Allocation, Lease, Reservation};
-use blazar_db::{NotificationRow, Tx};
+use blazar_db::Tx;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
@@ -316,7 +317,7 @@ impl Service {
         lease_id: Option<&str>,
         after: Option<(i64, &str)>,
         limit: usize,
-    ) -> ServiceResult<Vec<((i64, String), NotificationRow)>> {
+    ) -> ServiceResult<Vec<((i64, String), Notification)>> {
         self.authorize_own("admin", identity)?;
         in_tx!(self, read, |tx| {
             Ok(tx.outbox_page(lease_id, after, limit).await?)

@@ -4,8 +4,7 @@
 use std::collections::BTreeMap;
 
 use blazar_core::reservation::SourceFlavor;
-use blazar_core::{Flavor, Property, ResourceRecord};
-use blazar_db::NewResource;
+use blazar_core::{Flavor, Property, Resource, ResourceRecord};
 use serde_json::{Map, Value};
 
 use crate::hosts::{AllocationEntry, PropertyListing, as_bool, as_text, check_capability_key};
@@ -294,16 +293,15 @@ impl Service {
             );
         }
         let record = in_tx!(self, write, |tx| {
-            let new = NewResource {
+            let new = Resource {
                 uid: new_id(),
                 kind: spec.kind.to_string(),
                 uniq: uniq.clone(),
                 attrs: ordered_out.clone(),
                 reservable,
                 capabilities: capabilities.clone(),
-                created_at: self.now(),
             };
-            match tx.insert_resource(&new).await {
+            match tx.insert_resource(&new, self.now()).await {
                 Err(blazar_db::DbError::Duplicate(_)) => return Err(duplicate(spec, &ordered_out)),
                 other => other?,
             };
@@ -311,7 +309,7 @@ impl Service {
                 .await?
                 .ok_or_else(|| ServiceError::Internal("resource vanished after insert".into()))
         })?;
-        tracing::info!(resource.kind = spec.kind, resource.id = %record.uid, "resource registered");
+        tracing::info!(resource.kind = spec.kind, resource.id = %record.resource.uid, "resource registered");
         Ok(record)
     }
 
@@ -359,7 +357,7 @@ impl Service {
             }
             tx.lock_resource(record.id).await?;
             let now = self.now();
-            let mut reservable = record.reservable;
+            let mut reservable = record.resource.reservable;
             for (key, value) in body {
                 match key.as_str() {
                     "reservable" => reservable = as_bool(key, value)?,
@@ -389,9 +387,15 @@ impl Service {
                     }
                 }
             }
-            if reservable != record.reservable {
-                tx.update_resource(record.id, &record.attrs, &record.uniq, reservable, now)
-                    .await?;
+            if reservable != record.resource.reservable {
+                tx.update_resource(
+                    record.id,
+                    &record.resource.attrs,
+                    &record.resource.uniq,
+                    reservable,
+                    now,
+                )
+                .await?;
                 if reservable {
                     self.fill_missing(tx, now).await?;
                 } else {
@@ -463,7 +467,7 @@ impl Service {
                 )
                 .await?;
             Ok(AllocationEntry {
-                resource_id: record.uid,
+                resource_id: record.resource.uid,
                 reservations,
             })
         })

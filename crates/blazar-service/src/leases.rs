@@ -773,8 +773,8 @@ impl Service {
             Ok(tx.actions_of_lease(&lease_id).await?)
         })?;
         for action in actions.iter().filter(|a| {
-            a.kind == ActionKind::Prepare
-                && grouped.contains(a.reservation_id.as_str())
+            a.intent.kind == ActionKind::Prepare
+                && grouped.contains(a.intent.reservation_id.as_str())
                 && a.status.is_open()
         }) {
             self.see_through(action.seq, PREPARE_WAIT).await?;

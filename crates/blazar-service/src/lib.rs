@@ -101,7 +101,7 @@ pub use backend::{
 };
 pub use blazar_core::time::truncate_to_minute;
 /// Rows some use cases answer with as they are read.
-pub use blazar_db::{AllocationView, GrantRow, NotificationRow};
+pub use blazar_db::{AllocationView, GrantRow};
 /// The database handle and how to open it: the server opens the store once and hands it to
 /// the service; everything it reads or writes goes through the service's use cases.
 pub use blazar_db::{SqliteSync, Store, StoreOptions};
@@ -115,7 +115,7 @@ pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
 pub use leases::{DryRun, LeaseBatch, LeaseList, LeaseUpdate, Listed, NewLease};
 pub use monitor::MonitorReport;
 pub use notifications::{NotificationSink, PublishReport, lease_payload};
-pub use observe::{EventObserver, LeaseEvent, LeaseEvents, Monitoring, WAIT_POLL};
+pub use observe::{EventObserver, LeaseEvents, Monitoring, WAIT_POLL};
 pub use offers::{
     DEFAULT_OFFERS, DEFAULT_SEARCH_DAYS, Extension, ExtensionAsk, LeaseOffer, MAX_OFFERS,
     MAX_SEARCH_DAYS, OfferRequest, OfferedReservation, OfferedResource, SearchWindow,

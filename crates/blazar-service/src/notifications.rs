@@ -10,8 +10,9 @@
 use std::future::Future;
 
 use async_trait::async_trait;
+use blazar_core::Notification;
 use blazar_core::{Event, Lease, LeaseStatus, LeaseView, Reservation};
-use blazar_db::{NotificationRow, Tx};
+use blazar_db::Tx;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 
@@ -22,7 +23,7 @@ use crate::{Identity, Service, ServiceError, ServiceResult, new_id};
 /// notification is then offered again later, with the ones after it of the same lease.
 #[async_trait]
 pub trait NotificationSink: Send + Sync {
-    async fn publish(&self, notification: &NotificationRow) -> Result<(), String>;
+    async fn publish(&self, notification: &Notification) -> Result<(), String>;
 }
 
 /// `2030-01-01T10:00:00.000000`, as Blazar's notifications show lease and event dates.
@@ -132,9 +133,9 @@ pub(crate) fn new_notification(
     lease_id: Option<String>,
     payload: Value,
     created_at: DateTime<Utc>,
-) -> NotificationRow {
+) -> Notification {
     debug_assert!(EVENT_TYPES.contains(&event_type), "{event_type}");
-    NotificationRow {
+    Notification {
         id: new_id(),
         event_type: event_type.to_string(),
         lease_id,

@@ -5,10 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use blazar_core::{LeaseStatus, LeaseView};
+use blazar_core::{LeaseStatus, LeaseView, SequencedNotification};
 use blazar_db::PoolUse;
 use chrono::{DateTime, Utc};
-use serde_json::Value;
 
 use crate::{Identity, Service, ServiceResult};
 
@@ -36,20 +35,6 @@ pub struct Monitoring {
     /// Webhook deliveries given up on (dead letters).
     pub webhook_dead: i64,
     pub pool: PoolUse,
-}
-
-/// One lease event of the outbox, as the event stream shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LeaseEvent {
-    /// Its place in the outbox's order (the stream's event id).
-    pub seq: i64,
-    /// `lease.create`, `lease.event.start_lease`, `lease.degraded`, ...
-    pub event_type: String,
-    pub lease_id: Option<String>,
-    pub project_id: Option<String>,
-    /// The lease's status the notification shows, if it shows one.
-    pub status: Option<String>,
-    pub created_at: DateTime<Utc>,
 }
 
 /// A reader of the lease events after a point in the outbox, for one caller. Places in the
@@ -197,7 +182,7 @@ impl Service {
     pub async fn next_lease_events(
         &self,
         reader: &mut LeaseEvents,
-    ) -> ServiceResult<Vec<LeaseEvent>> {
+    ) -> ServiceResult<Vec<SequencedNotification>> {
         // Permission may have been withdrawn since the stream opened.
         self.authorize_own("blazar:leases:get", &reader.identity)?;
         self.sequence_notifications().await?;
@@ -210,25 +195,16 @@ impl Service {
             })?;
             let caught_up = rows.len() < EVENT_BATCH;
             for row in rows {
-                let n = row.notification;
                 reader.cursor = reader.cursor.max(row.seq);
-                let text = |key: &str| n.payload.get(key).and_then(Value::as_str).map(String::from);
-                let project_id = text("project_id");
+                let project_id = row.notification.payload_text("project_id");
                 if reader
                     .project
                     .as_ref()
-                    .is_some_and(|p| project_id.as_deref() != Some(p.as_str()))
+                    .is_some_and(|p| project_id != Some(p.as_str()))
                 {
                     continue;
                 }
-                events.push(LeaseEvent {
-                    seq: row.seq,
-                    event_type: n.event_type,
-                    lease_id: n.lease_id,
-                    project_id,
-                    status: text("status"),
-                    created_at: n.created_at,
-                });
+                events.push(row);
             }
             if caught_up || !events.is_empty() {
                 break;

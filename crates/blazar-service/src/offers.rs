@@ -467,7 +467,9 @@ impl Service {
                                     pools
                                         .get(spec.kind())
                                         .and_then(|p| p.get(&id))
-                                        .map(|r| (r.uid.clone(), r.display_name()))
+                                        .map(|r| {
+                                            (r.resource.uid.clone(), r.resource.display_name())
+                                        })
                                         .unwrap_or_else(|| (id.to_string(), String::new()))
                                 };
                                 OfferedResource {

@@ -49,6 +49,7 @@ pub fn columns(kind: &str) -> &'static [&'static str] {
 
 /// The value a property query sees for `key` on a pool resource.
 pub fn property<'a>(r: &'a ResourceRecord, key: &str) -> Option<Cow<'a, str>> {
+    let r = &r.resource;
     match key {
         "id" => Some(Cow::Borrowed(r.uid.as_str())),
         "reservable" => Some(Cow::Borrowed(if r.reservable { "True" } else { "False" })),
@@ -101,7 +102,7 @@ pub(crate) async fn matching(
             field,
             q,
             |k| columns.contains(&k),
-            pool.iter().map(|r| &r.capabilities),
+            pool.iter().map(|r| &r.resource.capabilities),
             noun(kind),
         ) {
             return Err(unknown.into_error(tx, kind).await);
@@ -115,10 +116,14 @@ pub(crate) async fn matching(
     };
     let matching: Vec<&ResourceRecord> = pool
         .iter()
-        .filter(|r| r.reservable)
+        .filter(|r| r.resource.reservable)
         .filter(|r| {
             network.is_none_or(|n| {
-                r.attrs.get("floating_network_id").and_then(Value::as_str) == Some(n)
+                r.resource
+                    .attrs
+                    .get("floating_network_id")
+                    .and_then(Value::as_str)
+                    == Some(n)
             })
         })
         .filter(|r| {
@@ -133,7 +138,7 @@ pub(crate) async fn matching(
     } else {
         matching
             .iter()
-            .filter_map(|r| Some((r.attrs.get("floating_ip_address")?.as_str()?, r.id)))
+            .filter_map(|r| Some((r.resource.attrs.get("floating_ip_address")?.as_str()?, r.id)))
             .collect()
     };
     for address in wanted {

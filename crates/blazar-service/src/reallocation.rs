@@ -65,7 +65,7 @@ impl Service {
                     if !tx.lock_resource(record.id).await? {
                         return Err(not_found(&DEVICES, id));
                     }
-                    (DEVICE, record.id, record.uid)
+                    (DEVICE, record.id, record.resource.uid)
                 }
             };
             self.move_reservations(tx, kind, resource_id, filter)

@@ -7,7 +7,7 @@ use std::future::Future;
 
 use blazar_core::LeaseFilter;
 use blazar_core::{ActionKind, ActionPurpose, LeaseStatus, PHYSICAL_HOST, ReservationStatus};
-use blazar_db::{ActionsSeen, RECONCILE_TASK, RepairItem, Store};
+use blazar_db::{ActionsSeen, RECONCILE_TASK, RepairItem, Store, TaskTerm};
 use chrono::{DateTime, Utc};
 
 use crate::{Action, Identity, Service, ServiceError, ServiceResult};
@@ -199,10 +199,10 @@ impl Service {
             for action in tx.list_actions(&["pending", "running"], 100_000).await? {
                 desired
                     .busy_reservations
-                    .insert(action.reservation_id.clone());
-                if action.resource_type == PHYSICAL_HOST {
+                    .insert(action.intent.reservation_id.clone());
+                if action.intent.resource_type == PHYSICAL_HOST {
                     let payload: serde_json::Value =
-                        serde_json::from_str(&action.payload).unwrap_or_default();
+                        serde_json::from_str(&action.intent.payload).unwrap_or_default();
                     for id in payload["resources"].as_array().into_iter().flatten() {
                         if let Some(name) = id.as_i64().and_then(name_of) {
                             desired.busy_hosts.insert(name);
@@ -376,7 +376,13 @@ impl Service {
         let now = self.now();
         let until = now + self.claim_for();
         let claimed = in_tx!(self, write, |tx| {
-            Ok(tx.claim_task(RECONCILE_TASK, &holder, now, until).await?)
+            let term = TaskTerm {
+                task: RECONCILE_TASK,
+                holder: &holder,
+                now,
+                until,
+            };
+            Ok(tx.claim_task(&term).await?)
         })?;
         if !claimed {
             return Err(ServiceError::Conflict(
@@ -453,7 +459,13 @@ impl Service {
             let now = self.now();
             let until = now + self.claim_for();
             let renewed = in_tx!(self, write, |tx| {
-                Ok(tx.renew_task(RECONCILE_TASK, holder, now, until).await?)
+                let term = TaskTerm {
+                    task: RECONCILE_TASK,
+                    holder,
+                    now,
+                    until,
+                };
+                Ok(tx.renew_task(&term).await?)
             });
             match renewed {
                 Ok(true) => held_until = until,

@@ -406,11 +406,12 @@ async fn pool_candidates(
                 "query",
                 q,
                 is_column,
-                pool.iter().map(|r| &r.capabilities),
+                pool.iter().map(|r| &r.resource.capabilities),
                 noun(kind),
             )
         } else {
-            let public = public_capabilities(pool.iter().map(|r| &r.capabilities), private);
+            let public =
+                public_capabilities(pool.iter().map(|r| &r.resource.capabilities), private);
             check_known_properties("query", q, is_column, public.iter(), noun(kind))
         };
         if let Err(unknown) = known {
@@ -425,9 +426,9 @@ async fn pool_candidates(
         })
         .map(|r| Candidate {
             key: r.id,
-            id: r.uid.clone(),
-            name: r.display_name(),
-            reservable: r.reservable,
+            id: r.resource.uid.clone(),
+            name: r.resource.display_name(),
+            reservable: r.resource.reservable,
             capacity: None,
         })
         .collect();

@@ -5,6 +5,8 @@
 //! about once an interval whichever replicas are up, and goes on in another replica within
 //! an interval of the one that took the turns stopping.
 
+use blazar_db::TaskTerm;
+
 use crate::{Service, ServiceResult};
 
 /// The monitor's turns.
@@ -19,9 +21,13 @@ impl Service {
         let now = self.now();
         let every = chrono::Duration::from_std(every).unwrap_or(chrono::Duration::days(1));
         Ok(in_tx!(self, write, |tx| {
-            Ok(tx
-                .claim_task(task, &self.worker_id, now, now + every)
-                .await?)
+            let term = TaskTerm {
+                task,
+                holder: &self.worker_id,
+                now,
+                until: now + every,
+            };
+            Ok(tx.claim_task(&term).await?)
         })?)
     }
 }

@@ -9,11 +9,9 @@ use blazar_api::{
     Reservation, ReservationAllocation, ResourceProperty, Version,
 };
 use blazar_api::{InstanceSize, SlotUse, TimelineInterval, TimelinePeriod, TimelineResource};
-use blazar_core::{ActionRecord, Property, ResourceRecord};
+use blazar_core::{ActionRecord, Property, ResourceRecord, SequencedNotification};
 use blazar_core::{HostRecord, LeaseView};
-use blazar_service::{
-    AllocationEntry, AllocationView, GrantRow, NotificationRow, Reason, ReservationRef,
-};
+use blazar_service::{AllocationEntry, AllocationView, GrantRow, Reason, ReservationRef};
 use serde_json::{Map, Value};
 
 pub fn host(h: HostRecord) -> Host {
@@ -283,20 +281,21 @@ pub fn handover(h: blazar_core::Handover) -> Handover {
 
 /// An outside-world action, as `GET /v1/leases/{id}/actions` shows it.
 pub fn action(row: &ActionRecord) -> Action {
-    let payload: Value = serde_json::from_str(&row.payload).unwrap_or(Value::Null);
+    let intent = &row.intent;
+    let payload: Value = serde_json::from_str(&intent.payload).unwrap_or(Value::Null);
     Action {
         seq: row.seq,
-        lease_id: row.lease_id.clone(),
-        reservation_id: row.reservation_id.clone(),
-        project_id: row.project_id.clone(),
-        kind: row.kind.to_string(),
-        purpose: row.purpose.to_string(),
-        resource_type: row.resource_type.clone(),
+        lease_id: intent.lease_id.clone(),
+        reservation_id: intent.reservation_id.clone(),
+        project_id: intent.project_id.clone(),
+        kind: intent.kind.to_string(),
+        purpose: intent.purpose.to_string(),
+        resource_type: intent.resource_type.clone(),
         resources: payload["resources"].clone(),
         status: row.status.to_string(),
         attempts: row.attempts,
         last_error: row.last_error.clone(),
-        request_id: row.request_id.clone(),
+        request_id: intent.request_id.clone(),
         not_before: format_t(row.not_before),
         created_at: format_t(row.created_at),
         updated_at: row.updated_at.map(format_t),
@@ -305,7 +304,8 @@ pub fn action(row: &ActionRecord) -> Action {
 
 /// A floating IP, network segment or device. `raw_times` selects the `T` format Blazar uses
 /// for objects it returns straight from a write (a floating IP create).
-pub fn pool_resource(r: ResourceRecord, raw_times: bool) -> PoolResource {
+pub fn pool_resource(record: ResourceRecord, raw_times: bool) -> PoolResource {
+    let r = record.resource;
     let time = |t| {
         if raw_times {
             format_t(t)
@@ -326,8 +326,8 @@ pub fn pool_resource(r: ResourceRecord, raw_times: bool) -> PoolResource {
         id: r.uid,
         fields,
         reservable: r.reservable,
-        created_at: time(r.created_at),
-        updated_at: r.updated_at.map(time),
+        created_at: time(record.created_at),
+        updated_at: record.updated_at.map(time),
         capabilities,
     }
 }
@@ -370,7 +370,7 @@ pub fn flavor(f: blazar_core::Flavor) -> Flavor {
     }
 }
 
-pub fn notification(n: NotificationRow) -> Notification {
+pub fn notification(n: blazar_core::Notification) -> Notification {
     Notification {
         id: n.id,
         event_type: n.event_type,
@@ -404,14 +404,16 @@ pub fn version(host: &str) -> Version {
 }
 
 /// One event of the lease event stream.
-pub fn lease_event(event: blazar_service::LeaseEvent) -> blazar_api::LeaseEvent {
+pub fn lease_event(event: SequencedNotification) -> blazar_api::LeaseEvent {
+    let n = event.notification;
+    let text = |key: &str| n.payload_text(key).map(String::from);
     blazar_api::LeaseEvent {
         seq: event.seq,
-        event_type: event.event_type,
-        lease_id: event.lease_id,
-        project_id: event.project_id,
-        status: event.status,
-        created_at: blazar_api::dates::format_t(event.created_at),
+        project_id: text("project_id"),
+        status: text("status"),
+        event_type: n.event_type,
+        lease_id: n.lease_id,
+        created_at: format_t(n.created_at),
     }
 }
 

@@ -803,6 +803,9 @@ async fn a_members_stream_passes_over_other_projects_events_at_once() {
         .unwrap();
     let events = app.service.next_lease_events(&mut reader).await.unwrap();
     assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(events[0].event_type, "lease.create");
-    assert_eq!(events[0].project_id.as_deref(), Some("alpha"));
+    assert_eq!(events[0].notification.event_type, "lease.create");
+    assert_eq!(
+        events[0].notification.payload_text("project_id"),
+        Some("alpha")
+    );
 }

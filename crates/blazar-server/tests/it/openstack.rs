@@ -1248,7 +1248,7 @@ async fn two_replicas_carry_out_each_action_once_on_the_cloud() {
             .map(|a| {
                 format!(
                     "{} {} {} attempts={} error={:?}",
-                    a.seq, a.kind, a.status, a.attempts, a.last_error
+                    a.seq, a.intent.kind, a.status, a.attempts, a.last_error
                 )
             })
             .collect();
