@@ -13,6 +13,8 @@ pub use requests::{
 
 use std::collections::BTreeMap;
 
+/// The hypervisor facts of a host, under Nova's names on the wire as in the domain.
+pub use blazar_core::HostFacts;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -328,15 +330,8 @@ pub struct Event {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Host {
     pub id: String,
-    pub hypervisor_hostname: String,
-    pub service_name: String,
-    pub hypervisor_type: String,
-    pub hypervisor_version: i64,
-    pub vcpus: i64,
-    pub memory_mb: i64,
-    pub local_gb: i64,
-    pub cpu_info: String,
-    pub availability_zone: String,
+    #[serde(flatten)]
+    pub facts: HostFacts,
     pub status: Option<String>,
     pub reservable: bool,
     pub trust_id: String,
@@ -649,6 +644,37 @@ mod tests {
             "capabilities read back among the fields"
         );
         assert!(back.capabilities.is_empty());
+    }
+
+    #[test]
+    fn a_host_shows_its_facts_in_blazar_order_and_reads_back_without_them_as_capabilities() {
+        let host = Host {
+            id: "1".into(),
+            facts: HostFacts {
+                hypervisor_hostname: "compute-1".into(),
+                service_name: "compute-1".into(),
+                hypervisor_type: "QEMU".into(),
+                hypervisor_version: 8002000,
+                vcpus: 8,
+                memory_mb: 16384,
+                local_gb: 100,
+                cpu_info: "{}".into(),
+                availability_zone: "nova".into(),
+            },
+            status: None,
+            reservable: true,
+            trust_id: "t".into(),
+            created_at: "2030-01-01 10:00:00".into(),
+            updated_at: None,
+            capabilities: [("gpu".to_string(), json!("true"))].into(),
+        };
+        let text = serde_json::to_string(&host).unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":"1","hypervisor_hostname":"compute-1","service_name":"compute-1","hypervisor_type":"QEMU","hypervisor_version":8002000,"vcpus":8,"memory_mb":16384,"local_gb":100,"cpu_info":"{}","availability_zone":"nova","status":null,"reservable":true,"trust_id":"t","created_at":"2030-01-01 10:00:00","updated_at":null,"gpu":"true"}"#
+        );
+        let back: Host = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, host, "facts read back as facts, not as capabilities");
     }
 
     #[test]

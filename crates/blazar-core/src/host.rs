@@ -5,9 +5,11 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 
 /// What Nova would report about a hypervisor. blazar-rs takes these from the operator.
-#[derive(Debug, Clone, PartialEq)]
+/// Nova's names are also Blazar's keys on the wire, so the API's host shows these as they are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostFacts {
     pub hypervisor_hostname: String,
     pub service_name: String,

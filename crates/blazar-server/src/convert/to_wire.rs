@@ -22,15 +22,7 @@ pub fn host(h: HostRecord) -> Host {
         .collect();
     Host {
         id: h.id.to_string(),
-        hypervisor_hostname: h.facts.hypervisor_hostname,
-        service_name: h.facts.service_name,
-        hypervisor_type: h.facts.hypervisor_type,
-        hypervisor_version: h.facts.hypervisor_version,
-        vcpus: h.facts.vcpus,
-        memory_mb: h.facts.memory_mb,
-        local_gb: h.facts.local_gb,
-        cpu_info: h.facts.cpu_info,
-        availability_zone: h.facts.availability_zone,
+        facts: h.facts,
         status: h.status,
         reservable: h.reservable,
         trust_id: h.trust_id,
