@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
-use crate::{DbResult, Tx, from_secs, to_secs};
+use crate::{Backend, DbError, DbResult, Tx, from_secs, to_secs};
 
 /// Who holds a task, and until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,5 +90,29 @@ impl Tx {
                 })
             })
             .transpose()
+    }
+
+    /// The database server's clock, on PostgreSQL. Claims, their renewals and due events
+    /// are judged by each replica's own clock, so replicas must agree on the time; the
+    /// shared database is the one clock they can all compare theirs with. `None` on SQLite,
+    /// whose clock is the process's own.
+    pub async fn database_clock(&mut self) -> DbResult<Option<DateTime<Utc>>> {
+        if self.backend != Backend::Postgres {
+            return Ok(None);
+        }
+        let rows = self
+            .fetch_rows(
+                "SELECT CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT) \
+                 AS ms",
+                vec![],
+            )
+            .await?;
+        let ms: i64 = match rows.first() {
+            Some(row) => row.try_get("ms")?,
+            None => return Err(DbError::Corrupt("the database told no time".into())),
+        };
+        DateTime::from_timestamp_millis(ms)
+            .map(Some)
+            .ok_or_else(|| DbError::Corrupt(format!("database time {ms} ms")))
     }
 }

@@ -288,6 +288,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let _ = rx.wait_for(|stopped| *stopped).await;
     };
 
+    // Every replica compares its clock with the database's (on PostgreSQL): claims and due
+    // events are judged by each replica's own clock.
+    {
+        let service = state.service.clone();
+        let stop = wait_stop(stop_rx.clone());
+        tokio::spawn(async move {
+            service
+                .run_clock_watch(std::time::Duration::from_secs(60), stop)
+                .await
+        });
+    }
+
     let scheduler = if config.role != Role::Api {
         let service = state.service.clone();
         let poll = config.poll_interval;

@@ -6,6 +6,7 @@
 //! Labels only take bounded values: the route is the matched template
 //! (`/v1/leases/{lease_id}`), never the path, so a client probing random URLs adds nothing.
 
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use axum::Extension;
@@ -59,6 +60,7 @@ pub struct Metrics {
     open_actions: Gauge,
     failed_actions: Gauge,
     database_up: Gauge,
+    clock_skew: Gauge<f64, AtomicU64>,
     pool_open: Gauge,
     pool_idle: Gauge,
     pool_max: Gauge,
@@ -152,6 +154,13 @@ impl Metrics {
             "database_connections_max",
             "Database connections the pools may open",
         );
+        let clock_skew = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "clock_skew_seconds",
+            "How far the database's clock is ahead of this process's, behind when negative \
+             (PostgreSQL; 0 on SQLite, whose clock is the process's own)",
+            clock_skew.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -168,6 +177,7 @@ impl Metrics {
             pool_open,
             pool_idle,
             pool_max,
+            clock_skew,
         }
     }
 
@@ -223,6 +233,8 @@ impl Metrics {
                 self.pool_open.set(i64::from(m.pool.open));
                 self.pool_idle.set(i64::from(m.pool.idle));
                 self.pool_max.set(i64::from(m.pool.max));
+                self.clock_skew
+                    .set(m.clock_skew.map_or(0.0, |skew| skew.as_seconds_f64()));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "metrics: cannot read the database");

@@ -35,6 +35,44 @@ pub struct Monitoring {
     /// Webhook deliveries given up on (dead letters).
     pub webhook_dead: i64,
     pub pool: PoolUse,
+    /// How far the database's clock is ahead of this replica's (behind when negative), on
+    /// PostgreSQL: see [`Service::clock_skew`].
+    pub clock_skew: Option<chrono::Duration>,
+}
+
+/// A clock further from the database's than this is worth an operator's look: well inside
+/// the margin of an action's claim (a minute), far above what NTP keeps.
+pub const CLOCK_SKEW_WARNING: chrono::Duration = chrono::Duration::seconds(2);
+/// How often a disagreement that lasts is said again.
+pub const CLOCK_SKEW_REPEAT: Duration = Duration::from_secs(600);
+
+/// What the clock watch says about one reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClockVerdict {
+    Disagree,
+    AgreeAgain,
+}
+
+/// The clock watch's memory: when it last said the clocks disagree, while they do.
+#[derive(Debug, Default)]
+struct ClockWatch {
+    warned_at: Option<std::time::Instant>,
+}
+
+impl ClockWatch {
+    fn observe(&mut self, skew: chrono::Duration, at: std::time::Instant) -> Option<ClockVerdict> {
+        if skew.abs() > CLOCK_SKEW_WARNING {
+            if self
+                .warned_at
+                .is_some_and(|t| at.duration_since(t) < CLOCK_SKEW_REPEAT)
+            {
+                return None;
+            }
+            self.warned_at = Some(at);
+            return Some(ClockVerdict::Disagree);
+        }
+        self.warned_at.take().map(|_| ClockVerdict::AgreeAgain)
+    }
 }
 
 /// A reader of the lease events after a point in the outbox, for one caller. Places in the
@@ -94,7 +132,9 @@ impl Service {
                 tx.webhook_delivery_counts().await?,
             ))
         })?;
+        let clock_skew = self.clock_skew().await?;
         Ok(Monitoring {
+            clock_skew,
             leases,
             unsent_notifications,
             open_actions: actions.open,
@@ -103,6 +143,54 @@ impl Service {
             webhook_dead: webhooks.dead,
             pool: self.store.pool_use(),
         })
+    }
+
+    /// How far the database's clock is ahead of this replica's (behind when negative), on
+    /// PostgreSQL; `None` on SQLite, whose clock is the process's own. Replicas judge
+    /// claims and due events by their own clocks: two that disagree by more than a claim's
+    /// margin could both take one action, and a fast one starts leases early. The read's
+    /// round trip is split evenly, so the figure is good to half of it.
+    pub async fn clock_skew(&self) -> ServiceResult<Option<chrono::Duration>> {
+        in_tx!(self, read, |tx| {
+            let before = self.clock.now();
+            let database = tx.database_clock().await?;
+            let after = self.clock.now();
+            Ok(database.map(|database| database - (before + (after - before) / 2)))
+        })
+    }
+
+    /// Compares this replica's clock with the database's every `every` until `shutdown`,
+    /// on PostgreSQL (on SQLite it returns at once), and says so in the log when they
+    /// disagree by more than [`CLOCK_SKEW_WARNING`]: again every [`CLOCK_SKEW_REPEAT`] while
+    /// they do, and once when they agree again.
+    pub async fn run_clock_watch(&self, every: Duration, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut watch = ClockWatch::default();
+        loop {
+            match self.clock_skew().await {
+                Ok(None) => return,
+                Ok(Some(skew)) => match watch.observe(skew, std::time::Instant::now()) {
+                    Some(ClockVerdict::Disagree) => tracing::warn!(
+                        skew_ms = skew.num_milliseconds(),
+                        "this replica's clock and the database's disagree (skew_ms: how far the \
+                         database is ahead); replicas judge claims and due events by their own \
+                         clocks: keep them synchronised (NTP)"
+                    ),
+                    Some(ClockVerdict::AgreeAgain) => tracing::info!(
+                        skew_ms = skew.num_milliseconds(),
+                        "this replica's clock agrees with the database's again"
+                    ),
+                    None => {}
+                },
+                Err(e) => {
+                    tracing::debug!(error = %e, "clock watch: cannot read the database's clock")
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = &mut shutdown => return,
+            }
+        }
     }
 
     /// Waits until lease `id` is `target`, can no longer become it, or `timeout` passes,
@@ -211,5 +299,34 @@ impl Service {
             }
         }
         Ok(events)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clock_watch_warns_on_disagreement_again_after_a_while_and_once_on_agreement() {
+        let start = std::time::Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let ms = chrono::Duration::milliseconds;
+        let mut watch = ClockWatch::default();
+        let readings = [
+            (0, ms(150), None),
+            (60, ms(-2_500), Some(ClockVerdict::Disagree)),
+            (120, ms(3_000), None),
+            (660, ms(2_100), Some(ClockVerdict::Disagree)),
+            (720, ms(2_000), Some(ClockVerdict::AgreeAgain)),
+            (780, ms(0), None),
+            (840, ms(-40_000), Some(ClockVerdict::Disagree)),
+        ];
+        for (second, skew, expected) in readings {
+            assert_eq!(
+                watch.observe(skew, at(second)),
+                expected,
+                "at {second} s, {skew}"
+            );
+        }
     }
 }

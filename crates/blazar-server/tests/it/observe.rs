@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
+use blazar_service::Clock;
 use chrono::TimeDelta;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -220,6 +221,30 @@ async fn metrics_count_requests_by_route_template_status_refusals_and_event_lag(
     assert_eq!(sample(&samples, "blazar_actions_open", &[]), Some(0.0));
     assert_eq!(sample(&samples, "blazar_actions_failed", &[]), Some(0.0));
     assert!(sample(&samples, "blazar_database_connections_max", &[]).is_some_and(|n| n >= 1.0));
+    // The app's clock is fixed far from the real time: on PostgreSQL the database's clock
+    // is that far ahead of it (or behind); SQLite's clock is the process's own.
+    let skew = sample(&samples, "blazar_clock_skew_seconds", &[]).unwrap_or(f64::NAN);
+    let skew_ms = app
+        .service
+        .clock_skew()
+        .await
+        .unwrap()
+        .map(|s| s.num_milliseconds());
+    if app.database().is_postgres() {
+        let expected = (chrono::Utc::now() - app.clock.now()).as_seconds_f64();
+        assert!(
+            (skew - expected).abs() < 5.0,
+            "{skew} s, expected {expected} s"
+        );
+        let expected_ms = (chrono::Utc::now() - app.clock.now()).num_milliseconds();
+        assert!(
+            skew_ms.is_some_and(|ms| (ms - expected_ms).abs() < 5_000),
+            "{skew_ms:?}"
+        );
+    } else {
+        assert_eq!(skew, 0.0);
+        assert_eq!(skew_ms, None);
+    }
 }
 
 #[tokio::test]
