@@ -265,7 +265,7 @@ impl Tx {
                  JOIN webhooks w ON w.id = d.webhook_id \
                  JOIN notifications n ON n.id = d.notification_id \
                  WHERE d.status = 'pending' AND d.next_attempt_at <= $1 \
-                 AND (d.claimed_until IS NULL OR d.claimed_until < $1 OR d.claimed_by = $2) \
+                 AND (d.claimed_until IS NULL OR d.claimed_until < $1) \
                  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b \
                      WHERE b.webhook_id = d.webhook_id AND b.lease_id = d.lease_id \
                      AND b.status = 'pending' AND b.seq < d.seq) \

@@ -20,7 +20,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use blazar_core::{Webhook, WebhookDelivery};
 use blazar_db::ClaimedDelivery;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
@@ -150,10 +150,25 @@ pub struct DeliveryReport {
     pub dead: usize,
 }
 
-/// Deliveries claimed at once by one deliverer.
-const CLAIM_BATCH: usize = 50;
-/// Deliveries of a batch in flight at once.
-const CONCURRENT_POSTS: usize = 16;
+/// Deliveries in flight at once in one deliverer.
+pub const CONCURRENT_POSTS: usize = 16;
+/// How long past its timeout a POST may take before its attempt is given up.
+const ATTEMPT_GRACE: Duration = Duration::from_secs(1);
+/// What a claim allows past its POST: the write of the attempt's outcome.
+const CLAIM_MARGIN: Duration = Duration::from_secs(30);
+
+impl DeliveryReport {
+    /// Counts one attempt's outcome. An attempt whose outcome could not be written is left
+    /// to its claim running out: it is tried again then.
+    fn count(&mut self, outcome: ServiceResult<Outcome>) {
+        match outcome {
+            Ok(Outcome::Delivered) => self.delivered += 1,
+            Ok(Outcome::Retried) => self.retried += 1,
+            Ok(Outcome::Dead) => self.dead += 1,
+            Err(e) => tracing::error!(error = %e, "could not record a webhook delivery's attempt"),
+        }
+    }
+}
 
 /// How one attempt ended.
 enum Outcome {
@@ -412,74 +427,98 @@ impl Service {
         Ok(())
     }
 
-    /// Delivers every due delivery this process may claim now, through `sender`.
+    /// Delivers every due delivery this process may claim, through `sender`, until none is
+    /// left to claim and none is in flight.
+    ///
+    /// Up to [`CONCURRENT_POSTS`] go out side by side, and a slot that frees is filled at
+    /// once (as is one a commit's wake finds free): a slow or dead endpoint holds up only
+    /// its own deliveries, never a batch of others'. Only what is sent at once is claimed,
+    /// for one POST and the write of its outcome, so the deliveries of a process that stops
+    /// mid-attempt are taken over within that.
     pub async fn deliver_webhooks(
         &self,
         sender: &dyn WebhookSender,
     ) -> ServiceResult<DeliveryReport> {
         let settings = self.webhooks.clone();
         let mut report = DeliveryReport::default();
-        // Old successes go once an hour, not on every run.
+        self.purge_old_deliveries().await?;
+        let claim_for = chrono::Duration::from_std(settings.timeout + ATTEMPT_GRACE + CLAIM_MARGIN)
+            .unwrap_or_else(|_| chrono::Duration::hours(1));
+        let mut in_flight = futures::stream::FuturesUnordered::new();
+        loop {
+            let free = CONCURRENT_POSTS.saturating_sub(in_flight.len());
+            if free > 0 {
+                let claim = self.claim_deliveries(claim_for, free);
+                tokio::pin!(claim);
+                // The attempts in flight are driven while the claim waits for its write: one
+                // may hold the database's write lock (SQLite) to record its outcome.
+                let claimed = loop {
+                    tokio::select! {
+                        claimed = &mut claim => break claimed?,
+                        Some(outcome) = in_flight.next() => report.count(outcome),
+                    }
+                };
+                // The claim leaves a lease's later deliveries to a webhook behind its earlier
+                // one while that is pending, in flight included: order holds per lease.
+                for d in claimed {
+                    in_flight.push(self.attempt_delivery(sender, d, &settings));
+                }
+            }
+            if in_flight.is_empty() {
+                return Ok(report);
+            }
+            tokio::select! {
+                Some(outcome) = in_flight.next() => {
+                    report.count(outcome);
+                    // Others that ended meanwhile are counted before claiming again.
+                    while let Some(Some(outcome)) = in_flight.next().now_or_never() {
+                        report.count(outcome);
+                    }
+                }
+                // A commit wrote deliveries: claim them if a slot is free.
+                () = self.webhook_wake.notified() => {}
+            }
+        }
+    }
+
+    /// Claims up to `limit` due deliveries for this process, for `claim_for`.
+    async fn claim_deliveries(
+        &self,
+        claim_for: chrono::Duration,
+        limit: usize,
+    ) -> ServiceResult<Vec<ClaimedDelivery>> {
+        let now = self.now();
+        in_tx!(self, write, |tx| {
+            tx.lock_webhook_claims().await?;
+            Ok(tx
+                .claim_webhook_deliveries(now, &self.worker_id, claim_for, limit)
+                .await?)
+        })
+    }
+
+    /// Forgets deliveries that succeeded long ago, once an hour.
+    async fn purge_old_deliveries(&self) -> ServiceResult<()> {
         let now = self.now();
         let last = self
             .webhooks_purged
             .load(std::sync::atomic::Ordering::Relaxed);
-        if now.timestamp().saturating_sub(last) >= 3_600 {
-            self.webhooks_purged
-                .store(now.timestamp(), std::sync::atomic::Ordering::Relaxed);
-            let horizon = now - chrono::Duration::days(KEEP_DELIVERED_DAYS);
-            in_tx!(self, write, |tx| {
-                tx.purge_webhook_deliveries(horizon).await?;
-                Ok(())
-            })?;
+        if now.timestamp().saturating_sub(last) < 3_600 {
+            return Ok(());
         }
-        loop {
-            let now = self.now();
-            // Long enough for every POST of the batch to time out one after the other.
-            let claim_for =
-                chrono::Duration::from_std(settings.timeout.saturating_mul(CLAIM_BATCH as u32 + 1))
-                    .unwrap_or_else(|_| chrono::Duration::hours(1));
-            let claimed = in_tx!(self, write, |tx| {
-                tx.lock_webhook_claims().await?;
-                Ok(tx
-                    .claim_webhook_deliveries(now, &self.worker_id, claim_for, CLAIM_BATCH)
-                    .await?)
-            })?;
-            if claimed.is_empty() {
-                return Ok(report);
-            }
-            // A batch holds at most one delivery per webhook and lease (the claim leaves a
-            // lease's later ones behind its earlier), so they may go side by side: a slow or
-            // dead endpoint holds up only its own deliveries.
-            // Futures made first and boxed: a closure inside the stream would keep the
-            // deliverer's future from being `Send` (a known limit of higher-ranked lifetimes).
-            let attempts: Vec<_> = claimed
-                .iter()
-                .map(
-                    |d| -> futures::future::BoxFuture<'_, ServiceResult<Outcome>> {
-                        Box::pin(self.attempt_delivery(sender, d, &settings))
-                    },
-                )
-                .collect();
-            let outcomes: Vec<ServiceResult<Outcome>> = futures::stream::iter(attempts)
-                .buffer_unordered(CONCURRENT_POSTS)
-                .collect()
-                .await;
-            for outcome in outcomes {
-                match outcome? {
-                    Outcome::Delivered => report.delivered += 1,
-                    Outcome::Retried => report.retried += 1,
-                    Outcome::Dead => report.dead += 1,
-                }
-            }
-        }
+        self.webhooks_purged
+            .store(now.timestamp(), std::sync::atomic::Ordering::Relaxed);
+        let horizon = now - chrono::Duration::days(KEEP_DELIVERED_DAYS);
+        in_tx!(self, write, |tx| {
+            tx.purge_webhook_deliveries(horizon).await?;
+            Ok(())
+        })
     }
 
     /// One attempt of a claimed delivery, its outcome recorded.
     async fn attempt_delivery(
         &self,
         sender: &dyn WebhookSender,
-        d: &ClaimedDelivery,
+        d: ClaimedDelivery,
         settings: &WebhookSettings,
     ) -> ServiceResult<Outcome> {
         let body = json!({
@@ -512,15 +551,13 @@ impl Service {
             body,
             timeout: settings.timeout,
         };
-        let result = match tokio::time::timeout(
-            settings.timeout + Duration::from_secs(1),
-            sender.post(&request),
-        )
-        .await
-        {
-            Ok(result) => result,
-            Err(_) => Err("no answer in time".into()),
-        };
+        let result =
+            match tokio::time::timeout(settings.timeout + ATTEMPT_GRACE, sender.post(&request))
+                .await
+            {
+                Ok(result) => result,
+                Err(_) => Err("no answer in time".into()),
+            };
         let attempts = u32::try_from(d.attempts)
             .unwrap_or(u32::MAX)
             .saturating_add(1);

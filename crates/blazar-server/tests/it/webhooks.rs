@@ -568,6 +568,7 @@ async fn a_slow_endpoint_does_not_hold_up_other_webhooks() {
         .await;
     let (receiver, base) = Receiver::start().await;
     app.create_host("compute-1", json!({})).await;
+    app.create_host("compute-2", json!({})).await;
     for path in ["slow", "fast"] {
         app.post(
             "/v1/webhooks",
@@ -579,20 +580,65 @@ async fn a_slow_endpoint_does_not_hold_up_other_webhooks() {
     app.post("/v1/leases", lease_body("a"))
         .await
         .assert_status(StatusCode::CREATED);
-    let check = async {
-        // The fast endpoint has its delivery while the slow one still holds its own.
+    let wait_for = async |fast: usize, slow: usize, what: &str| {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-        while receiver.at("/fast").is_empty() || receiver.at("/slow").is_empty() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the fast endpoint waited for the slow one"
-            );
+        while receiver.at("/fast").len() < fast || receiver.at("/slow").len() < slow {
+            assert!(tokio::time::Instant::now() < deadline, "{what}");
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        receiver.slow.add_permits(1);
+    };
+    let check = async {
+        // The fast endpoint has its delivery while the slow one still holds its own.
+        wait_for(1, 1, "the fast endpoint waited for the slow one").await;
+        // An event written while the slow endpoint still holds its delivery goes out to
+        // the fast one at once, not after the slow one's answer.
+        app.post("/v1/leases", lease_body("b"))
+            .await
+            .assert_status(StatusCode::CREATED);
+        wait_for(2, 1, "a later event waited for the slow endpoint").await;
+        // Each lease's events stay in order at the slow endpoint: the second lease's
+        // goes out beside the first's, which is still unanswered.
+        wait_for(2, 2, "the slow endpoint's second delivery").await;
+        receiver.slow.add_permits(2);
     };
     let (report, ()) = tokio::join!(deliver(&app), check);
-    assert_eq!(report.delivered, 2, "{report:?}");
+    assert_eq!(report.delivered, 4, "{report:?}");
+}
+
+#[tokio::test]
+async fn the_deliveries_of_a_stopped_deliverer_go_out_once_its_attempt_would_have_ended() {
+    let app = TestApp::builder()
+        .configure(|cli| cli.webhook_timeout = Some(60.0))
+        .spawn()
+        .await;
+    let (receiver, base) = Receiver::start().await;
+    app.create_host("compute-1", json!({})).await;
+    app.post(
+        "/v1/webhooks",
+        json!({"url": format!("{base}/slow"), "all_projects": true}),
+    )
+    .await
+    .assert_status(StatusCode::CREATED);
+    app.post("/v1/leases", lease_body("a"))
+        .await
+        .assert_status(StatusCode::CREATED);
+    // A deliverer stops (its process killed) while its POST waits for an answer.
+    let started = app.service.now();
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(2), deliver(&app)).await;
+    assert!(stopped.is_err(), "the slow endpoint answered");
+    assert_eq!(receiver.at("/slow").len(), 1);
+    let replica = app.replica().await;
+    receiver.slow.add_permits(10);
+    // Its claim covers one attempt (the 60 s timeout) and the write of its outcome...
+    replica.set_time(started + TimeDelta::seconds(75));
+    assert_eq!(deliver(&replica).await.delivered, 0);
+    assert_eq!(receiver.at("/slow").len(), 1);
+    // ...and no more: then another deliverer sends it again.
+    replica.set_time(started + TimeDelta::seconds(95));
+    assert_eq!(deliver(&replica).await.delivered, 1);
+    let got = receiver.at("/slow");
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].delivery, got[1].delivery);
 }
 
 #[tokio::test]
