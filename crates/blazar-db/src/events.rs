@@ -48,6 +48,13 @@ pub(crate) fn event_from_tuple(t: EventTuple) -> DbResult<Event> {
     })
 }
 
+/// Whether event `e` is a before-end whose lease's start has not finished (not run yet, or
+/// its hand-overs still running): as in Blazar, which runs no event of a lease in a
+/// transitional status, the "ends soon" notice never comes before the start's.
+pub const WAITS_FOR_START: &str = "(e.event_type = 'before_end_lease' AND EXISTS (SELECT 1 \
+    FROM events s WHERE s.lease_id = e.lease_id AND s.event_type = 'start_lease' \
+    AND s.status IN ('UNDONE', 'IN_PROGRESS')))";
+
 impl Tx {
     pub async fn insert_event(&mut self, e: &Event) -> DbResult<()> {
         self.revise_lease(&e.lease_id);
@@ -86,7 +93,8 @@ impl Tx {
         .await
     }
 
-    /// The `limit` first undone events due at `now`, in the order they run (time, then
+    /// The `limit` first undone events due at `now` (a before-end waits for its lease's
+    /// start: [`WAITS_FOR_START`]), in the order they run (time, then
     /// ends before starts): a burst is read in one query, not one per event. Callers hold
     /// the scheduler lock, so no other scheduler claims them meanwhile; the rows are not
     /// locked here, so that a lease update that holds the lease and moves its events never
@@ -99,7 +107,7 @@ impl Tx {
     ) -> DbResult<Vec<Event>> {
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events e WHERE e.status = 'UNDONE' AND e.event_time <= $1 \
-             ORDER BY e.event_time, e.rank, e.id LIMIT $2"
+             AND NOT {WAITS_FOR_START} ORDER BY e.event_time, e.rank, e.id LIMIT $2"
         );
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.fetch_all_as(&sql, vec![now.into(), limit.into()], event_from_row)
@@ -114,12 +122,14 @@ impl Tx {
         &mut self,
         now: DateTime<Utc>,
     ) -> DbResult<Option<(String, String)>> {
-        self.fetch_optional_as(
-            "SELECT id, lease_id FROM events WHERE status = 'UNDONE' AND event_time <= $1 \
-             ORDER BY event_time, rank, id LIMIT 1",
-            vec![now.into()],
-            |row| Ok((row.try_get("id")?, row.try_get("lease_id")?)),
-        )
+        let sql = format!(
+            "SELECT e.id, e.lease_id FROM events e WHERE e.status = 'UNDONE' \
+             AND e.event_time <= $1 AND NOT {WAITS_FOR_START} \
+             ORDER BY e.event_time, e.rank, e.id LIMIT 1"
+        );
+        self.fetch_optional_as(&sql, vec![now.into()], |row| {
+            Ok((row.try_get("id")?, row.try_get("lease_id")?))
+        })
         .await
     }
 
@@ -127,7 +137,8 @@ impl Tx {
     pub async fn due_event(&mut self, id: &str, now: DateTime<Utc>) -> DbResult<Option<Event>> {
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events e \
-             WHERE e.id = $1 AND e.status = 'UNDONE' AND e.event_time <= $2"
+             WHERE e.id = $1 AND e.status = 'UNDONE' AND e.event_time <= $2 \
+             AND NOT {WAITS_FOR_START}"
         );
         self.fetch_optional_as(&sql, vec![id.into(), now.into()], event_from_row)
             .await
@@ -163,12 +174,17 @@ impl Tx {
         Ok(true)
     }
 
-    /// When the next undone event is due, if any.
+    /// When the next undone event is due, if any (a before-end waiting for its lease's start
+    /// is not: the start's end wakes the scheduler).
     pub async fn next_event_time(&mut self) -> DbResult<Option<DateTime<Utc>>> {
-        let row = sqlx::query("SELECT MIN(event_time) AS t FROM events WHERE status = 'UNDONE'")
-            .fetch_one(self.conn().await?)
+        // In index order, not MIN(): the first row that does not wait ends the read.
+        let sql = format!(
+            "SELECT e.event_time AS t FROM events e WHERE e.status = 'UNDONE' \
+             AND NOT {WAITS_FOR_START} ORDER BY e.event_time, e.rank LIMIT 1"
+        );
+        let t: Option<i64> = self
+            .fetch_optional_as(&sql, vec![], |row| Ok(row.try_get("t")?))
             .await?;
-        let t: Option<i64> = row.try_get("t")?;
         t.map(from_secs).transpose()
     }
 }

@@ -729,7 +729,7 @@ impl Service {
         ordered.sort_by(|a, b| {
             (&a.row.intent.lease_id, a.row.seq).cmp(&(&b.row.intent.lease_id, b.row.seq))
         });
-        in_tx!(self, write, |tx| {
+        let (claimed, before_end_due) = in_tx!(self, write, |tx| {
             let mut finished = Vec::new();
             for attempt in &ordered {
                 let Attempt {
@@ -757,9 +757,14 @@ impl Service {
                     }),
                 }
             }
-            self.settle_finished(tx, &finished).await?;
-            self.claim_in(tx, self.now(), claim).await
-        })
+            let before_end_due = self.settle_finished(tx, &finished).await?;
+            Ok((self.claim_in(tx, self.now(), claim).await?, before_end_due))
+        })?;
+        // A before-end that waited for its lease's start is due now that the start is done.
+        if before_end_due {
+            self.wake_scheduler_for(self.now());
+        }
+        Ok(claimed)
     }
 
     /// Moves reservations, events and leases on after the actions of `finished` ended
@@ -768,7 +773,9 @@ impl Service {
     /// if one failed for good) and its lease moves on. What it needs is read for the whole
     /// batch at once, after every outcome is written, so the counts of open actions see
     /// them all.
-    async fn settle_finished(&self, tx: &mut Tx, finished: &[Finished<'_>]) -> ServiceResult<()> {
+    /// Returns whether a lease's start finished with its before-end due (it waited for the
+    /// start: the scheduler runs it now).
+    async fn settle_finished(&self, tx: &mut Tx, finished: &[Finished<'_>]) -> ServiceResult<bool> {
         let mut by_lease: BTreeMap<&str, Vec<&Finished>> = BTreeMap::new();
         for f in finished {
             if f.moves_statuses() || f.server_group().is_some() {
@@ -779,7 +786,7 @@ impl Service {
             }
         }
         if by_lease.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let ids: Vec<&str> = by_lease.keys().copied().collect();
         let views = lock_views(tx, &ids).await?;
@@ -789,13 +796,14 @@ impl Service {
             .into_iter()
             .map(|(lease, purpose, open, failed)| ((lease, purpose), (open, failed)))
             .collect();
+        let mut before_end_due = false;
         for mut view in views {
             let Some(ended) = by_lease.get(view.lease.id.as_str()) else {
                 continue;
             };
-            self.settle_lease(tx, &mut view, ended, &counts).await?;
+            before_end_due |= self.settle_lease(tx, &mut view, ended, &counts).await?;
         }
-        Ok(())
+        Ok(before_end_due)
     }
 
     /// [`Service::settle_finished`] for one lease and the actions of it that ended.
@@ -805,7 +813,7 @@ impl Service {
         view: &mut LeaseView,
         ended: &[&Finished<'_>],
         counts: &HashMap<(String, String), (i64, i64)>,
-    ) -> ServiceResult<()> {
+    ) -> ServiceResult<bool> {
         let now = ended
             .iter()
             .map(|f| f.attempt.at)
@@ -873,7 +881,7 @@ impl Service {
             }
         }
         if !ended.iter().any(|f| f.moves_statuses()) {
-            return Ok(());
+            return Ok(false);
         }
         let mut finished = Vec::new();
         for (event_type, purpose) in settles {
@@ -888,7 +896,13 @@ impl Service {
             tracing::info!(lease.id = %view.lease.id, lease.status = %view.lease.status,
                 "lease status");
         }
-        self.notify_events_done(tx, view, &finished).await
+        self.notify_events_done(tx, view, &finished).await?;
+        Ok(finished.contains(&EventType::StartLease)
+            && view.events.iter().any(|e| {
+                e.event_type == EventType::BeforeEndLease
+                    && e.status == EventStatus::Undone
+                    && e.time <= now
+            }))
     }
 
     /// Marks the lease's `event_type` event done (or ERROR, if one of its actions failed)

@@ -93,6 +93,22 @@ fn held(allocations: &[Allocation], reservation_id: &str) -> Vec<Allocation> {
         .collect()
 }
 
+/// What running one event did.
+struct Ran {
+    /// When the events it ran along with itself were due: a before-end that waited for
+    /// the start runs with the end.
+    along: Vec<DateTime<Utc>>,
+}
+
+/// Whether the lease of `events` has a start that has not finished: not run yet, or its
+/// hand-overs still running.
+fn start_unfinished(events: &[Event]) -> bool {
+    events.iter().any(|e| {
+        e.event_type == EventType::StartLease
+            && matches!(e.status, EventStatus::Undone | EventStatus::InProgress)
+    })
+}
+
 /// Whether a failure of the scheduler's work says nothing about the events it ran: the
 /// database away or a race lost (also once retries ran out). The same events are run again
 /// at the next poll; any other failure is taken as the events' own.
@@ -188,12 +204,12 @@ impl Service {
                 .catch_unwind()
                 .await
                 .map_err(|_| ServiceError::Internal("the event's handler panicked".into()))?;
-            match ran? {
-                None => continue,
-                Some(true) => batch.executed += 1,
-                Some(false) => batch.failed += 1,
-            }
+            let Some(ran) = ran? else {
+                continue;
+            };
+            batch.executed += 1 + ran.along.len();
             dues.push(due);
+            dues.extend(ran.along);
         }
         Ok((batch, dues))
     }
@@ -288,7 +304,7 @@ impl Service {
         mut event: Event,
         state: &mut LeaseState,
         now: DateTime<Utc>,
-    ) -> ServiceResult<Option<bool>> {
+    ) -> ServiceResult<Option<Ran>> {
         let LeaseState {
             view:
                 LeaseView {
@@ -304,9 +320,16 @@ impl Service {
             Some(e) if e.status == EventStatus::Undone && e.time <= now => event = e.clone(),
             _ => return Ok(None),
         }
+        // A before-end waits for its lease's start to finish (it may have run just now, in
+        // this transaction): the scheduler is woken when it does.
+        if event.event_type == EventType::BeforeEndLease && start_unfinished(events) {
+            return Ok(None);
+        }
         let kind = event.event_type;
         // Events that finish in this transaction, announced once the lease is settled.
         let mut finished = Vec::new();
+        // When the events run along with this one were due.
+        let mut ran_along = Vec::new();
 
         match kind {
             EventType::StartLease => {
@@ -345,6 +368,20 @@ impl Service {
                 {
                     finished.push(EventType::StartLease);
                 }
+                // A before-end that waited for the start runs now, before the end.
+                if let Some(before_end) = events.iter_mut().find(|e| {
+                    e.event_type == EventType::BeforeEndLease
+                        && e.status == EventStatus::Undone
+                        && e.time <= now
+                }) {
+                    self.before_end(tx, lease, reservations, allocations, now)
+                        .await?;
+                    before_end.status = EventStatus::Done;
+                    before_end.updated_at = Some(now);
+                    tx.update_event(before_end).await?;
+                    finished.push(EventType::BeforeEndLease);
+                    ran_along.push(before_end.time);
+                }
                 // Usage enforcement hears of the lease as it was when it ended.
                 let ended = if self.enforcement.wants_on_end() {
                     Some(LeaseView {
@@ -363,24 +400,8 @@ impl Service {
                 }
             }
             EventType::BeforeEndLease => {
-                tracing::info!(lease.id = %lease.id, lease.end = %lease.end, "lease ends soon");
-                // `before_end: snapshot` (host reservations): an image of every server on
-                // the hosts, as Blazar's host plugin makes them.
-                for reservation in reservations.iter() {
-                    if reservation.status == ReservationStatus::Active
-                        && reservation.spec.before_end() == Some(BeforeEnd::Snapshot)
-                    {
-                        self.record_action(
-                            tx,
-                            lease,
-                            reservation,
-                            (ActionKind::Snapshot, ActionPurpose::BeforeEnd),
-                            &held(allocations, &reservation.id),
-                            now,
-                        )
-                        .await?;
-                    }
-                }
+                self.before_end(tx, lease, reservations, allocations, now)
+                    .await?;
                 event.status = EventStatus::Done;
             }
         }
@@ -403,7 +424,36 @@ impl Service {
             lease.id = %lease.id, event.type = %kind, lease.status = %lease.status,
             lag_ms = (now - event.time).num_milliseconds(), "event done"
         );
-        Ok(Some(true))
+        Ok(Some(Ran { along: ran_along }))
+    }
+
+    /// What a lease's before-end does: `before_end: snapshot` (host reservations) records
+    /// an image of every server on the hosts, as Blazar's host plugin makes them.
+    async fn before_end(
+        &self,
+        tx: &mut Tx,
+        lease: &Lease,
+        reservations: &[Reservation],
+        allocations: &[Allocation],
+        now: DateTime<Utc>,
+    ) -> ServiceResult<()> {
+        tracing::info!(lease.id = %lease.id, lease.end = %lease.end, "lease ends soon");
+        for reservation in reservations {
+            if reservation.status == ReservationStatus::Active
+                && reservation.spec.before_end() == Some(BeforeEnd::Snapshot)
+            {
+                self.record_action(
+                    tx,
+                    lease,
+                    reservation,
+                    (ActionKind::Snapshot, ActionPurpose::BeforeEnd),
+                    &held(allocations, &reservation.id),
+                    now,
+                )
+                .await?;
+            }
+        }
+        Ok(())
     }
 
     /// Records `how.kind` for each reservation `how.applies` to, handing over or taking back

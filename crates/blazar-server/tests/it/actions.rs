@@ -945,3 +945,70 @@ async fn a_stopped_workers_action_is_taken_over_within_a_claim() {
     let listed = actions(&app, &lid).await;
     assert_eq!(listed[0]["attempts"], 2, "{listed:?}");
 }
+
+/// The lease notifications of `lease_id`, oldest first.
+async fn notified(app: &TestApp, lease_id: &str) -> Vec<String> {
+    let notes = app
+        .get(&format!("/v1/notifications?lease_id={lease_id}"))
+        .await;
+    notes.body["notifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["event_type"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_before_end_due_at_the_start_waits_for_the_start_and_comes_before_the_end() {
+    let app = TestApp::builder().auto_actions(false).spawn().await;
+    app.create_host("h1", json!({})).await;
+    // Shorter than the notice (60 minutes by default): the before-end falls at the start.
+    let r = app
+        .host_lease("a", "2030-01-01 10:00", "2030-01-01 10:30", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let a = id(&r.body);
+    let start = t(2030, 1, 1, 10, 0);
+    app.tick_at(start).await;
+    // The start's hand-over has not run: the lease is starting, and the notice waits.
+    assert_eq!(lease(&app, &a).await["status"], "STARTING");
+    assert_eq!(notified(&app, &a).await, ["lease.create"]);
+    app.tick_at(start).await;
+    assert_eq!(notified(&app, &a).await, ["lease.create"]);
+    app.set_time(start);
+    app.run_actions().await;
+    app.tick_at(start).await;
+    assert_eq!(
+        notified(&app, &a).await,
+        [
+            "lease.create",
+            "lease.event.start_lease",
+            "lease.event.before_end_lease"
+        ]
+    );
+
+    // A start whose hand-over never ran before the lease's end: the end settles the start,
+    // and the notice comes between the two.
+    let r = app
+        .host_lease("b", "2030-01-01 11:00", "2030-01-01 11:30", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let b = id(&r.body);
+    app.tick_at(t(2030, 1, 1, 11, 0)).await;
+    assert_eq!(lease(&app, &b).await["status"], "STARTING");
+    let end = t(2030, 1, 1, 11, 30);
+    app.tick_at(end).await;
+    app.set_time(end);
+    app.run_actions().await;
+    assert_eq!(lease(&app, &b).await["status"], "TERMINATED");
+    assert_eq!(
+        notified(&app, &b).await,
+        [
+            "lease.create",
+            "lease.event.start_lease",
+            "lease.event.before_end_lease",
+            "lease.event.end_lease"
+        ]
+    );
+}
