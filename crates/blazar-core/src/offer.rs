@@ -578,11 +578,21 @@ pub fn search_until(
         }
         Order::Longest => {
             let mut all: Vec<(DateTime<Utc>, i64, Vec<Granted>)> = Vec::new();
-            for &t in &starts {
+            // In start order; the end of each window found is a start worth checking too,
+            // as after an offer in the earliest order: windows of the longest length wanted
+            // can follow each other where nothing is booked.
+            let mut pending: std::collections::BTreeSet<DateTime<Utc>> =
+                starts.into_iter().collect();
+            let last = search.latest_start(search.min_minutes);
+            while let Some(t) = pending.pop_first() {
                 if give_up() {
                     return None;
                 }
                 if let Some((minutes, granted)) = search.longest_at(demands, occupancy, t) {
+                    let end = t + Duration::minutes(minutes);
+                    if end <= last {
+                        pending.insert(end);
+                    }
                     all.push((t, minutes, granted));
                     // Scanning in start order, `limit` disjoint windows of the longest
                     // length wanted are the best answer already.
@@ -913,13 +923,27 @@ mod tests {
         occ.add(HOST, 1, busy(100, 110));
         let demands = [whole(HOST, &[1], 1, 1)];
         let offers = search(&demands, &occ, &search_for(10, 100, 300, Order::Longest, 3));
-        assert_eq!(windows(&offers), vec![(110, 210), (40, 100), (0, 30)]);
+        // The window after the first offer counts too: 90 minutes to the search's end.
+        assert_eq!(windows(&offers), vec![(110, 210), (210, 300), (40, 100)]);
         let earliest = search(
             &demands,
             &occ,
             &search_for(10, 100, 300, Order::Earliest, 3),
         );
         assert_eq!(windows(&earliest), vec![(0, 30), (40, 100), (110, 210)]);
+    }
+
+    #[test]
+    fn longest_windows_follow_each_other_where_nothing_is_booked() {
+        let occ = Occupancy::new();
+        let demands = [whole(HOST, &[1], 1, 1)];
+        let fixed = search(&demands, &occ, &search_for(60, 60, 480, Order::Longest, 5));
+        assert_eq!(
+            windows(&fixed),
+            vec![(0, 60), (60, 120), (120, 180), (180, 240), (240, 300)]
+        );
+        let ranged = search(&demands, &occ, &search_for(30, 180, 480, Order::Longest, 5));
+        assert_eq!(windows(&ranged), vec![(0, 180), (180, 360), (360, 480)]);
     }
 
     #[test]

@@ -30,8 +30,8 @@ pub const DEFAULT_OFFERS: usize = 5;
 pub const MAX_OFFERS: usize = 100;
 
 /// Where and how long to look: a lease of `min_minutes` to `max_minutes` that starts no
-/// earlier than `not_before` (now when absent) and ends by `not_after` (30 days after
-/// `not_before` when absent).
+/// earlier than `not_before` (now when absent) and ends by `not_after` (when absent, 30
+/// days after `not_before` plus the longest duration, within a year).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SearchWindow {
     pub not_before: Option<When>,
@@ -65,9 +65,13 @@ impl SearchWindow {
             return bad("max_duration must not be shorter than min_duration".into());
         }
         let not_before = self.not_before.map_or(now, |w| w.resolve(now)).max(now);
+        // By default a lease of the longest duration wanted may start any time in the next
+        // DEFAULT_SEARCH_DAYS (within the longest search taken).
+        let reach = (Duration::minutes(self.max_minutes) + Duration::days(DEFAULT_SEARCH_DAYS))
+            .min(Duration::days(MAX_SEARCH_DAYS));
         let not_after = self
             .not_after
-            .unwrap_or_else(|| within_the_wire(not_before + Duration::days(DEFAULT_SEARCH_DAYS)));
+            .unwrap_or_else(|| within_the_wire(not_before + reach));
         if not_after <= not_before && self.not_after.is_none() {
             // The default end (DEFAULT_SEARCH_DAYS on, clamped to the wire's last date)
             // was not asked for: say what was.
@@ -93,6 +97,15 @@ impl SearchWindow {
         if self.max_minutes > Duration::days(MAX_SEARCH_DAYS).num_minutes() {
             return bad(format!(
                 "The duration is longer than {MAX_SEARCH_DAYS} days"
+            ));
+        }
+        if not_after - not_before < Duration::minutes(self.min_minutes) {
+            return bad(format!(
+                "A lease of {} minute(s) cannot fit between not_before ({}) and not_after \
+                 ({}); widen the search or shorten the duration",
+                self.min_minutes,
+                not_before.format("%Y-%m-%d %H:%M"),
+                not_after.format("%Y-%m-%d %H:%M")
             ));
         }
         Ok(Search {

@@ -290,6 +290,11 @@ async fn offer_requests_are_checked_like_creates() {
             "366 days",
         ),
         (
+            json!({"reservations": [ok], "duration": 120, "not_before": "2030-01-01 00:00",
+                   "not_after": "2030-01-01 01:00"}),
+            "cannot fit between",
+        ),
+        (
             json!({"reservations": [hosts(1, 1, r#"["=", "$colour", "red"]"#)], "duration": 60}),
             "Unknown property $colour",
         ),
@@ -1171,4 +1176,20 @@ async fn a_lease_of_too_many_reservations_is_refused() {
             .unwrap()
             .is_empty()
     );
+}
+
+#[tokio::test]
+async fn a_lease_longer_than_the_default_search_is_still_offered() {
+    let app = TestApp::spawn().await;
+    app.create_host("h1", json!({})).await;
+    // Forty days: the default search reaches thirty days past the longest duration.
+    let found = offers(
+        &app,
+        json!({"reservations": [hosts(1, 1, "")], "duration": 40 * 24 * 60,
+               "not_before": "2040-01-01 00:00", "limit": 1}),
+    )
+    .await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["start_date"], "2040-01-01T00:00:00.000000");
+    assert_eq!(found[0]["end_date"], "2040-02-10T00:00:00.000000");
 }
