@@ -65,7 +65,7 @@ impl Default for WebhookSettings {
 pub fn is_internal_address(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
+            let [a, b, c, _] = v4.octets();
             v4.is_loopback()
                 || v4.is_private()
                 || v4.is_link_local()
@@ -74,6 +74,12 @@ pub fn is_internal_address(ip: IpAddr) -> bool {
                 || v4.is_multicast()
                 || a == 0
                 || (a == 100 && (64..128).contains(&b))
+                // The other special-purpose blocks that are not global (RFC 6890): protocol
+                // assignments, benchmarking, documentation, and the reserved 240/4.
+                || (a, b, c) == (192, 0, 0)
+                || (a == 198 && (18..20).contains(&b))
+                || matches!((a, b, c), (192, 0, 2) | (198, 51, 100) | (203, 0, 113))
+                || a >= 240
         }
         IpAddr::V6(v6) => {
             if let Some(v4) = v6.to_ipv4_mapped() {
@@ -210,7 +216,12 @@ fn backoff(settings: &WebhookSettings, attempts: u32) -> Duration {
 
 fn check_url(url: &str, allow_internal: bool) -> ServiceResult<String> {
     let url = url.trim();
-    let bad = |why: &str| ServiceError::BadRequest(format!("Invalid webhook url {url:?}: {why}"));
+    // A refusal quotes the start of the URL only: the whole of a huge one says nothing more.
+    let quoted: String = url.chars().take(100).collect();
+    let more = if quoted.len() < url.len() { "..." } else { "" };
+    let bad = |why: &str| {
+        ServiceError::BadRequest(format!("Invalid webhook url {quoted:?}{more}: {why}"))
+    };
     if url.len() > MAX_URL {
         return Err(bad("longer than 2048 characters"));
     }
@@ -678,6 +689,12 @@ mod tests {
             "0.1.2.3",
             "255.255.255.255",
             "224.0.0.1",
+            "192.0.0.1",
+            "198.18.0.1",
+            "198.19.255.254",
+            "192.0.2.10",
+            "203.0.113.5",
+            "240.0.0.1",
             "::1",
             "::",
             "fe80::1",
@@ -697,6 +714,10 @@ mod tests {
             "172.32.0.1",
             "100.128.0.1",
             "192.169.0.1",
+            "192.0.1.1",
+            "198.17.255.255",
+            "198.20.0.1",
+            "223.255.255.1",
             "2606:4700::1111",
             "::ffff:8.8.8.8",
         ] {
