@@ -147,6 +147,23 @@ pub fn render(feed: &IcalFeed, leases: &[LeaseView], now: DateTime<Utc>) -> Stri
         doc.line("TRANSP:OPAQUE");
         doc.line("END:VEVENT");
     }
+    if leases.is_empty() {
+        // A calendar holds at least one component (RFC 5545, 3.6): with no lease, the zone
+        // its times are in.
+        for line in [
+            "BEGIN:VTIMEZONE",
+            "TZID:UTC",
+            "BEGIN:STANDARD",
+            "DTSTART:19700101T000000",
+            "TZOFFSETFROM:+0000",
+            "TZOFFSETTO:+0000",
+            "TZNAME:UTC",
+            "END:STANDARD",
+            "END:VTIMEZONE",
+        ] {
+            doc.line(line);
+        }
+    }
     doc.line("END:VCALENDAR");
     doc.0
 }
@@ -156,7 +173,8 @@ fn stamp(t: DateTime<Utc>) -> String {
     t.format("%Y%m%dT%H%M%SZ").to_string()
 }
 
-/// A TEXT value with iCalendar's escapes (backslash, `;`, `,` and line breaks).
+/// A TEXT value with iCalendar's escapes (backslash, `;`, `,` and line breaks); a tab is
+/// kept (TEXT allows it), other control characters are not.
 fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -166,6 +184,7 @@ fn escape(text: &str) -> String {
             ',' => out.push_str("\\,"),
             '\n' => out.push_str("\\n"),
             '\r' => {}
+            '\t' => out.push('\t'),
             c if c.is_control() => {}
             c => out.push(c),
         }
@@ -213,7 +232,24 @@ mod tests {
     }
 
     #[test]
+    fn a_calendar_without_leases_still_holds_a_component() {
+        let feed = IcalFeed {
+            id: "f".into(),
+            secret_sha256: String::new(),
+            project_id: "p".into(),
+            description: String::new(),
+            created_by: None,
+            created_at: DateTime::UNIX_EPOCH,
+        };
+        let text = render(&feed, &[], DateTime::UNIX_EPOCH);
+        let zone = text.find("BEGIN:VTIMEZONE").expect("a component");
+        assert!(zone < text.find("END:VCALENDAR").unwrap());
+        assert!(text.contains("END:VTIMEZONE\r\n"));
+    }
+
+    #[test]
     fn text_is_escaped() {
         assert_eq!(escape("a;b,c\\d\ne"), "a\\;b\\,c\\\\d\\ne");
+        assert_eq!(escape("build\tnightly\u{7}"), "build\tnightly");
     }
 }
