@@ -560,16 +560,18 @@ async fn a_running_server_delivers_as_soon_as_the_event_commits() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_slow_endpoint_does_not_hold_up_other_webhooks() {
+/// An app whose webhooks wait 60 s for an answer, with `hosts` hosts, an all-projects
+/// webhook at each of `paths` of a receiver, and one lease created.
+async fn hooked_app(paths: &[&str], hosts: usize) -> (TestApp, Receiver) {
     let app = TestApp::builder()
         .configure(|cli| cli.webhook_timeout = Some(60.0))
         .spawn()
         .await;
     let (receiver, base) = Receiver::start().await;
-    app.create_host("compute-1", json!({})).await;
-    app.create_host("compute-2", json!({})).await;
-    for path in ["slow", "fast"] {
+    for i in 1..=hosts {
+        app.create_host(&format!("compute-{i}"), json!({})).await;
+    }
+    for path in paths {
         app.post(
             "/v1/webhooks",
             json!({"url": format!("{base}/{path}"), "all_projects": true}),
@@ -580,6 +582,12 @@ async fn a_slow_endpoint_does_not_hold_up_other_webhooks() {
     app.post("/v1/leases", lease_body("a"))
         .await
         .assert_status(StatusCode::CREATED);
+    (app, receiver)
+}
+
+#[tokio::test]
+async fn a_slow_endpoint_does_not_hold_up_other_webhooks() {
+    let (app, receiver) = hooked_app(&["slow", "fast"], 2).await;
     let wait_for = async |fast: usize, slow: usize, what: &str| {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
         while receiver.at("/fast").len() < fast || receiver.at("/slow").len() < slow {
@@ -607,21 +615,7 @@ async fn a_slow_endpoint_does_not_hold_up_other_webhooks() {
 
 #[tokio::test]
 async fn the_deliveries_of_a_stopped_deliverer_go_out_once_its_attempt_would_have_ended() {
-    let app = TestApp::builder()
-        .configure(|cli| cli.webhook_timeout = Some(60.0))
-        .spawn()
-        .await;
-    let (receiver, base) = Receiver::start().await;
-    app.create_host("compute-1", json!({})).await;
-    app.post(
-        "/v1/webhooks",
-        json!({"url": format!("{base}/slow"), "all_projects": true}),
-    )
-    .await
-    .assert_status(StatusCode::CREATED);
-    app.post("/v1/leases", lease_body("a"))
-        .await
-        .assert_status(StatusCode::CREATED);
+    let (app, receiver) = hooked_app(&["slow"], 1).await;
     // A deliverer stops (its process killed) while its POST waits for an answer.
     let started = app.service.now();
     let stopped = tokio::time::timeout(std::time::Duration::from_secs(2), deliver(&app)).await;
