@@ -1059,6 +1059,8 @@ impl Config {
             )?,
             body_bytes_in_flight: defaults.body_bytes_in_flight,
             body_bytes_per_peer: defaults.body_bytes_per_peer,
+            response_bytes_in_flight: defaults.response_bytes_in_flight,
+            response_bytes_per_peer: defaults.response_bytes_per_peer,
         };
         if connections.max_connections == 0 {
             anyhow::bail!("max_client_connections must be at least 1");

@@ -22,6 +22,12 @@
 //! and all bodies being received share one byte budget (else 503); a connection whose only
 //! requests are still uploading counts as waiting, so the connection bound can take its slot.
 //! HTTP/2 clients get a small stream limit for the same reason.
+//!
+//! Answers are bounded the same way on their way out: a client may ask on many HTTP/2
+//! streams and never read, and every unread answer stays in memory. So an answer counts
+//! against a second byte budget (the process's and the client address's share) from when it
+//! is made until it has been sent, handed to HTTP/2 in pieces so that it is not counted as
+//! sent while it waits in a send buffer; a client at its share is answered 503 until it reads.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -58,6 +64,12 @@ pub struct ConnectionLimits {
     /// Of those, the most one client address may hold (then 503): a few clients cannot
     /// take the whole budget from the others.
     pub body_bytes_per_peer: usize,
+    /// Bytes of answers held at once, from when one is made until it has been sent (then
+    /// 503): an HTTP/2 client may ask on many streams and never read, and each unread
+    /// answer stays in memory.
+    pub response_bytes_in_flight: usize,
+    /// Of those, the most one client address may hold (then 503).
+    pub response_bytes_per_peer: usize,
 }
 
 impl Default for ConnectionLimits {
@@ -70,6 +82,8 @@ impl Default for ConnectionLimits {
             body_read_timeout: Duration::from_secs(30),
             body_bytes_in_flight: BODY_BYTES_IN_FLIGHT,
             body_bytes_per_peer: BODY_BYTES_IN_FLIGHT / 8,
+            response_bytes_in_flight: RESPONSE_BYTES_IN_FLIGHT,
+            response_bytes_per_peer: RESPONSE_BYTES_IN_FLIGHT / 2,
         }
     }
 }
@@ -258,26 +272,42 @@ impl Drop for Uploading {
 /// hold gigabytes.
 const BODY_BYTES_IN_FLIGHT: usize = 64 * 1024 * 1024;
 
+/// Bytes of answers held at once by default until they are sent. The largest answers
+/// (a year's timeline of many hosts) are about a megabyte; unread ones were only bounded by
+/// the number of streams, a gigabyte for a hundred HTTP/2 connections.
+const RESPONSE_BYTES_IN_FLIGHT: usize = 128 * 1024 * 1024;
+
+/// What a streamed answer (a list written as it is read, an event stream) is counted as
+/// holding: HTTP/2's send buffer of one stream, set to this size, not the whole answer.
+const STREAMED_RESPONSE_BYTES: usize = 64 * 1024;
+
 /// Streams one HTTP/2 connection may have open at once (hyper's default is 200): each can
 /// hold a body upload, so a few connections could otherwise hold the byte budget.
 const MAX_HTTP2_STREAMS: u32 = 16;
 
-/// The bytes of request bodies held at once: a total for the process and a share of it per
-/// client address. Counted as allocated (the buffer's capacity), so a body sent in tiny
-/// chunks costs what it holds.
-struct BodyBudget {
+/// Bytes held at once (of request bodies, or of answers not sent yet): a total for the
+/// process and a share of it per client address. A request body is counted as allocated
+/// (the buffer's capacity), so a body sent in tiny chunks costs what it holds.
+struct ByteBudget {
     total: usize,
     per_peer: usize,
     held: Mutex<(usize, HashMap<std::net::IpAddr, usize>)>,
 }
 
-impl BodyBudget {
-    fn new(limits: &ConnectionLimits) -> BodyBudget {
-        BodyBudget {
-            total: limits.body_bytes_in_flight,
-            per_peer: limits.body_bytes_per_peer.min(limits.body_bytes_in_flight),
+impl ByteBudget {
+    fn new(total: usize, per_peer: usize) -> ByteBudget {
+        ByteBudget {
+            total,
+            per_peer: per_peer.min(total),
             held: Mutex::new((0, HashMap::new())),
         }
+    }
+
+    /// Whether `peer` may hold anything more now (the total and its share are not used up).
+    fn has_room(&self, peer: std::net::IpAddr) -> bool {
+        let held = self.lock();
+        let (total, by_peer) = &*held;
+        *total < self.total && by_peer.get(&peer).copied().unwrap_or(0) < self.per_peer
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (usize, HashMap<std::net::IpAddr, usize>)> {
@@ -313,9 +343,9 @@ impl BodyBudget {
     }
 }
 
-/// What one request's body holds of the budget, given back when it is dropped.
+/// What one request's body (or answer) holds of its budget, given back when it is dropped.
 struct Held {
-    budget: Arc<BodyBudget>,
+    budget: Arc<ByteBudget>,
     peer: std::net::IpAddr,
     bytes: usize,
 }
@@ -333,6 +363,44 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         self.budget.give_back(self.peer, self.bytes);
+    }
+}
+
+fn too_many_answers() -> Response {
+    tracing::warn!("answers not yet sent reached their byte bound");
+    let mut response = error_response(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "The server holds too many answers that have not been read yet; read them or retry \
+         shortly",
+    );
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("1"),
+    );
+    response
+}
+
+/// Counts `response` against the answers' budget until it has been sent: its length when
+/// it is known, a stream's send buffer otherwise. Answers it, or a 503 (the answer made is
+/// dropped at once) when the budget has no room for it.
+fn hold_answer(
+    response: Response,
+    budget: &Arc<ByteBudget>,
+    peer: std::net::IpAddr,
+) -> (Response, Option<Held>) {
+    let bytes = hyper::body::Body::size_hint(response.body())
+        .exact()
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(STREAMED_RESPONSE_BYTES);
+    let mut held = Held {
+        budget: budget.clone(),
+        peer,
+        bytes: 0,
+    };
+    if held.grow(bytes) {
+        (response, Some(held))
+    } else {
+        (too_many_answers(), None)
     }
 }
 
@@ -354,7 +422,7 @@ fn too_many_bodies() -> Response {
 async fn read_body(
     body: Incoming,
     limits: &ConnectionLimits,
-    budget: &Arc<BodyBudget>,
+    budget: &Arc<ByteBudget>,
     peer: std::net::IpAddr,
 ) -> Result<(hyper::body::Bytes, Held), Response> {
     use http_body_util::BodyExt;
@@ -425,19 +493,35 @@ async fn read_body(
 /// idle sweep and the connection bound leave alone an event stream waiting for events, and
 /// a streamed list or timeline a client is still reading: counted as done once the handler
 /// returned, a list that took longer than the idle timeout to read was cut short.
-fn hold_while_streaming(response: Response, in_flight: InFlight) -> Response {
+fn hold_while_streaming(response: Response, in_flight: InFlight, held: Option<Held>) -> Response {
     response.map(|body| {
         Body::new(HeldBody {
             body,
+            rest: hyper::body::Bytes::new(),
             _in_flight: in_flight,
+            _held: held,
         })
     })
 }
 
-/// A response body that keeps its request in flight until it is dropped.
+/// A response body that keeps its request in flight, and its bytes counted, until it is
+/// dropped. It hands its data out in pieces of at most [`STREAMED_RESPONSE_BYTES`]: HTTP/2
+/// takes a piece whenever its stream has room for one byte, and would otherwise take a
+/// whole answer into its send buffer at once, ending the body (and its count) while the
+/// bytes wait there for a client that does not read.
 struct HeldBody {
     body: Body,
+    /// What is left of a data frame larger than a piece.
+    rest: hyper::body::Bytes,
     _in_flight: InFlight,
+    _held: Option<Held>,
+}
+
+impl HeldBody {
+    fn piece(&mut self) -> hyper::body::Frame<hyper::body::Bytes> {
+        let size = self.rest.len().min(STREAMED_RESPONSE_BYTES);
+        hyper::body::Frame::data(self.rest.split_to(size))
+    }
 }
 
 impl hyper::body::Body for HeldBody {
@@ -448,15 +532,35 @@ impl hyper::body::Body for HeldBody {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+        if !self.rest.is_empty() {
+            return std::task::Poll::Ready(Some(Ok(self.piece())));
+        }
+        match std::pin::Pin::new(&mut self.body).poll_frame(cx) {
+            std::task::Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) if data.len() > STREAMED_RESPONSE_BYTES => {
+                    self.rest = data;
+                    std::task::Poll::Ready(Some(Ok(self.piece())))
+                }
+                Ok(data) => std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(data)))),
+                Err(frame) => std::task::Poll::Ready(Some(Ok(frame))),
+            },
+            other => other,
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.rest.is_empty() && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        self.body.size_hint()
+        let inner = self.body.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut hint = hyper::body::SizeHint::new();
+        hint.set_lower(inner.lower().saturating_add(rest));
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper.saturating_add(rest));
+        }
+        hint
     }
 }
 
@@ -472,7 +576,14 @@ where
     S::Future: Send + 'static,
 {
     let registry = Arc::new(Registry::default());
-    let budget = Arc::new(BodyBudget::new(&limits));
+    let budget = Arc::new(ByteBudget::new(
+        limits.body_bytes_in_flight,
+        limits.body_bytes_per_peer,
+    ));
+    let answers = Arc::new(ByteBudget::new(
+        limits.response_bytes_in_flight,
+        limits.response_bytes_per_peer,
+    ));
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -527,6 +638,7 @@ where
         let registry = registry.clone();
         let app = app.clone();
         let budget = budget.clone();
+        let answers = answers.clone();
         let mut stop = stop_rx.clone();
         connections.spawn(async move {
             let tracker = registry.clone();
@@ -543,7 +655,13 @@ where
                 });
                 let app = app.clone();
                 let budget = budget.clone();
+                let answers = answers.clone();
                 async move {
+                    // A client already holding its share of unsent answers is not given more.
+                    if !answers.has_room(peer.ip()) {
+                        drop(uploading);
+                        return Ok(hold_while_streaming(too_many_answers(), guard, None));
+                    }
                     let (parts, body) = request.into_parts();
                     let (body, _held) = if bodiless {
                         (Body::empty(), None)
@@ -552,7 +670,7 @@ where
                             Ok((bytes, held)) => (Body::from(bytes), Some(held)),
                             Err(response) => {
                                 drop(uploading);
-                                return Ok(hold_while_streaming(response, guard));
+                                return Ok(hold_while_streaming(response, guard, None));
                             }
                         }
                     };
@@ -569,11 +687,15 @@ where
                         Ok(Err(never)) => match never {},
                         Err(_) => request_timeout(),
                     };
-                    Ok::<_, Infallible>(hold_while_streaming(response, guard))
+                    let (response, held) = hold_answer(response, &answers, peer.ip());
+                    Ok::<_, Infallible>(hold_while_streaming(response, guard, held))
                 }
             });
             let mut builder = Builder::new(TokioExecutor::new());
-            builder.http2().max_concurrent_streams(MAX_HTTP2_STREAMS);
+            builder
+                .http2()
+                .max_concurrent_streams(MAX_HTTP2_STREAMS)
+                .max_send_buf_size(STREAMED_RESPONSE_BYTES);
             let connection =
                 builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             tokio::pin!(connection);
@@ -661,6 +783,63 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(body, "[1, 2]");
+        server.abort();
+    }
+
+    /// HTTP/2 streams whose answers are never read hold those answers in memory: past the
+    /// client's share of unsent answers, it is refused (503) until it reads them.
+    #[tokio::test]
+    async fn unread_answers_count_until_they_are_read() {
+        let big = "x".repeat(200_000);
+        let app = axum::Router::new().route("/big", axum::routing::get(move || async move { big }));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let limits = ConnectionLimits {
+            response_bytes_in_flight: 1_000_000,
+            response_bytes_per_peer: 300_000,
+            ..ConnectionLimits::default()
+        };
+        let server = tokio::spawn(serve(
+            listener,
+            app.into_service::<Body>(),
+            limits,
+            std::future::pending(),
+        ));
+        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(connection);
+        let get = |client: h2::client::SendRequest<hyper::body::Bytes>| async move {
+            let mut client = client.ready().await.unwrap();
+            let request = axum::http::Request::get(format!("http://{address}/big"))
+                .body(())
+                .unwrap();
+            let (answer, _) = client.send_request(request, true).unwrap();
+            answer.await.unwrap()
+        };
+        let first = get(client.clone()).await;
+        assert_eq!(first.status(), 200);
+        // Unread, the first answer holds 200 kB: a second would go past the share.
+        let second = get(client.clone()).await;
+        assert_eq!(second.status(), 503);
+        let mut body = first.into_body();
+        let mut read = 0;
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            read += chunk.len();
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+        assert_eq!(read, 200_000);
+        // Read, it holds nothing any more.
+        let mut third = None;
+        for _ in 0..50 {
+            let answer = get(client.clone()).await;
+            if answer.status() == 200 {
+                third = Some(answer);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(third.is_some(), "the read answer was still counted");
         server.abort();
     }
 

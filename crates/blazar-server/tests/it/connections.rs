@@ -23,6 +23,7 @@ async fn limited(max_connections: usize) -> TestApp {
             body_read_timeout: Duration::from_millis(1_500),
             body_bytes_in_flight: 256 * 1024,
             body_bytes_per_peer: 256 * 1024,
+            ..ConnectionLimits::default()
         },
     )
     .await
