@@ -50,6 +50,8 @@ fn delivery_from_row(row: &AnyRow) -> DbResult<WebhookDelivery> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimedDelivery {
     pub webhook_id: String,
+    /// The webhook's project; `None` for an every-project webhook.
+    pub project_id: Option<String>,
     pub url: String,
     pub secret: String,
     pub notification_id: String,
@@ -247,37 +249,54 @@ impl Tx {
 
     /// Claims up to `limit` due deliveries for `worker` until `now + claim_for`, oldest
     /// first: each only if no earlier delivery of the same lease to the same webhook is
-    /// still pending, so a subscriber sees a lease's events in order. On PostgreSQL, call
-    /// [`Tx::lock_webhook_claims`] first.
+    /// still pending, so a subscriber sees a lease's events in order; none of the webhooks
+    /// of `skip_projects` (`None`: the every-project ones), which have their share in flight.
+    /// On PostgreSQL, call [`Tx::lock_webhook_claims`] first.
     pub async fn claim_webhook_deliveries(
         &mut self,
         now: DateTime<Utc>,
         worker: &str,
         claim_for: Duration,
         limit: usize,
+        skip_projects: &[Option<String>],
     ) -> DbResult<Vec<ClaimedDelivery>> {
-        let rows = self
-            .fetch_rows(
-                "SELECT d.webhook_id, w.url, w.secret, d.notification_id, n.event_type, \
-                     d.lease_id, n.payload, n.created_at, CAST(d.attempts AS BIGINT) AS attempts, \
-                     d.request_id \
-                 FROM webhook_deliveries d \
-                 JOIN webhooks w ON w.id = d.webhook_id \
-                 JOIN notifications n ON n.id = d.notification_id \
-                 WHERE d.status = 'pending' AND d.next_attempt_at <= $1 \
-                 AND (d.claimed_until IS NULL OR d.claimed_until < $1) \
-                 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b \
-                     WHERE b.webhook_id = d.webhook_id AND b.lease_id = d.lease_id \
-                     AND b.status = 'pending' AND b.seq < d.seq) \
-                 ORDER BY d.seq, d.webhook_id LIMIT $3",
-                vec![to_secs(now).into(), worker.into(), (limit as i64).into()],
-            )
-            .await?;
+        let mut args: Vec<Arg> = vec![to_secs(now).into(), (limit as i64).into()];
+        let mut skip = String::new();
+        if !skip_projects.is_empty() {
+            let places: Vec<String> = (0..skip_projects.len())
+                .map(|i| format!("${}", i + 3))
+                .collect();
+            skip = format!(
+                " AND COALESCE(w.project_id, '') NOT IN ({})",
+                places.join(", ")
+            );
+            args.extend(
+                skip_projects
+                    .iter()
+                    .map(|p| Arg::from(p.clone().unwrap_or_default())),
+            );
+        }
+        let sql = format!(
+            "SELECT d.webhook_id, w.project_id, w.url, w.secret, d.notification_id, \
+                 n.event_type, d.lease_id, n.payload, n.created_at, \
+                 CAST(d.attempts AS BIGINT) AS attempts, d.request_id \
+             FROM webhook_deliveries d \
+             JOIN webhooks w ON w.id = d.webhook_id \
+             JOIN notifications n ON n.id = d.notification_id \
+             WHERE d.status = 'pending' AND d.next_attempt_at <= $1 \
+             AND (d.claimed_until IS NULL OR d.claimed_until < $1){skip} \
+             AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b \
+                 WHERE b.webhook_id = d.webhook_id AND b.lease_id = d.lease_id \
+                 AND b.status = 'pending' AND b.seq < d.seq) \
+             ORDER BY d.seq, d.webhook_id LIMIT $2"
+        );
+        let rows = self.fetch_rows(&sql, args).await?;
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
             let payload: String = row.try_get("payload")?;
             claimed.push(ClaimedDelivery {
                 webhook_id: row.try_get("webhook_id")?,
+                project_id: row.try_get("project_id")?,
                 url: row.try_get("url")?,
                 secret: row.try_get("secret")?,
                 notification_id: row.try_get("notification_id")?,

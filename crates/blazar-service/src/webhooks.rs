@@ -14,6 +14,7 @@
 //! `<X-Blazar-Timestamp>.<body>` with the webhook's secret, so the receiver can check both
 //! the sender and the age of the message (and refuse replays of old ones).
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -158,12 +159,28 @@ pub struct DeliveryReport {
 
 /// Deliveries in flight at once in one deliverer.
 pub const CONCURRENT_POSTS: usize = 16;
+/// Deliveries of one project's webhooks in flight at once in one deliverer, about: a project
+/// at its share gets no more until one of them ends (a claim may take it a few over).
+const PROJECT_SHARE: usize = 4;
 /// How long past its timeout a POST may take before its attempt is given up.
 const ATTEMPT_GRACE: Duration = Duration::from_secs(1);
 /// What a claim allows past its POST: the write of the attempt's outcome.
 const CLAIM_MARGIN: Duration = Duration::from_secs(30);
 
 impl DeliveryReport {
+    /// Counts an attempt of a delivery of `project`'s that ended, and that it is no longer
+    /// in flight.
+    fn ended(
+        &mut self,
+        by_project: &mut HashMap<Option<String>, usize>,
+        (project, outcome): (Option<String>, ServiceResult<Outcome>),
+    ) {
+        if let Some(n) = by_project.get_mut(&project) {
+            *n = n.saturating_sub(1);
+        }
+        self.count(outcome);
+    }
+
     /// Counts one attempt's outcome. An attempt whose outcome could not be written is left
     /// to its claim running out: it is tried again then.
     fn count(&mut self, outcome: ServiceResult<Outcome>) {
@@ -456,34 +473,52 @@ impl Service {
         let claim_for = chrono::Duration::from_std(settings.timeout + ATTEMPT_GRACE + CLAIM_MARGIN)
             .unwrap_or_else(|_| chrono::Duration::hours(1));
         let mut in_flight = futures::stream::FuturesUnordered::new();
+        // Deliveries in flight per project (`None`: every-project webhooks).
+        let mut by_project: HashMap<Option<String>, usize> = HashMap::new();
         loop {
-            let free = CONCURRENT_POSTS.saturating_sub(in_flight.len());
-            if free > 0 {
-                let claim = self.claim_deliveries(claim_for, free);
+            let mut free = CONCURRENT_POSTS.saturating_sub(in_flight.len());
+            // A few at a time, leaving out the projects that have their share in flight: a
+            // project whose endpoints hang holds at most about its share of the slots.
+            while free > 0 {
+                let full: Vec<Option<String>> = by_project
+                    .iter()
+                    .filter(|(_, n)| **n >= PROJECT_SHARE)
+                    .map(|(p, _)| p.clone())
+                    .collect();
+                let limit = free.min(PROJECT_SHARE);
+                let claim = self.claim_deliveries(claim_for, limit, &full);
                 tokio::pin!(claim);
                 // The attempts in flight are driven while the claim waits for its write: one
                 // may hold the database's write lock (SQLite) to record its outcome.
                 let claimed = loop {
                     tokio::select! {
                         claimed = &mut claim => break claimed?,
-                        Some(outcome) = in_flight.next() => report.count(outcome),
+                        Some(outcome) = in_flight.next() => report.ended(&mut by_project, outcome),
                     }
                 };
+                let got = claimed.len();
                 // The claim leaves a lease's later deliveries to a webhook behind its earlier
                 // one while that is pending, in flight included: order holds per lease.
                 for d in claimed {
-                    in_flight.push(self.attempt_delivery(sender, d, &settings));
+                    let project = d.project_id.clone();
+                    *by_project.entry(project.clone()).or_default() += 1;
+                    let attempt = self.attempt_delivery(sender, d, &settings);
+                    in_flight.push(async move { (project, attempt.await) });
                 }
+                if got < limit {
+                    break;
+                }
+                free = CONCURRENT_POSTS.saturating_sub(in_flight.len());
             }
             if in_flight.is_empty() {
                 return Ok(report);
             }
             tokio::select! {
                 Some(outcome) = in_flight.next() => {
-                    report.count(outcome);
+                    report.ended(&mut by_project, outcome);
                     // Others that ended meanwhile are counted before claiming again.
                     while let Some(Some(outcome)) = in_flight.next().now_or_never() {
-                        report.count(outcome);
+                        report.ended(&mut by_project, outcome);
                     }
                 }
                 // A commit wrote deliveries: claim them if a slot is free.
@@ -492,17 +527,19 @@ impl Service {
         }
     }
 
-    /// Claims up to `limit` due deliveries for this process, for `claim_for`.
+    /// Claims up to `limit` due deliveries for this process, for `claim_for`, none of the
+    /// webhooks of `skip_projects`.
     async fn claim_deliveries(
         &self,
         claim_for: chrono::Duration,
         limit: usize,
+        skip_projects: &[Option<String>],
     ) -> ServiceResult<Vec<ClaimedDelivery>> {
         let now = self.now();
         in_tx!(self, write, |tx| {
             tx.lock_webhook_claims().await?;
             Ok(tx
-                .claim_webhook_deliveries(now, &self.worker_id, claim_for, limit)
+                .claim_webhook_deliveries(now, &self.worker_id, claim_for, limit, skip_projects)
                 .await?)
         })
     }
@@ -625,8 +662,15 @@ impl Service {
     ) {
         tokio::pin!(shutdown);
         loop {
-            if let Err(e) = self.deliver_webhooks(sender).await {
-                tracing::error!(error = %e, "could not deliver webhooks");
+            // A backlog keeps a run going; shutting down ends it where it is (what is in
+            // flight is sent again once its claim runs out).
+            tokio::select! {
+                done = self.deliver_webhooks(sender) => {
+                    if let Err(e) = done {
+                        tracing::error!(error = %e, "could not deliver webhooks");
+                    }
+                }
+                _ = &mut shutdown => break,
             }
             tokio::select! {
                 _ = self.webhook_wake.notified() => {}

@@ -650,7 +650,7 @@ async fn a_delivery_being_made_is_not_offered_again() {
     let now = app.service.now();
     let mut tx = app.service.store().write().await.unwrap();
     let claimed = tx
-        .claim_webhook_deliveries(now, "busy-worker", chrono::Duration::minutes(1), 10)
+        .claim_webhook_deliveries(now, "busy-worker", chrono::Duration::minutes(1), 10, &[])
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -667,4 +667,55 @@ async fn a_delivery_being_made_is_not_offered_again() {
     app.post(&path, json!({}))
         .await
         .assert_status(StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn a_project_whose_endpoints_hang_leaves_room_to_the_others() {
+    let mut app = TestApp::builder()
+        .configure(|cli| cli.webhook_timeout = Some(60.0))
+        .spawn()
+        .await;
+    let (receiver, base) = Receiver::start().await;
+    let lease = |name: &str| {
+        json!({"name": name, "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+               "reservations": [], "events": []})
+    };
+    app.act_as("tarpit", "t-user", "member");
+    for _ in 0..4 {
+        app.post("/v1/webhooks", json!({"url": format!("{base}/slow")}))
+            .await
+            .assert_status(StatusCode::CREATED);
+    }
+    for i in 0..10 {
+        app.post("/v1/leases", lease(&format!("t{i}")))
+            .await
+            .assert_status(StatusCode::CREATED);
+    }
+    app.act_as("other", "o-user", "member");
+    app.post("/v1/webhooks", json!({"url": format!("{base}/fast")}))
+        .await
+        .assert_status(StatusCode::CREATED);
+    app.post("/v1/leases", lease("o"))
+        .await
+        .assert_status(StatusCode::CREATED);
+    let check = async {
+        // Forty deliveries that hang come first, and there are sixteen slots: the other
+        // project's one still goes out while they hang.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        while receiver.at("/fast").is_empty() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the other project waited for the endpoints that hang"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let hanging = receiver.at("/slow").len();
+        assert!(
+            (1..=8).contains(&hanging),
+            "{hanging} in flight for one project"
+        );
+        receiver.slow.add_permits(1_000);
+    };
+    let (report, ()) = tokio::join!(deliver(&app), check);
+    assert_eq!(report.delivered, 41, "{report:?}");
 }
