@@ -237,12 +237,22 @@ fn text_field(map: &Map<String, Value>, key: &str, required: bool) -> Result<Opt
         Some(Value::String(s)) if required && s.trim().is_empty() => {
             Err(bad(format!("Missing parameter {key}")))
         }
+        // Neutron's names and descriptions are at most 255 characters, without controls.
+        Some(Value::String(s)) if s.chars().count() > MAX_TEXT => Err(bad(format!(
+            "Malformed parameter {key}: at most {MAX_TEXT} characters"
+        ))),
+        Some(Value::String(s)) if s.chars().any(char::is_control) => Err(bad(format!(
+            "Malformed parameter {key}: control characters are not allowed"
+        ))),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(other) => Err(bad(format!(
             "Malformed parameter {key}: expected a string, got {other}"
         ))),
     }
 }
+
+/// The longest text a reservation field takes (Neutron's limit on names and descriptions).
+const MAX_TEXT: usize = 255;
 
 /// `physical:host`: between `min` and `max` whole hosts matching both queries.
 #[derive(Debug, Clone, PartialEq)]
@@ -1176,6 +1186,16 @@ mod tests {
                 NETWORK,
                 json!({"network_name": " "}),
                 "Missing parameter network_name",
+            ),
+            (
+                NETWORK,
+                json!({"network_name": "n".repeat(256)}),
+                "network_name: at most 255 characters",
+            ),
+            (
+                NETWORK,
+                json!({"network_name": "n", "network_description": "a\u{0}b"}),
+                "network_description: control characters",
             ),
             (
                 "virtual:gpu",

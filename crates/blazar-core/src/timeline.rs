@@ -25,9 +25,11 @@ pub fn timeline_window(
     let start = start.map_or(now, |w| w.resolve(now));
     let end = match end {
         Some(w) => w.resolve(now),
+        // Not past the last minute Blazar's date formats can write (a five-digit year).
         None => start
             .checked_add_signed(Duration::days(DEFAULT_SPAN_DAYS))
-            .ok_or_else(|| format!("start {start} is too late for a timeline"))?,
+            .ok_or_else(|| format!("start {start} is too late for a timeline"))?
+            .min(last_writable_minute()),
     };
     let window = TimeWindow::new(start, end).map_err(|e| e.to_string())?;
     if end - start > Duration::days(MAX_SPAN_DAYS) {
@@ -36,6 +38,13 @@ pub fn timeline_window(
         ));
     }
     Ok(window)
+}
+
+/// The last minute Blazar's date formats can write: 9999-12-31 23:59.
+fn last_writable_minute() -> DateTime<Utc> {
+    chrono::NaiveDate::from_ymd_opt(9999, 12, 31)
+        .and_then(|d| d.and_hms_opt(23, 59, 0))
+        .map_or(DateTime::<Utc>::MAX_UTC, |t| t.and_utc())
 }
 
 /// What an allocation holds of its resource.
@@ -128,6 +137,16 @@ mod tests {
                 )),
                 Err(()),
             ),
+            // The default week stops at the last minute the wire can write.
+            (
+                Some(When::At(last_writable_minute() - Duration::days(2))),
+                None,
+                Ok((
+                    last_writable_minute() - Duration::days(2),
+                    last_writable_minute(),
+                )),
+            ),
+            (Some(When::At(last_writable_minute())), None, Err(())),
         ];
         for (start, end, expected) in rows {
             let got = timeline_window(now, *start, *end)

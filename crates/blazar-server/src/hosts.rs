@@ -23,9 +23,11 @@ pub async fn list_hosts(
         .get("hypervisor_hostname")
         .or_else(|| query.get("name"))
         .cloned();
-    let reservable = query
-        .get("reservable")
-        .map(|v| v.eq_ignore_ascii_case("true") || v == "1");
+    // Read as `dry_run` is: a value that is neither yes nor no is a 400, not "no".
+    let reservable = match query.contains_key("reservable") {
+        true => Some(crate::reply::strict_flag(&query, "reservable")?),
+        false => None,
+    };
     let source = HostStream {
         list: state.service.list_hosts(&identity).await?,
         done: 0,

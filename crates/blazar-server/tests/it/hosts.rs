@@ -203,13 +203,29 @@ async fn maintenance_hosts_are_never_chosen() {
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     assert_eq!(
         app.hosts_of(r.body["lease"]["id"].as_str().unwrap()).await,
-        vec![h2]
+        vec![h2.clone()]
     );
     let r = app
         .host_lease("l2", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
         .await;
     assert_eq!(r.status, StatusCode::CONFLICT);
     assert!(r.message().contains("1 host(s) match"), "{}", r.message());
+    // The list filters on it, and a value that is neither yes nor no is refused.
+    let ids = |r: &blazar_testkit::Response| -> Vec<String> {
+        r.body["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&app.get("/v1/os-hosts?reservable=yes").await), vec![h2]);
+    assert_eq!(
+        ids(&app.get("/v1/os-hosts?reservable=false").await),
+        vec![h1]
+    );
+    let r = app.get("/v1/os-hosts?reservable=maybe").await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
 }
 
 #[tokio::test]
