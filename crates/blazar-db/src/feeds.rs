@@ -61,6 +61,17 @@ impl Tx {
         }
     }
 
+    /// How many feeds project `project_id` has.
+    pub async fn count_ical_feeds(&mut self, project_id: &str) -> DbResult<i64> {
+        self.fetch_optional_as(
+            "SELECT CAST(COUNT(*) AS BIGINT) AS n FROM ical_feeds WHERE project_id = $1",
+            vec![project_id.into()],
+            |row| Ok(row.try_get("n")?),
+        )
+        .await
+        .map(|n| n.unwrap_or(0))
+    }
+
     /// Deletes a feed; false if there was none.
     pub async fn delete_ical_feed(&mut self, id: &str) -> DbResult<bool> {
         let done = sqlx::query("DELETE FROM ical_feeds WHERE id = $1")

@@ -1056,6 +1056,12 @@ impl Tx {
             .await
     }
 
+    /// Serialises, on PostgreSQL, the transactions that count and add one project's calendar
+    /// feeds, so that concurrent creates cannot pass its cap.
+    pub async fn lock_project_feeds(&mut self, project_id: &str) -> DbResult<()> {
+        self.lock_project("project feeds", project_id).await
+    }
+
     /// The transaction-scoped lock of `project_id` among the locks of `kind` (PostgreSQL).
     async fn lock_project(&mut self, kind: &str, project_id: &str) -> DbResult<()> {
         if self.backend != Backend::Postgres {

@@ -14,6 +14,8 @@ const ID_BYTES: usize = 8;
 const SECRET_BYTES: usize = 32;
 /// Leases in one feed at most: the most recent ones, by start.
 pub const FEED_LEASES: usize = 1_000;
+/// Feeds one project may have: each is a secret URL to revoke, not something to hoard.
+pub const MAX_FEEDS_PER_PROJECT: i64 = 25;
 
 /// A feed just created: the only moment its URL exists outside the caller's hands.
 pub struct IssuedFeed {
@@ -33,7 +35,8 @@ pub fn split_feed(segment: &str) -> Option<(&str, &str)> {
 }
 
 impl Service {
-    /// Creates a feed of the caller's project (an admin may name another).
+    /// Creates a feed of the caller's project (an admin may name another), at most
+    /// [`MAX_FEEDS_PER_PROJECT`] per project.
     pub async fn create_ical_feed(
         &self,
         identity: &Identity,
@@ -70,6 +73,13 @@ impl Service {
             created_at: self.now(),
         };
         in_tx!(self, write, |tx| {
+            tx.lock_project_feeds(&feed.project_id).await?;
+            if tx.count_ical_feeds(&feed.project_id).await? >= MAX_FEEDS_PER_PROJECT {
+                return Err(ServiceError::BadRequest(format!(
+                    "A project has at most {MAX_FEEDS_PER_PROJECT} calendar feeds; delete one \
+                     first"
+                )));
+            }
             tx.insert_ical_feed(&feed).await?;
             Ok(())
         })?;

@@ -60,9 +60,10 @@ pub struct TimelineArgs {
     /// Start after the resource with this id (the previous page's last)
     #[arg(long, value_name = "ID")]
     marker: Option<String>,
-    /// Characters per line of the chart; the terminal's width (or COLUMNS) by default
-    #[arg(long, value_name = "COLUMNS")]
-    width: Option<usize>,
+    /// Characters per line of the chart (40 to 1000); the terminal's width (or COLUMNS) by
+    /// default
+    #[arg(long, value_name = "COLUMNS", value_parser = clap::value_parser!(u16).range(40..=1000))]
+    width: Option<u16>,
     /// The output format
     #[arg(short = 'f', long = "format", value_enum, default_value_t = TimelineFormat::Gantt)]
     format: TimelineFormat,
@@ -95,7 +96,11 @@ pub async fn show(ctx: &Context, args: TimelineArgs) -> CliResult {
         .await?;
     let text = match args.format {
         TimelineFormat::Gantt => {
-            let width = args.width.or_else(chart_width).unwrap_or(DEFAULT_WIDTH);
+            let width = args
+                .width
+                .map(usize::from)
+                .or_else(chart_width)
+                .unwrap_or(DEFAULT_WIDTH);
             gantt(&timeline, width, !localizing(ctx.utc))?
         }
         TimelineFormat::Json | TimelineFormat::Yaml => {
@@ -128,6 +133,9 @@ fn chart_width() -> Option<usize> {
         .and_then(|c| c.trim().parse::<usize>().ok())
         .filter(|c| *c > 0)
         .or_else(|| terminal_size::terminal_size().map(|(w, _)| usize::from(w.0)))
+        // A chart wider than a thousand columns helps no one; an absurd COLUMNS must not
+        // allocate gigabytes.
+        .map(|c| c.min(1000))
 }
 
 const FREE: char = '.';

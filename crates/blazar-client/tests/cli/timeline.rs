@@ -106,6 +106,17 @@ async fn a_gantt_chart_fits_the_width_and_has_a_legend() {
     let wide = run.ok();
     assert!(wide.lines().all(|l| l.chars().count() <= 120), "{wide}");
     assert!(wide.lines().any(|l| l.chars().count() == 120), "{wide}");
+    // A width out of reason is refused by the command line, not attempted.
+    for width in ["0", "99999999999"] {
+        let run = s
+            .blazar_with(
+                &[&window[..], &["--width", width]].concat(),
+                &[("BLAZAR_URL", &s.base)],
+            )
+            .await;
+        assert_ne!(run.code, 0, "{}", run.transcript());
+        assert!(run.stderr.contains("--width"), "{}", run.transcript());
+    }
 
     // JSON is the server's timeline.
     let run = s.blazar(&[&window[..], &["-f", "json"]].concat()).await;

@@ -156,3 +156,22 @@ async fn a_project_feed_shows_its_own_leases_to_a_calendar_application_until_del
     let (status, _, _) = fetch(&app, &path).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_project_has_at_most_25_feeds() {
+    let mut app = TestApp::spawn().await;
+    app.act_as("alpha", "alpha-user", "member");
+    for _ in 0..25 {
+        app.post("/v1/ical-feeds", json!({}))
+            .await
+            .assert_status(StatusCode::CREATED);
+    }
+    let r = app.post("/v1/ical-feeds", json!({})).await;
+    r.assert_status(StatusCode::BAD_REQUEST);
+    assert!(r.message().contains("at most 25"), "{}", r.message());
+    // Another project's count is its own.
+    app.act_as("beta", "beta-user", "member");
+    app.post("/v1/ical-feeds", json!({}))
+        .await
+        .assert_status(StatusCode::CREATED);
+}
