@@ -490,10 +490,14 @@ impl Service {
                 tokio::pin!(claim);
                 // The attempts in flight are driven while the claim waits for its write: one
                 // may hold the database's write lock (SQLite) to record its outcome.
+                let mut ended_meanwhile = false;
                 let claimed = loop {
                     tokio::select! {
                         claimed = &mut claim => break claimed?,
-                        Some(outcome) = in_flight.next() => report.ended(&mut by_project, outcome),
+                        Some(outcome) = in_flight.next() => {
+                            report.ended(&mut by_project, outcome);
+                            ended_meanwhile = true;
+                        }
                     }
                 };
                 let got = claimed.len();
@@ -505,10 +509,12 @@ impl Service {
                     let attempt = self.attempt_delivery(sender, d, &settings);
                     in_flight.push(async move { (project, attempt.await) });
                 }
-                if got < limit {
+                free = CONCURRENT_POSTS.saturating_sub(in_flight.len());
+                // Claimed all there was, unless attempts ended during the claim: it left out
+                // their projects, which may have room now.
+                if got < limit && !ended_meanwhile {
                     break;
                 }
-                free = CONCURRENT_POSTS.saturating_sub(in_flight.len());
             }
             if in_flight.is_empty() {
                 return Ok(report);
