@@ -763,19 +763,12 @@ mod tests {
                 Body::from_stream(chunks)
             }),
         );
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
         let limits = ConnectionLimits {
             header_read_timeout: Duration::from_millis(200),
             idle_timeout: Duration::from_millis(200),
             ..ConnectionLimits::default()
         };
-        let server = tokio::spawn(serve(
-            listener,
-            app.into_service::<Body>(),
-            limits,
-            std::future::pending(),
-        ));
+        let (address, server) = serve_on_loopback(app, limits).await;
         let body = reqwest::get(format!("http://{address}/slow"))
             .await
             .unwrap()
@@ -786,25 +779,37 @@ mod tests {
         server.abort();
     }
 
-    /// HTTP/2 streams whose answers are never read hold those answers in memory: past the
-    /// client's share of unsent answers, it is refused (503) until it reads them.
-    #[tokio::test]
-    async fn unread_answers_count_until_they_are_read() {
-        let big = "x".repeat(200_000);
-        let app = axum::Router::new().route("/big", axum::routing::get(move || async move { big }));
+    /// Serves `app` under `limits` on a free loopback port: its address and the server task.
+    async fn serve_on_loopback(
+        app: axum::Router,
+        limits: ConnectionLimits,
+    ) -> (
+        std::net::SocketAddr,
+        tokio::task::JoinHandle<std::io::Result<()>>,
+    ) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let limits = ConnectionLimits {
-            response_bytes_in_flight: 1_000_000,
-            response_bytes_per_peer: 300_000,
-            ..ConnectionLimits::default()
-        };
         let server = tokio::spawn(serve(
             listener,
             app.into_service::<Body>(),
             limits,
             std::future::pending(),
         ));
+        (address, server)
+    }
+
+    /// HTTP/2 streams whose answers are never read hold those answers in memory: past the
+    /// client's share of unsent answers, it is refused (503) until it reads them.
+    #[tokio::test]
+    async fn unread_answers_count_until_they_are_read() {
+        let big = "x".repeat(200_000);
+        let app = axum::Router::new().route("/big", axum::routing::get(move || async move { big }));
+        let limits = ConnectionLimits {
+            response_bytes_in_flight: 1_000_000,
+            response_bytes_per_peer: 300_000,
+            ..ConnectionLimits::default()
+        };
+        let (address, server) = serve_on_loopback(app, limits).await;
         let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
         let (client, connection) = h2::client::handshake(tcp).await.unwrap();
         tokio::spawn(connection);
