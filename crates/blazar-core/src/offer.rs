@@ -16,6 +16,11 @@
 //! the longest fitting length at a start is the longest wanted or one that ends just where
 //! an allocation starts. The search checks those only, and answers what a minute-by-minute
 //! scan would (a property test below checks it against a brute-force scan).
+//!
+//! A project's quotas on what it holds at once ([`Ceiling`]) are decided the same way: what
+//! a window adds is fixed by its grants, and what the project already holds there changes
+//! only where the window passes the end or reaches the start of one of its holdings, which
+//! are checked as well.
 
 use std::collections::{HashMap, HashSet};
 
@@ -48,6 +53,127 @@ impl Busy {
 #[derive(Debug, Clone, Default)]
 pub struct Occupancy {
     by_kind: HashMap<String, HashMap<i64, Vec<Busy>>>,
+    /// The requesting project's limits on what it holds at once.
+    ceilings: Vec<Ceiling>,
+    /// The requesting project's monthly budget of host-hours.
+    budget: Option<Budget>,
+}
+
+/// A project's budget of (weighted) whole-host hours per calendar month (UTC), with what
+/// it has booked in each month already: a window fits only if, in every month it touches,
+/// what it adds stays within what is left.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Budget {
+    /// The kind of the hosts it counts.
+    pub kind: String,
+    pub limit: f64,
+    /// Hours already booked, by month; a month not listed has none.
+    pub booked: HashMap<TimeWindow, f64>,
+    /// A host's weight when it is not 1.
+    pub weights: HashMap<i64, f64>,
+}
+
+impl Budget {
+    /// Whether a lease over `[start, end)` granted `granted` stays within the budget.
+    fn allows(
+        &self,
+        demands: &[Demand],
+        granted: &[Granted],
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> bool {
+        let weight: f64 = demands
+            .iter()
+            .zip(granted)
+            .filter(|(d, _)| matches!(d, Demand::Whole { kind, .. } if *kind == self.kind))
+            .flat_map(|(_, g)| g.iter())
+            .map(|(id, _)| self.weights.get(id).copied().unwrap_or(1.0))
+            .sum();
+        if weight <= 0.0 {
+            return true;
+        }
+        let Ok(window) = TimeWindow::new(start, end) else {
+            return true;
+        };
+        crate::quota::months(window).into_iter().all(|month| {
+            let from = start.max(month.start());
+            let until = end.min(month.end());
+            let hours = (until - from).num_seconds() as f64 / 3600.0 * weight;
+            let booked = self.booked.get(&month).copied().unwrap_or(0.0);
+            // As a create is measured: sums of whole hours and weights, a tiny residue is
+            // nothing.
+            hours <= 0.0 || booked + hours <= self.limit + 1e-9
+        })
+    }
+}
+
+/// What a [`Ceiling`] counts of a lease's grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Counted {
+    /// Whole resources of this kind (hosts, addresses).
+    Whole(String),
+    /// Instance slots on resources of this kind.
+    Slots(String),
+}
+
+/// A project's limit on what it holds at any one instant (a quota), with what it holds
+/// already: a window fits only if what the lease is granted there, added to the most the
+/// project holds at any instant of the window, stays within the limit. Lease windows count,
+/// not the cleaning margin after them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ceiling {
+    pub counted: Counted,
+    pub limit: i64,
+    /// The project's holdings that count toward it: `[start, end)` and how many.
+    pub held: Vec<(DateTime<Utc>, DateTime<Utc>, i64)>,
+}
+
+impl Ceiling {
+    /// How much of `granted` (what each of `demands` is granted) counts toward the limit.
+    fn counts(&self, demands: &[Demand], granted: &[Granted]) -> i64 {
+        demands
+            .iter()
+            .zip(granted)
+            .map(|(demand, grant)| match (demand, &self.counted) {
+                (Demand::Whole { kind, .. }, Counted::Whole(counted)) if kind == counted => {
+                    grant.len() as i64
+                }
+                (Demand::Slots { kind, .. }, Counted::Slots(counted)) if kind == counted => {
+                    grant.iter().map(|(_, units)| *units).sum()
+                }
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// Whether a lease over `[start, end)` that adds `own` stays within the limit.
+    fn allows(&self, own: i64, start: DateTime<Utc>, end: DateTime<Utc>) -> bool {
+        if own == 0 {
+            return true;
+        }
+        let mut changes: Vec<(DateTime<Utc>, i64)> = Vec::new();
+        for &(from, until, amount) in &self.held {
+            let (from, until) = (from.max(start), until.min(end));
+            if from < until {
+                changes.push((from, amount));
+                changes.push((until, -amount));
+            }
+        }
+        // Half-open: at one instant every change applies before the sum is read (a holding
+        // that ends where another starts never adds to it).
+        changes.sort_unstable();
+        let (mut held, mut peak) = (0i64, 0i64);
+        let mut i = 0;
+        while i < changes.len() {
+            let at = changes[i].0;
+            while i < changes.len() && changes[i].0 == at {
+                held = held.saturating_add(changes[i].1);
+                i += 1;
+            }
+            peak = peak.max(held);
+        }
+        peak.saturating_add(own) <= self.limit
+    }
 }
 
 impl Occupancy {
@@ -73,6 +199,43 @@ impl Occupancy {
 
     fn all(&self) -> impl Iterator<Item = &Busy> + '_ {
         self.by_kind.values().flat_map(|m| m.values()).flatten()
+    }
+
+    /// Windows must also keep the project within `ceiling`.
+    pub fn limit_by(&mut self, ceiling: Ceiling) {
+        self.ceilings.push(ceiling);
+    }
+
+    /// Windows must also keep the project within its monthly `budget`.
+    pub fn budget(&mut self, budget: Budget) {
+        self.budget = Some(budget);
+    }
+
+    /// Whether any project limit (a ceiling or a budget) applies.
+    fn limited(&self) -> bool {
+        !self.ceilings.is_empty() || self.budget.is_some()
+    }
+
+    /// Whether a lease over `[start, end)` granted `granted` keeps within every ceiling.
+    fn within_ceilings(
+        &self,
+        demands: &[Demand],
+        granted: &[Granted],
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> bool {
+        self.ceilings
+            .iter()
+            .all(|c| c.allows(c.counts(demands, granted), start, end))
+            && self
+                .budget
+                .as_ref()
+                .is_none_or(|b| b.allows(demands, granted, start, end))
+    }
+
+    /// The project's holdings under every ceiling.
+    fn held(&self) -> impl Iterator<Item = &(DateTime<Utc>, DateTime<Utc>, i64)> + '_ {
+        self.ceilings.iter().flat_map(|c| &c.held)
     }
 }
 
@@ -420,13 +583,10 @@ impl Search {
             return None;
         }
         let at = |minutes: i64| {
-            fit(
-                demands,
-                occupancy,
-                start,
-                start + Duration::minutes(minutes) + self.cleaning,
-            )
-            .ok()
+            let end = start + Duration::minutes(minutes);
+            fit(demands, occupancy, start, end + self.cleaning)
+                .ok()
+                .filter(|granted| occupancy.within_ceilings(demands, granted, start, end))
         };
         // The shortest must fit: offers start where the shortest wanted window fits.
         let shortest = at(self.min_minutes)?;
@@ -439,19 +599,49 @@ impl Search {
         let mut lengths: Vec<i64> = occupancy
             .all()
             .map(|b| (b.start - start - self.cleaning).num_minutes())
+            .chain(occupancy.held().map(|h| (h.0 - start).num_minutes()))
             .filter(|m| (self.min_minutes..max).contains(m))
             .collect();
         lengths.sort_unstable();
         lengths.dedup();
-        if !monotone(demands) {
-            // Longest first, each tried: see `monotone`.
-            return Some(
-                lengths
-                    .into_iter()
-                    .rev()
-                    .find_map(|minutes| at(minutes).map(|granted| (minutes, granted)))
-                    .unwrap_or((self.min_minutes, shortest)),
-            );
+        // The longest that fits among `(fits, refused)`, `fits` fitting, by halving: for
+        // lengths that meet the same allocations, where only a budget can run out.
+        let halve = |mut fits: (i64, Vec<Granted>), mut refused: i64| {
+            while refused - fits.0 > 1 {
+                let mid = fits.0 + (refused - fits.0) / 2;
+                match at(mid) {
+                    Some(granted) => fits = (mid, granted),
+                    None => refused = mid,
+                }
+            }
+            fits
+        };
+        if !monotone(demands, occupancy) {
+            // Longest first, each tried: see `monotone`. Every length above the one before
+            // up to this one meets the same allocations and holdings, so fits alike, but for
+            // a budget: that runs out with length, so the shortest of them is tried too.
+            let mut tops = lengths;
+            tops.push(max);
+            for i in (0..tops.len()).rev() {
+                let top = tops[i];
+                if top < max
+                    && let Some(granted) = at(top)
+                {
+                    return Some((top, granted));
+                }
+                let bottom = if i == 0 {
+                    self.min_minutes
+                } else {
+                    tops[i - 1] + 1
+                };
+                if occupancy.budget.is_some()
+                    && bottom < top
+                    && let Some(granted) = at(bottom)
+                {
+                    return Some(halve((bottom, granted), top));
+                }
+            }
+            return Some((self.min_minutes, shortest));
         }
         // A window only gets harder to fit as it grows (it meets every allocation a shorter
         // one meets): the longest that fits is found by halving, in a few fits rather than
@@ -468,6 +658,12 @@ impl Search {
                 None => beyond = mid,
             }
         }
+        if occupancy.budget.is_some() {
+            // A budget runs out at any minute, not where an allocation starts: between the
+            // longest found and the next length that did not fit.
+            let refused = lengths.get(fitting).copied().unwrap_or(max);
+            best = halve(best, refused);
+        }
         Some(best)
     }
 }
@@ -477,8 +673,13 @@ impl Search {
 /// extension's): a longer window meets every allocation a shorter one meets. Not of
 /// several demands in general: one granted a range takes as many as are free in preference
 /// order, so over a longer window it may take fewer hosts and leave the next demand room
-/// it did not have over a shorter one.
-fn monotone(demands: &[Demand]) -> bool {
+/// it did not have over a shorter one. Nor, under a ceiling, of a demand granted a range:
+/// over a shorter window it takes more, which may take the project past the ceiling.
+fn monotone(demands: &[Demand], occupancy: &Occupancy) -> bool {
+    let ranged = |d: &Demand| matches!(d, Demand::Whole { min, max, .. } if min != max);
+    if occupancy.limited() && demands.iter().any(ranged) {
+        return false;
+    }
     demands.len() <= 1
         || demands.iter().all(|d| match d {
             Demand::Whole {
@@ -494,21 +695,39 @@ fn monotone(demands: &[Demand]) -> bool {
 
 /// The starts worth checking for windows of `minutes`, in order: the first minute of the
 /// search, every allocation end after it (rounded up to a minute), and every first minute
-/// at which such a window reaches an allocation's start, up to the latest start possible.
+/// at which such a window reaches an allocation's start, up to the latest start possible;
+/// the same for the project's holdings under a ceiling.
 fn candidate_starts(occupancy: &Occupancy, search: &Search, minutes: i64) -> Vec<DateTime<Utc>> {
     let first = ceil_to_minute(search.not_before);
     let last = search.latest_start(minutes);
     let reach = Duration::minutes(minutes) + search.cleaning;
+    let held = occupancy
+        .held()
+        .map(|&(start, end, _)| (start, end, Duration::minutes(minutes)));
     let mut starts: Vec<DateTime<Utc>> = occupancy
         .all()
-        .flat_map(|b| {
-            let reaching = floor_to_minute(b.start - reach) + Duration::minutes(1);
-            [ceil_to_minute(b.until), reaching]
+        .map(|b| (b.start, b.until, reach))
+        .chain(held)
+        .flat_map(|(start, until, reach)| {
+            let reaching = floor_to_minute(start - reach) + Duration::minutes(1);
+            [ceil_to_minute(until), reaching]
         })
         .filter(|t| *t > first && *t <= last)
         .collect();
     if first <= last {
         starts.push(first);
+    }
+    // Under a monthly budget, a window that starts with a month has the whole month's
+    // budget before it (windows across a month's start are not all tried).
+    if occupancy.budget.is_some()
+        && let Ok(span) = TimeWindow::new(first, last)
+    {
+        starts.extend(
+            crate::quota::months(span)
+                .into_iter()
+                .map(|m| m.start())
+                .filter(|t| *t > first && *t <= last),
+        );
     }
     starts.sort_unstable();
     starts.dedup();
@@ -973,6 +1192,7 @@ mod tests {
         let until = start + len + clean;
         let mut taken: HashSet<i64> = HashSet::new();
         let mut mine: HashMap<i64, i64> = HashMap::new();
+        let mut slots_taken = 0;
         let minute_of = |t: DateTime<Utc>| (t - t0()).num_minutes();
         for d in demands {
             match d {
@@ -1054,11 +1274,40 @@ mod tests {
                     );
                     for (host, units) in placed.unwrap_or_default() {
                         *mine.entry(host).or_default() += units * slot.vcpus;
+                        slots_taken += units;
                     }
                 }
             }
         }
-        true
+        // The budget (the tests stay within one month): booked hours plus the window's, the
+        // hosts weighed.
+        if let Some(b) = &occ.budget {
+            let weight: f64 = taken
+                .iter()
+                .map(|id| b.weights.get(id).copied().unwrap_or(1.0))
+                .sum();
+            let booked: f64 = b.booked.values().sum();
+            if weight > 0.0 && booked + weight * len as f64 / 60.0 > b.limit + 1e-9 {
+                return false;
+            }
+        }
+        // Each ceiling, minute by minute over the lease's window (not its cleaning margin).
+        occ.ceilings.iter().all(|c| {
+            let own = match c.counted {
+                Counted::Whole(_) => taken.len() as i64,
+                Counted::Slots(_) => slots_taken,
+            };
+            own == 0
+                || (start..start + len).all(|m| {
+                    let held: i64 = c
+                        .held
+                        .iter()
+                        .filter(|h| minute_of(h.0) <= m && m < minute_of(h.1))
+                        .map(|h| h.2)
+                        .sum();
+                    held + own <= c.limit
+                })
+        })
     }
 
     fn uses_in(occ: &Occupancy, host: i64, start: i64, until: i64) -> bool {
@@ -1119,6 +1368,48 @@ mod tests {
                         demands.push(four_cpu_hosts(0..5, amount as i64 + 1, affinity));
                     }
                     (occupancy_of(allocs), demands, len, clean)
+                },
+            )
+    }
+
+    /// [`scenario`] with a project ceiling on hosts or on instance slots, the project holding
+    /// some of them at times, and maybe a budget of host-hours (host 0 weighing two).
+    fn ceiling_scenario() -> impl Strategy<Value = (Occupancy, Vec<Demand>, i64, i64)> {
+        let holding = (0i64..400, 1i64..120, 1i64..3);
+        (
+            scenario(),
+            any::<bool>(),
+            0i64..5,
+            prop::collection::vec(holding, 0..6),
+            prop::option::of((1i64..24, 0i64..6)),
+        )
+            .prop_map(
+                |((mut occ, demands, len, clean), slots, limit, held, budget)| {
+                    if let Some((limit, booked)) = budget {
+                        let month = TimeWindow::new(
+                            t0(),
+                            Utc.with_ymd_and_hms(2030, 2, 1, 0, 0, 0).unwrap(),
+                        )
+                        .unwrap();
+                        occ.budget(Budget {
+                            kind: HOST.into(),
+                            limit: limit as f64,
+                            booked: HashMap::from([(month, booked as f64)]),
+                            weights: HashMap::from([(0, 2.0)]),
+                        });
+                    }
+                    occ.limit_by(Ceiling {
+                        counted: match slots {
+                            true => Counted::Slots(HOST.into()),
+                            false => Counted::Whole(HOST.into()),
+                        },
+                        limit,
+                        held: held
+                            .into_iter()
+                            .map(|(start, span, amount)| (at(start), at(start + span), amount))
+                            .collect(),
+                    });
+                    (occ, demands, len, clean)
                 },
             )
     }
@@ -1191,6 +1482,28 @@ mod tests {
                 (m, m + longest)
             });
             prop_assert_eq!(windows(&offers).first().copied(), brute);
+        }
+
+        /// Under a project ceiling, the first offer is still the earliest minute, and the
+        /// longest length there, that a brute-force scan finds within the ceiling.
+        #[test]
+        fn offers_keep_within_the_project_ceiling((occ, demands, len, clean) in ceiling_scenario(), extra in 0i64..200) {
+            let horizon = 700;
+            let (min, max) = (len, len + extra);
+            let mut s = search_for(min, max, horizon, Order::Earliest, 3);
+            s.cleaning = Duration::minutes(clean);
+            let offers = search(&demands, &occ, &s);
+            let brute = (0..=horizon - min).find(|&m| fits_naive(&demands, &occ, m, min, clean)).map(|m| {
+                let longest = (min..=max.min(horizon - m))
+                    .rev()
+                    .find(|&l| fits_naive(&demands, &occ, m, l, clean))
+                    .unwrap_or(min);
+                (m, m + longest)
+            });
+            prop_assert_eq!(windows(&offers).first().copied(), brute);
+            for (start, end) in windows(&offers) {
+                prop_assert!(fits_naive(&demands, &occ, start, end - start, clean));
+            }
         }
 
         /// Offers over part of the candidates that cannot be bettered are the offers over

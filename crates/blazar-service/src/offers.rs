@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use blazar_core::engine::Usage;
 use blazar_core::lease::When;
-use blazar_core::offer::{self, Busy, Demand, Occupancy, Offer, Order, ProbeFor, Search};
+use blazar_core::offer::{
+    self, Budget, Busy, Ceiling, Demand, Occupancy, Offer, Order, ProbeFor, Search,
+};
 use blazar_core::{PHYSICAL_HOST, ReservationSpec, ResourceRecord, TimeWindow};
 use blazar_db::Tx;
 use chrono::{DateTime, Duration, Utc};
@@ -322,7 +324,26 @@ impl Service {
         except: Option<&str>,
     ) -> ServiceResult<Vec<Offer>> {
         let demands = self.demands(tx, identity, specs).await?;
-        probed_offers(tx, &demands, search, except, ProbeFor::Grants).await
+        let limits = self
+            .search_limits(tx, &identity.project_id, except, search)
+            .await?;
+        probed_offers(tx, &demands, &limits, search, except, ProbeFor::Grants).await
+    }
+
+    /// The project's limits a search for it keeps within: its concurrent quotas and its
+    /// monthly budget over the search window, leaving out lease `except`'s holdings.
+    async fn search_limits(
+        &self,
+        tx: &mut Tx,
+        project_id: &str,
+        except: Option<&str>,
+        search: &Search,
+    ) -> ServiceResult<ProjectLimits> {
+        let (from, until) = (search.not_before, search.not_after);
+        Ok(ProjectLimits {
+            ceilings: self.ceilings(tx, project_id, except, from, until).await?,
+            budget: self.budget(tx, project_id, except, from, until).await?,
+        })
     }
 
     /// The first window of `search` (ranked by its order) in which `specs` fit, as of `tx`.
@@ -340,7 +361,10 @@ impl Service {
             limit: 1,
             ..search.clone()
         };
-        let found = probed_offers(tx, &demands, &search, None, ProbeFor::Windows).await?;
+        let limits = self
+            .search_limits(tx, &identity.project_id, None, &search)
+            .await?;
+        let found = probed_offers(tx, &demands, &limits, &search, None, ProbeFor::Windows).await?;
         Ok(found.into_iter().next())
     }
 
@@ -528,37 +552,68 @@ const PROBE_CANDIDATES: usize = 256;
 /// each as long as wanted, are the answer (`offer::cannot_be_bettered`: more candidates
 /// can only make more windows fit), and only the probed candidates' allocations are read.
 /// At a site with thousands of matching hosts that is most searches of a quiet future;
-/// otherwise every candidate is read, for one window only up to the probe's.
+/// otherwise every candidate is read, for one window only up to the probe's. Under project
+/// limits, a probe is made only where it is granted as much as a search over every
+/// candidate would be (see [`ProjectLimits::probed_alike`]).
 async fn probed_offers(
     tx: &mut Tx,
     demands: &[Demand],
+    limits: &ProjectLimits,
     search: &Search,
     except: Option<&str>,
     needs: ProbeFor,
 ) -> ServiceResult<Vec<Offer>> {
     let size = |d: &Demand| PROBE_CANDIDATES.max(d.asked().saturating_mul(4));
-    if let Some(probe) = offer::probe(demands, size, needs) {
-        let found = offers_among(tx, &probe, search, except).await?;
+    let probe = match limits.probed_alike(demands, needs) {
+        true => offer::probe(demands, size, needs),
+        false => None,
+    };
+    if let Some(probe) = probe {
+        let found = offers_among(tx, &probe, limits, search, except).await?;
         if offer::cannot_be_bettered(&found, search) {
             return Ok(found);
         }
         // The probe's first window fits over every candidate too: the search over all of
         // them needs their allocations only until it (`offer::bounded_by`).
         if let Some(bounded) = found.first().and_then(|f| offer::bounded_by(search, f)) {
-            return offers_among(tx, demands, &bounded, except).await;
+            return offers_among(tx, demands, limits, &bounded, except).await;
         }
     }
-    offers_among(tx, demands, search, except).await
+    offers_among(tx, demands, limits, search, except).await
 }
 
-/// The offers for `demands` as of `tx`, leaving out the allocations of lease `except`.
+/// A project's limits that a window search keeps within.
+pub(crate) struct ProjectLimits {
+    ceilings: Vec<Ceiling>,
+    budget: Option<Budget>,
+}
+
+impl ProjectLimits {
+    /// Whether a search over part of the candidates decides these limits as one over all
+    /// of them: it grants as many resources (a demand granted a range takes more over more
+    /// candidates, which may go past a limit the probe stayed within) and, for weighted
+    /// host budgets, the same hosts (a probe for windows only takes the last demand from
+    /// other candidates than a create).
+    fn probed_alike(&self, demands: &[Demand], needs: ProbeFor) -> bool {
+        let ranged = |d: &Demand| matches!(d, Demand::Whole { min, max, .. } if min != max);
+        let limited = !self.ceilings.is_empty() || self.budget.is_some();
+        let weighted = self.budget.as_ref().is_some_and(|b| !b.weights.is_empty());
+        let counts_differ = limited && demands.iter().any(ranged);
+        let weights_differ = weighted && needs == ProbeFor::Windows;
+        !(counts_differ || weights_differ)
+    }
+}
+
+/// The offers for `demands` within the project's `limits` as of `tx`, leaving out the
+/// allocations of lease `except`.
 async fn offers_among(
     tx: &mut Tx,
     demands: &[Demand],
+    limits: &ProjectLimits,
     search: &Search,
     except: Option<&str>,
 ) -> ServiceResult<Vec<Offer>> {
-    let occupancy = occupancy(
+    let mut occupancy = occupancy(
         tx,
         demands,
         search.not_before,
@@ -566,6 +621,12 @@ async fn offers_among(
         except,
     )
     .await?;
+    for ceiling in &limits.ceilings {
+        occupancy.limit_by(ceiling.clone());
+    }
+    if let Some(budget) = &limits.budget {
+        occupancy.budget(budget.clone());
+    }
     // The search is CPU work that can take a while over a large occupancy: off the async
     // workers, so it never holds up requests that only wait on I/O.
     let (demands, search) = (demands.to_vec(), search.clone());

@@ -12,10 +12,11 @@
 
 use std::collections::HashMap;
 
+use blazar_core::offer::{Budget, Ceiling, Counted};
 use blazar_core::quota::{self, Peak, QuotaExcess, QuotaKind, QuotaValues, Use};
 use blazar_core::reservation::FLOATINGIP;
 use blazar_core::time::truncate_to_minute;
-use blazar_core::{PHYSICAL_HOST, TimeWindow};
+use blazar_core::{HostRecord, PHYSICAL_HOST, TimeWindow};
 use blazar_db::{ProjectAllocation, QuotaRow, Tx};
 use chrono::{DateTime, Utc};
 
@@ -112,6 +113,16 @@ fn counted(a: &ProjectAllocation) -> Option<(QuotaKind, f64)> {
         PHYSICAL_HOST if a.exclusive => Some((QuotaKind::Hosts, 1.0)),
         PHYSICAL_HOST => Some((QuotaKind::Instances, a.units as f64)),
         FLOATINGIP => Some((QuotaKind::FloatingIps, 1.0)),
+        _ => None,
+    }
+}
+
+/// What a window search counts toward a concurrent limit (see [`counted`]).
+fn counted_as(kind: QuotaKind) -> Option<Counted> {
+    match kind {
+        QuotaKind::Hosts => Some(Counted::Whole(PHYSICAL_HOST.into())),
+        QuotaKind::FloatingIps => Some(Counted::Whole(FLOATINGIP.into())),
+        QuotaKind::Instances => Some(Counted::Slots(PHYSICAL_HOST.into())),
         _ => None,
     }
 }
@@ -243,6 +254,18 @@ impl Service {
         Ok(own.unwrap_or_default().over(&self.quotas.defaults))
     }
 
+    /// A host's weight in the monthly budget: the largest configured weight whose property
+    /// it has, else 1.
+    fn host_weight(&self, host: &HostRecord) -> f64 {
+        self.quotas
+            .host_weights
+            .iter()
+            .filter(|w| host.property(&w.key).is_some_and(|v| v == w.value.as_str()))
+            .map(|w| w.weight)
+            .reduce(f64::max)
+            .unwrap_or(1.0)
+    }
+
     /// The whole-host allocations of `rows` as uses weighing their host's budget weight (1
     /// unless a configured weight matches the host), `lease_id`'s marked as its own.
     async fn weighted_hosts(
@@ -251,8 +274,7 @@ impl Service {
         rows: &[ProjectAllocation],
         lease_id: &str,
     ) -> ServiceResult<Vec<Use>> {
-        let weights = &self.quotas.host_weights;
-        let inventory = match weights.is_empty() {
+        let inventory = match self.quotas.host_weights.is_empty() {
             true => None,
             false => Some(self.host_cache.inventory(tx).await?),
         };
@@ -260,14 +282,7 @@ impl Service {
             inventory
                 .as_ref()
                 .and_then(|inv| inv.get(id))
-                .and_then(|host| {
-                    weights
-                        .iter()
-                        .filter(|w| host.property(&w.key).is_some_and(|v| v == w.value.as_str()))
-                        .map(|w| w.weight)
-                        .reduce(f64::max)
-                })
-                .unwrap_or(1.0)
+                .map_or(1.0, |host| self.host_weight(host))
         };
         Ok(rows
             .iter()
@@ -435,6 +450,96 @@ impl Service {
             Some(_) => RefusalKind::BadRequest,
         };
         Err(refusal(project_id, excesses, kind))
+    }
+
+    /// The project's concurrent limits as ceilings a window search keeps within (so that a
+    /// window it offers or books is one a create would not refuse for them), with what the
+    /// project holds between `from` and `until`, leaving out lease `except`'s.
+    pub(crate) async fn ceilings(
+        &self,
+        tx: &mut Tx,
+        project_id: &str,
+        except: Option<&str>,
+        from: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> ServiceResult<Vec<Ceiling>> {
+        let limits = self.project_limits(tx, project_id).await?;
+        if CONCURRENT.iter().all(|k| limits.limit(*k).is_none()) || from >= until {
+            return Ok(Vec::new());
+        }
+        let rows = tx.project_allocations(project_id, from, until).await?;
+        let mut ceilings = Vec::new();
+        for kind in CONCURRENT {
+            let (Some(limit), Some(counted)) = (limits.limit(kind), counted_as(kind)) else {
+                continue;
+            };
+            let held = rows
+                .iter()
+                .filter(|a| except != Some(a.lease_id.as_str()))
+                .filter_map(|a| match self::counted(a) {
+                    // Whole numbers: a host or an address is one, slots are units.
+                    Some((k, amount)) if k == kind => Some((a.start, a.end, amount as i64)),
+                    _ => None,
+                })
+                .collect();
+            ceilings.push(Ceiling {
+                counted,
+                limit,
+                held,
+            });
+        }
+        Ok(ceilings)
+    }
+
+    /// The project's monthly host-hour budget as a window search keeps within it (so that
+    /// a window it offers or books is one a create would not refuse for it), with what the
+    /// project has booked in each month from `from` to `until`, leaving out lease
+    /// `except`'s.
+    pub(crate) async fn budget(
+        &self,
+        tx: &mut Tx,
+        project_id: &str,
+        except: Option<&str>,
+        from: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> ServiceResult<Option<Budget>> {
+        let limits = self.project_limits(tx, project_id).await?;
+        let Some(limit) = limits.limit(QuotaKind::HostHoursPerMonth) else {
+            return Ok(None);
+        };
+        let months = TimeWindow::new(from, until)
+            .map(quota::months)
+            .unwrap_or_default();
+        let (Some(first), Some(last)) = (months.first(), months.last()) else {
+            return Ok(None);
+        };
+        let mut rows = tx
+            .project_allocations(project_id, first.start(), last.end())
+            .await?;
+        rows.retain(|a| except != Some(a.lease_id.as_str()));
+        let weighted = self.weighted_hosts(tx, &rows, "").await?;
+        let booked = months
+            .iter()
+            .map(|month| (*month, quota::hours_in(&weighted, *month).0))
+            .collect();
+        let weights = match self.quotas.host_weights.is_empty() {
+            true => HashMap::new(),
+            false => {
+                let inventory = self.host_cache.inventory(tx).await?;
+                inventory
+                    .hosts
+                    .iter()
+                    .map(|h| (h.id, self.host_weight(h)))
+                    .filter(|(_, w)| *w != 1.0)
+                    .collect()
+            }
+        };
+        Ok(Some(Budget {
+            kind: PHYSICAL_HOST.into(),
+            limit: limit as f64,
+            booked,
+            weights,
+        }))
     }
 
     /// A project's quotas as shown (`blazar:quotas:get` on that project).

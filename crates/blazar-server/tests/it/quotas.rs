@@ -701,3 +701,196 @@ async fn offers_that_start_too_far_ahead_do_not_crowd_out_bookable_ones() {
         fmt(hours(1)).replace(' ', "T")
     );
 }
+
+/// Offers and `earliest` creates keep within the project's quotas as a create of the same
+/// window would: windows where the project would hold more hosts at once than it may, or
+/// go past its monthly budget, are not offered, and the earliest create books the first
+/// window that a plain create of it would not refuse.
+#[tokio::test]
+async fn offers_and_earliest_creates_keep_within_the_project_quotas() {
+    let mut app = app_with_hosts(4, |cli| {
+        cli.quota_hosts = Some(2);
+        cli.quota_host_hours_per_month = Some(20);
+    })
+    .await;
+    // Another project's lease counts toward nothing of alpha's.
+    app.act_as("beta", "u2", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "b",
+                "2029-12-31 08:30",
+                "2029-12-31 20:00",
+                json!([hosts(1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as("alpha", "u1", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "a",
+                "2029-12-31 09:00",
+                "2029-12-31 12:00",
+                json!([hosts(2, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+
+    let offers = |duration: i64, limit: i64| json!({"reservations": [hosts(1, "")], "duration": duration, "limit": limit});
+    let starts = |r: &crate::harness::Response| -> Vec<String> {
+        r.body["offers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["start_date"].as_str().unwrap()[..16].to_string())
+            .collect()
+    };
+    // Two hosts are free from 08:00, but alpha holds two from 09:00 to 12:00.
+    let r = app.post("/v1/leases/offers", offers(120, 2)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(starts(&r), ["2029-12-31T12:00", "2029-12-31T14:00"]);
+    // Booked as offered, with a plain create.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "c",
+                "2029-12-31 12:00",
+                "2029-12-31 14:00",
+                json!([hosts(1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    // Two at once are allowed: the first earliest create goes beside it, the next after.
+    for expected in ["2029-12-31T12:00", "2029-12-31T14:00"] {
+        let r = app
+            .post(
+                "/v1/leases",
+                json!({"name": "e", "start_date": "earliest", "duration": 120,
+                       "reservations": [hosts(1, "")]}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        assert_eq!(
+            &r.body["lease"]["start_date"].as_str().unwrap()[..16],
+            expected
+        );
+    }
+    // 6 + 2 + 2 + 2 = 12 of December's 20 host-hours are booked: a 9-hour lease is offered
+    // where at most 8 of its hours fall in December and it is the only host held: 16:00.
+    let r = app.post("/v1/leases/offers", offers(540, 1)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(starts(&r), ["2029-12-31T16:00"]);
+    assert_eq!(
+        r.body["offers"][0]["end_date"],
+        "2030-01-01T01:00:00.000000"
+    );
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "j",
+                "2029-12-31 16:00",
+                "2030-01-01 01:00",
+                json!([hosts(1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    // With January's first hour booked, a range of durations gets the longest the budget
+    // leaves: 19 hours, whichever minute that ends at.
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": [hosts(1, "")], "min_duration": 60,
+                   "max_duration": 1440, "not_before": "2030-01-01 02:00", "limit": 1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(starts(&r), ["2030-01-01T02:00"]);
+    assert_eq!(
+        r.body["offers"][0]["end_date"],
+        "2030-01-01T21:00:00.000000"
+    );
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "k",
+                "2030-01-01 02:00",
+                "2030-01-01 21:01",
+                json!([hosts(1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "k",
+                "2030-01-01 02:00",
+                "2030-01-01 21:00",
+                json!([hosts(1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+}
+
+/// Instance slots and floating IPs held at once are kept within their quotas by offers too.
+#[tokio::test]
+async fn offers_keep_within_instance_and_floating_ip_quotas() {
+    let mut app = app_with_hosts(2, |cli| {
+        cli.quota_instances = Some(3);
+        cli.quota_floatingips = Some(1);
+    })
+    .await;
+    for address in ["10.0.0.5", "10.0.0.6"] {
+        let r = app
+            .post(
+                "/v1/floatingips",
+                json!({"floating_network_id": "net-1", "floating_ip_address": address}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    }
+    app.act_as("alpha", "u1", "member");
+    let instances = |amount: i64| {
+        json!([{"resource_type": "virtual:instance", "amount": amount, "vcpus": 1,
+                "memory_mb": 512, "disk_gb": 1, "affinity": null, "resource_properties": ""}])
+    };
+    let address = json!([{"resource_type": "virtual:floatingip", "network_id": "net-1",
+                          "amount": 1}]);
+    for (name, reservations) in [("i", instances(2)), ("f", address.clone())] {
+        let r = app
+            .post(
+                "/v1/leases",
+                lease(name, "2030-01-01 10:00", "2030-01-01 12:00", reservations),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    }
+    for (reservations, expected) in [
+        (instances(1), "2030-01-01T10:00"),
+        (instances(2), "2030-01-01T12:00"),
+        (address, "2030-01-01T12:00"),
+    ] {
+        let r = app
+            .post(
+                "/v1/leases/offers",
+                json!({"reservations": reservations, "duration": 60,
+                       "not_before": "2030-01-01 10:00", "limit": 2}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        let first = r.body["offers"][0]["start_date"].as_str().unwrap();
+        assert_eq!(&first[..16], expected, "{reservations}: {}", r.body);
+    }
+}
