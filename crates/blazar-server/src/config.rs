@@ -110,7 +110,8 @@ pub struct Cli {
     #[arg(long, env = "BLAZAR_TOKEN_CACHE_SIZE")]
     pub token_cache_size: Option<usize>,
     /// Seconds a Keystone validation is trusted before asking again: the longest a revoked
-    /// token keeps working [default: 60].
+    /// token keeps working; open event streams check their caller's token this often too
+    /// [default: 60].
     #[arg(long, env = "BLAZAR_TOKEN_REVALIDATE_SECONDS")]
     pub token_revalidate_seconds: Option<u64>,
     /// Project id of noauth requests without X-Project-Id [default: the id derived from "admin"].
@@ -357,8 +358,8 @@ pub struct Cli {
     /// [default: loopback].
     #[arg(long, env = "BLAZAR_METRICS_ACCESS", value_enum)]
     pub metrics_access: Option<crate::metrics::MetricsAccess>,
-    /// Long polls (`?wait_for=`) and event streams open at once; more are answered 503
-    /// [default: 1024].
+    /// Long polls (`?wait_for=`) and event streams open at once, a quarter of them at most
+    /// per project; more are answered 503 [default: 1024].
     #[arg(long, env = "BLAZAR_MAX_WAITERS")]
     pub max_waiters: Option<usize>,
 }
@@ -1281,6 +1282,9 @@ impl Config {
             metrics_access: self.metrics_access,
             max_waiters: self.max_waiters,
             max_wait,
+            // An open stream is held to what a request is: a revoked or expired token stops
+            // it within the revalidation interval (Keystone's cache is asked each time).
+            recheck: std::time::Duration::from_secs(self.keystone.token_revalidate_seconds.max(1)),
         }
     }
 

@@ -266,7 +266,7 @@ pub async fn show_lease(
                 },
             }
             .min(state.observe.max_wait);
-            let Ok(_permit) = state.waiters.clone().try_acquire_owned() else {
+            let Some(_permit) = state.waiter(&identity.project_id) else {
                 return Ok(crate::error::too_many_waiters());
             };
             let mut stopping = state.stopping.clone();
@@ -313,19 +313,33 @@ pub async fn lease_events(
             ApiError::bad_request(format!("Invalid event id {text}; give an event's id"))
         })?),
     };
-    let Ok(permit) = state.waiters.clone().try_acquire_owned() else {
+    let Some(permit) = state.waiter(&identity.project_id) else {
         return Ok(crate::error::too_many_waiters());
     };
     let reader = state
         .service
         .lease_events(&identity, after, query.get("project_id").cloned())
         .await?;
+    // What identifies the caller, kept to ask again while the stream is open.
+    let mut credentials = axum::http::HeaderMap::new();
+    for name in ["x-auth-token", "x-project-id", "x-user-id", "x-roles"] {
+        if let Some(value) = headers.get(name) {
+            credentials.insert(name, value.clone());
+        }
+    }
     let stream = EventStream {
         service: state.service.clone(),
         reader,
         pending: std::collections::VecDeque::new(),
         changes: state.service.lease_changes(),
         stopping: state.stopping.clone(),
+        caller: Recheck {
+            auth: state.auth.clone(),
+            credentials,
+            identity,
+            every: state.observe.recheck,
+            last: std::time::Instant::now(),
+        },
         _permit: permit,
     };
     let events = futures::stream::unfold(stream, EventStream::next);
@@ -346,7 +360,41 @@ struct EventStream {
     pending: std::collections::VecDeque<blazar_core::SequencedNotification>,
     changes: tokio::sync::watch::Receiver<u64>,
     stopping: tokio::sync::watch::Receiver<bool>,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    caller: Recheck,
+    _permit: crate::state::WaiterPermit,
+}
+
+/// A stream's caller, identified again every so often: a token revoked or expired while
+/// the stream is open ends it, as it would refuse the caller's next request.
+struct Recheck {
+    auth: std::sync::Arc<crate::auth::Auth>,
+    credentials: axum::http::HeaderMap,
+    identity: blazar_service::Identity,
+    every: std::time::Duration,
+    last: std::time::Instant,
+}
+
+impl Recheck {
+    /// Whether the caller is still who the stream was opened for (asked when due). Anything
+    /// else ends the stream, an authentication service that cannot answer included: the
+    /// client reconnects with its last event id once it is back.
+    async fn holds(&mut self) -> bool {
+        if self.last.elapsed() < self.every {
+            return true;
+        }
+        self.last = std::time::Instant::now();
+        match self.auth.identify(&self.credentials).await {
+            Ok(identity) if identity == self.identity => true,
+            Ok(_) => {
+                tracing::info!(user.id = %self.identity.user_id, "event stream ended: its caller's token now says otherwise");
+                false
+            }
+            Err(_) => {
+                tracing::info!(user.id = %self.identity.user_id, "event stream ended: its caller's token no longer holds");
+                false
+            }
+        }
+    }
 }
 
 impl EventStream {
@@ -354,6 +402,9 @@ impl EventStream {
     /// server stops, or the database failed: the client resumes from its last event).
     async fn next(mut self) -> Option<(Result<Event, std::convert::Infallible>, Self)> {
         loop {
+            if !self.caller.holds().await {
+                return None;
+            }
             if let Some(event) = self.pending.pop_front() {
                 let seq = event.seq;
                 let data = match serde_json::to_string(&to_wire::lease_event(event)) {

@@ -1,10 +1,11 @@
 //! What every handler can reach.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use blazar_service::Service;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use crate::auth::Auth;
 use crate::lease_cache::LeaseCache;
@@ -18,7 +19,13 @@ pub struct ObserveSettings {
     pub max_waiters: usize,
     /// The longest `timeout` a long poll may ask for.
     pub max_wait: Duration,
+    /// How often an open event stream checks that its caller's credentials still hold.
+    pub recheck: Duration,
 }
+
+/// Of `max_waiters`, the most one project may hold at once (a quarter): one client cannot
+/// take every slot and leave the other projects' long polls and streams to 503.
+pub const PROJECT_SHARE: usize = 4;
 
 impl Default for ObserveSettings {
     fn default() -> Self {
@@ -26,6 +33,7 @@ impl Default for ObserveSettings {
             metrics_access: MetricsAccess::default(),
             max_waiters: 1024,
             max_wait: Duration::from_secs(300),
+            recheck: Duration::from_secs(60),
         }
     }
 }
@@ -39,7 +47,9 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub observe: ObserveSettings,
     /// Permits for long polls and event streams (`observe.max_waiters`).
-    pub waiters: Arc<Semaphore>,
+    waiters: Arc<Semaphore>,
+    /// How many of them each project holds.
+    held_by_project: Arc<Mutex<HashMap<String, usize>>>,
     /// Becomes true when the server stops: event streams end so that shutdown does not wait
     /// for clients that never hang up.
     pub stopping: watch::Receiver<bool>,
@@ -71,6 +81,7 @@ impl AppState {
             metrics,
             observe,
             waiters: Arc::new(Semaphore::new(observe.max_waiters)),
+            held_by_project: Arc::default(),
             stopping,
             stop: Arc::new(stop),
         }
@@ -79,5 +90,55 @@ impl AppState {
     /// Ends the event streams and waits in progress: the server is stopping.
     pub fn stop_watchers(&self) {
         let _ = self.stop.send(true);
+    }
+
+    /// How many long polls and event streams are open.
+    pub fn waiters_in_use(&self) -> usize {
+        self.observe
+            .max_waiters
+            .saturating_sub(self.waiters.available_permits())
+    }
+
+    /// A slot for one long poll or event stream of `project_id`, or `None` when every slot
+    /// is taken or the project holds its share of them.
+    pub fn waiter(&self, project_id: &str) -> Option<WaiterPermit> {
+        let share = (self.observe.max_waiters / PROJECT_SHARE).max(1);
+        let mut held = self
+            .held_by_project
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = held.entry(project_id.to_string()).or_default();
+        if *count >= share {
+            return None;
+        }
+        let permit = self.waiters.clone().try_acquire_owned().ok()?;
+        *count += 1;
+        Some(WaiterPermit {
+            _permit: permit,
+            held_by_project: self.held_by_project.clone(),
+            project_id: project_id.to_string(),
+        })
+    }
+}
+
+/// One long poll's or event stream's slot; given back when dropped.
+pub struct WaiterPermit {
+    _permit: OwnedSemaphorePermit,
+    held_by_project: Arc<Mutex<HashMap<String, usize>>>,
+    project_id: String,
+}
+
+impl Drop for WaiterPermit {
+    fn drop(&mut self) {
+        let mut held = self
+            .held_by_project
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = held.get_mut(&self.project_id) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                held.remove(&self.project_id);
+            }
+        }
     }
 }

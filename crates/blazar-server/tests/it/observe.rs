@@ -444,9 +444,8 @@ async fn json_logs_carry_the_global_request_id_on_every_line_of_the_request() {
 
 /// Waits until `n` long polls or streams hold a permit (the server counts them).
 async fn until_waiting(app: &TestApp, n: usize) {
-    let total = app.state.observe.max_waiters;
     for _ in 0..2_000 {
-        if total - app.state.waiters.available_permits() == n {
+        if app.state.waiters_in_use() == n {
             return;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -532,6 +531,67 @@ async fn a_long_poll_notices_a_change_made_by_another_replica() {
         .unwrap();
     let body: Value = answer.json().await.unwrap();
     assert_eq!(body["lease"]["status"], "ACTIVE");
+}
+
+/// One project holds at most a quarter of the waiter slots: the others' long polls and
+/// streams are still answered while it holds its share.
+#[tokio::test]
+async fn one_project_cannot_take_every_waiter_slot() {
+    let app = TestApp::builder()
+        .configure(|cli| cli.max_waiters = Some(8))
+        .spawn()
+        .await;
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "a", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+                   "reservations": [], "events": []}),
+        )
+        .await;
+    let id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let as_project = |project: &'static str| {
+        let request = app
+            .client
+            .get(format!("{}/v1/leases/events", app.base))
+            .header("X-Project-Id", project)
+            .header("X-User-Id", "u")
+            .header("X-Roles", "member");
+        async move { request.send().await.unwrap() }
+    };
+    // Two streams are alpha's share of eight slots.
+    let first = as_project("alpha").await;
+    let second = as_project("alpha").await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(second.status(), StatusCode::OK);
+    until_waiting(&app, 2).await;
+    let third = as_project("alpha").await;
+    assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // A long poll counts toward the same share; the lease is the admin project's, so
+    // alpha's is refused for the slot before the lease is looked at.
+    let poll = app
+        .client
+        .get(format!(
+            "{}/v1/leases/{id}?wait_for=ACTIVE&timeout=1",
+            app.base
+        ))
+        .header("X-Project-Id", "alpha")
+        .header("X-User-Id", "u")
+        .header("X-Roles", "member")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(poll.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // Another project is still served.
+    let other = as_project("beta").await;
+    assert_eq!(other.status(), StatusCode::OK);
+    until_waiting(&app, 3).await;
+    // A stream that ends gives its slot back to its project.
+    drop(first);
+    until_waiting(&app, 2).await;
+    let again = as_project("alpha").await;
+    assert_eq!(again.status(), StatusCode::OK);
+    drop((second, other, again));
+    until_waiting(&app, 0).await;
 }
 
 #[tokio::test]

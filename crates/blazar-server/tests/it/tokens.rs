@@ -130,6 +130,58 @@ async fn expired_revoked_and_forged_tokens_are_refused() {
     );
 }
 
+/// An open event stream is held to what a request is: revoking its token ends it within the
+/// revalidation interval, and the client cannot open it again with that token.
+#[tokio::test]
+async fn revoking_a_token_ends_its_open_event_stream() {
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    let app = crate::harness::TestApp::builder()
+        .auth_with(tokens_app_auth(clock))
+        .configure(|cli| cli.token_revalidate_seconds = Some(1))
+        .spawn()
+        .await;
+    let issue = || {
+        tokens::issue(
+            app.store(),
+            NewToken {
+                project_id: "p".into(),
+                user_id: None,
+                roles: vec!["member".into()],
+                description: String::new(),
+                expires_at: None,
+            },
+            Utc::now(),
+        )
+    };
+    let (revoked, kept) = (issue().await.unwrap(), issue().await.unwrap());
+    let open = |token: String| {
+        app.client
+            .get(format!("{}/v1/leases/events", app.base))
+            .header("X-Auth-Token", token)
+            .send()
+    };
+    let mut doomed = open(revoked.token.clone()).await.unwrap();
+    let mut other = open(kept.token.clone()).await.unwrap();
+    assert_eq!(doomed.status(), StatusCode::OK);
+    assert_eq!(other.status(), StatusCode::OK);
+    assert!(
+        tokens::revoke(app.store(), &revoked.row.id, Utc::now())
+            .await
+            .unwrap()
+    );
+    // The stream ends (its body completes) well before a keep-alive would have told.
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(8), async {
+        while doomed.chunk().await.unwrap().is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the revoked token's stream stayed open");
+    // The other token's stream is still open.
+    let still = tokio::time::timeout(std::time::Duration::from_secs(2), other.chunk()).await;
+    assert!(still.is_err(), "the kept token's stream ended: {still:?}");
+    let again = open(revoked.token).await.unwrap();
+    assert_eq!(again.status(), StatusCode::UNAUTHORIZED);
+}
+
 #[tokio::test]
 async fn the_cli_manages_tokens_of_a_running_server_and_no_token_reaches_the_logs() {
     let db = TestDatabase::new().await;
