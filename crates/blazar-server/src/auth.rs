@@ -35,6 +35,8 @@ pub enum AuthFailure {
     NotProjectScoped,
     /// The token could not be checked (Keystone or the database is down): 503.
     Unavailable,
+    /// noauth identity headers that no stored lease could carry: 400, saying which.
+    BadIdentity(String),
 }
 
 impl IntoResponse for AuthFailure {
@@ -64,6 +66,16 @@ impl IntoResponse for AuthFailure {
                                     project-scoped token"
                         .into(),
                     error_name: serde_json::Value::from(403),
+                    reasons: None,
+                }),
+            )
+                .into_response(),
+            AuthFailure::BadIdentity(message) => (
+                StatusCode::BAD_REQUEST,
+                Json(ErrorBody {
+                    error_code: 400,
+                    error_message: message,
+                    error_name: serde_json::Value::from(400),
                     reasons: None,
                 }),
             )
@@ -99,6 +111,40 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(str::trim)
         .filter(|v| !v.is_empty())
         .map(str::to_string)
+}
+
+/// Longest user or project id or role name a noauth caller may give: what Blazar's columns
+/// hold (Keystone's own ids are 64 characters).
+const MAX_NOAUTH_ID: usize = 255;
+/// Most roles a noauth caller may give.
+const MAX_NOAUTH_ROLES: usize = 64;
+
+/// Refuses noauth identities that leases and logs cannot carry: ids longer than a column,
+/// control characters, an endless list of roles.
+fn check_noauth_identity(identity: &Identity) -> Result<(), AuthFailure> {
+    let fields = [
+        ("X-Project-Id", identity.project_id.as_str()),
+        ("X-User-Id", identity.user_id.as_str()),
+    ];
+    let roles = identity.roles.iter().map(|r| ("X-Roles", r.as_str()));
+    for (name, value) in fields.into_iter().chain(roles) {
+        if value.chars().count() > MAX_NOAUTH_ID {
+            return Err(AuthFailure::BadIdentity(format!(
+                "{name} is longer than {MAX_NOAUTH_ID} characters"
+            )));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(AuthFailure::BadIdentity(format!(
+                "{name} holds control characters"
+            )));
+        }
+    }
+    if identity.roles.len() > MAX_NOAUTH_ROLES {
+        return Err(AuthFailure::BadIdentity(format!(
+            "X-Roles names more than {MAX_NOAUTH_ROLES} roles"
+        )));
+    }
+    Ok(())
 }
 
 /// The caller's own token, as sent: what a Keystone trust is made with.
@@ -215,6 +261,7 @@ impl Auth {
                         .filter(|r| !r.is_empty())
                         .collect();
                 }
+                check_noauth_identity(&identity)?;
                 Ok(identity)
             }
         }

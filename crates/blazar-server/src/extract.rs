@@ -4,7 +4,7 @@
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use axum::http::request::Parts;
 use blazar_service::Identity;
 use serde_json::{Map, Value};
@@ -26,6 +26,18 @@ impl FromRequest<AppState> for JsonObject {
                 return Err(ApiError::bad_request(format!(
                     "Content type '{text}' isn't supported"
                 )));
+            }
+        }
+        // A body is read as sent: one the client says it compressed is refused rather than
+        // parsed as garbage (decompressing would let a small body grow past every limit).
+        if let Some(encoding) = req.headers().get(CONTENT_ENCODING) {
+            let text = encoding.to_str().unwrap_or_default().trim();
+            if !text.eq_ignore_ascii_case("identity") {
+                let shown: String = text.chars().take(40).collect();
+                return Err(ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    format!("Content encoding '{shown}' isn't supported; send the body as is"),
+                ));
             }
         }
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {

@@ -120,10 +120,12 @@ fn as_int(key: &str, value: &Value) -> ServiceResult<i64> {
         Value::String(s) => s.trim().parse::<i64>().ok(),
         _ => None,
     };
+    // What Blazar's integer columns hold; instance capacity sums these over many hosts.
     match parsed {
-        Some(v) if v >= 0 => Ok(v),
+        Some(v) if (0..=i64::from(i32::MAX)).contains(&v) => Ok(v),
         _ => Err(ServiceError::BadRequest(format!(
-            "Malformed parameter {key}: expected a non-negative integer, got {value}"
+            "Malformed parameter {key}: expected an integer from 0 to {}, got {value}",
+            i32::MAX
         ))),
     }
 }

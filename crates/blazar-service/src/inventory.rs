@@ -96,6 +96,53 @@ fn check_length(key: &str, value: &Value) -> ServiceResult<()> {
     }
 }
 
+/// Nova's rule for flavor ids: letters, digits, `.`, `_`, `-` and spaces between them. An
+/// id is a path segment of `/v1/flavors/{id}` and a name in Nova.
+fn check_flavor_id(id: &str) -> ServiceResult<()> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ' ');
+    if id.chars().all(allowed) {
+        return Ok(());
+    }
+    Err(ServiceError::BadRequest(format!(
+        "Malformed parameter id: {:?} may hold only letters, digits, '.', '_', '-' and spaces",
+        id.chars().take(64).collect::<String>()
+    )))
+}
+
+/// Nova's bounds on extra specs: keys of 1 to 255 characters of letters, digits and
+/// `-_:. `, values strings, numbers or booleans of at most 255 characters.
+fn check_extra_specs(specs: &Map<String, Value>) -> ServiceResult<()> {
+    for (key, value) in specs {
+        let key_ok = (1..=MAX_FIELD_LEN).contains(&key.chars().count())
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | ':' | '.' | ' '));
+        if !key_ok {
+            return Err(ServiceError::BadRequest(format!(
+                "Malformed extra spec key {:?}: 1 to {MAX_FIELD_LEN} letters, digits or -_:. ",
+                key.chars().take(64).collect::<String>()
+            )));
+        }
+        let text = match value {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            Value::Bool(b) => b.to_string(),
+            Value::Null | Value::Array(_) | Value::Object(_) => {
+                return Err(ServiceError::BadRequest(format!(
+                    "Malformed extra spec {key}: expected a string, a number or a boolean"
+                )));
+            }
+        };
+        if text.chars().count() > MAX_FIELD_LEN || text.chars().any(char::is_control) {
+            return Err(ServiceError::BadRequest(format!(
+                "Malformed extra spec {key}: at most {MAX_FIELD_LEN} characters, none of them \
+                 control characters"
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn check_fields(spec: &KindSpec, attrs: &mut Map<String, Value>) -> ServiceResult<String> {
     match spec.kind {
         FLOATINGIP => {
@@ -553,9 +600,17 @@ impl Service {
             Some(_) => number("OS-FLV-EXT-DATA:ephemeral", 0, Some(0))?,
             None => number("ephemeral", 0, Some(0))?,
         };
+        if name.chars().any(char::is_control) {
+            return Err(ServiceError::BadRequest(
+                "Malformed parameter name: control characters are not allowed".into(),
+            ));
+        }
         let extra_specs = match body.get("extra_specs") {
             None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(m)) => m.clone(),
+            Some(Value::Object(m)) => {
+                check_extra_specs(m)?;
+                m.clone()
+            }
             Some(other) => {
                 return Err(ServiceError::BadRequest(format!(
                     "Malformed parameter extra_specs: expected an object, got {other}"
@@ -563,7 +618,10 @@ impl Service {
             }
         };
         let id = match body.get("id") {
-            Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
+            Some(Value::String(s)) if !s.trim().is_empty() => {
+                check_flavor_id(s.trim())?;
+                s.trim().to_string()
+            }
             None | Some(Value::Null) => new_id(),
             Some(other) => {
                 return Err(ServiceError::BadRequest(format!(

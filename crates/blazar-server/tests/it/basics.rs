@@ -1,7 +1,7 @@
 //! Version discovery, headers, error envelopes, request hygiene.
 
 use reqwest::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::TestApp;
 
@@ -121,6 +121,74 @@ async fn malformed_bodies_get_a_400_in_blazar_format() {
         assert!(r.message().contains(expected), "{body}: {}", r.message());
     }
     assert_eq!(app.get("/v1/leases").await.body["leases"], json!([]));
+}
+
+/// A body the client says it compressed is refused (415) rather than read, and noauth
+/// identity headers no lease could carry are refused (400), each in Blazar's error format;
+/// nothing is written.
+#[tokio::test]
+async fn compressed_bodies_and_outsized_noauth_identities_are_refused() {
+    let app = TestApp::spawn().await;
+    let send = |headers: Vec<(&'static str, String)>| {
+        let mut request = app
+            .client
+            .post(format!("{}/v1/os-hosts", app.base))
+            .header("Content-Type", "application/json")
+            .body(r#"{"name": "h1"}"#);
+        for (k, v) in headers {
+            request = request.header(k, v);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            let body: Value = response.json().await.unwrap();
+            (status, body)
+        }
+    };
+    for encoding in ["gzip", "deflate, gzip", "br"] {
+        let (status, body) = send(vec![("Content-Encoding", encoding.into())]).await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{encoding}");
+        assert_eq!(body["error_code"], 415);
+        assert!(
+            body["error_message"]
+                .as_str()
+                .unwrap()
+                .contains("isn't supported"),
+            "{body}"
+        );
+    }
+    let long = "p".repeat(256);
+    let many = vec!["r"; 65].join(",");
+    for (header, value, expected) in [
+        (
+            "X-Project-Id",
+            long.clone(),
+            "X-Project-Id is longer than 255",
+        ),
+        ("X-User-Id", long.clone(), "X-User-Id is longer than 255"),
+        (
+            "X-Roles",
+            format!("admin,{long}"),
+            "X-Roles is longer than 255",
+        ),
+        ("X-Roles", many, "more than 64 roles"),
+    ] {
+        let (status, body) = send(vec![(header, value)]).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{header}");
+        assert_eq!(body["error_code"], 400);
+        assert!(
+            body["error_message"].as_str().unwrap().contains(expected),
+            "{header}: {body}"
+        );
+    }
+    assert_eq!(app.get("/v1/os-hosts").await.body["hosts"], json!([]));
+    // Identity (no encoding) is the body as sent; 255 characters are a column's worth.
+    let (status, _) = send(vec![
+        ("Content-Encoding", "identity".into()),
+        ("X-Project-Id", "p".repeat(255)),
+    ])
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
 }
 
 #[tokio::test]

@@ -90,6 +90,16 @@ async fn host_creation_errors() {
             "Malformed parameter vcpus",
         ),
         (
+            json!({"name": "c2", "vcpus": 4_611_686_018_427_387_904_i64}),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter vcpus: expected an integer from 0 to 2147483647",
+        ),
+        (
+            json!({"name": "c2", "memory_mb": 2_147_483_648_i64}),
+            StatusCode::BAD_REQUEST,
+            "Malformed parameter memory_mb: expected an integer from 0 to 2147483647",
+        ),
+        (
             json!({"name": "c2", "id": "77"}),
             StatusCode::BAD_REQUEST,
             "id is set by the server",

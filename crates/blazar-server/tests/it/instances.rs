@@ -1001,6 +1001,31 @@ async fn flavor_sizes_are_bounded_and_never_overflow() {
             json!({"name": "a", "vcpus": 1, "ram": 1024, "extra_specs": {"trait:ssd": "maybe"}}),
             "Malformed parameter trait:ssd",
         ),
+        // Nova's rules for ids (a path segment here), names and extra specs.
+        (
+            json!({"id": "a/b", "name": "a", "vcpus": 1, "ram": 1024}),
+            "Malformed parameter id",
+        ),
+        (
+            json!({"id": "a\u{0}b", "name": "a", "vcpus": 1, "ram": 1024}),
+            "Malformed parameter id",
+        ),
+        (
+            json!({"name": "a\tb", "vcpus": 1, "ram": 1024}),
+            "Malformed parameter name: control characters",
+        ),
+        (
+            json!({"name": "a", "vcpus": 1, "ram": 1024, "extra_specs": {"a key/": "x"}}),
+            "Malformed extra spec key",
+        ),
+        (
+            json!({"name": "a", "vcpus": 1, "ram": 1024, "extra_specs": {"hw:x": "v".repeat(256)}}),
+            "Malformed extra spec hw:x",
+        ),
+        (
+            json!({"name": "a", "vcpus": 1, "ram": 1024, "extra_specs": {"hw:x": {"deep": 1}}}),
+            "Malformed extra spec hw:x",
+        ),
     ];
     for (body, message) in refused {
         let r = app.post("/v1/flavors", body.clone()).await;
