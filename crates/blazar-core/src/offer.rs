@@ -1310,6 +1310,23 @@ mod tests {
         })
     }
 
+    /// The first window a minute-by-minute scan finds: the earliest start at which the
+    /// shortest length fits, and the longest length of `(min, max)` that fits there.
+    fn brute_first(
+        demands: &[Demand],
+        occ: &Occupancy,
+        (min, max): (i64, i64),
+        horizon: i64,
+        clean: i64,
+    ) -> Option<(i64, i64)> {
+        let start = (0..=horizon - min).find(|&m| fits_naive(demands, occ, m, min, clean))?;
+        let longest = (min..=max.min(horizon - start))
+            .rev()
+            .find(|&l| fits_naive(demands, occ, start, l, clean))
+            .unwrap_or(min);
+        Some((start, start + longest))
+    }
+
     fn uses_in(occ: &Occupancy, host: i64, start: i64, until: i64) -> bool {
         occ.of(HOST, host)
             .iter()
@@ -1474,13 +1491,7 @@ mod tests {
             let mut s = search_for(min, max, horizon, Order::Earliest, 1);
             s.cleaning = Duration::minutes(clean);
             let offers = search(&demands, &occ, &s);
-            let brute = (0..=horizon - min).find(|&m| fits_naive(&demands, &occ, m, min, clean)).map(|m| {
-                let longest = (min..=max.min(horizon - m))
-                    .rev()
-                    .find(|&l| fits_naive(&demands, &occ, m, l, clean))
-                    .unwrap_or(min);
-                (m, m + longest)
-            });
+            let brute = brute_first(&demands, &occ, (min, max), horizon, clean);
             prop_assert_eq!(windows(&offers).first().copied(), brute);
         }
 
@@ -1493,13 +1504,7 @@ mod tests {
             let mut s = search_for(min, max, horizon, Order::Earliest, 3);
             s.cleaning = Duration::minutes(clean);
             let offers = search(&demands, &occ, &s);
-            let brute = (0..=horizon - min).find(|&m| fits_naive(&demands, &occ, m, min, clean)).map(|m| {
-                let longest = (min..=max.min(horizon - m))
-                    .rev()
-                    .find(|&l| fits_naive(&demands, &occ, m, l, clean))
-                    .unwrap_or(min);
-                (m, m + longest)
-            });
+            let brute = brute_first(&demands, &occ, (min, max), horizon, clean);
             prop_assert_eq!(windows(&offers).first().copied(), brute);
             for (start, end) in windows(&offers) {
                 prop_assert!(fits_naive(&demands, &occ, start, end - start, clean));

@@ -335,7 +335,8 @@ enum PlanDates {
     Earliest(blazar_core::offer::Search),
 }
 
-pub(crate) fn check_name(name: &str) -> ServiceResult<()> {
+/// A lease name as Blazar's schema holds it: not empty, no NUL, at most 80 characters.
+pub fn check_name(name: &str) -> ServiceResult<()> {
     if name.trim().is_empty() {
         return Err(
             ServiceError::BadRequest("The lease name must not be empty".into())

@@ -112,7 +112,7 @@ pub use enforcement::{
 pub use hosts::{AllocationEntry, HostList, PropertyListing};
 pub use instance::Ratios;
 pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
-pub use leases::{DryRun, LeaseBatch, LeaseList, LeaseUpdate, Listed, NewLease};
+pub use leases::{DryRun, LeaseBatch, LeaseList, LeaseUpdate, Listed, NewLease, check_name};
 pub use monitor::MonitorReport;
 pub use notifications::{NotificationSink, PublishReport, lease_payload};
 pub use observe::{EventObserver, LeaseEvents, Monitoring, WAIT_POLL};

@@ -339,11 +339,10 @@ impl Service {
         except: Option<&str>,
         search: &Search,
     ) -> ServiceResult<ProjectLimits> {
-        let (from, until) = (search.not_before, search.not_after);
-        Ok(ProjectLimits {
-            ceilings: self.ceilings(tx, project_id, except, from, until).await?,
-            budget: self.budget(tx, project_id, except, from, until).await?,
-        })
+        let (ceilings, budget) = self
+            .search_quotas(tx, project_id, except, search.not_before, search.not_after)
+            .await?;
+        Ok(ProjectLimits { ceilings, budget })
     }
 
     /// The first window of `search` (ranked by its order) in which `specs` fit, as of `tx`.

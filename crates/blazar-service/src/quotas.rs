@@ -452,22 +452,39 @@ impl Service {
         Err(refusal(project_id, excesses, kind))
     }
 
-    /// The project's concurrent limits as ceilings a window search keeps within (so that a
-    /// window it offers or books is one a create would not refuse for them), with what the
-    /// project holds between `from` and `until`, leaving out lease `except`'s.
-    pub(crate) async fn ceilings(
+    /// The project's limits a window search keeps within, so that a window it offers or
+    /// books is one a create would not refuse for them: its concurrent limits as ceilings,
+    /// with what the project holds between `from` and `until`, and its monthly host-hour
+    /// budget, with what it has booked in each month of that span; lease `except`'s
+    /// holdings left out.
+    pub(crate) async fn search_quotas(
         &self,
         tx: &mut Tx,
         project_id: &str,
         except: Option<&str>,
         from: DateTime<Utc>,
         until: DateTime<Utc>,
-    ) -> ServiceResult<Vec<Ceiling>> {
+    ) -> ServiceResult<(Vec<Ceiling>, Option<Budget>)> {
         let limits = self.project_limits(tx, project_id).await?;
-        if CONCURRENT.iter().all(|k| limits.limit(*k).is_none()) || from >= until {
-            return Ok(Vec::new());
+        let concurrent = CONCURRENT.iter().any(|k| limits.limit(*k).is_some());
+        let budget = limits.limit(QuotaKind::HostHoursPerMonth);
+        let Ok(span) = TimeWindow::new(from, until) else {
+            return Ok((Vec::new(), None));
+        };
+        if !concurrent && budget.is_none() {
+            return Ok((Vec::new(), None));
         }
-        let rows = tx.project_allocations(project_id, from, until).await?;
+        // The budget counts whole months: the span's months are read.
+        let months = match budget {
+            Some(_) => quota::months(span),
+            None => Vec::new(),
+        };
+        let read_from = months.first().map_or(from, |m| m.start().min(from));
+        let read_until = months.last().map_or(until, |m| m.end().max(until));
+        let mut rows = tx
+            .project_allocations(project_id, read_from, read_until)
+            .await?;
+        rows.retain(|a| except != Some(a.lease_id.as_str()));
         let mut ceilings = Vec::new();
         for kind in CONCURRENT {
             let (Some(limit), Some(counted)) = (limits.limit(kind), counted_as(kind)) else {
@@ -475,7 +492,6 @@ impl Service {
             };
             let held = rows
                 .iter()
-                .filter(|a| except != Some(a.lease_id.as_str()))
                 .filter_map(|a| match self::counted(a) {
                     // Whole numbers: a host or an address is one, slots are units.
                     Some((k, amount)) if k == kind => Some((a.start, a.end, amount as i64)),
@@ -488,35 +504,9 @@ impl Service {
                 held,
             });
         }
-        Ok(ceilings)
-    }
-
-    /// The project's monthly host-hour budget as a window search keeps within it (so that
-    /// a window it offers or books is one a create would not refuse for it), with what the
-    /// project has booked in each month from `from` to `until`, leaving out lease
-    /// `except`'s.
-    pub(crate) async fn budget(
-        &self,
-        tx: &mut Tx,
-        project_id: &str,
-        except: Option<&str>,
-        from: DateTime<Utc>,
-        until: DateTime<Utc>,
-    ) -> ServiceResult<Option<Budget>> {
-        let limits = self.project_limits(tx, project_id).await?;
-        let Some(limit) = limits.limit(QuotaKind::HostHoursPerMonth) else {
-            return Ok(None);
+        let Some(limit) = budget else {
+            return Ok((ceilings, None));
         };
-        let months = TimeWindow::new(from, until)
-            .map(quota::months)
-            .unwrap_or_default();
-        let (Some(first), Some(last)) = (months.first(), months.last()) else {
-            return Ok(None);
-        };
-        let mut rows = tx
-            .project_allocations(project_id, first.start(), last.end())
-            .await?;
-        rows.retain(|a| except != Some(a.lease_id.as_str()));
         let weighted = self.weighted_hosts(tx, &rows, "").await?;
         let booked = months
             .iter()
@@ -534,12 +524,13 @@ impl Service {
                     .collect()
             }
         };
-        Ok(Some(Budget {
+        let budget = Budget {
             kind: PHYSICAL_HOST.into(),
             limit: limit as f64,
             booked,
             weights,
-        }))
+        };
+        Ok((ceilings, Some(budget)))
     }
 
     /// A project's quotas as shown (`blazar:quotas:get` on that project).

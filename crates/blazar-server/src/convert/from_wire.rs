@@ -288,7 +288,9 @@ pub fn offer_request(body: blazar_api::OfferRequest) -> ApiResult<blazar_service
         )));
     }
     // Shaped as a create would take them, though an offer does not use them.
-    string_field("name", body.name)?;
+    if let Some(name) = string_field("name", body.name)? {
+        blazar_service::check_name(&name)?;
+    }
     before_end_field(body.before_end_date)?;
     no_custom_events(body.events)?;
     let reservations = reservations_field(body.reservations)?.unwrap_or_default();

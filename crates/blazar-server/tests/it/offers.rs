@@ -307,6 +307,10 @@ async fn offer_requests_are_checked_like_creates() {
             json!({"reservations": [{"resource_type": "teleporter"}], "duration": 60}),
             "teleporter",
         ),
+        (
+            json!({"reservations": [ok], "duration": 60, "name": "n".repeat(81)}),
+            "the limit is 80",
+        ),
     ];
     for (body, expected) in cases {
         let r = app.post("/v1/leases/offers", body.clone()).await;
