@@ -7,7 +7,7 @@
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -67,18 +67,26 @@ pub fn routes() -> Router<AppState> {
     for asset in ASSETS {
         router = router.route(
             &format!("/calendar/{}", asset.path),
-            get(move || async move { page_response(asset.content_type, asset.body.to_string()) }),
+            get(move |request: HeaderMap| async move {
+                page_response(&request, asset.content_type, asset.body.to_string())
+            }),
         );
     }
     router
 }
 
 /// A calendar response with the security headers every one of them carries. Assets are
-/// revalidated on each load, so an upgraded server never runs with yesterday's scripts.
-fn page_response(content_type: &'static str, body: String) -> Response {
-    let mut response = (StatusCode::OK, body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+/// revalidated on each load, so an upgraded server never runs with yesterday's scripts;
+/// their entity tags make that a 304 when nothing changed.
+fn page_response(request: &HeaderMap, content_type: &'static str, body: String) -> Response {
+    crate::reply::revalidated(request, body, |headers| {
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        security_headers(headers);
+    })
+}
+
+/// The headers every calendar answer carries, a 304 included.
+fn security_headers(headers: &mut HeaderMap) {
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CONTENT_SECURITY_POLICY),
@@ -93,13 +101,12 @@ fn page_response(content_type: &'static str, body: String) -> Response {
         HeaderValue::from_static("no-referrer"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
 }
 
 /// The page, told the authentication mode so it knows whether to ask for a sign-in.
-async fn index(State(state): State<AppState>) -> Response {
+async fn index(State(state): State<AppState>, request: HeaderMap) -> Response {
     let body = INDEX.replace("{{auth_mode}}", state.auth.mode());
-    page_response("text/html; charset=utf-8", body)
+    page_response(&request, "text/html; charset=utf-8", body)
 }
 
 #[derive(Deserialize)]

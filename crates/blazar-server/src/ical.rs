@@ -81,25 +81,27 @@ pub async fn delete_feed(
 async fn feed_document(
     State(state): State<AppState>,
     Path(feed): Path<String>,
+    request: axum::http::HeaderMap,
 ) -> ApiResult<Response> {
     let (feed, leases) = state.service.ical_feed_leases(&feed).await?;
-    let body = render(&feed, &leases, state.service.now());
-    let mut response = body.into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/calendar; charset=utf-8"),
-    );
-    // Who holds what, when: not for shared caches.
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("private, no-cache"),
-    );
-    Ok(response)
+    // Calendar applications poll: the same leases give the same bytes, so a poll that
+    // finds nothing changed is a 304.
+    let body = render(&feed, &leases);
+    Ok(crate::reply::revalidated(&request, body, |headers| {
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/calendar; charset=utf-8"),
+        );
+        // Who holds what, when: not for shared caches.
+        headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("private, no-cache"),
+        );
+    }))
 }
 
 /// The iCalendar document of a feed: one VEVENT per lease, from its start to its end.
-pub fn render(feed: &IcalFeed, leases: &[LeaseView], now: DateTime<Utc>) -> String {
+pub fn render(feed: &IcalFeed, leases: &[LeaseView]) -> String {
     let mut doc = Document::default();
     doc.line("BEGIN:VCALENDAR");
     doc.line("VERSION:2.0");
@@ -120,7 +122,12 @@ pub fn render(feed: &IcalFeed, leases: &[LeaseView], now: DateTime<Utc>) -> Stri
         let lease = &view.lease;
         doc.line("BEGIN:VEVENT");
         doc.line(&format!("UID:{}@blazar-rs", lease.id));
-        doc.line(&format!("DTSTAMP:{}", stamp(now)));
+        // When the lease was last revised (RFC 5545 for a published calendar), not when
+        // the feed was read: an unchanged lease reads the same.
+        doc.line(&format!(
+            "DTSTAMP:{}",
+            stamp(lease.updated_at.unwrap_or(lease.created_at))
+        ));
         doc.line(&format!("DTSTART:{}", stamp(lease.start)));
         doc.line(&format!("DTEND:{}", stamp(lease.end)));
         doc.line(&format!("SUMMARY:{}", escape(&lease.name)));
@@ -241,7 +248,7 @@ mod tests {
             created_by: None,
             created_at: DateTime::UNIX_EPOCH,
         };
-        let text = render(&feed, &[], DateTime::UNIX_EPOCH);
+        let text = render(&feed, &[]);
         let zone = text.find("BEGIN:VTIMEZONE").expect("a component");
         assert!(zone < text.find("END:VCALENDAR").unwrap());
         assert!(text.contains("END:VTIMEZONE\r\n"));

@@ -94,6 +94,20 @@ async fn the_page_and_its_assets_are_served_with_their_types_and_security_header
         assert!(!body.is_empty(), "{path}");
         // Nothing from another origin: the page works on an offline network.
         assert!(!body.contains("https://"), "{path} names another origin");
+        // Revalidated on each load: 304 while the server's copy is the one held.
+        let etag = header(&headers, "etag").to_string();
+        assert!(etag.starts_with('"'), "{path}: {etag:?}");
+        let again = app
+            .client
+            .get(format!("{}{path}", app.base))
+            .header("If-None-Match", &etag)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), StatusCode::NOT_MODIFIED, "{path}");
+        assert_secure(again.headers());
+        assert_eq!(header(again.headers(), "etag"), etag);
+        assert!(again.text().await.unwrap().is_empty());
     }
     let (status, _, _) = get(&app, "/calendar/missing.js").await;
     assert_eq!(status, StatusCode::NOT_FOUND);

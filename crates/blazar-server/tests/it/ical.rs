@@ -175,3 +175,64 @@ async fn a_project_has_at_most_25_feeds() {
         .await
         .assert_status(StatusCode::CREATED);
 }
+
+/// A calendar application that polls gets 304 while nothing changed (the feed has an entity
+/// tag and the same leases give the same bytes, whenever read), and the new document once
+/// a lease changes.
+#[tokio::test]
+async fn a_feed_polled_again_is_not_sent_again_until_a_lease_changes() {
+    let mut app = TestApp::spawn().await;
+    app.create_host("h0", json!({})).await;
+    app.act_as("alpha", "ada", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("run", "2030-01-01 10:00", "2030-01-01 12:00"),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let r = app.post("/v1/ical-feeds", json!({})).await;
+    let url = format!(
+        "{}{}",
+        app.base,
+        r.body["ical_feed"]["path"].as_str().unwrap()
+    );
+    let client = reqwest::Client::new();
+    let get = |etag: Option<&str>| {
+        let mut request = client.get(&url);
+        if let Some(etag) = etag {
+            request = request.header("If-None-Match", etag);
+        }
+        async move {
+            let r = request.send().await.unwrap();
+            let etag = r.headers()["etag"].to_str().unwrap().to_string();
+            let cache = r.headers()["cache-control"].to_str().unwrap().to_string();
+            (r.status(), etag, cache, r.text().await.unwrap())
+        }
+    };
+    let (status, etag, _, first) = get(None).await;
+    assert_eq!(status, StatusCode::OK);
+    // Later, the same bytes and the same tag.
+    app.set_time(blazar_testkit::epoch() + chrono::Duration::hours(3));
+    let (status, again, _, second) = get(None).await;
+    assert_eq!((status, &again), (StatusCode::OK, &etag));
+    assert_eq!(first, second);
+    let (status, tag, cache, body) = get(Some(&etag)).await;
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+    assert_eq!(tag, etag);
+    assert_eq!(cache, "private, no-cache");
+    assert!(body.is_empty());
+    // A renamed lease is a new document.
+    let r = app
+        .put(
+            &format!("/v1/leases/{lease_id}"),
+            json!({"name": "renamed"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let (status, changed, _, text) = get(Some(&etag)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_ne!(changed, etag);
+    assert!(text.contains("SUMMARY:renamed"), "{text}");
+}
