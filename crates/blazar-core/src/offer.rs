@@ -73,7 +73,78 @@ pub struct Budget {
     pub weights: HashMap<i64, f64>,
 }
 
+/// Most total weights a budget tries per month start (see [`Budget::starts`]).
+const MAX_BUDGET_WEIGHTS: usize = 64;
+
 impl Budget {
+    /// Where a window of `minutes` starting between `first` and `last` is worth trying
+    /// under the budget: at each month start it may reach (with the whole month's budget
+    /// ahead of it), and from where, reaching into that month, it spends exactly what is
+    /// left of the month before; that depends on the weight of the hosts granted, so once
+    /// per total weight the lease may have (every count it may be granted, of hosts of one
+    /// weight).
+    fn starts(
+        &self,
+        demands: &[Demand],
+        first: DateTime<Utc>,
+        last: DateTime<Utc>,
+        minutes: i64,
+    ) -> Vec<DateTime<Utc>> {
+        let Ok(span) = TimeWindow::new(first, last + Duration::minutes(minutes)) else {
+            return Vec::new();
+        };
+        let (mut fewest, mut most) = (0usize, 0usize);
+        for demand in demands {
+            if let Demand::Whole {
+                kind,
+                candidates,
+                min,
+                max,
+                ..
+            } = demand
+                && *kind == self.kind
+            {
+                fewest = fewest.saturating_add(*min);
+                most = most.saturating_add((*max).min(candidates.len()));
+            }
+        }
+        let mut unit: Vec<f64> = self
+            .weights
+            .values()
+            .copied()
+            .filter(|w| *w > 0.0)
+            .collect();
+        unit.push(1.0);
+        unit.sort_by(f64::total_cmp);
+        unit.dedup();
+        let totals: Vec<f64> = (fewest.max(1)..=most)
+            .flat_map(|count| unit.iter().map(move |w| w * count as f64))
+            .take(MAX_BUDGET_WEIGHTS)
+            .collect();
+        let mut starts = Vec::new();
+        for month in crate::quota::months(span).into_iter().skip(1) {
+            let boundary = month.start();
+            starts.push(boundary);
+            let before = crate::quota::month_of(boundary - Duration::seconds(1));
+            let booked = before
+                .and_then(|m| self.booked.get(&m))
+                .copied()
+                .unwrap_or(0.0);
+            let left = self.limit - booked;
+            if left <= 0.0 {
+                continue;
+            }
+            for total in &totals {
+                // Whole seconds down, then the minute up: never more than is left.
+                let seconds = (left / total * 3600.0).floor();
+                if seconds.is_finite() && seconds < 1e12 {
+                    starts.push(ceil_to_minute(boundary - Duration::seconds(seconds as i64)));
+                }
+            }
+        }
+        starts
+    }
+
     /// Whether a lease over `[start, end)` granted `granted` stays within the budget.
     fn allows(
         &self,
@@ -674,10 +745,16 @@ impl Search {
 /// several demands in general: one granted a range takes as many as are free in preference
 /// order, so over a longer window it may take fewer hosts and leave the next demand room
 /// it did not have over a shorter one. Nor, under a ceiling, of a demand granted a range:
-/// over a shorter window it takes more, which may take the project past the ceiling.
+/// over a shorter window it takes more, which may take the project past the ceiling; nor
+/// under a budget that weighs hosts: over a longer window a heavy host may be busy and a
+/// lighter one granted, which the budget allows for longer.
 fn monotone(demands: &[Demand], occupancy: &Occupancy) -> bool {
     let ranged = |d: &Demand| matches!(d, Demand::Whole { min, max, .. } if min != max);
-    if occupancy.limited() && demands.iter().any(ranged) {
+    let weighted = occupancy
+        .budget
+        .as_ref()
+        .is_some_and(|b| !b.weights.is_empty());
+    if weighted || (occupancy.limited() && demands.iter().any(ranged)) {
         return false;
     }
     demands.len() <= 1
@@ -697,7 +774,12 @@ fn monotone(demands: &[Demand], occupancy: &Occupancy) -> bool {
 /// search, every allocation end after it (rounded up to a minute), and every first minute
 /// at which such a window reaches an allocation's start, up to the latest start possible;
 /// the same for the project's holdings under a ceiling.
-fn candidate_starts(occupancy: &Occupancy, search: &Search, minutes: i64) -> Vec<DateTime<Utc>> {
+fn candidate_starts(
+    demands: &[Demand],
+    occupancy: &Occupancy,
+    search: &Search,
+    minutes: i64,
+) -> Vec<DateTime<Utc>> {
     let first = ceil_to_minute(search.not_before);
     let last = search.latest_start(minutes);
     let reach = Duration::minutes(minutes) + search.cleaning;
@@ -717,15 +799,11 @@ fn candidate_starts(occupancy: &Occupancy, search: &Search, minutes: i64) -> Vec
     if first <= last {
         starts.push(first);
     }
-    // Under a monthly budget, a window that starts with a month has the whole month's
-    // budget before it (windows across a month's start are not all tried).
-    if occupancy.budget.is_some()
-        && let Ok(span) = TimeWindow::new(first, last)
-    {
+    if let Some(budget) = &occupancy.budget {
         starts.extend(
-            crate::quota::months(span)
+            budget
+                .starts(demands, first, last, minutes)
                 .into_iter()
-                .map(|m| m.start())
                 .filter(|t| *t > first && *t <= last),
         );
     }
@@ -756,7 +834,7 @@ pub fn search_until(
     if search.limit == 0 || search.min_minutes < 1 || search.max_minutes < search.min_minutes {
         return Some(Vec::new());
     }
-    let starts = candidate_starts(occupancy, search, search.min_minutes);
+    let starts = candidate_starts(demands, occupancy, search, search.min_minutes);
     let offer = |start: DateTime<Utc>, (minutes, granted): (i64, Vec<Granted>)| {
         TimeWindow::new(start, start + Duration::minutes(minutes))
             .ok()
@@ -1493,6 +1571,59 @@ mod tests {
             let offers = search(&demands, &occ, &s);
             let brute = brute_first(&demands, &occ, (min, max), horizon, clean);
             prop_assert_eq!(windows(&offers).first().copied(), brute);
+        }
+
+        /// Under a monthly budget, a window across a month's start is offered from the first
+        /// minute a brute-force scan finds it within both months' budgets (January 31st
+        /// to February 2nd, one to three hosts of weight one).
+        #[test]
+        fn budget_windows_across_a_month_start_are_found(
+            limit in 1i64..30,
+            booked in (0i64..30, 0i64..30),
+            count in 1usize..4,
+            len in 60i64..1800,
+            allocations in prop::collection::vec((0i64..5, 0i64..2880, 1i64..600), 0..6),
+        ) {
+            let base = 30 * 1440;
+            let boundary = 31 * 1440;
+            let mut occ = Occupancy::new();
+            for &(host, start, span) in &allocations {
+                occ.add(HOST, host, busy(base + start, base + start + span));
+            }
+            let month = |m: u32| {
+                let start = Utc.with_ymd_and_hms(2030, m, 1, 0, 0, 0).unwrap();
+                let end = Utc.with_ymd_and_hms(2030, m + 1, 1, 0, 0, 0).unwrap();
+                TimeWindow::new(start, end).unwrap()
+            };
+            occ.budget(Budget {
+                kind: HOST.into(),
+                limit: limit as f64,
+                booked: HashMap::from([(month(1), booked.0 as f64), (month(2), booked.1 as f64)]),
+                weights: HashMap::new(),
+            });
+            let demands = vec![whole(HOST, &[0, 1, 2, 3, 4], count, count)];
+            let mut s = search_for(len, len, base + 2880, Order::Earliest, 1);
+            s.not_before = at(base);
+            let offers = search(&demands, &occ, &s);
+            let fits = |m: i64| {
+                let free = (0..5)
+                    .filter(|h| {
+                        allocations
+                            .iter()
+                            .filter(|a| a.0 == *h)
+                            .all(|a| base + a.1 + a.2 <= m || base + a.1 >= m + len)
+                    })
+                    .count();
+                let hours = |from: i64, until: i64| (until - from).max(0) as f64 / 60.0 * count as f64;
+                let january = hours(m, (m + len).min(boundary));
+                let february = hours(m.max(boundary), m + len);
+                free >= count
+                    && (january == 0.0 || booked.0 as f64 + january <= limit as f64 + 1e-9)
+                    && (february == 0.0 || booked.1 as f64 + february <= limit as f64 + 1e-9)
+            };
+            let brute = (base..=base + 2880 - len).find(|&m| fits(m));
+            let first = offers.first().map(|o| (o.window.start() - t0()).num_minutes());
+            prop_assert_eq!(first, brute);
         }
 
         /// Under a project ceiling, the first offer is still the earliest minute, and the

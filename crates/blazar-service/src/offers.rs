@@ -783,8 +783,16 @@ impl Service {
                 horizon,
             })
         })?;
-        // The update's dry run below is a write transaction: no search permit is held there.
+        // The update's dry runs below are write transactions: no search permit is held there.
         drop(permit);
+        // The latest end is one the update would allow, not only one the resources allow:
+        // the lease's quotas (length, budget, what the project holds at once) and the usage
+        // filters have their say.
+        if let Some(latest) = extension.latest_end {
+            extension.latest_end = self
+                .latest_allowed_end(identity, id, extension.end, latest)
+                .await?;
+        }
         // Whether it is possible is what the update itself answers: the lease rules, the
         // resources (a lease that has not started may move to others), quotas and usage
         // filters all have their say, as in a dry run of it.
@@ -814,6 +822,45 @@ impl Service {
             }
         }
         Ok(extension)
+    }
+
+    /// The latest end from `current` (exclusive) to `latest` that an update of the lease
+    /// to it is allowed, by its dry run: `latest` itself first (the common case), else by
+    /// halving over minutes (an update only gets harder to allow as the end moves later).
+    async fn latest_allowed_end(
+        &self,
+        identity: &Identity,
+        id: &str,
+        current: DateTime<Utc>,
+        latest: DateTime<Utc>,
+    ) -> ServiceResult<Option<DateTime<Utc>>> {
+        let allowed = |end: DateTime<Utc>| async move {
+            let update = crate::leases::LeaseUpdate {
+                end: Some(When::At(end)),
+                ..Default::default()
+            };
+            match self.dry_run_update_lease(identity, id, &update).await {
+                Ok(_) => Ok(true),
+                Err(
+                    ServiceError::BadRequest(_)
+                    | ServiceError::Conflict(_)
+                    | ServiceError::Refused(_),
+                ) => Ok(false),
+                Err(e) => Err(e),
+            }
+        };
+        if allowed(latest).await? {
+            return Ok(Some(latest));
+        }
+        let (mut fits, mut refused) = (current, latest);
+        while (refused - fits).num_minutes() > 1 {
+            let mid = fits + Duration::minutes((refused - fits).num_minutes() / 2);
+            match allowed(mid).await? {
+                true => fits = mid,
+                false => refused = mid,
+            }
+        }
+        Ok((fits > current).then_some(fits))
     }
 
     /// The latest end (up to `horizon`) at which the lease still holds every resource it

@@ -894,3 +894,65 @@ async fn offers_keep_within_instance_and_floating_ip_quotas() {
         assert_eq!(&first[..16], expected, "{reservations}: {}", r.body);
     }
 }
+
+/// An extension check's latest end is one the update would allow: the lease length quota
+/// and the monthly budget stop it before the resources would.
+#[tokio::test]
+async fn the_latest_end_of_an_extension_keeps_within_the_quotas() {
+    let mut app = app_with_hosts(1, |cli| {
+        cli.quota_host_hours_per_month = Some(10);
+        cli.quota_max_lease_duration = Some(8 * 3600);
+    })
+    .await;
+    app.act_as("beta", "u2", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "b",
+                "2030-01-10 22:00",
+                "2030-01-10 23:00",
+                json!([hosts(1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as("alpha", "u1", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "l",
+                "2030-01-10 10:00",
+                "2030-01-10 14:00",
+                json!([hosts(1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = id_of(&r);
+    async fn latest(app: &TestApp, id: &str) -> Value {
+        let r = app
+            .get(&format!("/v1/leases/{id}/extension?prolong_for=7h"))
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert_eq!(r.body["extension"]["possible"], false, "{}", r.body);
+        r.body["extension"]["latest_end_date"].clone()
+    }
+    // The host is free until 22:00, the budget until 20:00, the length limit until 18:00.
+    assert_eq!(latest(&app, &id).await, "2030-01-10T18:00:00.000000");
+    app.act_as_admin();
+    app.put("/v1/quotas/alpha", json!({"max_lease_duration": -1}))
+        .await;
+    app.act_as("alpha", "u1", "member");
+    assert_eq!(latest(&app, &id).await, "2030-01-10T20:00:00.000000");
+    let r = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"end_date": "2030-01-10 20:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    // Nothing more to reach: no latest end beyond the lease's own.
+    assert_eq!(latest(&app, &id).await, Value::Null);
+}
