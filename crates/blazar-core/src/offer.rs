@@ -135,8 +135,10 @@ impl Budget {
                 continue;
             }
             for total in &totals {
-                // Whole seconds down, then the minute up: never more than is left.
-                let seconds = (left / total * 3600.0).floor();
+                // Whole seconds down, then the minute up: never more than is left (less a
+                // rounding residue well inside `allows`'s tolerance: 13 / 3 hours is 15,600 s,
+                // not 15,599.99...).
+                let seconds = (left / total * 3600.0 + 1e-6).floor();
                 if seconds.is_finite() && seconds < 1e12 {
                     starts.push(ceil_to_minute(boundary - Duration::seconds(seconds as i64)));
                 }
