@@ -607,8 +607,18 @@ fn stored_ids(map: &Map<String, Value>) -> Option<InstanceIds> {
     })
 }
 
-/// The required addresses, each once, in the order given: an address asked for twice is
-/// one floating IP (a list of one address repeated was bound once per repeat and could
+/// An IP address in the one spelling a floating IP is stored and compared in: IPv6 in its
+/// shortest form, an IPv4-mapped IPv6 address (`::ffff:10.0.0.5`) as the IPv4 address it
+/// is, so that one address can never be registered, or booked, twice.
+pub fn canonical_address(text: &str) -> Option<String> {
+    text.parse::<std::net::IpAddr>()
+        .ok()
+        .map(|ip| ip.to_canonical().to_string())
+}
+
+/// The required addresses, each once, in the order given, written as floating IPs are
+/// stored ([`canonical_address`]): an address asked for twice, or in two spellings, is one
+/// floating IP (a list of one address repeated was bound once per repeat and could
 /// overflow the database's bind limit).
 fn addresses(map: &Map<String, Value>) -> Result<Vec<String>> {
     match map.get("required_floatingips") {
@@ -617,13 +627,13 @@ fn addresses(map: &Map<String, Value>) -> Result<Vec<String>> {
             let mut seen = std::collections::HashSet::new();
             let mut addresses = Vec::new();
             for v in items {
-                match v.as_str() {
-                    Some(a) if a.parse::<std::net::IpAddr>().is_ok() => {
-                        if seen.insert(a) {
-                            addresses.push(a.to_string());
+                match v.as_str().and_then(canonical_address) {
+                    Some(a) => {
+                        if seen.insert(a.clone()) {
+                            addresses.push(a);
                         }
                     }
-                    _ => return Err(bad(format!("IP address {v} is invalid form."))),
+                    None => return Err(bad(format!("IP address {v} is invalid form."))),
                 }
             }
             Ok(addresses)

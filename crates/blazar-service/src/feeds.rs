@@ -55,9 +55,13 @@ impl Service {
                     "only an admin may create a feed of another project".into(),
                 ));
             }
-            Some(p) => p,
+            Some(p) => {
+                crate::check_project_id(&p)?;
+                p
+            }
             None => identity.project_id.clone(),
         };
+        crate::check_text("description", &description, false)?;
         if description.chars().count() > 255 {
             return Err(ServiceError::BadRequest(
                 "description must be at most 255 characters".into(),

@@ -105,7 +105,10 @@ pub(crate) fn as_text(key: &str, value: &Value) -> ServiceResult<String> {
                 s.chars().count()
             )))
         }
-        Value::String(s) => Ok(s.clone()),
+        Value::String(s) => {
+            crate::check_text(key, s, false)?;
+            Ok(s.clone())
+        }
         Value::Number(n) => Ok(n.to_string()),
         Value::Bool(b) => Ok(if *b { "True" } else { "False" }.to_string()),
         other => Err(ServiceError::BadRequest(format!(

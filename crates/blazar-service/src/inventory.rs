@@ -144,13 +144,19 @@ fn check_extra_specs(specs: &Map<String, Value>) -> ServiceResult<()> {
 }
 
 fn check_fields(spec: &KindSpec, attrs: &mut Map<String, Value>) -> ServiceResult<String> {
+    for (key, value) in attrs.iter() {
+        if let Value::String(text) = value {
+            let name = matches!(key.as_str(), "name" | "physical_network" | "network_type");
+            crate::check_text(key, text, name)?;
+        }
+    }
     match spec.kind {
         FLOATINGIP => {
             let address = attrs
                 .get("floating_ip_address")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            let parsed: std::net::IpAddr = address.parse().map_err(|_| {
+            let parsed = blazar_core::reservation::canonical_address(address).ok_or_else(|| {
                 ServiceError::BadRequest(format!("IP address {address} is invalid form."))
             })?;
             let network = attrs
@@ -163,10 +169,7 @@ fn check_fields(spec: &KindSpec, attrs: &mut Map<String, Value>) -> ServiceResul
                     "Missing parameter floating_network_id".into(),
                 ));
             }
-            attrs.insert(
-                "floating_ip_address".into(),
-                Value::from(parsed.to_string()),
-            );
+            attrs.insert("floating_ip_address".into(), Value::from(parsed.clone()));
             attrs.entry("subnet_id").or_insert(Value::Null);
             Ok(format!("{network}/{parsed}"))
         }

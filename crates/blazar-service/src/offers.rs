@@ -66,6 +66,12 @@ impl SearchWindow {
         if self.max_minutes < self.min_minutes {
             return bad("max_duration must not be shorter than min_duration".into());
         }
+        // Before any date arithmetic: a duration of any size may be asked for.
+        if self.max_minutes > Duration::days(MAX_SEARCH_DAYS).num_minutes() {
+            return bad(format!(
+                "The duration is longer than {MAX_SEARCH_DAYS} days"
+            ));
+        }
         let not_before = self.not_before.map_or(now, |w| w.resolve(now)).max(now);
         // By default a lease of the longest duration wanted may start any time in the next
         // DEFAULT_SEARCH_DAYS (within the longest search taken).
@@ -94,11 +100,6 @@ impl SearchWindow {
             return bad(format!(
                 "The search window is longer than {MAX_SEARCH_DAYS} days; narrow not_before \
                  and not_after"
-            ));
-        }
-        if self.max_minutes > Duration::days(MAX_SEARCH_DAYS).num_minutes() {
-            return bad(format!(
-                "The duration is longer than {MAX_SEARCH_DAYS} days"
             ));
         }
         if not_after - not_before < Duration::minutes(self.min_minutes) {

@@ -577,16 +577,7 @@ impl Service {
         changes: &[(QuotaKind, Option<i64>)],
     ) -> ServiceResult<ProjectQuota> {
         self.authorize(QUOTAS_PUT, identity, &project_target(project_id))?;
-        // Keystone's project ids are at most 64 characters; anything else names no project.
-        if project_id.is_empty()
-            || project_id.chars().count() > 64
-            || project_id.chars().any(char::is_control)
-        {
-            return Err(ServiceError::BadRequest(format!(
-                "Invalid project id {project_id:?}: at most 64 characters, no control \
-                 characters"
-            )));
-        }
+        crate::check_project_id(project_id)?;
         for (kind, value) in changes {
             if let Some(v) = value
                 && *v < -1

@@ -597,6 +597,9 @@ pub(crate) struct UnknownProperty {
     known: Vec<String>,
 }
 
+/// Most capability names an unknown-property refusal lists.
+const MAX_NAMES_SHOWN: usize = 50;
+
 impl UnknownProperty {
     /// The 400 a caller sees. Private property names are never listed (the caller may not be
     /// allowed to know them; admins list them with the properties API).
@@ -611,10 +614,16 @@ impl UnknownProperty {
             .map(String::as_str)
             .filter(|k| !private.contains(*k))
             .collect();
-        let known = if shown.is_empty() {
-            format!("no {} has public extra capabilities", self.noun)
-        } else {
-            format!("known extra capabilities: {}", shown.join(", "))
+        // A few dozen names say what was meant; a site's thousands would make the answer
+        // hundreds of kilobytes.
+        let known = match shown.len() {
+            0 => format!("no {} has public extra capabilities", self.noun),
+            n if n <= MAX_NAMES_SHOWN => format!("known extra capabilities: {}", shown.join(", ")),
+            n => format!(
+                "known extra capabilities: {} and {} more",
+                shown[..MAX_NAMES_SHOWN].join(", "),
+                n - MAX_NAMES_SHOWN
+            ),
         };
         ServiceError::BadRequest(format!(
             "Unknown property ${} in {}: no {} has it ({known})",

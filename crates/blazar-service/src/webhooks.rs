@@ -332,7 +332,10 @@ impl Service {
                     "only an admin may register a webhook of another project".into(),
                 ));
             }
-            (false, Some(p)) => Some(p),
+            (false, Some(p)) => {
+                crate::check_project_id(&p)?;
+                Some(p)
+            }
             (false, None) => Some(identity.project_id.clone()),
         };
         if new.description.chars().count() > 255 {
@@ -340,6 +343,7 @@ impl Service {
                 "description must be at most 255 characters".into(),
             ));
         }
+        crate::check_text("description", &new.description, false)?;
         let webhook = Webhook {
             id: crate::new_id(),
             project_id,

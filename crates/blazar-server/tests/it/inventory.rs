@@ -92,6 +92,12 @@ async fn floating_ip_inventory() {
             StatusCode::CONFLICT,
             "already registered",
         ),
+        // The same address as an IPv4-mapped IPv6 address is the same floating IP.
+        (
+            json!({"floating_network_id": "net-1", "floating_ip_address": "::ffff:172.24.4.101"}),
+            StatusCode::CONFLICT,
+            "already registered",
+        ),
         (
             json!({"floating_network_id": "net-1", "floating_ip_address": "172.24.4.102", "colour": "red"}),
             StatusCode::BAD_REQUEST,
@@ -789,6 +795,24 @@ async fn overlong_names_are_refused() {
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{path}: {}", r.body);
         assert!(
             r.message().contains("at most 255 characters"),
+            "{}",
+            r.message()
+        );
+    }
+    // Nothing a column cannot hold, nor a control character in a name.
+    for (path, body) in [
+        ("/v1/devices", json!({"name": "gpu\u{0}0"})),
+        ("/v1/devices", json!({"name": "gpu", "vendor": "a\u{0}b"})),
+        (
+            "/v1/networks",
+            json!({"network_type": "vlan", "physical_network": "phys\nnet", "segment_id": 7}),
+        ),
+        ("/v1/os-hosts", json!({"name": "h", "rack": "r\u{0}1"})),
+    ] {
+        let r = app.post(path, body.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.body);
+        assert!(
+            r.message().contains("control characters"),
             "{}",
             r.message()
         );

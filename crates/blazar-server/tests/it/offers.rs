@@ -311,6 +311,15 @@ async fn offer_requests_are_checked_like_creates() {
             json!({"reservations": [ok], "duration": 60, "name": "n".repeat(81)}),
             "the limit is 80",
         ),
+        // Durations of any size are a 400, never date arithmetic that overflows.
+        (
+            json!({"reservations": [ok], "duration": 153_722_867_237_713_i64}),
+            "longer than 366 days",
+        ),
+        (
+            json!({"reservations": [ok], "min_duration": 60, "max_duration": i64::MAX}),
+            "longer than 366 days",
+        ),
     ];
     for (body, expected) in cases {
         let r = app.post("/v1/leases/offers", body.clone()).await;
@@ -427,6 +436,11 @@ async fn earliest_create_books_the_first_offer() {
             json!({"name": "x", "start_date": "2030-01-01 00:00", "end_date": "2030-01-01 01:00",
                 "duration": 60, "reservations": [hosts(1, 1, "")]}),
             "only taken with start_date",
+        ),
+        (
+            json!({"name": "x", "start_date": "earliest", "duration": 153_722_867_237_713_i64,
+                "reservations": [hosts(1, 1, "")]}),
+            "longer than 366 days",
         ),
     ];
     for (body, expected) in cases {

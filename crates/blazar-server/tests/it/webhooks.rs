@@ -188,6 +188,28 @@ async fn a_project_receives_its_own_events_signed_and_in_order() {
         .await;
     r.assert_status(StatusCode::CREATED);
     assert_eq!(r.body["webhook"]["project_id"], Value::Null);
+    // A project id Keystone could not have made, or a description no column can hold, is
+    // refused for webhooks and calendar feeds alike.
+    for (path, body) in [
+        (
+            "/v1/webhooks",
+            json!({"url": format!("{base}/x"), "project_id": "p".repeat(65)}),
+        ),
+        (
+            "/v1/webhooks",
+            json!({"url": format!("{base}/x"), "description": "a\u{0}b"}),
+        ),
+        ("/v1/ical-feeds", json!({"project_id": "p".repeat(65)})),
+        ("/v1/ical-feeds", json!({"description": "a\u{0}b"})),
+    ] {
+        let r = app.post(path, body.clone()).await;
+        assert_eq!(
+            r.status,
+            StatusCode::BAD_REQUEST,
+            "{path} {body}: {}",
+            r.body
+        );
+    }
 
     app.act_as("beta", "beta-user", "member");
     let beta_lease = app.post("/v1/leases", lease_body("b")).await;
