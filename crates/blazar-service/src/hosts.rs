@@ -142,18 +142,8 @@ fn as_name(key: &str, value: &Value) -> ServiceResult<String> {
             text.chars().count()
         )));
     }
-    check_printable(key, &text)?;
+    crate::check_text(key, &text, true)?;
     Ok(text)
-}
-
-/// Names reach the text log and the cloud: no control characters.
-fn check_printable(key: &str, text: &str) -> ServiceResult<()> {
-    if text.chars().any(char::is_control) {
-        return Err(ServiceError::BadRequest(format!(
-            "Malformed parameter {key}: control characters are not allowed"
-        )));
-    }
-    Ok(())
 }
 
 pub(crate) fn as_bool(key: &str, value: &Value) -> ServiceResult<bool> {
@@ -231,7 +221,7 @@ impl Service {
                 "The host name is longer than 255 characters".into(),
             ));
         }
-        check_printable("name", &name)?;
+        crate::check_text("name", &name, true)?;
         let mut facts = default_facts(&name);
         let mut capabilities = BTreeMap::new();
         let mut reservable = true;

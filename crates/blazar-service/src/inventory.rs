@@ -603,11 +603,7 @@ impl Service {
             Some(_) => number("OS-FLV-EXT-DATA:ephemeral", 0, Some(0))?,
             None => number("ephemeral", 0, Some(0))?,
         };
-        if name.chars().any(char::is_control) {
-            return Err(ServiceError::BadRequest(
-                "Malformed parameter name: control characters are not allowed".into(),
-            ));
-        }
+        crate::check_text("name", &name, true)?;
         let extra_specs = match body.get("extra_specs") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(m)) => {
