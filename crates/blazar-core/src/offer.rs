@@ -1407,6 +1407,27 @@ mod tests {
         Some((start, start + longest))
     }
 
+    /// Over 700 minutes, the first of `limit` earliest offers with lengths `(min, max)` is
+    /// the window a brute-force scan finds first, and every offer fits by that scan.
+    fn first_offer_is_the_scans(
+        demands: &[Demand],
+        occ: &Occupancy,
+        (min, max): (i64, i64),
+        clean: i64,
+        limit: usize,
+    ) -> Result<(), TestCaseError> {
+        let horizon = 700;
+        let mut s = search_for(min, max, horizon, Order::Earliest, limit);
+        s.cleaning = Duration::minutes(clean);
+        let offers = search(demands, occ, &s);
+        let brute = brute_first(demands, occ, (min, max), horizon, clean);
+        prop_assert_eq!(windows(&offers).first().copied(), brute);
+        for (start, end) in windows(&offers) {
+            prop_assert!(fits_naive(demands, occ, start, end - start, clean));
+        }
+        Ok(())
+    }
+
     fn uses_in(occ: &Occupancy, host: i64, start: i64, until: i64) -> bool {
         occ.of(HOST, host)
             .iter()
@@ -1566,13 +1587,7 @@ mod tests {
         /// shortest fits and lasts the longest a brute-force scan finds at that start.
         #[test]
         fn the_first_offer_lasts_the_longest_that_fits((occ, demands, len, clean) in scenario(), extra in 0i64..200) {
-            let horizon = 700;
-            let (min, max) = (len, len + extra);
-            let mut s = search_for(min, max, horizon, Order::Earliest, 1);
-            s.cleaning = Duration::minutes(clean);
-            let offers = search(&demands, &occ, &s);
-            let brute = brute_first(&demands, &occ, (min, max), horizon, clean);
-            prop_assert_eq!(windows(&offers).first().copied(), brute);
+            first_offer_is_the_scans(&demands, &occ, (len, len + extra), clean, 1)?;
         }
 
         /// Under a monthly budget, a window across a month's start is offered from the first
@@ -1632,16 +1647,7 @@ mod tests {
         /// longest length there, that a brute-force scan finds within the ceiling.
         #[test]
         fn offers_keep_within_the_project_ceiling((occ, demands, len, clean) in ceiling_scenario(), extra in 0i64..200) {
-            let horizon = 700;
-            let (min, max) = (len, len + extra);
-            let mut s = search_for(min, max, horizon, Order::Earliest, 3);
-            s.cleaning = Duration::minutes(clean);
-            let offers = search(&demands, &occ, &s);
-            let brute = brute_first(&demands, &occ, (min, max), horizon, clean);
-            prop_assert_eq!(windows(&offers).first().copied(), brute);
-            for (start, end) in windows(&offers) {
-                prop_assert!(fits_naive(&demands, &occ, start, end - start, clean));
-            }
+            first_offer_is_the_scans(&demands, &occ, (len, len + extra), clean, 3)?;
         }
 
         /// Offers over part of the candidates that cannot be bettered are the offers over

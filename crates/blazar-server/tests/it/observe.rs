@@ -533,12 +533,11 @@ async fn a_long_poll_notices_a_change_made_by_another_replica() {
     assert_eq!(body["lease"]["status"], "ACTIVE");
 }
 
-/// One project holds at most a quarter of the waiter slots: the others' long polls and
-/// streams are still answered while it holds its share.
-#[tokio::test]
-async fn one_project_cannot_take_every_waiter_slot() {
+/// A server with `max_waiters` waiter slots and a pending lease of no reservations to wait
+/// on (its id).
+async fn app_with_waiters(max_waiters: usize) -> (TestApp, String) {
     let app = TestApp::builder()
-        .configure(|cli| cli.max_waiters = Some(8))
+        .configure(|cli| cli.max_waiters = Some(max_waiters))
         .spawn()
         .await;
     let r = app
@@ -549,6 +548,14 @@ async fn one_project_cannot_take_every_waiter_slot() {
         )
         .await;
     let id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    (app, id)
+}
+
+/// One project holds at most a quarter of the waiter slots: the others' long polls and
+/// streams are still answered while it holds its share.
+#[tokio::test]
+async fn one_project_cannot_take_every_waiter_slot() {
+    let (app, id) = app_with_waiters(8).await;
     let as_project = |project: &'static str| {
         let request = app
             .client
@@ -596,18 +603,7 @@ async fn one_project_cannot_take_every_waiter_slot() {
 
 #[tokio::test]
 async fn waiters_beyond_the_limit_are_answered_503() {
-    let app = TestApp::builder()
-        .configure(|cli| cli.max_waiters = Some(1))
-        .spawn()
-        .await;
-    let r = app
-        .post(
-            "/v1/leases",
-            json!({"name": "a", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
-                   "reservations": [], "events": []}),
-        )
-        .await;
-    let id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let (app, id) = app_with_waiters(1).await;
     let client = app.client.clone();
     let url = format!("{}/v1/leases/{id}?wait_for=ACTIVE&timeout=1", app.base);
     let first = tokio::spawn(async move { client.get(url).send().await.unwrap() });

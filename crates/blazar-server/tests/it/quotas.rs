@@ -30,6 +30,38 @@ async fn app_with_hosts(n: usize, set: impl FnOnce(&mut blazar_server::config::C
     app
 }
 
+/// Two hosts and two floating IPs of `net-1`, with quotas of three instance slots and one
+/// floating IP, acting as a member of project alpha.
+async fn app_with_instance_and_address_quotas() -> TestApp {
+    let mut app = app_with_hosts(2, |cli| {
+        cli.quota_instances = Some(3);
+        cli.quota_floatingips = Some(1);
+    })
+    .await;
+    for address in ["10.0.0.5", "10.0.0.6"] {
+        let r = app
+            .post(
+                "/v1/floatingips",
+                json!({"floating_network_id": "net-1", "floating_ip_address": address}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    }
+    app.act_as("alpha", "u1", "member");
+    app
+}
+
+/// `amount` one-vCPU instances.
+fn instances(amount: i64) -> Value {
+    json!([{"resource_type": "virtual:instance", "amount": amount, "vcpus": 1,
+            "memory_mb": 512, "disk_gb": 1, "affinity": null, "resource_properties": ""}])
+}
+
+/// One floating IP of `net-1`.
+fn address() -> Value {
+    json!([{"resource_type": "virtual:floatingip", "network_id": "net-1", "amount": 1}])
+}
+
 /// The one quota reason of a refusal.
 fn quota_reason(r: &crate::harness::Response) -> Value {
     let reasons = r.body["reasons"].as_array().expect("reasons");
@@ -206,27 +238,8 @@ async fn host_quota_counts_the_peak_over_the_window_not_the_sum() {
 
 #[tokio::test]
 async fn instance_and_floating_ip_quotas_refuse_with_their_reason() {
-    let mut app = app_with_hosts(2, |cli| {
-        cli.quota_instances = Some(3);
-        cli.quota_floatingips = Some(1);
-    })
-    .await;
-    for address in ["10.0.0.5", "10.0.0.6"] {
-        let r = app
-            .post(
-                "/v1/floatingips",
-                json!({"floating_network_id": "net-1", "floating_ip_address": address}),
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    }
-    app.act_as("alpha", "u1", "member");
-    let instances = |amount: i64| {
-        json!([{"resource_type": "virtual:instance", "amount": amount, "vcpus": 1,
-                "memory_mb": 512, "disk_gb": 1, "affinity": null, "resource_properties": ""}])
-    };
-    let address = json!([{"resource_type": "virtual:floatingip", "network_id": "net-1",
-                          "amount": 1}]);
+    let app = app_with_instance_and_address_quotas().await;
+    let address = address();
     let r = app
         .post(
             "/v1/leases",
@@ -847,27 +860,8 @@ async fn offers_and_earliest_creates_keep_within_the_project_quotas() {
 /// Instance slots and floating IPs held at once are kept within their quotas by offers too.
 #[tokio::test]
 async fn offers_keep_within_instance_and_floating_ip_quotas() {
-    let mut app = app_with_hosts(2, |cli| {
-        cli.quota_instances = Some(3);
-        cli.quota_floatingips = Some(1);
-    })
-    .await;
-    for address in ["10.0.0.5", "10.0.0.6"] {
-        let r = app
-            .post(
-                "/v1/floatingips",
-                json!({"floating_network_id": "net-1", "floating_ip_address": address}),
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    }
-    app.act_as("alpha", "u1", "member");
-    let instances = |amount: i64| {
-        json!([{"resource_type": "virtual:instance", "amount": amount, "vcpus": 1,
-                "memory_mb": 512, "disk_gb": 1, "affinity": null, "resource_properties": ""}])
-    };
-    let address = json!([{"resource_type": "virtual:floatingip", "network_id": "net-1",
-                          "amount": 1}]);
+    let app = app_with_instance_and_address_quotas().await;
+    let address = address();
     for (name, reservations) in [("i", instances(2)), ("f", address.clone())] {
         let r = app
             .post(
