@@ -137,6 +137,62 @@ pub fn free_slots(capacity: Usage, peak: Usage, slot: Usage) -> i64 {
         .min(fit(capacity.disk_gb, peak.disk_gb, slot.disk_gb))
 }
 
+/// Which of a shared resource's allocations must leave it for the rest to fit under
+/// `capacity` at every instant: the resource's capacity fell (new facts or allocation ratios
+/// from the operator or the cloud) below what it was granted for. At the first instant over
+/// capacity, of the allocations in force then, the one that starts last goes (the booking
+/// least far along, the cheapest to move; ties: the greater key), and the sweep runs again
+/// until nothing is over. Every allocation it names was in force at an instant that was over
+/// capacity with it.
+pub fn overflowing<K: Ord + Clone>(capacity: Usage, held: &[(K, TimeWindow, Usage)]) -> Vec<K> {
+    let over = |u: Usage| {
+        u.vcpus > capacity.vcpus || u.memory_mb > capacity.memory_mb || u.disk_gb > capacity.disk_gb
+    };
+    let mut staying: Vec<&(K, TimeWindow, Usage)> = held.iter().collect();
+    let mut leaving = Vec::new();
+    loop {
+        // (time, is_start, index): at one instant ends sort before starts, as in `peak_usage`.
+        let mut points: Vec<(chrono::DateTime<chrono::Utc>, bool, usize)> = staying
+            .iter()
+            .enumerate()
+            .flat_map(|(i, (_, w, _))| [(w.start(), true, i), (w.end(), false, i)])
+            .collect();
+        points.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut current = Usage::default();
+        let mut first_over = None;
+        for (at, is_start, i) in points {
+            let u = staying[i].2;
+            let step = |now: i64, by: i64| {
+                if is_start {
+                    now.saturating_add(by)
+                } else {
+                    now.saturating_sub(by)
+                }
+            };
+            current.vcpus = step(current.vcpus, u.vcpus);
+            current.memory_mb = step(current.memory_mb, u.memory_mb);
+            current.disk_gb = step(current.disk_gb, u.disk_gb);
+            if is_start && over(current) {
+                first_over = Some(at);
+                break;
+            }
+        }
+        let Some(at) = first_over else {
+            return leaving;
+        };
+        let Some(last) = staying
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, w, _))| w.start() <= at && at < w.end())
+            .max_by(|(_, a), (_, b)| a.1.start().cmp(&b.1.start()).then(a.0.cmp(&b.0)))
+            .map(|(i, _)| i)
+        else {
+            return leaving;
+        };
+        leaving.push(staying.swap_remove(last).0.clone());
+    }
+}
+
 /// One host's free slots in a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostSlots {
@@ -375,6 +431,107 @@ mod tests {
             base + Duration::hours(end_h),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn overflowing_table() {
+        type Row = (Usage, Vec<(u32, TimeWindow, Usage)>, Vec<u32>);
+        let rows: Vec<Row> = vec![
+            // Nothing held, or everything fits: nothing leaves.
+            (u(0, 0, 0), vec![], vec![]),
+            (
+                u(8, 8, 8),
+                vec![(1, w(0, 10), u(4, 4, 4)), (2, w(0, 10), u(4, 4, 4))],
+                vec![],
+            ),
+            // Touching windows never add up.
+            (
+                u(4, 4, 4),
+                vec![(1, w(0, 5), u(4, 4, 4)), (2, w(5, 10), u(4, 4, 4))],
+                vec![],
+            ),
+            // Over in one dimension: the later start leaves.
+            (
+                u(8, 100, 100),
+                vec![(1, w(0, 10), u(6, 1, 1)), (2, w(2, 10), u(4, 1, 1))],
+                vec![2],
+            ),
+            // Same start: the greater key leaves.
+            (
+                u(8, 8, 8),
+                vec![(2, w(0, 10), u(6, 0, 0)), (1, w(0, 10), u(6, 0, 0))],
+                vec![2],
+            ),
+            // Two separate overruns, each settled by its own latest booking; the one that
+            // fits between them stays.
+            (
+                u(4, 4, 4),
+                vec![
+                    (1, w(0, 3), u(4, 0, 0)),
+                    (2, w(1, 2), u(1, 0, 0)),
+                    (3, w(3, 6), u(0, 4, 0)),
+                    (4, w(5, 9), u(0, 1, 0)),
+                    (5, w(6, 9), u(0, 3, 0)),
+                ],
+                vec![2, 4],
+            ),
+            // A capacity that fell to nothing: everything leaves, in the order of the
+            // instants they overrun it.
+            (
+                u(0, 0, 0),
+                vec![(2, w(3, 4), u(1, 0, 0)), (1, w(0, 10), u(1, 0, 0))],
+                vec![1, 2],
+            ),
+        ];
+        for (capacity, held, expected) in rows {
+            assert_eq!(
+                overflowing(capacity, &held),
+                expected,
+                "{held:?} under {capacity:?}"
+            );
+        }
+    }
+
+    proptest! {
+        /// What stays fits at every instant; what leaves was in force at an instant over
+        /// capacity given what stayed and left after it; nothing leaves when all fits.
+        #[test]
+        fn overflowing_leaves_what_fits(
+            capacity in (0i64..12, 0i64..12, 0i64..12),
+            held in proptest::collection::vec(((0i64..12, 1i64..6), (0i64..6, 0i64..6, 0i64..6)), 0..10),
+        ) {
+            let capacity = u(capacity.0, capacity.1, capacity.2);
+            let held: Vec<(usize, TimeWindow, Usage)> = held
+                .iter()
+                .enumerate()
+                .map(|(i, ((s, len), (a, b, c)))| (i, w(*s, s + len), u(*a, *b, *c)))
+                .collect();
+            let leaving = overflowing(capacity, &held);
+            let fits = |set: &[&(usize, TimeWindow, Usage)]| {
+                let intervals: Vec<(TimeWindow, Usage)> = set.iter().map(|(_, w, u)| (*w, *u)).collect();
+                let p = peak_usage(&intervals, &w(0, 24));
+                p.vcpus <= capacity.vcpus && p.memory_mb <= capacity.memory_mb && p.disk_gb <= capacity.disk_gb
+            };
+            let all: Vec<&(usize, TimeWindow, Usage)> = held.iter().collect();
+            if fits(&all) {
+                prop_assert!(leaving.is_empty());
+            }
+            let staying: Vec<&(usize, TimeWindow, Usage)> =
+                held.iter().filter(|h| !leaving.contains(&h.0)).collect();
+            prop_assert!(fits(&staying));
+            let mut unique = leaving.clone();
+            unique.sort();
+            unique.dedup();
+            prop_assert_eq!(unique.len(), leaving.len());
+            // Each one left when what was still there did not fit.
+            for (n, key) in leaving.iter().enumerate() {
+                let before: Vec<&(usize, TimeWindow, Usage)> = held
+                    .iter()
+                    .filter(|h| !leaving[..n].contains(&h.0))
+                    .collect();
+                prop_assert!(!fits(&before), "{key} left though the rest fit with it");
+            }
+        }
     }
 
     #[test]

@@ -7,6 +7,8 @@
 use std::collections::HashSet;
 
 use blazar_core::Notification;
+use blazar_core::PHYSICAL_HOST;
+use blazar_core::engine::{Usage, overflowing};
 use blazar_core::time::truncate_to_minute;
 use blazar_core::{ActionKind, ActionPurpose, LeaseStatus, ReservationStatus, TimeWindow};
 use blazar_core::{Allocation, Lease, Reservation};
@@ -146,6 +148,56 @@ impl Service {
             self.move_allocation(tx, kind, &allocation, now).await?;
         }
         Ok(())
+    }
+
+    /// A host's capacity for instances may have fallen (new facts or allocation ratios, from
+    /// the operator or the cloud): moves instance slots off it, latest booking first
+    /// (`engine::overflowing`), until what stays fits at every instant. Each moved allocation
+    /// is replaced elsewhere where it can be, its lease degraded where it cannot. Returns how
+    /// many allocations left the host.
+    pub(crate) async fn shed_overflow(
+        &self,
+        tx: &mut Tx,
+        host_id: i64,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<usize> {
+        let Some(host) = tx.get_host(host_id).await? else {
+            return Ok(0);
+        };
+        let capacity = crate::instance::capacity(&host, self.settings().ratios);
+        // Only allocations that have not ended: any two of them that overlap in the past
+        // are both in force now, so the present bounds the past.
+        let shared: Vec<Allocation> = tx
+            .unended_allocations_of_resource(PHYSICAL_HOST, host_id, now)
+            .await?
+            .into_iter()
+            .filter(|a| !a.occupancy.exclusive)
+            .collect();
+        let held: Vec<(usize, TimeWindow, Usage)> = shared
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| {
+                let o = &a.occupancy;
+                let window = TimeWindow::new(o.start, o.blocked_until).ok()?;
+                let usage = Usage {
+                    vcpus: o.vcpus,
+                    memory_mb: o.memory_mb,
+                    disk_gb: o.disk_gb,
+                }
+                .times(o.units);
+                Some((i, window, usage))
+            })
+            .collect();
+        let leaving = overflowing(capacity, &held);
+        for &i in &leaving {
+            let allocation = &shared[i];
+            tracing::warn!(host.id = host_id, allocation.id = %allocation.id,
+                reservation.id = %allocation.reservation_id,
+                "instance slots over the host's capacity: moved off it");
+            self.move_allocation(tx, PHYSICAL_HOST, allocation, now)
+                .await?;
+        }
+        Ok(leaving.len())
     }
 
     /// Moves one allocation of a live reservation off its resource: a replacement matching

@@ -397,10 +397,22 @@ impl Service {
                 tx.update_host_facts(host_id, &facts, reservable, now)
                     .await?;
             }
-            if reservable && !host.reservable {
-                self.fill_missing(tx, now).await?;
-            } else if !reservable && host.reservable {
+            // New facts or ratios change what the host holds instance slots for: slots
+            // over a lower capacity move elsewhere, and a higher one may fill reservations
+            // that are missing some.
+            let capacity_changed = facts != host.facts
+                || capability_changes
+                    .iter()
+                    .any(|(k, _)| crate::instance::RATIO_KEYS.contains(k));
+            if !reservable && host.reservable {
                 self.heal_resource(tx, PHYSICAL_HOST, host_id, now).await?;
+            } else if reservable {
+                if capacity_changed {
+                    self.shed_overflow(tx, host_id, now).await?;
+                }
+                if capacity_changed || !host.reservable {
+                    self.fill_missing(tx, now).await?;
+                }
             }
             host = tx
                 .get_host(host_id)

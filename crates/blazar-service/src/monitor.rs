@@ -73,6 +73,12 @@ impl Service {
                         let now = self.now();
                         tx.update_host_facts(host.id, &facts, host.reservable, now)
                             .await?;
+                        // Instance slots over a lower capacity move elsewhere; a higher
+                        // one may fill reservations missing some.
+                        if host.reservable {
+                            self.shed_overflow(tx, host.id, now).await?;
+                            self.fill_missing(tx, now).await?;
+                        }
                         Ok(())
                     })?;
                     tracing::info!(host = %host.facts.hypervisor_hostname,

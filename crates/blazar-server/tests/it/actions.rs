@@ -664,6 +664,86 @@ async fn a_host_the_cloud_no_longer_lists_is_failed_and_healed() {
     assert_eq!(report.recovered, vec![gone.to_string()]);
 }
 
+/// A cloud whose hypervisors h1 and h2 are healthy, with the vCPUs `vcpus` says.
+struct Sized {
+    vcpus: Mutex<HashMap<String, i64>>,
+}
+
+#[async_trait]
+impl Backend for Sized {
+    async fn apply(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<blazar_service::ActionOutput, ActionError> {
+        StandaloneBackend.apply(store, action).await
+    }
+
+    async fn host_health(
+        &self,
+    ) -> Result<Option<Vec<blazar_service::HostHealth>>, blazar_service::InventoryError> {
+        let vcpus = self.vcpus.lock().unwrap().clone();
+        Ok(Some(
+            vcpus
+                .into_iter()
+                .map(|(name, vcpus)| blazar_service::HostHealth {
+                    hypervisor_hostname: name.clone(),
+                    healthy: true,
+                    reason: String::new(),
+                    facts: Some(blazar_core::HostFacts {
+                        hypervisor_hostname: name,
+                        service_name: String::new(),
+                        hypervisor_type: "fake".into(),
+                        hypervisor_version: 1,
+                        vcpus,
+                        memory_mb: 16384,
+                        local_gb: 100,
+                        cpu_info: "{}".into(),
+                        availability_zone: String::new(),
+                    }),
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// Facts the cloud reports smaller than before move instance slots that no longer fit onto
+/// another host, as an operator's update does.
+#[tokio::test]
+async fn fewer_vcpus_reported_by_the_cloud_move_instance_slots() {
+    let backend = Arc::new(Sized {
+        vcpus: Mutex::new(HashMap::from([("h1".into(), 4), ("h2".into(), 4)])),
+    });
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    let facts = json!({"vcpus": 4, "memory_mb": 16384, "local_gb": 100});
+    let h1 = app.create_host("h1", facts.clone()).await;
+    let h2 = app.create_host("h2", facts).await;
+    app.service.monitor_hosts().await.unwrap();
+    let body = json!({"name": "i", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+        "reservations": [{"resource_type": "virtual:instance", "amount": 2, "vcpus": 2,
+            "memory_mb": 1024, "disk_gb": 10, "affinity": true, "resource_properties": ""}]});
+    let r = app.post("/v1/leases", body).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = id(&r.body);
+    let before = granted(&app, &lease_id).await;
+    assert_eq!(before.len(), 1);
+    let (shrunk, name, other) = if before[0] == h1 {
+        (&h1, "h1", &h2)
+    } else {
+        (&h2, "h2", &h1)
+    };
+
+    backend.vcpus.lock().unwrap().insert(name.into(), 2);
+    let report = app.service.monitor_hosts().await.unwrap();
+    assert_eq!(report.refreshed, vec![name.to_string()]);
+    let host = app.get(&format!("/v1/os-hosts/{shrunk}")).await.body;
+    assert_eq!(host["host"]["vcpus"], 2);
+    assert_eq!(granted(&app, &lease_id).await, vec![other.clone()]);
+    let l = lease(&app, &lease_id).await;
+    assert_eq!(l["reservations"][0]["resources_changed"], true);
+    assert_eq!(l["degraded"], false);
+}
+
 /// A cloud that lists the hypervisors of `listed`, all healthy, fails the next attempts as
 /// scripted, and records what each action it carried out handed over or took back.
 #[derive(Default)]

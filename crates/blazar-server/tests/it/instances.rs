@@ -806,6 +806,89 @@ async fn healing_moves_host_reservations_and_instance_slots() {
     assert_eq!(l["reservations"][0]["resources_changed"], true);
 }
 
+/// A host's capacity for instances falls under what it was granted for (the operator's new
+/// facts or ratios; the cloud's refreshed facts take the same path): the latest booking moves
+/// to another host, or its lease is degraded where none has room, and it comes back when
+/// capacity does.
+#[tokio::test]
+async fn a_host_whose_capacity_falls_sheds_instance_slots() {
+    let app = TestApp::spawn().await;
+    let h1 = app
+        .create_host(
+            "c1",
+            json!({"vcpus": 4, "memory_mb": 16384, "local_gb": 100, "cpu_allocation_ratio": "2"}),
+        )
+        .await;
+    let h2 = app
+        .create_host(
+            "c2",
+            json!({"vcpus": 4, "memory_mb": 16384, "local_gb": 100}),
+        )
+        .await;
+    let mut ids = Vec::new();
+    for (name, start, end) in [
+        ("first", "2030-01-01 10:00", "2030-01-01 12:00"),
+        ("second", "2030-01-01 11:00", "2030-01-01 13:00"),
+    ] {
+        let r = app
+            .post(
+                "/v1/leases",
+                lease(name, start, end, instances(2, 2, 1024, 10, json!(true))),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        ids.push(r.body["lease"]["id"].as_str().unwrap().to_string());
+    }
+    let (first, second) = (&ids[0], &ids[1]);
+    // Both fit on c1's 8 vCPUs (4 at ratio 2), packed there.
+    assert_eq!(slots_of(&app, first).await, vec![h1.clone()]);
+    assert_eq!(slots_of(&app, second).await, vec![h1.clone()]);
+    let lease_of = |id: String| {
+        let app = &app;
+        async move { app.get(&format!("/v1/leases/{id}")).await.body["lease"].clone() }
+    };
+
+    // Ratio 1: c1 holds 4 vCPUs, 8 overlap from 11:00. The later booking moves to c2.
+    let r = app
+        .put(
+            &format!("/v1/os-hosts/{h1}"),
+            json!({"cpu_allocation_ratio": "1"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(slots_of(&app, first).await, vec![h1.clone()]);
+    assert_eq!(slots_of(&app, second).await, vec![h2.clone()]);
+    let l = lease_of(second.clone()).await;
+    assert_eq!(l["reservations"][0]["resources_changed"], true);
+    assert_eq!(l["degraded"], false);
+    assert_eq!(
+        lease_of(first.clone()).await["reservations"][0]["resources_changed"],
+        false
+    );
+
+    // c2 down to 2 vCPUs: no host has room for two 2-vCPU instances together from 11:00.
+    let r = app
+        .put(&format!("/v1/os-hosts/{h2}"), json!({"vcpus": 2}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(slots_of(&app, second).await.is_empty());
+    let l = lease_of(second.clone()).await;
+    assert_eq!(l["reservations"][0]["missing_resources"], true);
+    assert_eq!(l["degraded"], true);
+    assert_eq!(lease_of(first.clone()).await["degraded"], false);
+
+    // c1 grows to 8 vCPUs: the second lease is whole again, beside the first.
+    let r = app
+        .put(&format!("/v1/os-hosts/{h1}"), json!({"vcpus": 8}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(slots_of(&app, second).await, vec![h1.clone()]);
+    let l = lease_of(second.clone()).await;
+    assert_eq!(l["reservations"][0]["missing_resources"], false);
+    assert_eq!(l["degraded"], false);
+    assert_eq!(slots_of(&app, first).await, vec![h1.clone()]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_instance_reservations_never_oversubscribe_a_host() {
     let app = TestApp::spawn().await;
