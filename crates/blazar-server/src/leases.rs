@@ -13,8 +13,8 @@ use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use blazar_api::PoolResource;
 use blazar_core::LeaseFilter;
-use blazar_core::LeaseStatus;
-use blazar_service::{LeaseBatch, LeaseList, Listed, ServiceResult};
+use blazar_core::{LeaseStatus, LeaseView};
+use blazar_service::{Identity, LeaseBatch, LeaseList, Listed, ServiceResult};
 
 use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::{ApiError, ApiResult};
@@ -267,6 +267,12 @@ pub async fn show_lease(
             }
             .min(state.observe.max_wait);
             let Some(_permit) = state.waiter(&identity.project_id) else {
+                // No wait to spare: a lease that is unknown, in the status, or past it is
+                // still answered (404, or the lease); only a real wait is refused.
+                let lease = state.service.get_lease(&identity, &id).await?;
+                if lease.lease.status == target || !lease.lease.status.can_still_become(target) {
+                    return waited_reply(&state, &identity, &id, &query, lease, target).await;
+                }
                 return Ok(crate::error::too_many_waiters());
             };
             let mut stopping = state.stopping.clone();
@@ -277,16 +283,39 @@ pub async fn show_lease(
             (lease, Some(target))
         }
     };
-    let body = if crate::reply::flag(&query, "allocations") {
-        let grants = state.service.lease_grants(&identity, &id).await?;
+    match waited {
+        Some(target) => waited_reply(&state, &identity, &id, &query, lease, target).await,
+        None => lease_reply(&state, &identity, &id, &query, lease).await,
+    }
+}
+
+async fn lease_reply(
+    state: &AppState,
+    identity: &Identity,
+    id: &str,
+    query: &std::collections::HashMap<String, String>,
+    lease: LeaseView,
+) -> ApiResult<axum::response::Response> {
+    let body = if crate::reply::flag(query, "allocations") {
+        let grants = state.service.lease_grants(identity, id).await?;
         to_wire::lease_with_grants(lease, &grants)
     } else {
         to_wire::lease(lease)
     };
-    let mut response = Envelope("lease", body).into_response();
-    if let Some(target) = waited
-        && let Ok(value) = HeaderValue::from_str(target.as_str())
-    {
+    Ok(Envelope("lease", body).into_response())
+}
+
+/// The lease after a `wait_for`, marked so that the client knows the server waited.
+async fn waited_reply(
+    state: &AppState,
+    identity: &Identity,
+    id: &str,
+    query: &std::collections::HashMap<String, String>,
+    lease: LeaseView,
+    target: LeaseStatus,
+) -> ApiResult<axum::response::Response> {
+    let mut response = lease_reply(state, identity, id, query, lease).await?;
+    if let Ok(value) = HeaderValue::from_str(target.as_str()) {
         response.headers_mut().insert("blazar-wait-for", value);
     }
     Ok(response)
@@ -302,17 +331,19 @@ pub async fn lease_events(
     Query(query): Query,
     headers: axum::http::HeaderMap,
 ) -> ApiResult<axum::response::Response> {
-    let after = match headers
-        .get("last-event-id")
-        .map(|v| v.to_str().unwrap_or("").trim().to_string())
-        .or_else(|| query.get("after").cloned())
-    {
-        None => None,
-        Some(text) if text.is_empty() => None,
-        Some(text) => Some(text.parse::<i64>().map_err(|_| {
-            ApiError::bad_request(format!("Invalid event id {text}; give an event's id"))
-        })?),
-    };
+    let after =
+        match headers
+            .get("last-event-id")
+            .map(|v| v.to_str().unwrap_or("").trim().to_string())
+            .or_else(|| query.get("after").cloned())
+        {
+            None => None,
+            Some(text) if text.is_empty() => None,
+            // Event ids count up from 1 (0: before the first).
+            Some(text) => Some(text.parse::<i64>().ok().filter(|id| *id >= 0).ok_or_else(
+                || ApiError::bad_request(format!("Invalid event id {text}; give an event's id")),
+            )?),
+        };
     let Some(permit) = state.waiter(&identity.project_id) else {
         return Ok(crate::error::too_many_waiters());
     };

@@ -252,12 +252,14 @@ impl Service {
         } else {
             Some(identity.project_id.clone())
         };
+        self.sequence_notifications().await?;
+        let last = in_tx!(self, read, |tx| { Ok(tx.last_notification_seq().await?) })?;
+        // An id past the last event (a client that kept ids across a restore of the
+        // database) reads on from now, rather than waiting silently for the outbox to
+        // reach it.
         let cursor = match after {
-            Some(after) => after.max(0),
-            None => {
-                self.sequence_notifications().await?;
-                in_tx!(self, read, |tx| { Ok(tx.last_notification_seq().await?) })?
-            }
+            Some(after) => after.clamp(0, last),
+            None => last,
         };
         Ok(LeaseEvents {
             identity: identity.clone(),

@@ -573,21 +573,38 @@ async fn one_project_cannot_take_every_waiter_slot() {
     until_waiting(&app, 2).await;
     let third = as_project("alpha").await;
     assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
-    // A long poll counts toward the same share; the lease is the admin project's, so
-    // alpha's is refused for the slot before the lease is looked at.
-    let poll = app
+    // A long poll that would wait counts toward the same share; one on a lease alpha
+    // cannot see is refused as a plain read is (Blazar's policy answer, 403).
+    let own = app
         .client
-        .get(format!(
-            "{}/v1/leases/{id}?wait_for=ACTIVE&timeout=1",
-            app.base
-        ))
+        .post(format!("{}/v1/leases", app.base))
         .header("X-Project-Id", "alpha")
         .header("X-User-Id", "u")
         .header("X-Roles", "member")
+        .json(&json!({"name": "own", "start_date": "2030-01-01 10:00",
+                      "end_date": "2030-01-01 12:00", "reservations": [], "events": []}))
         .send()
         .await
         .unwrap();
-    assert_eq!(poll.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(own.status(), StatusCode::CREATED);
+    let own: Value = own.json().await.unwrap();
+    let own_id = own["lease"]["id"].as_str().unwrap();
+    let poll = |lease: &str| {
+        app.client
+            .get(format!(
+                "{}/v1/leases/{lease}?wait_for=ACTIVE&timeout=1",
+                app.base
+            ))
+            .header("X-Project-Id", "alpha")
+            .header("X-User-Id", "u")
+            .header("X-Roles", "member")
+            .send()
+    };
+    assert_eq!(
+        poll(own_id).await.unwrap().status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(poll(&id).await.unwrap().status(), StatusCode::FORBIDDEN);
     // Another project is still served.
     let other = as_project("beta").await;
     assert_eq!(other.status(), StatusCode::OK);
@@ -617,10 +634,17 @@ async fn waiters_beyond_the_limit_are_answered_503() {
         assert_eq!(r.headers["retry-after"], "1");
         assert_eq!(r.body["error_code"], 503);
     }
-    // A plain read is never refused.
+    // A plain read is never refused, nor a poll that need not wait, and an unknown
+    // lease is a 404 still.
     app.get(&format!("/v1/leases/{id}"))
         .await
         .assert_status(StatusCode::OK);
+    let r = app.get(&format!("/v1/leases/{id}?wait_for=PENDING")).await;
+    r.assert_status(StatusCode::OK);
+    assert_eq!(r.headers["blazar-wait-for"], "PENDING");
+    app.get("/v1/leases/3f6a0a52-0000-4000-8000-000000000000?wait_for=ACTIVE")
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
     assert_eq!(first.await.unwrap().status(), StatusCode::OK);
     until_waiting(&app, 0).await;
     let r = app.get(&format!("/v1/leases/{id}?wait_for=PENDING")).await;
@@ -765,22 +789,27 @@ async fn the_event_stream_delivers_in_order_resumes_and_keeps_projects_apart() {
         mine.iter().all(|(_, _, lease, _)| *lease == alpha_lease),
         "{mine:?}"
     );
-    // A new event reaches the open stream at once.
+    // An id past the last event (kept across a restore of the database) reads on from now.
+    let mut beyond = Events::open(&app, &[("Last-Event-ID", "999999")]).await;
+    // A new event reaches the open streams at once.
     app.delete(&format!("/v1/leases/{alpha_lease}"))
         .await
         .assert_status(StatusCode::NO_CONTENT);
     let deleted = alpha_all.take(1).await;
     assert_eq!(deleted[0].1, "lease.delete");
-    let r = app
-        .call(
-            None,
-            Method::GET,
-            "/v1/leases/events",
-            None,
-            &[("Last-Event-ID", "x")],
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(beyond.take(1).await, deleted);
+    for bad in ["x", "-1", "1.5"] {
+        let r = app
+            .call(
+                None,
+                Method::GET,
+                "/v1/leases/events",
+                None,
+                &[("Last-Event-ID", bad)],
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}");
+    }
 }
 
 #[tokio::test]
