@@ -76,6 +76,23 @@ impl Usage {
         }
     }
 
+    /// This usage with `by` added (an interval that starts) or taken away (one that ends);
+    /// saturating, as `times`.
+    fn shifted(self, by: Usage, starts: bool) -> Usage {
+        let step = |now: i64, by: i64| {
+            if starts {
+                now.saturating_add(by)
+            } else {
+                now.saturating_sub(by)
+            }
+        };
+        Usage {
+            vcpus: step(self.vcpus, by.vcpus),
+            memory_mb: step(self.memory_mb, by.memory_mb),
+            disk_gb: step(self.disk_gb, by.disk_gb),
+        }
+    }
+
     /// Whether it asks for anything at all (a slot of size zero would fit without end).
     pub fn is_positive(self) -> bool {
         self.vcpus > 0 || self.memory_mb > 0 || self.disk_gb > 0
@@ -102,16 +119,7 @@ pub fn peak_usage(intervals: &[(TimeWindow, Usage)], window: &TimeWindow) -> Usa
     let mut current = Usage::default();
     let mut peak = Usage::default();
     for (_, is_start, usage) in points {
-        let step = |now: i64, by: i64| {
-            if is_start {
-                now.saturating_add(by)
-            } else {
-                now.saturating_sub(by)
-            }
-        };
-        current.vcpus = step(current.vcpus, usage.vcpus);
-        current.memory_mb = step(current.memory_mb, usage.memory_mb);
-        current.disk_gb = step(current.disk_gb, usage.disk_gb);
+        current = current.shifted(usage, is_start);
         peak.vcpus = peak.vcpus.max(current.vcpus);
         peak.memory_mb = peak.memory_mb.max(current.memory_mb);
         peak.disk_gb = peak.disk_gb.max(current.disk_gb);
@@ -161,17 +169,7 @@ pub fn overflowing<K: Ord + Clone>(capacity: Usage, held: &[(K, TimeWindow, Usag
         let mut current = Usage::default();
         let mut first_over = None;
         for (at, is_start, i) in points {
-            let u = staying[i].2;
-            let step = |now: i64, by: i64| {
-                if is_start {
-                    now.saturating_add(by)
-                } else {
-                    now.saturating_sub(by)
-                }
-            };
-            current.vcpus = step(current.vcpus, u.vcpus);
-            current.memory_mb = step(current.memory_mb, u.memory_mb);
-            current.disk_gb = step(current.disk_gb, u.disk_gb);
+            current = current.shifted(staying[i].2, is_start);
             if is_start && over(current) {
                 first_over = Some(at);
                 break;
