@@ -174,9 +174,6 @@ fn excess_message(project_id: &str, e: &QuotaExcess) -> String {
     }
 }
 
-/// The refusal of a create (403, as Blazar refuses a create its enforcement denies) or an
-/// update (400, as Blazar refuses an update its enforcement denies), naming every limit
-/// exceeded; the message is the first one's.
 /// What of the quotas that depend on the window alone (lease duration, how far ahead it
 /// starts) a lease over `window` at minute `now` goes over; with `before`, the window an
 /// update starts from, only what it makes worse.
@@ -214,6 +211,9 @@ pub(crate) fn window_excesses(
     excesses
 }
 
+/// The refusal of a create (403, as Blazar refuses a create its enforcement denies) or an
+/// update (400, as Blazar refuses an update its enforcement denies), naming every limit
+/// exceeded; the message is the first one's.
 pub(crate) fn refusal(
     project_id: &str,
     excesses: Vec<QuotaExcess>,
