@@ -436,15 +436,36 @@ impl Store {
         };
         let inner = match &self.writer {
             Some(writer) => writer.begin_with("BEGIN IMMEDIATE").await?,
-            None => self.pool.begin().await?,
+            None => self.begin().await?,
         };
         Ok(Tx::new(inner, self.backend, self.locks, true, guard))
     }
 
     /// A read-only transaction: a consistent snapshot for composing a response.
     pub async fn read(&self) -> DbResult<Tx> {
-        let inner = self.pool.begin().await?;
+        let inner = self.begin().await?;
         Ok(Tx::new(inner, self.backend, self.locks, false, None))
+    }
+
+    /// A transaction of the pool. On PostgreSQL its `BEGIN` runs in a task of its own: sqlx
+    /// (0.8.6 and 0.9.0) arms a transaction's rollback-on-drop only once `BEGIN` has
+    /// answered, so a caller dropped while it is on the wire (a client that hung up) would
+    /// return the connection to the pool inside a transaction nobody ends, and the next
+    /// caller's statements would run, and hold their locks, in it (transact-rs/sqlx#4393).
+    /// The task always sees `BEGIN` through; a transaction nobody is left to take is dropped
+    /// there, armed, and rolled back as the connection goes back to the pool.
+    async fn begin(&self) -> DbResult<sqlx::Transaction<'static, sqlx::Any>> {
+        if self.backend != Backend::Postgres {
+            // SQLite's driver runs `BEGIN` to the end whatever happens to its caller.
+            return Ok(self.pool.begin().await?);
+        }
+        let pool = self.pool.clone();
+        match tokio::spawn(async move { pool.begin().await }).await {
+            Ok(begun) => Ok(begun?),
+            Err(e) => Err(DbError::Unavailable(format!(
+                "could not begin a transaction: {e}"
+            ))),
+        }
     }
 
     pub async fn close(&self) {

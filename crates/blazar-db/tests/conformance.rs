@@ -1047,3 +1047,83 @@ async fn what_a_repair_holds_is_not_claimed_and_a_hold_is_refused_on_news() {
     assert_eq!(claim(now).await, vec![late]);
     store.close().await;
 }
+
+/// A transaction abandoned at any point, its `BEGIN` on the wire included (a client that
+/// hangs up mid-request), leaves no connection inside a transaction: on PostgreSQL the pool
+/// would hand such a connection to the next caller, whose statements would then run, and
+/// hold their locks, in a transaction nobody ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_transaction_leaves_no_connection_inside_it() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    // The sessions of this test's pool, as PostgreSQL sees them.
+    let mut observer = if db.is_postgres() {
+        Some(
+            <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+                .await
+                .unwrap(),
+        )
+    } else {
+        None
+    };
+    let application = db
+        .url
+        .split("application_name=")
+        .nth(1)
+        .unwrap_or("")
+        .to_string();
+    for round in 0..120u64 {
+        // Dropped (at the end of this block) after one to a dozen polls, each after the
+        // database had time to answer the last step: every await of the transaction,
+        // `BEGIN`'s included, is where one stops.
+        {
+            let begun = std::pin::pin!(async {
+                let mut tx = if round % 2 == 0 {
+                    store.read().await?
+                } else {
+                    store.write().await?
+                };
+                tx.list_hosts().await?;
+                tx.commit().await
+            });
+            let mut begun = begun;
+            for _ in 0..=(round % 12) {
+                let polled =
+                    std::future::poll_fn(|cx| std::task::Poll::Ready(begun.as_mut().poll(cx)))
+                        .await;
+                if polled.is_ready() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(300));
+            }
+        }
+        let Some(observer) = observer.as_mut() else {
+            continue;
+        };
+        // What was abandoned is rolled back as soon as its connection is back in the pool.
+        let mut stuck = 0;
+        for _ in 0..100 {
+            stuck = sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
+                 AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()",
+            )
+            .bind(&application)
+            .fetch_one(&mut *observer)
+            .await
+            .unwrap();
+            if stuck == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            stuck, 0,
+            "round {round}: a pooled connection is left in a transaction"
+        );
+    }
+    for _ in 0..8 {
+        let mut tx = store.read().await.unwrap();
+        assert!(tx.list_hosts().await.unwrap().is_empty());
+        tx.commit().await.unwrap();
+    }
+}
