@@ -10,7 +10,7 @@ use blazar_core::lease::{
 use blazar_core::reservation::FlavorChoice;
 use blazar_core::time::truncate_to_minute;
 use blazar_core::{
-    ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationSpec,
+    ActionKind, ActionPurpose, ActionStatus, EventStatus, EventType, LeaseStatus, ReservationSpec,
     ReservationStatus, TimeWindow,
 };
 use blazar_core::{
@@ -1641,6 +1641,24 @@ impl Service {
                 .await?;
             let started = event_status(&events, EventType::StartLease) != EventStatus::Undone;
             let ended = event_status(&events, EventType::EndLease) != EventStatus::Undone;
+            // Reservations whose hand-overs were all just cancelled, none of them tried (a
+            // delete at the very minute of the start): nothing of theirs reached the cloud,
+            // so there is nothing to take back.
+            let actions = if started && !ended {
+                tx.actions_of_lease(&lease.id).await?
+            } else {
+                Vec::new()
+            };
+            let never_handed_over = |reservation: &Reservation| {
+                let starts: Vec<_> = actions
+                    .iter()
+                    .filter(|a| {
+                        a.intent.kind == ActionKind::Start
+                            && a.intent.reservation_id == reservation.id
+                    })
+                    .collect();
+                !starts.is_empty() && starts.iter().all(|a| a.status == ActionStatus::Cancelled)
+            };
             for reservation in &reservations {
                 if started && ended {
                     // The end recorded the take-back of everything (a reservation in ERROR
@@ -1648,7 +1666,7 @@ impl Service {
                     // hand-over of the same resources, and undo it.
                     continue;
                 }
-                if !started {
+                if !started || never_handed_over(reservation) {
                     // Nothing was handed over; only what was prepared goes.
                     self.record_reservation_action(
                         tx,
