@@ -588,9 +588,12 @@ async fn an_update_that_adds_a_host_to_an_active_reservation_hands_it_over() {
     assert_eq!(lease(&app, &lid).await["status"], "ACTIVE");
 }
 
-/// A cloud that lists only the hypervisors named in `listed`, all healthy.
+/// A cloud that lists only the hypervisors named in `listed`, all healthy; with facts (of
+/// 16 GB, 100 GB, and the vCPUs it names) for those `vcpus` names.
+#[derive(Default)]
 struct Listing {
     listed: Mutex<Vec<String>>,
+    vcpus: Mutex<HashMap<String, i64>>,
 }
 
 #[async_trait]
@@ -607,14 +610,25 @@ impl Backend for Listing {
         &self,
     ) -> Result<Option<Vec<blazar_service::HostHealth>>, blazar_service::InventoryError> {
         let listed = self.listed.lock().unwrap().clone();
+        let vcpus = self.vcpus.lock().unwrap().clone();
         Ok(Some(
             listed
                 .into_iter()
                 .map(|name| blazar_service::HostHealth {
+                    facts: vcpus.get(&name).map(|&vcpus| blazar_core::HostFacts {
+                        hypervisor_hostname: name.clone(),
+                        service_name: String::new(),
+                        hypervisor_type: "fake".into(),
+                        hypervisor_version: 1,
+                        vcpus,
+                        memory_mb: 16384,
+                        local_gb: 100,
+                        cpu_info: "{}".into(),
+                        availability_zone: String::new(),
+                    }),
                     hypervisor_hostname: name,
                     healthy: true,
                     reason: String::new(),
-                    facts: None,
                 })
                 .collect(),
         ))
@@ -628,6 +642,7 @@ impl Backend for Listing {
 async fn a_host_the_cloud_no_longer_lists_is_failed_and_healed() {
     let backend = Arc::new(Listing {
         listed: Mutex::new(vec!["h1".into(), "h2".into()]),
+        ..Listing::default()
     });
     let app = TestApp::spawn_backend(backend.clone()).await;
     let h1 = app.create_host("h1", json!({})).await;
@@ -665,54 +680,12 @@ async fn a_host_the_cloud_no_longer_lists_is_failed_and_healed() {
     assert_eq!(report.recovered, vec![gone.to_string()]);
 }
 
-/// A cloud whose hypervisors h1 and h2 are healthy, with the vCPUs `vcpus` says.
-struct Sized {
-    vcpus: Mutex<HashMap<String, i64>>,
-}
-
-#[async_trait]
-impl Backend for Sized {
-    async fn apply(
-        &self,
-        store: &Store,
-        action: &Action,
-    ) -> Result<blazar_service::ActionOutput, ActionError> {
-        StandaloneBackend.apply(store, action).await
-    }
-
-    async fn host_health(
-        &self,
-    ) -> Result<Option<Vec<blazar_service::HostHealth>>, blazar_service::InventoryError> {
-        let vcpus = self.vcpus.lock().unwrap().clone();
-        Ok(Some(
-            vcpus
-                .into_iter()
-                .map(|(name, vcpus)| blazar_service::HostHealth {
-                    hypervisor_hostname: name.clone(),
-                    healthy: true,
-                    reason: String::new(),
-                    facts: Some(blazar_core::HostFacts {
-                        hypervisor_hostname: name,
-                        service_name: String::new(),
-                        hypervisor_type: "fake".into(),
-                        hypervisor_version: 1,
-                        vcpus,
-                        memory_mb: 16384,
-                        local_gb: 100,
-                        cpu_info: "{}".into(),
-                        availability_zone: String::new(),
-                    }),
-                })
-                .collect(),
-        ))
-    }
-}
-
 /// Facts the cloud reports smaller than before move instance slots that no longer fit onto
 /// another host, as an operator's update does.
 #[tokio::test]
 async fn fewer_vcpus_reported_by_the_cloud_move_instance_slots() {
-    let backend = Arc::new(Sized {
+    let backend = Arc::new(Listing {
+        listed: Mutex::new(vec!["h1".into(), "h2".into()]),
         vcpus: Mutex::new(HashMap::from([("h1".into(), 4), ("h2".into(), 4)])),
     });
     let app = TestApp::spawn_backend(backend.clone()).await;
@@ -777,6 +750,7 @@ impl Backend for ListingScripted {
     ) -> Result<Option<Vec<blazar_service::HostHealth>>, blazar_service::InventoryError> {
         let listing = Listing {
             listed: Mutex::new(self.listed.lock().unwrap().clone()),
+            ..Listing::default()
         };
         listing.host_health().await
     }
