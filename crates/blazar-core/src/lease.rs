@@ -124,6 +124,17 @@ pub struct Occupancy {
 }
 
 impl Occupancy {
+    /// What it uses of its resource's capacity for instances: `units` slots of its size
+    /// (nothing is counted for a whole resource, whose slot size is zero).
+    pub fn usage(&self) -> crate::engine::Usage {
+        crate::engine::Usage {
+            vcpus: self.vcpus,
+            memory_mb: self.memory_mb,
+            disk_gb: self.disk_gb,
+        }
+        .times(self.units)
+    }
+
     /// The whole resource over `[start, end)`, blocked until `blocked_until`.
     pub fn whole(
         start: DateTime<Utc>,

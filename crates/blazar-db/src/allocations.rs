@@ -56,6 +56,18 @@ pub struct AllocationUsage {
     pub disk_gb: i64,
 }
 
+impl AllocationUsage {
+    /// What it uses of its resource's capacity for instances: `units` slots of its size.
+    pub fn usage(&self) -> blazar_core::engine::Usage {
+        blazar_core::engine::Usage {
+            vcpus: self.vcpus,
+            memory_mb: self.memory_mb,
+            disk_gb: self.disk_gb,
+        }
+        .times(self.units)
+    }
+}
+
 /// An allocation as the allocations API shows it: with its lease's dates.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AllocationView {

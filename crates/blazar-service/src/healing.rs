@@ -179,13 +179,7 @@ impl Service {
             .filter_map(|(i, a)| {
                 let o = &a.occupancy;
                 let window = TimeWindow::new(o.start, o.blocked_until).ok()?;
-                let usage = Usage {
-                    vcpus: o.vcpus,
-                    memory_mb: o.memory_mb,
-                    disk_gb: o.disk_gb,
-                }
-                .times(o.units);
-                Some((i, window, usage))
+                Some((i, window, o.usage()))
             })
             .collect();
         let leaving = overflowing(capacity, &held);

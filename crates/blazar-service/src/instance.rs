@@ -244,13 +244,10 @@ fn slots_of(
         if a.exclusive {
             exclusive.insert(a.resource_id);
         } else if let Ok(w) = TimeWindow::new(a.start, a.blocked_until) {
-            let usage = Usage {
-                vcpus: a.vcpus,
-                memory_mb: a.memory_mb,
-                disk_gb: a.disk_gb,
-            }
-            .times(a.units);
-            shared.entry(a.resource_id).or_default().push((w, usage));
+            shared
+                .entry(a.resource_id)
+                .or_default()
+                .push((w, a.usage()));
         }
     }
     Ok(hosts

@@ -689,12 +689,7 @@ async fn occupancy(
             let usage = if a.exclusive {
                 Usage::default()
             } else {
-                Usage {
-                    vcpus: a.vcpus,
-                    memory_mb: a.memory_mb,
-                    disk_gb: a.disk_gb,
-                }
-                .times(a.units)
+                a.usage()
             };
             occupancy.add(
                 kind,
