@@ -70,29 +70,9 @@ impl Tx {
             .set("created_at", host.created_at)
             .set("updated_at", None::<DateTime<Utc>>);
         let id = self.insert_returning_id("hosts", columns).await?;
-        for (key, value) in &host.capabilities {
-            self.set_host_capability(id, key, value, host.created_at)
-                .await?;
-        }
-        self.bump_inventory(PHYSICAL_HOST).await?;
+        self.insert_capabilities(PHYSICAL_HOST, id, &host.capabilities, host.created_at)
+            .await?;
         Ok(id)
-    }
-
-    /// Sets (adds or replaces) one extra capability, creating its property on first use.
-    pub async fn set_host_capability(
-        &mut self,
-        host_id: i64,
-        key: &str,
-        value: &str,
-        now: DateTime<Utc>,
-    ) -> DbResult<()> {
-        self.set_capability(HOST_CAPABILITIES, PHYSICAL_HOST, host_id, key, value, now)
-            .await
-    }
-
-    pub async fn remove_host_capability(&mut self, host_id: i64, key: &str) -> DbResult<bool> {
-        self.remove_capability(HOST_CAPABILITIES, PHYSICAL_HOST, host_id, key)
-            .await
     }
 
     pub async fn get_host(&mut self, id: i64) -> DbResult<Option<HostRecord>> {

@@ -71,35 +71,9 @@ impl Tx {
             .set("created_at", now)
             .set("updated_at", None::<DateTime<Utc>>);
         let id = self.insert_returning_id("resources", columns).await?;
-        for (key, value) in &r.capabilities {
-            self.set_resource_capability(&r.kind, id, key, value, now)
-                .await?;
-        }
-        self.bump_inventory(&r.kind).await?;
-        Ok(id)
-    }
-
-    pub async fn set_resource_capability(
-        &mut self,
-        kind: &str,
-        resource_id: i64,
-        key: &str,
-        value: &str,
-        now: DateTime<Utc>,
-    ) -> DbResult<()> {
-        self.set_capability(RESOURCE_CAPABILITIES, kind, resource_id, key, value, now)
-            .await
-    }
-
-    pub async fn remove_resource_capability(
-        &mut self,
-        kind: &str,
-        resource_id: i64,
-        key: &str,
-    ) -> DbResult<()> {
-        self.remove_capability(RESOURCE_CAPABILITIES, kind, resource_id, key)
+        self.insert_capabilities(&r.kind, id, &r.capabilities, now)
             .await?;
-        Ok(())
+        Ok(id)
     }
 
     pub async fn get_resource(

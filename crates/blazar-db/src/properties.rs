@@ -66,15 +66,15 @@ fn property_from_row(row: &AnyRow) -> DbResult<Property> {
 impl Tx {
     /// Sets (adds or replaces) one extra capability of `owner`, a resource of
     /// `resource_type`, creating its property on first use.
-    pub(crate) async fn set_capability(
+    pub async fn set_capability(
         &mut self,
-        caps: Capabilities,
         resource_type: &str,
         owner: i64,
         key: &str,
         value: &str,
         now: DateTime<Utc>,
     ) -> DbResult<()> {
+        let caps = Capabilities::of(resource_type);
         let property_id = self.ensure_property(resource_type, key, now).await?;
         self.check_unique_value(caps, &property_id, owner, key, value)
             .await?;
@@ -94,10 +94,25 @@ impl Tx {
         self.bump_inventory(resource_type).await
     }
 
-    /// Removes one extra capability of `owner`; tells whether it had it.
-    pub(crate) async fn remove_capability(
+    /// Records a new resource's extra capabilities, then bumps its type's inventory version
+    /// (also when it has none: the resource itself is new).
+    pub(crate) async fn insert_capabilities(
         &mut self,
-        caps: Capabilities,
+        resource_type: &str,
+        owner: i64,
+        capabilities: &BTreeMap<String, String>,
+        now: DateTime<Utc>,
+    ) -> DbResult<()> {
+        for (key, value) in capabilities {
+            self.set_capability(resource_type, owner, key, value, now)
+                .await?;
+        }
+        self.bump_inventory(resource_type).await
+    }
+
+    /// Removes one extra capability of `owner`; tells whether it had it.
+    pub async fn remove_capability(
+        &mut self,
         resource_type: &str,
         owner: i64,
         key: &str,
@@ -105,7 +120,7 @@ impl Tx {
         let Capabilities {
             table,
             owner: column,
-        } = caps;
+        } = Capabilities::of(resource_type);
         let done = sqlx::query(&format!(
             "DELETE FROM {table} WHERE {column} = $1 AND property_id IN \
              (SELECT id FROM resource_properties WHERE resource_type = $2 AND property_name = $3)"

@@ -387,9 +387,12 @@ impl Service {
                 .await?;
             for (key, value) in &capability_changes {
                 match value {
-                    Some(v) => tx.set_host_capability(host_id, key, v, now).await?,
+                    Some(v) => {
+                        tx.set_capability(PHYSICAL_HOST, host_id, key, v, now)
+                            .await?
+                    }
                     None => {
-                        tx.remove_host_capability(host_id, key).await?;
+                        tx.remove_capability(PHYSICAL_HOST, host_id, key).await?;
                     }
                 }
             }

@@ -417,17 +417,10 @@ impl Service {
                     k if spec.capabilities => {
                         check_capability_key(k)?;
                         if value.is_null() {
-                            tx.remove_resource_capability(spec.kind, record.id, k)
-                                .await?;
+                            tx.remove_capability(spec.kind, record.id, k).await?;
                         } else {
-                            tx.set_resource_capability(
-                                spec.kind,
-                                record.id,
-                                k,
-                                &as_text(k, value)?,
-                                now,
-                            )
-                            .await?;
+                            tx.set_capability(spec.kind, record.id, k, &as_text(k, value)?, now)
+                                .await?;
                         }
                     }
                     k => {
