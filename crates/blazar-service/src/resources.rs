@@ -101,9 +101,10 @@ const PROBE_BATCH: usize = 128;
 ///
 /// Every resource picked is claimed for this transaction first (see [`Tx::try_claim_resources`]):
 /// on PostgreSQL, concurrent writers choosing among the same candidates skip each other's
-/// claims and go on to the next free ones, and only wait for a claim they cannot do
-/// without (one to keep, or too few free otherwise). A claimed resource is probed again,
-/// since its allocation may have been committed between the probe and the claim.
+/// claims and go on to the next free ones, and wait only for the ones they keep. With too
+/// few free otherwise, they take free ones another writer claimed, leaving any conflict
+/// to the exclusion constraint. A claimed resource is probed again, since its allocation
+/// may have been committed between the probe and the claim.
 pub(crate) async fn pick_free(
     tx: &mut Tx,
     kind: &str,
@@ -184,20 +185,19 @@ pub(crate) async fn pick_free(
         };
         batch_size = PROBE_BATCH;
     }
-    // Claims held by others that this request cannot do without: a resource to keep, or
-    // every one of them when too few are free otherwise. Waited for in id order, then
-    // probed again (the other transaction may have committed its allocation, or given up).
-    let needed: Vec<i64> = contended
-        .iter()
-        .copied()
-        .filter(|id| free < min || keep.contains(id))
-        .collect();
-    if !needed.is_empty() {
-        tx.claim_resources(kind, &needed).await?;
-        let late = tx.busy_among(kind, &needed, start, until).await?;
-        for id in needed.iter().filter(|id| !late.contains(id)) {
-            busy.remove(id);
-        }
+    // Too few free without resources another writer has claimed: as many of those as are
+    // still missing are used all the same, in preference order. A claim says nothing of
+    // the claimer's window, and most of the time it wants another one, so waiting for it
+    // would queue writers of disjoint windows behind each other; worse, each waits while
+    // holding its own claims, taken out of id order, and such waits close circles that
+    // PostgreSQL breaks only after `deadlock_timeout` (hundreds a minute, a second each,
+    // with 64 writers wanting some of 50 hosts). The exclusion constraint decides instead:
+    // an insert waits only for a transaction holding an overlapping allocation of the same
+    // resource, and loses to it with a retry (`grant_whole` inserts in id order, so two
+    // such waits do not close a circle either).
+    let missing = min.saturating_sub(free);
+    for id in contended.iter().take(missing) {
+        busy.remove(id);
     }
     // Candidates not probed are never reached by `pick`: it stops at `max` free ones.
     Ok(
@@ -240,7 +240,11 @@ pub(crate) async fn grant_whole(
             "a chosen {kind} resource changed concurrently"
         )));
     }
-    let rows: Vec<NewAllocation> = chosen
+    // In id order: two writers inserting into the same resources wait for each other (the
+    // exclusion constraint) in one order, never in a circle.
+    let mut ordered = chosen.clone();
+    ordered.sort_unstable();
+    let rows: Vec<NewAllocation> = ordered
         .iter()
         .map(|id| whole_allocation(request, kind, *id))
         .collect();

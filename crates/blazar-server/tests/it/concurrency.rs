@@ -354,3 +354,64 @@ async fn an_update_waits_for_the_host_it_keeps_holding_no_other_claim() {
     );
     other.close().await;
 }
+
+/// On PostgreSQL a writer that finds too few hosts free besides those another writer has
+/// claimed takes them all the same instead of waiting for that writer: a claim does not
+/// say which window its holder wants, and the exclusion constraint settles real overlaps.
+/// Waiting for claims while holding its own closed circles that PostgreSQL broke only
+/// after `deadlock_timeout` (hundreds a minute with many writers wanting a few hosts).
+/// Here another transaction claims every host and stays open: a create that needs them
+/// all goes through while it does. SQLite's writers are serialised: nothing to check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_create_needing_hosts_another_writer_claimed_does_not_wait_for_it() {
+    let db = crate::harness::TestDatabase::new().await;
+    if !db.is_postgres() {
+        return;
+    }
+    let url = db.url.clone();
+    let app = TestApp::spawn_on(db, blazar_service::Settings::default()).await;
+    for i in 0..3 {
+        app.create_host(&format!("compute-{i}"), json!({})).await;
+    }
+    let hosts = app.get("/v1/os-hosts").await.body["hosts"].clone();
+    let ids: Vec<i64> = hosts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3);
+
+    let other = blazar_db::Store::connect(&blazar_db::StoreOptions {
+        url,
+        max_connections: 2,
+        ..blazar_db::StoreOptions::default()
+    })
+    .await
+    .unwrap();
+    let mut holder = other.write().await.unwrap();
+    holder.claim_resources("physical:host", &ids).await.unwrap();
+
+    let create = app.post(
+        "/v1/leases",
+        lease_body("all", "2030-01-01 10:00", "2030-01-01 12:00", 3, 3),
+    );
+    let created = tokio::time::timeout(std::time::Duration::from_secs(20), create).await;
+    holder.commit().await.unwrap();
+    let created = created.expect("the create waited for the other writer's claims");
+    created.assert_status(StatusCode::CREATED);
+    let held = app
+        .get(&format!(
+            "/v1/os-hosts/allocations?lease_id={}",
+            created.body["lease"]["id"].as_str().unwrap()
+        ))
+        .await;
+    let holding = held.body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| !a["reservations"].as_array().unwrap().is_empty())
+        .count();
+    assert_eq!(holding, 3);
+    other.close().await;
+}
