@@ -113,6 +113,34 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// A noauth identity header as text: one that is there must be usable, since falling back
+/// to the default identity (an admin) would hand a caller who meant another project the
+/// default project's leases.
+fn noauth_text<'a>(name: &str, value: &'a HeaderValue) -> Result<&'a str, AuthFailure> {
+    value
+        .to_str()
+        .map(str::trim)
+        .map_err(|_| AuthFailure::BadIdentity(format!("{name} must be printable ASCII")))
+}
+
+/// The project or user id a noauth caller names, if any: given once and not empty.
+fn noauth_id(headers: &HeaderMap, name: &str) -> Result<Option<String>, AuthFailure> {
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(AuthFailure::BadIdentity(format!(
+            "{name} is given more than once"
+        )));
+    }
+    let value = noauth_text(name, value)?;
+    if value.is_empty() {
+        return Err(AuthFailure::BadIdentity(format!("{name} is empty")));
+    }
+    Ok(Some(value.to_string()))
+}
+
 /// Longest user or project id or role name a noauth caller may give: what Blazar's columns
 /// hold (Keystone's own ids are 64 characters).
 const MAX_NOAUTH_ID: usize = 255;
@@ -248,18 +276,26 @@ impl Auth {
                 let mut identity = header(headers, "x-auth-token")
                     .and_then(|token| identity_from_token(&token))
                     .unwrap_or_else(|| default.clone());
-                if let Some(project) = header(headers, "x-project-id") {
+                if let Some(project) = noauth_id(headers, "X-Project-Id")? {
                     identity.project_id = project;
                 }
-                if let Some(user) = header(headers, "x-user-id") {
+                if let Some(user) = noauth_id(headers, "X-User-Id")? {
                     identity.user_id = user;
                 }
-                if let Some(roles) = header(headers, "x-roles") {
-                    identity.roles = roles
-                        .split(',')
-                        .map(|r| r.trim().to_string())
-                        .filter(|r| !r.is_empty())
-                        .collect();
+                // Every X-Roles header counts (as a proxy joining them would send them);
+                // an empty one means no roles, never the default's.
+                let mut given = None;
+                for value in headers.get_all("x-roles") {
+                    let value = noauth_text("X-Roles", value)?;
+                    given.get_or_insert_with(Vec::new).extend(
+                        value
+                            .split(',')
+                            .map(|r| r.trim().to_string())
+                            .filter(|r| !r.is_empty()),
+                    );
+                }
+                if let Some(roles) = given {
+                    identity.roles = roles;
                 }
                 check_noauth_identity(&identity)?;
                 Ok(identity)

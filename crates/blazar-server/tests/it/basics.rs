@@ -172,6 +172,8 @@ async fn compressed_bodies_and_outsized_noauth_identities_are_refused() {
             "X-Roles is longer than 255",
         ),
         ("X-Roles", many, "more than 64 roles"),
+        ("X-Project-Id", " ".into(), "X-Project-Id is empty"),
+        ("X-User-Id", String::new(), "X-User-Id is empty"),
     ] {
         let (status, body) = send(vec![(header, value)]).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{header}");
@@ -181,7 +183,43 @@ async fn compressed_bodies_and_outsized_noauth_identities_are_refused() {
             "{header}: {body}"
         );
     }
+    // A header that is not text would leave the caller with the default identity, an
+    // admin's: refused, never ignored.
+    for value in ["\u{e9}t\u{e9}".as_bytes(), b"\xffprojA".as_slice()] {
+        let response = app
+            .client
+            .post(format!("{}/v1/os-hosts", app.base))
+            .header("Content-Type", "application/json")
+            .header(
+                "X-Project-Id",
+                reqwest::header::HeaderValue::from_bytes(value).unwrap(),
+            )
+            .body(r#"{"name": "h1"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let body: Value = response.json().await.unwrap();
+        assert!(
+            body["error_message"]
+                .as_str()
+                .unwrap()
+                .contains("X-Project-Id must be printable ASCII"),
+            "{body}"
+        );
+    }
     assert_eq!(app.get("/v1/os-hosts").await.body["hosts"], json!([]));
+    // An empty X-Roles means no roles, not the default identity's.
+    let response = app
+        .client
+        .get(format!("{}/v1/notifications", app.base))
+        .header("X-Project-Id", "projA")
+        .header("X-User-Id", "u")
+        .header("X-Roles", "")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
     // Identity (no encoding) is the body as sent; 255 characters are a column's worth.
     let (status, _) = send(vec![
         ("Content-Encoding", "identity".into()),
