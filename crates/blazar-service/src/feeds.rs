@@ -61,7 +61,7 @@ impl Service {
             }
             None => identity.project_id.clone(),
         };
-        crate::check_text("description", &description, false)?;
+        crate::check_text("description", &description, true)?;
         if description.chars().count() > 255 {
             return Err(ServiceError::BadRequest(
                 "description must be at most 255 characters".into(),

@@ -185,6 +185,8 @@ pub(crate) fn check_capability_key(key: &str) -> ServiceResult<()> {
             "An extra capability needs a non-empty name".into(),
         ));
     }
+    // A name: queries, listings and error messages show it.
+    crate::check_text("extra capability name", key, true)?;
     if key.chars().count() > MAX_CAPABILITY_KEY_LEN {
         return Err(ServiceError::BadRequest(format!(
             "Extra capability key too long: {key:?} has {} characters, the limit is {MAX_CAPABILITY_KEY_LEN}",

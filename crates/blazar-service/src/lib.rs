@@ -507,11 +507,6 @@ impl Service {
     }
 }
 
-/// The id of a new row (lease, reservation, event, notification, resource): a UUID that
-/// starts with its creation time (version 7), so that rows are added at the end of the
-/// indexes on these ids instead of at random places in them. Random ids made every create
-/// touch pages spread over the whole of those indexes, which years of history make far
-/// larger than any page cache; clients see a UUID in Blazar's form as before.
 /// Refuses text no column can hold (PostgreSQL's text refuses NUL) and, in a name (which
 /// logs, aggregates and clouds show), any control character.
 pub(crate) fn check_text(key: &str, text: &str, name: bool) -> ServiceResult<()> {
@@ -523,21 +518,26 @@ pub(crate) fn check_text(key: &str, text: &str, name: bool) -> ServiceResult<()>
     Ok(())
 }
 
-/// Refuses what cannot be a Keystone project id: empty, longer than Keystone's 64
+/// Refuses what cannot be a Keystone project id: empty or blank, longer than Keystone's 64
 /// characters, or with control characters.
 pub(crate) fn check_project_id(project_id: &str) -> ServiceResult<()> {
-    if project_id.is_empty()
+    if project_id.trim().is_empty()
         || project_id.chars().count() > 64
         || project_id.chars().any(char::is_control)
     {
         return Err(ServiceError::BadRequest(format!(
-            "Invalid project id {:?}: at most 64 characters, no control characters",
+            "Invalid project id {:?}: not blank, at most 64 characters, no control characters",
             project_id.chars().take(64).collect::<String>()
         )));
     }
     Ok(())
 }
 
+/// The id of a new row (lease, reservation, event, notification, resource): a UUID that
+/// starts with its creation time (version 7), so that rows are added at the end of the
+/// indexes on these ids instead of at random places in them. Random ids made every create
+/// touch pages spread over the whole of those indexes, which years of history make far
+/// larger than any page cache; clients see a UUID in Blazar's form as before.
 pub(crate) fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }

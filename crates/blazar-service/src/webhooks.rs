@@ -343,7 +343,7 @@ impl Service {
                 "description must be at most 255 characters".into(),
             ));
         }
-        crate::check_text("description", &new.description, false)?;
+        crate::check_text("description", &new.description, true)?;
         let webhook = Webhook {
             id: crate::new_id(),
             project_id,

@@ -85,6 +85,16 @@ async fn host_creation_errors() {
             "Extra capability key too long",
         ),
         (
+            json!({"name": "c2", "c\u{0}p": "v"}),
+            StatusCode::BAD_REQUEST,
+            "extra capability name: control characters are not allowed",
+        ),
+        (
+            json!({"name": "c2", "c\np": "v"}),
+            StatusCode::BAD_REQUEST,
+            "extra capability name: control characters are not allowed",
+        ),
+        (
             json!({"name": "c2", "vcpus": "many"}),
             StatusCode::BAD_REQUEST,
             "Malformed parameter vcpus",
