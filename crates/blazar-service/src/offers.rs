@@ -706,6 +706,27 @@ async fn occupancy(
     Ok(occupancy)
 }
 
+/// Whether `after` holds everything `before` does: each resource of each reservation, with
+/// at least as many units.
+fn keeps_all(before: &[blazar_db::GrantRow], after: &[blazar_db::GrantRow]) -> bool {
+    let units = |rows: &[blazar_db::GrantRow]| {
+        let mut by: HashMap<(String, String, String), i64> = HashMap::new();
+        for g in rows {
+            *by.entry((
+                g.reservation_id.clone(),
+                g.resource_type.clone(),
+                g.resource_id.clone(),
+            ))
+            .or_default() += g.units.max(1);
+        }
+        by
+    };
+    let after = units(after);
+    units(before)
+        .iter()
+        .all(|(key, n)| after.get(key).is_some_and(|m| m >= n))
+}
+
 /// What an extension check asks about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExtensionAsk {
@@ -730,7 +751,7 @@ impl Service {
     ) -> ServiceResult<Extension> {
         let now = truncate_to_minute(self.now());
         let permit = self.search_permit().await?;
-        let mut extension = in_tx!(self, read, |tx| {
+        let extension = in_tx!(self, read, |tx| {
             let lease = tx
                 .get_lease(id)
                 .await?
@@ -738,6 +759,14 @@ impl Service {
             let target = crate::leases::lease_target(&lease);
             self.authorize("blazar:leases:get", identity, &target)?;
             self.authorize("blazar:leases:put", identity, &target)?;
+            // Its update would be refused until the start is done: so is the question.
+            if lease.status == blazar_core::LeaseStatus::Starting {
+                return Err(ServiceError::Conflict(format!(
+                    "Lease {} is STARTING: the cloud is being changed for it; ask again once \
+                     it is ACTIVE",
+                    lease.id
+                )));
+            }
             let requested_end = match ask {
                 ExtensionAsk::Latest => None,
                 ExtensionAsk::EndAt(t) => Some(t),
@@ -767,18 +796,24 @@ impl Service {
             } else {
                 None
             };
-            Ok(Extension {
-                lease_id: lease.id.clone(),
-                end: lease.end,
-                requested_end,
-                possible: None,
-                refusal: None,
-                keeps_resources: requested_end
-                    .map(|end| latest_end.is_some_and(|latest| latest >= end)),
-                latest_end: latest_end.filter(|t| *t > lease.end),
-                horizon,
-            })
+            let holds = tx.grants_of_lease(&lease.id).await?;
+            Ok((
+                lease.status,
+                holds,
+                Extension {
+                    lease_id: lease.id.clone(),
+                    end: lease.end,
+                    requested_end,
+                    possible: None,
+                    refusal: None,
+                    keeps_resources: requested_end
+                        .map(|end| latest_end.is_some_and(|latest| latest >= end)),
+                    latest_end: latest_end.filter(|t| *t > lease.end),
+                    horizon,
+                },
+            ))
         })?;
+        let (status, holds, mut extension) = extension;
         // The update's dry runs below are write transactions: no search permit is held there.
         drop(permit);
         // The latest end is one the update would allow, not only one the resources allow:
@@ -798,7 +833,13 @@ impl Service {
                 ..Default::default()
             };
             match self.dry_run_update_lease(identity, id, &update).await {
-                Ok(_) => extension.possible = Some(true),
+                Ok(dry) => {
+                    extension.possible = Some(true);
+                    // Past the searched horizon the search cannot say; the update can.
+                    if end > extension.horizon {
+                        extension.keeps_resources = Some(keeps_all(&holds, &dry.grants));
+                    }
+                }
                 Err(
                     e @ (ServiceError::BadRequest(_)
                     | ServiceError::Conflict(_)
@@ -816,6 +857,17 @@ impl Service {
                 }
                 Err(e) => return Err(e),
             }
+        }
+        // The dry runs assume the lease as it was read: one that started or ended meanwhile
+        // (its update refused while STARTING) has answers from two states.
+        let now_status = in_tx!(self, read, |tx| {
+            Ok(tx.get_lease(id).await?.map(|l| l.status))
+        })?
+        .ok_or_else(|| crate::leases::lease_not_found(id))?;
+        if now_status != status {
+            return Err(ServiceError::Conflict(format!(
+                "Lease {id} changed from {status} while it was checked; ask again"
+            )));
         }
         Ok(extension)
     }
