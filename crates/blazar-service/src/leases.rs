@@ -67,6 +67,22 @@ fn shortfall(e: &ServiceError) -> bool {
 /// The policy rule deciding whether a refused create or update says why.
 pub const EXPLAIN_REFUSAL: &str = "blazar:leases:explain_refusal";
 
+/// How many times an `earliest` create held by usage filters to one window searches again
+/// when a concurrent create took that window.
+const EARLIEST_FILTERED_TRIES: u32 = 8;
+
+/// Why one try of a create failed: its filtered `earliest` window was taken, or anything else.
+enum Lost {
+    Window(ServiceError),
+    Other(ServiceError),
+}
+
+impl From<ServiceError> for Lost {
+    fn from(e: ServiceError) -> Self {
+        Lost::Other(e)
+    }
+}
+
 /// Longest lease name Blazar's schema holds.
 pub const MAX_LEASE_NAME_LEN: usize = 80;
 
@@ -497,47 +513,17 @@ impl Service {
         identity: &Identity,
         request: &NewLease,
     ) -> ServiceResult<LeaseView> {
-        let created = async {
-            let mut plan = self.plan_lease(identity, request).await?;
-            self.enforce_create(identity, request, &mut plan).await?;
-            // After every check that can refuse without writing, so that those make no
-            // trust; before the write, which calls nobody.
-            plan.trust = self
-                .make_trust(identity, request.user_token.as_ref())
-                .await?;
-            let view = match plan.trust.clone() {
-                None => self.write_lease_of(plan).await?,
-                // The write and what follows it (the trust's removal if it failed, the
-                // scheduler woken if it did not) run to the end even when the request is
-                // dropped meanwhile (client gone, timeout): otherwise a trust made for a
-                // lease that was never written would stay in Keystone. In a task of its
-                // own, with the request's id and log span.
-                Some(trust) => {
-                    use tracing::Instrument;
-                    let service = self.clone();
-                    let token = request.user_token.clone();
-                    let request_id = crate::actions::current_request_id();
-                    let write = async move {
-                        let written = service.write_lease_of(plan).await;
-                        if written.is_err() {
-                            service.forget_trust(&trust, token.as_ref()).await;
-                        }
-                        written
-                    }
-                    .in_current_span();
-                    tokio::spawn(async move {
-                        match request_id {
-                            Some(id) => crate::actions::with_request_id(id, write).await,
-                            None => write.await,
-                        }
-                    })
-                    .await
-                    .map_err(|e| ServiceError::Internal(format!("a lease write failed: {e}")))??
-                }
-            };
-            self.with_groups_made(identity, view).await
-        }
-        .await;
+        let mut attempt = 0;
+        let created = loop {
+            // An `earliest` create that usage filters held to the window they were asked
+            // about loses that window to a concurrent create now and then: it searches and
+            // asks again, a few times, as the search itself would have moved on.
+            match self.create_lease_once(identity, request).await {
+                Ok(view) => break Ok(view),
+                Err(Lost::Window(_)) if attempt < EARLIEST_FILTERED_TRIES => attempt += 1,
+                Err(Lost::Window(e) | Lost::Other(e)) => break Err(e),
+            }
+        };
         match created {
             Ok(view) => Ok(view),
             Err(e) => {
@@ -553,6 +539,61 @@ impl Service {
                 Err(self.with_next_offer(identity, e).await)
             }
         }
+    }
+
+    /// One try of [`Self::create_lease`]: plan, enforcement, trust, write. A shortfall at
+    /// the write of an `earliest` create that enforcement held to the window it asked the
+    /// filters about is `Err(Lost)`: that window went to a concurrent create.
+    async fn create_lease_once(
+        &self,
+        identity: &Identity,
+        request: &NewLease,
+    ) -> Result<LeaseView, Lost> {
+        let mut plan = self.plan_lease(identity, request).await?;
+        self.enforce_create(identity, request, &mut plan).await?;
+        let held_to_window =
+            request.earliest.is_some() && matches!(plan.dates, PlanDates::Fixed(_));
+        // After every check that can refuse without writing, so that those make no
+        // trust; before the write, which calls nobody.
+        plan.trust = self
+            .make_trust(identity, request.user_token.as_ref())
+            .await?;
+        let written = match plan.trust.clone() {
+            None => self.write_lease_of(plan).await,
+            // The write and what follows it (the trust's removal if it failed, the
+            // scheduler woken if it did not) run to the end even when the request is
+            // dropped meanwhile (client gone, timeout): otherwise a trust made for a
+            // lease that was never written would stay in Keystone. In a task of its
+            // own, with the request's id and log span.
+            Some(trust) => {
+                use tracing::Instrument;
+                let service = self.clone();
+                let token = request.user_token.clone();
+                let request_id = crate::actions::current_request_id();
+                let write = async move {
+                    let written = service.write_lease_of(plan).await;
+                    if written.is_err() {
+                        service.forget_trust(&trust, token.as_ref()).await;
+                    }
+                    written
+                }
+                .in_current_span();
+                tokio::spawn(async move {
+                    match request_id {
+                        Some(id) => crate::actions::with_request_id(id, write).await,
+                        None => write.await,
+                    }
+                })
+                .await
+                .map_err(|e| ServiceError::Internal(format!("a lease write failed: {e}")))?
+            }
+        };
+        let view = match written {
+            Ok(view) => view,
+            Err(e) if held_to_window && shortfall(&e) => return Err(Lost::Window(e)),
+            Err(e) => return Err(Lost::Other(e)),
+        };
+        Ok(self.with_groups_made(identity, view).await?)
     }
 
     /// What [`Self::create_lease`] would answer, the same 201 or refusal, and what it would
@@ -719,8 +760,10 @@ impl Service {
         check_name(&request.name)?;
         let now = truncate_to_minute(self.now());
         let dates = match &request.earliest {
+            // As offers do: the next whole minute, so that an `earliest` lease gets all of its
+            // duration and the same start the offer asked just before names.
             Some(search) => PlanDates::Earliest(search.resolve(
-                now,
+                blazar_core::time::first_whole_minute(self.now()),
                 self.settings().cleaning(),
                 blazar_core::offer::Order::Earliest,
                 1,
@@ -813,6 +856,7 @@ impl Service {
         plan: &LeasePlan,
     ) -> ServiceResult<LeaseView> {
         let earliest = matches!(plan.dates, PlanDates::Earliest(_));
+        self.take_quota_turn(tx, &plan.identity.project_id).await?;
         let CreatePlan { window, before_end } = match &plan.dates {
             PlanDates::Fixed(dates) => *dates,
             PlanDates::Earliest(search) => self.earliest_dates(tx, plan, search).await?,
@@ -1583,12 +1627,29 @@ impl Service {
                 }
             };
             if reservation.status == ReservationStatus::Active {
-                let chosen_set: HashSet<i64> = grant.resources.iter().copied().collect();
-                let lost: Vec<String> = held
+                // Whole resources must all stay; instance slots must stay on their hosts,
+                // as many as before (their servers run there), so units count per host.
+                let units = |allocations: &mut dyn Iterator<Item = &Allocation>| {
+                    let mut by: HashMap<i64, i64> = HashMap::new();
+                    for a in allocations {
+                        *by.entry(a.resource_id).or_default() += a.occupancy.units.max(1);
+                    }
+                    by
+                };
+                let before = units(&mut own.iter().copied());
+                let after_rows = tx.allocations_of_lease(&lease.id).await?;
+                let after = units(
+                    &mut after_rows
+                        .iter()
+                        .filter(|a| a.reservation_id == reservation.id),
+                );
+                let mut lost: Vec<i64> = before
                     .iter()
-                    .filter(|h| !chosen_set.contains(h))
-                    .map(|h| h.to_string())
+                    .filter(|(id, n)| after.get(id).copied().unwrap_or(0) < **n)
+                    .map(|(id, _)| *id)
                     .collect();
+                lost.sort_unstable();
+                let lost: Vec<String> = lost.iter().map(i64::to_string).collect();
                 if !lost.is_empty() {
                     return Err(ServiceError::Conflict(format!(
                         "Reservation {} is active and would lose resource(s) {}; an active \
@@ -1607,7 +1668,12 @@ impl Service {
                     tx,
                     lease,
                     reservation,
-                    |a| !held.contains(&a.resource_id),
+                    // New resources, and hosts given more slots than they had (the
+                    // backend sets a host's slots from all the reservation holds there).
+                    |a| {
+                        before.get(&a.resource_id).copied().unwrap_or(0)
+                            < after.get(&a.resource_id).copied().unwrap_or(0)
+                    },
                     stamp,
                 )
                 .await?;

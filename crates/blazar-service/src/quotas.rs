@@ -237,11 +237,31 @@ pub(crate) fn refusal(
     }))
 }
 
+/// Whether `limits` bound what a project holds (at once or per month), which its use must
+/// be measured for under its lock; the others bound a lease's own dates.
+fn measured(limits: &QuotaValues) -> bool {
+    limits.limit(QuotaKind::HostHoursPerMonth).is_some()
+        || CONCURRENT.iter().any(|k| limits.limit(*k).is_some())
+}
+
 impl Service {
     /// Uses these quotas (none by default).
     pub fn with_quotas(mut self, quotas: QuotaSettings) -> Self {
         self.quotas = std::sync::Arc::new(quotas);
         self
+    }
+
+    /// Takes the project's turn to write, when a limit on what it holds applies: before any
+    /// other lock of the transaction (the allocation lock, resource claims). An update
+    /// takes it first as well (`quota_baseline`), so a create and an update of one project
+    /// never each hold what the other waits for, a circle PostgreSQL breaks only after
+    /// `deadlock_timeout`.
+    pub(crate) async fn take_quota_turn(&self, tx: &mut Tx, project_id: &str) -> ServiceResult<()> {
+        let limits = self.project_limits(tx, project_id).await?;
+        if measured(&limits) {
+            tx.lock_project_usage(project_id).await?;
+        }
+        Ok(())
     }
 
     /// A project's limits in force: its overrides over the configured defaults.
@@ -297,7 +317,7 @@ impl Service {
     }
 
     /// The project's use over `window` for the limits `limits` sets, with `lease_id`'s own
-    /// allocations apart. Taken under the allocation lock: what it reads stays true until
+    /// allocations apart. Taken under the project's lock: what it reads stays true until
     /// the transaction ends.
     async fn measure(
         &self,
@@ -308,8 +328,7 @@ impl Service {
         window: TimeWindow,
     ) -> ServiceResult<Measure> {
         let budget = limits.limit(QuotaKind::HostHoursPerMonth).is_some();
-        let concurrent = CONCURRENT.iter().any(|k| limits.limit(*k).is_some());
-        if !budget && !concurrent {
+        if !measured(limits) {
             return Ok(Measure::default());
         }
         // Two creates of one project must not both pass against the same usage.

@@ -415,3 +415,86 @@ async fn a_create_needing_hosts_another_writer_claimed_does_not_wait_for_it() {
     assert_eq!(holding, 3);
     other.close().await;
 }
+
+/// On PostgreSQL a create of a project under quotas takes the project's turn before it
+/// claims any resource, as an update of that project does: a create that claimed hosts
+/// and then waited for the turn, held by an update waiting for one of those hosts, was a
+/// circle PostgreSQL broke only after `deadlock_timeout` (requests of a minute and more
+/// with two servers). Here another transaction holds the project's turn: the create waits
+/// for it holding no claim, then goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_create_under_quotas_waits_for_its_projects_turn_holding_no_claim() {
+    let db = crate::harness::TestDatabase::new().await;
+    if !db.is_postgres() {
+        return;
+    }
+    let url = db.url.clone();
+    let schema = url
+        .rsplit("application_name=")
+        .next()
+        .expect("the test database names its schema")
+        .to_string();
+    let mut app = TestApp::spawn_on(db, blazar_service::Settings::default()).await;
+    for i in 0..2 {
+        app.create_host(&format!("compute-{i}"), json!({})).await;
+    }
+    app.put("/v1/quotas/alpha", json!({"hosts": 2}))
+        .await
+        .assert_status(StatusCode::OK);
+    app.act_as("alpha", "u1", "member");
+
+    let other = blazar_db::Store::connect(&blazar_db::StoreOptions {
+        url: url.clone(),
+        max_connections: 2,
+        ..blazar_db::StoreOptions::default()
+    })
+    .await
+    .unwrap();
+    let mut holder = other.write().await.unwrap();
+    holder.lock_project_usage("alpha").await.unwrap();
+
+    let watch = async {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        let held_while_waiting = loop {
+            let waiting: Option<(i32,)> = sqlx::query_as(
+                "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                 WHERE l.locktype = 'advisory' AND NOT l.granted AND a.application_name = $1",
+            )
+            .bind(&schema)
+            .fetch_optional(&mut conn)
+            .await
+            .unwrap();
+            if let Some((pid,)) = waiting {
+                let (held,): (i64,) = sqlx::query_as(
+                    "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                     AND pid = $1",
+                )
+                .bind(pid)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+                break held;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the create never waited for its project's turn"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        holder.commit().await.unwrap();
+        held_while_waiting
+    };
+    let create = app.post(
+        "/v1/leases",
+        lease_body("quota", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1),
+    );
+    let (created, held_while_waiting) = tokio::join!(create, watch);
+    assert_eq!(
+        held_while_waiting, 0,
+        "advisory locks held while waiting for the project's turn"
+    );
+    created.assert_status(StatusCode::CREATED);
+    other.close().await;
+}

@@ -333,7 +333,8 @@ async fn a_dry_run_does_not_ask_the_external_service() {
 }
 
 /// An `earliest` create is held to the window the filters were asked about: when that
-/// window is taken while they decide, the create is refused, not booked at other dates.
+/// window is taken while they decide, it is never booked at other dates nobody asked them
+/// about; it searches again and asks them about the next window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_earliest_create_books_only_the_window_the_filters_allowed() {
     let (app, service) = external_app().await;
@@ -360,11 +361,22 @@ async fn an_earliest_create_books_only_the_window_the_filters_allowed() {
     });
     moved.assert_status(StatusCode::OK);
     let asked = service.received("check-create");
+    // After the other lease's own create.
+    let starts: Vec<&Value> = asked
+        .iter()
+        .skip(1)
+        .map(|a| &a.body["lease"]["start_date"])
+        .collect();
     assert_eq!(
-        asked.last().unwrap().body["lease"]["start_date"],
-        "2030-01-01T00:00:00"
+        starts,
+        [&json!("2030-01-01T00:00:00"), &json!("2030-01-01T01:00:00")],
+        "the first window, then the next one once the first was taken"
     );
-    assert_eq!(created.status, StatusCode::CONFLICT, "{}", created.body);
+    created.assert_status(StatusCode::CREATED);
+    assert_eq!(
+        created.body["lease"]["start_date"],
+        "2030-01-01T01:00:00.000000"
+    );
 }
 
 /// The filters allow an update of the lease as a trial read it; when the lease changes
@@ -735,4 +747,37 @@ async fn offers_keep_to_the_maximum_lease_duration() {
         .unwrap();
         assert_eq!(end - start, chrono::Duration::days(1), "{offer}");
     }
+}
+
+/// With a usage filter on, an `earliest` create is held to the window the filter was asked
+/// about; one that loses that window to a concurrent create searches and asks again, so
+/// concurrent `earliest` creates still all get windows, one after another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_earliest_creates_under_a_filter_all_get_windows() {
+    let app = app_with(|cli| {
+        cli.enabled_filters = vec!["MaxLeaseDurationFilter".into()];
+        cli.max_lease_duration = Some(86_400);
+    })
+    .await;
+    app.create_host("only", json!({})).await;
+    let requests = (0..8).map(|i| {
+        app.post(
+            "/v1/leases",
+            json!({"name": format!("e{i}"), "start_date": "earliest", "duration": 45,
+                   "not_before": "2030-01-01 10:00",
+                   "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
+                                     "hypervisor_properties": "", "resource_properties": ""}]}),
+        )
+    });
+    let responses = futures::future::join_all(requests).await;
+    let mut starts: Vec<String> = responses
+        .iter()
+        .map(|r| {
+            assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+            r.body["lease"]["start_date"].as_str().unwrap().to_string()
+        })
+        .collect();
+    starts.sort();
+    starts.dedup();
+    assert_eq!(starts.len(), 8, "{starts:?}");
 }

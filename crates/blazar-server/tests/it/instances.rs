@@ -1153,3 +1153,63 @@ async fn flavor_sizes_are_bounded_and_never_overflow() {
     );
     assert_eq!(app.get("/v1/leases").await.body["leases"], json!([]));
 }
+
+/// An active instance reservation's servers run where its slots are: an extension that
+/// cannot keep every slot on its host is refused, never met by moving a slot elsewhere
+/// (which would also free room on that host for others while the servers still use it).
+#[tokio::test]
+async fn an_active_instance_reservation_never_moves_a_slot_to_extend() {
+    let app = TestApp::spawn().await;
+    for (name, tag) in [("c1", "a"), ("c2", "b")] {
+        app.create_host(
+            name,
+            json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100, "tag": tag}),
+        )
+        .await;
+    }
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "l",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                instances(4, 2, 1024, 10, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lid = r.body["lease"]["id"].as_str().unwrap().to_string();
+    assert_eq!(slots_of(&app, &lid).await, ["1"], "every slot on c1");
+    // Another lease takes a slot of c1 after the first one's end.
+    let mut other = instances(1, 2, 1024, 10, json!(null));
+    other[0]["resource_properties"] = json!(json!(["==", "$tag", "a"]).to_string());
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("o", "2030-01-01 12:30", "2030-01-01 14:00", other),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let path = format!("/v1/leases/{lid}");
+    assert_eq!(app.get(&path).await.body["lease"]["status"], "ACTIVE");
+
+    // Until 13:00, c1 cannot hold the four slots and the other one at once.
+    let r = app
+        .put(&path, json!({"end_date": "2030-01-01 13:00"}))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(r.message().contains("would lose"), "{}", r.message());
+    assert_eq!(slots_of(&app, &lid).await, ["1"]);
+    assert_eq!(
+        app.get(&path).await.body["lease"]["end_date"],
+        "2030-01-01T12:00:00.000000"
+    );
+    // Until 12:30 it can.
+    let r = app
+        .put(&path, json!({"end_date": "2030-01-01 12:30"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(slots_of(&app, &lid).await, ["1"]);
+}
