@@ -202,7 +202,10 @@ pub struct HostSlots {
 }
 
 /// Spreads `amount` instances over hosts by affinity. `keep` lists hosts the reservation
-/// uses already, preferred. Returns (host, units) or `None` when they do not fit.
+/// uses already, preferred, each once per slot it holds there: spread freely, a reservation
+/// first keeps as many slots on each of its hosts as it holds (its servers run there), and
+/// only then fills free slots in order. Returns (host, units) or `None` when they do not
+/// fit.
 pub fn place(
     candidates: &[HostSlots],
     keep: &[i64],
@@ -222,14 +225,36 @@ pub fn place(
                 .then(|| ordered.iter().take(wanted).map(|c| (c.host, 1)).collect())
         }
         Affinity::Any => {
+            let mut held: BTreeMap<i64, i64> = BTreeMap::new();
+            for host in keep {
+                *held.entry(*host).or_default() += 1;
+            }
             let mut left = amount;
-            let mut out = Vec::new();
+            let mut out: Vec<(i64, i64)> = Vec::new();
+            for c in &ordered {
+                let take = c
+                    .slots
+                    .min(held.get(&c.host).copied().unwrap_or(0))
+                    .min(left);
+                if take > 0 {
+                    out.push((c.host, take));
+                    left -= take;
+                }
+            }
             for c in &ordered {
                 if left == 0 {
                     break;
                 }
-                let take = c.slots.min(left);
-                out.push((c.host, take));
+                let taken = out.iter_mut().find(|(host, _)| *host == c.host);
+                let already = taken.as_ref().map_or(0, |(_, n)| *n);
+                let take = (c.slots - already).min(left);
+                if take <= 0 {
+                    continue;
+                }
+                match taken {
+                    Some((_, n)) => *n += take,
+                    None => out.push((c.host, take)),
+                }
                 left -= take;
             }
             (left == 0).then_some(out)

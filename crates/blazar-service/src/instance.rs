@@ -543,6 +543,13 @@ mod tests {
             (7, Affinity::Any, &[], Some(vec![(3, 1), (1, 2), (2, 4)])),
             (8, Affinity::Any, &[], None),
             (3, Affinity::Any, &[2], Some(vec![(2, 3)])),
+            // Held one slot on each of 1 and 2: both stay, though 2 alone has room for all.
+            (2, Affinity::Any, &[1, 2], Some(vec![(1, 1), (2, 1)])),
+            (4, Affinity::Any, &[1, 2], Some(vec![(1, 2), (2, 2)])),
+            // Two held on 2, one on 1; one more goes where it fits first.
+            (4, Affinity::Any, &[2, 1, 2], Some(vec![(1, 2), (2, 2)])),
+            // Fewer than held (a shrink): the kept hosts in order.
+            (1, Affinity::Any, &[1, 2], Some(vec![(1, 1)])),
         ];
         for (amount, affinity, keep, expected) in rows {
             assert_eq!(

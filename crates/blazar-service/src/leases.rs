@@ -1591,7 +1591,14 @@ impl Service {
                 .iter()
                 .filter(|a| a.reservation_id == reservation.id)
                 .collect();
-            let held: Vec<i64> = own.iter().map(|a| a.resource_id).collect();
+            // A resource once per unit held there, as `engine::place` keeps instance slots.
+            let held: Vec<i64> = own
+                .iter()
+                .flat_map(|a| {
+                    let units = usize::try_from(a.occupancy.units).unwrap_or(0).max(1);
+                    std::iter::repeat_n(a.resource_id, units)
+                })
+                .collect();
             // An active reservation is held again over the span it holds (see `held_since`),
             // so an extension asks only for the time that is new to its resources.
             let window = if reservation.status == ReservationStatus::Active {

@@ -1213,3 +1213,71 @@ async fn an_active_instance_reservation_never_moves_a_slot_to_extend() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(slots_of(&app, &lid).await, ["1"]);
 }
+
+#[tokio::test]
+async fn an_active_instance_reservation_spread_over_hosts_keeps_them_to_extend() {
+    let app = TestApp::spawn().await;
+    for name in ["c1", "c2"] {
+        app.create_host(
+            name,
+            json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100}),
+        )
+        .await;
+    }
+    // Three of c1's four slots are taken until 11:00.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "o",
+                "2030-01-01 10:00",
+                "2030-01-01 11:00",
+                instances(3, 2, 1024, 10, json!(true)),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let oid = r.body["lease"]["id"].as_str().unwrap().to_string();
+    assert_eq!(slots_of(&app, &oid).await, ["1"]);
+    // So two slots from 10:00 go one on each host.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "l",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                instances(2, 2, 1024, 10, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lid = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let mut spread = slots_of(&app, &lid).await;
+    spread.sort();
+    assert_eq!(spread, ["1", "2"]);
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let path = format!("/v1/leases/{lid}");
+    assert_eq!(app.get(&path).await.body["lease"]["status"], "ACTIVE");
+
+    // c1 has room for both from 11:00, but each slot stays where it runs.
+    let r = app
+        .put(&path, json!({"end_date": "2030-01-01 13:00"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let mut after = slots_of(&app, &lid).await;
+    after.sort();
+    assert_eq!(after, ["1", "2"]);
+    // And a third slot may go anywhere.
+    let r = app
+        .put(
+            &path,
+            json!({"reservations": [{"id": r.body["lease"]["reservations"][0]["id"], "amount": 3}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        app.get(&path).await.body["lease"]["end_date"],
+        "2030-01-01T13:00:00.000000"
+    );
+}
