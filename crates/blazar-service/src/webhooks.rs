@@ -86,15 +86,22 @@ pub fn is_internal_address(ip: IpAddr) -> bool {
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return is_internal_address(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
+            let s = v6.segments();
             v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
                 || v6.is_unique_local()
                 || v6.is_unicast_link_local()
-                // NAT64 and 6to4 embed an IPv4 address that can be internal.
-                || first == 0x0064
-                || first == 0x2002
+                // IPv4-compatible (`::a.b.c.d`, deprecated but still parsed and routed by
+                // some stacks), NAT64 and 6to4 embed an IPv4 address that can be internal.
+                || s[..6] == [0; 6]
+                || s[0] == 0x0064
+                || s[0] == 0x2002
+                // Discard-only (RFC 6666), IETF protocol assignments such as Teredo, which
+                // embeds an IPv4 address too (RFC 6890), and documentation.
+                || s[..4] == [0x0100, 0, 0, 0]
+                || (s[0] == 0x2001 && s[1] < 0x0200)
+                || (s[0] == 0x2001 && s[1] == 0x0db8)
         }
     }
 }
@@ -758,6 +765,11 @@ mod tests {
             "::ffff:10.0.0.1",
             "64:ff9b::a00:1",
             "2002:a00:1::",
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "100::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "2001:db8::1",
         ] {
             let ip: IpAddr = internal.parse().unwrap();
             assert!(is_internal_address(ip), "{internal}");
@@ -774,6 +786,8 @@ mod tests {
             "223.255.255.1",
             "2606:4700::1111",
             "::ffff:8.8.8.8",
+            "2001:4860:4860::8888",
+            "2a00:1450:4001::1",
         ] {
             let ip: IpAddr = public.parse().unwrap();
             assert!(!is_internal_address(ip), "{public}");
