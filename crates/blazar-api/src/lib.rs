@@ -500,8 +500,10 @@ pub struct Offer {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct OfferedReservation {
     pub resource_type: String,
-    /// Hosts, addresses, segments or devices; instances for instance reservations.
-    pub amount: i64,
+    /// Hosts, addresses, segments or devices; instances for instance reservations. Null
+    /// when a member's query names a private property and asked for a range (which
+    /// resources match, or how many, would tell the property's values).
+    pub amount: Option<i64>,
     pub resources: Vec<OfferedResource>,
 }
 

@@ -149,6 +149,10 @@ pub struct OfferedResource {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OfferedReservation {
     pub resource_type: &'static str,
+    /// Hosts, addresses, segments or devices; instances for instance reservations. `None`
+    /// when the resources are not named (a member's query names a private property) and
+    /// the request asked for a range: how many match would tell the property's values.
+    pub amount: Option<i64>,
     pub resources: Vec<OfferedResource>,
 }
 
@@ -490,6 +494,15 @@ impl Service {
                     .zip(o.granted)
                     .map(|((spec, &hidden), granted)| OfferedReservation {
                         resource_type: spec.resource_type(),
+                        amount: if hidden {
+                            let asked = crate::Requested::of(spec);
+                            asked
+                                .amount
+                                .or(asked.min.filter(|min| Some(*min) == asked.max))
+                                .map(i64::from)
+                        } else {
+                            Some(granted.iter().map(|(_, units)| *units).sum())
+                        },
                         resources: granted
                             .into_iter()
                             .filter(|_| !hidden)

@@ -143,11 +143,15 @@ fn summary(offer: &Value) -> String {
                         .collect()
                 })
                 .unwrap_or_default();
-            format!(
-                "{}: {}",
-                r["resource_type"].as_str().unwrap_or_default(),
-                resources.join(", ")
-            )
+            let kind = r["resource_type"].as_str().unwrap_or_default();
+            if !resources.is_empty() {
+                return format!("{kind}: {}", resources.join(", "));
+            }
+            // Not named (a private property picks them): how many, when that is told.
+            match r["amount"].as_i64() {
+                Some(n) => format!("{kind}: {n} (not named)"),
+                None => format!("{kind}: not named"),
+            }
         })
         .collect::<Vec<_>>()
         .join("\n")

@@ -430,7 +430,7 @@ pub fn offers(offers: Vec<blazar_service::LeaseOffer>) -> blazar_api::Offers {
                     .into_iter()
                     .map(|r| blazar_api::OfferedReservation {
                         resource_type: r.resource_type.to_string(),
-                        amount: r.resources.iter().map(|x| x.units).sum(),
+                        amount: r.amount,
                         resources: r
                             .resources
                             .into_iter()

@@ -371,6 +371,17 @@ async fn offers_name_no_resource_picked_by_a_private_property() {
     let told = offers(&app, body).await;
     assert_eq!(told[0]["start_date"], seen[0]["start_date"]);
     assert_eq!(told[0]["reservations"][0]["resources"], json!([]));
+    // One host was asked for: that one is granted is no secret.
+    assert_eq!(told[0]["reservations"][0]["amount"], 1);
+    // How many of a range would be granted is.
+    let ranged = offers(
+        &app,
+        json!({"reservations": [hosts(1, 2, r#"["==", "$secret", "x"]"#)], "duration": 60,
+               "not_before": "2030-01-01 00:00"}),
+    )
+    .await;
+    assert_eq!(ranged[0]["reservations"][0]["resources"], json!([]));
+    assert_eq!(ranged[0]["reservations"][0]["amount"], json!(null));
     // Without the private property the member sees what it would get.
     let plain = offers(
         &app,
