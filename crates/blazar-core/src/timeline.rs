@@ -26,9 +26,16 @@ pub fn timeline_window(
     let end = match end {
         Some(w) => w.resolve(now),
         // Not past the last minute Blazar's date formats can write (a five-digit year).
+        None if start >= last_writable_minute() => {
+            return Err(format!(
+                "the start date {} leaves no room for a timeline: it must be before {}",
+                start.format("%Y-%m-%d %H:%M"),
+                last_writable_minute().format("%Y-%m-%d %H:%M")
+            ));
+        }
         None => start
             .checked_add_signed(Duration::days(DEFAULT_SPAN_DAYS))
-            .ok_or_else(|| format!("start {start} is too late for a timeline"))?
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
             .min(last_writable_minute()),
     };
     let window = TimeWindow::new(start, end).map_err(|e| e.to_string())?;
@@ -161,5 +168,11 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(long, "the window of a timeline is at most 366 days long");
+        let late = timeline_window(now, Some(When::At(last_writable_minute())), None).unwrap_err();
+        assert_eq!(
+            late,
+            "the start date 9999-12-31 23:59 leaves no room for a timeline: it must be before \
+             9999-12-31 23:59"
+        );
     }
 }
