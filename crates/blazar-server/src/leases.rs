@@ -14,7 +14,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use blazar_api::PoolResource;
 use blazar_core::LeaseFilter;
 use blazar_core::{LeaseStatus, LeaseView};
-use blazar_service::{Identity, LeaseBatch, LeaseList, Listed, ServiceResult};
+use blazar_service::{Identity, LeaseBatch, LeaseList, Listed, Look, ServiceResult};
 
 use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::{ApiError, ApiResult};
@@ -371,6 +371,7 @@ pub async fn lease_events(
             every: state.observe.recheck,
             last: std::time::Instant::now(),
         },
+        look: Look::Changed,
         _permit: permit,
     };
     let events = futures::stream::unfold(stream, EventStream::next);
@@ -392,6 +393,8 @@ struct EventStream {
     changes: tokio::sync::watch::Receiver<u64>,
     stopping: tokio::sync::watch::Receiver<bool>,
     caller: Recheck,
+    /// Why it looks at the outbox next.
+    look: Look,
     _permit: crate::state::WaiterPermit,
 }
 
@@ -452,7 +455,11 @@ impl EventStream {
                 return None;
             }
             self.changes.borrow_and_update();
-            match self.service.next_lease_events(&mut self.reader).await {
+            match self
+                .service
+                .next_lease_events(&mut self.reader, self.look)
+                .await
+            {
                 Ok(events) if !events.is_empty() => {
                     self.pending.extend(events);
                     continue;
@@ -463,11 +470,11 @@ impl EventStream {
                     return None;
                 }
             }
-            tokio::select! {
-                _ = self.changes.changed() => {}
-                () = tokio::time::sleep(blazar_service::WAIT_POLL) => {}
+            self.look = tokio::select! {
+                _ = self.changes.changed() => Look::Changed,
+                () = tokio::time::sleep(blazar_service::WAIT_POLL) => Look::Polled,
                 () = stopped(&mut self.stopping) => return None,
-            }
+            };
         }
     }
 }

@@ -115,7 +115,7 @@ pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
 pub use leases::{DryRun, LeaseBatch, LeaseList, LeaseUpdate, Listed, NewLease, check_name};
 pub use monitor::MonitorReport;
 pub use notifications::{NotificationSink, PublishReport, lease_payload};
-pub use observe::{EventObserver, LeaseEvents, Monitoring, WAIT_POLL};
+pub use observe::{EventObserver, LeaseEvents, Look, Monitoring, WAIT_POLL};
 pub use offers::{
     DEFAULT_OFFERS, DEFAULT_SEARCH_DAYS, Extension, ExtensionAsk, LeaseOffer, MAX_OFFERS,
     MAX_SEARCH_DAYS, OfferRequest, OfferedReservation, OfferedResource, SearchWindow,
@@ -380,6 +380,8 @@ pub struct Service {
     /// Moved after every commit that changed a lease, so that requests waiting on a lease
     /// in this process look again at once (other processes' changes are polled for).
     lease_changes: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The newest outbox rows, read once for all of this process's event streams.
+    outbox_tail: Arc<observe::OutboxTail>,
     /// Told how late each event ran (metrics).
     event_observer: Option<EventObserver>,
     /// Per-project limits (none by default).
@@ -431,6 +433,7 @@ impl Service {
             searches: Arc::new(tokio::sync::Semaphore::new(search_permits())),
             enforcement: Arc::new(enforcement::Enforcement::default()),
             lease_changes: Arc::new(tokio::sync::watch::Sender::new(0)),
+            outbox_tail: Arc::default(),
             event_observer: None,
             quotas: Arc::new(quotas::QuotaSettings::default()),
             trusts: None,

@@ -2,8 +2,9 @@
 //! counts for monitoring, the lateness of events, waiting on a lease until it reaches a
 //! status, and the lease events of the notification outbox read as a stream.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use blazar_core::{LeaseStatus, LeaseView, SequencedNotification};
 use blazar_db::PoolUse;
@@ -90,10 +91,112 @@ impl LeaseEvents {
     pub fn cursor(&self) -> i64 {
         self.cursor
     }
+
+    /// Whether the event is one of the projects this reader follows.
+    fn sees(&self, row: &SequencedNotification) -> bool {
+        self.project
+            .as_ref()
+            .is_none_or(|p| row.notification.payload_text("project_id") == Some(p.as_str()))
+    }
+}
+
+/// Why an event stream looks at the outbox again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Look {
+    /// It just opened, or a commit of this process changed a lease: it must see that commit.
+    Changed,
+    /// Its poll came round (another replica's commits): a read of a moment ago will do.
+    Polled,
 }
 
 /// Rows read at once by an event stream.
 const EVENT_BATCH: usize = 200;
+
+/// Rows of the outbox a process keeps for its event streams once read (a few MB at most).
+const TAIL_ROWS: usize = 2048;
+
+/// How stale the outbox tail may be for a stream that looks again only because its poll
+/// came round (for other replicas' events): polls of many streams share one read a second.
+const TAIL_POLL_STALENESS: Duration = Duration::from_secs(1);
+
+/// The newest rows of the outbox, read once for all of this process's event streams. Every
+/// change of a lease wakes every stream; each reading the outbox for itself cost a read
+/// transaction (and on PostgreSQL a sequencing write) per stream per change, so a thousand
+/// open streams made every lease create wait behind a thousand reads. A stream whose cursor
+/// is inside the tail takes its rows from memory; one further behind (resuming from an old
+/// id, or after a burst longer than the tail) reads the database itself until it catches up.
+#[derive(Default)]
+pub(crate) struct OutboxTail {
+    /// One read of the outbox at a time: a stream that waited for another's read uses it.
+    reading: tokio::sync::Mutex<()>,
+    rows: std::sync::RwLock<TailRows>,
+}
+
+#[derive(Default)]
+struct TailRows {
+    /// `(floor, last)`: the tail holds every row with `floor < seq <= last`, in order.
+    /// `None` until the first read.
+    span: Option<(i64, i64)>,
+    rows: VecDeque<SequencedNotification>,
+    /// When the last read began: it saw every commit made before then.
+    read_at: Option<Instant>,
+}
+
+impl OutboxTail {
+    fn rows(&self) -> std::sync::RwLockReadGuard<'_, TailRows> {
+        // The rows are replaced whole under the lock: a panic elsewhere cannot leave them
+        // half-written.
+        self.rows
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The events after `reader`'s cursor that it may see, moving the cursor to the end of
+    /// the tail; `None` when the cursor is behind the tail.
+    fn take(&self, reader: &mut LeaseEvents) -> Option<Vec<SequencedNotification>> {
+        let tail = self.rows();
+        let (floor, last) = tail.span?;
+        if reader.cursor < floor {
+            return None;
+        }
+        let from = tail.rows.partition_point(|row| row.seq <= reader.cursor);
+        let events = tail
+            .rows
+            .range(from..)
+            .filter(|row| reader.sees(row))
+            .cloned()
+            .collect();
+        reader.cursor = reader.cursor.max(last);
+        Some(events)
+    }
+
+    /// Adds what a read found after the tail's end (`fresh`, ending at `last`), or starts
+    /// the tail over at `last` when the read did not reach the end (`fresh` is `None`).
+    fn extend(&self, fresh: Option<Vec<SequencedNotification>>, last: i64, read_at: Instant) {
+        let mut tail = self
+            .rows
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let floor = match (fresh, tail.span) {
+            (Some(fresh), Some((floor, _))) => {
+                tail.rows.extend(fresh);
+                floor
+            }
+            _ => {
+                tail.rows.clear();
+                last
+            }
+        };
+        let mut floor = floor;
+        while tail.rows.len() > TAIL_ROWS {
+            if let Some(row) = tail.rows.pop_front() {
+                floor = floor.max(row.seq);
+            }
+        }
+        tail.span = Some((floor, last));
+        tail.read_at = Some(read_at);
+    }
+}
 
 /// Batches one read of a member's stream goes through at most while none of their events
 /// is the member's project's: 20,000 rows, then the stream reads again at its next wake.
@@ -268,13 +371,61 @@ impl Service {
         })
     }
 
+    /// Reads the outbox after the tail's end, unless a read that began at or after `fresh`
+    /// has already (one read at a time; the others wait for it and use it).
+    async fn read_tail(&self, fresh: Instant) -> ServiceResult<()> {
+        let tail = &self.outbox_tail;
+        let _reading = tail.reading.lock().await;
+        let after = {
+            let rows = tail.rows();
+            if rows.read_at.is_some_and(|at| at >= fresh) {
+                return Ok(());
+            }
+            rows.span.map(|(_, last)| last)
+        };
+        let read_at = Instant::now();
+        self.sequence_notifications().await?;
+        let (fresh_rows, last) = in_tx!(self, read, |tx| {
+            let Some(mut cursor) = after else {
+                return Ok((None, tx.last_notification_seq().await?));
+            };
+            let mut rows = Vec::new();
+            while rows.len() < TAIL_ROWS {
+                let batch = tx.notifications_after(cursor, EVENT_BATCH).await?;
+                let caught_up = batch.len() < EVENT_BATCH;
+                cursor = batch.last().map_or(cursor, |row| row.seq.max(cursor));
+                rows.extend(batch);
+                if caught_up {
+                    return Ok((Some(rows), cursor));
+                }
+            }
+            // More came than the tail holds: it starts over at the outbox's end, and the
+            // streams behind it read the rest themselves.
+            Ok((None, tx.last_notification_seq().await?))
+        })?;
+        tail.extend(fresh_rows, last, read_at);
+        Ok(())
+    }
+
     /// The next lease events of `reader`, in outbox order (empty when there are none yet).
+    /// `look` says how fresh the answer must be.
     pub async fn next_lease_events(
         &self,
         reader: &mut LeaseEvents,
+        look: Look,
     ) -> ServiceResult<Vec<SequencedNotification>> {
         // Permission may have been withdrawn since the stream opened.
         self.authorize_own("blazar:leases:get", &reader.identity)?;
+        let now = Instant::now();
+        let fresh = match look {
+            Look::Changed => now,
+            Look::Polled => now.checked_sub(TAIL_POLL_STALENESS).unwrap_or(now),
+        };
+        self.read_tail(fresh).await?;
+        if let Some(events) = self.outbox_tail.take(reader) {
+            return Ok(events);
+        }
+        // Behind the tail: the stream reads the outbox itself.
         self.sequence_notifications().await?;
         let mut events = Vec::new();
         // Other projects' events are passed over here: a member's stream reads on through
@@ -286,15 +437,9 @@ impl Service {
             let caught_up = rows.len() < EVENT_BATCH;
             for row in rows {
                 reader.cursor = reader.cursor.max(row.seq);
-                let project_id = row.notification.payload_text("project_id");
-                if reader
-                    .project
-                    .as_ref()
-                    .is_some_and(|p| project_id != Some(p.as_str()))
-                {
-                    continue;
+                if reader.sees(&row) {
+                    events.push(row);
                 }
-                events.push(row);
             }
             if caught_up || !events.is_empty() {
                 break;
@@ -307,6 +452,92 @@ impl Service {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(seq: i64, project: &str) -> SequencedNotification {
+        SequencedNotification {
+            seq,
+            notification: blazar_core::Notification {
+                id: format!("n{seq}"),
+                event_type: "lease.create".into(),
+                lease_id: None,
+                payload: serde_json::json!({"project_id": project}),
+                created_at: chrono::DateTime::UNIX_EPOCH,
+                request_id: None,
+            },
+        }
+    }
+
+    fn reader(project: Option<&str>, cursor: i64) -> LeaseEvents {
+        LeaseEvents {
+            identity: Identity {
+                user_id: "u".into(),
+                project_id: project.unwrap_or("admin").into(),
+                roles: vec![],
+            },
+            project: project.map(str::to_string),
+            cursor,
+        }
+    }
+
+    fn seqs(events: &[SequencedNotification]) -> Vec<i64> {
+        events.iter().map(|e| e.seq).collect()
+    }
+
+    #[test]
+    fn the_outbox_tail_serves_readers_inside_it_and_sends_the_others_to_the_database() {
+        let tail = OutboxTail::default();
+        let mut early = reader(None, 3);
+        assert_eq!(tail.take(&mut early), None, "nothing read yet");
+        let at = Instant::now();
+        // The first read only finds where the outbox ends.
+        tail.extend(None, 10, at);
+        tail.extend(Some(vec![row(11, "a"), row(13, "b"), row(14, "a")]), 14, at);
+        assert_eq!(tail.take(&mut early), None, "behind the tail");
+        assert_eq!(early.cursor, 3);
+
+        let mut all = reader(None, 10);
+        assert_eq!(seqs(&tail.take(&mut all).unwrap()), [11, 13, 14]);
+        assert_eq!(all.cursor, 14);
+        assert_eq!(seqs(&tail.take(&mut all).unwrap()), Vec::<i64>::new());
+        let mut a = reader(Some("a"), 11);
+        assert_eq!(seqs(&tail.take(&mut a).unwrap()), [14]);
+        assert_eq!(a.cursor, 14);
+        // Rows the reader has seen (read from the database past the tail) are not repeated.
+        let mut ahead = reader(None, 20);
+        assert_eq!(seqs(&tail.take(&mut ahead).unwrap()), Vec::<i64>::new());
+        assert_eq!(ahead.cursor, 20);
+        // Events other projects follow move the cursor on all the same.
+        let mut b = reader(Some("b"), 13);
+        tail.extend(Some(vec![row(15, "a")]), 15, at);
+        assert_eq!(seqs(&tail.take(&mut b).unwrap()), Vec::<i64>::new());
+        assert_eq!(b.cursor, 15);
+    }
+
+    #[test]
+    fn the_outbox_tail_keeps_its_newest_rows_and_starts_over_after_a_read_it_could_not_finish() {
+        let tail = OutboxTail::default();
+        let at = Instant::now();
+        tail.extend(None, 0, at);
+        let many: Vec<SequencedNotification> =
+            (1..=TAIL_ROWS as i64 + 5).map(|s| row(s, "a")).collect();
+        tail.extend(Some(many), TAIL_ROWS as i64 + 5, at);
+        assert_eq!(
+            tail.take(&mut reader(None, 4)),
+            None,
+            "rows 1-5 left the tail"
+        );
+        let mut from_five = reader(None, 5);
+        let events = tail.take(&mut from_five).unwrap();
+        assert_eq!(events.len(), TAIL_ROWS);
+        assert_eq!(events.first().map(|e| e.seq), Some(6));
+
+        // A read that stopped short: readers inside the old tail read the rest themselves.
+        let last = TAIL_ROWS as i64 + 5;
+        tail.extend(None, last + 9_000, at);
+        assert_eq!(tail.take(&mut reader(None, last)), None);
+        let mut now = reader(None, last + 9_000);
+        assert_eq!(seqs(&tail.take(&mut now).unwrap()), Vec::<i64>::new());
+    }
 
     #[test]
     fn the_clock_watch_warns_on_disagreement_again_after_a_while_and_once_on_agreement() {

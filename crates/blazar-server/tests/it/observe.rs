@@ -911,11 +911,47 @@ async fn a_members_stream_passes_over_other_projects_events_at_once() {
         .lease_events(&alpha, Some(0), None)
         .await
         .unwrap();
-    let events = app.service.next_lease_events(&mut reader).await.unwrap();
+    let events = app
+        .service
+        .next_lease_events(&mut reader, blazar_service::Look::Changed)
+        .await
+        .unwrap();
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].notification.event_type, "lease.create");
     assert_eq!(
         events[0].notification.payload_text("project_id"),
         Some("alpha")
     );
+}
+
+/// Streams of one process share its reads of the outbox; events another replica writes
+/// reach them by the poll, in order, and several streams of one caller all get them.
+#[tokio::test]
+async fn event_streams_see_what_another_replica_writes() {
+    let app = TestApp::spawn().await;
+    let replica = app.replica().await;
+    for i in 0..3 {
+        app.create_host(&format!("compute-{i}"), json!({})).await;
+    }
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        streams.push(Events::open(&app, &[]).await);
+    }
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let r = replica
+            .post(
+                "/v1/leases",
+                host_lease_body(&format!("r{i}"), "2030-01-01 10:00", "2030-01-01 12:00"),
+            )
+            .await;
+        r.assert_status(StatusCode::CREATED);
+        ids.push(r.body["lease"]["id"].as_str().unwrap().to_string());
+    }
+    for stream in &mut streams {
+        let events = stream.take(3).await;
+        let leases: Vec<&str> = events.iter().map(|(_, _, l, _)| l.as_str()).collect();
+        assert_eq!(leases, ids);
+        assert!(events.iter().all(|(_, kind, ..)| kind == "lease.create"));
+    }
 }
