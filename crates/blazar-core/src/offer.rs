@@ -147,14 +147,8 @@ impl Budget {
         starts
     }
 
-    /// Whether a lease over `[start, end)` granted `granted` stays within the budget.
-    fn allows(
-        &self,
-        demands: &[Demand],
-        granted: &[Granted],
-        start: DateTime<Utc>,
-        end: DateTime<Utc>,
-    ) -> bool {
+    /// Whether a lease over `window` granted `granted` stays within the budget.
+    fn allows(&self, demands: &[Demand], granted: &[Granted], window: TimeWindow) -> bool {
         let weight: f64 = demands
             .iter()
             .zip(granted)
@@ -165,12 +159,9 @@ impl Budget {
         if weight <= 0.0 {
             return true;
         }
-        let Ok(window) = TimeWindow::new(start, end) else {
-            return true;
-        };
         crate::quota::months(window).into_iter().all(|month| {
-            let from = start.max(month.start());
-            let until = end.min(month.end());
+            let from = window.start().max(month.start());
+            let until = window.end().min(month.end());
             let hours = (until - from).num_seconds() as f64 / 3600.0 * weight;
             let booked = self.booked.get(&month).copied().unwrap_or(0.0);
             // As a create is measured: sums of whole hours and weights, a tiny residue is
@@ -219,14 +210,14 @@ impl Ceiling {
             .sum()
     }
 
-    /// Whether a lease over `[start, end)` that adds `own` stays within the limit.
-    fn allows(&self, own: i64, start: DateTime<Utc>, end: DateTime<Utc>) -> bool {
+    /// Whether a lease over `window` that adds `own` stays within the limit.
+    fn allows(&self, own: i64, window: TimeWindow) -> bool {
         if own == 0 {
             return true;
         }
         let mut changes: Vec<(DateTime<Utc>, i64)> = Vec::new();
         for &(from, until, amount) in &self.held {
-            let (from, until) = (from.max(start), until.min(end));
+            let (from, until) = (from.max(window.start()), until.min(window.end()));
             if from < until {
                 changes.push((from, amount));
                 changes.push((until, -amount));
@@ -289,21 +280,16 @@ impl Occupancy {
         !self.ceilings.is_empty() || self.budget.is_some()
     }
 
-    /// Whether a lease over `[start, end)` granted `granted` keeps within every ceiling.
-    fn within_ceilings(
-        &self,
-        demands: &[Demand],
-        granted: &[Granted],
-        start: DateTime<Utc>,
-        end: DateTime<Utc>,
-    ) -> bool {
+    /// Whether a lease over `window` granted `granted` keeps within every ceiling and the
+    /// budget.
+    fn within_limits(&self, demands: &[Demand], granted: &[Granted], window: TimeWindow) -> bool {
         self.ceilings
             .iter()
-            .all(|c| c.allows(c.counts(demands, granted), start, end))
+            .all(|c| c.allows(c.counts(demands, granted), window))
             && self
                 .budget
                 .as_ref()
-                .is_none_or(|b| b.allows(demands, granted, start, end))
+                .is_none_or(|b| b.allows(demands, granted, window))
     }
 
     /// The project's holdings under every ceiling.
@@ -659,7 +645,10 @@ impl Search {
             let end = start + Duration::minutes(minutes);
             fit(demands, occupancy, start, end + self.cleaning)
                 .ok()
-                .filter(|granted| occupancy.within_ceilings(demands, granted, start, end))
+                .filter(|granted| {
+                    TimeWindow::new(start, end)
+                        .is_ok_and(|window| occupancy.within_limits(demands, granted, window))
+                })
         };
         // The shortest must fit: offers start where the shortest wanted window fits.
         let shortest = at(self.min_minutes)?;
