@@ -1200,7 +1200,26 @@ async fn an_active_instance_reservation_never_moves_a_slot_to_extend() {
         .put(&path, json!({"end_date": "2030-01-01 13:00"}))
         .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
-    assert!(r.message().contains("would lose"), "{}", r.message());
+    assert!(
+        r.message()
+            .contains("reduce/replace reserved instance slots")
+            && r.message().contains("on host(s) 1"),
+        "{}",
+        r.message()
+    );
+    assert_eq!(
+        r.body["reasons"][0]["resource_type"], "virtual:instance",
+        "{}",
+        r.body
+    );
+    assert_eq!(slots_of(&app, &lid).await, ["1"]);
+    // Nor can it give a slot back while its servers may use it (as in Blazar).
+    let rid = app.get(&path).await.body["lease"]["reservations"][0]["id"].clone();
+    let r = app
+        .put(&path, json!({"reservations": [{"id": rid, "amount": 3}]}))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(r.message().contains("reduce/replace"), "{}", r.message());
     assert_eq!(slots_of(&app, &lid).await, ["1"]);
     assert_eq!(
         app.get(&path).await.body["lease"]["end_date"],
