@@ -842,9 +842,9 @@ class Replay:
             err = "\n".join(x for x in step.stderr.split("\n") if x.startswith("Matches: "))
             return copy_step(step, rc=0, stdout=out, stderr=err)
         if step.number == 53:
-            # fip-lease-3 finds no address: the error blazar-rs gives for a shortfall (a 409
-            # with a longer message, as for hosts: docs/compatibility.md, Errors).
-            return (409, r"^ERROR: Not enough floating IPs available for reservation 1 ")
+            # fip-lease-3 finds no address: Blazar's 400, with the longer message every
+            # shortfall has here (docs/compatibility.md, Errors).
+            return (400, r"^ERROR: Not enough floating IPs available for reservation 1 ")
         if step.number in (65, 71):
             out = step.stdout.replace("fip-lease-3", "fip-lease-2")
             out = out.replace("2030-01-05T11:30", "2030-01-05T11:00")

@@ -237,6 +237,7 @@ pub(crate) fn refusal(filter: &str, denial: Denial) -> ServiceError {
             ..Reason::default()
         }],
         retry: None,
+        shortfall: false,
     }))
 }
 

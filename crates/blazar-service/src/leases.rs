@@ -55,11 +55,12 @@ pub(crate) fn held_since(
         .unwrap_or(window.start())
 }
 
-/// Whether an allocation's refusal says too few resources were free.
+/// Whether an allocation's refusal says too few resources were free (a conflict with what
+/// another lease holds counts: a concurrent create took them).
 fn shortfall(e: &ServiceError) -> bool {
     match e {
         ServiceError::Conflict(_) => true,
-        ServiceError::Refused(r) => r.kind == RefusalKind::Conflict,
+        ServiceError::Refused(r) => r.shortfall || r.kind == RefusalKind::Conflict,
         _ => false,
     }
 }

@@ -234,6 +234,7 @@ pub(crate) fn refusal(
             })
             .collect(),
         retry: None,
+        shortfall: false,
     }))
 }
 

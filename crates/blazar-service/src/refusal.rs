@@ -25,6 +25,10 @@ pub struct Refused {
     /// What to search for the next offer, when a reason has room for one; set where the
     /// refused request is at hand, used once its transaction is gone. Never sent.
     pub retry: Option<Box<Retry>>,
+    /// Too few resources were free in the window asked for: another window may fit, so
+    /// `earliest` and offers search on. Most such refusals are 409s; floating IPs answer
+    /// Blazar's 400.
+    pub shortfall: bool,
 }
 
 /// The request a refused create or update would have to move: every reservation of the
@@ -188,13 +192,23 @@ impl Reason {
 }
 
 impl ServiceError {
-    /// A 409 with reasons.
-    pub(crate) fn refused(message: impl Into<String>, reasons: Vec<Reason>) -> ServiceError {
+    /// A shortfall of `resource_type` with reasons: a 409, or Blazar's 400 for floating IPs.
+    pub(crate) fn shortfall(
+        resource_type: &str,
+        message: impl Into<String>,
+        reasons: Vec<Reason>,
+    ) -> ServiceError {
+        let kind = if resource_type == blazar_core::reservation::FLOATINGIP {
+            RefusalKind::BadRequest
+        } else {
+            RefusalKind::Conflict
+        };
         ServiceError::Refused(Box::new(Refused {
-            kind: RefusalKind::Conflict,
+            kind,
             message: message.into(),
             reasons,
             retry: None,
+            shortfall: true,
         }))
     }
 
@@ -232,6 +246,7 @@ impl ServiceError {
             message,
             reasons: Vec::new(),
             retry: None,
+            shortfall: false,
         }))
     }
 }

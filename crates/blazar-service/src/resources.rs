@@ -56,14 +56,19 @@ impl AllocationRequest<'_> {
         explained: impl FnOnce(String) -> String,
     ) -> ServiceError {
         if !self.explain {
-            return ServiceError::refused(bare, vec![self.reason(resource_type, None)]);
+            return ServiceError::shortfall(
+                resource_type,
+                bare,
+                vec![self.reason(resource_type, None)],
+            );
         }
         let window = format!(
             "from {} to {}",
             self.window.start().format("%Y-%m-%d %H:%M"),
             self.window.end().format("%Y-%m-%d %H:%M"),
         );
-        ServiceError::refused(
+        ServiceError::shortfall(
+            resource_type,
             explained(window),
             vec![self.reason(resource_type, Some(counts))],
         )

@@ -226,7 +226,8 @@ async fn concurrent_floating_ip_creates_share_out_the_pool_and_one_wins_a_requir
         .count();
     assert_eq!(winners, 1, "exactly one lease gets the required address");
     for r in required.iter().filter(|r| r.status != StatusCode::CREATED) {
-        assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.message());
+        // Blazar's status for a floating-IP shortfall.
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.message());
         assert!(
             r.message().contains("required floating IP"),
             "{}",

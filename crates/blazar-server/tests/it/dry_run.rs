@@ -434,7 +434,7 @@ async fn reasons_hide_counts_when_they_may_not_be_told_and_never_name_other_proj
         assert_eq!(r.body["reasons"][0]["matching"], 2);
         assert_eq!(r.body["reasons"][0]["free"], 0);
         let r = call(&app, Method::POST, &path, address.clone(), ALPHA_MEMBER).await;
-        r.assert_status(StatusCode::CONFLICT);
+        r.assert_status(StatusCode::BAD_REQUEST);
         assert_eq!(
             r.body["reasons"],
             json!([{"reservation": 1, "resource_type": "virtual:floatingip",

@@ -214,7 +214,7 @@ async fn floating_ip_reservations() {
             ),
         )
         .await;
-    assert_eq!(three.status, StatusCode::CONFLICT);
+    assert_eq!(three.status, StatusCode::BAD_REQUEST);
     assert!(
         three
             .message()
@@ -240,7 +240,7 @@ async fn floating_ip_reservations() {
         ),
         (
             fip_res(1, json!(["10.0.0.5"])),
-            StatusCode::CONFLICT,
+            StatusCode::BAD_REQUEST,
             "not a reservable floating IP of network net-1",
         ),
         (

@@ -855,6 +855,60 @@ async fn every_offer_is_bookable_as_offered() {
     }
 }
 
+/// Blazar answers a floating-IP shortfall with a 400, not the 409 of the other types; it is
+/// still a shortfall: it names the next offer, and `earliest` searches past it.
+#[tokio::test]
+async fn floating_ip_shortfalls_are_blazars_400_and_earliest_searches_past_them() {
+    let app = TestApp::spawn().await;
+    let r = app
+        .post(
+            "/v1/floatingips",
+            json!({"floating_network_id": "net-1", "floating_ip_address": "172.24.4.10"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let fip = json!([{"resource_type": "virtual:floatingip", "network_id": "net-1",
+                      "amount": 1, "required_floatingips": []}]);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("a", "2030-01-01 10:00", "2030-01-01 12:00", fip.clone()),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    for path in ["/v1/leases?dry_run=true", "/v1/leases"] {
+        let r = app
+            .post(
+                path,
+                lease("b", "2030-01-01 11:00", "2030-01-01 12:00", fip.clone()),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+        assert_eq!(r.body["error_code"], 400, "{}", r.body);
+        assert!(
+            r.message().starts_with("Not enough floating IPs available"),
+            "{}",
+            r.message()
+        );
+        assert_eq!(
+            r.body["reasons"][0]["next_offer"],
+            json!({"start_date": "2030-01-01T12:00:00.000000",
+                   "end_date": "2030-01-01T13:00:00.000000"}),
+            "{}",
+            r.body
+        );
+    }
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "c", "start_date": "earliest", "duration": 30,
+                   "not_before": "2030-01-01 10:30", "reservations": fip}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["lease"]["start_date"], "2030-01-01T12:00:00.000000");
+}
+
 #[tokio::test]
 async fn refusals_name_the_next_offer_of_the_whole_lease() {
     let app = TestApp::spawn().await;
