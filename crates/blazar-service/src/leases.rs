@@ -984,6 +984,17 @@ impl Service {
             .first_offer(tx, &plan.identity, &plan.requests, search)
             .await?;
         let Some(offer) = found else {
+            // A concurrent quota the lease goes over on its own: the refusal a create of
+            // any window gets.
+            let limits = self.project_limits(tx, &plan.identity.project_id).await?;
+            let alone = crate::quotas::request_excesses(&limits, &plan.requests);
+            if !alone.is_empty() {
+                return Err(crate::quotas::refusal(
+                    &plan.identity.project_id,
+                    alone,
+                    RefusalKind::Forbidden,
+                ));
+            }
             // No single reservation is at fault (together they fit nowhere); each is named
             // with what it asked for.
             let refusal = ServiceError::Conflict(format!(
@@ -999,7 +1010,7 @@ impl Service {
                 .fold(refusal, |e, (i, spec)| {
                     e.with_reason(Reason {
                         reservation: Some(ReservationRef::Position(i + 1)),
-                        resource_type: Some(spec.kind().to_string()),
+                        resource_type: Some(spec.resource_type().to_string()),
                         requested: Some(Requested::of(spec)),
                         ..Reason::default()
                     })

@@ -226,6 +226,10 @@ impl Service {
         let limits = in_tx!(self, read, |tx| {
             self.project_limits(tx, &identity.project_id).await
         })?;
+        let alone = crate::quotas::request_excesses(&limits, &specs);
+        if !alone.is_empty() {
+            return Err(Screened::Quota(alone).refusal(&identity.project_id));
+        }
         // The minute a create's quotas are reckoned from (a create rounds down).
         let quota_now = truncate_to_minute(self.now());
         let screen = |start, end| self.screen(identity, &limits, quota_now, start, end);

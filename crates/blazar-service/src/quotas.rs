@@ -16,7 +16,7 @@ use blazar_core::offer::{Budget, Ceiling, Counted};
 use blazar_core::quota::{self, Peak, QuotaExcess, QuotaKind, QuotaValues, Use};
 use blazar_core::reservation::FLOATINGIP;
 use blazar_core::time::truncate_to_minute;
-use blazar_core::{HostRecord, PHYSICAL_HOST, TimeWindow};
+use blazar_core::{HostRecord, PHYSICAL_HOST, ReservationSpec, TimeWindow};
 use blazar_db::{ProjectAllocation, QuotaRow, Tx};
 use chrono::{DateTime, Utc};
 
@@ -161,6 +161,15 @@ fn excess_message(project_id: &str, e: &QuotaExcess) -> String {
             format_amount(e.requested),
             e.limit
         ),
+        QuotaKind::Hosts | QuotaKind::FloatingIps | QuotaKind::Instances if e.at.is_none() => {
+            format!(
+                "Quota {name} of project {project_id} exceeded: the lease alone would hold {} \
+                 {} at once, the limit is {}",
+                format_amount(e.requested),
+                e.kind.noun(),
+                e.limit
+            )
+        }
         QuotaKind::Hosts | QuotaKind::FloatingIps | QuotaKind::Instances => format!(
             "Quota {name} of project {project_id} exceeded: {} {} reserved at {} and {} \
              requested, the limit is {}",
@@ -209,6 +218,41 @@ pub(crate) fn window_excesses(
         }
     }
     excesses
+}
+
+/// The concurrent limits a lease of `specs` goes over on its own, however little else the
+/// project holds and whenever it starts (`at` is `None`): no window can grant it, so a
+/// search for one answers the refusal a create would get rather than "no window".
+pub(crate) fn request_excesses(
+    limits: &QuotaValues,
+    specs: &[ReservationSpec],
+) -> Vec<QuotaExcess> {
+    let mut least: HashMap<QuotaKind, f64> = HashMap::new();
+    for spec in specs {
+        let (kind, units) = match spec {
+            ReservationSpec::Host(h) => (QuotaKind::Hosts, h.min),
+            ReservationSpec::Instance(i) => (QuotaKind::Instances, i.amount),
+            ReservationSpec::FlavorInstance(f) => (QuotaKind::Instances, f.amount),
+            ReservationSpec::FloatingIp(f) => (QuotaKind::FloatingIps, f.amount),
+            ReservationSpec::Network(_) | ReservationSpec::Device(_) => continue,
+        };
+        *least.entry(kind).or_default() += f64::from(units);
+    }
+    CONCURRENT
+        .iter()
+        .filter_map(|&kind| {
+            let limit = limits.limit(kind)?;
+            let requested = least.get(&kind).copied().unwrap_or(0.0);
+            (requested > limit as f64 + 1e-9).then_some(QuotaExcess {
+                kind,
+                limit,
+                in_use: 0.0,
+                requested,
+                at: None,
+                month: None,
+            })
+        })
+        .collect()
 }
 
 /// The refusal of a create (403, as Blazar refuses a create its enforcement denies) or an

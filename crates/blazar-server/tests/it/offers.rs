@@ -477,6 +477,23 @@ async fn earliest_create_books_the_first_offer() {
     assert_eq!(reason["reservation"], 1, "{}", r.body);
     assert_eq!(reason["resource_type"], "physical:host");
     assert_eq!(reason["requested"]["min"], 1, "{}", r.body);
+    // A reservation of instances is named by its own type, not the hosts they run on.
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "never", "start_date": "earliest", "duration": 60,
+                   "not_after": "2029-12-31 09:00",
+                   "reservations": [{"resource_type": "virtual:instance", "amount": 1,
+                                     "vcpus": 1, "memory_mb": 512, "disk_gb": 1,
+                                     "affinity": null, "resource_properties": ""}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert_eq!(
+        r.body["reasons"][0]["resource_type"], "virtual:instance",
+        "{}",
+        r.body
+    );
     assert_eq!(
         app.get("/v1/leases").await.body["leases"]
             .as_array()

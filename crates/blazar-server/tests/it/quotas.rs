@@ -889,6 +889,70 @@ async fn offers_keep_within_instance_and_floating_ip_quotas() {
     }
 }
 
+/// A lease that goes over a concurrent quota on its own fits no window: offers and
+/// `earliest` creates answer the 403 a create of any window gets, not "no window".
+#[tokio::test]
+async fn searches_for_a_lease_over_a_quota_on_its_own_answer_the_quota() {
+    let app = app_with_instance_and_address_quotas().await;
+    let two_addresses =
+        json!([{"resource_type": "virtual:floatingip", "network_id": "net-1", "amount": 2}]);
+    for (reservations, quota) in [(instances(4), "instances"), (two_addresses, "floatingips")] {
+        let dated = app
+            .post(
+                "/v1/leases",
+                lease(
+                    "d",
+                    "2030-01-01 10:00",
+                    "2030-01-01 11:00",
+                    reservations.clone(),
+                ),
+            )
+            .await;
+        assert_eq!(dated.status, StatusCode::FORBIDDEN, "{}", dated.body);
+        for (path, body) in [
+            (
+                "/v1/leases/offers",
+                json!({"reservations": reservations, "duration": 60,
+                       "not_before": "2030-01-01 10:00"}),
+            ),
+            (
+                "/v1/leases",
+                json!({"name": "e", "start_date": "earliest", "duration": 60,
+                       "reservations": reservations}),
+            ),
+        ] {
+            let r = app.post(path, body).await;
+            assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}: {}", r.body);
+            assert_eq!(r.body["error_code"], 403, "{}", r.body);
+            let reason = quota_reason(&r);
+            assert_eq!(reason["name"], quota, "{}", r.body);
+            assert_eq!(reason["in_use"], 0, "{}", r.body);
+            assert!(
+                r.message()
+                    .contains(&format!("Quota {quota} of project alpha exceeded"))
+                    && r.message().contains("the lease alone would hold"),
+                "{}",
+                r.message()
+            );
+        }
+    }
+    // Within the quota, the same searches answer a window.
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": instances(3), "duration": 60,
+                   "not_before": "2030-01-01 10:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert!(
+        !r.body["offers"].as_array().unwrap().is_empty(),
+        "{}",
+        r.body
+    );
+    assert_eq!(app.get("/v1/leases").await.body["leases"], json!([]));
+}
+
 /// An extension check's latest end is one the update would allow: the lease length quota
 /// and the monthly budget stop it before the resources would.
 #[tokio::test]
