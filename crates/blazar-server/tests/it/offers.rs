@@ -877,13 +877,7 @@ async fn every_offer_is_bookable_as_offered() {
 #[tokio::test]
 async fn floating_ip_shortfalls_are_blazars_400_and_earliest_searches_past_them() {
     let app = TestApp::spawn().await;
-    let r = app
-        .post(
-            "/v1/floatingips",
-            json!({"floating_network_id": "net-1", "floating_ip_address": "172.24.4.10"}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    crate::inventory::fip(&app, "net-1", "172.24.4.10").await;
     let fip = json!([{"resource_type": "virtual:floatingip", "network_id": "net-1",
                       "amount": 1, "required_floatingips": []}]);
     let r = app

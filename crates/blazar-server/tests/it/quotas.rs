@@ -39,13 +39,7 @@ async fn app_with_instance_and_address_quotas() -> TestApp {
     })
     .await;
     for address in ["10.0.0.5", "10.0.0.6"] {
-        let r = app
-            .post(
-                "/v1/floatingips",
-                json!({"floating_network_id": "net-1", "floating_ip_address": address}),
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        crate::inventory::fip(&app, "net-1", address).await;
     }
     app.act_as("alpha", "u1", "member");
     app
