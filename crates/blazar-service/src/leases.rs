@@ -1670,24 +1670,32 @@ impl Service {
                 lost.sort_unstable();
                 let lost: Vec<String> = lost.iter().map(i64::to_string).collect();
                 if !lost.is_empty() {
-                    let message = if spec.kind() == spec.resource_type() {
-                        format!(
+                    let refusal = if spec.resource_type() == blazar_core::reservation::FLOATINGIP {
+                        // Blazar's floating-IP plugin answers this one with a 400.
+                        ServiceError::BadRequest(format!(
+                            "Cannot remove allocations from an active reservation: \
+                             reservation {} would give back floating IP(s) {}",
+                            i + 1,
+                            lost.join(", ")
+                        ))
+                    } else if spec.kind() == spec.resource_type() {
+                        ServiceError::Conflict(format!(
                             "Reservation {} is active and would lose resource(s) {}; an \
                              active reservation can grow but not give resources back",
                             i + 1,
                             lost.join(", ")
-                        )
+                        ))
                     } else {
                         // Blazar's words (its servers run on those hosts), then which.
-                        format!(
+                        ServiceError::Conflict(format!(
                             "Instance reservation doesn't allow to reduce/replace reserved \
                              instance slots when the reservation is in active status. \
                              Reservation {} would give back slots on host(s) {}.",
                             i + 1,
                             lost.join(", ")
-                        )
+                        ))
                     };
-                    return Err(ServiceError::Conflict(message).with_reason(Reason {
+                    return Err(refusal.with_reason(Reason {
                         reservation: Some(ReservationRef::Id(reservation.id.clone())),
                         resource_type: Some(spec.resource_type().to_string()),
                         requested: Some(Requested::of(&spec)),

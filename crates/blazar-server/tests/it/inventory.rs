@@ -302,6 +302,65 @@ async fn floating_ip_reservations() {
     );
 }
 
+/// An active floating-IP reservation may take more addresses but give none back: Blazar's
+/// 400, and nothing changes.
+#[tokio::test]
+async fn an_active_floating_ip_reservation_gives_no_address_back() {
+    let app = TestApp::spawn().await;
+    for last in 101..=103 {
+        fip(&app, "net-1", &format!("172.24.4.{last}")).await;
+    }
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "held",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([{"resource_type": "virtual:floatingip", "network_id": "net-1",
+                        "amount": 2}]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let rid = r.body["lease"]["reservations"][0]["id"].clone();
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let before = app.get("/v1/floatingips/allocations").await.body;
+    let r = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"reservations": [{"id": rid, "amount": 1}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(
+        r.message()
+            .starts_with("Cannot remove allocations from an active reservation"),
+        "{}",
+        r.message()
+    );
+    assert_eq!(r.body["reasons"][0]["resource_type"], "virtual:floatingip");
+    assert_eq!(app.get("/v1/floatingips/allocations").await.body, before);
+    let lease = app.get(&format!("/v1/leases/{id}")).await.body;
+    assert_eq!(lease["lease"]["status"], "ACTIVE");
+    assert_eq!(lease["lease"]["reservations"][0]["amount"], 2);
+    // Growing is accepted, and the new address is handed over at once.
+    let r = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"reservations": [{"id": rid, "amount": 3}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let held = app
+        .get("/v1/handovers?resource_type=virtual:floatingip")
+        .await
+        .body["handovers"]
+        .clone();
+    assert_eq!(held.as_array().unwrap().len(), 3, "{held}");
+}
+
 #[tokio::test]
 async fn network_segments() {
     let app = TestApp::spawn().await;
