@@ -7,10 +7,10 @@
 //! in the service, which takes them as flat maps; for those this module only hands the
 //! request over as such a map.
 
-use blazar_api::dates::{InputDate, parse_input, parse_minute};
+use blazar_api::dates::{InputDate, parse_input, parse_minute, parse_t};
 use blazar_core::{ReservationChange, ReservationRequest, When};
 use blazar_service::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS, ReallocationFilter};
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, DurationRound, Utc};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -220,8 +220,8 @@ pub fn new_lease(body: blazar_api::NewLease) -> ApiResult<blazar_service::NewLea
         }
         let minutes = minutes_field("duration", body.duration)?.unwrap_or_default();
         Some(blazar_service::SearchWindow {
-            not_before: when_field("not_before", body.not_before)?,
-            not_after: minute_field("not_after", body.not_after)?,
+            not_before: not_before_field(body.not_before)?,
+            not_after: not_after_field(body.not_after)?,
             min_minutes: minutes,
             max_minutes: minutes,
         })
@@ -341,8 +341,8 @@ pub fn offer_request(body: blazar_api::OfferRequest) -> ApiResult<blazar_service
     Ok(blazar_service::OfferRequest {
         reservations: ReservationRequest::read_all(reservations),
         window: blazar_service::SearchWindow {
-            not_before: when_field("not_before", body.not_before)?,
-            not_after: minute_field("not_after", body.not_after)?,
+            not_before: not_before_field(body.not_before)?,
+            not_after: not_after_field(body.not_after)?,
             min_minutes,
             max_minutes,
         },
@@ -377,12 +377,50 @@ fn minutes_field(key: &str, value: Option<Value>) -> ApiResult<Option<i64>> {
 }
 
 /// A `YYYY-MM-DD HH:MM` date.
-fn minute_field(key: &str, value: Option<Value>) -> ApiResult<Option<DateTime<Utc>>> {
-    match string_field(key, value)? {
-        None => Ok(None),
-        Some(text) => parse_minute(&text)
-            .map(Some)
-            .ok_or_else(|| invalid_date(&text)),
+/// A search window's start: Blazar's input form or `now`, or the form lease and offer dates
+/// are printed in (`2030-01-01T10:00:00.000000`), so an offer's own dates can bound the next
+/// search as they are. Windows are searched by the minute: seconds round up.
+fn not_before_field(value: Option<Value>) -> ApiResult<Option<When>> {
+    let Some(text) = string_field("not_before", value)? else {
+        return Ok(None);
+    };
+    match parse_input(&text) {
+        Some(InputDate::Now) => Ok(Some(When::Now)),
+        Some(InputDate::At(t)) => Ok(Some(When::At(t))),
+        None => printed_date(&text, true).map(|t| Some(When::At(t))),
+    }
+}
+
+/// A search window's end, in the same forms as its start; seconds round down.
+fn not_after_field(value: Option<Value>) -> ApiResult<Option<DateTime<Utc>>> {
+    let Some(text) = string_field("not_after", value)? else {
+        return Ok(None);
+    };
+    match parse_minute(&text) {
+        Some(t) => Ok(Some(t)),
+        None => printed_date(&text, false).map(Some),
+    }
+}
+
+/// A date in the printed form, rounded to a whole minute inside the window.
+fn printed_date(text: &str, up: bool) -> ApiResult<DateTime<Utc>> {
+    // A year of four digits, as in every other date the API takes.
+    let four_digits = text
+        .as_bytes()
+        .get(..4)
+        .is_some_and(|y| y.iter().all(u8::is_ascii_digit));
+    let t = parse_t(text)
+        .filter(|_| four_digits)
+        .ok_or_else(|| invalid_date(text))?;
+    let minute = t
+        .duration_trunc(chrono::TimeDelta::minutes(1))
+        .map_err(|_| invalid_date(text))?;
+    if up && minute < t {
+        minute
+            .checked_add_signed(chrono::TimeDelta::minutes(1))
+            .ok_or_else(|| invalid_date(text))
+    } else {
+        Ok(minute)
     }
 }
 

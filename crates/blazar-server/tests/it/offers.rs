@@ -238,6 +238,75 @@ async fn longest_offers_with_a_range_of_durations() {
     );
 }
 
+/// An offer's dates, as printed, bound the next search as they are: a client pages through
+/// windows by passing the last offer's `end_date` as `not_before`.
+#[tokio::test]
+async fn offers_dates_as_printed_bound_the_next_search() {
+    let app = TestApp::spawn().await;
+    app.create_host("h1", json!({})).await;
+    let request = json!([hosts(1, 1, "")]);
+    let first = offers(
+        &app,
+        json!({"reservations": request, "duration": 60,
+               "not_before": "2030-01-01 08:00", "not_after": "2030-01-02 08:00", "limit": 1}),
+    )
+    .await;
+    assert_eq!(first[0]["end_date"], "2030-01-01T09:00:00.000000");
+    let next = offers(
+        &app,
+        json!({"reservations": request, "duration": 60, "limit": 1,
+               "not_before": first[0]["end_date"], "not_after": "2030-01-02T08:00:00.000000"}),
+    )
+    .await;
+    assert_eq!(next[0]["start_date"], "2030-01-01T09:00:00.000000");
+    // Windows are searched by the minute: a start with seconds rounds up, an end down.
+    let inward = offers(
+        &app,
+        json!({"reservations": request, "duration": 60,
+               "not_before": "2030-01-01T09:00:30.500000",
+               "not_after": "2030-01-01T10:01:59.000000"}),
+    )
+    .await;
+    assert_eq!(inward.len(), 1, "{inward:?}");
+    assert_eq!(inward[0]["start_date"], "2030-01-01T09:01:00.000000");
+    assert_eq!(inward[0]["end_date"], "2030-01-01T10:01:00.000000");
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": request, "duration": 60,
+                   "not_before": "2030-01-01T09:00:30.500000",
+                   "not_after": "2030-01-01T10:00:59.000000"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    for bad in [
+        "2030-01-01T09:00",
+        "2030-02-30T09:00:00.000000",
+        "+2030-01-01T09:00:00",
+    ] {
+        let r = app
+            .post(
+                "/v1/leases/offers",
+                json!({"reservations": request, "duration": 60, "not_before": bad}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.body);
+    }
+    // A create's dates keep Blazar's one form.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "t",
+                "2030-01-01T09:00:00.000000",
+                "2030-01-01 10:00",
+                request.clone(),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+}
+
 #[tokio::test]
 async fn offer_requests_are_checked_like_creates() {
     let app = TestApp::spawn().await;
