@@ -585,6 +585,25 @@ impl Tx {
         Ok(row.is_some())
     }
 
+    /// Hosts holding instance slots (shared allocations) still blocked at or after `now`,
+    /// by id: what a change of the default allocation ratios may leave over capacity. Reads
+    /// only the unended part of the window index.
+    pub async fn hosts_holding_slots(
+        &mut self,
+        host_type: &str,
+        now: DateTime<Utc>,
+    ) -> DbResult<Vec<i64>> {
+        let rows: Vec<(i64,)> = sqlx::query_as(
+            "SELECT DISTINCT resource_id FROM allocations WHERE resource_type = $1 \
+             AND blocked_until > $2 AND exclusive = 0 ORDER BY resource_id",
+        )
+        .bind(host_type)
+        .bind(to_secs(now))
+        .fetch_all(self.conn().await?)
+        .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
     /// Forgets the past allocations of a resource that is being removed from the inventory.
     pub async fn delete_allocations_of_resource(
         &mut self,

@@ -161,30 +161,8 @@ impl Service {
         host_id: i64,
         now: DateTime<Utc>,
     ) -> ServiceResult<usize> {
-        let Some(host) = tx.get_host(host_id).await? else {
-            return Ok(0);
-        };
-        let capacity = crate::instance::capacity(&host, self.settings().ratios);
-        // Only allocations that have not ended: any two of them that overlap in the past
-        // are both in force now, so the present bounds the past.
-        let shared: Vec<Allocation> = tx
-            .unended_allocations_of_resource(PHYSICAL_HOST, host_id, now)
-            .await?
-            .into_iter()
-            .filter(|a| !a.occupancy.exclusive)
-            .collect();
-        let held: Vec<(usize, TimeWindow, Usage)> = shared
-            .iter()
-            .enumerate()
-            .filter_map(|(i, a)| {
-                let o = &a.occupancy;
-                let window = TimeWindow::new(o.start, o.blocked_until).ok()?;
-                Some((i, window, o.usage()))
-            })
-            .collect();
-        let leaving = overflowing(capacity, &held);
-        for &i in &leaving {
-            let allocation = &shared[i];
+        let leaving = self.overflow(tx, host_id, now).await?;
+        for allocation in &leaving {
             tracing::warn!(host.id = host_id, allocation.id = %allocation.id,
                 reservation.id = %allocation.reservation_id,
                 "instance slots over the host's capacity: moved off it");
@@ -192,6 +170,92 @@ impl Service {
                 .await?;
         }
         Ok(leaving.len())
+    }
+
+    /// The instance-slot allocations a host holds over its capacity, latest booking first
+    /// to go (`engine::overflowing`); none when everything fits at every instant.
+    async fn overflow(
+        &self,
+        tx: &mut Tx,
+        host_id: i64,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<Vec<Allocation>> {
+        let Some(host) = tx.get_host(host_id).await? else {
+            return Ok(Vec::new());
+        };
+        let capacity = crate::instance::capacity(&host, self.settings().ratios);
+        // Only allocations that have not ended: any two of them that overlap in the past
+        // are both in force now, so the present bounds the past.
+        let mut shared: Vec<Option<Allocation>> = tx
+            .unended_allocations_of_resource(PHYSICAL_HOST, host_id, now)
+            .await?
+            .into_iter()
+            .filter(|a| !a.occupancy.exclusive)
+            .map(Some)
+            .collect();
+        let held: Vec<(usize, TimeWindow, Usage)> = shared
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| {
+                let o = &a.as_ref()?.occupancy;
+                let window = TimeWindow::new(o.start, o.blocked_until).ok()?;
+                Some((i, window, o.usage()))
+            })
+            .collect();
+        Ok(overflowing(capacity, &held)
+            .into_iter()
+            .filter_map(|i| shared.get_mut(i).and_then(Option::take))
+            .collect())
+    }
+
+    /// At start-up: the default allocation ratios (flags or file) may have been lowered since
+    /// the last run, which lowers the capacity of every host without ratios of its own. Hosts
+    /// holding instance slots are read against their capacity now, and the slots over it
+    /// move as they do when a host's own ratio is lowered (replaced elsewhere, or the lease
+    /// degraded). Only hosts found over capacity are written. Returns how many allocations
+    /// moved.
+    pub async fn recheck_capacities(&self) -> ServiceResult<usize> {
+        let now = self.now();
+        let hosts = in_tx!(self, read, |tx| {
+            Ok(tx.hosts_holding_slots(PHYSICAL_HOST, now).await?)
+        })?;
+        let mut over = Vec::new();
+        // A few hundred hosts a read transaction, so none stays open long.
+        for batch in hosts.chunks(256) {
+            let found = in_tx!(self, read, |tx| {
+                let mut found = Vec::new();
+                for &id in batch {
+                    if !self.overflow(tx, id, now).await?.is_empty() {
+                        found.push(id);
+                    }
+                }
+                Ok(found)
+            })?;
+            over.extend(found);
+        }
+        let mut moved = 0;
+        for id in over {
+            moved += in_tx!(self, write, |tx| {
+                // Checked again under the host's lock: another replica may have done it.
+                if !tx.lock_host(id).await? {
+                    return Ok(0);
+                }
+                let now = self.now();
+                let moved = self.shed_overflow(tx, id, now).await?;
+                if moved > 0 {
+                    self.fill_missing(tx, now).await?;
+                }
+                Ok(moved)
+            })?;
+        }
+        if moved > 0 {
+            tracing::warn!(
+                allocations = moved,
+                "instance slots over their hosts' capacity at start-up (allocation ratios \
+                 lowered?): moved off them"
+            );
+        }
+        Ok(moved)
     }
 
     /// Moves one allocation of a live reservation off its resource: a replacement matching

@@ -524,6 +524,9 @@ impl Service {
         tokio::pin!(shutdown);
         let mut statistics_checked = std::time::Instant::now();
         let mut statistics: Option<tokio::task::JoinHandle<()>> = None;
+        if let Err(e) = self.recheck_capacities().await {
+            tracing::error!(error = %e, "checking instance slots against their hosts' capacity failed");
+        }
         loop {
             // Writes committed from here on wake the scheduler again, whatever their time.
             self.scheduler_plan.store(i64::MIN, Ordering::SeqCst);

@@ -889,6 +889,68 @@ async fn a_host_whose_capacity_falls_sheds_instance_slots() {
     assert_eq!(slots_of(&app, first).await, vec![h1.clone()]);
 }
 
+/// Default allocation ratios lowered across a restart (a flag changed): the next start finds
+/// the instance slots over the lower capacity of hosts without ratios of their own and moves
+/// them as a lowered host ratio would.
+#[tokio::test]
+async fn default_ratios_lowered_across_a_restart_shed_slots_at_start() {
+    let db = std::sync::Arc::new(crate::harness::TestDatabase::new().await);
+    let before = TestApp::builder()
+        .database(db.clone())
+        .settings(blazar_service::Settings {
+            ratios: blazar_service::Ratios {
+                cpu: 2.0,
+                ..blazar_service::Ratios::default()
+            },
+            ..blazar_service::Settings::default()
+        })
+        .spawn()
+        .await;
+    let h1 = before
+        .create_host(
+            "c1",
+            json!({"vcpus": 4, "memory_mb": 16384, "local_gb": 100}),
+        )
+        .await;
+    let mut ids = Vec::new();
+    for (name, start, end) in [
+        ("first", "2030-01-01 10:00", "2030-01-01 12:00"),
+        ("second", "2030-01-01 11:00", "2030-01-01 13:00"),
+    ] {
+        let r = before
+            .post(
+                "/v1/leases",
+                lease(name, start, end, instances(2, 2, 1024, 10, json!(true))),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        ids.push(r.body["lease"]["id"].as_str().unwrap().to_string());
+    }
+    // Both on c1's 8 vCPUs (4 at the default ratio 2).
+    assert_eq!(slots_of(&before, &ids[0]).await, vec![h1.clone()]);
+    assert_eq!(slots_of(&before, &ids[1]).await, vec![h1.clone()]);
+    // Nothing is over capacity under the ratios it was granted with.
+    assert_eq!(before.service.recheck_capacities().await.unwrap(), 0);
+    let h2 = before
+        .create_host(
+            "c2",
+            json!({"vcpus": 4, "memory_mb": 16384, "local_gb": 100}),
+        )
+        .await;
+    drop(before);
+
+    // Restarted with the default ratio 1.0: c1 holds 4 vCPUs, 8 overlap from 11:00.
+    let after = TestApp::builder().database(db).spawn().await;
+    assert_eq!(after.service.recheck_capacities().await.unwrap(), 1);
+    assert_eq!(slots_of(&after, &ids[0]).await, vec![h1.clone()]);
+    assert_eq!(slots_of(&after, &ids[1]).await, vec![h2.clone()]);
+    let l = after.get(&format!("/v1/leases/{}", ids[1])).await.body["lease"].clone();
+    assert_eq!(l["reservations"][0]["resources_changed"], true);
+    assert_eq!(l["degraded"], false);
+    // Once moved, a further start finds nothing to do.
+    assert_eq!(after.service.recheck_capacities().await.unwrap(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_instance_reservations_never_oversubscribe_a_host() {
     let app = TestApp::spawn().await;
