@@ -355,6 +355,10 @@ impl Service {
                     now,
                 )
                 .await?;
+                // What runs along before the end is announced before the end changes
+                // anything, with the lease as it then stands, as Blazar runs an overdue start
+                // and a before-end ahead of the end.
+                let mut before = Vec::new();
                 if self
                     .settle_event(
                         tx,
@@ -366,7 +370,17 @@ impl Service {
                     )
                     .await?
                 {
-                    finished.push(EventType::StartLease);
+                    // The start is over (what it did not hand over yet, it never will): its
+                    // reservations are in force until the end takes them back.
+                    for reservation in reservations.iter_mut() {
+                        if reservation.status == ReservationStatus::Pending {
+                            reservation.status = ReservationStatus::Active;
+                            reservation.updated_at = Some(now);
+                            tx.update_reservation(reservation).await?;
+                        }
+                    }
+                    settle_lease_status(tx, lease, events, false, now).await?;
+                    before.push(EventType::StartLease);
                 }
                 // A before-end that waited for the start runs now, before the end.
                 if let Some(before_end) = events.iter_mut().find(|e| {
@@ -379,8 +393,16 @@ impl Service {
                     before_end.status = EventStatus::Done;
                     before_end.updated_at = Some(now);
                     tx.update_event(before_end).await?;
-                    finished.push(EventType::BeforeEndLease);
+                    before.push(EventType::BeforeEndLease);
                     ran_along.push(before_end.time);
+                }
+                if !before.is_empty() {
+                    let view = LeaseView {
+                        lease: lease.clone(),
+                        reservations: reservations.clone(),
+                        events: events.clone(),
+                    };
+                    self.notify_events_done(tx, &view, &before).await?;
                 }
                 // Usage enforcement hears of the lease as it was when it ended.
                 let ended = if self.enforcement.wants_on_end() {

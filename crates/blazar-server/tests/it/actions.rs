@@ -1014,6 +1014,28 @@ async fn notified(app: &TestApp, lease_id: &str) -> Vec<String> {
         .collect()
 }
 
+/// The lease's and its first reservation's status in each of a lease's notifications.
+async fn payload_statuses(app: &TestApp, lease_id: &str) -> Vec<(String, String)> {
+    let notes = app
+        .get(&format!("/v1/notifications?lease_id={lease_id}"))
+        .await;
+    notes.body["notifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            let payload = &n["payload"];
+            (
+                payload["status"].as_str().unwrap().to_string(),
+                payload["reservations"][0]["status"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn a_before_end_due_at_the_start_waits_for_the_start_and_comes_before_the_end() {
     let app = TestApp::builder().auto_actions(false).spawn().await;
@@ -1065,5 +1087,17 @@ async fn a_before_end_due_at_the_start_waits_for_the_start_and_comes_before_the_
             "lease.event.before_end_lease",
             "lease.event.end_lease"
         ]
+    );
+    // Each announced with the lease as Blazar shows it: started (ACTIVE, its reservation
+    // active) for the start and the notice, over for the end.
+    let seen = payload_statuses(&app, &b).await;
+    assert_eq!(
+        seen[1..],
+        [
+            ("ACTIVE".to_string(), "active".to_string()),
+            ("ACTIVE".to_string(), "active".to_string()),
+            ("TERMINATED".to_string(), "deleted".to_string())
+        ],
+        "{seen:?}"
     );
 }
