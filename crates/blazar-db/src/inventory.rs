@@ -206,11 +206,12 @@ impl Tx {
         .await
     }
 
-    pub async fn delete_flavor(&mut self, id: &str) -> DbResult<()> {
-        sqlx::query("DELETE FROM flavors WHERE id = $1")
+    /// Whether the flavor was there to delete.
+    pub async fn delete_flavor(&mut self, id: &str) -> DbResult<bool> {
+        let done = sqlx::query("DELETE FROM flavors WHERE id = $1")
             .bind(id)
             .execute(self.conn().await?)
             .await?;
-        Ok(())
+        Ok(done.rows_affected() > 0)
     }
 }

@@ -463,7 +463,10 @@ impl Service {
                 .get_resource(spec.kind, id)
                 .await?
                 .ok_or_else(|| not_found(spec, id))?;
-            tx.lock_resource(record.id).await?;
+            // A concurrent delete that got there first leaves nothing to delete.
+            if !tx.lock_resource(record.id).await? {
+                return Err(not_found(spec, id));
+            }
             if tx
                 .has_unended_allocation(spec.kind, record.id, self.now())
                 .await?
@@ -671,7 +674,12 @@ impl Service {
             })?;
             // Reservations keep a copy of the flavor they were made from, so deleting it
             // changes nothing already granted.
-            tx.delete_flavor(&flavor.source.id).await?;
+            if !tx.delete_flavor(&flavor.source.id).await? {
+                // Deleted meanwhile by a concurrent request: one of them says so.
+                return Err(ServiceError::NotFound(format!(
+                    "Object with {{'flavor_id': '{id}'}} not found"
+                )));
+            }
             Ok(())
         })
     }

@@ -406,11 +406,15 @@ impl Service {
 
     /// Removes a webhook and its deliveries, sent or not.
     pub async fn delete_webhook(&self, identity: &Identity, id: &str) -> ServiceResult<()> {
-        self.visible_webhook(identity, id).await?;
-        in_tx!(self, write, |tx| {
-            tx.delete_webhook(id).await?;
-            Ok(())
-        })?;
+        let webhook = self.visible_webhook(identity, id).await?;
+        let deleted = in_tx!(self, write, |tx| { Ok(tx.delete_webhook(id).await?) })?;
+        if !deleted {
+            // A concurrent delete got there first: one of them says it deleted it.
+            return Err(ServiceError::NotFound(format!(
+                "Webhook {} not found",
+                webhook.id
+            )));
+        }
         tracing::info!(webhook.id = %id, "webhook deleted");
         Ok(())
     }

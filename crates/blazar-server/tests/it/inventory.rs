@@ -361,6 +361,54 @@ async fn an_active_floating_ip_reservation_gives_no_address_back() {
     assert_eq!(held.as_array().unwrap().len(), 3, "{held}");
 }
 
+/// Many deletes of one thing at once: one of them deletes it (204), the others find it gone
+/// (404), on every backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_deletes_of_one_thing_succeed_once() {
+    let app = TestApp::spawn().await;
+    for round in 0..3 {
+        let paths = [
+            format!(
+                "/v1/floatingips/{}",
+                fip(&app, "net-1", &format!("172.24.4.{}", 10 + round)).await
+            ),
+            format!(
+                "/v1/networks/{}",
+                segment(&app, 100 + round, json!({})).await
+            ),
+            format!(
+                "/v1/devices/{}",
+                device(&app, &format!("gpu-{round}"), json!({})).await
+            ),
+            {
+                let r = app
+                    .post(
+                        "/v1/webhooks",
+                        json!({"url": format!("http://127.0.0.1:9/{round}")}),
+                    )
+                    .await;
+                assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+                format!("/v1/webhooks/{}", r.body["webhook"]["id"].as_str().unwrap())
+            },
+        ];
+        for path in paths {
+            let answers = futures::future::join_all((0..16).map(|_| app.delete(&path))).await;
+            let deleted = answers
+                .iter()
+                .filter(|r| r.status == StatusCode::NO_CONTENT)
+                .count();
+            assert_eq!(deleted, 1, "{path}");
+            for r in &answers {
+                assert!(
+                    [StatusCode::NO_CONTENT, StatusCode::NOT_FOUND].contains(&r.status),
+                    "{path}: {}",
+                    r.body
+                );
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn network_segments() {
     let app = TestApp::spawn().await;
