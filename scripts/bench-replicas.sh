@@ -2,8 +2,9 @@
 # Do creates scale with API servers on one PostgreSQL database? One server against a server
 # plus a `--role api` replica, each server given the same CPU share (a cgroup quota), the
 # way servers on machines of their own would be; PostgreSQL and the driver are not limited.
-# Without a quota every process shares the same cores, and a second server can add only
-# load (docs/performance.md, "Two servers on two cores").
+# Without a quota every process shares the same cores: a second server adds no CPU, and
+# two servers keep up with one only when they share its database connections (the default
+# --max-connections 16:8; docs/performance.md, "Two servers sharing one connection budget").
 #
 #   scripts/bench-replicas.sh                           # 10,000 hosts, 100,000 allocations
 #   scripts/bench-replicas.sh --steps 1000:10000 --server-cpus 0.5 --rounds 3
@@ -14,6 +15,10 @@
 #                       writable cgroup cpu controller, v1 or v2)
 #   --rounds N          one-server and two-server runs, alternated (default 2)
 #   --creates N         creates per run (default 1024), at concurrency 64
+#   --max-connections A[:B]  database connections of the one server (A) and of each of the
+#                       two servers (B, default A); default 16:8, the one server's
+#                       connections shared by the two (README, "PostgreSQL and several
+#                       replicas"); 16:16 gives each server the server's default
 #   --results DIR       where to write (default bench-results/<date>-replicas)
 #   --pg-url URL        PostgreSQL server (default postgres://postgres@127.0.0.1:5432)
 #
@@ -28,6 +33,7 @@ STEP=10000:100000
 CPUS=0.25
 ROUNDS=2
 CREATES=1024
+POOLS="16:8"
 RESULTS=""
 PG_URL="${BLAZAR_BENCH_PG_URL:-postgres://postgres@127.0.0.1:5432}"
 while [ $# -gt 0 ]; do
@@ -36,9 +42,10 @@ while [ $# -gt 0 ]; do
         --server-cpus) CPUS="$2"; shift ;;
         --rounds) ROUNDS="$2"; shift ;;
         --creates) CREATES="$2"; shift ;;
+        --max-connections) POOLS="$2"; shift ;;
         --results) RESULTS="$2"; shift ;;
         --pg-url) PG_URL="$2"; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -138,6 +145,9 @@ cpu_seconds() {
     awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
 }
 
+POOL_ONE=(--max-connections "${POOLS%%:*}")
+POOL_TWO=(--max-connections "${POOLS#*:}")
+
 DRIVER=(--steps "$STEP" --rack-size 100 --lag-samples 0 --project-leases 100)
 psql "$PG_URL/postgres" -qc "CREATE DATABASE $PG_DB" >/dev/null
 
@@ -153,10 +163,11 @@ printf '| --- | --- | --- | --- | --- | --- |\n' >>"$RESULTS/summary.md"
 for round in $(seq 1 "$ROUNDS"); do
     for servers in 1 2; do
         name="r$round-s$servers"
-        start_server "$name-a" 1
+        if [ "$servers" = 1 ]; then pool=("${POOL_ONE[@]}"); else pool=("${POOL_TWO[@]}"); fi
+        start_server "$name-a" 1 "${pool[@]}"
         URLS="$STARTED"
         if [ "$servers" = 2 ]; then
-            start_server "$name-b" 1 --role api
+            start_server "$name-b" 1 --role api "${pool[@]}"
             URLS="$URLS,$STARTED"
         fi
         cpu0=0

@@ -12,6 +12,7 @@
 #                       --sqlite-synchronous normal, to measure what durability costs;
 #                       postgres-replicas is PostgreSQL with a second, `--role api` server
 #                       on the same database, the driver's requests spread over both
+#                       (each server with 8 database connections, the one server's 16 shared)
 #   --steps LIST        scale steps HOSTS:ALLOCATIONS,... (default: see below)
 #   --results DIR       where to write (default bench-results/<date>-<mode>)
 #   --pg-url URL        PostgreSQL server to create the throwaway database on
@@ -38,7 +39,7 @@ while [ $# -gt 0 ]; do
         --results) RESULTS="$2"; shift ;;
         --pg-url) PG_URL="$2"; shift ;;
         --) shift; EXTRA=("$@"); break ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -118,6 +119,11 @@ for backend in "${BACKEND_LIST[@]}"; do
         SERVER_ARGS=(--sqlite-synchronous normal)
         LABEL="blazar-rs sqlite (synchronous=normal)"
     fi
+    if [ "$backend" = postgres-replicas ]; then
+        # The two servers share the one server's 16 connections, as replicas in front of
+        # one database should (README, "PostgreSQL and several replicas").
+        SERVER_ARGS=(--max-connections 8)
+    fi
     PORT="$(free_port)"
     "$SERVER" --listen "127.0.0.1:$PORT" --database-url "$URL" --log warn ${SERVER_ARGS[@]+"${SERVER_ARGS[@]}"} \
         >"$RESULTS/server-$backend.log" 2>&1 &
@@ -131,7 +137,7 @@ for backend in "${BACKEND_LIST[@]}"; do
     if [ "$backend" = postgres-replicas ]; then
         LABEL="blazar-rs postgres, 2 replicas"
         PORT2="$(free_port)"
-        "$SERVER" --listen "127.0.0.1:$PORT2" --database-url "$URL" --log warn --role api \
+        "$SERVER" --listen "127.0.0.1:$PORT2" --database-url "$URL" --log warn --role api "${SERVER_ARGS[@]}" \
             >"$RESULTS/server-$backend-api.log" 2>&1 &
         REPLICA_PID=$!
         for _ in $(seq 1 100); do
