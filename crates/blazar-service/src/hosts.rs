@@ -207,9 +207,23 @@ impl Service {
         body: &Map<String, Value>,
     ) -> ServiceResult<HostRecord> {
         self.authorize_own("blazar:oshosts:post", identity)?;
-        let name = match body.get("name").or_else(|| body.get("hypervisor_hostname")) {
+        // Blazar takes the hypervisor's `id` instead of its `name`, and refuses a body with
+        // neither as an invalid host (403).
+        let by_id = body.get("name").is_none() && body.get("hypervisor_hostname").is_none();
+        let given = body
+            .get("name")
+            .or_else(|| body.get("hypervisor_hostname"))
+            .or_else(|| body.get("id"));
+        let name = match given {
             Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
-            Some(Value::String(_)) | None | Some(Value::Null) => {
+            Some(Value::Number(n)) if by_id => n.to_string(),
+            None => {
+                return Err(ServiceError::Forbidden(format!(
+                    "Invalid values for host {}",
+                    Value::Object(body.clone())
+                )));
+            }
+            Some(Value::String(_)) | Some(Value::Null) => {
                 return Err(ServiceError::BadRequest("Missing parameter name".into()));
             }
             Some(other) => {
@@ -230,6 +244,7 @@ impl Service {
         for (key, value) in body {
             match key.as_str() {
                 "name" | "hypervisor_hostname" => {}
+                "id" if by_id => {}
                 k if PROTECTED_HOST_FIELDS.contains(&k) => {
                     return Err(ServiceError::BadRequest(format!(
                         "{k} is set by the server and cannot be given"

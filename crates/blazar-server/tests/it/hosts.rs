@@ -73,7 +73,14 @@ async fn host_creation_errors() {
             StatusCode::CONFLICT,
             "already registered",
         ),
-        (json!({}), StatusCode::BAD_REQUEST, "Missing parameter name"),
+        // Blazar's InvalidHost: neither a name nor an id.
+        (json!({}), StatusCode::FORBIDDEN, "Invalid values for host {}"),
+        (
+            json!({"gpu": "true"}),
+            StatusCode::FORBIDDEN,
+            "Invalid values for host {\"gpu\":\"true\"}",
+        ),
+        (json!({"name": ""}), StatusCode::BAD_REQUEST, "Missing parameter name"),
         (
             json!({"name": 7}),
             StatusCode::BAD_REQUEST,
@@ -175,6 +182,11 @@ async fn host_creation_errors() {
         app.get("/v1/os-hosts/abc").await.status,
         StatusCode::NOT_FOUND
     );
+    // The hypervisor's id instead of its name, as Blazar takes it.
+    let r = app.post("/v1/os-hosts", json!({"id": "compute-7", "gpu": "true"})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["host"]["hypervisor_hostname"], "compute-7");
+    assert_eq!(r.body["host"]["gpu"], "true");
 }
 
 #[tokio::test]
