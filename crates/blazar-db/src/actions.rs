@@ -203,7 +203,13 @@ impl Tx {
         if let Some(seq) = only {
             args.push(seq.into());
         }
-        let rows = self.fetch_rows(&sql, args).await?;
+        // A claim of whatever is due reads the queue as it is now (see `fetch_rows_replanned`);
+        // one action's, by its key, plans the same whatever the backlog.
+        let rows = if only.is_some() {
+            self.fetch_rows(&sql, args).await?
+        } else {
+            self.fetch_rows_replanned(&sql, args).await?
+        };
         let mut claimed = Vec::with_capacity(rows.len());
         for row in rows {
             let seq: i64 = row.try_get("seq")?;

@@ -523,8 +523,18 @@ impl Store {
     }
 }
 
-/// Tables whose plans depend on their size: allocation probes and lease reads.
-const STATISTICS_TABLES: [&str; 4] = ["allocations", "reservations", "events", "leases"];
+/// Tables whose plans depend on their size: allocation probes and lease reads, and the
+/// queues that workers claim from (statistics taken while a queue was empty would have its
+/// claims scan a backlog row by row; autovacuum may be off or slow to come).
+const STATISTICS_TABLES: [&str; 7] = [
+    "allocations",
+    "reservations",
+    "events",
+    "leases",
+    "notifications",
+    "actions",
+    "webhook_deliveries",
+];
 
 /// Whether a table changed enough since its last ANALYZE for its plans to be wrong: a tenth
 /// of its rows (autovacuum's default), and at least a thousand, so small tables never churn.
@@ -852,6 +862,24 @@ impl Tx {
         // Scripts are rarely the same twice: kept prepared, they would fill every
         // connection's statement cache (and the process's memory) with one-offs.
         Ok(bind_all(sqlx::query(&script.script), script.args)
+            .persistent(false)
+            .fetch_all(&mut *self.inner)
+            .await?)
+    }
+
+    /// [`Tx::fetch_rows`] planned afresh for its arguments at every run, never from a plan
+    /// cached on the connection: for claims on a queue, whose best plan changes with the
+    /// backlog (a plan made while it was empty scans a large one row by row).
+    pub(crate) async fn fetch_rows_replanned(
+        &mut self,
+        sql: &str,
+        args: Vec<Arg>,
+    ) -> DbResult<Vec<sqlx::any::AnyRow>> {
+        if !self.pending.is_empty() {
+            // Written with the queued writes as one script, which is never kept prepared.
+            return self.fetch_rows(sql, args).await;
+        }
+        Ok(bind_all(sqlx::query(sql), args)
             .persistent(false)
             .fetch_all(&mut *self.inner)
             .await?)

@@ -152,7 +152,7 @@ impl Tx {
              ORDER BY n.seq, n.id LIMIT $3"
         );
         let rows = self
-            .fetch_rows(
+            .fetch_rows_replanned(
                 &sql,
                 vec![to_secs(now).into(), worker.into(), (limit as i64).into()],
             )

@@ -290,7 +290,7 @@ impl Tx {
                  AND b.status = 'pending' AND b.seq < d.seq) \
              ORDER BY d.seq, d.webhook_id LIMIT $2"
         );
-        let rows = self.fetch_rows(&sql, args).await?;
+        let rows = self.fetch_rows_replanned(&sql, args).await?;
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
             let payload: String = row.try_get("payload")?;
