@@ -74,13 +74,21 @@ async fn host_creation_errors() {
             "already registered",
         ),
         // Blazar's InvalidHost: neither a name nor an id.
-        (json!({}), StatusCode::FORBIDDEN, "Invalid values for host {}"),
+        (
+            json!({}),
+            StatusCode::FORBIDDEN,
+            "Invalid values for host {}",
+        ),
         (
             json!({"gpu": "true"}),
             StatusCode::FORBIDDEN,
             "Invalid values for host {\"gpu\":\"true\"}",
         ),
-        (json!({"name": ""}), StatusCode::BAD_REQUEST, "Missing parameter name"),
+        (
+            json!({"name": ""}),
+            StatusCode::BAD_REQUEST,
+            "Missing parameter name",
+        ),
         (
             json!({"name": 7}),
             StatusCode::BAD_REQUEST,
@@ -183,7 +191,9 @@ async fn host_creation_errors() {
         StatusCode::NOT_FOUND
     );
     // The hypervisor's id instead of its name, as Blazar takes it.
-    let r = app.post("/v1/os-hosts", json!({"id": "compute-7", "gpu": "true"})).await;
+    let r = app
+        .post("/v1/os-hosts", json!({"id": "compute-7", "gpu": "true"}))
+        .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     assert_eq!(r.body["host"]["hypervisor_hostname"], "compute-7");
     assert_eq!(r.body["host"]["gpu"], "true");
