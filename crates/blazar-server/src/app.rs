@@ -4,7 +4,7 @@
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
@@ -12,7 +12,7 @@ use blazar_service::{AllocationKind, Reallocated};
 use tracing::Instrument;
 
 use crate::convert::{Envelope, to_wire};
-use crate::error::{framework_error, method_not_allowed_fallback, not_found_fallback};
+use crate::error::{ApiError, framework_error, method_not_allowed_fallback, not_found_fallback};
 use crate::state::AppState;
 use crate::{calendar, hosts, ical, inventory, leases, quotas, timeline, webhooks};
 
@@ -120,6 +120,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found_fallback)
         .method_not_allowed_fallback(method_not_allowed_fallback)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(dry_run_only_where_taken))
         // Inside request ids, so that what it logs carries them.
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -127,6 +128,34 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(middleware::from_fn(request_id))
         .with_state(state)
+}
+
+/// `?dry_run` is taken by lease creates and updates only. Elsewhere a change asked for as a
+/// dry run is refused rather than carried out (other query parameters a route does not know
+/// are ignored, as Blazar ignores them, but this one asks not to change anything).
+async fn dry_run_only_where_taken(req: Request, next: Next) -> Response {
+    let asks = req.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|pair| pair.split('=').next() == Some("dry_run"))
+    });
+    if asks && !matches!(req.method(), &Method::GET | &Method::HEAD) {
+        let path = req.uri().path().trim_end_matches('/');
+        let lease_write = match path.strip_prefix("/v1/leases") {
+            // Offers change nothing either way.
+            Some("") | Some("/offers") => req.method() == Method::POST,
+            Some(rest) => {
+                req.method() == Method::PUT && rest.starts_with('/') && !rest[1..].contains('/')
+            }
+            None => false,
+        };
+        if !lease_write {
+            return ApiError::bad_request(
+                "dry_run is taken by lease creates and updates only; nothing was changed",
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
 }
 
 /// Blazar serves every route with a `.json` suffix too. Rewriting must happen before routing,

@@ -286,6 +286,77 @@ async fn a_dry_run_is_refused_by_policy_as_the_call_would_be() {
     assert_eq!(r.body["reasons"], json!([{"rule": "blazar:leases:get"}]));
 }
 
+/// A dry run asked of a change that has none is refused, never carried out.
+#[tokio::test]
+async fn a_dry_run_of_another_change_is_refused_and_changes_nothing() {
+    let app = TestApp::spawn().await;
+    let hosts = three_hosts(&app).await;
+    let r = app
+        .post(
+            "/v1/leases",
+            hosts_request("a", "2030-01-01 10:00", "2030-01-01 12:00", &[(1, 1)]),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let before = everything(&app).await;
+    let host = &hosts[0];
+    let changes = [
+        app.delete(&format!("/v1/leases/{lease}?dry_run=true"))
+            .await,
+        app.delete(&format!("/v1/os-hosts/{}?dry_run=false", hosts[2]))
+            .await,
+        app.put(
+            &format!("/v1/os-hosts/{host}?dry_run=true"),
+            json!({"gpu": "true"}),
+        )
+        .await,
+        app.put("/v1/quotas/p1?dry_run=true", json!({"hosts": 1}))
+            .await,
+        app.post(
+            "/v1/os-hosts.json?dry_run=true",
+            json!({"name": "compute-9"}),
+        )
+        .await,
+    ];
+    for r in changes {
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+        assert!(r.message().contains("dry_run"), "{}", r.message());
+    }
+    assert_eq!(everything(&app).await, before);
+    let listed = app.get("/v1/os-hosts").await.body["hosts"].clone();
+    assert_eq!(listed.as_array().unwrap().len(), 3, "{listed}");
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h.get("gpu").is_none())
+    );
+    let quota = app.get("/v1/quotas/p1").await;
+    assert_eq!(quota.status, StatusCode::OK, "{}", quota.body);
+    assert_eq!(quota.body["quota"]["overrides"], json!({}), "{}", quota.body);
+    // Lease creates and updates take it; offers and reads are not changes.
+    let r = app
+        .put(
+            &format!("/v1/leases/{lease}?dry_run=true"),
+            json!({"name": "b"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = app
+        .post(
+            "/v1/leases/offers?dry_run=true",
+            json!({"reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
+                   "hypervisor_properties": "", "resource_properties": ""}],
+                   "duration": 60}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = app.get(&format!("/v1/leases/{lease}?dry_run=true")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+}
+
 #[tokio::test]
 async fn bad_dry_run_values_are_refused() {
     let app = TestApp::spawn().await;
