@@ -335,7 +335,12 @@ async fn a_dry_run_of_another_change_is_refused_and_changes_nothing() {
     );
     let quota = app.get("/v1/quotas/p1").await;
     assert_eq!(quota.status, StatusCode::OK, "{}", quota.body);
-    assert_eq!(quota.body["quota"]["overrides"], json!({}), "{}", quota.body);
+    assert_eq!(
+        quota.body["quota"]["overrides"],
+        json!({}),
+        "{}",
+        quota.body
+    );
     // Lease creates and updates take it; offers and reads are not changes.
     let r = app
         .put(
