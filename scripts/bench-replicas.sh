@@ -3,7 +3,7 @@
 # plus a `--role api` replica, each server given the same CPU share (a cgroup quota), the
 # way servers on machines of their own would be; PostgreSQL and the driver are not limited.
 # Without a quota every process shares the same cores: a second server adds no CPU, and
-# two servers keep up with one only when they share its database connections (the default
+# two servers come closest to one when they share its database connections (the default
 # --max-connections 16:8; docs/performance.md, "Two servers sharing one connection budget").
 #
 #   scripts/bench-replicas.sh                           # 10,000 hosts, 100,000 allocations
