@@ -25,8 +25,7 @@ pub fn parse_input(text: &str) -> Option<InputDate> {
 /// Python's `strptime` (chrono alone would take a sign and any number of digits, and a lease
 /// ending in year 262142 breaks every Python client that lists leases).
 pub fn parse_minute(text: &str) -> Option<DateTime<Utc>> {
-    let bytes = text.as_bytes();
-    if bytes.len() < 5 || !bytes[..4].iter().all(u8::is_ascii_digit) || bytes[4] != b'-' {
+    if !four_digit_year(text) {
         return None;
     }
     NaiveDateTime::parse_from_str(text, INPUT_FORMAT)
@@ -85,11 +84,20 @@ fn push_digits(out: &mut String, value: u32, width: u32) {
 
 /// Parses what [`format_t`] prints (the client reads lease dates back this way).
 pub fn parse_t(text: &str) -> Option<DateTime<Utc>> {
+    if !four_digit_year(text) {
+        return None;
+    }
     NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
         .ok()
-        // `%Y` takes a sign and any number of digits; the wire's years have four.
         .filter(|naive| (1..=9999).contains(&naive.year()))
         .map(|naive| naive.and_utc())
+}
+
+/// Whether `text` starts with a year of exactly four digits and a dash: chrono's `%Y` would
+/// take a sign and any number of digits, the wire's years have four.
+fn four_digit_year(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.len() >= 5 && bytes[..4].iter().all(u8::is_ascii_digit) && bytes[4] == b'-'
 }
 
 #[cfg(test)]
@@ -134,6 +142,8 @@ mod tests {
             "-0001-01-01T00:00:00",
             "+20000-01-01T00:00:00",
             "0000-01-01T00:00:00",
+            "+2030-01-01T00:00:00",
+            "02030-01-01T00:00:00",
         ] {
             assert_eq!(parse_t(outside), None, "{outside}");
         }

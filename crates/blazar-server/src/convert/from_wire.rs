@@ -8,9 +8,10 @@
 //! request over as such a map.
 
 use blazar_api::dates::{InputDate, parse_input, parse_minute, parse_t};
+use blazar_core::time::{first_whole_minute, truncate_to_minute};
 use blazar_core::{ReservationChange, ReservationRequest, When};
 use blazar_service::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS, ReallocationFilter};
-use chrono::{DateTime, DurationRound, Utc};
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -376,51 +377,27 @@ fn minutes_field(key: &str, value: Option<Value>) -> ApiResult<Option<i64>> {
     }
 }
 
-/// A `YYYY-MM-DD HH:MM` date.
-/// A search window's start: Blazar's input form or `now`, or the form lease and offer dates
-/// are printed in (`2030-01-01T10:00:00.000000`), so an offer's own dates can bound the next
-/// search as they are. Windows are searched by the minute: seconds round up.
+/// A search window's start: as a timeline's, so an offer's own printed dates can bound the
+/// next search as they are. Windows are searched by the minute: seconds round up.
 fn not_before_field(value: Option<Value>) -> ApiResult<Option<When>> {
     let Some(text) = string_field("not_before", value)? else {
         return Ok(None);
     };
-    match parse_input(&text) {
-        Some(InputDate::Now) => Ok(Some(When::Now)),
-        Some(InputDate::At(t)) => Ok(Some(When::At(t))),
-        None => printed_date(&text, true).map(|t| Some(When::At(t))),
+    match parse_when(&text) {
+        Some(When::At(t)) => Ok(Some(When::At(first_whole_minute(t)))),
+        Some(When::Now) => Ok(Some(When::Now)),
+        None => Err(invalid_date(&text)),
     }
 }
 
-/// A search window's end, in the same forms as its start; seconds round down.
+/// A search window's end, in the same forms but `now`; seconds round down.
 fn not_after_field(value: Option<Value>) -> ApiResult<Option<DateTime<Utc>>> {
     let Some(text) = string_field("not_after", value)? else {
         return Ok(None);
     };
-    match parse_minute(&text) {
-        Some(t) => Ok(Some(t)),
-        None => printed_date(&text, false).map(Some),
-    }
-}
-
-/// A date in the printed form, rounded to a whole minute inside the window.
-fn printed_date(text: &str, up: bool) -> ApiResult<DateTime<Utc>> {
-    // A year of four digits, as in every other date the API takes.
-    let four_digits = text
-        .as_bytes()
-        .get(..4)
-        .is_some_and(|y| y.iter().all(u8::is_ascii_digit));
-    let t = parse_t(text)
-        .filter(|_| four_digits)
-        .ok_or_else(|| invalid_date(text))?;
-    let minute = t
-        .duration_trunc(chrono::TimeDelta::minutes(1))
-        .map_err(|_| invalid_date(text))?;
-    if up && minute < t {
-        minute
-            .checked_add_signed(chrono::TimeDelta::minutes(1))
-            .ok_or_else(|| invalid_date(text))
-    } else {
-        Ok(minute)
+    match parse_when(&text) {
+        Some(When::At(t)) => Ok(Some(truncate_to_minute(t))),
+        _ => Err(invalid_date(&text)),
     }
 }
 
@@ -591,7 +568,17 @@ pub fn timeline_request(
     })
 }
 
-/// A date in a query string: Blazar's input format, `now`, or the format dates are sent in.
+/// Blazar's input format, `now`, or the format dates are sent in
+/// (`2030-01-01T10:00:00.000000`): what timelines and offer searches take.
+fn parse_when(text: &str) -> Option<When> {
+    match parse_input(text) {
+        Some(InputDate::Now) => Some(When::Now),
+        Some(InputDate::At(t)) => Some(When::At(t)),
+        None => parse_t(text).map(When::At),
+    }
+}
+
+/// A date in a query string, as [`parse_when`] reads it.
 fn query_date(
     query: &std::collections::HashMap<String, String>,
     key: &str,
@@ -599,17 +586,11 @@ fn query_date(
     let Some(text) = query.get(key) else {
         return Ok(None);
     };
-    match parse_input(text) {
-        Some(InputDate::Now) => Ok(Some(When::Now)),
-        Some(InputDate::At(t)) => Ok(Some(When::At(t))),
-        None => blazar_api::dates::parse_t(text)
-            .map(|t| Some(When::At(t)))
-            .ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "{text} is an invalid {key} date. Required format: %Y-%m-%d %H:%M"
-                ))
-            }),
-    }
+    parse_when(text).map(Some).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "{text} is an invalid {key} date. Required format: %Y-%m-%d %H:%M"
+        ))
+    })
 }
 
 /// A page size in a query string: a positive integer.
