@@ -186,25 +186,24 @@ impl Service {
         let capacity = crate::instance::capacity(&host, self.settings().ratios);
         // Only allocations that have not ended: any two of them that overlap in the past
         // are both in force now, so the present bounds the past.
-        let mut shared: Vec<Option<Allocation>> = tx
+        let shared: Vec<Allocation> = tx
             .unended_allocations_of_resource(PHYSICAL_HOST, host_id, now)
             .await?
             .into_iter()
             .filter(|a| !a.occupancy.exclusive)
-            .map(Some)
             .collect();
         let held: Vec<(usize, TimeWindow, Usage)> = shared
             .iter()
             .enumerate()
             .filter_map(|(i, a)| {
-                let o = &a.as_ref()?.occupancy;
+                let o = &a.occupancy;
                 let window = TimeWindow::new(o.start, o.blocked_until).ok()?;
                 Some((i, window, o.usage()))
             })
             .collect();
         Ok(overflowing(capacity, &held)
             .into_iter()
-            .filter_map(|i| shared.get_mut(i).and_then(Option::take))
+            .filter_map(|i| shared.get(i).cloned())
             .collect())
     }
 

@@ -669,16 +669,14 @@ impl Service {
     pub async fn delete_flavor(&self, identity: &Identity, id: &str) -> ServiceResult<()> {
         self.authorize_own("blazar:flavors:delete", identity)?;
         in_tx!(self, write, |tx| {
-            let flavor = tx.find_flavor(id).await?.ok_or_else(|| {
-                ServiceError::NotFound(format!("Object with {{'flavor_id': '{id}'}} not found"))
-            })?;
+            let not_found =
+                || ServiceError::NotFound(format!("Object with {{'flavor_id': '{id}'}} not found"));
+            let flavor = tx.find_flavor(id).await?.ok_or_else(not_found)?;
             // Reservations keep a copy of the flavor they were made from, so deleting it
             // changes nothing already granted.
             if !tx.delete_flavor(&flavor.source.id).await? {
                 // Deleted meanwhile by a concurrent request: one of them says so.
-                return Err(ServiceError::NotFound(format!(
-                    "Object with {{'flavor_id': '{id}'}} not found"
-                )));
+                return Err(not_found());
             }
             Ok(())
         })

@@ -389,7 +389,7 @@ impl Service {
             Some(w) if admin || w.project_id.as_deref() == Some(identity.project_id.as_str()) => {
                 Ok(w)
             }
-            _ => Err(ServiceError::NotFound(format!("Webhook {id} not found"))),
+            _ => Err(webhook_not_found(id)),
         }
     }
 
@@ -410,10 +410,7 @@ impl Service {
         let deleted = in_tx!(self, write, |tx| { Ok(tx.delete_webhook(id).await?) })?;
         if !deleted {
             // A concurrent delete got there first: one of them says it deleted it.
-            return Err(ServiceError::NotFound(format!(
-                "Webhook {} not found",
-                webhook.id
-            )));
+            return Err(webhook_not_found(&webhook.id));
         }
         tracing::info!(webhook.id = %id, "webhook deleted");
         Ok(())
@@ -705,6 +702,10 @@ impl Service {
     pub async fn webhook_backlog(&self) -> ServiceResult<blazar_db::DeliveryCounts> {
         in_tx!(self, read, |tx| { Ok(tx.webhook_delivery_counts().await?) })
     }
+}
+
+fn webhook_not_found(id: &str) -> ServiceError {
+    ServiceError::NotFound(format!("Webhook {id} not found"))
 }
 
 #[cfg(test)]
