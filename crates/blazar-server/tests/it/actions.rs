@@ -1002,13 +1002,17 @@ async fn a_stopped_workers_action_is_taken_over_within_a_claim() {
 }
 
 /// The lease notifications of `lease_id`, oldest first.
-async fn notified(app: &TestApp, lease_id: &str) -> Vec<String> {
+/// A lease's notifications, oldest first.
+async fn notifications_of(app: &TestApp, lease_id: &str) -> Vec<Value> {
     let notes = app
         .get(&format!("/v1/notifications?lease_id={lease_id}"))
         .await;
-    notes.body["notifications"]
-        .as_array()
-        .unwrap()
+    notes.body["notifications"].as_array().unwrap().clone()
+}
+
+async fn notified(app: &TestApp, lease_id: &str) -> Vec<String> {
+    notifications_of(app, lease_id)
+        .await
         .iter()
         .map(|n| n["event_type"].as_str().unwrap().to_string())
         .collect()
@@ -1016,12 +1020,8 @@ async fn notified(app: &TestApp, lease_id: &str) -> Vec<String> {
 
 /// The lease's and its first reservation's status in each of a lease's notifications.
 async fn payload_statuses(app: &TestApp, lease_id: &str) -> Vec<(String, String)> {
-    let notes = app
-        .get(&format!("/v1/notifications?lease_id={lease_id}"))
-        .await;
-    notes.body["notifications"]
-        .as_array()
-        .unwrap()
+    notifications_of(app, lease_id)
+        .await
         .iter()
         .map(|n| {
             let payload = &n["payload"];

@@ -806,6 +806,26 @@ async fn healing_moves_host_reservations_and_instance_slots() {
     assert_eq!(l["reservations"][0]["resources_changed"], true);
 }
 
+/// Two leases of two 2-vCPU instances each with affinity, "first" from 10:00 to 12:00 and
+/// "second" from 11:00 to 13:00: their ids.
+async fn first_and_second(app: &TestApp) -> Vec<String> {
+    let mut ids = Vec::new();
+    for (name, start, end) in [
+        ("first", "2030-01-01 10:00", "2030-01-01 12:00"),
+        ("second", "2030-01-01 11:00", "2030-01-01 13:00"),
+    ] {
+        let r = app
+            .post(
+                "/v1/leases",
+                lease(name, start, end, instances(2, 2, 1024, 10, json!(true))),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        ids.push(r.body["lease"]["id"].as_str().unwrap().to_string());
+    }
+    ids
+}
+
 /// A host's capacity for instances falls under what it was granted for (the operator's new
 /// facts or ratios; the cloud's refreshed facts take the same path): the latest booking moves
 /// to another host, or its lease is degraded where none has room, and it comes back when
@@ -825,20 +845,7 @@ async fn a_host_whose_capacity_falls_sheds_instance_slots() {
             json!({"vcpus": 4, "memory_mb": 16384, "local_gb": 100}),
         )
         .await;
-    let mut ids = Vec::new();
-    for (name, start, end) in [
-        ("first", "2030-01-01 10:00", "2030-01-01 12:00"),
-        ("second", "2030-01-01 11:00", "2030-01-01 13:00"),
-    ] {
-        let r = app
-            .post(
-                "/v1/leases",
-                lease(name, start, end, instances(2, 2, 1024, 10, json!(true))),
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-        ids.push(r.body["lease"]["id"].as_str().unwrap().to_string());
-    }
+    let ids = first_and_second(&app).await;
     let (first, second) = (&ids[0], &ids[1]);
     // Both fit on c1's 8 vCPUs (4 at ratio 2), packed there.
     assert_eq!(slots_of(&app, first).await, vec![h1.clone()]);
@@ -912,20 +919,7 @@ async fn default_ratios_lowered_across_a_restart_shed_slots_at_start() {
             json!({"vcpus": 4, "memory_mb": 16384, "local_gb": 100}),
         )
         .await;
-    let mut ids = Vec::new();
-    for (name, start, end) in [
-        ("first", "2030-01-01 10:00", "2030-01-01 12:00"),
-        ("second", "2030-01-01 11:00", "2030-01-01 13:00"),
-    ] {
-        let r = before
-            .post(
-                "/v1/leases",
-                lease(name, start, end, instances(2, 2, 1024, 10, json!(true))),
-            )
-            .await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-        ids.push(r.body["lease"]["id"].as_str().unwrap().to_string());
-    }
+    let ids = first_and_second(&before).await;
     // Both on c1's 8 vCPUs (4 at the default ratio 2).
     assert_eq!(slots_of(&before, &ids[0]).await, vec![h1.clone()]);
     assert_eq!(slots_of(&before, &ids[1]).await, vec![h1.clone()]);
