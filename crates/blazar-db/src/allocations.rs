@@ -229,6 +229,10 @@ impl Tx {
         // creates on PostgreSQL behind each other. Most leases are no longer than the
         // longest so far and leave it alone.
         for (resource_type, span) in spans {
+            if self.known_spans.covers(resource_type, span) {
+                continue;
+            }
+            self.spans_written.push((resource_type.to_string(), span));
             self.write(
                 &format!(
                     "INSERT INTO allocation_spans (resource_type, max_span) SELECT $1, $2 \

@@ -214,7 +214,36 @@ pub struct Store {
     /// SQLite has one writer at a time; queueing writers here avoids busy-waiting inside
     /// SQLite. Other processes on the same file are still serialised by BEGIN IMMEDIATE.
     write_lock: Arc<Mutex<()>>,
+    /// Each resource type's longest allocation span known to be committed (see
+    /// [`KnownSpans`]).
+    spans: KnownSpans,
     _checkpointer: Option<Arc<Checkpointer>>,
+}
+
+/// The longest allocation span per resource type that this process has seen committed.
+/// `allocation_spans` only ever grows, so each is a lower bound of the stored value, and an
+/// allocation no longer than it needs no write there (one statement less per create on
+/// PostgreSQL, where statements are round trips). A span enters only once the transaction
+/// that wrote it has committed: a rolled-back one never makes another skip its write.
+#[derive(Clone, Default)]
+struct KnownSpans(Arc<std::sync::Mutex<std::collections::HashMap<String, i64>>>);
+
+impl KnownSpans {
+    fn covers(&self, resource_type: &str, span: i64) -> bool {
+        self.0
+            .lock()
+            .map(|known| known.get(resource_type).is_some_and(|&k| k >= span))
+            .unwrap_or(false)
+    }
+
+    fn learn(&self, written: Vec<(String, i64)>) {
+        if let Ok(mut known) = self.0.lock() {
+            for (resource_type, span) in written {
+                let k = known.entry(resource_type).or_insert(span);
+                *k = (*k).max(span);
+            }
+        }
+    }
 }
 
 /// Copies SQLite's write-ahead log back into the database file every half second, on a
@@ -358,6 +387,7 @@ impl Store {
             backend,
             locks,
             write_lock: Arc::new(Mutex::new(())),
+            spans: KnownSpans::default(),
             _checkpointer: checkpointer,
         };
         store.migrate().await?;
@@ -438,13 +468,13 @@ impl Store {
             Some(writer) => writer.begin_with("BEGIN IMMEDIATE").await?,
             None => self.begin().await?,
         };
-        Ok(Tx::new(inner, self.backend, self.locks, true, guard))
+        Ok(Tx::new(inner, self, true, guard))
     }
 
     /// A read-only transaction: a consistent snapshot for composing a response.
     pub async fn read(&self) -> DbResult<Tx> {
         let inner = self.begin().await?;
-        Ok(Tx::new(inner, self.backend, self.locks, false, None))
+        Ok(Tx::new(inner, self, false, None))
     }
 
     /// A transaction of the pool. On PostgreSQL its `BEGIN` runs in a task of its own: sqlx
@@ -566,6 +596,13 @@ pub struct Tx {
     recorded_actions: bool,
     /// Whether this transaction wrote notifications (the publisher is woken after commit).
     recorded_notifications: bool,
+    /// The process's committed spans, and the spans this transaction wrote (learnt when it
+    /// commits).
+    known_spans: KnownSpans,
+    spans_written: Vec<(String, i64)>,
+    /// Whether this transaction may have written webhook deliveries (on SQLite, whenever it
+    /// wrote a notification: its writes are queued, their counts unknown).
+    wrote_deliveries: bool,
     writer: bool,
     _guard: Option<OwnedMutexGuard<()>>,
 }
@@ -732,15 +769,16 @@ impl Tx {
     /// A transaction just begun, with nothing read, queued or changed yet.
     fn new(
         inner: sqlx::Transaction<'static, Any>,
-        backend: Backend,
-        locks: LockSpace,
+        store: &Store,
         writer: bool,
         guard: Option<OwnedMutexGuard<()>>,
     ) -> Tx {
         Tx {
             inner,
-            backend,
-            locks,
+            backend: store.backend,
+            locks: store.locks,
+            known_spans: store.spans.clone(),
+            spans_written: Vec::new(),
             pending: Deferred::default(),
             flushes: 0,
             versions: Default::default(),
@@ -749,6 +787,7 @@ impl Tx {
             revised: Default::default(),
             recorded_actions: false,
             recorded_notifications: false,
+            wrote_deliveries: false,
             writer,
             _guard: guard,
         }
@@ -758,6 +797,7 @@ impl Tx {
         self.write_revisions().await?;
         self.flush().await?;
         self.inner.commit().await?;
+        self.known_spans.learn(self.spans_written);
         Ok(())
     }
 
@@ -794,6 +834,12 @@ impl Tx {
     /// Whether this transaction wrote notifications for the publisher.
     pub fn recorded_notifications(&self) -> bool {
         self.recorded_notifications
+    }
+
+    /// Whether this transaction may have written webhook deliveries (the webhook workers
+    /// are woken after commit): most notifications go to no webhook.
+    pub fn wrote_webhook_deliveries(&self) -> bool {
+        self.wrote_deliveries
     }
 
     /// The connection, with every queued write sent: reads see what this transaction wrote.
@@ -981,6 +1027,8 @@ impl Tx {
     /// Undoes everything written since `savepoint` and ends it.
     pub async fn rollback_to(&mut self, savepoint: Savepoint) -> DbResult<()> {
         self.versions.clear();
+        // Whichever were undone are written again by whoever needs them.
+        self.spans_written.clear();
         // A revision moved after the savepoint is moved no more; what changed before it
         // still needs one. Extra moves are harmless, missing ones are not.
         let revised = std::mem::take(&mut self.revised);
@@ -1360,6 +1408,29 @@ impl Columns {
             placeholders(1, self.names.len())
         );
         (sql, self.args)
+    }
+
+    /// One `INSERT INTO <table> (<columns>) VALUES (..), (..)` of several rows, each set
+    /// with the same columns in the same order; `None` for no rows.
+    pub(crate) fn insert_rows(table: &str, rows: Vec<Columns>) -> Option<(String, Vec<Arg>)> {
+        let mut rows = rows.into_iter();
+        let first = rows.next()?;
+        let width = first.names.len();
+        let mut sql = format!(
+            "INSERT INTO {table} ({}) VALUES ({})",
+            first.names.join(", "),
+            placeholders(1, width)
+        );
+        let mut args = first.args;
+        for row in rows {
+            debug_assert_eq!(
+                row.names, first.names,
+                "rows of one insert differ in columns"
+            );
+            sql.push_str(&format!(", ({})", placeholders(args.len() + 1, width)));
+            args.extend(row.args);
+        }
+        Some((sql, args))
     }
 
     /// `UPDATE <table> SET <column> = $1, ..<also> WHERE <key> = $n` and its arguments:

@@ -1,6 +1,8 @@
 //! The notification outbox: written in the transaction whose change a notification
 //! describes, claimed and marked sent by a publisher in short transactions of its own.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 use sqlx::Row;
@@ -32,37 +34,53 @@ impl Tx {
     /// API call that caused it, also goes with each webhook delivery.
     pub async fn insert_notification(&mut self, n: &Notification) -> DbResult<()> {
         self.recorded_notifications = true;
-        // SQLite's one writer makes MAX + 1 the final place; PostgreSQL's rows wait for
-        // `sequence_notifications` (`written` comes from a sequence there).
-        let sql = match self.backend {
-            Backend::Sqlite => {
-                "INSERT INTO notifications \
-                     (id, seq, written, event_type, lease_id, payload, created_at, \
-                      request_id) \
-                 SELECT $1, m.next, m.next, $2, $3, $4, $5, $6 \
-                 FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM notifications) m"
-            }
-            Backend::Postgres => {
-                "INSERT INTO notifications \
-                     (id, event_type, lease_id, payload, created_at, request_id) \
-                 VALUES ($1, $2, $3, $4, $5, $6)"
-            }
-        };
-        self.write(
-            sql,
-            vec![
-                (&n.id).into(),
-                (&n.event_type).into(),
-                Arg::Text(n.lease_id.clone()),
-                n.payload.to_string().into(),
-                n.created_at.into(),
-                Arg::Text(n.request_id.clone()),
-            ],
-        )
-        .await?;
         let project = n.payload.get("project_id").and_then(Value::as_str);
-        self.fan_out_to_webhooks(&n.id, project, n.request_id.as_deref())
-            .await
+        let args = vec![
+            (&n.id).into(),
+            (&n.event_type).into(),
+            Arg::Text(n.lease_id.clone()),
+            n.payload.to_string().into(),
+            n.created_at.into(),
+            Arg::Text(n.request_id.clone()),
+            Arg::Text(project.map(String::from)),
+        ];
+        match self.backend {
+            // SQLite's one writer makes MAX + 1 the final place. The writes are queued
+            // (sent together before the next read or the commit), so whether any webhook
+            // took the notification is not known here: the webhook workers are woken anyway.
+            Backend::Sqlite => {
+                self.write(
+                    "INSERT INTO notifications \
+                         (id, seq, written, event_type, lease_id, payload, created_at, \
+                          request_id) \
+                     SELECT $1, m.next, m.next, $2, $3, $4, $5, $6 \
+                     FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM notifications) m",
+                    args[..6].to_vec(),
+                )
+                .await?;
+                self.fan_out_to_webhooks(&n.id, project, n.request_id.as_deref())
+                    .await?;
+                self.wrote_deliveries = true;
+            }
+            // The row and its deliveries in one statement (one round trip, not two); its
+            // `written` comes from a sequence and its place waits for
+            // `sequence_notifications`. The count it answers is the deliveries'.
+            Backend::Postgres => {
+                static SQL: LazyLock<String> = LazyLock::new(|| {
+                    format!(
+                        "WITH n AS (INSERT INTO notifications \
+                             (id, event_type, lease_id, payload, created_at, request_id) \
+                             VALUES ($1, $2, $3, $4, $5, $6) \
+                             RETURNING id, written, lease_id, event_type, created_at) \
+                         {}",
+                        crate::webhooks::fan_out("n", "$7", "$6")
+                    )
+                });
+                let deliveries = self.execute(&SQL, args).await?;
+                self.wrote_deliveries |= deliveries > 0;
+            }
+        }
+        Ok(())
     }
 
     /// Gives the committed notifications that have no place in the event stream yet

@@ -2,6 +2,8 @@
 //! the transaction that writes a notification (see [`Tx::insert_notification`]); deliverers
 //! claim due rows in short transactions of their own and record each attempt's outcome.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 use sqlx::Row;
@@ -24,6 +26,24 @@ fn webhook_from_row(row: &AnyRow) -> DbResult<Webhook> {
         created_by: row.try_get("created_by")?,
         created_at: from_secs(row.try_get("created_at")?)?,
     })
+}
+
+/// The statement writing a pending delivery of notification `n` (the one row of `source`
+/// aliased `n`, or the rows a caller's condition leaves) to every webhook of the
+/// project given by the placeholder `project`, or of every project, that takes its event
+/// type; `request` is the placeholder of the request id the deliveries carry.
+pub(crate) fn fan_out(source: &str, project: &str, request: &str) -> String {
+    format!(
+        "INSERT INTO webhook_deliveries (webhook_id, notification_id, seq, lease_id, status, \
+             attempts, next_attempt_at, request_id, created_at) \
+         SELECT w.id, n.id, n.written, n.lease_id, 'pending', 0, n.created_at, {request}, \
+                n.created_at \
+         FROM webhooks w, {source} \
+         WHERE (w.project_id IS NULL OR w.project_id = {project}) \
+         AND (NOT EXISTS (SELECT 1 FROM webhook_event_types t WHERE t.webhook_id = w.id) \
+              OR EXISTS (SELECT 1 FROM webhook_event_types t \
+                         WHERE t.webhook_id = w.id AND t.event_type = n.event_type))"
+    )
 }
 
 const DELIVERY_COLUMNS: &str = "d.webhook_id, d.notification_id, n.event_type, d.lease_id, \
@@ -201,22 +221,18 @@ impl Tx {
     }
 
     /// Writes a pending delivery of notification `id` (just inserted) to every webhook of
-    /// project `project_id` or of every project that takes its event type.
+    /// project `project_id` or of every project that takes its event type (SQLite; on
+    /// PostgreSQL the notification's own statement writes them).
     pub(crate) async fn fan_out_to_webhooks(
         &mut self,
         id: &str,
         project_id: Option<&str>,
         request_id: Option<&str>,
     ) -> DbResult<()> {
+        static SQL: LazyLock<String> =
+            LazyLock::new(|| format!("{} AND n.id = $1", fan_out("notifications n", "$2", "$3")));
         self.write(
-            "INSERT INTO webhook_deliveries (webhook_id, notification_id, seq, lease_id, status, \
-                 attempts, next_attempt_at, request_id, created_at) \
-             SELECT w.id, n.id, n.written, n.lease_id, 'pending', 0, n.created_at, $3, n.created_at \
-             FROM webhooks w, notifications n \
-             WHERE n.id = $1 AND (w.project_id IS NULL OR w.project_id = $2) \
-             AND (NOT EXISTS (SELECT 1 FROM webhook_event_types t WHERE t.webhook_id = w.id) \
-                  OR EXISTS (SELECT 1 FROM webhook_event_types t \
-                             WHERE t.webhook_id = w.id AND t.event_type = n.event_type))",
+            &SQL,
             vec![
                 id.into(),
                 Arg::Text(project_id.map(String::from)),

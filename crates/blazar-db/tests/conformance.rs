@@ -730,6 +730,51 @@ async fn a_long_allocation_is_found_far_from_its_start_after_shorter_ones() {
     store.close().await;
 }
 
+/// The longest span a process remembers (to skip the write of spans no longer) is one
+/// that committed: a long allocation rolled back leaves nothing remembered, and the same
+/// span written again afterwards is stored, so reads still look back that far.
+#[tokio::test]
+async fn a_rolled_back_long_allocation_does_not_excuse_the_next_from_recording_its_span() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let reservation = seed_lease(&store, "l1").await;
+    let day = |d: u32, h: u32| t(2030, 1, d, h, 0);
+    allocate(
+        &store,
+        rows::allocation(&reservation, "l1", 1, (day(1, 10), day(1, 12), day(1, 12))),
+    )
+    .await
+    .unwrap();
+    let twenty_days = (day(2, 0), day(22, 0), day(22, 0));
+    let mut tx = store.write().await.unwrap();
+    tx.insert_allocations(&[rows::allocation(&reservation, "l1", 2, twenty_days)])
+        .await
+        .unwrap();
+    // Sent (SQLite queues writes until a read), then undone.
+    tx.busy_among("physical:host", &[2], day(20, 0), day(20, 1))
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    allocate(&store, rows::allocation(&reservation, "l1", 3, twenty_days))
+        .await
+        .unwrap();
+    // A shorter one after it is not a reason to forget it either.
+    allocate(
+        &store,
+        rows::allocation(&reservation, "l1", 4, (day(3, 10), day(3, 11), day(3, 11))),
+    )
+    .await
+    .unwrap();
+    let mut tx = store.read().await.unwrap();
+    let busy = tx
+        .busy_among("physical:host", &[1, 2, 3, 4], day(20, 0), day(20, 1))
+        .await
+        .unwrap();
+    assert_eq!(busy.into_iter().collect::<Vec<_>>(), vec![3]);
+    tx.commit().await.unwrap();
+    store.close().await;
+}
+
 /// Places in the notification outbox are final once readable: a notification whose
 /// transaction commits after a later-written one's is placed after it, so a reader that
 /// resumes after the last place it read misses nothing. (PostgreSQL runs the two writers

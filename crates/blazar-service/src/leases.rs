@@ -22,6 +22,7 @@ use serde_json::{Map, Value, json};
 
 use crate::enforcement::{EnforcedLease, UsageFilter, iso};
 use crate::policy::Target;
+use crate::quotas::QuotaCheck;
 use crate::resources::AllocationRequest;
 use crate::{
     Identity, Reason, RefusalKind, Requested, ReservationRef, Retry, Service, ServiceError,
@@ -831,16 +832,19 @@ impl Service {
     /// Then the scheduler and event streams are told.
     async fn write_lease_of(&self, plan: LeasePlan) -> ServiceResult<LeaseView> {
         let view = match &self.batcher {
-            Some(batcher) => batcher.create(self, plan).await,
-            None => self.write_new_lease_alone(&plan).await,
-        }?;
+            Some(batcher) => {
+                let view = batcher.create(self, plan).await?;
+                // The create writer commits outside `in_tx!`: event streams look again, and
+                // the `lease.create` notification goes out now rather than at the next poll.
+                self.announce_lease_change();
+                self.wake_publisher();
+                self.wake_webhooks();
+                view
+            }
+            None => self.write_new_lease_alone(&plan).await?,
+        };
         tracing::info!(lease.id = %view.lease.id, project.id = %view.lease.project_id, "lease created");
         self.wake_for(&view);
-        // The create writer commits outside `in_tx!`: event streams look again, and the
-        // `lease.create` notification goes out now rather than at the next poll.
-        self.announce_lease_change();
-        self.wake_publisher();
-        self.wake_webhooks();
         Ok(view)
     }
 
@@ -857,7 +861,7 @@ impl Service {
         plan: &LeasePlan,
     ) -> ServiceResult<LeaseView> {
         let earliest = matches!(plan.dates, PlanDates::Earliest(_));
-        self.take_quota_turn(tx, &plan.identity.project_id).await?;
+        let limits = self.take_quota_turn(tx, &plan.identity.project_id).await?;
         let CreatePlan { window, before_end } = match &plan.dates {
             PlanDates::Fixed(dates) => *dates,
             PlanDates::Earliest(search) => self.earliest_dates(tx, plan, search).await?,
@@ -945,8 +949,14 @@ impl Service {
         }
         // After every allocation of the lease is written (and under the allocation lock), so
         // the project's use it measures includes this lease and every create before it.
-        self.check_quotas(tx, &lease.project_id, &lease.id, window, None)
-            .await?;
+        self.check_quotas(
+            tx,
+            &lease.project_id,
+            &lease.id,
+            window,
+            QuotaCheck::Create(&limits),
+        )
+        .await?;
         let mut events = vec![
             new_event(&lease.id, EventType::StartLease, window.start(), created),
             new_event(&lease.id, EventType::EndLease, window.end(), created),
@@ -954,9 +964,7 @@ impl Service {
         if let Some(t) = before_end {
             events.push(new_event(&lease.id, EventType::BeforeEndLease, t, created));
         }
-        for event in &events {
-            tx.insert_event(event).await?;
-        }
+        tx.insert_events(&events).await?;
         // The order a read returns them in (events_of).
         events.sort_by_key(|e| (e.time, e.rank));
         // Built from what was written rather than read back: the writes stay queued until
@@ -1463,8 +1471,14 @@ impl Service {
                     )
                     .await?;
                     if let Some(baseline) = &baseline {
-                        self.check_quotas(tx, &lease.project_id, &lease.id, window, Some(baseline))
-                            .await?;
+                        self.check_quotas(
+                            tx,
+                            &lease.project_id,
+                            &lease.id,
+                            window,
+                            QuotaCheck::Update(baseline),
+                        )
+                        .await?;
                     }
                     let mut rearmed = false;
                     for EventMove {

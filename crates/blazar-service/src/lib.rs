@@ -35,6 +35,7 @@ macro_rules! in_tx {
                 }
                 let recorded = owned.recorded_actions();
                 let notified = owned.recorded_notifications();
+                let delivering = owned.wrote_webhook_deliveries();
                 let changed = owned.changed_leases();
                 owned.commit().await?;
                 if changed || notified {
@@ -45,6 +46,8 @@ macro_rules! in_tx {
                 }
                 if notified {
                     $service.wake_publisher();
+                }
+                if delivering {
                     $service.wake_webhooks();
                 }
                 Ok(value)

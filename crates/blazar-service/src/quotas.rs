@@ -284,6 +284,14 @@ pub(crate) fn refusal(
 
 /// Whether `limits` bound what a project holds (at once or per month), which its use must
 /// be measured for under its lock; the others bound a lease's own dates.
+/// What [`Service::check_quotas`] checks against.
+pub(crate) enum QuotaCheck<'a> {
+    /// A create: the project's limits, read when it took its turn.
+    Create(&'a QuotaValues),
+    /// An update: what the lease and the project held before it.
+    Update(&'a QuotaBaseline),
+}
+
 fn measured(limits: &QuotaValues) -> bool {
     limits.limit(QuotaKind::HostHoursPerMonth).is_some()
         || CONCURRENT.iter().any(|k| limits.limit(*k).is_some())
@@ -301,12 +309,17 @@ impl Service {
     /// takes it first as well (`quota_baseline`), so a create and an update of one project
     /// never each hold what the other waits for, a circle PostgreSQL breaks only after
     /// `deadlock_timeout`.
-    pub(crate) async fn take_quota_turn(&self, tx: &mut Tx, project_id: &str) -> ServiceResult<()> {
+    /// Answers the limits it read, which the create checks against once it has allocated.
+    pub(crate) async fn take_quota_turn(
+        &self,
+        tx: &mut Tx,
+        project_id: &str,
+    ) -> ServiceResult<QuotaValues> {
         let limits = self.project_limits(tx, project_id).await?;
         if measured(&limits) {
             tx.lock_project_usage(project_id).await?;
         }
-        Ok(())
+        Ok(limits)
     }
 
     /// A project's limits in force: its overrides over the configured defaults.
@@ -439,26 +452,23 @@ impl Service {
         }))
     }
 
-    /// Refuses a create (`baseline` `None`) or an update whose allocations, already written
-    /// in `tx`, would take the project past a limit. Called in the allocating transaction.
+    /// Refuses a create or an update whose allocations, already written in `tx`, would take
+    /// the project past a limit. Called in the allocating transaction.
     pub(crate) async fn check_quotas(
         &self,
         tx: &mut Tx,
         project_id: &str,
         lease_id: &str,
         window: TimeWindow,
-        baseline: Option<&QuotaBaseline>,
+        against: QuotaCheck<'_>,
     ) -> ServiceResult<()> {
-        let limits = match baseline {
-            Some(b) => b.limits,
-            None => {
-                let limits = self.project_limits(tx, project_id).await?;
-                if !limits.limits_anything() {
-                    return Ok(());
-                }
-                limits
-            }
+        let (limits, baseline) = match against {
+            QuotaCheck::Create(limits) => (*limits, None),
+            QuotaCheck::Update(b) => (b.limits, Some(b)),
         };
+        if !limits.limits_anything() {
+            return Ok(());
+        }
         let now = truncate_to_minute(self.now());
         let mut excesses = window_excesses(&limits, window, now, baseline.map(|b| b.window));
         let measure = self
