@@ -172,6 +172,7 @@ const ALLOCATION_COLUMNS: &str = "id, reservation_id, lease_id, resource_type, r
 impl Tx {
     /// Inserts allocations in one statement and widens each resource type's longest span.
     pub async fn insert_allocations(&mut self, all: &[NewAllocation]) -> DbResult<Vec<String>> {
+        self.holds_resources = true;
         let mut ids = Vec::with_capacity(all.len());
         // Bounded so that one statement stays under the backends' limits on bound values.
         for chunk in all.chunks(500) {

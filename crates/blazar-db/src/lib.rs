@@ -600,6 +600,9 @@ pub struct Tx {
     /// commits).
     known_spans: KnownSpans,
     spans_written: Vec<(String, i64)>,
+    /// Whether this transaction has claimed, locked or allocated a resource (or taken the
+    /// allocation lock): from then on it must not wait for another writer's claim.
+    holds_resources: bool,
     /// Whether this transaction may have written webhook deliveries (on SQLite, whenever it
     /// wrote a notification: its writes are queued, their counts unknown).
     wrote_deliveries: bool,
@@ -779,6 +782,7 @@ impl Tx {
             locks: store.locks,
             known_spans: store.spans.clone(),
             spans_written: Vec::new(),
+            holds_resources: false,
             pending: Deferred::default(),
             flushes: 0,
             versions: Default::default(),
@@ -834,6 +838,13 @@ impl Tx {
     /// Whether this transaction wrote notifications for the publisher.
     pub fn recorded_notifications(&self) -> bool {
         self.recorded_notifications
+    }
+
+    /// Whether this transaction has claimed, locked or allocated any resource, or taken the
+    /// allocation lock: anything another writer could be waiting for. One that has not can
+    /// wait for another writer's claim without closing a circle of waits.
+    pub fn holds_resource_locks(&self) -> bool {
+        self.holds_resources
     }
 
     /// Whether this transaction may have written webhook deliveries (the webhook workers
@@ -1080,6 +1091,7 @@ impl Tx {
     /// reservation); SQLite writers are serialised already. Ordinary allocations claim
     /// only what they pick ([`Tx::try_claim_resources`]). Transaction-scoped, re-entrant.
     pub async fn lock_allocations(&mut self) -> DbResult<()> {
+        self.holds_resources = true;
         self.advisory_lock(7_355_609).await
     }
 
@@ -1115,6 +1127,7 @@ impl Tx {
                 contended.push(id);
             }
         }
+        self.holds_resources |= !claimed.is_empty();
         Ok((claimed, contended))
     }
 
@@ -1125,6 +1138,7 @@ impl Tx {
         if self.backend != Backend::Postgres || ids.is_empty() {
             return Ok(());
         }
+        self.holds_resources = true;
         let mut sorted = ids.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
@@ -1269,6 +1283,7 @@ impl Tx {
 
     /// Locks one row of `table` by id (PostgreSQL) and tells whether it exists.
     pub(crate) async fn lock_row(&mut self, table: &'static str, id: i64) -> DbResult<bool> {
+        self.holds_resources = true;
         let sql = format!("SELECT id FROM {table} WHERE id = $1{}", self.for_update());
         Ok(sqlx::query(&sql)
             .bind(id)
@@ -1284,6 +1299,7 @@ impl Tx {
         table: &'static str,
         ids: &[i64],
     ) -> DbResult<Vec<i64>> {
+        self.holds_resources = true;
         if ids.is_empty() {
             return Ok(Vec::new());
         }

@@ -200,6 +200,30 @@ pub(crate) async fn pick_free(
     // an insert waits only for a transaction holding an overlapping allocation of the same
     // resource, and loses to it with a retry (`grant_whole` inserts in id order, so two
     // such waits do not close a circle either).
+    //
+    // Except when this transaction holds nothing yet (no claim, no lock, no allocation):
+    // nobody can be waiting for it, so waiting for the claims it lacks closes no circle.
+    // That is the case of many writers racing for the same few resources, where letting
+    // them all insert lets the database's exclusion checks wait for each other: two
+    // inserters of one resource may each find the other's uncommitted row and wait for it,
+    // a circle PostgreSQL breaks only after `deadlock_timeout`, and under dozens of such
+    // writers the broken transactions run again into new circles (a 64-client race for one
+    // host lasted minutes and granted it to nobody). Waiting instead, each gets the claim
+    // once its holder has ended, probes again and finds the resource taken (or free, if the
+    // holder gave up), one at a time.
+    let missing = min.saturating_sub(free);
+    if concurrent && missing > 0 && !contended.is_empty() && !tx.holds_resource_locks() {
+        let waited: Vec<i64> = contended.iter().copied().take(missing).collect();
+        tx.claim_resources(kind, &waited).await?;
+        let late = tx.busy_among(kind, &waited, start, until).await?;
+        for id in &waited {
+            if !late.contains(id) {
+                busy.remove(id);
+                free += 1;
+            }
+        }
+        contended.retain(|id| !waited.contains(id));
+    }
     let missing = min.saturating_sub(free);
     for id in contended.iter().take(missing) {
         busy.remove(id);

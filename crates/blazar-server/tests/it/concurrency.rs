@@ -356,65 +356,171 @@ async fn an_update_waits_for_the_host_it_keeps_holding_no_other_claim() {
     other.close().await;
 }
 
-/// On PostgreSQL a writer that finds too few hosts free besides those another writer has
-/// claimed takes them all the same instead of waiting for that writer: a claim does not
-/// say which window its holder wants, and the exclusion constraint settles real overlaps.
-/// Waiting for claims while holding its own closed circles that PostgreSQL broke only
-/// after `deadlock_timeout` (hundreds a minute with many writers wanting a few hosts).
-/// Here another transaction claims every host and stays open: a create that needs them
-/// all goes through while it does. SQLite's writers are serialised: nothing to check.
+/// On PostgreSQL, a create that has claimed hosts of its own and still lacks some that
+/// another writer has claimed does not wait for that writer (waiting while holding claims
+/// closes circles): it takes them and lets the exclusion constraint decide. Here the other
+/// writer holds three of four hosts' claims and allocates nothing: the create of all four
+/// goes through while that writer is still open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_create_needing_hosts_another_writer_claimed_does_not_wait_for_it() {
+async fn a_create_holding_claims_does_not_wait_for_another_writers() {
     let db = crate::harness::TestDatabase::new().await;
     if !db.is_postgres() {
         return;
     }
     let url = db.url.clone();
     let app = TestApp::spawn_on(db, blazar_service::Settings::default()).await;
-    for i in 0..3 {
+    for i in 0..4 {
         app.create_host(&format!("compute-{i}"), json!({})).await;
     }
-    let hosts = app.get("/v1/os-hosts").await.body["hosts"].clone();
-    let ids: Vec<i64> = hosts
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["id"].as_str().unwrap().parse().unwrap())
-        .collect();
-    assert_eq!(ids.len(), 3);
+    let ids = host_ids(&app).await;
+    assert_eq!(ids.len(), 4);
 
-    let other = blazar_db::Store::connect(&blazar_db::StoreOptions {
-        url,
-        max_connections: 2,
-        ..blazar_db::StoreOptions::default()
-    })
-    .await
-    .unwrap();
+    let other = other_writer(url).await;
     let mut holder = other.write().await.unwrap();
-    holder.claim_resources("physical:host", &ids).await.unwrap();
+    holder
+        .claim_resources("physical:host", &ids[1..])
+        .await
+        .unwrap();
 
     let create = app.post(
         "/v1/leases",
-        lease_body("all", "2030-01-01 10:00", "2030-01-01 12:00", 3, 3),
+        lease_body("all", "2030-01-01 10:00", "2030-01-01 12:00", 4, 4),
     );
     let created = tokio::time::timeout(std::time::Duration::from_secs(20), create).await;
     holder.commit().await.unwrap();
     let created = created.expect("the create waited for the other writer's claims");
     created.assert_status(StatusCode::CREATED);
+    assert_eq!(hosts_held(&app, &created).await, 4);
+    other.close().await;
+}
+
+/// On PostgreSQL, a create that holds nothing yet and finds the hosts it needs claimed by
+/// another writer waits for that writer to end, then probes again: many writers racing
+/// for one host must not all insert at once, where the database's exclusion checks can
+/// wait for each other in circles that PostgreSQL breaks only after `deadlock_timeout`
+/// (a 64-client race once took minutes and granted the host to nobody). Here the other
+/// writer ends without allocating: the create then gets the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_create_holding_nothing_waits_for_the_claim_on_the_host_it_needs() {
+    let db = crate::harness::TestDatabase::new().await;
+    if !db.is_postgres() {
+        return;
+    }
+    let url = db.url.clone();
+    let app = TestApp::spawn_on(db, blazar_service::Settings::default()).await;
+    app.create_host("only", json!({})).await;
+    let ids = host_ids(&app).await;
+
+    let other = other_writer(url).await;
+    let mut holder = other.write().await.unwrap();
+    holder.claim_resources("physical:host", &ids).await.unwrap();
+
+    let create = app.post(
+        "/v1/leases",
+        lease_body("one", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1),
+    );
+    tokio::pin!(create);
+    let early = tokio::time::timeout(std::time::Duration::from_millis(700), &mut create).await;
+    assert!(
+        early.is_err(),
+        "the create went ahead while another writer held the host's claim"
+    );
+    holder.rollback().await.unwrap();
+    let created = tokio::time::timeout(std::time::Duration::from_secs(20), create)
+        .await
+        .expect("the create still waits after the claim was let go");
+    created.assert_status(StatusCode::CREATED);
+    assert_eq!(hosts_held(&app, &created).await, 1);
+    other.close().await;
+}
+
+/// Many clients racing for the one host on PostgreSQL: one wins every round, and the
+/// database never had to break a deadlock among them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_creates_for_one_host_never_deadlock() {
+    let db = crate::harness::TestDatabase::new().await;
+    if !db.is_postgres() {
+        return;
+    }
+    let url = db.url.clone();
+    let app = TestApp::spawn_on(db, blazar_service::Settings::default()).await;
+    app.create_host("only", json!({})).await;
+    let deadlocks = async || -> i64 {
+        let pool = sqlx::PgPool::connect(&url).await.unwrap();
+        let n: i64 = sqlx::query_scalar(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        n
+    };
+    let before = deadlocks().await;
+    for round in 0..8 {
+        let start = format!("2030-01-{:02} 10:00", round + 1);
+        let end = format!("2030-01-{:02} 11:00", round + 1);
+        let responses = join_all((0..32).map(|i| {
+            app.post(
+                "/v1/leases",
+                lease_body(&format!("race-{round}-{i}"), &start, &end, 1, 1),
+            )
+        }))
+        .await;
+        let statuses: Vec<StatusCode> = responses.iter().map(|r| r.status).collect();
+        assert_eq!(
+            statuses
+                .iter()
+                .filter(|s| **s == StatusCode::CREATED)
+                .count(),
+            1,
+            "round {round}: {statuses:?}"
+        );
+        assert!(
+            statuses
+                .iter()
+                .all(|s| *s == StatusCode::CREATED || *s == StatusCode::CONFLICT),
+            "round {round}: {statuses:?}"
+        );
+    }
+    // The statistics collector reports a moment late.
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    assert_eq!(deadlocks().await, before, "PostgreSQL broke deadlocks");
+}
+
+async fn host_ids(app: &TestApp) -> Vec<i64> {
+    app.get("/v1/os-hosts").await.body["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap().parse().unwrap())
+        .collect()
+}
+
+async fn other_writer(url: String) -> blazar_db::Store {
+    blazar_db::Store::connect(&blazar_db::StoreOptions {
+        url,
+        max_connections: 2,
+        ..blazar_db::StoreOptions::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// How many hosts the created lease holds.
+async fn hosts_held(app: &TestApp, created: &blazar_testkit::Response) -> usize {
     let held = app
         .get(&format!(
             "/v1/os-hosts/allocations?lease_id={}",
             created.body["lease"]["id"].as_str().unwrap()
         ))
         .await;
-    let holding = held.body["allocations"]
+    held.body["allocations"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|a| !a["reservations"].as_array().unwrap().is_empty())
-        .count();
-    assert_eq!(holding, 3);
-    other.close().await;
+        .count()
 }
 
 /// On PostgreSQL a create of a project under quotas takes the project's turn before it
