@@ -198,6 +198,9 @@ impl Tx {
     /// transaction that locks more than one lease takes them in). Leases that do not exist
     /// are left out.
     pub async fn lock_leases(&mut self, ids: &[&str]) -> DbResult<Vec<Lease>> {
+        // Healing locks leases while holding claims: a transaction holding a lease must not
+        // then wait for a claim.
+        self.holds_resources = true;
         let lock = self.for_update();
         self.fetch_all_in(
             ids,

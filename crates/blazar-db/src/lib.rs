@@ -840,8 +840,8 @@ impl Tx {
         self.recorded_notifications
     }
 
-    /// Whether this transaction has claimed, locked or allocated any resource, or taken the
-    /// allocation lock: anything another writer could be waiting for. One that has not can
+    /// Whether this transaction has claimed, locked or allocated any resource, locked a
+    /// lease, or taken the allocation lock: anything another writer could be waiting for. One that has not can
     /// wait for another writer's claim without closing a circle of waits.
     pub fn holds_resource_locks(&self) -> bool {
         self.holds_resources

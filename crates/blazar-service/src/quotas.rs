@@ -282,8 +282,6 @@ pub(crate) fn refusal(
     }))
 }
 
-/// Whether `limits` bound what a project holds (at once or per month), which its use must
-/// be measured for under its lock; the others bound a lease's own dates.
 /// What [`Service::check_quotas`] checks against.
 pub(crate) enum QuotaCheck<'a> {
     /// A create: the project's limits, read when it took its turn.
@@ -292,6 +290,8 @@ pub(crate) enum QuotaCheck<'a> {
     Update(&'a QuotaBaseline),
 }
 
+/// Whether `limits` bound what a project holds (at once or per month), which its use must
+/// be measured for under its lock; the others bound a lease's own dates.
 fn measured(limits: &QuotaValues) -> bool {
     limits.limit(QuotaKind::HostHoursPerMonth).is_some()
         || CONCURRENT.iter().any(|k| limits.limit(*k).is_some())

@@ -108,7 +108,8 @@ const PROBE_BATCH: usize = 128;
 /// on PostgreSQL, concurrent writers choosing among the same candidates skip each other's
 /// claims and go on to the next free ones, and wait only for the ones they keep. With too
 /// few free otherwise, they take free ones another writer claimed, leaving any conflict
-/// to the exclusion constraint. A claimed resource is probed again, since its allocation
+/// to the exclusion constraint, unless they hold nothing yet: then they wait for the first
+/// such claim and probe it again. A claimed resource is probed again, since its allocation
 /// may have been committed between the probe and the claim.
 pub(crate) async fn pick_free(
     tx: &mut Tx,
@@ -201,8 +202,9 @@ pub(crate) async fn pick_free(
     // resource, and loses to it with a retry (`grant_whole` inserts in id order, so two
     // such waits do not close a circle either).
     //
-    // Except when this transaction holds nothing yet (no claim, no lock, no allocation):
-    // nobody can be waiting for it, so waiting for the claims it lacks closes no circle.
+    // Except when this transaction holds nothing yet (no claim, no lock, no allocation, no
+    // lease): nobody can be waiting for it, so waiting for one claim it lacks closes no
+    // circle. Only one: holding that claim, it would close circles waiting for a second.
     // That is the case of many writers racing for the same few resources, where letting
     // them all insert lets the database's exclusion checks wait for each other: two
     // inserters of one resource may each find the other's uncommitted row and wait for it,
@@ -210,10 +212,10 @@ pub(crate) async fn pick_free(
     // writers the broken transactions run again into new circles (a 64-client race for one
     // host lasted minutes and granted it to nobody). Waiting instead, each gets the claim
     // once its holder has ended, probes again and finds the resource taken (or free, if the
-    // holder gave up), one at a time.
+    // holder gave up), one at a time. Any others still missing are taken as above.
     let missing = min.saturating_sub(free);
     if concurrent && missing > 0 && !contended.is_empty() && !tx.holds_resource_locks() {
-        let waited: Vec<i64> = contended.iter().copied().take(missing).collect();
+        let waited = [contended[0]];
         tx.claim_resources(kind, &waited).await?;
         let late = tx.busy_among(kind, &waited, start, until).await?;
         for id in &waited {

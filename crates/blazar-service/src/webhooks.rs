@@ -669,8 +669,8 @@ impl Service {
         Ok(outcome)
     }
 
-    /// Delivers webhooks through `sender` until `shutdown`: when a commit wrote
-    /// notifications, and at least every `poll` (retries coming due, other replicas' work,
+    /// Delivers webhooks through `sender` until `shutdown`: when a commit may have written
+    /// deliveries, and at least every `poll` (retries coming due, other replicas' work,
     /// expired claims).
     pub async fn run_webhook_deliverer(
         &self,
