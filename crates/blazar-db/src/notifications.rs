@@ -35,14 +35,13 @@ impl Tx {
     pub async fn insert_notification(&mut self, n: &Notification) -> DbResult<()> {
         self.recorded_notifications = true;
         let project = n.payload.get("project_id").and_then(Value::as_str);
-        let args = vec![
+        let mut args = vec![
             (&n.id).into(),
             (&n.event_type).into(),
             Arg::Text(n.lease_id.clone()),
             n.payload.to_string().into(),
             n.created_at.into(),
             Arg::Text(n.request_id.clone()),
-            Arg::Text(project.map(String::from)),
         ];
         match self.backend {
             // SQLite's one writer makes MAX + 1 the final place. The writes are queued
@@ -55,7 +54,7 @@ impl Tx {
                           request_id) \
                      SELECT $1, m.next, m.next, $2, $3, $4, $5, $6 \
                      FROM (SELECT COALESCE(MAX(seq), 0) + 1 AS next FROM notifications) m",
-                    args[..6].to_vec(),
+                    args,
                 )
                 .await?;
                 self.fan_out_to_webhooks(&n.id, project, n.request_id.as_deref())
@@ -76,6 +75,7 @@ impl Tx {
                         crate::webhooks::fan_out("n", "$7", "$6")
                     )
                 });
+                args.push(Arg::Text(project.map(String::from)));
                 let deliveries = self.execute(&SQL, args).await?;
                 self.wrote_deliveries |= deliveries > 0;
             }

@@ -215,16 +215,13 @@ pub(crate) async fn pick_free(
     // holder gave up), one at a time. Any others still missing are taken as above.
     let missing = min.saturating_sub(free);
     if concurrent && missing > 0 && !contended.is_empty() && !tx.holds_resource_locks() {
-        let waited = [contended[0]];
-        tx.claim_resources(kind, &waited).await?;
-        let late = tx.busy_among(kind, &waited, start, until).await?;
-        for id in &waited {
-            if !late.contains(id) {
-                busy.remove(id);
-                free += 1;
-            }
+        let waited = contended.remove(0);
+        tx.claim_resources(kind, &[waited]).await?;
+        let late = tx.busy_among(kind, &[waited], start, until).await?;
+        if !late.contains(&waited) {
+            busy.remove(&waited);
+            free += 1;
         }
-        contended.retain(|id| !waited.contains(id));
     }
     let missing = min.saturating_sub(free);
     for id in contended.iter().take(missing) {
