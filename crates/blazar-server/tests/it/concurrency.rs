@@ -256,17 +256,10 @@ async fn concurrent_floating_ip_creates_share_out_the_pool_and_one_wins_a_requir
 /// are serialised: nothing to check there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_update_waits_for_the_host_it_keeps_holding_no_other_claim() {
-    let db = crate::harness::TestDatabase::new().await;
-    if !db.is_postgres() {
+    let Some((app, url)) = postgres_app().await else {
         return;
-    }
-    let url = db.url.clone();
-    let schema = url
-        .rsplit("application_name=")
-        .next()
-        .expect("the test database names its schema")
-        .to_string();
-    let app = TestApp::spawn_on(db, blazar_service::Settings::default()).await;
+    };
+    let schema = schema_of(&url);
     for i in 0..3 {
         app.create_host(&format!("compute-{i}"), json!({})).await;
     }
@@ -292,13 +285,7 @@ async fn an_update_waits_for_the_host_it_keeps_holding_no_other_claim() {
         .unwrap();
 
     // Another writer holds the host.
-    let other = blazar_db::Store::connect(&blazar_db::StoreOptions {
-        url: url.clone(),
-        max_connections: 2,
-        ..blazar_db::StoreOptions::default()
-    })
-    .await
-    .unwrap();
+    let other = other_writer(url.clone()).await;
     let mut holder = other.write().await.unwrap();
     holder
         .claim_resources("physical:host", &[host])
@@ -363,12 +350,9 @@ async fn an_update_waits_for_the_host_it_keeps_holding_no_other_claim() {
 /// goes through while that writer is still open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_create_holding_claims_does_not_wait_for_another_writers() {
-    let db = crate::harness::TestDatabase::new().await;
-    if !db.is_postgres() {
+    let Some((app, url)) = postgres_app().await else {
         return;
-    }
-    let url = db.url.clone();
-    let app = TestApp::spawn_on(db, blazar_service::Settings::default()).await;
+    };
     for i in 0..4 {
         app.create_host(&format!("compute-{i}"), json!({})).await;
     }
@@ -402,12 +386,9 @@ async fn a_create_holding_claims_does_not_wait_for_another_writers() {
 /// writer ends without allocating: the create then gets the host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_create_holding_nothing_waits_for_the_claim_on_the_host_it_needs() {
-    let db = crate::harness::TestDatabase::new().await;
-    if !db.is_postgres() {
+    let Some((app, url)) = postgres_app().await else {
         return;
-    }
-    let url = db.url.clone();
-    let app = TestApp::spawn_on(db, blazar_service::Settings::default()).await;
+    };
     app.create_host("only", json!({})).await;
     let ids = host_ids(&app).await;
 
@@ -438,12 +419,9 @@ async fn a_create_holding_nothing_waits_for_the_claim_on_the_host_it_needs() {
 /// database never had to break a deadlock among them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_creates_for_one_host_never_deadlock() {
-    let db = crate::harness::TestDatabase::new().await;
-    if !db.is_postgres() {
+    let Some((app, url)) = postgres_app().await else {
         return;
-    }
-    let url = db.url.clone();
-    let app = TestApp::spawn_on(db, blazar_service::Settings::default()).await;
+    };
     app.create_host("only", json!({})).await;
     let deadlocks = async || -> i64 {
         let pool = sqlx::PgPool::connect(&url).await.unwrap();
@@ -486,6 +464,28 @@ async fn racing_creates_for_one_host_never_deadlock() {
     // The statistics collector reports a moment late.
     tokio::time::sleep(std::time::Duration::from_millis(700)).await;
     assert_eq!(deadlocks().await, before, "PostgreSQL broke deadlocks");
+}
+
+/// An app on PostgreSQL and its database URL; `None` on SQLite (the test has nothing to
+/// show there: its writers are one at a time).
+async fn postgres_app() -> Option<(TestApp, String)> {
+    let db = crate::harness::TestDatabase::new().await;
+    if !db.is_postgres() {
+        return None;
+    }
+    let url = db.url.clone();
+    Some((
+        TestApp::spawn_on(db, blazar_service::Settings::default()).await,
+        url,
+    ))
+}
+
+/// The schema the test database runs in, which its connections name as their application.
+fn schema_of(url: &str) -> String {
+    url.rsplit("application_name=")
+        .next()
+        .expect("the test database names its schema")
+        .to_string()
 }
 
 async fn host_ids(app: &TestApp) -> Vec<i64> {
@@ -531,17 +531,10 @@ async fn hosts_held(app: &TestApp, created: &blazar_testkit::Response) -> usize 
 /// for it holding no claim, then goes through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_create_under_quotas_waits_for_its_projects_turn_holding_no_claim() {
-    let db = crate::harness::TestDatabase::new().await;
-    if !db.is_postgres() {
+    let Some((mut app, url)) = postgres_app().await else {
         return;
-    }
-    let url = db.url.clone();
-    let schema = url
-        .rsplit("application_name=")
-        .next()
-        .expect("the test database names its schema")
-        .to_string();
-    let mut app = TestApp::spawn_on(db, blazar_service::Settings::default()).await;
+    };
+    let schema = schema_of(&url);
     for i in 0..2 {
         app.create_host(&format!("compute-{i}"), json!({})).await;
     }
@@ -550,13 +543,7 @@ async fn a_create_under_quotas_waits_for_its_projects_turn_holding_no_claim() {
         .assert_status(StatusCode::OK);
     app.act_as("alpha", "u1", "member");
 
-    let other = blazar_db::Store::connect(&blazar_db::StoreOptions {
-        url: url.clone(),
-        max_connections: 2,
-        ..blazar_db::StoreOptions::default()
-    })
-    .await
-    .unwrap();
+    let other = other_writer(url.clone()).await;
     let mut holder = other.write().await.unwrap();
     holder.lock_project_usage("alpha").await.unwrap();
 
