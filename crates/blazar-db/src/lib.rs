@@ -1095,38 +1095,55 @@ impl Tx {
         self.advisory_lock(7_355_609).await
     }
 
-    /// Claims, for this transaction, the resources of `ids` of a type that no concurrent
-    /// transaction has claimed, without waiting, and answers (claimed, contended), both in
-    /// the order given. On PostgreSQL a claim is a transaction-scoped advisory lock per
-    /// resource: writers picking among the same candidates pass over each other's picks
-    /// instead of queueing behind one lock or colliding on the exclusion constraint (which
-    /// stays the guarantee). On SQLite, whose writers are serialised, everything is claimed.
+    /// Claims, for this transaction, up to `want` of the resources of `ids` of a type that no
+    /// concurrent transaction has claimed, trying them in the order given and without
+    /// waiting, and answers (claimed, contended): those it got and those it passed over
+    /// because another transaction holds them, both in the order given. Candidates after
+    /// the `want`-th claimed one are not tried. On PostgreSQL a claim is a
+    /// transaction-scoped advisory lock per resource: writers picking among the same
+    /// candidates pass over each other's picks instead of queueing behind one lock or
+    /// colliding on the exclusion constraint (which stays the guarantee), and one statement
+    /// walks past any number of them. On SQLite, whose writers are serialised, the first
+    /// `want` are claimed.
     pub async fn try_claim_resources(
         &mut self,
         kind: &str,
         ids: &[i64],
+        want: usize,
     ) -> DbResult<(Vec<i64>, Vec<i64>)> {
-        if self.backend != Backend::Postgres || ids.is_empty() {
-            return Ok((ids.to_vec(), Vec::new()));
+        let want = want.min(ids.len());
+        if self.backend != Backend::Postgres || want == 0 {
+            return Ok((ids[..want].to_vec(), Vec::new()));
         }
-        // VALUES is read in order, so the claims are tried in preference order.
-        let (sql, args) = claim_statement(
-            "v.id AS id, pg_try_advisory_xact_lock(KEY) AS got",
-            self.locks.claims(kind),
-            ids,
+        // VALUES is scanned in order and the filter runs row by row under the LIMIT, so the
+        // claims are tried in preference order and stop at the `want`-th taken (no sort or
+        // aggregate sits between them to make PostgreSQL try them all first).
+        let (sql, args) = claim_statement("v.id AS id", self.locks.claims(kind), ids);
+        let sql = format!("{sql} WHERE pg_try_advisory_xact_lock(KEY) LIMIT {want}").replace(
+            "KEY",
+            "CAST($1 AS INTEGER), CAST(v.id & 2147483647 AS INTEGER)",
         );
         let rows = self.fetch_rows(&sql, args).await?;
-        let mut claimed = Vec::with_capacity(ids.len());
-        let mut contended = Vec::new();
+        let mut claimed = Vec::with_capacity(rows.len());
         for row in rows {
-            let id: i64 = sqlx::Row::try_get(&row, "id")?;
-            let got: bool = sqlx::Row::try_get(&row, "got")?;
-            if got {
-                claimed.push(id);
-            } else {
-                contended.push(id);
-            }
+            claimed.push(sqlx::Row::try_get::<i64, _>(&row, "id")?);
         }
+        // Every candidate up to the last one claimed was tried (all of them, if fewer than
+        // `want` were claimed): those not claimed are held by others.
+        let tried = if claimed.len() < want {
+            ids.len()
+        } else {
+            claimed
+                .last()
+                .and_then(|last| ids.iter().position(|id| id == last))
+                .map_or(ids.len(), |i| i + 1)
+        };
+        let taken: std::collections::HashSet<i64> = claimed.iter().copied().collect();
+        let contended = ids[..tried]
+            .iter()
+            .copied()
+            .filter(|id| !taken.contains(id))
+            .collect();
         self.holds_resources |= !claimed.is_empty();
         Ok((claimed, contended))
     }

@@ -865,7 +865,7 @@ async fn locks_of_two_schemas_of_one_database_are_apart() {
     let mut held = one.write().await.unwrap();
     held.lock_scheduler().await.unwrap();
     held.lock_allocations().await.unwrap();
-    let (claimed, contended) = held.try_claim_resources("host", &[1, 2]).await.unwrap();
+    let (claimed, contended) = held.try_claim_resources("host", &[1, 2], 2).await.unwrap();
     assert_eq!((claimed, contended), (vec![1, 2], vec![]));
 
     // The other schema: nothing of the above is in its way.
@@ -878,7 +878,7 @@ async fn locks_of_two_schemas_of_one_database_are_apart() {
         .await
         .expect("the other schema's allocation lock is free")
         .unwrap();
-    let (claimed, contended) = apart.try_claim_resources("host", &[2, 3]).await.unwrap();
+    let (claimed, contended) = apart.try_claim_resources("host", &[2, 3], 2).await.unwrap();
     assert_eq!(
         (claimed, contended),
         (vec![2, 3], vec![]),
@@ -888,7 +888,7 @@ async fn locks_of_two_schemas_of_one_database_are_apart() {
 
     // The same schema: the claims and the locks are taken.
     let mut same = one.write().await.unwrap();
-    let (claimed, contended) = same.try_claim_resources("host", &[2, 3]).await.unwrap();
+    let (claimed, contended) = same.try_claim_resources("host", &[2, 3], 2).await.unwrap();
     assert_eq!(
         (claimed, contended),
         (vec![3], vec![2]),
@@ -902,6 +902,61 @@ async fn locks_of_two_schemas_of_one_database_are_apart() {
     );
     drop(same);
     held.rollback().await.unwrap();
+}
+
+/// A claim walks the candidates in the order given, passes over those another transaction
+/// holds, and stops at as many as are wanted: the candidates after the last one it took are
+/// left for others (on PostgreSQL; SQLite's serialised writers take the first ones).
+#[tokio::test]
+async fn a_claim_passes_over_others_claims_and_stops_at_what_it_wants() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let postgres = store.backend() == Backend::Postgres;
+    let mut first = store.write().await.unwrap();
+    let claimed = first.try_claim_resources("host", &[2, 4], 2).await.unwrap();
+    assert_eq!(claimed, (vec![2, 4], vec![]));
+    if !postgres {
+        // One writer at a time: the first ones wanted, nobody to pass over.
+        let (claimed, contended) = first
+            .try_claim_resources("host", &[1, 2, 3], 2)
+            .await
+            .unwrap();
+        assert_eq!((claimed, contended), (vec![1, 2], vec![]));
+        first.rollback().await.unwrap();
+        return;
+    }
+
+    let mut second = store.write().await.unwrap();
+    let (claimed, contended) = second
+        .try_claim_resources("host", &[1, 2, 3, 4, 5, 6], 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        claimed,
+        vec![1, 3],
+        "the first two free, in the order given"
+    );
+    assert_eq!(
+        contended,
+        vec![2],
+        "passed over before the second was taken"
+    );
+    // Host 5 was not tried: a third writer gets it at once.
+    let mut third = store.write().await.unwrap();
+    let (claimed, contended) = third
+        .try_claim_resources("host", &[3, 4, 5, 6], 4)
+        .await
+        .unwrap();
+    assert_eq!((claimed, contended), (vec![5, 6], vec![3, 4]));
+    // Fewer free than wanted: everything was tried.
+    let (claimed, contended) = second
+        .try_claim_resources("host", &[4, 5, 7], 3)
+        .await
+        .unwrap();
+    assert_eq!((claimed, contended), (vec![7], vec![4, 5]));
+    for tx in [first, second, third] {
+        tx.rollback().await.unwrap();
+    }
 }
 
 #[tokio::test]

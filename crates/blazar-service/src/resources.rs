@@ -106,7 +106,8 @@ const PROBE_BATCH: usize = 128;
 ///
 /// Every resource picked is claimed for this transaction first (see [`Tx::try_claim_resources`]):
 /// on PostgreSQL, concurrent writers choosing among the same candidates skip each other's
-/// claims and go on to the next free ones, and wait only for the ones they keep. With too
+/// claims and go on to the next free ones (at a random place of the rest once a whole batch
+/// fell short for others' claims), and wait only for the ones they keep. With too
 /// few free otherwise, they take free ones another writer claimed, leaving any conflict
 /// to the exclusion constraint, unless they hold nothing yet: then they wait for the first
 /// such claim and probe it again. A claimed resource is probed again, since its allocation
@@ -149,7 +150,9 @@ pub(crate) async fn pick_free(
     let mut probed = 0;
     let mut free = 0;
     // A first batch sized to the request (most candidates are free at most times), then
-    // larger ones while too few turn out free.
+    // twice as large each time too few turn out free: where whole groups of candidates are
+    // busy together (a rack leased at once), a fixed large batch would probe far more than
+    // the few the request still needs.
     let mut batch_size = (4 * max + 8).min(PROBE_BATCH);
     while probed < order.len() && free < max {
         let end = (probed + batch_size).min(order.len());
@@ -161,14 +164,18 @@ pub(crate) async fn pick_free(
             .copied()
             .filter(|id| !taken.contains(id))
             .collect();
-        // Claimed a few at a time, as many as are still wanted: what this request will not
-        // use stays free for the others.
+        // Claimed as many as are still wanted, walking past others' claims in one
+        // statement: what this request will not use stays free for the others. A claimed
+        // resource is probed again, since its allocation may have been committed between
+        // the probe and the claim; only then is the walk taken up again (rarely).
         let mut considered = 0;
+        let mut passed_over = false;
         while free < max && considered < unclaimed.len() {
-            let wanted = (max - free).min(unclaimed.len() - considered);
-            let ask = &unclaimed[considered..considered + wanted];
-            considered += wanted;
-            let (claimed, others) = tx.try_claim_resources(kind, ask).await?;
+            let (claimed, others) = tx
+                .try_claim_resources(kind, &unclaimed[considered..], max - free)
+                .await?;
+            considered += claimed.len() + others.len();
+            passed_over |= !others.is_empty();
             busy.extend(others.iter().copied());
             contended.extend(others);
             let late = if concurrent {
@@ -189,7 +196,21 @@ pub(crate) async fn pick_free(
                 .map_or(end, |i| probed + i + 1),
             _ => end,
         };
-        batch_size = PROBE_BATCH;
+        batch_size = (2 * batch_size).min(PROBE_BATCH);
+        if concurrent && passed_over && free < max && probed >= kept && probed < order.len() {
+            // Other writers hold the first candidates: every writer walks the same
+            // preference order, and a claim is on the resource whatever the window, so
+            // concurrent writers of disjoint windows all meet at its head. Walking past
+            // them costs a probe of every claimed resource (64 writers of a few hosts each
+            // keep hundreds claimed there). Instead the walk goes on at a random place of
+            // the rest, where few are claimed, and wraps around to what it jumped over, so
+            // every candidate can still be reached. Without contention the order is kept,
+            // so an offer made at a quiet moment is what a create then gets.
+            let rest = &mut order[probed..];
+            let turn = getrandom::u64().map_or(0, |r| r % rest.len() as u64);
+            rest.rotate_left(usize::try_from(turn).unwrap_or(0));
+            batch_size = (4 * (max - free) + 8).min(PROBE_BATCH);
+        }
     }
     // Too few free without resources another writer has claimed: as many of those as are
     // still missing are used all the same, in preference order. A claim says nothing of

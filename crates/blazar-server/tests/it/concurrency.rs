@@ -378,6 +378,72 @@ async fn a_create_holding_claims_does_not_wait_for_another_writers() {
     other.close().await;
 }
 
+/// On PostgreSQL, writers that find the head of the candidate order claimed by other
+/// writers (who may well want other windows: a claim is on the resource) go on at a random
+/// place of the rest instead of all walking past the same claims; without contention the
+/// order is kept, so the first free host is the one a quiet create gets (and was offered).
+#[tokio::test]
+async fn creates_that_find_the_head_claimed_spread_over_the_rest() {
+    let Some((app, url)) = postgres_app().await else {
+        return;
+    };
+    for i in 0..48 {
+        app.create_host(&format!("compute-{i:02}"), json!({})).await;
+    }
+    let ids = host_ids(&app).await;
+    assert_eq!(ids.len(), 48);
+
+    let other = other_writer(url).await;
+    let mut holder = other.write().await.unwrap();
+    holder
+        .claim_resources("physical:host", &ids[..16])
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    for day in 1..=8 {
+        let created = app
+            .post(
+                "/v1/leases",
+                lease_body(
+                    &format!("spread-{day}"),
+                    &format!("2030-01-{day:02} 10:00"),
+                    &format!("2030-01-{day:02} 12:00"),
+                    1,
+                    1,
+                ),
+            )
+            .await;
+        created.assert_status(StatusCode::CREATED);
+        got.extend(hosts_of(&app, &created).await);
+    }
+    holder.rollback().await.unwrap();
+    assert_eq!(got.len(), 8);
+    assert!(
+        got.iter().all(|id| !ids[..16].contains(id)),
+        "a create took a host another writer had claimed: {got:?}"
+    );
+    // Every window is free on every host: walking on in order would give each the first
+    // unclaimed host (the chance that eight random places all are that one is nil).
+    assert!(
+        got.iter().any(|id| *id != ids[16]),
+        "every create walked to the first unclaimed host: {got:?}"
+    );
+
+    let quiet = app
+        .post(
+            "/v1/leases",
+            lease_body("quiet", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1),
+        )
+        .await;
+    quiet.assert_status(StatusCode::CREATED);
+    assert_eq!(
+        hosts_of(&app, &quiet).await,
+        vec![ids[0]],
+        "without contention the first host in order"
+    );
+    other.close().await;
+}
+
 /// On PostgreSQL, a create that holds nothing yet and finds the hosts it needs claimed by
 /// another writer waits for that writer to end, then probes again: many writers racing
 /// for one host must not all insert at once, where the database's exclusion checks can
@@ -508,6 +574,22 @@ async fn other_writer(url: String) -> blazar_db::Store {
 }
 
 /// How many hosts the created lease holds.
+async fn hosts_of(app: &TestApp, created: &blazar_testkit::Response) -> Vec<i64> {
+    let held = app
+        .get(&format!(
+            "/v1/os-hosts/allocations?lease_id={}",
+            created.body["lease"]["id"].as_str().unwrap()
+        ))
+        .await;
+    held.body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| !a["reservations"].as_array().unwrap().is_empty())
+        .map(|a| a["resource_id"].as_str().unwrap().parse().unwrap())
+        .collect()
+}
+
 async fn hosts_held(app: &TestApp, created: &blazar_testkit::Response) -> usize {
     let held = app
         .get(&format!(
