@@ -1498,10 +1498,17 @@ impl Columns {
 /// server's own memory, and lists of every length from 1 to 500 filled each connection's
 /// cache with large, nearly identical statements (eight clients reading the allocation list
 /// grew the server by 4 MB more). PostgreSQL keeps its prepared statements in its own
-/// processes and plans a statement run often with generic plans, so lists stay as they are.
+/// processes and plans a statement run often with generic plans, so lists stay as they are
+/// there, except where [`padded_list`] says otherwise.
 pub(crate) fn in_list<T: Clone>(backend: Backend, start: usize, values: &[T]) -> (String, Vec<T>) {
+    padded_list(backend == Backend::Sqlite, start, values)
+}
+
+/// [`in_list`], padded on both backends when `pad`: for a statement whose generic plan is
+/// the plan PostgreSQL would make for any of its lists.
+pub(crate) fn padded_list<T: Clone>(pad: bool, start: usize, values: &[T]) -> (String, Vec<T>) {
     let mut padded = values.to_vec();
-    if let (Backend::Sqlite, Some(last)) = (backend, values.last()) {
+    if let (true, Some(last)) = (pad, values.last()) {
         let n = values.len();
         let len = if n <= 512 {
             n.next_power_of_two().max(8)
@@ -1548,6 +1555,10 @@ mod tests {
         assert!(list.is_empty() && padded.is_empty());
         let (list, padded) = in_list(Backend::Postgres, 1, &[1, 2, 3]);
         assert_eq!((list.as_str(), padded), ("$1, $2, $3", vec![1, 2, 3]));
+        let (list, padded) = padded_list(true, 4, &[1, 2, 3]);
+        assert_eq!(list.split(", ").count(), 8);
+        assert!(list.starts_with("$4, $5"));
+        assert_eq!(padded, vec![1, 2, 3, 3, 3, 3, 3, 3]);
     }
 
     #[test]
