@@ -106,8 +106,8 @@ const PROBE_BATCH: usize = 128;
 ///
 /// Every resource picked is claimed for this transaction first (see [`Tx::try_claim_resources`]):
 /// on PostgreSQL, concurrent writers choosing among the same candidates skip each other's
-/// claims and go on to the next free ones (at a random place of the rest once a whole batch
-/// fell short for others' claims), and wait only for the ones they keep. With too
+/// claims and go on to the next free ones (at a random place of the rest once a batch fell
+/// short after passing over others' claims), and wait only for the ones they keep. With too
 /// few free otherwise, they take free ones another writer claimed, leaving any conflict
 /// to the exclusion constraint, unless they hold nothing yet: then they wait for the first
 /// such claim and probe it again. A claimed resource is probed again, since its allocation
@@ -128,7 +128,14 @@ pub(crate) async fn pick_free(
         order.extend_from_slice(matching);
     } else {
         let matching_set: HashSet<i64> = matching.iter().copied().collect();
-        order.extend(keep.iter().copied().filter(|id| matching_set.contains(id)));
+        // Once each: a pool's required resources are kept as well as held, and a candidate
+        // twice in the order would be claimed and counted twice.
+        let mut seen = HashSet::new();
+        order.extend(
+            keep.iter()
+                .copied()
+                .filter(|id| matching_set.contains(id) && seen.insert(*id)),
+        );
         kept = order.len();
         let kept_set: HashSet<i64> = order.iter().copied().collect();
         order.extend(matching.iter().copied().filter(|id| !kept_set.contains(id)));
@@ -213,7 +220,7 @@ pub(crate) async fn pick_free(
         }
     }
     // Too few free without resources another writer has claimed: as many of those as are
-    // still missing are used all the same, in preference order. A claim says nothing of
+    // still missing are used all the same, in the order walked. A claim says nothing of
     // the claimer's window, and most of the time it wants another one, so waiting for it
     // would queue writers of disjoint windows behind each other; worse, each waits while
     // holding its own claims, taken out of id order, and such waits close circles that

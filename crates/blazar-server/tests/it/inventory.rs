@@ -145,6 +145,41 @@ async fn floating_ip_inventory() {
     );
 }
 
+/// A lease update of a floating-IP reservation keeps the address it requires and the one it
+/// was given besides: the required address, held as well, is one candidate, not two (it
+/// once counted twice, and the update was refused for want of a second address).
+#[tokio::test]
+async fn an_update_keeps_a_required_address_and_the_other_it_holds() {
+    let app = TestApp::spawn().await;
+    fip(&app, "net-1", "172.24.4.101").await;
+    fip(&app, "net-1", "172.24.4.102").await;
+    let created = app
+        .post(
+            "/v1/leases",
+            lease(
+                "pair",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([{"resource_type": "virtual:floatingip", "network_id": "net-1",
+                        "amount": 2, "required_floatingips": ["172.24.4.101"]}]),
+            ),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let id = created.body["lease"]["id"].as_str().unwrap();
+    let updated = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"end_date": "2030-01-01 13:00"}),
+        )
+        .await;
+    assert_eq!(updated.status, StatusCode::OK, "{}", updated.body);
+    assert_eq!(
+        updated.body["lease"]["end_date"],
+        "2030-01-01T13:00:00.000000"
+    );
+}
+
 #[tokio::test]
 async fn floating_ip_reservations() {
     let app = TestApp::spawn().await;
