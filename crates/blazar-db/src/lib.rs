@@ -1117,12 +1117,22 @@ impl Tx {
         }
         // VALUES is scanned in order and the filter runs row by row under the LIMIT, so the
         // claims are tried in preference order and stop at the `want`-th taken (no sort or
-        // aggregate sits between them to make PostgreSQL try them all first).
-        let (sql, args) = claim_statement("v.id AS id", self.locks.claims(kind), ids);
-        let sql = format!("{sql} WHERE pg_try_advisory_xact_lock(KEY) LIMIT {want}").replace(
-            "KEY",
-            "CAST($1 AS INTEGER), CAST(v.id & 2147483647 AS INTEGER)",
-        );
+        // aggregate sits between them to make PostgreSQL try them all first). The list is
+        // padded with NULLs to a few lengths and the limit is bound, so that a connection
+        // keeps a few of these statements, not one per length and limit: the lock function
+        // is strict, so a NULL row is never claimed, and it comes after every real one.
+        let (_, padded) = padded_list(true, 2, ids);
+        let mut rows_of: Vec<Option<i64>> = ids.iter().copied().map(Some).collect();
+        rows_of.resize(padded.len(), None);
+        let (sql, mut args) = claim_statement("v.id AS id", self.locks.claims(kind), &rows_of);
+        let limit = args.len() + 1;
+        args.push(Arg::from(i64::try_from(want).unwrap_or(i64::MAX)));
+        let sql =
+            format!("{sql} WHERE pg_try_advisory_xact_lock(KEY) LIMIT CAST(${limit} AS BIGINT)")
+                .replace(
+                    "KEY",
+                    "CAST($1 AS INTEGER), CAST(v.id & 2147483647 AS INTEGER)",
+                );
         let rows = self.fetch_rows(&sql, args).await?;
         let mut claimed = Vec::with_capacity(rows.len());
         for row in rows {
@@ -1399,7 +1409,7 @@ fn fnv1a(text: &str) -> u32 {
 /// `SELECT <select> FROM (VALUES <ids>) AS v(id)`, one row per id in the order given, with
 /// `KEY` in `select` standing for the two-key lock of that row's resource: the statement of
 /// both kinds of claim, with its arguments.
-fn claim_statement(select: &str, space: i32, ids: &[i64]) -> (String, Vec<Arg>) {
+fn claim_statement<T: Into<Arg> + Copy>(select: &str, space: i32, ids: &[T]) -> (String, Vec<Arg>) {
     let rows = (2..ids.len() + 2)
         .map(|i| format!("(CAST(${i} AS BIGINT))"))
         .collect::<Vec<_>>()
@@ -1410,7 +1420,7 @@ fn claim_statement(select: &str, space: i32, ids: &[i64]) -> (String, Vec<Arg>) 
     );
     let sql = format!("SELECT {select} FROM (VALUES {rows}) AS v(id)");
     let mut args: Vec<Arg> = vec![Arg::from(i64::from(space))];
-    args.extend(ids.iter().map(|id| Arg::from(*id)));
+    args.extend(ids.iter().map(|id| (*id).into()));
     (sql, args)
 }
 

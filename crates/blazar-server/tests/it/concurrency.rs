@@ -573,7 +573,7 @@ async fn other_writer(url: String) -> blazar_db::Store {
     .unwrap()
 }
 
-/// How many hosts the created lease holds.
+/// The ids of the hosts the created lease holds.
 async fn hosts_of(app: &TestApp, created: &blazar_testkit::Response) -> Vec<i64> {
     let held = app
         .get(&format!(
@@ -590,6 +590,7 @@ async fn hosts_of(app: &TestApp, created: &blazar_testkit::Response) -> Vec<i64>
         .collect()
 }
 
+/// How many hosts the created lease holds.
 async fn hosts_held(app: &TestApp, created: &blazar_testkit::Response) -> usize {
     let held = app
         .get(&format!(
