@@ -1121,9 +1121,8 @@ impl Tx {
         // padded with NULLs to a few lengths and the limit is bound, so that a connection
         // keeps a few of these statements, not one per length and limit: the lock function
         // is strict, so a NULL row is never claimed, and it comes after every real one.
-        let (_, padded) = padded_list(true, 2, ids);
         let mut rows_of: Vec<Option<i64>> = ids.iter().copied().map(Some).collect();
-        rows_of.resize(padded.len(), None);
+        rows_of.resize(padded_len(ids.len()), None);
         let (sql, mut args) = claim_statement("v.id AS id", self.locks.claims(kind), &rows_of);
         let limit = args.len() + 1;
         args.push(Arg::from(i64::try_from(want).unwrap_or(i64::MAX)));
@@ -1519,15 +1518,19 @@ pub(crate) fn in_list<T: Clone>(backend: Backend, start: usize, values: &[T]) ->
 pub(crate) fn padded_list<T: Clone>(pad: bool, start: usize, values: &[T]) -> (String, Vec<T>) {
     let mut padded = values.to_vec();
     if let (true, Some(last)) = (pad, values.last()) {
-        let n = values.len();
-        let len = if n <= 512 {
-            n.next_power_of_two().max(8)
-        } else {
-            n.div_ceil(512) * 512
-        };
-        padded.resize(len, last.clone());
+        padded.resize(padded_len(values.len()), last.clone());
     }
     (placeholders(start, padded.len()), padded)
+}
+
+/// The length a list of `n` values is padded to: the next power of two (at least 8), past
+/// 512 the next multiple of 512.
+fn padded_len(n: usize) -> usize {
+    if n <= 512 {
+        n.next_power_of_two().max(8)
+    } else {
+        n.div_ceil(512) * 512
+    }
 }
 
 pub(crate) fn placeholders(start: usize, count: usize) -> String {

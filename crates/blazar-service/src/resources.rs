@@ -130,14 +130,13 @@ pub(crate) async fn pick_free(
         let matching_set: HashSet<i64> = matching.iter().copied().collect();
         // Once each: a pool's required resources are kept as well as held, and a candidate
         // twice in the order would be claimed and counted twice.
-        let mut seen = HashSet::new();
+        let mut kept_set = HashSet::new();
         order.extend(
             keep.iter()
                 .copied()
-                .filter(|id| matching_set.contains(id) && seen.insert(*id)),
+                .filter(|id| matching_set.contains(id) && kept_set.insert(*id)),
         );
         kept = order.len();
-        let kept_set: HashSet<i64> = order.iter().copied().collect();
         order.extend(matching.iter().copied().filter(|id| !kept_set.contains(id)));
     }
     let concurrent = tx.backend() == Backend::Postgres;
