@@ -38,8 +38,23 @@ impl Default for ObserveSettings {
     }
 }
 
+/// What every handler can reach, behind one shared pointer: axum clones the state for
+/// every extractor and middleware layer of every request, and a profile of lease creates
+/// showed cloning and dropping the fields one by one (some thirty reference counts) as
+/// about 2 % of the server's CPU.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The state itself (see [`AppState`]).
+pub struct Shared {
     pub service: Service,
     pub auth: Arc<Auth>,
     /// Rendered leases, reused by lease lists while their revision stands.
@@ -74,7 +89,7 @@ impl AppState {
         observe: ObserveSettings,
     ) -> AppState {
         let (stop, stopping) = watch::channel(false);
-        AppState {
+        AppState(Arc::new(Shared {
             service,
             auth: Arc::new(auth),
             leases: Arc::new(LeaseCache::default()),
@@ -84,7 +99,7 @@ impl AppState {
             held_by_project: Arc::default(),
             stopping,
             stop: Arc::new(stop),
-        }
+        }))
     }
 
     /// Ends the event streams and waits in progress: the server is stopping.
