@@ -1081,7 +1081,7 @@ impl Service {
             return ServiceError::Refused(refused);
         }
         let not_before = retry.window.start().max(now);
-        let search = blazar_core::offer::Search {
+        let mut search = blazar_core::offer::Search {
             not_before,
             not_after: crate::offers::within_the_wire(
                 not_before
@@ -1094,6 +1094,19 @@ impl Service {
             order: blazar_core::offer::Order::Earliest,
             limit: 1,
             start_by: None,
+        };
+        // Only a window the project may book is advice: within its lease-length and
+        // start-ahead quotas and the usage filters, as offers are.
+        let screen = match self.advice_screen(identity, &mut search).await {
+            Ok(Some(screen)) => Some(screen),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "no next offer for a refusal: the limits were not read");
+                None
+            }
+        };
+        let Some(screen) = screen else {
+            return ServiceError::Refused(refused);
         };
         let permit = match self.search_permit().await {
             Ok(permit) => permit,
@@ -1111,7 +1124,16 @@ impl Service {
         });
         drop(permit);
         let next = match found {
-            Ok(offers) => offers.first().map(|o| o.window),
+            Ok(offers) => match offers.first().map(|o| o.window) {
+                Some(w)
+                    if self
+                        .advice_allowed(identity, &screen, w.start(), w.end())
+                        .await =>
+                {
+                    Some(w)
+                }
+                _ => None,
+            },
             Err(e) => {
                 tracing::warn!(error = %e, "no next offer for a refusal: the search failed");
                 None

@@ -281,6 +281,46 @@ impl Service {
         Ok(kept)
     }
 
+    /// Keeps advice (the next offer of a refusal) to windows `identity`'s project may book:
+    /// its start no further ahead than the project may book, and none at all when a lease of
+    /// the search's length is refused where the search begins (the lease-length quota or a
+    /// usage filter: a longer wait would not help). `None` when nothing can be offered; else
+    /// what [`Self::advice_allowed`] checks a found window with.
+    pub(crate) async fn advice_screen(
+        &self,
+        identity: &Identity,
+        search: &mut Search,
+    ) -> ServiceResult<Option<AdviceScreen>> {
+        let limits = in_tx!(self, read, |tx| {
+            self.project_limits(tx, &identity.project_id).await
+        })?;
+        let now = truncate_to_minute(self.now());
+        if let Some(ahead) = limits.limit(blazar_core::quota::QuotaKind::StartAhead) {
+            search.start_by =
+                Duration::try_seconds(ahead).and_then(|ahead| now.checked_add_signed(ahead));
+        }
+        let screen = AdviceScreen { limits, now };
+        let end = search.not_before + Duration::minutes(search.min_minutes);
+        Ok(self
+            .advice_allowed(identity, &screen, search.not_before, end)
+            .await
+            .then_some(screen))
+    }
+
+    /// Whether a create of `identity`'s from `start` to `end` passes what the window alone
+    /// decides (see [`Self::advice_screen`]).
+    pub(crate) async fn advice_allowed(
+        &self,
+        identity: &Identity,
+        screen: &AdviceScreen,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> bool {
+        self.screen(identity, &screen.limits, screen.now, start, end)
+            .await
+            .is_ok()
+    }
+
     /// What the window alone decides of a create of `identity`'s from `start` to `end` at
     /// minute `now`: the local usage filters, then the quotas on lease duration and start
     /// ahead (`limits`, the project's), in the order a create meets them. The filters that tell someone outside are not asked
@@ -541,6 +581,13 @@ impl Service {
 }
 
 /// Why the window alone would have a create refused.
+/// A project's limits as read for advice, and the minute a create's quotas are reckoned
+/// from (see [`Service::advice_screen`]).
+pub(crate) struct AdviceScreen {
+    limits: blazar_core::quota::QuotaValues,
+    now: DateTime<Utc>,
+}
+
 enum Screened {
     Quota(Vec<blazar_core::quota::QuotaExcess>),
     Filter(&'static str, crate::enforcement::Denial),
@@ -865,6 +912,10 @@ impl Service {
                     extension.possible = Some(false);
                     let mut why = e.to_string();
                     if let Some(latest) = extension.latest_end {
+                        // Blazar's messages mostly end without a full stop.
+                        if !why.ends_with(['.', '!', '?']) {
+                            why.push('.');
+                        }
                         why.push_str(&format!(
                             " Keeping the resources it holds, it can end at {} at the latest.",
                             latest.format("%Y-%m-%d %H:%M")

@@ -664,6 +664,84 @@ async fn offers_keep_to_the_lease_duration_and_start_ahead_quotas() {
     }
 }
 
+/// The next offer of a refused create is a window the project may book: none for a lease
+/// longer than it may hold whatever its start, none that starts further ahead than it may
+/// book, and one it books with a 201 otherwise.
+#[tokio::test]
+async fn a_refusals_next_offer_keeps_to_the_lease_duration_and_start_ahead_quotas() {
+    let mut app = app_with_hosts(1, |_| {}).await;
+    let r = app
+        .put(
+            "/v1/quotas/alpha",
+            json!({"max_lease_duration": 2 * 3600, "max_start_ahead": 2 * 86_400}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let now = app.service.now();
+    let at = |hours: i64| {
+        (now + chrono::Duration::hours(hours))
+            .format("%Y-%m-%d %H:%M")
+            .to_string()
+    };
+    app.act_as_admin();
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("busy", &at(1), &at(23), json!([hosts(1, "")])),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as("alpha", "ada", "member");
+    let next_offer = |r: &crate::harness::Response| {
+        assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+        r.body["reasons"][0]["next_offer"].clone()
+    };
+
+    // Three hours: refused for the busy host first (as Blazar looks for the resources
+    // before it asks its filters), and no window of three hours would be granted.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("long", &at(2), &at(5), json!([hosts(1, "")])),
+        )
+        .await;
+    assert_eq!(next_offer(&r), Value::Null, "{}", r.body);
+
+    // One hour: the host is free from 23 hours on, which the project may book.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("short", &at(2), &at(3), json!([hosts(1, "")])),
+        )
+        .await;
+    let next = next_offer(&r);
+    assert_eq!(
+        next["start_date"],
+        format!("{}:00.000000", at(23).replace(' ', "T")),
+        "{}",
+        r.body
+    );
+
+    // Busy on to three days from now: the next free hour starts further ahead than the
+    // project may book.
+    app.act_as_admin();
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("busy2", &at(23), &at(72), json!([hosts(1, "")])),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as("alpha", "ada", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("short", &at(2), &at(3), json!([hosts(1, "")])),
+        )
+        .await;
+    assert_eq!(next_offer(&r), Value::Null, "{}", r.body);
+}
+
 /// The longest windows of a range all start too far ahead: the bookable shorter ones are
 /// offered rather than none.
 #[tokio::test]
