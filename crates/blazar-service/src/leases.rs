@@ -933,6 +933,7 @@ impl Service {
                         specs: plan.requests.clone(),
                         window,
                         except_lease: None,
+                        started: false,
                     }));
                 }
             };
@@ -1076,8 +1077,7 @@ impl Service {
         let now = blazar_core::time::first_whole_minute(self.now());
         let minutes = (retry.window.end() - retry.window.start()).num_minutes();
         let longest = Duration::days(crate::offers::MAX_SEARCH_DAYS).num_minutes();
-        let started = retry.window.start() < now && retry.except_lease.is_some();
-        if started || !(1..=longest).contains(&minutes) {
+        if retry.started || !(1..=longest).contains(&minutes) {
             return ServiceError::Refused(refused);
         }
         let not_before = retry.window.start().max(now);
@@ -1678,6 +1678,7 @@ impl Service {
                             .collect(),
                         window,
                         except_lease: Some(lease.id.clone()),
+                        started: lease.status != LeaseStatus::Pending,
                     }));
                 }
             };

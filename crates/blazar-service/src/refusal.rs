@@ -39,6 +39,10 @@ pub struct Retry {
     pub specs: Vec<ReservationSpec>,
     pub window: TimeWindow,
     pub except_lease: Option<String>,
+    /// The lease refused is one that has started (an update of it): it cannot move, so it
+    /// gets no next offer. Judged by its status, not by the dates asked for: an update of a
+    /// pending lease to start now asks for a start in the current minute.
+    pub started: bool,
 }
 
 /// The reservation a reason is about: its 1-based position in a create, its id in an update.

@@ -1084,6 +1084,60 @@ async fn refusals_name_the_next_offer_of_the_whole_lease() {
     );
 }
 
+/// A pending lease moved to start now asks for a start within the current minute; it has
+/// not started, so its refusal names where it could go.
+#[tokio::test]
+async fn an_update_of_a_pending_lease_to_start_now_names_the_next_offer() {
+    let app = TestApp::spawn().await;
+    app.create_host("h1", json!({})).await;
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "busy",
+                "2030-01-01 10:00",
+                "2030-01-01 11:00",
+                json!([hosts(1, 1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "later",
+                "2030-01-01 12:00",
+                "2030-01-01 13:00",
+                json!([hosts(1, 1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let later = r.body["lease"]["id"].as_str().unwrap().to_string();
+    // Twenty seconds into 10:15, while the host is busy.
+    app.set_time(
+        chrono::DateTime::parse_from_rfc3339("2030-01-01T10:15:20Z")
+            .unwrap()
+            .to_utc(),
+    );
+    let r = app
+        .put(
+            &format!("/v1/leases/{later}"),
+            json!({"start_date": "now", "end_date": "2030-01-01 10:45"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    // Thirty minutes from when the host is free, the lease's own hours not in the way.
+    assert_eq!(
+        r.body["reasons"][0]["next_offer"],
+        json!({"start_date": "2030-01-01T11:00:00.000000",
+               "end_date": "2030-01-01T11:30:00.000000"}),
+        "{}",
+        r.body
+    );
+}
+
 #[tokio::test]
 async fn instance_offers_over_many_hosts_are_granted_as_offered() {
     let app = TestApp::spawn().await;
