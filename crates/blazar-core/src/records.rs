@@ -89,6 +89,14 @@ pub struct Handover {
     pub ended_at: Option<DateTime<Utc>>,
 }
 
+/// A hand-over as listed, with the id the API shows for its resource: a host's id, or the
+/// uid of a floating IP, segment or device (their internal ids are the allocations' keys).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedHandover {
+    pub handover: Handover,
+    pub api_id: String,
+}
+
 /// An HTTP(S) endpoint that receives lease events, signed with its secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Webhook {

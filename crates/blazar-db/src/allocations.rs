@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use blazar_core::{Allocation, Handover, Occupancy};
+use blazar_core::{Allocation, Handover, ListedHandover, Occupancy};
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -678,24 +678,28 @@ impl Tx {
         resource_type: Option<&str>,
         lease_id: Option<&str>,
         include_ended: bool,
-    ) -> DbResult<Vec<Handover>> {
+    ) -> DbResult<Vec<ListedHandover>> {
+        // With the API id of each resource: a host's id, the uid of any other resource.
         let mut sql = String::from(
-            "SELECT resource_type, resource_id, project_id, lease_id, reservation_id, started_at, \
-             ended_at FROM handovers WHERE 1 = 1",
+            "SELECT h.resource_type, h.resource_id, \
+             COALESCE(r.uid, CAST(h.resource_id AS TEXT)) AS api_id, h.project_id, h.lease_id, \
+             h.reservation_id, h.started_at, h.ended_at FROM handovers h \
+             LEFT JOIN resources r ON r.kind = h.resource_type AND r.id = h.resource_id \
+             WHERE 1 = 1",
         );
         let mut texts: Vec<&str> = Vec::new();
         if let Some(t) = resource_type {
             texts.push(t);
-            sql.push_str(&format!(" AND resource_type = ${}", texts.len()));
+            sql.push_str(&format!(" AND h.resource_type = ${}", texts.len()));
         }
         if let Some(l) = lease_id {
             texts.push(l);
-            sql.push_str(&format!(" AND lease_id = ${}", texts.len()));
+            sql.push_str(&format!(" AND h.lease_id = ${}", texts.len()));
         }
         if !include_ended {
-            sql.push_str(" AND ended_at IS NULL");
+            sql.push_str(" AND h.ended_at IS NULL");
         }
-        sql.push_str(" ORDER BY resource_type, resource_id, started_at");
+        sql.push_str(" ORDER BY h.resource_type, h.resource_id, h.started_at");
         let mut query = sqlx::query(&sql);
         for t in texts {
             query = query.bind(t);
@@ -703,14 +707,17 @@ impl Tx {
         let rows = query.fetch_all(self.conn().await?).await?;
         rows.iter()
             .map(|row| {
-                Ok(Handover {
-                    resource_type: row.try_get("resource_type")?,
-                    resource_id: row.try_get("resource_id")?,
-                    project_id: row.try_get("project_id")?,
-                    lease_id: row.try_get("lease_id")?,
-                    reservation_id: row.try_get("reservation_id")?,
-                    started_at: from_secs(row.try_get("started_at")?)?,
-                    ended_at: from_opt_secs(row.try_get("ended_at")?)?,
+                Ok(ListedHandover {
+                    handover: Handover {
+                        resource_type: row.try_get("resource_type")?,
+                        resource_id: row.try_get("resource_id")?,
+                        project_id: row.try_get("project_id")?,
+                        lease_id: row.try_get("lease_id")?,
+                        reservation_id: row.try_get("reservation_id")?,
+                        started_at: from_secs(row.try_get("started_at")?)?,
+                        ended_at: from_opt_secs(row.try_get("ended_at")?)?,
+                    },
+                    api_id: row.try_get("api_id")?,
                 })
             })
             .collect()

@@ -122,6 +122,25 @@ impl Tx {
         Ok(records)
     }
 
+    /// Of `ids` (internal ids of resources of `kind`), those that exist, without their
+    /// capabilities: for naming them by their API ids and addresses.
+    pub async fn resources_named(
+        &mut self,
+        kind: &str,
+        ids: &[i64],
+    ) -> DbResult<Vec<ResourceRecord>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (list, ids) = crate::in_list(self.backend, 2, ids);
+        let sql = format!(
+            "SELECT {RESOURCE_COLUMNS} FROM resources WHERE kind = $1 AND id IN ({list}) ORDER BY id"
+        );
+        let mut args: Vec<crate::Arg> = vec![kind.into()];
+        args.extend(ids.into_iter().map(crate::Arg::from));
+        self.fetch_all_as(&sql, args, resource_from_row).await
+    }
+
     /// The kind of a resource, for bumping its inventory version.
     async fn kind_of(&mut self, id: i64) -> DbResult<Option<String>> {
         self.fetch_optional_as(

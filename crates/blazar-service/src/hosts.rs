@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use blazar_core::host::{FACT_FIELDS, MAX_CAPABILITY_KEY_LEN};
 use blazar_core::{ActionKind, ActionStatus, HostFacts, HostRecord, PHYSICAL_HOST};
-use blazar_core::{Handover, Property};
+use blazar_core::{ListedHandover, Property};
 use blazar_db::{AllocationView, NewHost};
 use serde_json::{Map, Value};
 
@@ -597,7 +597,7 @@ impl Service {
         resource_type: Option<&str>,
         lease_id: Option<&str>,
         include_ended: bool,
-    ) -> ServiceResult<Vec<Handover>> {
+    ) -> ServiceResult<Vec<ListedHandover>> {
         self.authorize_own("blazar:handovers:get", identity)?;
         let admin = self.is_admin(identity);
         let rows = in_tx!(self, read, |tx| {
@@ -605,7 +605,7 @@ impl Service {
         })?;
         Ok(rows
             .into_iter()
-            .filter(|h| admin || h.project_id == identity.project_id)
+            .filter(|h| admin || h.handover.project_id == identity.project_id)
             .collect())
     }
 }

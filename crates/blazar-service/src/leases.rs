@@ -1705,8 +1705,13 @@ impl Service {
                     .map(|(id, _)| *id)
                     .collect();
                 lost.sort_unstable();
-                let lost: Vec<String> = lost.iter().map(i64::to_string).collect();
                 if !lost.is_empty() {
+                    let lost = if spec.kind() == spec.resource_type() {
+                        resource_names(tx, spec.resource_type(), &lost).await?
+                    } else {
+                        // Instance slots: the hosts they are on.
+                        lost.iter().map(i64::to_string).collect()
+                    };
                     let refusal = if spec.resource_type() == blazar_core::reservation::FLOATINGIP {
                         // Blazar's floating-IP plugin answers this one with a 400.
                         ServiceError::BadRequest(format!(
@@ -1855,6 +1860,25 @@ impl Service {
         tracing::info!(lease.id = %id, "lease deleted");
         Ok(())
     }
+}
+
+/// How a message names resources of `kind` by their internal ids: hosts by their ids,
+/// floating IPs by their addresses, segments and devices by the ids the API shows.
+async fn resource_names(tx: &mut Tx, kind: &str, ids: &[i64]) -> ServiceResult<Vec<String>> {
+    if kind == blazar_core::PHYSICAL_HOST {
+        return Ok(ids.iter().map(i64::to_string).collect());
+    }
+    let records = tx.resources_named(kind, ids).await?;
+    let by_id: HashMap<i64, &blazar_core::ResourceRecord> =
+        records.iter().map(|r| (r.id, r)).collect();
+    Ok(ids
+        .iter()
+        .map(|id| match by_id.get(id) {
+            Some(r) if kind == blazar_core::reservation::FLOATINGIP => r.resource.display_name(),
+            Some(r) => r.resource.uid.clone(),
+            None => id.to_string(),
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -259,10 +259,11 @@ pub fn resource_property(p: Property) -> ResourceProperty {
     }
 }
 
-pub fn handover(h: blazar_core::Handover) -> Handover {
+pub fn handover(listed: blazar_core::ListedHandover) -> Handover {
+    let h = listed.handover;
     Handover {
         resource_type: h.resource_type,
-        resource_id: h.resource_id.to_string(),
+        resource_id: listed.api_id,
         project_id: h.project_id,
         lease_id: h.lease_id,
         reservation_id: h.reservation_id,

@@ -342,8 +342,9 @@ async fn floating_ip_reservations() {
 #[tokio::test]
 async fn an_active_floating_ip_reservation_gives_no_address_back() {
     let app = TestApp::spawn().await;
+    let mut ids = Vec::new();
     for last in 101..=103 {
-        fip(&app, "net-1", &format!("172.24.4.{last}")).await;
+        ids.push(fip(&app, "net-1", &format!("172.24.4.{last}")).await);
     }
     let r = app
         .post(
@@ -375,6 +376,13 @@ async fn an_active_floating_ip_reservation_gives_no_address_back() {
         "{}",
         r.message()
     );
+    // Which address it would give back, by the address (not an internal number).
+    assert!(
+        r.message()
+            .contains("would give back floating IP(s) 172.24.4.10"),
+        "{}",
+        r.message()
+    );
     assert_eq!(r.body["reasons"][0]["resource_type"], "virtual:floatingip");
     assert_eq!(app.get("/v1/floatingips/allocations").await.body, before);
     let lease = app.get(&format!("/v1/leases/{id}")).await.body;
@@ -394,6 +402,58 @@ async fn an_active_floating_ip_reservation_gives_no_address_back() {
         .body["handovers"]
         .clone();
     assert_eq!(held.as_array().unwrap().len(), 3, "{held}");
+    // Each hand-over names its address by the id the floating IP API shows.
+    let mut shown: Vec<String> = held
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["resource_id"].as_str().unwrap().to_string())
+        .collect();
+    shown.sort();
+    ids.sort();
+    assert_eq!(shown, ids, "{held}");
+}
+
+/// An active device reservation cut from two devices to one is refused, naming the device
+/// it would lose by the id the device API shows.
+#[tokio::test]
+async fn an_active_device_reservation_names_what_it_would_lose_by_its_api_id() {
+    let app = TestApp::spawn().await;
+    let ids = [
+        device(&app, "gpu-a", json!({})).await,
+        device(&app, "gpu-b", json!({})).await,
+    ];
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "held",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([{"resource_type": "device", "min": 2, "max": 2,
+                        "resource_properties": ""}]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let rid = r.body["lease"]["reservations"][0]["id"].clone();
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let r = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"reservations": [{"id": rid, "min": 1, "max": 1}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    let lost = r
+        .message()
+        .split("would lose resource(s) ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .unwrap_or_default()
+        .to_string();
+    assert!(ids.contains(&lost), "{}", r.message());
 }
 
 /// Many deletes of one thing at once: one of them deletes it (204), the others find it gone
