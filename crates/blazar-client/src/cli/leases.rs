@@ -466,7 +466,14 @@ async fn submit(
             .post("/leases?dry_run=true", "lease", request)
             .await?;
         let table = show_object(ctx, lease, &args.out)?;
-        emit(&format!("Would create a new lease:\n{table}{DRY_RUN_NOTE}"));
+        if args.out.format == super::output::ShowFormat::Table {
+            emit(&format!("Would create a new lease:\n{table}{DRY_RUN_NOTE}"));
+        } else {
+            // A machine format stays parseable: what a person reads goes to stderr.
+            eprintln!("Would create a new lease:");
+            emit(&table);
+            eprint!("{DRY_RUN_NOTE}");
+        }
         return Ok(0);
     }
     let lease: Map<String, Value> = ctx.client.post("/leases", "lease", request).await?;

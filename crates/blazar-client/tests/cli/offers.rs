@@ -65,6 +65,15 @@ async fn offers_then_earliest_create() {
     let text = dry.ok();
     assert!(text.starts_with("Would create a new lease:"), "{text}");
     assert!(text.contains("2030-01-01T12:00:00.000000"), "{text}");
+    // In a machine format only the lease is on stdout; the notes go to stderr.
+    let dry = s.blazar(&earliest(&["--dry-run", "-f", "json"])).await;
+    let lease: Value = serde_json::from_str(dry.ok()).unwrap();
+    assert_eq!(lease["start_date"], "2030-01-01T12:00:00.000000");
+    assert!(
+        dry.stderr.contains("Dry run: nothing was written."),
+        "{}",
+        dry.stderr
+    );
     let listed = s.blazar(&["lease-list", "-f", "json"]).await;
     let leases: Value = serde_json::from_str(listed.ok()).unwrap();
     assert_eq!(leases.as_array().unwrap().len(), 1, "{leases}");
