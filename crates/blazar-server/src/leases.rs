@@ -130,7 +130,11 @@ pub async fn create_lease(
                 .service
                 .dry_run_create_lease(&identity, &request)
                 .await?;
-            to_wire::lease_with_grants(tried.view, &tried.grants)
+            let withheld = state
+                .service
+                .withheld_grants(&identity, &tried.view)
+                .await?;
+            to_wire::lease_with_grants(tried.view, &tried.grants, &withheld)
         } else {
             to_wire::lease(state.service.create_lease(&identity, &request).await?)
         };
@@ -298,7 +302,8 @@ async fn lease_reply(
 ) -> ApiResult<axum::response::Response> {
     let body = if crate::reply::flag(query, "allocations") {
         let grants = state.service.lease_grants(identity, id).await?;
-        to_wire::lease_with_grants(lease, &grants)
+        // The lease's own holdings, booked: its project may see them.
+        to_wire::lease_with_grants(lease, &grants, &Default::default())
     } else {
         to_wire::lease(lease)
     };
@@ -502,7 +507,11 @@ pub async fn update_lease(
                 .service
                 .dry_run_update_lease(&identity, &id, &update)
                 .await?;
-            to_wire::lease_with_grants(tried.view, &tried.grants)
+            let withheld = state
+                .service
+                .withheld_grants(&identity, &tried.view)
+                .await?;
+            to_wire::lease_with_grants(tried.view, &tried.grants, &withheld)
         } else {
             to_wire::lease(state.service.update_lease(&identity, &id, &update).await?)
         };

@@ -12,7 +12,7 @@ use blazar_core::lease::When;
 use blazar_core::offer::{
     self, Budget, Busy, Ceiling, Demand, Occupancy, Offer, Order, ProbeFor, Search,
 };
-use blazar_core::{PHYSICAL_HOST, ReservationSpec, ResourceRecord, TimeWindow};
+use blazar_core::{LeaseView, PHYSICAL_HOST, ReservationSpec, ResourceRecord, TimeWindow};
 use blazar_db::Tx;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
@@ -497,6 +497,45 @@ impl Service {
         })
     }
 
+    /// Whether `identity` is told when `spec` fits but not which resources it would get: a
+    /// non-admin whose query names a private property (which resources match would tell
+    /// the property's values, as the timeline and refusals keep them).
+    pub(crate) async fn hides_resources(
+        &self,
+        tx: &mut Tx,
+        identity: &Identity,
+        spec: &ReservationSpec,
+    ) -> ServiceResult<bool> {
+        let keys = spec.query_keys();
+        if keys.is_empty() || self.is_admin(identity) {
+            return Ok(false);
+        }
+        let private = tx.private_property_names(spec.kind()).await?;
+        Ok(keys.iter().any(|k| private.contains(*k)))
+    }
+
+    /// The reservations of a dry run's lease whose grants `identity` is not shown (see
+    /// [`Self::hides_resources`]): a dry run books nothing, so it would otherwise tell
+    /// which resources have a private property for free, as an offer does not.
+    pub async fn withheld_grants(
+        &self,
+        identity: &Identity,
+        view: &LeaseView,
+    ) -> ServiceResult<std::collections::HashSet<String>> {
+        if self.is_admin(identity) {
+            return Ok(Default::default());
+        }
+        in_tx!(self, read, |tx| {
+            let mut withheld = std::collections::HashSet::new();
+            for r in &view.reservations {
+                if self.hides_resources(tx, identity, &r.spec).await? {
+                    withheld.insert(r.id.clone());
+                }
+            }
+            Ok(withheld)
+        })
+    }
+
     /// Offers as the API shows them: ids and names of what each reservation would get.
     /// A member whose query names a private property is told when, not which resources:
     /// which ones match would tell the property's values (as the timeline and refusals
@@ -508,16 +547,9 @@ impl Service {
         specs: &[ReservationSpec],
         offers: Vec<Offer>,
     ) -> ServiceResult<Vec<LeaseOffer>> {
-        let admin = self.is_admin(identity);
         let mut hidden = Vec::with_capacity(specs.len());
         for spec in specs {
-            let keys = spec.query_keys();
-            hidden.push(if admin || keys.is_empty() {
-                false
-            } else {
-                let private = tx.private_property_names(spec.kind()).await?;
-                keys.iter().any(|k| private.contains(*k))
-            });
+            hidden.push(self.hides_resources(tx, identity, spec).await?);
         }
         let inventory = self.host_cache.inventory(tx).await?;
         let mut pools: HashMap<&str, BTreeMap<i64, ResourceRecord>> = HashMap::new();

@@ -210,9 +210,19 @@ pub fn lease(v: LeaseView) -> Lease {
 }
 
 /// A lease with, in each reservation, what it was granted (`?allocations=true`).
-pub fn lease_with_grants(v: LeaseView, grants: &[GrantRow]) -> Lease {
+/// A lease with what each reservation holds or would hold; a reservation in `withheld` is
+/// shown without (`allocations` left out, not empty: it is granted, the caller is not told
+/// what).
+pub fn lease_with_grants(
+    v: LeaseView,
+    grants: &[GrantRow],
+    withheld: &std::collections::HashSet<String>,
+) -> Lease {
     let mut lease = lease(v);
     for reservation in &mut lease.reservations {
+        if withheld.contains(&reservation.id) {
+            continue;
+        }
         reservation.allocations = Some(
             grants
                 .iter()

@@ -465,6 +465,32 @@ async fn offers_name_no_resource_picked_by_a_private_property() {
             .len(),
         1
     );
+    // A dry run books nothing either: it says the lease fits, not on which hosts.
+    let dry = |query: &str| {
+        lease(
+            "dry",
+            "2030-01-01 10:00",
+            "2030-01-01 11:00",
+            json!([hosts(1, 2, query)]),
+        )
+    };
+    let r = app
+        .post("/v1/leases?dry_run=true", dry(r#"["==", "$secret", "x"]"#))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let reservation = &r.body["lease"]["reservations"][0];
+    assert!(reservation.get("allocations").is_none(), "{}", r.body);
+    let r = app.post("/v1/leases?dry_run=true", dry("")).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let granted = &r.body["lease"]["reservations"][0]["allocations"];
+    assert_eq!(granted.as_array().map(Vec::len), Some(2), "{}", r.body);
+    // An admin is told.
+    app.act_as_admin();
+    let r = app
+        .post("/v1/leases?dry_run=true", dry(r#"["==", "$secret", "x"]"#))
+        .await;
+    let granted = &r.body["lease"]["reservations"][0]["allocations"];
+    assert_eq!(granted.as_array().map(Vec::len), Some(1), "{}", r.body);
 }
 
 #[tokio::test]
