@@ -18,6 +18,8 @@ pub struct ApiError {
     /// For a refused lease create or update, what refused it (the `reason` label of
     /// `/metrics`' refusal counter).
     pub refusal: Option<&'static str>,
+    /// An `error_name` other than the status code, where Blazar answers one.
+    pub name: Option<&'static str>,
 }
 
 /// A response extension naming what refused a lease create or update, read by the
@@ -54,6 +56,7 @@ impl ApiError {
             message: message.into(),
             reasons: None,
             refusal: None,
+            name: None,
         }
     }
 
@@ -114,6 +117,7 @@ impl From<ServiceError> for ApiError {
                         .map(crate::convert::to_wire::reason)
                         .collect(),
                 ),
+                name: None,
             },
             other => ApiError::new(status, other.to_string()),
         }
@@ -139,7 +143,7 @@ impl IntoResponse for ApiError {
         let body = ErrorBody {
             error_code: code,
             error_message: self.message,
-            error_name: Value::from(code),
+            error_name: self.name.map_or(Value::from(code), Value::from),
             reasons: self.reasons,
         };
         let mut response = (self.status, Json(body)).into_response();

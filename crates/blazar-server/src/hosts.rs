@@ -8,7 +8,7 @@ use axum::response::IntoResponse;
 use blazar_service::{HostList, Reallocated, ServiceResult};
 
 use crate::convert::{Envelope, from_wire, to_wire};
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::extract::{Caller, Query, Wire};
 use crate::reply::flag;
 use crate::state::AppState;
@@ -115,7 +115,18 @@ pub async fn update_host(
     Wire(body): Wire<blazar_api::HostUpdate>,
 ) -> ApiResult<impl IntoResponse> {
     let body = from_wire::host_update(body);
-    let host = state.service.update_host(&identity, &id, &body).await?;
+    let host = state
+        .service
+        .update_host(&identity, &id, &body)
+        .await
+        .map_err(|e| {
+            let mut e = ApiError::from(e);
+            // Blazar names this one 400 as a server error (an empty update of a host).
+            if body.is_empty() && e.message == blazar_service::NO_DATA_TO_UPDATE {
+                e.name = Some("INTERNAL_SERVER_ERROR");
+            }
+            e
+        })?;
     Ok(Envelope("host", to_wire::host(host)))
 }
 

@@ -16,6 +16,9 @@ use crate::{Identity, Service, ServiceError, ServiceResult};
 /// are tens of megabytes in memory, and every reader of the list would hold its own).
 pub struct HostList(Arc<Inventory>);
 
+/// Blazar's answer to an update of a host with nothing in it.
+pub const NO_DATA_TO_UPDATE: &str = "No data to update";
+
 impl HostList {
     pub fn hosts(&self) -> &[HostRecord] {
         &self.0.hosts
@@ -361,7 +364,7 @@ impl Service {
                 .await?
                 .ok_or_else(|| host_not_found(id))?;
             if body.is_empty() {
-                return Err(ServiceError::BadRequest("No data to update".into()));
+                return Err(ServiceError::BadRequest(NO_DATA_TO_UPDATE.into()));
             }
             tx.lock_host(host_id).await?;
             let now = self.now();

@@ -403,7 +403,9 @@ impl Service {
                 .await?
                 .ok_or_else(|| not_found(spec, id))?;
             if body.is_empty() {
-                return Err(ServiceError::BadRequest("No data to update".into()));
+                return Err(ServiceError::BadRequest(
+                    crate::hosts::NO_DATA_TO_UPDATE.into(),
+                ));
             }
             tx.lock_resource(record.id).await?;
             let now = self.now();

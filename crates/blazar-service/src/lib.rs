@@ -112,7 +112,7 @@ pub use enforcement::{
     Denial, EnforcedLease, Enforcement, EnforcementContext, MaxLeaseDurationFilter, OnEndError,
     UsageFilter,
 };
-pub use hosts::{AllocationEntry, HostList, PropertyListing};
+pub use hosts::{AllocationEntry, HostList, NO_DATA_TO_UPDATE, PropertyListing};
 pub use instance::Ratios;
 pub use inventory::{DEVICES, FLOATINGIPS, KindSpec, NETWORKS};
 pub use leases::{DryRun, LeaseBatch, LeaseList, LeaseUpdate, Listed, NewLease, check_name};

@@ -223,11 +223,17 @@ async fn update_host_capabilities_facts_and_maintenance() {
     assert_eq!(r.body["host"]["reservable"], false);
     assert!(r.body["host"]["updated_at"].is_string());
 
+    // Blazar's whole body, its odd name included.
     let r = app.put(&path, json!({})).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert_eq!(r.message(), "No data to update");
+    assert_eq!(
+        r.body,
+        json!({"error_code": 400, "error_message": "No data to update",
+               "error_name": "INTERNAL_SERVER_ERROR"})
+    );
     let r = app.put(&path, json!({"status": "up"})).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.body["error_name"], 400, "{}", r.body);
     let r = app.put("/v1/os-hosts/42", json!({"a": "b"})).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
