@@ -199,18 +199,14 @@ pub async fn allocation(
     Query(query): Query,
     kind: AllocationKind,
 ) -> ApiResult<impl IntoResponse> {
-    let lease_id = query.get("lease_id").map(String::as_str);
-    let reservation_id = query.get("reservation_id").map(String::as_str);
+    // The list's filters, its window included (paging has nothing to page here).
+    let request = from_wire::allocation_list_request(&query)?;
     let service = &state.service;
     let entry = match kind {
-        AllocationKind::Hosts => {
-            service
-                .host_allocation(&identity, &id, lease_id, reservation_id)
-                .await?
-        }
+        AllocationKind::Hosts => service.host_allocation(&identity, &id, &request).await?,
         AllocationKind::Pool(spec) => {
             service
-                .resource_allocation(&identity, spec, &id, lease_id, reservation_id)
+                .resource_allocation(&identity, spec, &id, &request)
                 .await?
         }
     };

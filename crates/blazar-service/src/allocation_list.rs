@@ -128,18 +128,7 @@ impl Service {
                 "Malformed parameter limit: must be a positive integer".into(),
             ));
         }
-        let now = self.now();
-        let start = request.start.map(|w| w.resolve(now));
-        let end = request.end.map(|w| w.resolve(now));
-        if let (Some(start), Some(end)) = (start, end)
-            && end <= start
-        {
-            return Err(ServiceError::BadRequest(format!(
-                "end ({}) must be later than start ({})",
-                end.format("%Y-%m-%d %H:%M"),
-                start.format("%Y-%m-%d %H:%M")
-            )));
-        }
+        let filter = self.allocation_filter(request)?;
         let resource_type = kind.resource_type();
         let (mut ids, mut uids): (Vec<i64>, Vec<String>) = in_tx!(self, read, |tx| {
             Ok(match kind {
@@ -182,27 +171,52 @@ impl Service {
             }
             _ => None,
         };
-        let windowed = start.is_some() || end.is_some();
-        let unfiltered = request.lease_id.is_none() && request.reservation_id.is_none();
         Ok(AllocationList {
             service: self.clone(),
             resource_type,
             ids,
             uids,
-            filter: AllocationFilter {
-                resources: None,
-                lease_id: request.lease_id.clone(),
-                reservation_id: request.reservation_id.clone(),
-                ends_after: if windowed {
-                    start
-                } else {
-                    unfiltered.then_some(now)
-                },
-                starts_before: end,
-            },
+            filter,
             done: 0,
             batch: FIRST_BATCH,
             next_marker,
+        })
+    }
+}
+
+impl Service {
+    /// What an allocation list, or one resource's allocation, reads under `request`'s
+    /// filters: with a window (`start`, `end`), the leases that end after its start and
+    /// begin before its end; without one, nor a lease or reservation, only leases that have
+    /// not ended (Blazar's list).
+    pub(crate) fn allocation_filter(
+        &self,
+        request: &AllocationListRequest,
+    ) -> ServiceResult<AllocationFilter> {
+        let now = self.now();
+        let start = request.start.map(|w| w.resolve(now));
+        let end = request.end.map(|w| w.resolve(now));
+        if let (Some(start), Some(end)) = (start, end)
+            && end <= start
+        {
+            return Err(ServiceError::BadRequest(format!(
+                "end ({}) must be later than start ({})",
+                end.format("%Y-%m-%d %H:%M"),
+                start.format("%Y-%m-%d %H:%M")
+            )));
+        }
+        let windowed = start.is_some() || end.is_some();
+        let unfiltered = request.lease_id.is_none() && request.reservation_id.is_none();
+        Ok(AllocationFilter {
+            resources: None,
+            lease_id: request.lease_id.clone(),
+            reservation_id: request.reservation_id.clone(),
+            ends_after: if windowed {
+                start
+            } else {
+                unfiltered.then_some(now)
+            },
+            starts_before: end,
         })
     }
 }

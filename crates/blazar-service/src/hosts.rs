@@ -567,24 +567,19 @@ impl Service {
         &self,
         identity: &Identity,
         host: &str,
-        lease_id: Option<&str>,
-        reservation_id: Option<&str>,
+        request: &crate::AllocationListRequest,
     ) -> ServiceResult<AllocationEntry> {
         self.authorize_own("blazar:oshosts:get_allocations", identity)?;
         let host_id = parse_host_id(host)?;
+        let filter = blazar_db::AllocationFilter {
+            resources: Some((host_id, host_id)),
+            ..self.allocation_filter(request)?
+        };
         in_tx!(self, read, |tx| {
             tx.get_host(host_id)
                 .await?
                 .ok_or_else(|| host_not_found(host))?;
-            let reservations = tx
-                .allocation_views(
-                    PHYSICAL_HOST,
-                    Some(host_id),
-                    lease_id,
-                    reservation_id,
-                    self.now(),
-                )
-                .await?;
+            let reservations = tx.allocation_views_where(PHYSICAL_HOST, &filter).await?;
             Ok(AllocationEntry {
                 resource_id: host_id.to_string(),
                 reservations,

@@ -496,24 +496,20 @@ impl Service {
         identity: &Identity,
         spec: &KindSpec,
         uid: &str,
-        lease_id: Option<&str>,
-        reservation_id: Option<&str>,
+        request: &crate::AllocationListRequest,
     ) -> ServiceResult<AllocationEntry> {
         self.authorize_own(&format!("{}:get_allocations", spec.rules), identity)?;
+        let filter = self.allocation_filter(request)?;
         in_tx!(self, read, |tx| {
             let record = tx
                 .get_resource(spec.kind, uid)
                 .await?
                 .ok_or_else(|| not_found(spec, uid))?;
-            let reservations = tx
-                .allocation_views(
-                    spec.kind,
-                    Some(record.id),
-                    lease_id,
-                    reservation_id,
-                    self.now(),
-                )
-                .await?;
+            let filter = blazar_db::AllocationFilter {
+                resources: Some((record.id, record.id)),
+                ..filter.clone()
+            };
+            let reservations = tx.allocation_views_where(spec.kind, &filter).await?;
             Ok(AllocationEntry {
                 resource_id: record.resource.uid,
                 reservations,

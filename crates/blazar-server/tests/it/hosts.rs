@@ -578,6 +578,34 @@ async fn allocations_list_every_host_and_filter() {
         app.get("/v1/os-hosts/77/allocation").await.status,
         StatusCode::NOT_FOUND
     );
+    // One host's allocation takes the list's window, and refuses a bad one as it does.
+    let window =
+        |start: &str, end: &str| format!("/v1/os-hosts/{h2}/allocation?start={start}&end={end}");
+    let before = app
+        .get(&window("2030-01-01%2008:00", "2030-01-01%2010:00"))
+        .await;
+    assert_eq!(before.status, StatusCode::OK, "{}", before.body);
+    assert_eq!(before.body["allocation"]["reservations"], json!([]));
+    let during = app
+        .get(&window("2030-01-01%2011:00", "2030-01-01%2011:30"))
+        .await;
+    assert_eq!(during.body["allocation"], entries[1]);
+    for bad in [
+        window("bogus", "2030-01-01%2011:00"),
+        window("2030-01-01%2012:00", "2030-01-01%2011:00"),
+    ] {
+        let r = app.get(&bad).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.body);
+        let listed = app
+            .get(&bad.replace(&format!("{h2}/allocation"), "allocations"))
+            .await;
+        assert_eq!(
+            listed.status,
+            StatusCode::BAD_REQUEST,
+            "{bad}: {}",
+            listed.body
+        );
+    }
 }
 
 #[tokio::test]
