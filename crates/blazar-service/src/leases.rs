@@ -1717,14 +1717,14 @@ impl Service {
                         ServiceError::BadRequest(format!(
                             "Cannot remove allocations from an active reservation: \
                              reservation {} would give back floating IP(s) {}",
-                            i + 1,
+                            reservation.id,
                             lost.join(", ")
                         ))
                     } else if spec.kind() == spec.resource_type() {
                         ServiceError::Conflict(format!(
                             "Reservation {} is active and would lose resource(s) {}; an \
                              active reservation can grow but not give resources back",
-                            i + 1,
+                            reservation.id,
                             lost.join(", ")
                         ))
                     } else {
@@ -1733,7 +1733,7 @@ impl Service {
                             "Instance reservation doesn't allow to reduce/replace reserved \
                              instance slots when the reservation is in active status. \
                              Reservation {} would give back slots on host(s) {}.",
-                            i + 1,
+                            reservation.id,
                             lost.join(", ")
                         ))
                     };

@@ -454,6 +454,15 @@ async fn an_active_device_reservation_names_what_it_would_lose_by_its_api_id() {
         .unwrap_or_default()
         .to_string();
     assert!(ids.contains(&lost), "{}", r.message());
+    // The reservation is named by its id, as the reasons name it in an update.
+    let rid = rid.as_str().unwrap();
+    assert!(
+        r.message()
+            .starts_with(&format!("Reservation {rid} is active")),
+        "{}",
+        r.message()
+    );
+    assert_eq!(r.body["reasons"][0]["reservation"], rid, "{}", r.body);
 }
 
 /// Many deletes of one thing at once: one of them deletes it (204), the others find it gone
