@@ -319,16 +319,19 @@ pub fn offer_request(body: blazar_api::OfferRequest) -> ApiResult<blazar_service
             ));
         }
     };
+    // A number, or a string of one, as durations (and Blazar's amounts) are taken.
     let limit = match given(body.limit) {
         None => blazar_service::DEFAULT_OFFERS,
-        Some(v) => v
-            .as_u64()
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "Malformed parameter limit: expected a positive integer, got {v}"
-                ))
-            })?,
+        Some(v) => match &v {
+            Value::String(s) => s.trim().parse::<u64>().ok(),
+            other => other.as_u64(),
+        }
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "Malformed parameter limit: expected a positive integer, got {v}"
+            ))
+        })?,
     };
     let order = match string_field("order", body.order)?.as_deref() {
         None | Some("earliest") => blazar_core::offer::Order::Earliest,

@@ -113,6 +113,14 @@ async fn offers_are_the_earliest_windows_and_booking_one_succeeds() {
     .await;
     // 08:00 to 09:00 is too short before lease a; from 12:00 h1 and h2 are free again.
     assert_eq!(found.len(), 3, "{found:?}");
+    // Numbers may come as strings of them, the limit as the duration.
+    let as_text = offers(
+        &app,
+        json!({"reservations": request, "duration": "180",
+               "not_before": "2030-01-01 08:00", "not_after": "2030-01-02 08:00", "limit": "3"}),
+    )
+    .await;
+    assert_eq!(as_text, found);
     assert_eq!(found[0]["start_date"], "2030-01-01T12:00:00.000000");
     assert_eq!(found[0]["end_date"], "2030-01-01T15:00:00.000000");
     assert_eq!(found[0]["duration"], 180);
@@ -334,6 +342,10 @@ async fn offer_requests_are_checked_like_creates() {
         ),
         (
             json!({"reservations": [ok], "duration": 60, "limit": -1}),
+            "limit",
+        ),
+        (
+            json!({"reservations": [ok], "duration": 60, "limit": "five"}),
             "limit",
         ),
         (
