@@ -191,10 +191,10 @@ def run(api, collector):
     expected = [
         ("lease.create", "PENDING"),
         ("lease.event.start_lease", "ACTIVE"),
-        ("lease.update", "ACTIVE"),
+        ("lease.update", "UPDATING"),
         ("lease.event.before_end_lease", "ACTIVE"),
-        ("lease.update", "ACTIVE"),
-        ("lease.event.before_end_lease.stop", "ACTIVE"),
+        ("lease.update", "UPDATING"),
+        ("lease.event.before_end_lease.stop", "UPDATING"),
         ("lease.event.before_end_lease", "ACTIVE"),
         ("lease.event.end_lease", "TERMINATED"),
         ("lease.delete", "DELETING"),

@@ -1531,9 +1531,14 @@ impl Service {
                     lease.updated_at = Some(stamp);
                     tx.update_lease(&lease).await?;
                     let view = load_view(tx, lease).await?;
-                    self.notify_lease_view(tx, "lease.update", &view).await?;
+                    // Blazar sends both from inside the update's status transition: the
+                    // lease reads UPDATING there, as the update's own answer does.
+                    let mut announced = view.clone();
+                    announced.lease.status = LeaseStatus::Updating;
+                    self.notify_lease_view(tx, "lease.update", &announced)
+                        .await?;
                     if rearmed {
-                        self.notify_lease_view(tx, "lease.event.before_end_lease.stop", &view)
+                        self.notify_lease_view(tx, "lease.event.before_end_lease.stop", &announced)
                             .await?;
                     }
                     Ok(view)

@@ -421,11 +421,11 @@ async fn a_lease_life_is_announced_in_oslos_format_and_in_order() {
     assert_eq!(
         seen,
         [
-            ("lease.update", "PENDING"),
+            ("lease.update", "UPDATING"),
             ("lease.event.start_lease", "ACTIVE"),
             ("lease.event.before_end_lease", "ACTIVE"),
-            ("lease.update", "ACTIVE"),
-            ("lease.event.before_end_lease.stop", "ACTIVE"),
+            ("lease.update", "UPDATING"),
+            ("lease.event.before_end_lease.stop", "UPDATING"),
             ("lease.event.before_end_lease", "ACTIVE"),
             ("lease.event.end_lease", "TERMINATED"),
             ("lease.delete", "DELETING"),
