@@ -195,7 +195,7 @@ impl Service {
         ids.dedup();
         let mut states = load_states(tx, &ids).await?;
         for event in events {
-            let due = event.time;
+            let due = due_of(&event);
             let Some(state) = states.get_mut(&event.lease_id) else {
                 continue;
             };
@@ -390,11 +390,12 @@ impl Service {
                 }) {
                     self.before_end(tx, lease, reservations, allocations, now)
                         .await?;
+                    let due = due_of(before_end);
                     before_end.status = EventStatus::Done;
                     before_end.updated_at = Some(now);
                     tx.update_event(before_end).await?;
                     before.push(EventType::BeforeEndLease);
-                    ran_along.push(before_end.time);
+                    ran_along.push(due);
                 }
                 if !before.is_empty() {
                     let view = LeaseView {
@@ -612,4 +613,11 @@ impl Service {
         }
         tracing::info!("scheduler stopped");
     }
+}
+
+/// When an event was due, for its lag: its time, or when it was written or last moved if
+/// that came later. A lease asked to start (or end) "now" is given the current minute, which
+/// had begun before the request came; it is late only from the request on.
+fn due_of(event: &Event) -> DateTime<Utc> {
+    event.time.max(event.updated_at.unwrap_or(event.created_at))
 }

@@ -245,6 +245,30 @@ async fn metrics_count_requests_by_route_template_status_refusals_and_event_lag(
         assert_eq!(skew, 0.0);
         assert_eq!(skew_ms, None);
     }
+
+    // A lease asked to start now, twenty seconds into a minute, is given that minute; run
+    // five seconds after the request, its start is five seconds late, not twenty-five.
+    app.create_host("compute-2", json!({})).await;
+    app.set_time(t(2030, 1, 1, 10, 5) + TimeDelta::seconds(20));
+    app.post(
+        "/v1/leases",
+        host_lease_body("now", "now", "2030-01-01 10:30"),
+    )
+    .await
+    .assert_status(StatusCode::CREATED);
+    app.tick_at(t(2030, 1, 1, 10, 5) + TimeDelta::seconds(25))
+        .await;
+    let (text, samples) = scrape(&app).await;
+    assert_eq!(
+        sample(&samples, "blazar_event_lag_seconds_count", &[]),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&samples, "blazar_event_lag_seconds_sum", &[]),
+        Some(35.0),
+        "{text}"
+    );
 }
 
 #[tokio::test]
