@@ -28,11 +28,13 @@ pub struct ApiError {
 pub struct RefusalLabel(pub &'static str);
 
 /// The kind of thing that refused, from a refusal's reasons: a usage-enforcement filter, a
-/// policy rule, resources that are not free, or a field of the request.
+/// project quota, a policy rule, resources that are not free, or a field of the request.
 fn refusal_label(refused: &blazar_service::Refused) -> &'static str {
     let any = |f: fn(&blazar_service::Reason) -> bool| refused.reasons.iter().any(f);
     if any(|r| r.filter.is_some()) {
         "enforcement"
+    } else if any(|r| r.quota.is_some()) {
+        "quota"
     } else if any(|r| r.rule.is_some()) {
         "policy"
     } else if any(|r| r.availability.is_some() || r.resource_type.is_some()) {

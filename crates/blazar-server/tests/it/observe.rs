@@ -269,6 +269,27 @@ async fn metrics_count_requests_by_route_template_status_refusals_and_event_lag(
         Some(35.0),
         "{text}"
     );
+
+    // A create over a project quota is counted as refused by the quota.
+    app.put("/v1/quotas/admin-project", json!({"hosts": 0}))
+        .await
+        .assert_status(StatusCode::OK);
+    app.post(
+        "/v1/leases",
+        host_lease_body("over", "2030-01-02 10:00", "2030-01-02 11:00"),
+    )
+    .await
+    .assert_status(StatusCode::FORBIDDEN);
+    let (text, samples) = scrape(&app).await;
+    assert_eq!(
+        sample(
+            &samples,
+            "blazar_lease_refusals_total",
+            &[("reason", "quota")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
 }
 
 #[tokio::test]
