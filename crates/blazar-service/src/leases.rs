@@ -1260,10 +1260,24 @@ impl Service {
         let ids = self
             .lease_resource_ids(identity, id, blazar_core::PHYSICAL_HOST)
             .await?;
+        let admin = self.is_admin(identity);
         in_tx!(self, read, |tx| {
+            let private = match admin {
+                true => HashSet::new(),
+                false => {
+                    tx.private_property_names(blazar_core::PHYSICAL_HOST)
+                        .await?
+                }
+            };
             let mut hosts = Vec::with_capacity(ids.len());
             for &host in &ids {
-                if let Some(h) = tx.get_host(host).await? {
+                if let Some(mut h) = tx.get_host(host).await? {
+                    // What the host route (admins) shows, less what members are not told:
+                    // private properties, and the operator's trust.
+                    if !admin {
+                        h.capabilities.retain(|k, _| !private.contains(k));
+                        h.trust_id.clear();
+                    }
                     hosts.push(h);
                 }
             }
@@ -1279,12 +1293,22 @@ impl Service {
         kind: &str,
     ) -> ServiceResult<Vec<blazar_core::ResourceRecord>> {
         let ids = self.lease_resource_ids(identity, id, kind).await?;
+        let admin = self.is_admin(identity);
         in_tx!(self, read, |tx| {
+            let private = match admin {
+                true => HashSet::new(),
+                false => tx.private_property_names(kind).await?,
+            };
             Ok(tx
                 .list_resources(kind)
                 .await?
                 .into_iter()
                 .filter(|r| ids.binary_search(&r.id).is_ok())
+                .map(|mut r| {
+                    // Members are not told private properties.
+                    r.resource.capabilities.retain(|k, _| !private.contains(k));
+                    r
+                })
                 .collect())
         })
     }

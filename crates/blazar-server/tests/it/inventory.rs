@@ -906,7 +906,9 @@ async fn reallocation_moves_reservations_off_a_device() {
 #[tokio::test]
 async fn a_lease_lists_its_hosts_networks_and_devices() {
     let mut app = TestApp::spawn().await;
-    let h1 = app.create_host("h1", json!({})).await;
+    let h1 = app
+        .create_host("h1", json!({"rack": "r1", "secret_rack": "s1"}))
+        .await;
     app.create_host("h2", json!({})).await;
     let r = app
         .post(
@@ -916,7 +918,14 @@ async fn a_lease_lists_its_hosts_networks_and_devices() {
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let segment = r.body["network"]["id"].as_str().unwrap().to_string();
-    let gpu = device(&app, "gpu-1", json!({})).await;
+    let gpu = device(&app, "gpu-1", json!({"slot": "a", "secret_slot": "s9"})).await;
+    for path in [
+        "/v1/os-hosts/properties/secret_rack",
+        "/v1/devices/properties/secret_slot",
+    ] {
+        let r = app.patch(path, json!({"private": true})).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.body);
+    }
     app.act_as("alpha", "alpha-user", "member");
     let r = app
         .post(
@@ -958,6 +967,28 @@ async fn a_lease_lists_its_hosts_networks_and_devices() {
     assert_eq!(devices.status, StatusCode::OK, "{}", devices.body);
     assert_eq!(devices.body["devices"][0]["id"], json!(gpu));
     assert_eq!(devices.body["devices"][0]["name"], "gpu-1");
+    // A member is not told private properties, nor the operator's trust; public ones stay.
+    let host = &hosts.body["hosts"][0];
+    assert_eq!(host["rack"], "r1", "{host}");
+    assert!(host.get("secret_rack").is_none(), "{host}");
+    assert_eq!(host["trust_id"], "", "{host}");
+    let device_shown = &devices.body["devices"][0];
+    assert_eq!(device_shown["slot"], "a", "{device_shown}");
+    assert!(device_shown.get("secret_slot").is_none(), "{device_shown}");
+    // An admin is.
+    app.act_as_admin();
+    let hosts = app.get(&format!("/v1/leases/{id}/hosts")).await;
+    assert_eq!(
+        hosts.body["hosts"][0]["secret_rack"], "s1",
+        "{}",
+        hosts.body
+    );
+    let devices = app.get(&format!("/v1/leases/{id}/devices")).await;
+    assert_eq!(
+        devices.body["devices"][0]["secret_slot"], "s9",
+        "{}",
+        devices.body
+    );
     // Another project is refused as it is for the lease itself; an unknown one is 404.
     app.act_as("beta", "beta-user", "member");
     let shown = app.get(&format!("/v1/leases/{id}")).await;
