@@ -113,6 +113,16 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The token a request authenticates with, in the token modes: `X-Auth-Token` given once.
+/// Given twice it names nobody (a proxy would join them, as WSGI does, into a token
+/// Keystone refuses): never whichever comes first.
+fn auth_token(headers: &HeaderMap) -> Option<String> {
+    if headers.get_all("x-auth-token").iter().nth(1).is_some() {
+        return None;
+    }
+    header(headers, "x-auth-token")
+}
+
 /// A noauth identity header as text: one that is there must be usable, since falling back
 /// to the default identity (an admin) would hand a caller who meant another project the
 /// default project's leases.
@@ -234,7 +244,7 @@ impl Auth {
     pub async fn identify(&self, headers: &HeaderMap) -> Result<Identity, AuthFailure> {
         match self {
             Auth::Keystone(keystone) => {
-                let token = header(headers, "x-auth-token").ok_or_else(|| self.unauthorized())?;
+                let token = auth_token(headers).ok_or_else(|| self.unauthorized())?;
                 match keystone.validate(&token).await {
                     Ok(Verdict::Valid(principal)) => {
                         tracing::debug!(
@@ -262,7 +272,7 @@ impl Auth {
                 }
             }
             Auth::Tokens(tokens) => {
-                let token = header(headers, "x-auth-token").ok_or_else(|| self.unauthorized())?;
+                let token = auth_token(headers).ok_or_else(|| self.unauthorized())?;
                 match tokens.identify(&token).await {
                     Ok(Some(identity)) => Ok(identity),
                     Ok(None) => Err(self.unauthorized()),

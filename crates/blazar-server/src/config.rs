@@ -741,7 +741,8 @@ pub enum TokenCommand {
     },
     /// List tokens (never their secrets).
     List,
-    /// Revoke a token by id; it stops working at once.
+    /// Revoke a token by id: requests with it are refused from then on, and event streams it
+    /// opened end within --token-revalidate-seconds.
     Revoke {
         /// The token's id (as `token list` shows it), or the token itself.
         id: String,

@@ -114,6 +114,19 @@ async fn expired_revoked_and_forged_tokens_are_refused() {
     get(forged).await.assert_unauthorized();
     let other_id = format!("blz_{}_{secret}", "0".repeat(16));
     get(other_id).await.assert_unauthorized();
+    // Two tokens in one request name nobody, whichever comes first.
+    let other = actor(&app, "v", "q", "member").await;
+    for (first, second) in [(&kept.token, &other.token), (&other.token, &kept.token)] {
+        app.call(
+            Some(first),
+            Method::GET,
+            "/v1/leases",
+            None,
+            &[("X-Auth-Token", second.as_str())],
+        )
+        .await
+        .assert_unauthorized();
+    }
     // Revocation takes effect on the next request.
     assert!(tokens::revoke(&app.store, id, Utc::now()).await.unwrap());
     get(kept.token.clone()).await.assert_unauthorized();
