@@ -934,6 +934,7 @@ impl Service {
                         window,
                         except_lease: None,
                         started: false,
+                        owner: None,
                     }));
                 }
             };
@@ -1073,6 +1074,17 @@ impl Service {
         let Some(retry) = refused.retry.take() else {
             return ServiceError::Refused(refused);
         };
+        // Searched and screened as the lease's owner: an update is measured by its project's
+        // quotas and its owner's filters, whoever asks for it.
+        let owner = match &retry.owner {
+            Some((user_id, project_id)) => Identity {
+                user_id: user_id.clone(),
+                project_id: project_id.clone(),
+                roles: identity.roles.clone(),
+            },
+            None => identity.clone(),
+        };
+        let identity = &owner;
         // Advice, booked later: see `offers`.
         let now = blazar_core::time::first_whole_minute(self.now());
         let minutes = (retry.window.end() - retry.window.start()).num_minutes();
@@ -1708,6 +1720,7 @@ impl Service {
                         window,
                         except_lease: Some(lease.id.clone()),
                         started: lease.status != LeaseStatus::Pending,
+                        owner: Some((lease.user_id.clone(), lease.project_id.clone())),
                     }));
                 }
             };

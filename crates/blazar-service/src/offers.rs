@@ -612,7 +612,6 @@ impl Service {
     }
 }
 
-/// Why the window alone would have a create refused.
 /// A project's limits as read for advice, and the minute a create's quotas are reckoned
 /// from (see [`Service::advice_screen`]).
 pub(crate) struct AdviceScreen {
@@ -620,6 +619,7 @@ pub(crate) struct AdviceScreen {
     now: DateTime<Utc>,
 }
 
+/// Why the window alone would have a create refused.
 enum Screened {
     Quota(Vec<blazar_core::quota::QuotaExcess>),
     Filter(&'static str, crate::enforcement::Denial),

@@ -43,6 +43,10 @@ pub struct Retry {
     /// gets no next offer. Judged by its status, not by the dates asked for: an update of a
     /// pending lease to start now asks for a start in the current minute.
     pub started: bool,
+    /// Whose lease it is (user, project), for an update: the advice is for the lease's
+    /// owner, whose quotas and filters the update is measured by, not for the caller (an
+    /// admin updating a member's lease).
+    pub owner: Option<(String, String)>,
 }
 
 /// The reservation a reason is about: its 1-based position in a create, its id in an update.

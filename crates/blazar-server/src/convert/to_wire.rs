@@ -209,10 +209,9 @@ pub fn lease(v: LeaseView) -> Lease {
     }
 }
 
-/// A lease with, in each reservation, what it was granted (`?allocations=true`).
-/// A lease with what each reservation holds or would hold; a reservation in `withheld` is
-/// shown without (`allocations` left out, not empty: it is granted, the caller is not told
-/// what).
+/// A lease with, in each reservation, what it holds (`?allocations=true`) or would hold (a
+/// dry run); a reservation in `withheld` is shown without (`allocations` left out, not
+/// empty: it is granted, the caller is not told what).
 pub fn lease_with_grants(
     v: LeaseView,
     grants: &[GrantRow],

@@ -742,6 +742,60 @@ async fn a_refusals_next_offer_keeps_to_the_lease_duration_and_start_ahead_quota
     assert_eq!(next_offer(&r), Value::Null, "{}", r.body);
 }
 
+/// An admin's refused update of a member's lease is advised as the member would be: the
+/// lease's project's quotas bound the next offer, not the admin's own project's.
+#[tokio::test]
+async fn a_refused_update_is_advised_by_the_leases_own_quotas() {
+    let mut app = app_with_hosts(1, |_| {}).await;
+    app.put(
+        "/v1/quotas/alpha",
+        json!({"max_lease_duration": 2 * 3600, "max_start_ahead": 2 * 86_400}),
+    )
+    .await
+    .assert_status(StatusCode::OK);
+    let now = app.service.now();
+    let at = |hours: i64| {
+        (now + chrono::Duration::hours(hours))
+            .format("%Y-%m-%d %H:%M")
+            .to_string()
+    };
+    app.act_as("alpha", "ada", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("mine", &at(30), &at(31), json!([hosts(1, "")])),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let mine = id_of(&r);
+    // The host is busy around it until three days from now.
+    app.act_as_admin();
+    for (name, from, to) in [("a", 1, 30), ("b", 31, 72)] {
+        let r = app
+            .post(
+                "/v1/leases",
+                lease(name, &at(from), &at(to), json!([hosts(1, "")])),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    }
+    // Two hours from now on: busy. The next two free hours start three days ahead, further
+    // than alpha may book, so there is no offer, though the admin's project has no limit.
+    let r = app
+        .put(
+            &format!("/v1/leases/{mine}"),
+            json!({"start_date": at(2), "end_date": at(4)}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert_eq!(
+        r.body["reasons"][0]["next_offer"],
+        Value::Null,
+        "{}",
+        r.body
+    );
+}
+
 /// The longest windows of a range all start too far ahead: the bookable shorter ones are
 /// offered rather than none.
 #[tokio::test]
