@@ -1174,15 +1174,7 @@ impl Service {
         {
             return Ok(false);
         }
-        if self.is_admin(identity) {
-            return Ok(true);
-        }
-        let keys = spec.query_keys();
-        if keys.is_empty() {
-            return Ok(true);
-        }
-        let private = tx.private_property_names(spec.kind()).await?;
-        Ok(!keys.iter().any(|k| private.contains(*k)))
+        Ok(!self.hides_resources(tx, identity, spec).await?)
     }
 
     pub async fn get_lease(&self, identity: &Identity, id: &str) -> ServiceResult<LeaseView> {
