@@ -379,8 +379,10 @@ pub fn plan_update(
     }
     let new_end = request.end.map_or(lease.end, |w| w.resolve(now));
     // Blazar takes an end equal to the start: "end it now" in the first minute of a lease
-    // that started. Here a lease lasts at least a second, so it ends one second in.
-    let new_end = if started && request.end.is_some() && new_end == new_start {
+    // that started. Here a lease lasts at least a second, so it ends one second in. (A lease
+    // given a minute that another had ended early in starts within it, after the minute's
+    // start that "now" names.)
+    let new_end = if started && request.end.is_some() && new_end <= new_start && new_end >= now {
         new_start + chrono::Duration::seconds(1)
     } else {
         new_end

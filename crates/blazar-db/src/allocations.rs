@@ -576,6 +576,28 @@ impl Tx {
         views_of_groups(groups)
     }
 
+    /// The latest time in `(after, until]` at which some allocation stopped blocking its
+    /// resource: a lease ended early in the minute a `now` lease would start from. Reads the
+    /// window index for each resource type that has allocations.
+    pub async fn last_release_between(
+        &mut self,
+        after: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> DbResult<Option<DateTime<Utc>>> {
+        let row = sqlx::query(
+            "SELECT CAST(MAX((SELECT MAX(a.blocked_until) FROM allocations a \
+                              WHERE a.resource_type = s.resource_type \
+                              AND a.blocked_until > $1 AND a.blocked_until <= $2)) AS BIGINT) \
+             AS t FROM allocation_spans s",
+        )
+        .bind(to_secs(after))
+        .bind(to_secs(until))
+        .fetch_one(self.conn().await?)
+        .await?;
+        let t: Option<i64> = row.try_get("t")?;
+        t.map(from_secs).transpose()
+    }
+
     /// Whether the resource is held by an allocation still blocked at or after `now`.
     pub async fn has_unended_allocation(
         &mut self,

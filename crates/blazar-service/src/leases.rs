@@ -281,6 +281,22 @@ pub struct DryRun {
 /// would hold (by reservation id) as usage-enforcement filters see them.
 type Trial = (DryRun, HashMap<String, Vec<Value>>);
 
+/// `now` gives a lease the current minute, which began before the request. A lease that
+/// ended early within that minute (an end of `now` in its first minute lasts one second)
+/// still holds that second of it, in the past; a lease given the minute starts when the
+/// last such release happened instead, so that it does not wait for the next minute for
+/// what is free now.
+async fn clear_of_early_ends(
+    tx: &mut Tx,
+    start: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> ServiceResult<DateTime<Utc>> {
+    if start >= now {
+        return Ok(start);
+    }
+    Ok(tx.last_release_between(start, now).await?.unwrap_or(start))
+}
+
 /// Blazar's input date format, in which `before_end_date` reaches its filters.
 const BLAZAR_INPUT_DATE: &str = "%Y-%m-%d %H:%M";
 
@@ -866,9 +882,12 @@ impl Service {
             PlanDates::Fixed(dates) => *dates,
             PlanDates::Earliest(search) => self.earliest_dates(tx, plan, search).await?,
         };
-        let blocked_until = window.end() + self.settings().cleaning();
         // Whole seconds (Service::now), as stored: the view built here equals a read.
         let created = self.now();
+        let start = clear_of_early_ends(tx, window.start(), created).await?;
+        let window = TimeWindow::new(start, window.end()).unwrap_or(window);
+        let before_end = before_end.map(|t| t.max(window.start()));
+        let blocked_until = window.end() + self.settings().cleaning();
         let lease = Lease {
             id: new_id(),
             name: plan.name.clone(),
@@ -1493,7 +1512,12 @@ impl Service {
             self.authorize_explained("blazar:leases:put", identity, &lease_target(&lease))?;
             let stamp = self.now();
             let events = tx.events_of(&lease.id).await?;
-            let plan = plan_update(&lease, &events, &update.dates(), truncate_to_minute(stamp))?;
+            let mut dates = update.dates();
+            if dates.start == Some(When::Now) && lease.status == LeaseStatus::Pending {
+                let start = clear_of_early_ends(tx, truncate_to_minute(stamp), stamp).await?;
+                dates.start = Some(When::At(start));
+            }
+            let plan = plan_update(&lease, &events, &dates, truncate_to_minute(stamp))?;
             if let Some(name) = &update.name {
                 lease.name = name.clone();
             }

@@ -144,11 +144,44 @@ async fn a_lease_starting_now_is_active_after_one_tick() {
             .starts_with("2030-01-01T10:00:0"),
         "{ended}"
     );
-    // The host is free again from the next minute.
+    // The host is free now, in the minute the ended lease started: a lease starting `now`
+    // starts at the release rather than at the minute's start, which the ended lease held.
+    app.set_time(t(2030, 1, 1, 10, 0) + chrono::Duration::seconds(50));
     let r = app
-        .host_lease("next", "2030-01-01 10:01", "2030-01-01 12:00", 1, 1, "")
+        .host_lease("now-again", "now", "2030-01-01 12:00", 1, 1, "")
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["lease"]["start_date"], "2030-01-01T10:00:01.000000");
+    let again = lease_id(&r.body);
+    app.tick_at(t(2030, 1, 1, 10, 0) + chrono::Duration::seconds(51))
+        .await;
+    assert_eq!(lease(&app, &again).await["status"], "ACTIVE");
+    // It too ends in that minute; a pending lease moved to start `now` follows it.
+    let r = app
+        .put(&format!("/v1/leases/{again}"), json!({"end_date": "now"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    app.tick_at(t(2030, 1, 1, 10, 0) + chrono::Duration::seconds(52))
+        .await;
+    assert_eq!(lease(&app, &again).await["status"], "TERMINATED");
+    let r = app
+        .host_lease("later", "2030-01-01 13:00", "2030-01-01 14:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let later = lease_id(&r.body);
+    let r = app
+        .put(&format!("/v1/leases/{later}"), json!({"start_date": "now"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["lease"]["start_date"], "2030-01-01T10:00:02.000000");
+    // From the next minute on, `now` is that minute again.
+    app.set_time(t(2030, 1, 1, 10, 1) + chrono::Duration::seconds(5));
+    app.create_host("compute-2", json!({})).await;
+    let r = app
+        .host_lease("next", "now", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["lease"]["start_date"], "2030-01-01T10:01:00.000000");
 }
 
 #[tokio::test]
