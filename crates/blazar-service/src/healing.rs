@@ -32,6 +32,26 @@ fn handed_over(lease: &Lease, reservation: &Reservation) -> bool {
             && lease.status == LeaseStatus::Starting)
 }
 
+/// What [`Service::move_allocation`] does when no replacement is free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unreplaced {
+    /// The allocation goes; the reservation is flagged as missing it.
+    Flag,
+    /// The allocation stays.
+    Keep,
+}
+
+/// What [`Service::move_allocation`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Moved {
+    /// The reservation is over or gone: nothing to move.
+    NotLive,
+    /// The allocation left the resource (replaced, or flagged as missing).
+    Away,
+    /// Nothing was free to replace it: it stays ([`Unreplaced::Keep`]).
+    Kept,
+}
+
 impl Service {
     async fn notify(
         &self,
@@ -145,7 +165,8 @@ impl Service {
             .unended_allocations_of_resource(kind, resource_id, now)
             .await?
         {
-            self.move_allocation(tx, kind, &allocation, now).await?;
+            self.move_allocation(tx, kind, &allocation, now, Unreplaced::Flag)
+                .await?;
         }
         Ok(())
     }
@@ -166,7 +187,7 @@ impl Service {
             tracing::warn!(host.id = host_id, allocation.id = %allocation.id,
                 reservation.id = %allocation.reservation_id,
                 "instance slots over the host's capacity: moved off it");
-            self.move_allocation(tx, PHYSICAL_HOST, allocation, now)
+            self.move_allocation(tx, PHYSICAL_HOST, allocation, now, Unreplaced::Flag)
                 .await?;
         }
         Ok(leaving.len())
@@ -260,23 +281,25 @@ impl Service {
     /// Moves one allocation of a live reservation off its resource: a replacement matching
     /// the reservation is searched while the allocation still holds the resource (so the
     /// resource itself is never the replacement), then the allocation goes. Without a
-    /// replacement the reservation is flagged `missing_resources` and its lease `degraded`.
-    /// Returns whether the reservation was live (and so was changed).
+    /// replacement the reservation is flagged `missing_resources` and its lease `degraded`,
+    /// unless `unreplaced` says to keep it where it is (a move asked for while the resource
+    /// stays in service: taking it away would only have healing hand it back).
     pub(crate) async fn move_allocation(
         &self,
         tx: &mut Tx,
         kind: &str,
         allocation: &Allocation,
         now: DateTime<Utc>,
-    ) -> ServiceResult<bool> {
+        unreplaced: Unreplaced,
+    ) -> ServiceResult<Moved> {
         let Some(mut reservation) = tx.get_reservation(&allocation.reservation_id).await? else {
-            return Ok(false);
+            return Ok(Moved::NotLive);
         };
         if !is_live(&reservation) {
-            return Ok(false);
+            return Ok(Moved::NotLive);
         }
         let Some(mut lease) = tx.lock_lease(&reservation.lease_id).await? else {
-            return Ok(false);
+            return Ok(Moved::NotLive);
         };
         let resource_id = allocation.resource_id;
         let wanted = allocation.occupancy.units;
@@ -294,6 +317,9 @@ impl Service {
                 now,
             )
             .await?;
+        if added == 0 && unreplaced == Unreplaced::Keep {
+            return Ok(Moved::Kept);
+        }
         tx.delete_allocation(&allocation.id).await?;
         if handed_over(&lease, &reservation) {
             self.record_action(
@@ -306,8 +332,17 @@ impl Service {
             )
             .await?;
         }
-        let detail =
-            json!({"resource_id": resource_id, "kind": kind, "replaced": added, "lost": wanted});
+        // `resource` is the id the resource's own API knows it by (hosts: the same number).
+        let resource = match kind {
+            PHYSICAL_HOST => resource_id.to_string(),
+            _ => tx
+                .resources_named(kind, &[resource_id])
+                .await?
+                .pop()
+                .map_or_else(|| resource_id.to_string(), |r| r.resource.uid),
+        };
+        let detail = json!({"resource_id": resource_id, "resource": resource, "kind": kind,
+                            "replaced": added, "lost": wanted});
         if added >= wanted {
             reservation.resources_changed = true;
             self.notify(
@@ -336,7 +371,7 @@ impl Service {
             lease.id = %lease.id, reservation.id = %reservation.id, resource.kind = kind,
             resource.id = resource_id, replaced = added, "reservation moved off a resource"
         );
-        Ok(true)
+        Ok(Moved::Away)
     }
 
     /// Fills reservations that are missing resources, where resources are free again; clears

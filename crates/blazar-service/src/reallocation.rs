@@ -3,13 +3,12 @@
 //! another one that matches them, for what is left of their leases, as healing does for a
 //! resource that went out of service, but on demand and while the resource stays reservable.
 
-use blazar_core::time::truncate_to_minute;
-
+use crate::healing::{Moved, Unreplaced};
 use crate::hosts::{AllocationEntry, host_not_found, parse_host_id};
 use crate::inventory::{DEVICES, not_found};
 use crate::leases::{lease_not_found, lease_target};
 use crate::pool::DEVICE;
-use crate::{Identity, Service, ServiceResult};
+use crate::{Identity, Service, ServiceError, ServiceResult};
 use blazar_core::PHYSICAL_HOST;
 
 /// Which reservations of the resource to move: all of them, one lease's, or one reservation.
@@ -17,6 +16,13 @@ use blazar_core::PHYSICAL_HOST;
 pub struct ReallocationFilter {
     pub lease_id: Option<String>,
     pub reservation_id: Option<String>,
+}
+
+/// What a re-allocation moved, and the reservations nothing was free for.
+#[derive(Debug, Default)]
+struct Outcome {
+    moved: usize,
+    kept: Vec<String>,
 }
 
 /// What can be re-allocated.
@@ -68,8 +74,22 @@ impl Service {
                     (DEVICE, record.id, record.resource.uid)
                 }
             };
-            self.move_reservations(tx, kind, resource_id, filter)
+            let outcome = self
+                .move_reservations(tx, kind, resource_id, filter)
                 .await?;
+            // Nothing could go anywhere: said, rather than answered as if it had moved.
+            if outcome.moved == 0
+                && let Some(kept) = outcome.kept.first()
+            {
+                let what = match what {
+                    Reallocated::Host => "host",
+                    Reallocated::Device => "device",
+                };
+                return Err(ServiceError::Conflict(format!(
+                    "No other {what} matching reservation {kept} is free for the rest of its \
+                     lease; it keeps {what} {shown_id}"
+                )));
+            }
             self.allocation_entry(tx, kind, resource_id, shown_id, filter)
                 .await
         })?;
@@ -95,17 +115,18 @@ impl Service {
     }
 
     /// Moves every live reservation of type `kind` that holds the resource for the future and
-    /// passes the filter. Instance slots on a host are not moved: they share the host with
-    /// others and heal on their own when it goes out of service.
+    /// passes the filter, where another matching resource is free for it; the others keep
+    /// the resource. Instance slots on a host are not moved: they share the host with others
+    /// and heal on their own when it goes out of service.
     async fn move_reservations(
         &self,
         tx: &mut blazar_db::Tx,
         kind: &str,
         resource_id: i64,
         filter: &ReallocationFilter,
-    ) -> ServiceResult<usize> {
+    ) -> ServiceResult<Outcome> {
         let now = self.now();
-        let mut moved = 0;
+        let mut outcome = Outcome::default();
         for allocation in tx
             .unended_allocations_of_resource(kind, resource_id, now)
             .await?
@@ -127,14 +148,16 @@ impl Service {
             if reservation.resource_type() != kind {
                 continue;
             }
-            if self
-                .move_allocation(tx, kind, &allocation, truncate_to_minute(now))
+            match self
+                .move_allocation(tx, kind, &allocation, now, Unreplaced::Keep)
                 .await?
             {
-                moved += 1;
+                Moved::Away => outcome.moved += 1,
+                Moved::Kept => outcome.kept.push(reservation.id),
+                Moved::NotLive => {}
             }
         }
-        Ok(moved)
+        Ok(outcome)
     }
 
     /// The resource's allocations after the move, as `GET .../allocation` with the same

@@ -718,26 +718,31 @@ async fn reallocation_moves_reservations_off_a_host() {
     );
     assert_eq!(shown.body["lease"]["degraded"], false);
 
-    // Another lease takes the freed host; then no other host matches: the reservation loses
-    // its host and its lease is degraded.
+    // Another lease takes the freed host; then no other host matches: the reservation keeps
+    // its host (taking it away would only have healing hand it back) and the caller is told.
     let other = app
         .host_lease("b", "2030-01-01 09:00", "2030-01-01 13:00", 1, 1, rack_a)
         .await;
     assert_eq!(other.status, StatusCode::CREATED, "{}", other.body);
+    let before = app.get(&format!("/v1/leases/{lease_id}")).await.body;
     let r = app
         .put(
             &format!("/v1/os-hosts/{to}/allocation"),
             json!({"lease_id": lease_id}),
         )
         .await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let shown = app.get(&format!("/v1/leases/{lease_id}")).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    let reservation = before["lease"]["reservations"][0]["id"].as_str().unwrap();
     assert_eq!(
-        shown.body["lease"]["reservations"][0]["missing_resources"],
-        true
+        r.body["error_message"],
+        format!(
+            "No other host matching reservation {reservation} is free for the rest of its \
+             lease; it keeps host {to}"
+        )
     );
-    assert_eq!(shown.body["lease"]["degraded"], true);
-    assert!(app.hosts_of(&lease_id).await.is_empty());
+    let shown = app.get(&format!("/v1/leases/{lease_id}")).await;
+    assert_eq!(shown.body, before, "nothing changed");
+    assert_eq!(app.hosts_of(&lease_id).await, vec![to.clone()]);
     // The host of another rack was never a candidate.
     let r = app.get(&format!("/v1/os-hosts/{h3}/allocation")).await;
     assert_eq!(r.body["allocation"]["reservations"], json!([]));

@@ -895,6 +895,54 @@ async fn reallocation_moves_reservations_off_a_device() {
         holder(&app.get("/v1/devices/allocations").await.body),
         vec![to.clone()]
     );
+    // The notification names the device as its API does.
+    let notes = app
+        .get(&format!("/v1/notifications?lease_id={lease_id}"))
+        .await
+        .body;
+    let changed = notes["notifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["event_type"] == "reservation.resources_changed")
+        .cloned()
+        .unwrap_or_else(|| panic!("no resources_changed: {notes}"));
+    assert_eq!(
+        changed["payload"]["detail"]["resource"],
+        json!(from),
+        "{changed}"
+    );
+    // The freed device is taken; with nothing else free the lease keeps its device.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "e",
+                "2030-01-01 09:00",
+                "2030-01-01 13:00",
+                json!([{"resource_type": "device", "min": 1, "max": 1, "resource_properties": ""}]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = app
+        .put(&format!("/v1/devices/{to}/allocation"), json!({}))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        r.body["error_message"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("it keeps device {to}")),
+        "{}",
+        r.body
+    );
+    let shown = app.get(&format!("/v1/leases/{lease_id}")).await.body;
+    assert_eq!(shown["lease"]["degraded"], false, "{shown}");
+    assert_eq!(
+        holder(&app.get("/v1/devices/allocations").await.body).len(),
+        2
+    );
     // Only devices and hosts are re-allocated.
     let net = segment(&app, 5, json!({})).await;
     let r = app
