@@ -16,6 +16,7 @@ use blazar_db::Tx;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
+use crate::refusal::ReservationRef;
 use crate::resources::AllocationRequest;
 use crate::{Service, ServiceError, ServiceResult};
 
@@ -131,7 +132,7 @@ impl Service {
         let request = AllocationRequest {
             lease_id: &lease.id,
             reservation_id: &reservation.id,
-            ordinal: 1,
+            named: ReservationRef::Id(reservation.id.clone()),
             window: window_left,
             blocked_until: window.2,
             keep: &held,

@@ -404,7 +404,7 @@ pub(crate) async fn allocate_shape(
                 "Not enough hosts available for reservation {} ({kind}, {} instance(s) of {} \
                  vCPU, {} MB RAM, {} GB disk{placement_rule}): {fitting} host(s) match the \
                  filters and fit one instance, with {free} free slot(s) on {} host(s) {window}",
-                request.ordinal,
+                request.named,
                 shape.amount,
                 shape.slot.vcpus,
                 shape.slot.memory_mb,

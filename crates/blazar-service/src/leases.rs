@@ -929,7 +929,7 @@ impl Service {
             let allocation = AllocationRequest {
                 lease_id: &lease.id,
                 reservation_id: &reservation.id,
-                ordinal: i + 1,
+                named: ReservationRef::Position(i + 1),
                 window,
                 blocked_until,
                 keep: &[],
@@ -1679,7 +1679,7 @@ impl Service {
 
         let blocked_until = window.end() + self.settings().cleaning();
         let allocations = tx.allocations_of_lease(&lease.id).await?;
-        for (i, reservation) in reservations.iter().enumerate() {
+        for reservation in reservations.iter() {
             let spec = match changes.get(&reservation.id) {
                 Some(changed) => {
                     let mut spec = changed.clone();
@@ -1718,7 +1718,7 @@ impl Service {
             let request = AllocationRequest {
                 lease_id: &lease.id,
                 reservation_id: &reservation.id,
-                ordinal: i + 1,
+                named: ReservationRef::Id(reservation.id.clone()),
                 window,
                 blocked_until,
                 keep: &held,

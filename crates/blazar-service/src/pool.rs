@@ -188,7 +188,7 @@ pub(crate) async fn allocate(
                 None => format!(
                     "Not enough floating IPs available for reservation {}: a required floating IP \
                  is reserved by another lease in that window",
-                    request.ordinal
+                    request.named
                 ),
             }),
         );
@@ -214,7 +214,7 @@ pub(crate) async fn allocate(
                 "Not enough {}s available for reservation {} ({kind}, {min} wanted): {} match \
                  the request and are reservable, {} of them free {window}",
                 noun(kind),
-                request.ordinal,
+                request.named,
                 s.matching,
                 s.free,
             )

@@ -56,6 +56,15 @@ pub enum ReservationRef {
     Id(String),
 }
 
+impl std::fmt::Display for ReservationRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReservationRef::Position(n) => write!(f, "{n}"),
+            ReservationRef::Id(id) => f.write_str(id),
+        }
+    }
+}
+
 /// What a reservation asked for, in numbers; the fields its type has are set.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Requested {
@@ -186,12 +195,12 @@ impl Reason {
 
     /// A reservation that could not be satisfied; `availability` only when it may be told.
     pub fn shortfall(
-        position: usize,
+        reservation: ReservationRef,
         resource_type: &str,
         availability: Option<Availability>,
     ) -> Reason {
         Reason {
-            reservation: Some(ReservationRef::Position(position)),
+            reservation: Some(reservation),
             resource_type: Some(resource_type.to_string()),
             availability,
             ..Reason::default()

@@ -13,6 +13,7 @@ use blazar_core::{PHYSICAL_HOST, PropertyQuery, TimeWindow, engine};
 use blazar_db::{AllocationUsage, Backend, NewAllocation, Tx};
 use chrono::{DateTime, Utc};
 
+use crate::refusal::ReservationRef;
 use crate::{Availability, Reason, ServiceError, ServiceResult};
 
 /// What an allocation is for.
@@ -20,8 +21,9 @@ use crate::{Availability, Reason, ServiceError, ServiceResult};
 pub struct AllocationRequest<'a> {
     pub lease_id: &'a str,
     pub reservation_id: &'a str,
-    /// 1-based position of the reservation in the lease, for error messages.
-    pub ordinal: usize,
+    /// How messages name the reservation: its 1-based position in a create, its id in an
+    /// update (as the refusal's reasons do).
+    pub named: ReservationRef,
     pub window: TimeWindow,
     pub blocked_until: DateTime<Utc>,
     /// Resources the reservation holds already; kept when possible.
@@ -42,7 +44,7 @@ impl AllocationRequest<'_> {
             window: self.window,
             next_offer: None,
         });
-        Reason::shortfall(self.ordinal, resource_type, availability)
+        Reason::shortfall(self.named.clone(), resource_type, availability)
     }
 
     /// The refusal of a shortfall of `resource_type`: Blazar's `bare` message, unless the
@@ -798,7 +800,7 @@ pub(crate) async fn allocate_hosts(
                 format!(
                     "Not enough hosts available for reservation {} (physical:host, min {}): {} \
                      host(s) match the filters and are reservable, {} of them free {window}",
-                    request.ordinal, s.min, s.matching, s.free,
+                    request.named, s.min, s.matching, s.free,
                 )
             },
         )

@@ -168,6 +168,18 @@ async fn an_active_instance_reservation_changes_only_its_amount() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
     assert_eq!(r.body["lease"]["reservations"][0]["amount"], 2);
     assert_eq!(r.body["lease"]["reservations"][0]["vcpus"], 1);
+    // More than the host holds: the refusal names the reservation as the update did.
+    let r = app
+        .put(&path, json!({"reservations": [{"id": rid, "amount": 9}]}))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(
+        r.message().starts_with(&format!(
+            "Not enough hosts available for reservation {rid} ("
+        )),
+        "{}",
+        r.body
+    );
 }
 
 #[tokio::test]
