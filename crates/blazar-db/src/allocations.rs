@@ -143,6 +143,9 @@ fn views_of_groups(mut groups: Vec<Group>) -> DbResult<Vec<AllocationView>> {
         }
     }
     views.sort_by_key(|v| v.resource_id);
+    // A reservation holding instance slots on a host in two allocations (healing added to
+    // what it held) is listed once there: the stable sort keeps those two side by side.
+    views.dedup_by(|a, b| a.resource_id == b.resource_id && a.reservation_id == b.reservation_id);
     Ok(views)
 }
 

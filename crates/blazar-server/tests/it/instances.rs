@@ -1376,3 +1376,59 @@ async fn an_active_instance_reservation_spread_over_hosts_keeps_them_to_extend()
         "2030-01-01T13:00:00.000000"
     );
 }
+
+/// Healing that adds slots on a host where the reservation already holds some leaves it two
+/// allocations there; the host's allocation lists the reservation once.
+#[tokio::test]
+async fn a_reservation_healed_onto_a_host_it_holds_is_listed_there_once() {
+    let app = TestApp::spawn().await;
+    let h1 = app
+        .create_host(
+            "c1",
+            json!({"vcpus": 4, "memory_mb": 16384, "local_gb": 100}),
+        )
+        .await;
+    let h2 = app
+        .create_host(
+            "c2",
+            json!({"vcpus": 2, "memory_mb": 16384, "local_gb": 100}),
+        )
+        .await;
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "six",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                instances(6, 1, 512, 1, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lid = r.body["lease"]["id"].as_str().unwrap().to_string();
+    // Four slots on c1, two on c2; c2 grows, then c1 shrinks: c1's slots go where they fit,
+    // some of them beside the two the reservation holds on c2.
+    let r = app
+        .put(&format!("/v1/os-hosts/{h2}"), json!({"vcpus": 4}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = app
+        .put(&format!("/v1/os-hosts/{h1}"), json!({"vcpus": 2}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let l = app.get(&format!("/v1/leases/{lid}")).await.body;
+    assert_eq!(l["lease"]["degraded"], false, "{l}");
+    for host in [&h1, &h2] {
+        let r = app.get(&format!("/v1/os-hosts/{host}/allocation")).await;
+        let listed = r.body["allocation"]["reservations"]
+            .as_array()
+            .unwrap()
+            .len();
+        assert_eq!(listed, 1, "{host}: {}", r.body);
+    }
+    let all = app.get("/v1/os-hosts/allocations").await.body;
+    for entry in all["allocations"].as_array().unwrap() {
+        assert_eq!(entry["reservations"].as_array().unwrap().len(), 1, "{all}");
+    }
+}
