@@ -571,8 +571,9 @@ KNOWN_DIFFERENCES = {
          (409, r"^ERROR: Not enough hosts available for reservation 1 \(physical:host, min 1\)")),
     26: (NOT_ENOUGH_HOSTS, "error",
          (409, r"^ERROR: Not enough hosts available for reservation 1 \(physical:host, min 5\)")),
-    44: (NOT_ENOUGH_HOSTS, "error",
-         (409, r"^ERROR: Not enough hosts available for reservation 1 \(physical:host, min 1\)")),
+    44: (NOT_ENOUGH_HOSTS + "; an update names the reservation by its id", "error",
+         (409, r"^ERROR: Not enough hosts available for reservation [0-9a-f-]{36} "
+               r"\(physical:host, min 1\)")),
     48: ("blazar-rs has no Neutron: any valid address on any network is registered "
          "(docs/compatibility.md, Floating IP create); the reference's fake Neutron refused "
          "an address inside its subnet's allocation pool", "created", "floatingip"),
