@@ -154,9 +154,12 @@ fn when_field(key: &str, value: Option<Value>) -> ApiResult<Option<When>> {
     }
 }
 
+/// An empty `before_end_date` is none, as in Blazar (a form's empty optional field): a
+/// create gets the default notice, an update leaves the notice as it is.
 fn before_end_field(value: Option<Value>) -> ApiResult<Option<DateTime<Utc>>> {
     match string_field("before_end_date", value)? {
         None => Ok(None),
+        Some(text) if text.is_empty() => Ok(None),
         Some(text) => parse_minute(&text)
             .map(Some)
             .ok_or_else(|| invalid_date(&text)),
@@ -213,7 +216,7 @@ pub fn new_lease(body: blazar_api::NewLease) -> ApiResult<blazar_service::NewLea
                  minutes instead",
             ));
         }
-        if given(body.before_end_date.clone()).is_some() {
+        if before_end_field(body.before_end_date.clone())?.is_some() {
             return Err(ApiError::bad_request(
                 "before_end_date cannot be given with start_date \"earliest\": the end is not \
                  known yet",
