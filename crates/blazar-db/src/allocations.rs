@@ -216,12 +216,47 @@ impl Tx {
             }
             self.write(&sql, args).await?;
         }
+        let spans: Vec<(&str, i64)> = all
+            .iter()
+            .map(|a| {
+                let span = to_secs(a.occupancy.blocked_until) - to_secs(a.occupancy.start);
+                (a.resource_type.as_str(), span)
+            })
+            .collect();
+        self.widen_spans(&spans).await?;
+        Ok(ids)
+    }
+
+    /// Moves the start of allocations back to when their reservation began to hold the
+    /// resource (`(id, resource type, start, blocked until)` each): an active reservation
+    /// allocated again from now on keeps the history of what it held before. Widens the
+    /// longest spans as inserts do.
+    pub async fn restore_allocation_starts(
+        &mut self,
+        starts: &[(String, String, DateTime<Utc>, DateTime<Utc>)],
+    ) -> DbResult<()> {
+        for (id, _, start, _) in starts {
+            self.write(
+                "UPDATE allocations SET start_at = $1 WHERE id = $2",
+                vec![(*start).into(), id.into()],
+            )
+            .await?;
+        }
+        let spans: Vec<(&str, i64)> = starts
+            .iter()
+            .map(|(_, kind, start, until)| (kind.as_str(), to_secs(*until) - to_secs(*start)))
+            .collect();
+        self.widen_spans(&spans).await
+    }
+
+    /// Records, per resource type, the longest `blocked_until - start` among `spans`
+    /// where it is longer than any so far: range reads bound how far back they look by it.
+    async fn widen_spans(&mut self, all: &[(&str, i64)]) -> DbResult<()> {
         let mut spans: Vec<(&str, i64)> = Vec::new();
-        for a in all {
-            let span = to_secs(a.occupancy.blocked_until) - to_secs(a.occupancy.start);
-            match spans.iter_mut().find(|(t, _)| *t == a.resource_type) {
+        for &(resource_type, span) in all {
+            match spans.iter_mut().find(|(t, _)| *t == resource_type) {
                 Some((_, longest)) => *longest = (*longest).max(span),
-                None => spans.push((&a.resource_type, span)),
+                None => spans.push((resource_type, span)),
             }
         }
         let greatest = match self.backend {
@@ -249,7 +284,7 @@ impl Tx {
             )
             .await?;
         }
-        Ok(ids)
+        Ok(())
     }
 
     pub async fn delete_allocations_of_reservation(

@@ -1704,10 +1704,12 @@ impl Service {
                     std::iter::repeat_n(a.resource_id, units)
                 })
                 .collect();
-            // An active reservation is held again over the span it holds (see `held_since`),
-            // so an extension asks only for the time that is new to its resources.
+            // An active reservation is allocated again from now on: the past is over, and
+            // whoever held a resource before (a lease that ended) does not keep a new one
+            // from joining. What it keeps gets its history back below.
             let window = if reservation.status == ReservationStatus::Active {
-                let from = held_since(window, own.iter().map(|a| a.occupancy.start));
+                let from = held_since(window, own.iter().map(|a| a.occupancy.start))
+                    .max(truncate_to_minute(stamp));
                 TimeWindow::new(from, window.end()).unwrap_or(window)
             } else {
                 window
@@ -1757,6 +1759,30 @@ impl Service {
                         .iter()
                         .filter(|a| a.reservation_id == reservation.id),
                 );
+                // A resource it keeps is held since it was first held, as before the update
+                // (instance slots only on a host where it holds no more than it did: the
+                // added ones were not held before).
+                let mut since: HashMap<i64, DateTime<Utc>> = HashMap::new();
+                for a in &own {
+                    let t = since.entry(a.resource_id).or_insert(a.occupancy.start);
+                    *t = (*t).min(a.occupancy.start);
+                }
+                let restored: Vec<_> = after_rows
+                    .iter()
+                    .filter(|a| a.reservation_id == reservation.id)
+                    .filter(|a| after.get(&a.resource_id) <= before.get(&a.resource_id))
+                    .filter_map(|a| {
+                        let t = *since.get(&a.resource_id)?;
+                        (t < a.occupancy.start).then(|| {
+                            (
+                                a.id.clone(),
+                                a.resource_type.clone(),
+                                t,
+                                a.occupancy.blocked_until,
+                            )
+                        })
+                    })
+                    .collect();
                 let mut lost: Vec<i64> = before
                     .iter()
                     .filter(|(id, n)| after.get(id).copied().unwrap_or(0) < **n)
@@ -1802,6 +1828,7 @@ impl Service {
                         ..Reason::default()
                     }));
                 }
+                tx.restore_allocation_starts(&restored).await?;
                 self.hand_over_added(
                     tx,
                     lease,

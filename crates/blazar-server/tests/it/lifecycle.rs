@@ -510,3 +510,85 @@ async fn an_event_that_fails_once_is_not_set_aside() {
     assert_eq!(l["status"], "ACTIVE");
     assert_eq!(event_status(&l, "start_lease"), "DONE");
 }
+
+/// A running lease grows onto a host another lease held earlier in its life and gave back:
+/// the past is over, so only the time from now on must be free; the host it kept shows as
+/// held from its start, as before the update.
+#[tokio::test]
+async fn an_active_lease_grows_onto_a_host_an_ended_lease_held() {
+    let app = TestApp::spawn().await;
+    app.create_host("compute-1", json!({})).await;
+    app.create_host("compute-2", json!({})).await;
+    let short = app
+        .host_lease("short", "2030-01-01 10:00", "2030-01-01 10:30", 1, 1, "")
+        .await;
+    assert_eq!(short.status, StatusCode::CREATED, "{}", short.body);
+    let long = app
+        .host_lease("long", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(long.status, StatusCode::CREATED, "{}", long.body);
+    let id = lease_id(&long.body);
+    let rid = long.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    app.tick_at(t(2030, 1, 1, 10, 30)).await;
+    assert_eq!(
+        lease(&app, &lease_id(&short.body)).await["status"],
+        "TERMINATED"
+    );
+    app.set_time(t(2030, 1, 1, 10, 45));
+    let r = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"reservations": [{"id": rid, "min": 2, "max": 2}]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let held = app
+        .get(&format!("/v1/os-hosts/allocations?lease_id={id}"))
+        .await
+        .body;
+    let holding = held["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["reservations"] != json!([]))
+        .count();
+    assert_eq!(holding, 2, "{held}");
+    // The calendar: the kept host busy for "long" from 10:00, the new one from 10:45, and
+    // "short" still on record before it.
+    let timeline = app
+        .get("/v1/os-hosts/timeline?start=2030-01-01%2009:00&end=2030-01-01%2013:00")
+        .await
+        .body;
+    let mut busy: Vec<(String, String)> = timeline["timeline"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["busy"].as_array().unwrap().clone())
+        .map(|b| {
+            (
+                b["lease_name"].as_str().unwrap_or_default().to_string(),
+                b["start_date"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    busy.sort();
+    assert_eq!(
+        busy,
+        vec![
+            ("long".to_string(), "2030-01-01T10:00:00.000000".to_string()),
+            ("long".to_string(), "2030-01-01T10:45:00.000000".to_string()),
+            (
+                "short".to_string(),
+                "2030-01-01T10:00:00.000000".to_string()
+            ),
+        ],
+        "{timeline}"
+    );
+    // It runs to its end and ends whole.
+    app.tick_at(t(2030, 1, 1, 12, 0)).await;
+    assert_eq!(lease(&app, &id).await["status"], "TERMINATED");
+}
