@@ -228,23 +228,26 @@ impl Tx {
     }
 
     /// Moves the start of allocations back to when their reservation began to hold the
-    /// resource (`(id, resource type, start, blocked until)` each): an active reservation
-    /// allocated again from now on keeps the history of what it held before. Widens the
-    /// longest spans as inserts do.
+    /// resource (each allocation with that time): an active reservation allocated again
+    /// from now on keeps the history of what it held before. Widens the longest spans as
+    /// inserts do.
     pub async fn restore_allocation_starts(
         &mut self,
-        starts: &[(String, String, DateTime<Utc>, DateTime<Utc>)],
+        starts: &[(&Allocation, DateTime<Utc>)],
     ) -> DbResult<()> {
-        for (id, _, start, _) in starts {
+        for (allocation, start) in starts {
             self.write(
                 "UPDATE allocations SET start_at = $1 WHERE id = $2",
-                vec![(*start).into(), id.into()],
+                vec![(*start).into(), (&allocation.id).into()],
             )
             .await?;
         }
         let spans: Vec<(&str, i64)> = starts
             .iter()
-            .map(|(_, kind, start, until)| (kind.as_str(), to_secs(*until) - to_secs(*start)))
+            .map(|(a, start)| {
+                let span = to_secs(a.occupancy.blocked_until) - to_secs(*start);
+                (a.resource_type.as_str(), span)
+            })
             .collect();
         self.widen_spans(&spans).await
     }

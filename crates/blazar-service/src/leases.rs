@@ -1706,10 +1706,10 @@ impl Service {
                 .collect();
             // An active reservation is allocated again from now on: the past is over, and
             // whoever held a resource before (a lease that ended) does not keep a new one
-            // from joining. What it keeps gets its history back below.
+            // from joining. (Everything it holds was allocated by this minute.) What it
+            // keeps gets its history back below.
             let window = if reservation.status == ReservationStatus::Active {
-                let from = held_since(window, own.iter().map(|a| a.occupancy.start))
-                    .max(truncate_to_minute(stamp));
+                let from = window.start().max(truncate_to_minute(stamp));
                 TimeWindow::new(from, window.end()).unwrap_or(window)
             } else {
                 window
@@ -1767,20 +1767,13 @@ impl Service {
                     let t = since.entry(a.resource_id).or_insert(a.occupancy.start);
                     *t = (*t).min(a.occupancy.start);
                 }
-                let restored: Vec<_> = after_rows
+                let restored: Vec<(&Allocation, DateTime<Utc>)> = after_rows
                     .iter()
                     .filter(|a| a.reservation_id == reservation.id)
                     .filter(|a| after.get(&a.resource_id) <= before.get(&a.resource_id))
                     .filter_map(|a| {
                         let t = *since.get(&a.resource_id)?;
-                        (t < a.occupancy.start).then(|| {
-                            (
-                                a.id.clone(),
-                                a.resource_type.clone(),
-                                t,
-                                a.occupancy.blocked_until,
-                            )
-                        })
+                        (t < a.occupancy.start).then_some((a, t))
                     })
                     .collect();
                 let mut lost: Vec<i64> = before
