@@ -20,6 +20,9 @@ pub struct ApiError {
     pub refusal: Option<&'static str>,
     /// An `error_name` other than the status code, where Blazar answers one.
     pub name: Option<&'static str>,
+    /// Answered in the framework's shape (`{"error": N, "error_message"}`) rather than the
+    /// application's, where Blazar's web layer answers before any of its code runs.
+    pub framework: bool,
 }
 
 /// A response extension naming what refused a lease create or update, read by the
@@ -59,6 +62,15 @@ impl ApiError {
             reasons: None,
             refusal: None,
             name: None,
+            framework: false,
+        }
+    }
+
+    /// An error Blazar's web layer answers in its own shape (see [`framework_error`]).
+    pub fn framework(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            framework: true,
+            ..ApiError::new(status, message)
         }
     }
 
@@ -120,6 +132,7 @@ impl From<ServiceError> for ApiError {
                         .collect(),
                 ),
                 name: None,
+                framework: false,
             },
             other => ApiError::new(status, other.to_string()),
         }
@@ -140,6 +153,9 @@ impl IntoResponse for ApiError {
                 reasons: None,
             };
             return (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response();
+        }
+        if self.framework {
+            return framework_error(self.status, &self.message);
         }
         let code = self.status.as_u16();
         let body = ErrorBody {

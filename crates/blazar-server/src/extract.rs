@@ -23,9 +23,11 @@ impl FromRequest<AppState> for JsonObject {
             let text = content_type.to_str().unwrap_or_default();
             let essence = text.split(';').next().unwrap_or_default().trim();
             if !essence.eq_ignore_ascii_case("application/json") {
-                return Err(ApiError::bad_request(format!(
-                    "Content type '{text}' isn't supported"
-                )));
+                // Blazar's web layer refuses it before its handlers run, in its own shape.
+                return Err(ApiError::framework(
+                    StatusCode::BAD_REQUEST,
+                    format!("Content type '{text}' isn't supported"),
+                ));
             }
         }
         // A body is read as sent: one the client says it compressed is refused rather than

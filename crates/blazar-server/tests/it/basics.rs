@@ -96,20 +96,10 @@ async fn json_suffix_routes_work() {
 #[tokio::test]
 async fn malformed_bodies_get_a_400_in_blazar_format() {
     let app = TestApp::spawn().await;
-    let cases: [(&str, &'static str, &str); 5] = [
+    let cases: [(&str, &'static str, &str); 3] = [
         ("application/json", "{bad", "not valid JSON"),
         ("application/json", "[1, 2]", "must be a JSON object"),
         ("application/json", "\"text\"", "must be a JSON object"),
-        (
-            "text/plain",
-            "{}",
-            "Content type 'text/plain' isn't supported",
-        ),
-        (
-            "application/x-www-form-urlencoded",
-            "name=x",
-            "isn't supported",
-        ),
     ];
     for (content_type, body, expected) in cases {
         let r = app
@@ -119,6 +109,23 @@ async fn malformed_bodies_get_a_400_in_blazar_format() {
         assert_eq!(r.body["error_code"], 400);
         assert_eq!(r.body["error_name"], 400);
         assert!(r.message().contains(expected), "{body}: {}", r.message());
+    }
+    // A content type other than JSON is refused by Blazar's web layer, in its own shape.
+    for (content_type, body) in [
+        ("text/plain", "{}"),
+        ("application/x-www-form-urlencoded", "name=x"),
+    ] {
+        let r = app
+            .raw(Method::POST, "/v1/leases", content_type, body)
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{content_type}");
+        assert_eq!(
+            r.body,
+            json!({
+                "error": 400,
+                "error_message": format!("Content type '{content_type}' isn't supported"),
+            })
+        );
     }
     assert_eq!(app.get("/v1/leases").await.body["leases"], json!([]));
 }
