@@ -93,6 +93,16 @@ impl Usage {
         }
     }
 
+    /// This usage less `by`, never below zero in any dimension.
+    pub fn less(self, by: Usage) -> Usage {
+        let step = |now: i64, by: i64| now.saturating_sub(by).max(0);
+        Usage {
+            vcpus: step(self.vcpus, by.vcpus),
+            memory_mb: step(self.memory_mb, by.memory_mb),
+            disk_gb: step(self.disk_gb, by.disk_gb),
+        }
+    }
+
     /// Whether it asks for anything at all (a slot of size zero would fit without end).
     pub fn is_positive(self) -> bool {
         self.vcpus > 0 || self.memory_mb > 0 || self.disk_gb > 0
@@ -145,50 +155,101 @@ pub fn free_slots(capacity: Usage, peak: Usage, slot: Usage) -> i64 {
         .min(fit(capacity.disk_gb, peak.disk_gb, slot.disk_gb))
 }
 
-/// Which of a shared resource's allocations must leave it for the rest to fit under
-/// `capacity` at every instant: the resource's capacity fell (new facts or allocation ratios
-/// from the operator or the cloud) below what it was granted for. At the first instant over
-/// capacity, of the allocations in force then, the one that starts last goes (the booking
-/// least far along, the cheapest to move; ties: the greater key), and the sweep runs again
-/// until nothing is over. Every allocation it names was in force at an instant that was over
-/// capacity with it.
-pub fn overflowing<K: Ord + Clone>(capacity: Usage, held: &[(K, TimeWindow, Usage)]) -> Vec<K> {
+/// How many units of each of a shared resource's allocations must leave it for the rest to
+/// fit under `capacity` at every instant: the resource's capacity fell (new facts or
+/// allocation ratios from the operator or the cloud) below what it was granted for. Each
+/// allocation is `(key, window, size of one unit, units)`. At the first instant over
+/// capacity, of the allocations in force then that use an overrun dimension, the one that
+/// starts last (the booking least far along, the cheapest to move; ties: the greater key)
+/// gives up as few units as bring that instant under capacity, and the sweep runs again
+/// until nothing is over. Returns `(key, units leaving)` in the order the allocations were
+/// first cut; an allocation appears once. Every one of them was in force at an instant
+/// that was over capacity.
+pub fn overflowing<K: Ord + Clone>(
+    capacity: Usage,
+    held: &[(K, TimeWindow, Usage, i64)],
+) -> Vec<(K, i64)> {
     let over = |u: Usage| {
         u.vcpus > capacity.vcpus || u.memory_mb > capacity.memory_mb || u.disk_gb > capacity.disk_gb
     };
-    let mut staying: Vec<&(K, TimeWindow, Usage)> = held.iter().collect();
-    let mut leaving = Vec::new();
+    // Units of each allocation still staying.
+    let mut staying: Vec<i64> = held.iter().map(|h| h.3.max(0)).collect();
+    let mut leaving: Vec<(usize, i64)> = Vec::new();
     loop {
         // (time, is_start, index): at one instant ends sort before starts, as in `peak_usage`.
-        let mut points: Vec<(chrono::DateTime<chrono::Utc>, bool, usize)> = staying
+        let mut points: Vec<(chrono::DateTime<chrono::Utc>, bool, usize)> = held
             .iter()
             .enumerate()
-            .flat_map(|(i, (_, w, _))| [(w.start(), true, i), (w.end(), false, i)])
+            .filter(|(i, _)| staying[*i] > 0)
+            .flat_map(|(i, (_, w, _, _))| [(w.start(), true, i), (w.end(), false, i)])
             .collect();
         points.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
         let mut current = Usage::default();
         let mut first_over = None;
         for (at, is_start, i) in points {
-            current = current.shifted(staying[i].2, is_start);
+            current = current.shifted(held[i].2.times(staying[i]), is_start);
             if is_start && over(current) {
                 first_over = Some(at);
                 break;
             }
         }
         let Some(at) = first_over else {
-            return leaving;
+            break;
         };
-        let Some(last) = staying
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, w, _))| w.start() <= at && at < w.end())
-            .max_by(|(_, a), (_, b)| a.1.start().cmp(&b.1.start()).then(a.0.cmp(&b.0)))
-            .map(|(i, _)| i)
-        else {
-            return leaving;
+        // Per dimension: (in use, capacity, one unit's size of candidate `i`).
+        let dimensions = |i: usize| {
+            let slot = held[i].2;
+            [
+                (current.vcpus, capacity.vcpus, slot.vcpus),
+                (current.memory_mb, capacity.memory_mb, slot.memory_mb),
+                (current.disk_gb, capacity.disk_gb, slot.disk_gb),
+            ]
         };
-        leaving.push(staying.swap_remove(last).0.clone());
+        let helps = |i: usize| {
+            dimensions(i)
+                .iter()
+                .any(|&(used, cap, one)| used > cap && one > 0)
+        };
+        let in_force = |i: usize| {
+            let w = held[i].1;
+            staying[i] > 0 && w.start() <= at && at < w.end()
+        };
+        let latest = |pick: &dyn Fn(usize) -> bool| {
+            (0..held.len())
+                .filter(|&i| in_force(i) && pick(i))
+                .max_by(|&a, &b| {
+                    let (ka, wa) = (&held[a].0, held[a].1);
+                    let (kb, wb) = (&held[b].0, held[b].1);
+                    wa.start().cmp(&wb.start()).then(ka.cmp(kb))
+                })
+        };
+        // Normally one that uses an overrun dimension; one that does not (a capacity below
+        // zero) leaves whole, as nothing smaller can help.
+        let (chosen, cut) = match latest(&helps) {
+            Some(i) => {
+                let needed = dimensions(i)
+                    .iter()
+                    .filter(|&&(used, cap, one)| used > cap && one > 0)
+                    .map(|&(used, cap, one)| used.saturating_sub(cap).saturating_add(one - 1) / one)
+                    .max()
+                    .unwrap_or(1);
+                (i, needed.clamp(1, staying[i]))
+            }
+            None => match latest(&|_| true) {
+                Some(i) => (i, staying[i]),
+                None => break,
+            },
+        };
+        staying[chosen] -= cut;
+        match leaving.iter_mut().find(|(i, _)| *i == chosen) {
+            Some((_, units)) => *units += cut,
+            None => leaving.push((chosen, cut)),
+        }
     }
+    leaving
+        .into_iter()
+        .map(|(i, units)| (held[i].0.clone(), units))
+        .collect()
 }
 
 /// One host's free slots in a window.
@@ -458,52 +519,84 @@ mod tests {
 
     #[test]
     fn overflowing_table() {
-        type Row = (Usage, Vec<(u32, TimeWindow, Usage)>, Vec<u32>);
+        type Row = (Usage, Vec<(u32, TimeWindow, Usage, i64)>, Vec<(u32, i64)>);
         let rows: Vec<Row> = vec![
             // Nothing held, or everything fits: nothing leaves.
             (u(0, 0, 0), vec![], vec![]),
             (
                 u(8, 8, 8),
-                vec![(1, w(0, 10), u(4, 4, 4)), (2, w(0, 10), u(4, 4, 4))],
+                vec![(1, w(0, 10), u(4, 4, 4), 1), (2, w(0, 10), u(2, 2, 2), 2)],
                 vec![],
             ),
             // Touching windows never add up.
             (
                 u(4, 4, 4),
-                vec![(1, w(0, 5), u(4, 4, 4)), (2, w(5, 10), u(4, 4, 4))],
+                vec![(1, w(0, 5), u(4, 4, 4), 1), (2, w(5, 10), u(4, 4, 4), 1)],
                 vec![],
             ),
             // Over in one dimension: the later start leaves.
             (
                 u(8, 100, 100),
-                vec![(1, w(0, 10), u(6, 1, 1)), (2, w(2, 10), u(4, 1, 1))],
-                vec![2],
+                vec![(1, w(0, 10), u(6, 1, 1), 1), (2, w(2, 10), u(4, 1, 1), 1)],
+                vec![(2, 1)],
             ),
             // Same start: the greater key leaves.
             (
                 u(8, 8, 8),
-                vec![(2, w(0, 10), u(6, 0, 0)), (1, w(0, 10), u(6, 0, 0))],
-                vec![2],
+                vec![(2, w(0, 10), u(6, 0, 0), 1), (1, w(0, 10), u(6, 0, 0), 1)],
+                vec![(2, 1)],
+            ),
+            // Only the units over capacity leave: two of the later booking's four.
+            (
+                u(6, 100, 100),
+                vec![(1, w(0, 10), u(1, 1, 1), 4), (2, w(2, 10), u(1, 1, 1), 4)],
+                vec![(2, 2)],
+            ),
+            // Three vCPUs over with units of two: two units leave, one stays.
+            (
+                u(5, 100, 100),
+                vec![(1, w(0, 10), u(1, 1, 1), 2), (2, w(1, 10), u(2, 1, 1), 3)],
+                vec![(2, 2)],
+            ),
+            // A capacity below the first booking's own: it gives up units at its start, then
+            // the later one at its own.
+            (
+                u(2, 100, 100),
+                vec![(1, w(0, 10), u(1, 1, 1), 4), (2, w(2, 10), u(1, 1, 1), 1)],
+                vec![(1, 2), (2, 1)],
+            ),
+            // As many over as the later booking holds: it leaves whole.
+            (
+                u(2, 100, 100),
+                vec![(1, w(0, 10), u(1, 1, 1), 2), (2, w(2, 10), u(1, 1, 1), 3)],
+                vec![(2, 3)],
+            ),
+            // The later booking uses none of the dimension over capacity: the earlier one
+            // gives up units, the later one keeps all of its own.
+            (
+                u(100, 100, 1),
+                vec![(1, w(0, 10), u(1, 1, 1), 2), (2, w(1, 10), u(1, 1, 0), 3)],
+                vec![(1, 1)],
             ),
             // Two separate overruns, each settled by its own latest booking; the one that
             // fits between them stays.
             (
                 u(4, 4, 4),
                 vec![
-                    (1, w(0, 3), u(4, 0, 0)),
-                    (2, w(1, 2), u(1, 0, 0)),
-                    (3, w(3, 6), u(0, 4, 0)),
-                    (4, w(5, 9), u(0, 1, 0)),
-                    (5, w(6, 9), u(0, 3, 0)),
+                    (1, w(0, 3), u(4, 0, 0), 1),
+                    (2, w(1, 2), u(1, 0, 0), 1),
+                    (3, w(3, 6), u(0, 4, 0), 1),
+                    (4, w(5, 9), u(0, 1, 0), 1),
+                    (5, w(6, 9), u(0, 3, 0), 1),
                 ],
-                vec![2, 4],
+                vec![(2, 1), (4, 1)],
             ),
             // A capacity that fell to nothing: everything leaves, in the order of the
             // instants they overrun it.
             (
                 u(0, 0, 0),
-                vec![(2, w(3, 4), u(1, 0, 0)), (1, w(0, 10), u(1, 0, 0))],
-                vec![1, 2],
+                vec![(2, w(3, 4), u(1, 0, 0), 2), (1, w(0, 10), u(1, 0, 0), 3)],
+                vec![(1, 3), (2, 2)],
             ),
         ];
         for (capacity, held, expected) in rows {
@@ -516,43 +609,47 @@ mod tests {
     }
 
     proptest! {
-        /// What stays fits at every instant; what leaves was in force at an instant over
-        /// capacity given what stayed and left after it; nothing leaves when all fits.
+        /// What stays fits at every instant; no allocation loses more units than it holds,
+        /// or any when it was never in force at an instant over capacity with everything
+        /// held; nothing leaves when all fits.
         #[test]
         fn overflowing_leaves_what_fits(
             capacity in (0i64..12, 0i64..12, 0i64..12),
-            held in proptest::collection::vec(((0i64..12, 1i64..6), (0i64..6, 0i64..6, 0i64..6)), 0..10),
+            held in proptest::collection::vec(
+                ((0i64..12, 1i64..6), (0i64..4, 0i64..4, 0i64..4), 1i64..5), 0..10),
         ) {
             let capacity = u(capacity.0, capacity.1, capacity.2);
-            let held: Vec<(usize, TimeWindow, Usage)> = held
+            let held: Vec<(usize, TimeWindow, Usage, i64)> = held
                 .iter()
                 .enumerate()
-                .map(|(i, ((s, len), (a, b, c)))| (i, w(*s, s + len), u(*a, *b, *c)))
+                .map(|(i, ((s, len), (a, b, c), n))| (i, w(*s, s + len), u(*a, *b, *c), *n))
                 .collect();
             let leaving = overflowing(capacity, &held);
-            let fits = |set: &[&(usize, TimeWindow, Usage)]| {
-                let intervals: Vec<(TimeWindow, Usage)> = set.iter().map(|(_, w, u)| (*w, *u)).collect();
-                let p = peak_usage(&intervals, &w(0, 24));
+            let left = |key: usize| {
+                leaving.iter().find(|(k, _)| *k == key).map_or(0, |(_, n)| *n)
+            };
+            let fits = |set: &[(TimeWindow, Usage)], window: &TimeWindow| {
+                let p = peak_usage(set, window);
                 p.vcpus <= capacity.vcpus && p.memory_mb <= capacity.memory_mb && p.disk_gb <= capacity.disk_gb
             };
-            let all: Vec<&(usize, TimeWindow, Usage)> = held.iter().collect();
-            if fits(&all) {
+            let everything = w(0, 24);
+            let all: Vec<(TimeWindow, Usage)> = held.iter().map(|(_, w, s, n)| (*w, s.times(*n))).collect();
+            if fits(&all, &everything) {
                 prop_assert!(leaving.is_empty());
             }
-            let staying: Vec<&(usize, TimeWindow, Usage)> =
-                held.iter().filter(|h| !leaving.contains(&h.0)).collect();
-            prop_assert!(fits(&staying));
-            let mut unique = leaving.clone();
-            unique.sort();
-            unique.dedup();
-            prop_assert_eq!(unique.len(), leaving.len());
-            // Each one left when what was still there did not fit.
-            for (n, key) in leaving.iter().enumerate() {
-                let before: Vec<&(usize, TimeWindow, Usage)> = held
-                    .iter()
-                    .filter(|h| !leaving[..n].contains(&h.0))
-                    .collect();
-                prop_assert!(!fits(&before), "{key} left though the rest fit with it");
+            let staying: Vec<(TimeWindow, Usage)> = held
+                .iter()
+                .map(|(k, w, s, n)| (*w, s.times(n - left(*k))))
+                .collect();
+            prop_assert!(fits(&staying, &everything));
+            let mut keys: Vec<usize> = leaving.iter().map(|(k, _)| *k).collect();
+            keys.sort();
+            keys.dedup();
+            prop_assert_eq!(keys.len(), leaving.len());
+            for (key, units) in &leaving {
+                let (_, window, _, n) = held[*key];
+                prop_assert!(*units >= 1 && *units <= n, "{key} loses {units} of {n}");
+                prop_assert!(!fits(&all, &window), "{key} lost units though its window fit");
             }
         }
     }

@@ -290,6 +290,15 @@ impl Tx {
         Ok(())
     }
 
+    /// Sets how many slots a shared allocation holds (fewer, when some moved elsewhere).
+    pub async fn set_allocation_units(&mut self, id: &str, units: i64) -> DbResult<()> {
+        self.write(
+            "UPDATE allocations SET units = $1 WHERE id = $2",
+            vec![units.into(), id.into()],
+        )
+        .await
+    }
+
     pub async fn delete_allocations_of_reservation(
         &mut self,
         reservation_id: &str,

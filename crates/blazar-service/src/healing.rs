@@ -174,9 +174,9 @@ impl Service {
 
     /// A host's capacity for instances may have fallen (new facts or allocation ratios, from
     /// the operator or the cloud): moves instance slots off it, latest booking first
-    /// (`engine::overflowing`), until what stays fits at every instant. Each moved allocation
-    /// is replaced elsewhere where it can be, its lease degraded where it cannot. Returns how
-    /// many allocations left the host.
+    /// (`engine::overflowing`), only as many as do not fit, until what stays fits at every
+    /// instant. The slots that move are replaced elsewhere where they can be, their lease
+    /// degraded where they cannot. Returns how many allocations gave up slots.
     pub(crate) async fn shed_overflow(
         &self,
         tx: &mut Tx,
@@ -184,24 +184,29 @@ impl Service {
         now: DateTime<Utc>,
     ) -> ServiceResult<usize> {
         let leaving = self.overflow(tx, host_id, now).await?;
-        for allocation in &leaving {
+        for (allocation, units) in &leaving {
             tracing::warn!(host.id = host_id, allocation.id = %allocation.id,
-                reservation.id = %allocation.reservation_id,
+                reservation.id = %allocation.reservation_id, slots = units,
+                held = allocation.occupancy.units,
                 "instance slots over the host's capacity: moved off it");
-            self.move_allocation(tx, PHYSICAL_HOST, allocation, now, Unreplaced::Flag)
-                .await?;
+            if *units >= allocation.occupancy.units {
+                self.move_allocation(tx, PHYSICAL_HOST, allocation, now, Unreplaced::Flag)
+                    .await?;
+            } else {
+                self.move_slots(tx, allocation, *units, now).await?;
+            }
         }
         Ok(leaving.len())
     }
 
-    /// The instance-slot allocations a host holds over its capacity, latest booking first
-    /// to go (`engine::overflowing`); none when everything fits at every instant.
+    /// The instance-slot allocations a host holds over its capacity, each with how many of
+    /// its slots must go (`engine::overflowing`); none when everything fits at every instant.
     async fn overflow(
         &self,
         tx: &mut Tx,
         host_id: i64,
         now: DateTime<Utc>,
-    ) -> ServiceResult<Vec<Allocation>> {
+    ) -> ServiceResult<Vec<(Allocation, i64)>> {
         let Some(host) = tx.get_host(host_id).await? else {
             return Ok(Vec::new());
         };
@@ -214,19 +219,117 @@ impl Service {
             .into_iter()
             .filter(|a| !a.occupancy.exclusive)
             .collect();
-        let held: Vec<(usize, TimeWindow, Usage)> = shared
+        let held: Vec<(usize, TimeWindow, Usage, i64)> = shared
             .iter()
             .enumerate()
             .filter_map(|(i, a)| {
                 let o = &a.occupancy;
                 let window = TimeWindow::new(o.start, o.blocked_until).ok()?;
-                Some((i, window, o.usage()))
+                let slot = Usage {
+                    vcpus: o.vcpus,
+                    memory_mb: o.memory_mb,
+                    disk_gb: o.disk_gb,
+                };
+                Some((i, window, slot, o.units))
             })
             .collect();
         Ok(overflowing(capacity, &held)
             .into_iter()
-            .filter_map(|i| shared.get(i).cloned())
+            .filter_map(|(i, units)| Some((shared.get(i)?.clone(), units)))
             .collect())
+    }
+
+    /// Moves `units` of an instance-slot allocation's slots off its host, the rest staying
+    /// there (servers of the reservation may be running on them): the slots are searched for
+    /// elsewhere while the allocation still holds them all, then the allocation shrinks. An
+    /// affinity reservation moves whole to one host where one holds it all, as its servers
+    /// must share a host. What finds no place is flagged missing and the lease degraded.
+    async fn move_slots(
+        &self,
+        tx: &mut Tx,
+        allocation: &Allocation,
+        units: i64,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<()> {
+        let Some(mut reservation) = tx.get_reservation(&allocation.reservation_id).await? else {
+            return Ok(());
+        };
+        if !is_live(&reservation) {
+            return Ok(());
+        }
+        let Some(mut lease) = tx.lock_lease(&reservation.lease_id).await? else {
+            return Ok(());
+        };
+        let o = &allocation.occupancy;
+        let added = self
+            .refill_reservation(
+                tx,
+                &lease,
+                &reservation,
+                (o.start, o.end, o.blocked_until),
+                units,
+                now,
+            )
+            .await?;
+        // An affinity reservation that found a host for all of its slots left this one
+        // whole; otherwise the allocation keeps what fits.
+        let still_here = tx
+            .allocations_of_lease(&lease.id)
+            .await?
+            .into_iter()
+            .any(|a| a.id == allocation.id);
+        if still_here {
+            tx.set_allocation_units(&allocation.id, o.units - units)
+                .await?;
+            if handed_over(&lease, &reservation) {
+                // A hand-over again of what stays: the cloud is brought in line with the
+                // slots the reservation holds now (fewer on this host).
+                let mut kept = allocation.clone();
+                kept.occupancy.units = o.units - units;
+                self.record_action(
+                    tx,
+                    &lease,
+                    &reservation,
+                    (ActionKind::Start, ActionPurpose::Change),
+                    std::slice::from_ref(&kept),
+                    now,
+                )
+                .await?;
+            }
+        }
+        let detail = json!({"resource_id": allocation.resource_id,
+                            "resource": allocation.resource_id.to_string(),
+                            "kind": PHYSICAL_HOST, "replaced": added, "lost": units});
+        if added >= units {
+            reservation.resources_changed = true;
+            self.notify(
+                tx,
+                "reservation.resources_changed",
+                &lease,
+                &reservation,
+                detail,
+                now,
+            )
+            .await?;
+        } else {
+            reservation.missing_resources = true;
+            if added > 0 {
+                reservation.resources_changed = true;
+            }
+            lease.degraded = true;
+            self.notify(tx, "lease.degraded", &lease, &reservation, detail, now)
+                .await?;
+        }
+        reservation.updated_at = Some(now);
+        tx.update_reservation(&reservation).await?;
+        lease.updated_at = Some(now);
+        tx.update_lease(&lease).await?;
+        tracing::warn!(
+            lease.id = %lease.id, reservation.id = %reservation.id,
+            host.id = allocation.resource_id, slots = units, replaced = added,
+            "instance slots moved off a host"
+        );
+        Ok(())
     }
 
     /// At start-up: the default allocation ratios (flags or file) may have been lowered since

@@ -213,19 +213,68 @@ pub(crate) async fn shape_hosts(
 
 /// Free slots per candidate host for `slot`-sized instances over the request's window, read
 /// for every candidate at once (healing, which is rare and wants the best host anywhere).
+/// The free slots of every host that fits the shape, counting the slots of `own` (per host:
+/// slots of the shape's size the reservation holds over the whole window) as free.
 async fn host_slots(
     tx: &mut Tx,
     shape: &Shape,
     request: &AllocationRequest<'_>,
     ratios: Ratios,
     cache: &HostCache,
+    own: &HashMap<i64, i64>,
 ) -> ServiceResult<(Vec<HostSlots>, usize)> {
     let hosts = shape_hosts(tx, shape, ratios, cache).await?;
     let overlapping = tx
         .usage_overlapping(PHYSICAL_HOST, request.window.start(), request.blocked_until)
         .await?;
-    let slots = slots_of(&hosts, &overlapping, shape, request)?;
+    let mut slots = slots_of(&hosts, &overlapping, shape, request)?;
+    if !own.is_empty() {
+        // Held over the whole window, they add the same to every instant: the peak without
+        // them is the peak less them (a host over its capacity stays exact this way, where
+        // adding them to its free slots, floored at zero, would not).
+        let peaks = peaks_of(&hosts, &overlapping, request)?;
+        for (s, (&(_, cap), peak)) in slots.iter_mut().zip(hosts.iter().zip(peaks)) {
+            if let (Some(&units), Some(peak)) = (own.get(&s.host), peak) {
+                let others = peak.less(shape.slot.times(units));
+                s.slots = free_slots(cap, others, shape.slot);
+            }
+        }
+    }
     Ok((slots, hosts.len()))
+}
+
+/// Per host, the peak of the shared allocations that overlap the request's window (`None`
+/// for a host held whole).
+fn peaks_of(
+    hosts: &[(i64, Usage)],
+    overlapping: &[AllocationUsage],
+    request: &AllocationRequest<'_>,
+) -> ServiceResult<Vec<Option<Usage>>> {
+    let window = TimeWindow::new(request.window.start(), request.blocked_until)
+        .map_err(|e| ServiceError::Internal(e.to_string()))?;
+    let mut exclusive = HashSet::new();
+    let mut shared: HashMap<i64, Vec<(TimeWindow, Usage)>> = HashMap::new();
+    for a in overlapping {
+        if a.exclusive {
+            exclusive.insert(a.resource_id);
+        } else if let Ok(w) = TimeWindow::new(a.start, a.blocked_until) {
+            shared
+                .entry(a.resource_id)
+                .or_default()
+                .push((w, a.usage()));
+        }
+    }
+    Ok(hosts
+        .iter()
+        .map(|(id, _)| {
+            (!exclusive.contains(id)).then(|| {
+                shared
+                    .get(id)
+                    .map(|v| peak_usage(v, &window))
+                    .unwrap_or_default()
+            })
+        })
+        .collect())
 }
 
 /// The free slots of `hosts` given the allocations that overlap the request's window, one
@@ -443,13 +492,32 @@ pub(crate) async fn refill_shape(
         trait_hosts: shape.trait_hosts.clone(),
         key: shape.key.clone(),
     };
+    let mut own_slots: HashMap<i64, i64> = HashMap::new();
     if shape.affinity == Affinity::Same {
-        // Start over with every slot on one new host.
-        tx.delete_allocations_of_reservation(request.reservation_id)
-            .await?;
+        // Every slot on one host: the search counts the slots the reservation holds now as
+        // free on their host, and they are let go only once a host for all of them is found
+        // (a reservation left with nothing would lose the servers it has). Only what covers
+        // the whole window, of the same size, counts (see `host_slots`).
         wanted.amount = shape.amount;
+        for a in tx.allocations_of_lease(request.lease_id).await? {
+            let o = &a.occupancy;
+            let same_size = Usage {
+                vcpus: o.vcpus,
+                memory_mb: o.memory_mb,
+                disk_gb: o.disk_gb,
+            } == shape.slot;
+            if a.reservation_id == request.reservation_id
+                && a.resource_type == PHYSICAL_HOST
+                && !o.exclusive
+                && same_size
+                && o.start <= request.window.start()
+                && o.blocked_until >= request.blocked_until
+            {
+                *own_slots.entry(a.resource_id).or_default() += o.units;
+            }
+        }
     }
-    let (slots, _) = host_slots(tx, &wanted, request, ratios, cache).await?;
+    let (slots, _) = host_slots(tx, &wanted, request, ratios, cache, &own_slots).await?;
     let available: Vec<HostSlots> = if shape.affinity == Affinity::Different {
         // Distinct hosts: skip the ones the reservation already uses.
         slots
@@ -465,6 +533,10 @@ pub(crate) async fn refill_shape(
     };
     match place(&available, &[], wanted.amount, wanted.affinity) {
         Some(placement) => {
+            if shape.affinity == Affinity::Same {
+                tx.delete_allocations_of_reservation(request.reservation_id)
+                    .await?;
+            }
             write_slots(tx, &wanted, request, &placement, ratios, cache).await?;
             Ok(missing)
         }

@@ -718,6 +718,77 @@ async fn fewer_vcpus_reported_by_the_cloud_move_instance_slots() {
     assert_eq!(l["degraded"], false);
 }
 
+/// A host whose capacity falls under what a running lease's instances hold gives up only
+/// the slots over it: the others stay handed over there (its servers may run on them), the
+/// one that no longer fits is handed over on another host, and nothing is taken back.
+#[tokio::test]
+async fn a_running_reservation_gives_up_only_the_instance_slots_over_a_fallen_capacity() {
+    let backend = Arc::new(Scripted::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    let facts = json!({"vcpus": 4, "memory_mb": 16384, "local_gb": 100});
+    let h1 = app.create_host("h1", facts.clone()).await;
+    let h2 = app.create_host("h2", facts).await;
+    let body = json!({"name": "i", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+        "reservations": [{"resource_type": "virtual:instance", "amount": 4, "vcpus": 1,
+            "memory_mb": 1024, "disk_gb": 10, "affinity": null, "resource_properties": ""}]});
+    let r = app.post("/v1/leases", body).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lid = id(&r.body);
+    assert_eq!(granted(&app, &lid).await, vec![h1.clone()]);
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    app.run_actions().await;
+    assert_eq!(lease(&app, &lid).await["status"], "ACTIVE");
+    let before = backend.calls().len();
+
+    let r = app
+        .put(&format!("/v1/os-hosts/{h1}"), json!({"vcpus": 3}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let mut held = granted(&app, &lid).await;
+    held.sort();
+    assert_eq!(held, vec![h1.clone(), h2.clone()]);
+    let slots = |host: &str| {
+        let app = &app;
+        let host = host.to_string();
+        async move {
+            let path = "/v1/os-hosts/timeline?start=2030-01-01%2000:00";
+            let t = app.get(path).await.body["timeline"].clone();
+            t["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["id"] == host.as_str())
+                .flat_map(|r| r["busy"].as_array().unwrap().clone())
+                .map(|b| b["slots"]["units"].as_i64().unwrap())
+                .sum::<i64>()
+        }
+    };
+    assert_eq!(slots(&h1).await, 3);
+    assert_eq!(slots(&h2).await, 1);
+    let l = lease(&app, &lid).await;
+    assert_eq!(l["degraded"], false);
+    assert_eq!(l["reservations"][0]["resources_changed"], true);
+    assert_eq!(l["reservations"][0]["missing_resources"], false);
+
+    app.run_actions().await;
+    let kinds: Vec<ActionKind> = backend.calls()[before..].iter().map(|c| c.1).collect();
+    assert!(!kinds.is_empty());
+    assert!(
+        kinds.iter().all(|k| *k == ActionKind::Start),
+        "nothing is taken back: {kinds:?}"
+    );
+    let holders = app.get("/v1/handovers").await.body["handovers"].clone();
+    let mut handed: Vec<String> = holders
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["resource_id"].to_string().trim_matches('"').to_string())
+        .collect();
+    handed.sort();
+    assert_eq!(handed, vec![h1, h2], "{holders}");
+    assert_eq!(lease(&app, &lid).await["status"], "ACTIVE");
+}
+
 /// A cloud that lists the hypervisors of `listed`, all healthy, fails the next attempts as
 /// scripted, and records what each action it carried out handed over or took back.
 #[derive(Default)]

@@ -886,11 +886,12 @@ async fn a_host_whose_capacity_falls_sheds_instance_slots() {
     );
 
     // c2 down to 2 vCPUs: no host has room for two 2-vCPU instances together from 11:00.
+    // One of them still fits on c2 and stays there (its server may run there).
     let r = app
         .put(&format!("/v1/os-hosts/{h2}"), json!({"vcpus": 2}))
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    assert!(slots_of(&app, second).await.is_empty());
+    assert_eq!(slots_of(&app, second).await, vec![h2.clone()]);
     let l = lease_of(second.clone()).await;
     assert_eq!(l["reservations"][0]["missing_resources"], true);
     assert_eq!(l["degraded"], true);
@@ -906,6 +907,93 @@ async fn a_host_whose_capacity_falls_sheds_instance_slots() {
     assert_eq!(l["reservations"][0]["missing_resources"], false);
     assert_eq!(l["degraded"], false);
     assert_eq!(slots_of(&app, first).await, vec![h1.clone()]);
+}
+
+/// Slots a host's capacity no longer holds leave it one by one, not with the whole
+/// reservation: with no room elsewhere the reservation keeps what fits and misses the rest
+/// (its lease degraded) until room appears.
+#[tokio::test]
+async fn a_host_whose_capacity_falls_keeps_the_slots_that_still_fit() {
+    let app = TestApp::spawn().await;
+    let h1 = app
+        .create_host(
+            "c1",
+            json!({"vcpus": 8, "memory_mb": 16384, "local_gb": 100}),
+        )
+        .await;
+    let h2 = app
+        .create_host(
+            "c2",
+            json!({"vcpus": 1, "memory_mb": 16384, "local_gb": 100}),
+        )
+        .await;
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "four",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                instances(4, 2, 1024, 10, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lid = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let units = |host: String| {
+        let app = &app;
+        async move {
+            let t = app
+                .get("/v1/os-hosts/timeline?start=2030-01-01%2000:00")
+                .await
+                .body["timeline"]
+                .clone();
+            t["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["id"] == host.as_str())
+                .flat_map(|r| r["busy"].as_array().unwrap().clone())
+                .map(|b| b["slots"]["units"].as_i64().unwrap())
+                .sum::<i64>()
+        }
+    };
+    assert_eq!(units(h1.clone()).await, 4);
+
+    // c1 down to 6 vCPUs: three 2-vCPU slots fit, and c2 has no room for the fourth.
+    let r = app
+        .put(&format!("/v1/os-hosts/{h1}"), json!({"vcpus": 6}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(units(h1.clone()).await, 3);
+    assert_eq!(units(h2.clone()).await, 0);
+    let l = app.get(&format!("/v1/leases/{lid}")).await.body["lease"].clone();
+    assert_eq!(l["degraded"], true);
+    assert_eq!(l["reservations"][0]["missing_resources"], true);
+    // Nobody else is given the slot it misses: c1 is full, c2 too small.
+    let other = app
+        .post(
+            "/v1/leases",
+            lease(
+                "other",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                instances(1, 2, 1024, 10, json!(null)),
+            ),
+        )
+        .await;
+    assert_eq!(other.status, StatusCode::CONFLICT, "{}", other.body);
+
+    // c2 grows to 2 vCPUs: the missing slot goes there, the three stay on c1.
+    let r = app
+        .put(&format!("/v1/os-hosts/{h2}"), json!({"vcpus": 2}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(units(h1.clone()).await, 3);
+    assert_eq!(units(h2.clone()).await, 1);
+    let l = app.get(&format!("/v1/leases/{lid}")).await.body["lease"].clone();
+    assert_eq!(l["degraded"], false);
+    assert_eq!(l["reservations"][0]["missing_resources"], false);
 }
 
 /// Default allocation ratios lowered across a restart (a flag changed): the next start finds
