@@ -212,9 +212,11 @@ impl Ceiling {
 
     /// Whether a lease over `window` that adds `own` stays within the limit.
     fn allows(&self, own: i64, window: TimeWindow) -> bool {
-        if own == 0 {
-            return true;
-        }
+        own == 0 || self.most_held(window).saturating_add(own) <= self.limit
+    }
+
+    /// The most the project holds at any one instant of `window`.
+    fn most_held(&self, window: TimeWindow) -> i64 {
         let mut changes: Vec<(DateTime<Utc>, i64)> = Vec::new();
         for &(from, until, amount) in &self.held {
             let (from, until) = (from.max(window.start()), until.min(window.end()));
@@ -236,7 +238,7 @@ impl Ceiling {
             }
             peak = peak.max(held);
         }
-        peak.saturating_add(own) <= self.limit
+        peak
     }
 }
 
@@ -290,6 +292,38 @@ impl Occupancy {
                 .budget
                 .as_ref()
                 .is_none_or(|b| b.allows(demands, granted, window))
+    }
+
+    /// The most a ranged demand for whole resources of `kind` (the `index`-th) may be
+    /// granted in `window` under the project's ceilings on them: each ceiling's limit less
+    /// the most the project holds at any instant of the window, less what the lease was
+    /// granted of them so far (`granted`), less the minimums of the demands after it.
+    /// `None` when no ceiling counts them. A create caps such a request the same way.
+    fn whole_room(
+        &self,
+        demands: &[Demand],
+        index: usize,
+        kind: &str,
+        granted: i64,
+        window: TimeWindow,
+    ) -> Option<i64> {
+        let later_min: i64 = demands[index + 1..]
+            .iter()
+            .map(|d| match d {
+                Demand::Whole { kind: k, min, .. } if k == kind => *min as i64,
+                _ => 0,
+            })
+            .sum();
+        self.ceilings
+            .iter()
+            .filter(|c| matches!(&c.counted, Counted::Whole(k) if k == kind))
+            .map(|c| {
+                c.limit
+                    .saturating_sub(c.most_held(window))
+                    .saturating_sub(granted)
+                    .saturating_sub(later_min)
+            })
+            .min()
     }
 
     /// The project's holdings under every ceiling.
@@ -470,15 +504,17 @@ fn add(a: Usage, b: Usage) -> Usage {
     }
 }
 
-/// What every reservation would be granted if the lease took `[start, until)` (its window
-/// followed by the cleaning margin), reservation by reservation in request order, or which
-/// reservation could not be met.
+/// What every reservation would be granted if the lease took `window` and was blocked
+/// `until` (its end plus the cleaning margin), reservation by reservation in request order,
+/// or which reservation could not be met. A ranged request for whole resources is granted
+/// no more than the project's ceilings on them leave (never less than its minimum).
 pub fn fit(
     demands: &[Demand],
     occupancy: &Occupancy,
-    start: DateTime<Utc>,
+    window: TimeWindow,
     until: DateTime<Utc>,
 ) -> Result<Vec<Granted>, Unmet> {
+    let start = window.start();
     let mut overlay = Overlay::default();
     let mut granted = Vec::with_capacity(demands.len());
     for (i, demand) in demands.iter().enumerate() {
@@ -506,8 +542,17 @@ pub fn fit(
                 if required.iter().any(|id| busy.contains(id)) {
                     return Err(Unmet(i));
                 }
+                let mut max = *max;
+                if *min < max {
+                    let so_far = overlay.whole.get(kind).map_or(0, HashSet::len) as i64;
+                    if let Some(room) = occupancy.whole_room(demands, i, kind, so_far, window)
+                        && room >= *min as i64
+                    {
+                        max = max.min(usize::try_from(room).unwrap_or(max));
+                    }
+                }
                 let chosen =
-                    engine::pick(candidates, &busy, required, *min, *max).map_err(|_| Unmet(i))?;
+                    engine::pick(candidates, &busy, required, *min, max).map_err(|_| Unmet(i))?;
                 let taken = overlay.whole.entry(kind.clone()).or_default();
                 taken.extend(chosen.iter().copied());
                 chosen.into_iter().map(|id| (id, 1)).collect()
@@ -643,12 +688,11 @@ impl Search {
         }
         let at = |minutes: i64| {
             let end = start + Duration::minutes(minutes);
-            fit(demands, occupancy, start, end + self.cleaning)
-                .ok()
-                .filter(|granted| {
-                    TimeWindow::new(start, end)
-                        .is_ok_and(|window| occupancy.within_limits(demands, granted, window))
-                })
+            let window = TimeWindow::new(start, end).ok()?;
+            let granted = fit(demands, occupancy, window, end + self.cleaning).ok()?;
+            occupancy
+                .within_limits(demands, &granted, window)
+                .then_some(granted)
         };
         // The shortest must fit: offers start where the shortest wanted window fits.
         let shortest = at(self.min_minutes)?;
@@ -1263,7 +1307,27 @@ mod tests {
         let mut mine: HashMap<i64, i64> = HashMap::new();
         let mut slots_taken = 0;
         let minute_of = |t: DateTime<Utc>| (t - t0()).num_minutes();
-        for d in demands {
+        // What a ceiling on whole hosts leaves at the busiest minute of the window: a ranged
+        // demand takes no more than that, less the minimums of the whole demands after it.
+        let mut room: Option<i64> = occ
+            .ceilings
+            .iter()
+            .filter(|c| matches!(c.counted, Counted::Whole(_)))
+            .map(|c| {
+                let most = (start..start + len)
+                    .map(|m| {
+                        c.held
+                            .iter()
+                            .filter(|h| minute_of(h.0) <= m && m < minute_of(h.1))
+                            .map(|h| h.2)
+                            .sum::<i64>()
+                    })
+                    .max()
+                    .unwrap_or(0);
+                c.limit - most
+            })
+            .min();
+        for (i, d) in demands.iter().enumerate() {
             match d {
                 Demand::Whole {
                     candidates,
@@ -1271,6 +1335,19 @@ mod tests {
                     max,
                     ..
                 } => {
+                    let later_min: i64 = demands[i + 1..]
+                        .iter()
+                        .map(|d| match d {
+                            Demand::Whole { min, .. } => *min as i64,
+                            Demand::Slots { .. } => 0,
+                        })
+                        .sum();
+                    let max = match room {
+                        Some(r) if r - later_min >= *min as i64 => {
+                            (*max).min((r - later_min) as usize)
+                        }
+                        _ => *max,
+                    };
                     let free: Vec<i64> = candidates
                         .iter()
                         .copied()
@@ -1284,7 +1361,9 @@ mod tests {
                     if free.len() < *min {
                         return false;
                     }
-                    taken.extend(free.into_iter().take(*max));
+                    let took = free.len().min(max);
+                    room = room.map(|r| r - took as i64);
+                    taken.extend(free.into_iter().take(max));
                 }
                 Demand::Slots {
                     hosts,

@@ -145,6 +145,32 @@ impl Peak {
     }
 }
 
+/// The most `uses` add up to at any one instant of `window` (0 when none overlaps it).
+/// Half-open, as [`peak`]: a use ending when another starts never overlaps it.
+pub fn most_at_once(uses: &[Use], window: TimeWindow) -> f64 {
+    let mut changes: Vec<(DateTime<Utc>, f64)> = Vec::with_capacity(uses.len() * 2);
+    for u in uses {
+        let start = u.start.max(window.start());
+        let end = u.end.min(window.end());
+        if start < end {
+            changes.push((start, u.amount));
+            changes.push((end, -u.amount));
+        }
+    }
+    changes.sort_by_key(|a| a.0);
+    let (mut held, mut most) = (0.0f64, 0.0f64);
+    let mut i = 0;
+    while i < changes.len() {
+        let at = changes[i].0;
+        while i < changes.len() && changes[i].0 == at {
+            held += changes[i].1;
+            i += 1;
+        }
+        most = most.max(held);
+    }
+    most
+}
+
 /// The instant of `window` where the project uses the most while the own lease uses some
 /// (the earliest such instant on a tie), or `None` when the own lease uses nothing there.
 /// Only instants where the own lease holds something count: a project already over a limit

@@ -935,7 +935,34 @@ impl Service {
                 keep: &[],
                 explain,
             };
-            let grant = match self.allocate(tx, &reservation.spec, &allocation).await {
+            // A ranged host request asks for as many as it can get up to max: under a host
+            // quota, as many as the quota leaves (never below min; that is refused below).
+            let mut capped = None;
+            if let ReservationSpec::Host(h) = &reservation.spec
+                && h.min < h.max
+            {
+                let later_min: i64 = plan.requests[i + 1..]
+                    .iter()
+                    .map(|s| match s {
+                        ReservationSpec::Host(h) => i64::from(h.min),
+                        _ => 0,
+                    })
+                    .sum();
+                if let Some(room) = self
+                    .host_quota_room(tx, &limits, &lease.project_id, window, later_min)
+                    .await?
+                    && room < i64::from(h.max)
+                    && room >= i64::from(h.min)
+                {
+                    let mut spec = reservation.spec.clone();
+                    if let ReservationSpec::Host(h) = &mut spec {
+                        h.max = u32::try_from(room).unwrap_or(h.min);
+                    }
+                    capped = Some(spec);
+                }
+            }
+            let spec = capped.as_ref().unwrap_or(&reservation.spec);
+            let grant = match self.allocate(tx, spec, &allocation).await {
                 Ok(grant) => grant,
                 // On PostgreSQL an earliest window is found among committed allocations,
                 // while an ordinary create may hold a claim on one of its resources, about to

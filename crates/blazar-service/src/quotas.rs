@@ -428,6 +428,39 @@ impl Service {
         Ok(measure)
     }
 
+    /// The most hosts a ranged host reservation of a create may be granted under the
+    /// project's host quota: the limit less the most the project (this lease's reservations
+    /// written so far included) holds at any instant of `window`, less what the lease's
+    /// later reservations need at least (`later_min`). `None` without a host quota. A
+    /// request granted "between min and max" is granted what the quota leaves, rather than
+    /// refused for taking every free host up to max; below min it is refused as before.
+    pub(crate) async fn host_quota_room(
+        &self,
+        tx: &mut Tx,
+        limits: &QuotaValues,
+        project_id: &str,
+        window: TimeWindow,
+        later_min: i64,
+    ) -> ServiceResult<Option<i64>> {
+        let Some(limit) = limits.limit(QuotaKind::Hosts) else {
+            return Ok(None);
+        };
+        let uses: Vec<Use> = tx
+            .project_allocations(project_id, window.start(), window.end())
+            .await?
+            .iter()
+            .filter(|a| a.resource_type == PHYSICAL_HOST && a.exclusive)
+            .map(|a| Use {
+                start: a.start,
+                end: a.end,
+                amount: 1.0,
+                own: false,
+            })
+            .collect();
+        let held = quota::most_at_once(&uses, window).round() as i64;
+        Ok(Some(limit.saturating_sub(held).saturating_sub(later_min)))
+    }
+
     /// What an update starts from (the lease's window before it, and the project's use
     /// over the new window), or `None` when no limit applies to the project.
     pub(crate) async fn quota_baseline(

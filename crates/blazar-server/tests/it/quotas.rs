@@ -1140,3 +1140,92 @@ async fn the_latest_end_of_an_extension_keeps_within_the_quotas() {
     // Nothing more to reach: no latest end beyond the lease's own.
     assert_eq!(latest(&app, &id).await, Value::Null);
 }
+
+/// A ranged host request ("between min and max") under a host quota is granted as many as
+/// the quota leaves, not refused for asking up to max; offers name the same hosts, and
+/// below its minimum it is refused as before.
+#[tokio::test]
+async fn a_ranged_host_request_gets_what_the_host_quota_leaves() {
+    let mut app = app_with_hosts(5, |cli| cli.quota_hosts = Some(3)).await;
+    app.act_as("alpha", "ada", "member");
+    let ranged = |min: i64, max: i64| {
+        json!([{"resource_type": "physical:host", "min": min, "max": max,
+                "hypervisor_properties": "", "resource_properties": ""}])
+    };
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "one",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([hosts(1, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+
+    // Alpha holds one host from 10:00: an overlapping ranged request gets two of the four
+    // free, as its offer says.
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": ranged(1, 4), "duration": 60,
+                   "not_before": "2030-01-01 11:00", "not_after": "2030-01-01 13:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let offer = r.body["offers"][0].clone();
+    assert_eq!(offer["start_date"], "2030-01-01T11:00:00.000000", "{offer}");
+    assert_eq!(offer["reservations"][0]["amount"], 2, "{offer}");
+    let offered: Vec<String> = offer["reservations"][0]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap().to_string())
+        .collect();
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("two", "2030-01-01 11:00", "2030-01-01 12:00", ranged(1, 4)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let two = id_of(&r);
+    // Its request is kept as asked.
+    let reservation = &r.body["lease"]["reservations"][0];
+    assert_eq!(reservation["max"], 4, "{reservation}");
+    app.act_as_admin();
+    assert_eq!(app.hosts_of(&two).await, offered);
+    app.act_as("alpha", "ada", "member");
+
+    // The quota is full from 11:00 to 12:00: a further ranged request there is refused.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "three",
+                "2030-01-01 11:30",
+                "2030-01-01 12:30",
+                ranged(1, 2),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(quota_reason(&r)["name"], "hosts");
+    // Two ranged requests in one lease: the first leaves the second its minimum.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "four",
+                "2030-01-02 10:00",
+                "2030-01-02 12:00",
+                json!([ranged(1, 5)[0], ranged(2, 2)[0]]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as_admin();
+    assert_eq!(app.hosts_of(&id_of(&r)).await.len(), 3);
+}
