@@ -454,15 +454,32 @@ impl Service {
         host: &HostRecord,
         changes: &[(&str, Option<String>)],
     ) -> ServiceResult<()> {
-        let changed: Vec<&str> = changes
+        let altered: Vec<&(&str, Option<String>)> = changes
             .iter()
             .filter(|(k, v)| host.capabilities.get(*k) != v.as_ref())
+            .collect();
+        let changed: Vec<&str> = altered
+            .iter()
             .filter(|(k, _)| host.capabilities.contains_key(*k))
             .map(|(k, _)| *k)
             .collect();
-        if changed.is_empty() {
+        if altered.is_empty() {
             return Ok(());
         }
+        // A trait a `flavor:instance` reservation requires or forbids is matched on the
+        // capability of its name (`<TRAIT>=true`) where the cloud was never asked: a change
+        // that turns the match over (a required one no longer true, a forbidden one true)
+        // makes the grant wrong as a filtered capability's change would.
+        let mut after = host.clone();
+        for (k, v) in &altered {
+            match v {
+                Some(v) => after.capabilities.insert((*k).to_string(), v.clone()),
+                None => after.capabilities.remove(*k),
+            };
+        }
+        let turned = |name: &str| {
+            crate::instance::has_trait(host, name) != crate::instance::has_trait(&after, name)
+        };
         let now = self.now();
         let views = tx
             .allocation_views(PHYSICAL_HOST, Some(host.id), None, None, now)
@@ -472,6 +489,18 @@ impl Service {
             for reservation in tx.reservations_of(&view.lease_id).await? {
                 if *reservation.id != *view.reservation_id {
                     continue;
+                }
+                if let blazar_core::ReservationSpec::FlavorInstance(f) = &reservation.spec
+                    && let blazar_core::reservation::FlavorChoice::Found(found) = &f.flavor
+                    && self.trait_hosts.hosts(&found.traits).is_none()
+                {
+                    in_use.extend(
+                        found
+                            .traits
+                            .iter()
+                            .filter(|(name, _)| turned(name))
+                            .map(|(name, _)| name.clone()),
+                    );
                 }
                 for (field, query) in reservation.spec.queries() {
                     if field != "resource_properties" {

@@ -578,7 +578,7 @@ pub(crate) fn check_flavor(flavor: &Flavor) -> ServiceResult<()> {
     Ok(())
 }
 
-fn has_trait(host: &HostRecord, name: &str) -> bool {
+pub(crate) fn has_trait(host: &HostRecord, name: &str) -> bool {
     host.capabilities
         .get(name)
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))

@@ -503,6 +503,42 @@ async fn flavor_instance_reservations() {
         slots_of(&app, ssd.body["lease"]["id"].as_str().unwrap()).await,
         vec!["2".to_string()]
     );
+    // The trait it requires cannot be taken from the host under it, as a filtered
+    // capability cannot; a change that keeps it true can be made.
+    for change in [json!({"ssd": "false"}), json!({"ssd": null})] {
+        let changed = app.put("/v1/os-hosts/2", change.clone()).await;
+        assert_eq!(
+            changed.status,
+            StatusCode::CONFLICT,
+            "{change}: {}",
+            changed.body
+        );
+        assert!(changed.message().contains("ssd"), "{}", changed.message());
+    }
+    let changed = app.put("/v1/os-hosts/2", json!({"ssd": "True"})).await;
+    assert_eq!(changed.status, StatusCode::OK, "{}", changed.body);
+    // A trait it forbids cannot be given to a host it holds.
+    app.post("/v1/flavors", json!({"name": "plain", "vcpus": 1, "ram": 1024, "disk": 10, "extra_specs": {"trait:ssd": "forbidden"}})).await;
+    let plain = app
+        .post(
+            "/v1/leases",
+            lease(
+                "p",
+                "2030-01-02 10:00",
+                "2030-01-02 12:00",
+                flavor("plain", 1),
+            ),
+        )
+        .await;
+    assert_eq!(plain.status, StatusCode::CREATED, "{}", plain.body);
+    assert_eq!(
+        slots_of(&app, plain.body["lease"]["id"].as_str().unwrap()).await,
+        vec!["1".to_string()]
+    );
+    let changed = app.put("/v1/os-hosts/1", json!({"ssd": "true"})).await;
+    assert_eq!(changed.status, StatusCode::CONFLICT, "{}", changed.body);
+    let changed = app.put("/v1/os-hosts/1", json!({"ssd": "no"})).await;
+    assert_eq!(changed.status, StatusCode::OK, "{}", changed.body);
     // A project member books by flavor too: the kept flavor is not read as a query.
     app.act_as("alpha", "alpha-user", "member");
     let member = app
