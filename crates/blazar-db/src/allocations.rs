@@ -701,15 +701,14 @@ impl Tx {
     }
 
     /// Opens the hand-over of a resource to a reservation. One still open keeps its start:
-    /// a host handed over again (given more instance slots) has been held all along.
+    /// a host handed over again (given more instance slots) has been held all along. One
+    /// that ended stays on record as it was, and a new period begins.
     pub async fn start_handover(&mut self, h: &Handover) -> DbResult<()> {
         sqlx::query(
             "INSERT INTO handovers (id, resource_type, resource_id, project_id, lease_id, \
              reservation_id, started_at, ended_at) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL) \
-             ON CONFLICT (reservation_id, resource_type, resource_id) DO UPDATE SET \
-             project_id = excluded.project_id, \
-             started_at = CASE WHEN handovers.ended_at IS NULL THEN handovers.started_at \
-             ELSE excluded.started_at END, ended_at = NULL",
+             ON CONFLICT (reservation_id, resource_type, resource_id) WHERE ended_at IS NULL \
+             DO UPDATE SET project_id = excluded.project_id",
         )
         .bind(uuid::Uuid::now_v7().to_string())
         .bind(&h.resource_type)

@@ -113,6 +113,67 @@ async fn back_to_back_leases_hand_over_end_before_start() {
     assert_eq!(history.as_array().unwrap().len(), 2);
 }
 
+/// A host taken back from a running reservation and handed to it again later has two
+/// periods in the hand-over history, not one that forgets the first.
+#[tokio::test]
+async fn a_host_handed_to_a_reservation_twice_has_two_periods_on_record() {
+    let app = TestApp::spawn().await;
+    let h1 = app.create_host("compute-1", json!({})).await;
+    let h2 = app.create_host("compute-2", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let id = lease_id(&r.body);
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    assert_eq!(lease(&app, &id).await["status"], "ACTIVE");
+    let reservable = |host: String, on: bool, at: chrono::DateTime<chrono::Utc>| {
+        let app = &app;
+        async move {
+            app.set_time(at);
+            let r = app
+                .put(&format!("/v1/os-hosts/{host}"), json!({"reservable": on}))
+                .await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+            app.run_actions().await;
+        }
+    };
+    // compute-1 out of service at 10:30: the lease moves to compute-2; compute-2 out at
+    // 11:00 with compute-1 back: it moves back to compute-1.
+    reservable(h1.clone(), false, t(2030, 1, 1, 10, 30)).await;
+    reservable(h1.clone(), true, t(2030, 1, 1, 10, 45)).await;
+    reservable(h2.clone(), false, t(2030, 1, 1, 11, 0)).await;
+    let history = app.get("/v1/handovers?all=true").await.body["handovers"].clone();
+    let periods: Vec<(String, String, Value)> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["resource_id"].as_str().unwrap().to_string(),
+                h["since"].as_str().unwrap().to_string(),
+                h["until"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        periods,
+        vec![
+            (
+                h1.clone(),
+                "2030-01-01T10:00:00.000000".into(),
+                json!("2030-01-01T10:30:00.000000")
+            ),
+            (h1, "2030-01-01T11:00:00.000000".into(), Value::Null),
+            (
+                h2,
+                "2030-01-01T10:30:00.000000".into(),
+                json!("2030-01-01T11:00:00.000000")
+            ),
+        ],
+        "{history}"
+    );
+}
+
 #[tokio::test]
 async fn a_lease_starting_now_is_active_after_one_tick() {
     let app = TestApp::spawn().await;
