@@ -66,11 +66,33 @@ fn shortfall(e: &ServiceError) -> bool {
     }
 }
 
+/// Whether `e` refuses for a project quota that counts the project's other leases (what it
+/// holds at once, its monthly host-hours): a window searched before another create of the
+/// project committed may be over it now, though a later one would not be.
+fn over_shared_quota(e: &ServiceError) -> bool {
+    use blazar_core::quota::QuotaKind;
+    match e {
+        ServiceError::Refused(r) => r.reasons.iter().any(|reason| {
+            reason.quota.as_ref().is_some_and(|q| {
+                q.in_use > 0.0
+                    && matches!(
+                        q.kind,
+                        QuotaKind::Hosts
+                            | QuotaKind::FloatingIps
+                            | QuotaKind::Instances
+                            | QuotaKind::HostHoursPerMonth
+                    )
+            })
+        }),
+        _ => false,
+    }
+}
+
 /// The policy rule deciding whether a refused create or update says why.
 pub const EXPLAIN_REFUSAL: &str = "blazar:leases:explain_refusal";
 
 /// How many times an `earliest` create held by usage filters to one window searches again
-/// when a concurrent create took that window.
+/// when a concurrent create took that window (its resources, or its project's quota).
 const EARLIEST_FILTERED_TRIES: u32 = 8;
 
 /// Why one try of a create failed: its filtered `earliest` window was taken, or anything else.
@@ -534,8 +556,9 @@ impl Service {
         let mut attempt = 0;
         let created = loop {
             // An `earliest` create that usage filters held to the window they were asked
-            // about loses that window to a concurrent create now and then: it searches and
-            // asks again, a few times, as the search itself would have moved on.
+            // about loses that window to a concurrent create now and then (the resources,
+            // or the room its project's quota left): it searches and asks again, a few
+            // times, as the search itself would have moved on.
             match self.create_lease_once(identity, request).await {
                 Ok(view) => break Ok(view),
                 Err(Lost::Window(_)) if attempt < EARLIEST_FILTERED_TRIES => attempt += 1,
@@ -608,7 +631,9 @@ impl Service {
         };
         let view = match written {
             Ok(view) => view,
-            Err(e) if held_to_window && shortfall(&e) => return Err(Lost::Window(e)),
+            Err(e) if held_to_window && (shortfall(&e) || over_shared_quota(&e)) => {
+                return Err(Lost::Window(e));
+            }
             Err(e) => return Err(Lost::Other(e)),
         };
         Ok(self.with_groups_made(identity, view).await?)

@@ -781,3 +781,47 @@ async fn concurrent_earliest_creates_under_a_filter_all_get_windows() {
     starts.dedup();
     assert_eq!(starts.len(), 8, "{starts:?}");
 }
+
+/// The same under a project quota: concurrent `earliest` creates of one project each lose
+/// the window another took to the quota rather than to the host, and search again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_earliest_creates_under_a_filter_and_a_quota_all_get_windows() {
+    let mut app = app_with(|cli| {
+        cli.enabled_filters = vec!["MaxLeaseDurationFilter".into()];
+        cli.max_lease_duration = Some(86_400);
+        cli.quota_hosts = Some(1);
+    })
+    .await;
+    for name in ["h1", "h2", "h3"] {
+        app.create_host(name, json!({})).await;
+    }
+    app.act_as("alpha", "ada", "member");
+    let requests = (0..4).map(|i| {
+        app.post(
+            "/v1/leases",
+            json!({"name": format!("e{i}"), "start_date": "earliest", "duration": 60,
+                   "not_before": "2030-01-01 10:00",
+                   "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
+                                     "hypervisor_properties": "", "resource_properties": ""}]}),
+        )
+    });
+    let responses = futures::future::join_all(requests).await;
+    let mut starts: Vec<String> = responses
+        .iter()
+        .map(|r| {
+            assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+            r.body["lease"]["start_date"].as_str().unwrap().to_string()
+        })
+        .collect();
+    starts.sort();
+    assert_eq!(
+        starts,
+        [
+            "2030-01-01T10:00:00.000000",
+            "2030-01-01T11:00:00.000000",
+            "2030-01-01T12:00:00.000000",
+            "2030-01-01T13:00:00.000000"
+        ],
+        "one host at a time for the project, so one lease an hour"
+    );
+}
