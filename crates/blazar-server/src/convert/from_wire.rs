@@ -291,11 +291,17 @@ pub fn offer_request(body: blazar_api::OfferRequest) -> ApiResult<blazar_service
             OFFER_FIELDS.join(", ")
         )));
     }
-    // Shaped as a create would take them, though an offer does not use them.
+    // Shaped as a create would take it, though an offer does not use it.
     if let Some(name) = string_field("name", body.name)? {
         blazar_service::check_name(&name)?;
     }
-    before_end_field(body.before_end_date)?;
+    // A date inside windows not found yet would hold only for some of them: refused, as
+    // with `start_date: "earliest"`, rather than offering windows it does not fit.
+    if before_end_field(body.before_end_date)?.is_some() {
+        return Err(ApiError::bad_request(
+            "before_end_date cannot be given with offers: the windows are not known yet;              give it to the create of the offer you book",
+        ));
+    }
     no_custom_events(body.events)?;
     let reservations = reservations_field(body.reservations)?.unwrap_or_default();
     if reservations.is_empty() {

@@ -912,6 +912,16 @@ async fn offers_start_at_a_minute_a_create_still_takes() {
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.message().contains("not_before"), "{}", r.message());
+    // A warning date would fit some windows and not others: refused, as with "earliest".
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": [hosts(1, 1, "")], "duration": 60,
+                   "before_end_date": "2030-01-02 00:30"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(r.message().contains("before_end_date"), "{}", r.message());
 }
 
 /// On random inventories and bookings, every offer is granted, as offered, to a plain
