@@ -409,7 +409,11 @@ fn not_after_field(value: Option<Value>) -> ApiResult<Option<DateTime<Utc>>> {
     };
     match parse_when(&text) {
         Some(When::At(t)) => Ok(Some(truncate_to_minute(t))),
-        _ => Err(invalid_date(&text)),
+        // Understood, but a search that must end now has no window to offer.
+        Some(When::Now) => Err(ApiError::bad_request(
+            "not_after cannot be now: the search window must end after it starts",
+        )),
+        None => Err(invalid_date(&text)),
     }
 }
 

@@ -922,6 +922,18 @@ async fn offers_start_at_a_minute_a_create_still_takes() {
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
     assert!(r.message().contains("before_end_date"), "{}", r.message());
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": [hosts(1, 1, "")], "duration": 60, "not_after": "now"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(
+        r.message().contains("not_after cannot be now"),
+        "{}",
+        r.message()
+    );
 }
 
 /// On random inventories and bookings, every offer is granted, as offered, to a plain
