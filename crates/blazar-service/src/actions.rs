@@ -64,6 +64,18 @@ async fn record_handovers(tx: &mut Tx, changes: &[HandoverChange]) -> ServiceRes
     Ok(())
 }
 
+/// Whether `reservation` has something in the cloud before it starts, with a backend that
+/// prepares reservations (hosts: an aggregate; instances: a flavor, a group and a resource
+/// class).
+fn prepared(reservation: &Reservation) -> bool {
+    [
+        blazar_core::PHYSICAL_HOST,
+        crate::instance::VIRTUAL_INSTANCE,
+        crate::instance::FLAVOR_INSTANCE,
+    ]
+    .contains(&reservation.resource_type())
+}
+
 /// An attempt whose action is over: done, or failed for good with `failure`.
 struct Finished<'a> {
     attempt: &'a Attempt,
@@ -293,6 +305,43 @@ impl Service {
         Ok(!by_type.is_empty())
     }
 
+    /// Records the take-back (`Stop`) for `purpose` (an end, a delete) of what `reservation`
+    /// holds. One that holds nothing any more still has what the backend keeps for it in
+    /// the cloud (its aggregate; its flavor and resource class), and may have servers there
+    /// (healing took its last host, which kept its servers in the aggregate): it gets a
+    /// take-back of the reservation as a whole, which the end then waits for. Returns
+    /// whether an action was recorded.
+    pub(crate) async fn record_take_back(
+        &self,
+        tx: &mut Tx,
+        lease: &Lease,
+        reservation: &Reservation,
+        purpose: ActionPurpose,
+        allocations: &[Allocation],
+        at: DateTime<Utc>,
+    ) -> ServiceResult<bool> {
+        let kind_purpose = (ActionKind::Stop, purpose);
+        if self
+            .record_action(tx, lease, reservation, kind_purpose, allocations, at)
+            .await?
+        {
+            return Ok(true);
+        }
+        if !self.backend.prepares_reservations() || !prepared(reservation) {
+            return Ok(false);
+        }
+        let action = self.lease_action(
+            lease,
+            reservation,
+            kind_purpose,
+            reservation.resource_type(),
+            &[],
+            Some(at),
+        );
+        tx.queue_action(&action).await?;
+        Ok(true)
+    }
+
     /// Records an action on a host or instance reservation as a whole (`prepare`, `release`), when the
     /// backend prepares reservations. It names no resource, so nothing waits for it.
     pub(crate) async fn record_reservation_action(
@@ -302,15 +351,7 @@ impl Service {
         reservation: &Reservation,
         (kind, purpose): (ActionKind, ActionPurpose),
     ) -> ServiceResult<()> {
-        // Host and instance reservations have something in the cloud before they start
-        // (an aggregate; a flavor, a group and a resource class).
-        let prepared = [
-            blazar_core::PHYSICAL_HOST,
-            crate::instance::VIRTUAL_INSTANCE,
-            crate::instance::FLAVOR_INSTANCE,
-        ];
-        if !self.backend.prepares_reservations() || !prepared.contains(&reservation.resource_type())
-        {
+        if !self.backend.prepares_reservations() || !prepared(reservation) {
             return Ok(());
         }
         let action = self.lease_action(

@@ -1961,15 +1961,8 @@ impl Service {
                     .filter(|a| a.reservation_id == reservation.id)
                     .cloned()
                     .collect();
-                self.record_action(
-                    tx,
-                    &lease,
-                    reservation,
-                    (ActionKind::Stop, ActionPurpose::Delete),
-                    &held,
-                    now,
-                )
-                .await?;
+                self.record_take_back(tx, &lease, reservation, ActionPurpose::Delete, &held, now)
+                    .await?;
             }
             // Blazar tells usage enforcement of a delete unless the lease already ended.
             if !(started && ended) && self.enforcement.wants_on_end() {

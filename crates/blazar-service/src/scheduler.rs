@@ -497,17 +497,18 @@ impl Service {
             if !(how.applies)(reservation.status) {
                 continue;
             }
-            if self
-                .record_action(
-                    tx,
-                    lease,
-                    reservation,
-                    (how.kind, how.purpose),
-                    &held(allocations, &reservation.id),
-                    now,
-                )
-                .await?
-            {
+            let held = held(allocations, &reservation.id);
+            let recorded_one = match how.kind {
+                ActionKind::Stop => {
+                    self.record_take_back(tx, lease, reservation, how.purpose, &held, now)
+                        .await?
+                }
+                _ => {
+                    self.record_action(tx, lease, reservation, (how.kind, how.purpose), &held, now)
+                        .await?
+                }
+            };
+            if recorded_one {
                 recorded = true;
                 continue;
             }

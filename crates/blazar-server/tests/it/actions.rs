@@ -789,6 +789,75 @@ async fn a_running_reservation_gives_up_only_the_instance_slots_over_a_fallen_ca
     assert_eq!(lease(&app, &lid).await["status"], "ACTIVE");
 }
 
+/// A cloud that prepares reservations (an aggregate per host reservation, as the OpenStack
+/// backend does), acting otherwise as the standalone backend, and records each action it
+/// carried out: kind, purpose and resources.
+#[derive(Default)]
+struct Preparing {
+    done: Mutex<Vec<(ActionKind, String, Vec<i64>)>>,
+}
+
+#[async_trait]
+impl Backend for Preparing {
+    async fn apply(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<blazar_service::ActionOutput, ActionError> {
+        self.done.lock().unwrap().push((
+            action.kind,
+            action.purpose.as_str().to_string(),
+            action.resources.clone(),
+        ));
+        StandaloneBackend.apply(store, action).await
+    }
+
+    fn prepares_reservations(&self) -> bool {
+        true
+    }
+}
+
+/// A running host reservation that healing left with nothing (its host failed, none to
+/// replace it) still has its aggregate in the cloud, and maybe servers there: its end takes
+/// the reservation back as a whole, and the lease ends once that is done.
+#[tokio::test]
+async fn the_end_of_a_reservation_healing_left_empty_takes_it_back_whole() {
+    let backend = Arc::new(Preparing::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    let host = app.create_host("only", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let lid = id(&r.body);
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    app.run_actions().await;
+    assert_eq!(lease(&app, &lid).await["status"], "ACTIVE");
+    app.set_time(t(2030, 1, 1, 11, 0));
+    let r = app
+        .put(
+            &format!("/v1/os-hosts/{host}"),
+            json!({"reservable": false}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    app.run_actions().await;
+    let l = lease(&app, &lid).await;
+    assert_eq!(l["degraded"], true);
+    assert!(granted(&app, &lid).await.is_empty());
+
+    app.tick_at(t(2030, 1, 1, 12, 0)).await;
+    app.run_actions().await;
+    let done = backend.done.lock().unwrap().clone();
+    let last = done.last().cloned().unwrap();
+    assert_eq!(
+        (last.0, last.1.as_str(), last.2),
+        (ActionKind::Stop, "lease_end", vec![])
+    );
+    let l = lease(&app, &lid).await;
+    assert_eq!(l["status"], "TERMINATED");
+    assert_eq!(l["reservations"][0]["status"], "deleted");
+}
+
 /// A cloud that lists the hypervisors of `listed`, all healthy, fails the next attempts as
 /// scripted, and records what each action it carried out handed over or took back.
 #[derive(Default)]
