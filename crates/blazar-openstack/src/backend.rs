@@ -182,6 +182,16 @@ impl Pass {
         line
     }
 
+    /// Takes the repairs that failed (a failure names its repair's line, then the error)
+    /// out of `repairs`: an applied pass reports them as failed only, not also as repaired.
+    pub(crate) fn drop_failed_repairs(&mut self) {
+        let failed = &self.failed;
+        self.repairs.retain(|line| {
+            let prefix = format!("{line}: ");
+            !failed.iter().any(|f| f.starts_with(&prefix))
+        });
+    }
+
     /// Whether a repair step of `line` worked; a failure is recorded.
     pub(crate) fn done<T, E: std::fmt::Display>(
         &mut self,
@@ -603,6 +613,9 @@ impl Backend for OpenStackBackend {
             return Err(InventoryError::Unavailable(unread.join("; ")));
         }
         pass.failed.extend(unread);
+        if apply {
+            pass.drop_failed_repairs();
+        }
         Ok(ReconcileReport {
             applied: apply,
             repairs: pass.repairs,
@@ -1169,5 +1182,34 @@ impl OpenStackBackend {
             tracing::info!(host = %service, "host withdrawn from the freepool");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pass;
+
+    #[test]
+    fn a_failed_repair_is_reported_as_failed_only() {
+        let mut pass = Pass::default();
+        let moved = pass.found("host h1 not in aggregate r1: put back".into());
+        pass.done(&moved, Ok::<(), String>(()));
+        let refused = pass.found("aggregate r2 left over: deleted".into());
+        pass.done(
+            &refused,
+            Err::<(), _>("nova: 409 host already has 1 instance(s)"),
+        );
+        pass.failed
+            .push("leftovers could not be listed: neutron: timeout".into());
+        pass.drop_failed_repairs();
+        assert_eq!(pass.repairs, vec![moved]);
+        assert_eq!(
+            pass.failed,
+            vec![
+                "aggregate r2 left over: deleted: nova: 409 host already has 1 instance(s)"
+                    .to_string(),
+                "leftovers could not be listed: neutron: timeout".to_string(),
+            ]
+        );
     }
 }

@@ -62,9 +62,10 @@ impl OpenStackBackend {
             if drift.is_empty() || !crate::backend::still_live(store, action).await {
                 continue;
             }
-            for line in drift {
-                pass.found(format!("{line}: made again"));
-            }
+            let lines: Vec<String> = drift
+                .into_iter()
+                .map(|line| pass.found(format!("{line}: made again")))
+                .collect();
             let item = RepairItem {
                 lease_id: Some(action.lease_id.clone()),
                 resources: action
@@ -78,11 +79,19 @@ impl OpenStackBackend {
             }
             let made = self.apply_now(store, action).await;
             desired.release(store).await;
-            if let Some(output) = pass.value(&format!("{what}: made again"), made)
-                && let Some(group) = output.server_group_id
-            {
-                pass.server_groups
-                    .push((action.reservation_id.clone(), group));
+            match made {
+                Ok(output) => {
+                    if let Some(group) = output.server_group_id {
+                        pass.server_groups
+                            .push((action.reservation_id.clone(), group));
+                    }
+                }
+                // Each difference it was to repair failed with it.
+                Err(e) => {
+                    for line in lines {
+                        pass.failed.push(format!("{line}: {e}"));
+                    }
+                }
             }
         }
     }
