@@ -69,6 +69,9 @@ impl Service {
             json!({
                 "lease_id": lease.id,
                 "project_id": lease.project_id,
+                // The lease's status, as every other lease notification carries it (the
+                // event stream shows it).
+                "status": lease.status.to_string(),
                 "reservation_id": reservation.id,
                 "resource_type": reservation.resource_type(),
                 "detail": detail,

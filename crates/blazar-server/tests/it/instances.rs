@@ -800,6 +800,10 @@ async fn healing_replaces_a_failed_resource_or_degrades_the_lease() {
             "lease.healed"
         ]
     );
+    // Each carries the lease's status, as every lease notification does.
+    for n in notes.body["notifications"].as_array().unwrap() {
+        assert!(n["payload"]["status"].is_string(), "{n}");
+    }
 }
 
 #[tokio::test]
