@@ -33,6 +33,24 @@ fn handed_over(lease: &Lease, reservation: &Reservation) -> bool {
             && lease.status == LeaseStatus::Starting)
 }
 
+/// The reservation holding `allocation`, with its lease locked, while the reservation is
+/// pending or active; `None` when it is over or gone (nothing to move).
+async fn live_holder(
+    tx: &mut Tx,
+    allocation: &Allocation,
+) -> ServiceResult<Option<(Reservation, Lease)>> {
+    let Some(reservation) = tx.get_reservation(&allocation.reservation_id).await? else {
+        return Ok(None);
+    };
+    if !is_live(&reservation) {
+        return Ok(None);
+    }
+    Ok(tx
+        .lock_lease(&reservation.lease_id)
+        .await?
+        .map(|lease| (reservation, lease)))
+}
+
 /// What [`Service::move_allocation`] does when no replacement is free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Unreplaced {
@@ -79,6 +97,45 @@ impl Service {
             now,
         ))
         .await?;
+        Ok(())
+    }
+
+    /// Flags `reservation` and its lease after `lost` units of it left a resource and
+    /// `added` were found elsewhere (changed; or missing, the lease degraded, when fewer),
+    /// announces it with `detail`, and writes both.
+    async fn record_move(
+        &self,
+        tx: &mut Tx,
+        lease: &mut Lease,
+        reservation: &mut Reservation,
+        (added, lost): (i64, i64),
+        detail: serde_json::Value,
+        now: DateTime<Utc>,
+    ) -> ServiceResult<()> {
+        if added >= lost {
+            reservation.resources_changed = true;
+            self.notify(
+                tx,
+                "reservation.resources_changed",
+                lease,
+                reservation,
+                detail,
+                now,
+            )
+            .await?;
+        } else {
+            reservation.missing_resources = true;
+            if added > 0 {
+                reservation.resources_changed = true;
+            }
+            lease.degraded = true;
+            self.notify(tx, "lease.degraded", lease, reservation, detail, now)
+                .await?;
+        }
+        reservation.updated_at = Some(now);
+        tx.update_reservation(reservation).await?;
+        lease.updated_at = Some(now);
+        tx.update_lease(lease).await?;
         Ok(())
     }
 
@@ -254,13 +311,7 @@ impl Service {
         units: i64,
         now: DateTime<Utc>,
     ) -> ServiceResult<()> {
-        let Some(mut reservation) = tx.get_reservation(&allocation.reservation_id).await? else {
-            return Ok(());
-        };
-        if !is_live(&reservation) {
-            return Ok(());
-        }
-        let Some(mut lease) = tx.lock_lease(&reservation.lease_id).await? else {
+        let Some((mut reservation, mut lease)) = live_holder(tx, allocation).await? else {
             return Ok(());
         };
         let o = &allocation.occupancy;
@@ -303,30 +354,15 @@ impl Service {
         let detail = json!({"resource_id": allocation.resource_id,
                             "resource": allocation.resource_id.to_string(),
                             "kind": PHYSICAL_HOST, "replaced": added, "lost": units});
-        if added >= units {
-            reservation.resources_changed = true;
-            self.notify(
-                tx,
-                "reservation.resources_changed",
-                &lease,
-                &reservation,
-                detail,
-                now,
-            )
-            .await?;
-        } else {
-            reservation.missing_resources = true;
-            if added > 0 {
-                reservation.resources_changed = true;
-            }
-            lease.degraded = true;
-            self.notify(tx, "lease.degraded", &lease, &reservation, detail, now)
-                .await?;
-        }
-        reservation.updated_at = Some(now);
-        tx.update_reservation(&reservation).await?;
-        lease.updated_at = Some(now);
-        tx.update_lease(&lease).await?;
+        self.record_move(
+            tx,
+            &mut lease,
+            &mut reservation,
+            (added, units),
+            detail,
+            now,
+        )
+        .await?;
         tracing::warn!(
             lease.id = %lease.id, reservation.id = %reservation.id,
             host.id = allocation.resource_id, slots = units, replaced = added,
@@ -399,13 +435,7 @@ impl Service {
         now: DateTime<Utc>,
         unreplaced: Unreplaced,
     ) -> ServiceResult<Moved> {
-        let Some(mut reservation) = tx.get_reservation(&allocation.reservation_id).await? else {
-            return Ok(Moved::NotLive);
-        };
-        if !is_live(&reservation) {
-            return Ok(Moved::NotLive);
-        }
-        let Some(mut lease) = tx.lock_lease(&reservation.lease_id).await? else {
+        let Some((mut reservation, mut lease)) = live_holder(tx, allocation).await? else {
             return Ok(Moved::NotLive);
         };
         let resource_id = allocation.resource_id;
@@ -450,30 +480,15 @@ impl Service {
         };
         let detail = json!({"resource_id": resource_id, "resource": resource, "kind": kind,
                             "replaced": added, "lost": wanted});
-        if added >= wanted {
-            reservation.resources_changed = true;
-            self.notify(
-                tx,
-                "reservation.resources_changed",
-                &lease,
-                &reservation,
-                detail,
-                now,
-            )
-            .await?;
-        } else {
-            reservation.missing_resources = true;
-            if added > 0 {
-                reservation.resources_changed = true;
-            }
-            lease.degraded = true;
-            self.notify(tx, "lease.degraded", &lease, &reservation, detail, now)
-                .await?;
-        }
-        reservation.updated_at = Some(now);
-        tx.update_reservation(&reservation).await?;
-        lease.updated_at = Some(now);
-        tx.update_lease(&lease).await?;
+        self.record_move(
+            tx,
+            &mut lease,
+            &mut reservation,
+            (added, wanted),
+            detail,
+            now,
+        )
+        .await?;
         tracing::warn!(
             lease.id = %lease.id, reservation.id = %reservation.id, resource.kind = kind,
             resource.id = resource_id, replaced = added, "reservation moved off a resource"

@@ -212,9 +212,8 @@ pub(crate) async fn shape_hosts(
 }
 
 /// Free slots per candidate host for `slot`-sized instances over the request's window, read
-/// for every candidate at once (healing, which is rare and wants the best host anywhere).
-/// The free slots of every host that fits the shape, counting the slots of `own` (per host:
-/// slots of the shape's size the reservation holds over the whole window) as free.
+/// for every candidate at once (healing, which is rare and wants the best host anywhere);
+/// the slots of `own` count as free (see [`slots_of`]).
 async fn host_slots(
     tx: &mut Tx,
     shape: &Shape,
@@ -227,63 +226,22 @@ async fn host_slots(
     let overlapping = tx
         .usage_overlapping(PHYSICAL_HOST, request.window.start(), request.blocked_until)
         .await?;
-    let mut slots = slots_of(&hosts, &overlapping, shape, request)?;
-    if !own.is_empty() {
-        // Held over the whole window, they add the same to every instant: the peak without
-        // them is the peak less them (a host over its capacity stays exact this way, where
-        // adding them to its free slots, floored at zero, would not).
-        let peaks = peaks_of(&hosts, &overlapping, request)?;
-        for (s, (&(_, cap), peak)) in slots.iter_mut().zip(hosts.iter().zip(peaks)) {
-            if let (Some(&units), Some(peak)) = (own.get(&s.host), peak) {
-                let others = peak.less(shape.slot.times(units));
-                s.slots = free_slots(cap, others, shape.slot);
-            }
-        }
-    }
+    let slots = slots_of(&hosts, &overlapping, shape, request, own)?;
     Ok((slots, hosts.len()))
 }
 
-/// Per host, the peak of the shared allocations that overlap the request's window (`None`
-/// for a host held whole).
-fn peaks_of(
-    hosts: &[(i64, Usage)],
-    overlapping: &[AllocationUsage],
-    request: &AllocationRequest<'_>,
-) -> ServiceResult<Vec<Option<Usage>>> {
-    let window = TimeWindow::new(request.window.start(), request.blocked_until)
-        .map_err(|e| ServiceError::Internal(e.to_string()))?;
-    let mut exclusive = HashSet::new();
-    let mut shared: HashMap<i64, Vec<(TimeWindow, Usage)>> = HashMap::new();
-    for a in overlapping {
-        if a.exclusive {
-            exclusive.insert(a.resource_id);
-        } else if let Ok(w) = TimeWindow::new(a.start, a.blocked_until) {
-            shared
-                .entry(a.resource_id)
-                .or_default()
-                .push((w, a.usage()));
-        }
-    }
-    Ok(hosts
-        .iter()
-        .map(|(id, _)| {
-            (!exclusive.contains(id)).then(|| {
-                shared
-                    .get(id)
-                    .map(|v| peak_usage(v, &window))
-                    .unwrap_or_default()
-            })
-        })
-        .collect())
-}
-
 /// The free slots of `hosts` given the allocations that overlap the request's window, one
-/// entry per host in their order (zero slots for a host held whole).
+/// entry per host in their order (zero slots for a host held whole). `own` (per host: slots
+/// of the shape's size the reservation holds over the whole window) counts as free: held
+/// throughout, they add the same to every instant, so the peak without them is the peak
+/// less them (exact for a host over its capacity too, where adding them to its free slots,
+/// floored at zero, would not be).
 fn slots_of(
     hosts: &[(i64, Usage)],
     overlapping: &[AllocationUsage],
     shape: &Shape,
     request: &AllocationRequest<'_>,
+    own: &HashMap<i64, i64>,
 ) -> ServiceResult<Vec<HostSlots>> {
     let window = TimeWindow::new(request.window.start(), request.blocked_until)
         .map_err(|e| ServiceError::Internal(e.to_string()))?;
@@ -309,10 +267,13 @@ fn slots_of(
                     in_use: true,
                 };
             }
-            let used = shared
+            let mut used = shared
                 .get(&id)
                 .map(|v| peak_usage(v, &window))
                 .unwrap_or_default();
+            if let Some(&units) = own.get(&id) {
+                used = used.less(shape.slot.times(units));
+            }
             HostSlots {
                 host: id,
                 slots: free_slots(cap, used, shape.slot),
@@ -356,7 +317,13 @@ async fn probe_slots(
         let probe = &order[slots.len()..end];
         let ids: Vec<i64> = probe.iter().map(|(id, _)| *id).collect();
         let overlapping = request.usage_among(tx, PHYSICAL_HOST, &ids).await?;
-        slots.extend(slots_of(probe, &overlapping, shape, request)?);
+        slots.extend(slots_of(
+            probe,
+            &overlapping,
+            shape,
+            request,
+            &HashMap::new(),
+        )?);
         if let Some(placement) = place(&slots, request.keep, shape.amount, shape.affinity) {
             return Ok((Some(placement), slots, fitting));
         }
@@ -392,7 +359,7 @@ async fn write_slots(
             .map(|id| (*id, capacity.get(id).copied().unwrap_or_default()))
             .collect();
         let now = request.usage_among(tx, PHYSICAL_HOST, &hosts).await?;
-        let room = slots_of(&placed, &now, shape, request)?;
+        let room = slots_of(&placed, &now, shape, request, &HashMap::new())?;
         let full = placement
             .iter()
             .zip(&room)

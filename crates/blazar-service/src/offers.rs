@@ -1022,8 +1022,9 @@ impl Service {
     ) -> ServiceResult<Option<DateTime<Utc>>> {
         let held = tx.allocations_of_lease(&lease.id).await?;
         let inventory = self.host_cache.inventory(tx).await?;
-        // Per reservation: what it holds, and from when (`held_since`, as the update holds
-        // them again).
+        // Per reservation: what it holds, and from when (`held_since`). An update of a
+        // running lease allocates from the current minute instead; over resources the
+        // lease holds, nobody else can be there in between, so both see the same room.
         let mut reservations: BTreeMap<&str, (DateTime<Utc>, Vec<Demand>)> = BTreeMap::new();
         let mut whole: BTreeMap<(&str, &str), Vec<i64>> = BTreeMap::new();
         for a in &held {
