@@ -747,24 +747,8 @@ async fn a_running_reservation_gives_up_only_the_instance_slots_over_a_fallen_ca
     let mut held = granted(&app, &lid).await;
     held.sort();
     assert_eq!(held, vec![h1.clone(), h2.clone()]);
-    let slots = |host: &str| {
-        let app = &app;
-        let host = host.to_string();
-        async move {
-            let path = "/v1/os-hosts/timeline?start=2030-01-01%2000:00";
-            let t = app.get(path).await.body["timeline"].clone();
-            t["resources"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|r| r["id"] == host.as_str())
-                .flat_map(|r| r["busy"].as_array().unwrap().clone())
-                .map(|b| b["slots"]["units"].as_i64().unwrap())
-                .sum::<i64>()
-        }
-    };
-    assert_eq!(slots(&h1).await, 3);
-    assert_eq!(slots(&h2).await, 1);
+    assert_eq!(crate::instances::units_on(&app, &h1).await, 3);
+    assert_eq!(crate::instances::units_on(&app, &h2).await, 1);
     let l = lease(&app, &lid).await;
     assert_eq!(l["degraded"], false);
     assert_eq!(l["reservations"][0]["resources_changed"], true);

@@ -749,6 +749,19 @@ async fn offers_keep_to_the_maximum_lease_duration() {
     }
 }
 
+/// The start dates of leases all created (201), in order.
+fn created_starts(responses: Vec<crate::harness::Response>) -> Vec<String> {
+    let mut starts: Vec<String> = responses
+        .iter()
+        .map(|r| {
+            assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+            r.body["lease"]["start_date"].as_str().unwrap().to_string()
+        })
+        .collect();
+    starts.sort();
+    starts
+}
+
 /// With a usage filter on, an `earliest` create is held to the window the filter was asked
 /// about; one that loses that window to a concurrent create searches and asks again, so
 /// concurrent `earliest` creates still all get windows, one after another.
@@ -769,15 +782,7 @@ async fn concurrent_earliest_creates_under_a_filter_all_get_windows() {
                                      "hypervisor_properties": "", "resource_properties": ""}]}),
         )
     });
-    let responses = futures::future::join_all(requests).await;
-    let mut starts: Vec<String> = responses
-        .iter()
-        .map(|r| {
-            assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-            r.body["lease"]["start_date"].as_str().unwrap().to_string()
-        })
-        .collect();
-    starts.sort();
+    let mut starts = created_starts(futures::future::join_all(requests).await);
     starts.dedup();
     assert_eq!(starts.len(), 8, "{starts:?}");
 }
@@ -805,15 +810,7 @@ async fn concurrent_earliest_creates_under_a_filter_and_a_quota_all_get_windows(
                                      "hypervisor_properties": "", "resource_properties": ""}]}),
         )
     });
-    let responses = futures::future::join_all(requests).await;
-    let mut starts: Vec<String> = responses
-        .iter()
-        .map(|r| {
-            assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-            r.body["lease"]["start_date"].as_str().unwrap().to_string()
-        })
-        .collect();
-    starts.sort();
+    let starts = created_starts(futures::future::join_all(requests).await);
     assert_eq!(
         starts,
         [

@@ -30,6 +30,23 @@ async fn slots_of(app: &TestApp, lease_id: &str) -> Vec<String> {
         .collect()
 }
 
+/// The instance slots host `host` holds on 2030-01-01 and after, by its timeline.
+pub(crate) async fn units_on(app: &TestApp, host: &str) -> i64 {
+    let t = app
+        .get("/v1/os-hosts/timeline?start=2030-01-01%2000:00")
+        .await
+        .body["timeline"]
+        .clone();
+    t["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["id"] == host)
+        .flat_map(|r| r["busy"].as_array().unwrap().clone())
+        .map(|b| b["slots"]["units"].as_i64().unwrap())
+        .sum()
+}
+
 #[tokio::test]
 async fn instance_capacity_is_counted_exactly_over_time() {
     let app = TestApp::spawn().await;
@@ -980,33 +997,15 @@ async fn a_host_whose_capacity_falls_keeps_the_slots_that_still_fit() {
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let lid = r.body["lease"]["id"].as_str().unwrap().to_string();
-    let units = |host: String| {
-        let app = &app;
-        async move {
-            let t = app
-                .get("/v1/os-hosts/timeline?start=2030-01-01%2000:00")
-                .await
-                .body["timeline"]
-                .clone();
-            t["resources"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|r| r["id"] == host.as_str())
-                .flat_map(|r| r["busy"].as_array().unwrap().clone())
-                .map(|b| b["slots"]["units"].as_i64().unwrap())
-                .sum::<i64>()
-        }
-    };
-    assert_eq!(units(h1.clone()).await, 4);
+    assert_eq!(units_on(&app, &h1).await, 4);
 
     // c1 down to 6 vCPUs: three 2-vCPU slots fit, and c2 has no room for the fourth.
     let r = app
         .put(&format!("/v1/os-hosts/{h1}"), json!({"vcpus": 6}))
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    assert_eq!(units(h1.clone()).await, 3);
-    assert_eq!(units(h2.clone()).await, 0);
+    assert_eq!(units_on(&app, &h1).await, 3);
+    assert_eq!(units_on(&app, &h2).await, 0);
     let l = app.get(&format!("/v1/leases/{lid}")).await.body["lease"].clone();
     assert_eq!(l["degraded"], true);
     assert_eq!(l["reservations"][0]["missing_resources"], true);
@@ -1029,8 +1028,8 @@ async fn a_host_whose_capacity_falls_keeps_the_slots_that_still_fit() {
         .put(&format!("/v1/os-hosts/{h2}"), json!({"vcpus": 2}))
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    assert_eq!(units(h1.clone()).await, 3);
-    assert_eq!(units(h2.clone()).await, 1);
+    assert_eq!(units_on(&app, &h1).await, 3);
+    assert_eq!(units_on(&app, &h2).await, 1);
     let l = app.get(&format!("/v1/leases/{lid}")).await.body["lease"].clone();
     assert_eq!(l["degraded"], false);
     assert_eq!(l["reservations"][0]["missing_resources"], false);
