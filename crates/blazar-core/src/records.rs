@@ -38,6 +38,8 @@ pub struct ResourceRecord {
     /// Internal id, the key of allocations.
     pub id: i64,
     pub resource: Resource,
+    /// Why the monitor took it out of service (`taken`); `None` when it did not.
+    pub status: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: Option<DateTime<Utc>>,
 }

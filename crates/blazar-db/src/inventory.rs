@@ -15,7 +15,8 @@ use blazar_core::{Flavor, Resource, ResourceRecord};
 use crate::properties::RESOURCE_CAPABILITIES;
 use crate::{Columns, DbError, DbResult, Tx, from_opt_secs, from_secs};
 
-const RESOURCE_COLUMNS: &str = "id, uid, kind, uniq, attrs, reservable, created_at, updated_at";
+const RESOURCE_COLUMNS: &str =
+    "id, uid, kind, uniq, attrs, reservable, status, created_at, updated_at";
 
 /// Column `column` of `row`, a JSON object stored as text (`what` names it when it is not).
 fn json_object(row: &AnyRow, column: &str, what: &str) -> DbResult<Map<String, Value>> {
@@ -38,6 +39,7 @@ fn resource_from_row(row: &AnyRow) -> DbResult<ResourceRecord> {
     Ok(ResourceRecord {
         id: row.try_get("id")?,
         resource,
+        status: row.try_get("status")?,
         created_at: from_secs(row.try_get("created_at")?)?,
         updated_at: from_opt_secs(row.try_get("updated_at")?)?,
     })
@@ -164,6 +166,30 @@ impl Tx {
             .set("attrs", Value::Object(attrs.clone()).to_string())
             .set("uniq", uniq)
             .set("reservable", reservable)
+            // The operator decides from now on: the monitor puts back only what it took out.
+            .set("status", None::<&str>)
+            .set("updated_at", now)
+            .update("resources", "", "id", id);
+        self.execute(&sql, args).await?;
+        if let Some(kind) = kind {
+            self.bump_inventory(&kind).await?;
+        }
+        Ok(())
+    }
+
+    /// Sets whether resource `id` may be reserved and the status that says why not
+    /// (`taken`: the monitor found it held outside blazar-rs; `None`: an operator's choice).
+    pub async fn set_resource_health(
+        &mut self,
+        id: i64,
+        reservable: bool,
+        status: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> DbResult<()> {
+        let kind = self.kind_of(id).await?;
+        let (sql, args) = Columns::default()
+            .set("reservable", reservable)
+            .set("status", status)
             .set("updated_at", now)
             .update("resources", "", "id", id);
         self.execute(&sql, args).await?;

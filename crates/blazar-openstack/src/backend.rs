@@ -624,6 +624,16 @@ impl Backend for OpenStackBackend {
         })
     }
 
+    async fn pools_taken(
+        &self,
+        checks: &[blazar_service::PoolCheck],
+    ) -> Result<Option<std::collections::BTreeMap<i64, String>>, InventoryError> {
+        self.pools_held_outside(checks)
+            .await
+            .map(Some)
+            .map_err(|e| InventoryError::Unavailable(format!("neutron: {e}")))
+    }
+
     /// Blazar's polling monitor: a hypervisor `state=down` or `status=disabled` is failed.
     async fn host_health(&self) -> Result<Option<Vec<HostHealth>>, InventoryError> {
         let nova = self.cloud.nova(None);

@@ -174,6 +174,24 @@ impl<'a> Neutron<'a> {
         Ok(items(&found, "floatingips").map(floatingip_from).next())
     }
 
+    /// Every floating IP on `network_id`, every project's.
+    pub async fn floatingips_on(&self, network_id: &str) -> Result<Vec<FloatingIp>> {
+        let found = self
+            .api
+            .get(&format!(
+                "/v2.0/floatingips?floating_network_id={}",
+                urlencode(network_id)
+            ))
+            .await?;
+        Ok(items(&found, "floatingips").map(floatingip_from).collect())
+    }
+
+    /// Every network with its segment, every project's.
+    pub async fn networks(&self) -> Result<Vec<Network>> {
+        let found = self.api.get("/v2.0/networks").await?;
+        Ok(items(&found, "networks").map(network_from).collect())
+    }
+
     /// The floating IPs tagged `tag`, every project's.
     pub async fn floatingips_tagged(&self, tag: &str) -> Result<Vec<FloatingIp>> {
         self.tagged("floatingips", tag, floatingip_from).await

@@ -1,15 +1,17 @@
 //! Floating IPs and network segments: what Blazar's floating-IP plugin and Chameleon's
 //! network plugin make exist in Neutron while a reservation is in force.
 
+use std::collections::BTreeMap;
+
 use blazar_core::ResourceRecord;
 use blazar_core::{ActionKind, ReservationSpec};
 use blazar_db::Store;
-use blazar_service::{Action, ActionError};
+use blazar_service::{Action, ActionError, PoolCheck};
 use serde_json::Value;
 
 use crate::backend::OpenStackBackend;
 use crate::error::Error;
-use crate::neutron::NewNetwork;
+use crate::neutron::{FloatingIp, Network, NewNetwork};
 
 pub(crate) const FLOATINGIP: &str = "virtual:floatingip";
 pub(crate) const NETWORK: &str = "network";
@@ -227,6 +229,69 @@ impl OpenStackBackend {
         tracing::info!(network.id = %network.id, segment = segmentation_id,
             reservation.id = %action.reservation_id, "network of an ended reservation deleted");
         Ok(())
+    }
+
+    /// Of `checks`, the floating IPs and segments Neutron shows held by something blazar-rs
+    /// did not make for a reservation (no `reservation:` tag) in a project other than the
+    /// one holding the resource now, each with what holds it. One listing of floating IPs
+    /// per external network and one of networks, whatever the number of resources.
+    pub(crate) async fn pools_held_outside(
+        &self,
+        checks: &[PoolCheck],
+    ) -> Result<BTreeMap<i64, String>, Error> {
+        let neutron = self.cloud().neutron(None);
+        let ours = |tags: &[String], project: &str, check: &PoolCheck| {
+            tags.iter().any(|t| t.starts_with("reservation:"))
+                || check.holder_project.as_deref() == Some(project)
+        };
+        let mut taken = BTreeMap::new();
+        let mut on_network: BTreeMap<&str, Vec<FloatingIp>> = BTreeMap::new();
+        let mut networks: Option<Vec<Network>> = None;
+        for check in checks {
+            let record = &check.record;
+            match record.resource.kind.as_str() {
+                FLOATINGIP => {
+                    let Some((network, address)) = floating_address(record) else {
+                        continue;
+                    };
+                    if !on_network.contains_key(network) {
+                        on_network.insert(network, neutron.floatingips_on(network).await?);
+                    }
+                    let holder = on_network.get(network).and_then(|fips| {
+                        fips.iter()
+                            .find(|f| f.address == address && !ours(&f.tags, &f.project_id, check))
+                    });
+                    if let Some(f) = holder {
+                        taken.insert(
+                            record.id,
+                            format!("floating IP {} of project {}", f.id, f.project_id),
+                        );
+                    }
+                }
+                NETWORK => {
+                    let Some((network_type, physical, seg)) = segment_of(record) else {
+                        continue;
+                    };
+                    if networks.is_none() {
+                        networks = Some(neutron.networks().await?);
+                    }
+                    let holder = networks.iter().flatten().find(|n| {
+                        n.network_type == network_type
+                            && n.segmentation_id == Some(seg)
+                            && (physical.is_none() || n.physical_network.as_deref() == physical)
+                            && !ours(&n.tags, &n.project_id, check)
+                    });
+                    if let Some(n) = holder {
+                        taken.insert(
+                            record.id,
+                            format!("network {} of project {}", n.id, n.project_id),
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(taken)
     }
 
     /// What of a floating-IP or network reservation in force is not in Neutron as it

@@ -75,6 +75,15 @@ pub struct HostHealth {
     pub facts: Option<HostFacts>,
 }
 
+/// An enrolled floating IP or network segment, as the monitor asks the cloud about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolCheck {
+    pub record: blazar_core::ResourceRecord,
+    /// The project of the lease that holds it now, if one does: what that project made on
+    /// it itself (a floating IP it deleted and made again) is not taken from it.
+    pub holder_project: Option<String>,
+}
+
 /// Why a host cannot be enrolled as asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InventoryError {
@@ -188,6 +197,18 @@ pub trait Backend: Send + Sync {
     /// tell (standalone: an operator marks hosts by hand). The list is every host the cloud
     /// knows: an enrolled host missing from it is failed (unless the list is empty).
     async fn host_health(&self) -> Result<Option<Vec<HostHealth>>, InventoryError> {
+        Ok(None)
+    }
+
+    /// Of `checks`, the floating IPs and network segments something outside blazar-rs holds
+    /// in the cloud (an address held by another project's floating IP, a segment carrying
+    /// another project's network), by resource id, each with what holds it. What blazar-rs
+    /// made for a reservation, and what the project holding the resource now made on it, are
+    /// not taken. `None` when this backend cannot tell.
+    async fn pools_taken(
+        &self,
+        _checks: &[PoolCheck],
+    ) -> Result<Option<std::collections::BTreeMap<i64, String>>, InventoryError> {
         Ok(None)
     }
 

@@ -420,6 +420,11 @@ impl Service {
                 tx.update_host_facts(host_id, &facts, reservable, now)
                     .await?;
             }
+            if body.contains_key("reservable") && host.status.is_some() {
+                // The operator decides from now on: the monitor puts back only the hosts it
+                // took out itself, not one an operator kept out.
+                tx.set_host_health(host_id, reservable, None, now).await?;
+            }
             // New facts or ratios change what the host holds instance slots for: slots
             // over a lower capacity move elsewhere, and a higher one may fill reservations
             // that are missing some.

@@ -432,6 +432,16 @@ impl Service {
                     }
                 }
             }
+            if body.contains_key("reservable")
+                && reservable == record.resource.reservable
+                && record.status.is_some()
+            {
+                // The operator confirms what the monitor chose: their choice from now on, so
+                // the monitor no longer puts it back when the cloud lets go of it (a change
+                // of `reservable` clears the status the same way).
+                tx.set_resource_health(record.id, reservable, None, now)
+                    .await?;
+            }
             if reservable != record.resource.reservable {
                 tx.update_resource(
                     record.id,

@@ -100,7 +100,7 @@ pub use actions::{ActionReport, current_request_id, with_request_id};
 pub use allocation_list::{AllocationBatch, AllocationKind, AllocationList, AllocationListRequest};
 pub use backend::{
     Action, ActionError, ActionOutput, Backend, HandoverChange, HostHealth, InventoryError,
-    StandaloneBackend,
+    PoolCheck, StandaloneBackend,
 };
 pub use blazar_core::time::truncate_to_minute;
 /// Rows some use cases answer with as they are read.

@@ -4,15 +4,26 @@
 //! reservable and reservations missing hosts are filled. Only hosts the monitor itself took
 //! out (status `down`) are put back: a host an operator took out stays out. The facts the
 //! cloud reports (vCPUs, memory, disk, versions) replace the inventory's when they changed.
+//! Floating IPs and network segments are watched the same way: one that something outside
+//! blazar-rs holds in the cloud (another project made a floating IP with the address, or a
+//! network on the segment) cannot be handed over, so it is taken out (status `taken`) and
+//! its reservations are healed onto others, the lease degraded where none is free; it comes
+//! back when the cloud lets it go.
 
 use std::future::Future;
 
 use blazar_core::PHYSICAL_HOST;
+use blazar_core::reservation::{FLOATINGIP, NETWORK};
+
+use crate::backend::PoolCheck;
 
 use crate::{Service, ServiceError, ServiceResult};
 
 /// The status the monitor gives a host it found failed.
 pub const MONITOR_DOWN: &str = "down";
+
+/// The status the monitor gives a floating IP or segment held outside blazar-rs.
+pub const MONITOR_TAKEN: &str = "taken";
 
 /// What one pass of the monitor did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,6 +34,11 @@ pub struct MonitorReport {
     pub recovered: Vec<String>,
     /// Hypervisor hostnames whose facts changed in the cloud and were updated.
     pub refreshed: Vec<String>,
+    /// Floating IPs and segments (by their names: address, `physnet:segment`) found held
+    /// outside blazar-rs and taken out of service.
+    pub taken: Vec<String>,
+    /// Floating IPs and segments the cloud let go of, put back.
+    pub freed: Vec<String>,
 }
 
 impl Service {
@@ -115,6 +131,101 @@ impl Service {
         Ok(report)
     }
 
+    /// One pass of the monitor over floating IPs and network segments: what the cloud shows
+    /// held outside blazar-rs is taken out and its reservations healed; what the monitor took
+    /// out and the cloud let go of is put back, and reservations missing resources filled.
+    pub async fn monitor_pools(&self) -> ServiceResult<MonitorReport> {
+        let mut report = MonitorReport::default();
+        let checks = in_tx!(self, read, |tx| {
+            let now = self.now();
+            let mut checks = Vec::new();
+            for kind in [FLOATINGIP, NETWORK] {
+                for record in tx.list_resources(kind).await? {
+                    let mut holder_project = None;
+                    for a in tx
+                        .unended_allocations_of_resource(kind, record.id, now)
+                        .await?
+                    {
+                        if a.occupancy.start <= now {
+                            holder_project = tx.get_lease(&a.lease_id).await?.map(|l| l.project_id);
+                        }
+                    }
+                    checks.push(PoolCheck {
+                        record,
+                        holder_project,
+                    });
+                }
+            }
+            Ok(checks)
+        })?;
+        if checks.is_empty() {
+            return Ok(report);
+        }
+        let taken = match self.backend.pools_taken(&checks).await {
+            Ok(Some(taken)) => taken,
+            Ok(None) => return Ok(report),
+            Err(e) => return Err(ServiceError::Unavailable(e.to_string())),
+        };
+        for check in checks {
+            let record = &check.record;
+            let kind = record.resource.kind.as_str();
+            let name = record.resource.display_name();
+            let holder = taken.get(&record.id);
+            let took_out = record.status.as_deref() == Some(MONITOR_TAKEN);
+            if holder.is_some() && record.resource.reservable {
+                let changed = in_tx!(self, write, |tx| {
+                    // Read again under its lock: an operator may have changed it meanwhile.
+                    if !tx.lock_resource(record.id).await? {
+                        return Ok(false);
+                    }
+                    let Some(now_record) = tx.get_resource(kind, &record.resource.uid).await?
+                    else {
+                        return Ok(false);
+                    };
+                    if !now_record.resource.reservable {
+                        return Ok(false);
+                    }
+                    let now = self.now();
+                    tx.set_resource_health(record.id, false, Some(MONITOR_TAKEN), now)
+                        .await?;
+                    self.heal_resource(tx, kind, record.id, now).await?;
+                    Ok(true)
+                })?;
+                if changed {
+                    tracing::warn!(resource.kind = kind, resource = %name,
+                        held_by = holder.map_or("", String::as_str),
+                        "held outside blazar-rs: no longer reservable, its reservations healed");
+                    report.taken.push(name);
+                }
+            } else if holder.is_none() && !record.resource.reservable && took_out {
+                let changed = in_tx!(self, write, |tx| {
+                    if !tx.lock_resource(record.id).await? {
+                        return Ok(false);
+                    }
+                    let Some(now_record) = tx.get_resource(kind, &record.resource.uid).await?
+                    else {
+                        return Ok(false);
+                    };
+                    if now_record.resource.reservable
+                        || now_record.status.as_deref() != Some(MONITOR_TAKEN)
+                    {
+                        return Ok(false);
+                    }
+                    let now = self.now();
+                    tx.set_resource_health(record.id, true, None, now).await?;
+                    self.fill_missing(tx, now).await?;
+                    Ok(true)
+                })?;
+                if changed {
+                    tracing::info!(resource.kind = kind, resource = %name,
+                        "let go of in the cloud: reservable again");
+                    report.freed.push(name);
+                }
+            }
+        }
+        Ok(report)
+    }
+
     /// Runs the monitor every `interval` until `shutdown`, when this replica takes the
     /// interval's turn (`take_turn`): one pass an interval among replicas.
     pub async fn run_monitor(
@@ -129,6 +240,10 @@ impl Service {
                     if let Err(e) = self.monitor_hosts().await {
                         tracing::warn!(error = %e,
                             "host monitor pass failed; trying again at the next one");
+                    }
+                    if let Err(e) = self.monitor_pools().await {
+                        tracing::warn!(error = %e,
+                            "floating IP and segment monitor pass failed; trying again at the next one");
                     }
                 }
                 // Another replica's monitor took this interval's turn.

@@ -680,6 +680,30 @@ async fn a_host_the_cloud_no_longer_lists_is_failed_and_healed() {
     assert_eq!(report.recovered, vec![gone.to_string()]);
 }
 
+/// A host the monitor took out that an operator then keeps out (`reservable: false`) stays
+/// out when the cloud lists it healthy again: the monitor puts back only its own.
+#[tokio::test]
+async fn a_failed_host_an_operator_keeps_out_is_not_put_back() {
+    let backend = Arc::new(Listing {
+        listed: Mutex::new(vec!["h1".into()]),
+        ..Listing::default()
+    });
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    app.create_host("h1", json!({})).await;
+    let h2 = app.create_host("h2", json!({})).await;
+    let report = app.service.monitor_hosts().await.unwrap();
+    assert_eq!(report.failed, vec!["h2".to_string()]);
+    let r = app
+        .put(&format!("/v1/os-hosts/{h2}"), json!({"reservable": false}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    *backend.listed.lock().unwrap() = vec!["h1".into(), "h2".into()];
+    let report = app.service.monitor_hosts().await.unwrap();
+    assert_eq!(report.recovered, Vec::<String>::new());
+    let shown = app.get(&format!("/v1/os-hosts/{h2}")).await;
+    assert_eq!(shown.body["host"]["reservable"], json!(false));
+}
+
 /// Facts the cloud reports smaller than before move instance slots that no longer fit onto
 /// another host, as an operator's update does.
 #[tokio::test]
@@ -1224,4 +1248,178 @@ async fn a_before_end_due_at_the_start_waits_for_the_start_and_comes_before_the_
         ],
         "{seen:?}"
     );
+}
+
+/// A cloud in which the floating IPs and segments named in `taken` (by address, or VLAN id)
+/// are held by another project's floating IP or network; otherwise the standalone backend.
+#[derive(Default)]
+struct Holding {
+    taken: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Backend for Holding {
+    async fn apply(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<blazar_service::ActionOutput, ActionError> {
+        StandaloneBackend.apply(store, action).await
+    }
+
+    async fn pools_taken(
+        &self,
+        checks: &[blazar_service::PoolCheck],
+    ) -> Result<Option<std::collections::BTreeMap<i64, String>>, blazar_service::InventoryError>
+    {
+        let taken = self.taken.lock().unwrap().clone();
+        Ok(Some(
+            checks
+                .iter()
+                .filter(|c| taken.contains(&c.record.resource.display_name()))
+                .map(|c| (c.record.id, "floating IP f-1 of project other".to_string()))
+                .collect(),
+        ))
+    }
+}
+
+/// The addresses the floating-IP reservations of lease `id` are handed now.
+async fn addresses_held(app: &TestApp, id: &str) -> Vec<String> {
+    let mut held = Vec::new();
+    for h in app.get("/v1/handovers").await.body["handovers"]
+        .as_array()
+        .unwrap()
+    {
+        if h["lease_id"] == id && h["until"].is_null() {
+            let fip = app
+                .get(&format!(
+                    "/v1/floatingips/{}",
+                    h["resource_id"].as_str().unwrap()
+                ))
+                .await;
+            held.push(
+                fip.body["floatingip"]["floating_ip_address"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+    }
+    held.sort();
+    held
+}
+
+/// A reserved floating IP that another project holds in the cloud cannot be handed over:
+/// the monitor takes it out of service and the reservations holding it get another address
+/// (the running one at once), the lease degraded when none is free; when the cloud lets go
+/// of it, it is reservable again and the lease is made whole. One an operator took out
+/// stays out.
+#[tokio::test]
+async fn a_floating_ip_held_by_another_project_is_healed_around_and_comes_back() {
+    let backend = Arc::new(Holding::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    let fip =
+        |address: &str| json!({"floating_network_id": "net-1", "floating_ip_address": address});
+    let mut ids = HashMap::new();
+    for address in ["172.24.4.101", "172.24.4.102"] {
+        let r = app.post("/v1/floatingips", fip(address)).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        ids.insert(
+            address,
+            r.body["floatingip"]["id"].as_str().unwrap().to_string(),
+        );
+    }
+    let body = json!({"name": "f", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+        "reservations": [{"resource_type": "virtual:floatingip", "network_id": "net-1", "amount": 1}]});
+    let r = app.post("/v1/leases", body).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = id(&r.body);
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    let first = addresses_held(&app, &lease_id).await;
+    assert_eq!(first.len(), 1, "{first:?}");
+    let (lost, other) = if first[0] == "172.24.4.101" {
+        ("172.24.4.101", "172.24.4.102")
+    } else {
+        ("172.24.4.102", "172.24.4.101")
+    };
+    // Nothing held outside: nothing changes.
+    assert_eq!(
+        app.service.monitor_pools().await.unwrap(),
+        blazar_service::MonitorReport::default()
+    );
+
+    // Another project made a floating IP with the lease's address.
+    *backend.taken.lock().unwrap() = vec![lost.to_string()];
+    let report = app.service.monitor_pools().await.unwrap();
+    assert_eq!(report.taken, vec![lost.to_string()]);
+    app.run_actions().await;
+    assert_eq!(
+        addresses_held(&app, &lease_id).await,
+        vec![other.to_string()]
+    );
+    let shown = app.get(&format!("/v1/floatingips/{}", ids[lost])).await;
+    assert_eq!(shown.body["floatingip"]["reservable"], json!(false));
+    let l = lease(&app, &lease_id).await;
+    assert_eq!(l["degraded"], json!(false), "{l}");
+    assert_eq!(
+        l["reservations"][0]["resources_changed"],
+        json!(true),
+        "{l}"
+    );
+    assert!(
+        notified(&app, &lease_id)
+            .await
+            .contains(&"reservation.resources_changed".to_string())
+    );
+    // Asked again: already out, nothing more to do.
+    assert_eq!(
+        app.service.monitor_pools().await.unwrap(),
+        blazar_service::MonitorReport::default()
+    );
+
+    // The other address goes the same way: nothing is left to replace it.
+    *backend.taken.lock().unwrap() = vec![lost.to_string(), other.to_string()];
+    let report = app.service.monitor_pools().await.unwrap();
+    assert_eq!(report.taken, vec![other.to_string()]);
+    app.run_actions().await;
+    assert_eq!(addresses_held(&app, &lease_id).await, Vec::<String>::new());
+    let l = lease(&app, &lease_id).await;
+    assert_eq!(l["degraded"], json!(true), "{l}");
+    assert_eq!(
+        l["reservations"][0]["missing_resources"],
+        json!(true),
+        "{l}"
+    );
+    assert!(
+        notified(&app, &lease_id)
+            .await
+            .contains(&"lease.degraded".to_string())
+    );
+
+    // An operator takes the first out by hand while the cloud still holds it; then the
+    // cloud lets go of both: only the one the monitor took out comes back.
+    let r = app
+        .put(
+            &format!("/v1/floatingips/{}", ids[lost]),
+            json!({"reservable": false}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    backend.taken.lock().unwrap().clear();
+    let report = app.service.monitor_pools().await.unwrap();
+    assert_eq!(report.freed, vec![other.to_string()]);
+    app.run_actions().await;
+    assert_eq!(
+        addresses_held(&app, &lease_id).await,
+        vec![other.to_string()]
+    );
+    let l = lease(&app, &lease_id).await;
+    assert_eq!(l["degraded"], json!(false), "{l}");
+    assert_eq!(
+        l["reservations"][0]["missing_resources"],
+        json!(false),
+        "{l}"
+    );
+    let shown = app.get(&format!("/v1/floatingips/{}", ids[lost])).await;
+    assert_eq!(shown.body["floatingip"]["reservable"], json!(false));
 }

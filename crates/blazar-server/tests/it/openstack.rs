@@ -1956,6 +1956,255 @@ async fn floating_ips_and_network_segments_exist_in_neutron_while_reserved() {
     .await;
 }
 
+/// Another project takes a reserved address in Neutron mid-lease (the lease's floating IP
+/// deleted, the address made again as the admin project's): the monitor takes the address
+/// out of service and the running reservation gets the other one, made in Neutron for alpha;
+/// the foreign floating IP is left alone, and the address comes back once it is released.
+#[tokio::test]
+async fn a_reserved_address_another_project_takes_is_healed_around() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
+    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let alpha = env.get("OS_ALPHA_PROJECT_ID");
+    let public = neutron(&admin, Method::GET, "/v2.0/networks?name=public", None).await["networks"]
+        [0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for address in ["172.24.4.231", "172.24.4.232"] {
+        let r = app
+            .post(
+                "/v1/floatingips",
+                json!({"floating_network_id": public, "floating_ip_address": address}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    }
+    app.act_as(&alpha, "alpha-user", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "taken", "start_date": "2030-03-01 10:00",
+                "end_date": "2030-03-01 12:00",
+                "reservations": [{"resource_type": "virtual:floatingip", "network_id": public,
+                                  "amount": 1}],
+                "events": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.act_as_admin();
+    app.tick_at(t(2030, 3, 1, 10, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{actions}");
+    let tagged = format!("/v2.0/floatingips?tags=reservation%3A{rid}");
+    let held = |body: Value| -> Vec<(String, String, String)> {
+        body["floatingips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["floating_ip_address"].as_str().unwrap().to_string(),
+                    f["project_id"].as_str().unwrap().to_string(),
+                    f["id"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let first = held(neutron(&admin, Method::GET, &tagged, None).await);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let (lost, _, fip_id) = first[0].clone();
+    let other = if lost == "172.24.4.231" {
+        "172.24.4.232"
+    } else {
+        "172.24.4.231"
+    };
+    assert_eq!(
+        app.service.monitor_pools().await.unwrap(),
+        blazar_service::MonitorReport::default()
+    );
+
+    // The admin project takes the address.
+    neutron(
+        &admin,
+        Method::DELETE,
+        &format!("/v2.0/floatingips/{fip_id}"),
+        None,
+    )
+    .await;
+    let foreign = neutron(
+        &admin,
+        Method::POST,
+        "/v2.0/floatingips",
+        Some(json!({"floatingip": {"floating_network_id": public, "floating_ip_address": lost}})),
+    )
+    .await["floatingip"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let report = app.service.monitor_pools().await.unwrap();
+    assert_eq!(report.taken, vec![lost.clone()]);
+    app.run_actions().await;
+    let now_held = held(neutron(&admin, Method::GET, &tagged, None).await);
+    assert_eq!(now_held.len(), 1, "{now_held:?}");
+    assert_eq!(
+        (now_held[0].0.as_str(), now_held[0].1.as_str()),
+        (other, alpha.as_str())
+    );
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body["lease"].clone();
+    assert_eq!(lease["status"], "ACTIVE", "{lease}");
+    assert_eq!(lease["degraded"], json!(false), "{lease}");
+    // The foreign floating IP is not blazar-rs's to touch, and the reconciler has nothing
+    // left to repair for the lease.
+    let found = neutron(
+        &admin,
+        Method::GET,
+        &format!("/v2.0/floatingips/{foreign}"),
+        None,
+    )
+    .await;
+    assert_eq!(found["floatingip"]["floating_ip_address"], json!(lost));
+    let pass = app.service.reconcile(true).await.unwrap();
+    assert!(
+        pass.failed.iter().all(|line| !line.contains(&lost)),
+        "{pass:?}"
+    );
+
+    // Released: the address is reservable again.
+    neutron(
+        &admin,
+        Method::DELETE,
+        &format!("/v2.0/floatingips/{foreign}"),
+        None,
+    )
+    .await;
+    let report = app.service.monitor_pools().await.unwrap();
+    assert_eq!(report.freed, vec![lost.clone()]);
+
+    // End: alpha's floating IP is gone.
+    app.tick_at(t(2030, 3, 1, 12, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "TERMINATED", "{actions}");
+    assert!(held(neutron(&admin, Method::GET, &tagged, None).await).is_empty());
+}
+
+/// A reserved segment another project puts a network on mid-lease (the lease's network
+/// deleted first): with no other segment free the lease is degraded; when that network goes
+/// the segment comes back and the lease's network is made on it again.
+#[tokio::test]
+async fn a_reserved_segment_another_project_takes_degrades_the_lease_until_it_is_back() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
+    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let alpha = env.get("OS_ALPHA_PROJECT_ID");
+    let r = app
+        .post(
+            "/v1/networks",
+            json!({"network_type": "vlan", "physical_network": "physnet1", "segment_id": 161}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as(&alpha, "alpha-user", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "segment", "start_date": "2030-03-01 10:00",
+                "end_date": "2030-03-01 12:00",
+                "reservations": [{"resource_type": "network", "network_name": "alpha-161",
+                                  "resource_properties": ""}],
+                "events": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    app.act_as_admin();
+    app.tick_at(t(2030, 3, 1, 10, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{actions}");
+    let on_segment = "/v2.0/networks?provider%3Asegmentation_id=161";
+    let networks = |body: Value| -> Vec<(String, String)> {
+        body["networks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                (
+                    n["id"].as_str().unwrap().to_string(),
+                    n["project_id"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let made = networks(neutron(&admin, Method::GET, on_segment, None).await);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0].1, alpha);
+
+    // The admin project takes the segment.
+    neutron(
+        &admin,
+        Method::DELETE,
+        &format!("/v2.0/networks/{}", made[0].0),
+        None,
+    )
+    .await;
+    let foreign = neutron(
+        &admin,
+        Method::POST,
+        "/v2.0/networks",
+        Some(
+            json!({"network": {"name": "not-blazars", "provider:network_type": "vlan",
+            "provider:physical_network": "physnet1", "provider:segmentation_id": 161}}),
+        ),
+    )
+    .await["network"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let report = app.service.monitor_pools().await.unwrap();
+    assert_eq!(report.taken, vec!["physnet1:161".to_string()]);
+    app.run_actions().await;
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body["lease"].clone();
+    assert_eq!(lease["degraded"], json!(true), "{lease}");
+    // Not blazar-rs's to take away.
+    let left = networks(neutron(&admin, Method::GET, on_segment, None).await);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].0, foreign);
+    assert_ne!(left[0].1, alpha);
+
+    // Released: the segment is the lease's again, its network made for alpha.
+    neutron(
+        &admin,
+        Method::DELETE,
+        &format!("/v2.0/networks/{foreign}"),
+        None,
+    )
+    .await;
+    let report = app.service.monitor_pools().await.unwrap();
+    assert_eq!(report.freed, vec!["physnet1:161".to_string()]);
+    app.run_actions().await;
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body["lease"].clone();
+    assert_eq!(lease["degraded"], json!(false), "{lease}");
+    let made = networks(neutron(&admin, Method::GET, on_segment, None).await);
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0].1, alpha);
+
+    app.tick_at(t(2030, 3, 1, 12, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "TERMINATED", "{actions}");
+    assert!(networks(neutron(&admin, Method::GET, on_segment, None).await).is_empty());
+}
+
 #[tokio::test]
 async fn instance_reservations_make_a_flavor_slots_and_a_group_for_the_project() {
     let Some(env) = env() else { return };
