@@ -151,6 +151,8 @@ pub(crate) struct Pass {
     pub(crate) failed: Vec<String>,
     /// (reservation id, server group id) of the affinity groups made again.
     pub(crate) server_groups: Vec<(String, String)>,
+    /// (kind, resource id) of reserved resources another project holds in the cloud.
+    pub(crate) held_outside: Vec<(String, i64)>,
     /// How many of `repairs` are differences left as they are on purpose (nothing to
     /// change, nothing to hold).
     pub(crate) left: usize,
@@ -174,6 +176,7 @@ impl Pass {
         self.repairs.extend(other.repairs);
         self.failed.extend(other.failed);
         self.server_groups.extend(other.server_groups);
+        self.held_outside.extend(other.held_outside);
     }
 
     /// Records a difference; returns its line, to name a failed repair of it.
@@ -414,6 +417,14 @@ impl Backend for OpenStackBackend {
             {
                 self.instances(store, action).await
             }
+            (crate::pools::FLOATINGIP, ActionKind::Start | ActionKind::Stop) => Ok(ActionOutput {
+                held_outside: self.floatingips(store, action).await?,
+                ..ActionOutput::default()
+            }),
+            (crate::pools::NETWORK, ActionKind::Start | ActionKind::Stop) => Ok(ActionOutput {
+                held_outside: self.networks(store, action).await?,
+                ..ActionOutput::default()
+            }),
             _ => self
                 .apply_plain(store, action)
                 .await
@@ -621,6 +632,7 @@ impl Backend for OpenStackBackend {
             repairs: pass.repairs,
             failed: pass.failed,
             server_groups: pass.server_groups,
+            held_outside: pass.held_outside,
         })
     }
 
@@ -677,15 +689,13 @@ impl OpenStackBackend {
             // nothing in the cloud.
             ActionKind::OnEnd | ActionKind::DeleteTrust => return Ok(()),
         }
-        match (action.reservation_type.as_str(), action.kind) {
-            (crate::pools::FLOATINGIP, ActionKind::Start | ActionKind::Stop) => {
-                return self.floatingips(store, action).await;
-            }
-            (crate::pools::NETWORK, ActionKind::Start | ActionKind::Stop) => {
-                return self.networks(store, action).await;
-            }
-            (crate::pools::FLOATINGIP | crate::pools::NETWORK, _) => return Ok(()),
-            _ => {}
+        // Starts and stops of these are carried out by `apply` (their output says what was
+        // held outside); nothing else acts on them.
+        if matches!(
+            action.reservation_type.as_str(),
+            crate::pools::FLOATINGIP | crate::pools::NETWORK
+        ) {
+            return Ok(());
         }
         if action.reservation_type != PHYSICAL_HOST {
             return Err(ActionError::Permanent(format!(

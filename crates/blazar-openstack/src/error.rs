@@ -19,6 +19,10 @@ pub enum Error {
     /// address held by another project, a segment used by a network that is not ours).
     #[error("{0}")]
     Refused(String),
+    /// A reserved address or segment is held in the cloud by something of another project
+    /// that blazar-rs did not make: it cannot be handed over until that goes.
+    #[error("{0}")]
+    HeldOutside(String),
     /// Something the action needs is not there yet, and the cloud makes it by itself (a
     /// compute node's resource provider, made when its nova-compute starts).
     #[error("{0}")]
@@ -42,7 +46,11 @@ impl Error {
         match self {
             Error::Unreachable(_) | Error::NotYet(_) => true,
             Error::Status { status, .. } => matches!(status, 409 | 429 | 500..=599),
-            Error::Refused(_) | Error::Auth(_) | Error::Config(_) | Error::Decode(_) => false,
+            Error::Refused(_)
+            | Error::HeldOutside(_)
+            | Error::Auth(_)
+            | Error::Config(_)
+            | Error::Decode(_) => false,
         }
     }
 

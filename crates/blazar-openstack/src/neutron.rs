@@ -211,7 +211,7 @@ impl<'a> Neutron<'a> {
         let fip = match existing {
             Some(f) if f.project_id == project_id => f,
             Some(f) => {
-                return Err(Error::Refused(format!(
+                return Err(Error::HeldOutside(format!(
                     "floating IP {address} already exists in project {} ({})",
                     f.project_id, f.id
                 )));
@@ -316,7 +316,7 @@ impl<'a> Neutron<'a> {
                     ..found
                 });
             }
-            return Err(Error::Refused(format!(
+            return Err(Error::HeldOutside(format!(
                 "segment {} {} is already used by network {} of project {}",
                 new.network_type, new.segmentation_id, found.id, found.project_id
             )));

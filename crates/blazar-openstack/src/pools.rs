@@ -70,18 +70,31 @@ pub(crate) async fn records(
 }
 
 /// Runs what an action of `kind` asks of one resource: `start` or `stop` (only the one
-/// asked for is ever awaited); other kinds change nothing here.
+/// asked for is ever awaited); other kinds change nothing here. A start refused because
+/// something of another project holds the resource is not a failure of the action: the
+/// resource goes into `held_outside` and the others are handed over (the service takes it
+/// out of service and heals the reservation).
 async fn start_or_stop(
     kind: ActionKind,
+    record: &ResourceRecord,
     start: impl Future<Output = Result<(), Error>>,
     stop: impl Future<Output = Result<(), Error>>,
+    held_outside: &mut Vec<i64>,
 ) -> Result<(), ActionError> {
     let result = match kind {
         ActionKind::Start => start.await,
         ActionKind::Stop => stop.await,
         _ => Ok(()),
     };
-    result.map_err(crate::backend::action_error)
+    match result {
+        Err(Error::HeldOutside(why)) => {
+            tracing::warn!(resource.id = record.id, resource = %record.resource.display_name(),
+                reason = %why, "reserved resource held outside blazar-rs: not handed over");
+            held_outside.push(record.id);
+            Ok(())
+        }
+        other => other.map_err(crate::backend::action_error),
+    }
 }
 
 impl OpenStackBackend {
@@ -91,7 +104,8 @@ impl OpenStackBackend {
         &self,
         store: &Store,
         action: &Action,
-    ) -> Result<(), ActionError> {
+    ) -> Result<Vec<i64>, ActionError> {
+        let mut held_outside = Vec::new();
         let neutron = self.cloud().neutron(action.request_id.as_deref());
         let tags = reservation_tags(&action.reservation_id);
         for fip in records(store, FLOATINGIP, &action.resources).await? {
@@ -115,9 +129,9 @@ impl OpenStackBackend {
                     })
             };
             let stop = self.delete_reserved_floatingip(action, network, address);
-            start_or_stop(action.kind, start, stop).await?;
+            start_or_stop(action.kind, &fip, start, stop, &mut held_outside).await?;
         }
-        Ok(())
+        Ok(held_outside)
     }
 
     /// Deletes the floating IP of `address` if it is the reservation's (a user may have
@@ -148,7 +162,12 @@ impl OpenStackBackend {
     /// Start: a provider network on each reserved segment, in the lease's project, named as
     /// the reservation asks (`network_name`, `network_description`). Stop: the network goes
     /// with its ports, router interfaces and subnets.
-    pub(crate) async fn networks(&self, store: &Store, action: &Action) -> Result<(), ActionError> {
+    pub(crate) async fn networks(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<Vec<i64>, ActionError> {
+        let mut held_outside = Vec::new();
         let neutron = self.cloud().neutron(action.request_id.as_deref());
         let tags = reservation_tags(&action.reservation_id);
         let spec = match &action.spec {
@@ -192,9 +211,9 @@ impl OpenStackBackend {
                 physical_network,
                 segmentation_id,
             );
-            start_or_stop(action.kind, start, stop).await?;
+            start_or_stop(action.kind, &segment, start, stop, &mut held_outside).await?;
         }
-        Ok(())
+        Ok(held_outside)
     }
 
     async fn delete_reserved_network(
@@ -295,12 +314,12 @@ impl OpenStackBackend {
     }
 
     /// What of a floating-IP or network reservation in force is not in Neutron as it
-    /// should be, one line each (empty: nothing).
+    /// should be, one line each with the resource it is about (empty: nothing).
     pub(crate) async fn pool_drift(
         &self,
         store: &Store,
         action: &Action,
-    ) -> Result<Vec<String>, ActionError> {
+    ) -> Result<Vec<(i64, String)>, ActionError> {
         let neutron = self.cloud().neutron(None);
         let id = &action.reservation_id;
         let tag = reservation_tag(id);
@@ -317,7 +336,10 @@ impl OpenStackBackend {
                         .await
                         .map_err(err)?;
                     if !found.is_some_and(|f| f.tags.contains(&tag)) {
-                        drift.push(format!("floating IP {address} of reservation {id} missing"));
+                        drift.push((
+                            fip.id,
+                            format!("floating IP {address} of reservation {id} missing"),
+                        ));
                     }
                 }
             }
@@ -331,8 +353,11 @@ impl OpenStackBackend {
                         .await
                         .map_err(err)?;
                     if !found.is_some_and(|n| n.tags.contains(&tag)) {
-                        drift.push(format!(
-                            "network on segment {network_type}/{seg} of reservation {id} missing"
+                        drift.push((
+                            segment.id,
+                            format!(
+                                "network on segment {network_type}/{seg} of reservation {id} missing"
+                            ),
                         ));
                     }
                 }

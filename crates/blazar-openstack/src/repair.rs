@@ -48,9 +48,22 @@ impl OpenStackBackend {
         pass: &mut Pass,
     ) {
         for action in &desired.live {
+            // Each line with the resource it is about, where it is about one.
             let checked = match action.reservation_type.as_str() {
-                VIRTUAL_INSTANCE | FLAVOR_INSTANCE => self.instance_drift(store, action).await,
-                FLOATINGIP | NETWORK => self.pool_drift(store, action).await,
+                VIRTUAL_INSTANCE | FLAVOR_INSTANCE => {
+                    self.instance_drift(store, action).await.map(|lines| {
+                        lines
+                            .into_iter()
+                            .map(|line| (None, line))
+                            .collect::<Vec<_>>()
+                    })
+                }
+                FLOATINGIP | NETWORK => self.pool_drift(store, action).await.map(|lines| {
+                    lines
+                        .into_iter()
+                        .map(|(id, line)| (Some(id), line))
+                        .collect()
+                }),
                 _ => continue,
             };
             let what = format!("reservation {}", action.reservation_id);
@@ -62,9 +75,9 @@ impl OpenStackBackend {
             if drift.is_empty() || !crate::backend::still_live(store, action).await {
                 continue;
             }
-            let lines: Vec<String> = drift
+            let lines: Vec<(Option<i64>, String)> = drift
                 .into_iter()
-                .map(|line| pass.found(format!("{line}: made again")))
+                .map(|(resource, line)| (resource, pass.found(format!("{line}: made again"))))
                 .collect();
             let item = RepairItem {
                 lease_id: Some(action.lease_id.clone()),
@@ -85,10 +98,23 @@ impl OpenStackBackend {
                         pass.server_groups
                             .push((action.reservation_id.clone(), group));
                     }
+                    // Not made: another project holds it. The service takes it out of
+                    // service and heals the reservation.
+                    for (_, line) in lines.iter().filter(|(resource, _)| {
+                        resource.is_some_and(|id| output.held_outside.contains(&id))
+                    }) {
+                        pass.failed.push(format!(
+                            "{line}: held by another project; taken out of service, its \
+                             reservation healed"
+                        ));
+                    }
+                    for id in output.held_outside {
+                        pass.held_outside.push((action.resource_type.clone(), id));
+                    }
                 }
                 // Each difference it was to repair failed with it.
                 Err(e) => {
-                    for line in lines {
+                    for (_, line) in lines {
                         pass.failed.push(format!("{line}: {e}"));
                     }
                 }

@@ -770,8 +770,9 @@ impl Service {
         ordered.sort_by(|a, b| {
             (&a.row.intent.lease_id, a.row.seq).cmp(&(&b.row.intent.lease_id, b.row.seq))
         });
-        let (claimed, before_end_due) = in_tx!(self, write, |tx| {
+        let (claimed, before_end_due, held_outside) = in_tx!(self, write, |tx| {
             let mut finished = Vec::new();
+            let mut held_outside = Vec::new();
             for attempt in &ordered {
                 let Attempt {
                     row, outcome, at, ..
@@ -787,6 +788,9 @@ impl Service {
                     ActionOutcome::Retry { .. } => {}
                     ActionOutcome::Done => {
                         record_handovers(tx, &attempt.output.handovers).await?;
+                        for &id in &attempt.output.held_outside {
+                            held_outside.push((row.intent.resource_type.clone(), id));
+                        }
                         finished.push(Finished {
                             attempt,
                             failure: None,
@@ -799,8 +803,24 @@ impl Service {
                 }
             }
             let before_end_due = self.settle_finished(tx, &finished).await?;
-            Ok((self.claim_in(tx, self.now(), claim).await?, before_end_due))
+            Ok((
+                self.claim_in(tx, self.now(), claim).await?,
+                before_end_due,
+                held_outside,
+            ))
         })?;
+        // What a start could not hand over because another project holds it in the cloud
+        // is taken out and its reservation healed now, in transactions of their own (a
+        // crash before leaves it to the monitor's next pass).
+        for (kind, id) in held_outside {
+            if let Err(e) = self
+                .take_out_held(&kind, id, "another project, found by a hand-over")
+                .await
+            {
+                tracing::warn!(error = %e, resource.kind = %kind, resource.id = id,
+                    "could not take out a resource held outside blazar-rs; the monitor will");
+            }
+        }
         // A before-end that waited for its lease's start is due now that the start is done.
         if before_end_due {
             self.wake_scheduler_for(self.now());

@@ -121,6 +121,10 @@ pub struct ActionOutput {
     /// The id Nova gave the instance reservation's server group.
     pub server_group_id: Option<String>,
     pub handovers: Vec<HandoverChange>,
+    /// Resources of a start that something outside blazar-rs holds in the cloud (another
+    /// project's floating IP on a reserved address): not handed over, the rest were. The
+    /// service takes them out of service and heals the reservation, as the monitor does.
+    pub held_outside: Vec<i64>,
 }
 
 /// A change to the records of who holds a resource now.

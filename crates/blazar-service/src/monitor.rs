@@ -172,29 +172,8 @@ impl Service {
             let name = record.resource.display_name();
             let holder = taken.get(&record.id);
             let took_out = record.status.as_deref() == Some(MONITOR_TAKEN);
-            if holder.is_some() && record.resource.reservable {
-                let changed = in_tx!(self, write, |tx| {
-                    // Read again under its lock: an operator may have changed it meanwhile.
-                    if !tx.lock_resource(record.id).await? {
-                        return Ok(false);
-                    }
-                    let Some(now_record) = tx.get_resource(kind, &record.resource.uid).await?
-                    else {
-                        return Ok(false);
-                    };
-                    if !now_record.resource.reservable {
-                        return Ok(false);
-                    }
-                    let now = self.now();
-                    tx.set_resource_health(record.id, false, Some(MONITOR_TAKEN), now)
-                        .await?;
-                    self.heal_resource(tx, kind, record.id, now).await?;
-                    Ok(true)
-                })?;
-                if changed {
-                    tracing::warn!(resource.kind = kind, resource = %name,
-                        held_by = holder.map_or("", String::as_str),
-                        "held outside blazar-rs: no longer reservable, its reservations healed");
+            if let Some(holder) = holder.filter(|_| record.resource.reservable) {
+                if self.take_out_held(kind, record.id, holder).await? {
                     report.taken.push(name);
                 }
             } else if holder.is_none() && !record.resource.reservable && took_out {
@@ -224,6 +203,40 @@ impl Service {
             }
         }
         Ok(report)
+    }
+
+    /// Takes resource `id` of `kind` out of service because `holder` holds it in the cloud
+    /// outside blazar-rs (status `taken`, put back by the monitor when it is let go), and
+    /// heals the reservations holding it. False when it is out already or gone.
+    pub(crate) async fn take_out_held(
+        &self,
+        kind: &str,
+        id: i64,
+        holder: &str,
+    ) -> ServiceResult<bool> {
+        let taken = in_tx!(self, write, |tx| {
+            // Read under its lock: an operator may have changed it meanwhile.
+            if !tx.lock_resource(id).await? {
+                return Ok(None);
+            }
+            let Some(record) = tx.resources_named(kind, &[id]).await?.pop() else {
+                return Ok(None);
+            };
+            if !record.resource.reservable {
+                return Ok(None);
+            }
+            let now = self.now();
+            tx.set_resource_health(id, false, Some(MONITOR_TAKEN), now)
+                .await?;
+            self.heal_resource(tx, kind, id, now).await?;
+            Ok(Some(record.resource.display_name()))
+        })?;
+        let Some(name) = taken else {
+            return Ok(false);
+        };
+        tracing::warn!(resource.kind = kind, resource = %name, held_by = holder,
+            "held outside blazar-rs: no longer reservable, its reservations healed");
+        Ok(true)
     }
 
     /// Runs the monitor every `interval` until `shutdown`, when this replica takes the

@@ -151,6 +151,11 @@ pub struct ReconcileReport {
     /// that made one tells it.
     #[serde(skip)]
     pub server_groups: Vec<(String, String)>,
+    /// (kind, resource id) of reserved resources a repair could not make again because
+    /// another project holds them in the cloud: taken out of service and healed, as the
+    /// monitor does.
+    #[serde(skip)]
+    pub held_outside: Vec<(String, i64)>,
 }
 
 /// How long a repairing pass may run. Passes read the whole cloud, but at a few seconds
@@ -536,6 +541,11 @@ impl Service {
                 }
                 Ok(())
             })?;
+        }
+        // Only a repairing pass carries out a start again, so only it finds these.
+        for (kind, id) in &report.held_outside {
+            self.take_out_held(kind, *id, "another project, found by the reconciler")
+                .await?;
         }
         Ok(report)
     }

@@ -1259,12 +1259,30 @@ struct Holding {
 
 #[async_trait]
 impl Backend for Holding {
+    /// A start hands over what is not held, and says what is.
     async fn apply(
         &self,
         store: &Store,
         action: &Action,
     ) -> Result<blazar_service::ActionOutput, ActionError> {
-        StandaloneBackend.apply(store, action).await
+        let mut output = StandaloneBackend.apply(store, action).await?;
+        if action.kind == ActionKind::Start {
+            let taken = self.taken.lock().unwrap().clone();
+            let mut tx = store.read().await.unwrap();
+            for r in tx
+                .resources_named(&action.resource_type, &action.resources)
+                .await
+                .unwrap()
+            {
+                if taken.contains(&r.resource.display_name()) {
+                    output.held_outside.push(r.id);
+                    output.handovers.retain(|h| {
+                        !matches!(h, blazar_service::HandoverChange::Start(h) if h.resource_id == r.id)
+                    });
+                }
+            }
+        }
+        Ok(output)
     }
 
     async fn pools_taken(
@@ -1422,4 +1440,48 @@ async fn a_floating_ip_held_by_another_project_is_healed_around_and_comes_back()
     );
     let shown = app.get(&format!("/v1/floatingips/{}", ids[lost])).await;
     assert_eq!(shown.body["floatingip"]["reservable"], json!(false));
+}
+
+/// A reserved address another project took before the monitor noticed is found by the
+/// lease's start: the start hands over what it can, and the address is taken out and
+/// replaced at once, the lease ACTIVE and whole.
+#[tokio::test]
+async fn a_start_that_finds_its_address_held_outside_gets_another() {
+    let backend = Arc::new(Holding::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    let fip =
+        |address: &str| json!({"floating_network_id": "net-1", "floating_ip_address": address});
+    let r = app.post("/v1/floatingips", fip("172.24.4.101")).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let body = json!({"name": "f", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+        "reservations": [{"resource_type": "virtual:floatingip", "network_id": "net-1", "amount": 1}]});
+    let r = app.post("/v1/leases", body).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let lease_id = id(&r.body);
+    let r = app.post("/v1/floatingips", fip("172.24.4.102")).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    *backend.taken.lock().unwrap() = vec!["172.24.4.101".to_string()];
+
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    app.run_actions().await;
+    let l = lease(&app, &lease_id).await;
+    assert_eq!(l["status"], "ACTIVE", "{l}");
+    assert_eq!(l["degraded"], json!(false), "{l}");
+    assert_eq!(
+        addresses_held(&app, &lease_id).await,
+        vec!["172.24.4.102".to_string()]
+    );
+    // Out of service until the cloud lets go of it.
+    let listed = app.get("/v1/floatingips").await.body["floatingips"].clone();
+    let first = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["floating_ip_address"] == "172.24.4.101")
+        .unwrap()
+        .clone();
+    assert_eq!(first["reservable"], json!(false));
+    backend.taken.lock().unwrap().clear();
+    let report = app.service.monitor_pools().await.unwrap();
+    assert_eq!(report.freed, vec!["172.24.4.101".to_string()]);
 }

@@ -2094,6 +2094,79 @@ async fn a_reserved_address_another_project_takes_is_healed_around() {
     let (status, actions) = lease_status(&app, &lease_id).await;
     assert_eq!(status, "TERMINATED", "{actions}");
     assert!(held(neutron(&admin, Method::GET, &tagged, None).await).is_empty());
+
+    // A later lease whose start finds both addresses taken (before any monitor pass): it
+    // starts, degraded, and gets its address once one is let go.
+    app.act_as(&alpha, "alpha-user", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "later", "start_date": "2030-03-01 13:00",
+                "end_date": "2030-03-01 14:00",
+                "reservations": [{"resource_type": "virtual:floatingip", "network_id": public,
+                                  "amount": 1}],
+                "events": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let later = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let later_rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.act_as_admin();
+    let mut foreign = Vec::new();
+    for address in ["172.24.4.231", "172.24.4.232"] {
+        foreign.push(
+            neutron(
+                &admin,
+                Method::POST,
+                "/v2.0/floatingips",
+                Some(json!({"floatingip": {"floating_network_id": public,
+                    "floating_ip_address": address}})),
+            )
+            .await["floatingip"]["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    app.tick_at(t(2030, 3, 1, 13, 0)).await;
+    app.run_actions().await;
+    let lease = app.get(&format!("/v1/leases/{later}")).await.body["lease"].clone();
+    assert_eq!(lease["status"], "ACTIVE", "{lease}");
+    assert_eq!(lease["degraded"], json!(true), "{lease}");
+    let later_tagged = format!("/v2.0/floatingips?tags=reservation%3A{later_rid}");
+    assert!(held(neutron(&admin, Method::GET, &later_tagged, None).await).is_empty());
+    neutron(
+        &admin,
+        Method::DELETE,
+        &format!("/v2.0/floatingips/{}", foreign[1]),
+        None,
+    )
+    .await;
+    let report = app.service.monitor_pools().await.unwrap();
+    assert_eq!(report.freed, vec!["172.24.4.232".to_string()]);
+    app.run_actions().await;
+    let lease = app.get(&format!("/v1/leases/{later}")).await.body["lease"].clone();
+    assert_eq!(lease["degraded"], json!(false), "{lease}");
+    let got = held(neutron(&admin, Method::GET, &later_tagged, None).await);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (got[0].0.as_str(), got[0].1.as_str()),
+        ("172.24.4.232", alpha.as_str())
+    );
+    neutron(
+        &admin,
+        Method::DELETE,
+        &format!("/v2.0/floatingips/{}", foreign[0]),
+        None,
+    )
+    .await;
+    app.tick_at(t(2030, 3, 1, 14, 0)).await;
+    let (status, actions) = lease_status(&app, &later).await;
+    assert_eq!(status, "TERMINATED", "{actions}");
+    assert!(held(neutron(&admin, Method::GET, &later_tagged, None).await).is_empty());
 }
 
 /// A reserved segment another project puts a network on mid-lease (the lease's network
