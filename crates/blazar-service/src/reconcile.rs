@@ -544,8 +544,14 @@ impl Service {
         }
         // Only a repairing pass carries out a start again, so only it finds these.
         for (kind, id) in &report.held_outside {
-            self.take_out_held(kind, *id, "another project, found by the reconciler")
-                .await?;
+            if let Err(e) = self
+                .take_out_held(kind, *id, "another project, found by the reconciler")
+                .await
+            {
+                // The pass's repairs stand; the monitor's next pass takes it out.
+                tracing::warn!(error = %e, resource.kind = %kind, resource.id = id,
+                    "could not take out a resource held outside blazar-rs");
+            }
         }
         Ok(report)
     }
