@@ -161,20 +161,12 @@ impl Tx {
         reservable: bool,
         now: DateTime<Utc>,
     ) -> DbResult<()> {
-        let kind = self.kind_of(id).await?;
-        let (sql, args) = Columns::default()
+        let columns = Columns::default()
             .set("attrs", Value::Object(attrs.clone()).to_string())
             .set("uniq", uniq)
-            .set("reservable", reservable)
             // The operator decides from now on: the monitor puts back only what it took out.
-            .set("status", None::<&str>)
-            .set("updated_at", now)
-            .update("resources", "", "id", id);
-        self.execute(&sql, args).await?;
-        if let Some(kind) = kind {
-            self.bump_inventory(&kind).await?;
-        }
-        Ok(())
+            .set("status", None::<&str>);
+        self.update_resource_row(id, reservable, now, columns).await
     }
 
     /// Sets whether resource `id` may be reserved and the status that says why not
@@ -186,10 +178,23 @@ impl Tx {
         status: Option<&str>,
         now: DateTime<Utc>,
     ) -> DbResult<()> {
+        let columns = Columns::default().set("status", status);
+        self.update_resource_row(id, reservable, now, columns).await
+    }
+
+    /// Writes `columns` of resource `id`, whether it is reservable and when it changed
+    /// (`now`), and moves its kind's inventory version: what an operator's update and a
+    /// change of health share (as `update_host` does for hosts).
+    async fn update_resource_row(
+        &mut self,
+        id: i64,
+        reservable: bool,
+        now: DateTime<Utc>,
+        columns: Columns,
+    ) -> DbResult<()> {
         let kind = self.kind_of(id).await?;
-        let (sql, args) = Columns::default()
+        let (sql, args) = columns
             .set("reservable", reservable)
-            .set("status", status)
             .set("updated_at", now)
             .update("resources", "", "id", id);
         self.execute(&sql, args).await?;

@@ -15,8 +15,8 @@ pub enum Error {
         status: u16,
         message: String,
     },
-    /// The cloud is not as the action needs it and waiting will not change that (an
-    /// address held by another project, a segment used by a network that is not ours).
+    /// The cloud is not as the action needs it and waiting will not change that (a
+    /// reservation with no size to make a flavor of, servers whose host Nova will not show).
     #[error("{0}")]
     Refused(String),
     /// A reserved address or segment is held in the cloud by something of another project

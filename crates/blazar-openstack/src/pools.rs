@@ -25,6 +25,11 @@ pub(crate) fn reservation_tag(reservation_id: &str) -> String {
     format!("reservation:{reservation_id}")
 }
 
+/// The reservation id of a `reservation:<id>` tag among `tags`.
+pub(crate) fn tagged_reservation(tags: &[String]) -> Option<&str> {
+    tags.iter().find_map(|t| t.strip_prefix("reservation:"))
+}
+
 fn attr<'a>(r: &'a ResourceRecord, key: &str) -> Option<&'a str> {
     r.resource.attrs.get(key).and_then(Value::as_str)
 }
@@ -260,8 +265,7 @@ impl OpenStackBackend {
     ) -> Result<BTreeMap<i64, String>, Error> {
         let neutron = self.cloud().neutron(None);
         let ours = |tags: &[String], project: &str, check: &PoolCheck| {
-            tags.iter().any(|t| t.starts_with("reservation:"))
-                || check.holder_project.as_deref() == Some(project)
+            tagged_reservation(tags).is_some() || check.holder_project.as_deref() == Some(project)
         };
         let mut taken = BTreeMap::new();
         let mut on_network: BTreeMap<&str, Vec<FloatingIp>> = BTreeMap::new();

@@ -19,7 +19,7 @@ use crate::backend::{OpenStackBackend, Pass, appeared_since};
 use crate::error::Error;
 use crate::instances::{FLAVOR_INSTANCE, VIRTUAL_INSTANCE};
 use crate::placement::class_reservation;
-use crate::pools::{FLOATINGIP, NETWORK};
+use crate::pools::{FLOATINGIP, NETWORK, tagged_reservation};
 
 /// How long a reconcile pass waits for the servers of one orphaned instance reservation.
 const ORPHAN_SERVER_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
@@ -30,11 +30,6 @@ fn unavailable(e: Error) -> InventoryError {
 
 fn failed(e: ActionError) -> InventoryError {
     InventoryError::Unavailable(e.to_string())
-}
-
-/// The reservation id of a `reservation:<id>` tag among `tags`.
-fn tagged_reservation(tags: &[String]) -> Option<&str> {
-    tags.iter().find_map(|t| t.strip_prefix("reservation:"))
 }
 
 impl OpenStackBackend {

@@ -176,30 +176,12 @@ impl Service {
                 if self.take_out_held(kind, record.id, holder).await? {
                     report.taken.push(name);
                 }
-            } else if holder.is_none() && !record.resource.reservable && took_out {
-                let changed = in_tx!(self, write, |tx| {
-                    if !tx.lock_resource(record.id).await? {
-                        return Ok(false);
-                    }
-                    let Some(now_record) = tx.get_resource(kind, &record.resource.uid).await?
-                    else {
-                        return Ok(false);
-                    };
-                    if now_record.resource.reservable
-                        || now_record.status.as_deref() != Some(MONITOR_TAKEN)
-                    {
-                        return Ok(false);
-                    }
-                    let now = self.now();
-                    tx.set_resource_health(record.id, true, None, now).await?;
-                    self.fill_missing(tx, now).await?;
-                    Ok(true)
-                })?;
-                if changed {
-                    tracing::info!(resource.kind = kind, resource = %name,
-                        "let go of in the cloud: reservable again");
-                    report.freed.push(name);
-                }
+            } else if holder.is_none()
+                && !record.resource.reservable
+                && took_out
+                && self.put_back_released(kind, record.id).await?
+            {
+                report.freed.push(name);
             }
         }
         Ok(report)
@@ -236,6 +218,34 @@ impl Service {
         };
         tracing::warn!(resource.kind = kind, resource = %name, held_by = holder,
             "held outside blazar-rs: no longer reservable, its reservations healed");
+        Ok(true)
+    }
+
+    /// Puts resource `id` of `kind`, which the monitor took out and the cloud let go of,
+    /// back in service, and fills reservations missing resources. False when it is no
+    /// longer the monitor's to put back (an operator decided since) or gone.
+    async fn put_back_released(&self, kind: &str, id: i64) -> ServiceResult<bool> {
+        let freed = in_tx!(self, write, |tx| {
+            // Read under its lock, as `take_out_held` does.
+            if !tx.lock_resource(id).await? {
+                return Ok(None);
+            }
+            let Some(record) = tx.resources_named(kind, &[id]).await?.pop() else {
+                return Ok(None);
+            };
+            if record.resource.reservable || record.status.as_deref() != Some(MONITOR_TAKEN) {
+                return Ok(None);
+            }
+            let now = self.now();
+            tx.set_resource_health(id, true, None, now).await?;
+            self.fill_missing(tx, now).await?;
+            Ok(Some(record.resource.display_name()))
+        })?;
+        let Some(name) = freed else {
+            return Ok(false);
+        };
+        tracing::info!(resource.kind = kind, resource = %name,
+            "let go of in the cloud: reservable again");
         Ok(true)
     }
 
