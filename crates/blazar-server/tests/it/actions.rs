@@ -15,6 +15,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::harness::{TestApp, TestDatabase, t};
+use crate::inventory::fip;
 
 /// Records every call, fails the next ones as scripted, and otherwise acts as the
 /// standalone backend (so hand-overs stay visible).
@@ -1309,14 +1310,14 @@ async fn addresses_held(app: &TestApp, id: &str) -> Vec<String> {
         .unwrap()
     {
         if h["lease_id"] == id && h["until"].is_null() {
-            let fip = app
+            let shown = app
                 .get(&format!(
                     "/v1/floatingips/{}",
                     h["resource_id"].as_str().unwrap()
                 ))
                 .await;
             held.push(
-                fip.body["floatingip"]["floating_ip_address"]
+                shown.body["floatingip"]["floating_ip_address"]
                     .as_str()
                     .unwrap()
                     .to_string(),
@@ -1336,16 +1337,9 @@ async fn addresses_held(app: &TestApp, id: &str) -> Vec<String> {
 async fn a_floating_ip_held_by_another_project_is_healed_around_and_comes_back() {
     let backend = Arc::new(Holding::default());
     let app = TestApp::spawn_backend(backend.clone()).await;
-    let fip =
-        |address: &str| json!({"floating_network_id": "net-1", "floating_ip_address": address});
     let mut ids = HashMap::new();
     for address in ["172.24.4.101", "172.24.4.102"] {
-        let r = app.post("/v1/floatingips", fip(address)).await;
-        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-        ids.insert(
-            address,
-            r.body["floatingip"]["id"].as_str().unwrap().to_string(),
-        );
+        ids.insert(address, fip(&app, "net-1", address).await);
     }
     let body = json!({"name": "f", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
         "reservations": [{"resource_type": "virtual:floatingip", "network_id": "net-1", "amount": 1}]});
@@ -1449,17 +1443,13 @@ async fn a_floating_ip_held_by_another_project_is_healed_around_and_comes_back()
 async fn a_start_that_finds_its_address_held_outside_gets_another() {
     let backend = Arc::new(Holding::default());
     let app = TestApp::spawn_backend(backend.clone()).await;
-    let fip =
-        |address: &str| json!({"floating_network_id": "net-1", "floating_ip_address": address});
-    let r = app.post("/v1/floatingips", fip("172.24.4.101")).await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    fip(&app, "net-1", "172.24.4.101").await;
     let body = json!({"name": "f", "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
         "reservations": [{"resource_type": "virtual:floatingip", "network_id": "net-1", "amount": 1}]});
     let r = app.post("/v1/leases", body).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let lease_id = id(&r.body);
-    let r = app.post("/v1/floatingips", fip("172.24.4.102")).await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    fip(&app, "net-1", "172.24.4.102").await;
     *backend.taken.lock().unwrap() = vec!["172.24.4.101".to_string()];
 
     app.tick_at(t(2030, 1, 1, 10, 0)).await;
