@@ -16,6 +16,7 @@ mod hosts;
 mod inventory;
 mod leases;
 mod notifications;
+mod peers;
 mod properties;
 mod quotas;
 mod repairs;
@@ -38,6 +39,7 @@ pub use claims::{TaskClaim, TaskTerm};
 pub use gauges::ActionCounts;
 pub use hosts::NewHost;
 pub use leases::LeaseTree;
+pub use peers::PeerListener;
 pub use properties::PropertyWithValues;
 pub use quotas::{ProjectAllocation, QuotaRow};
 pub use repairs::{ActionsSeen, RECONCILE_TASK, RepairItem};
@@ -217,6 +219,8 @@ pub struct Store {
     /// Each resource type's longest allocation span known to be committed (see
     /// [`KnownSpans`]).
     spans: KnownSpans,
+    /// Where a peer listener connects (PostgreSQL only; see `peers.rs`).
+    listen_url: Option<String>,
     _checkpointer: Option<Arc<Checkpointer>>,
 }
 
@@ -388,6 +392,7 @@ impl Store {
             locks,
             write_lock: Arc::new(Mutex::new(())),
             spans: KnownSpans::default(),
+            listen_url: (backend == Backend::Postgres).then(|| url.clone()),
             _checkpointer: checkpointer,
         };
         store.migrate().await?;

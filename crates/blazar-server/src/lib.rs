@@ -300,6 +300,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         });
     }
 
+    // On PostgreSQL, replicas wake each other's loops and waiters when a commit left them
+    // work, instead of leaving it to their next poll.
+    {
+        let service = state.service.clone();
+        let stop = wait_stop(stop_rx.clone());
+        tokio::spawn(async move { service.run_peer_signals(stop).await });
+    }
+
     let scheduler = if config.role != Role::Api {
         let service = state.service.clone();
         let poll = config.poll_interval;

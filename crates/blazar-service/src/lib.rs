@@ -38,6 +38,12 @@ macro_rules! in_tx {
                 let delivering = owned.wrote_webhook_deliveries();
                 let changed = owned.changed_leases();
                 owned.commit().await?;
+                $service.signal_peers($crate::peers::marks(
+                    changed || notified,
+                    recorded,
+                    notified,
+                    delivering,
+                ));
                 if changed || notified {
                     $service.announce_lease_change();
                 }
@@ -75,6 +81,7 @@ mod monitor;
 mod notifications;
 mod observe;
 mod offers;
+mod peers;
 mod policy;
 mod pool;
 mod quotas;
@@ -381,7 +388,8 @@ pub struct Service {
     /// The usage-enforcement filters an operator enabled (none by default).
     enforcement: Arc<enforcement::Enforcement>,
     /// Moved after every commit that changed a lease, so that requests waiting on a lease
-    /// in this process look again at once (other processes' changes are polled for).
+    /// in this process look again at once (so does a signal of another process, `peers.rs`;
+    /// a lost one is polled for).
     lease_changes: Arc<tokio::sync::watch::Sender<u64>>,
     /// The newest outbox rows, read once for all of this process's event streams.
     outbox_tail: Arc<observe::OutboxTail>,
@@ -389,6 +397,8 @@ pub struct Service {
     event_observer: Option<EventObserver>,
     /// Per-project limits (none by default).
     quotas: Arc<quotas::QuotaSettings>,
+    /// What this process's commits have to tell the other processes on the database.
+    peer_signals: Arc<peers::PeerSignals>,
     /// Keystone trusts of leases (auth mode keystone), and whether creates make them.
     trusts: Option<trusts::TrustSettings>,
 }
@@ -437,6 +447,7 @@ impl Service {
             enforcement: Arc::new(enforcement::Enforcement::default()),
             lease_changes: Arc::new(tokio::sync::watch::Sender::new(0)),
             outbox_tail: Arc::default(),
+            peer_signals: Arc::default(),
             event_observer: None,
             quotas: Arc::new(quotas::QuotaSettings::default()),
             trusts: None,
@@ -485,6 +496,9 @@ impl Service {
     /// milliseconds, as the scheduler sleeps). Waking it for nothing would cost a pass over
     /// the events for every write.
     pub(crate) fn wake_scheduler_for(&self, due: DateTime<Utc>) {
+        if due <= self.clock.now() + peers::EVENT_HORIZON {
+            self.signal_peers(peers::EVENTS);
+        }
         let plan = self.scheduler_plan.load(Ordering::SeqCst);
         if plan == i64::MIN || due.timestamp_millis() < plan {
             self.wake.notify_one();

@@ -17,7 +17,7 @@ use crate::{Identity, Service, ServiceResult};
 pub type EventObserver = Arc<dyn Fn(Duration) + Send + Sync>;
 
 /// How often a wait on a lease reads it again when nothing in this process woke it: the
-/// change may come from another replica.
+/// change may come from another replica whose signal was lost (`peers.rs`).
 pub const WAIT_POLL: Duration = Duration::from_secs(2);
 
 /// What `/metrics` reads from the database at scrape time.

@@ -21,6 +21,11 @@ fn free_port() -> u16 {
 }
 
 async fn start(db: &TestDatabase, role: &str) -> Server {
+    start_polling(db, role, "0.2").await
+}
+
+/// A server whose loops look at the database every `poll` seconds when nothing wakes them.
+async fn start_polling(db: &TestDatabase, role: &str, poll: &str) -> Server {
     let port = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_blazar-server"))
         .arg("--role")
@@ -30,7 +35,7 @@ async fn start(db: &TestDatabase, role: &str) -> Server {
         .arg("--database-url")
         .arg(&db.url)
         .arg("--poll-interval")
-        .arg("0.2")
+        .arg(poll)
         .env("BLAZAR_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -155,6 +160,12 @@ async fn handover_count(base: &str) -> usize {
     body["handovers"].as_array().map_or(0, Vec::len)
 }
 
+/// Hand-overs in force now (ended ones are listed with `all=true` only).
+async fn open_handover_count(base: &str) -> usize {
+    let (_, body) = call(reqwest::Method::GET, format!("{base}/v1/handovers"), None).await;
+    body["handovers"].as_array().map_or(0, Vec::len)
+}
+
 /// A lease falls due while no scheduler runs and the server is killed; the restarted server
 /// runs the start event exactly once, and another restart does not run it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,6 +249,60 @@ async fn two_managers_run_each_event_once() {
     })
     .await;
     assert_eq!(handover_count(&api.base).await, 20);
+}
+
+/// On PostgreSQL, a lease created through a `--role api` replica to start now is started
+/// by a manager that polls only every 10 s well before its next poll, and its take-back
+/// after a delete through the replica as soon: processes on one database wake each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_wakes_the_manager_instead_of_waiting_for_its_poll() {
+    let db = TestDatabase::new().await;
+    if !db.is_postgres() {
+        // Processes sharing a SQLite file have no channel between them; they poll.
+        return;
+    }
+    let api = start(&db, "api").await;
+    call(
+        reqwest::Method::POST,
+        format!("{}/v1/os-hosts", api.base),
+        Some(json!({"name": "only"})),
+    )
+    .await;
+    let _manager = start_polling(&db, "manager", "10").await;
+    // The manager's first look at the events is at its start; give it that.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, body) = call(
+        reqwest::Method::POST,
+        format!("{}/v1/leases", api.base),
+        Some(lease_body("woken", "now", "2099-01-01 00:00")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["lease"]["id"].as_str().unwrap().to_string();
+    let base = api.base.clone();
+    wait_until(Duration::from_secs(5), || {
+        let base = base.clone();
+        let id = id.clone();
+        async move { lease_status(&base, &id).await == "ACTIVE" }
+    })
+    .await;
+    assert_eq!(handover_count(&api.base).await, 1);
+
+    // Deleting the running lease records its take-back: the manager's workers carry it out
+    // at once too (an ended hand-over leaves the list of open ones).
+    let (status, _) = call(
+        reqwest::Method::DELETE,
+        format!("{}/v1/leases/{id}", api.base),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let base = api.base.clone();
+    wait_until(Duration::from_secs(5), || {
+        let base = base.clone();
+        async move { open_handover_count(&base).await == 0 }
+    })
+    .await;
 }
 
 /// SIGTERM stops the server cleanly.
