@@ -43,7 +43,7 @@ pub(crate) fn marks(leases: bool, actions: bool, notifications: bool, webhooks: 
 /// The shortest pause between two signals of one process: commits meanwhile are sent
 /// together. Short against the pollers' second, long enough that a replica under load
 /// sends a few dozen signals a second.
-const SEND_GAP: Duration = Duration::from_millis(10);
+const SEND_GAP: Duration = Duration::from_millis(25);
 
 /// An event due within this long is signalled to the scheduler of another process; one due
 /// later is found by that scheduler's own poll in time (polls are at most 10 s apart).
