@@ -496,6 +496,23 @@ async fn an_event_that_cannot_run_is_set_aside_and_the_others_run() {
     );
 }
 
+/// The leases holding `host` at some time in a window of 2030-01-01 (`HH:MM` to `HH:MM`), by
+/// its allocation's window filter.
+async fn leases_holding(app: &TestApp, host: &str, start: &str, end: &str) -> Vec<String> {
+    let r = app
+        .get(&format!(
+            "/v1/os-hosts/{host}/allocation?start=2030-01-01%20{start}&end=2030-01-01%20{end}"
+        ))
+        .await;
+    r.assert_status(StatusCode::OK);
+    r.body["allocation"]["reservations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["lease_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// A running lease whose host was replaced by healing holds the replacement from the
 /// swap on: it can be extended though another lease had that host before the swap.
 #[tokio::test]
@@ -530,7 +547,17 @@ async fn a_lease_healed_onto_another_host_can_still_be_extended() {
         .await
         .assert_status(StatusCode::OK);
     let hosts = app.hosts_of(&id).await;
-    assert_eq!(hosts, [c2]);
+    assert_eq!(hosts, std::slice::from_ref(&c2));
+    // A window of c2's allocation shows who held it then: `earlier` until 10:30, this lease
+    // from the swap on, never the two at once.
+    assert_eq!(
+        leases_holding(&app, &c2, "10:00", "10:30").await,
+        [lease_id(&earlier.body)]
+    );
+    assert_eq!(
+        leases_holding(&app, &c2, "10:40", "11:00").await,
+        std::slice::from_ref(&id)
+    );
 
     let check = app
         .get(&format!("/v1/leases/{id}/extension?prolong_for=1h"))
