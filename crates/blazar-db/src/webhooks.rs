@@ -275,12 +275,13 @@ impl Tx {
         claim_for: Duration,
         limit: usize,
         skip_projects: &[Option<String>],
+        skip_webhooks: &[String],
     ) -> DbResult<Vec<ClaimedDelivery>> {
         let mut args: Vec<Arg> = vec![to_secs(now).into(), (limit as i64).into()];
         let mut skip = String::new();
         if !skip_projects.is_empty() {
             let places: Vec<String> = (0..skip_projects.len())
-                .map(|i| format!("${}", i + 3))
+                .map(|i| format!("${}", args.len() + i + 1))
                 .collect();
             skip = format!(
                 " AND COALESCE(w.project_id, '') NOT IN ({})",
@@ -291,6 +292,13 @@ impl Tx {
                     .iter()
                     .map(|p| Arg::from(p.clone().unwrap_or_default())),
             );
+        }
+        if !skip_webhooks.is_empty() {
+            let places: Vec<String> = (0..skip_webhooks.len())
+                .map(|i| format!("${}", args.len() + i + 1))
+                .collect();
+            skip.push_str(&format!(" AND d.webhook_id NOT IN ({})", places.join(", ")));
+            args.extend(skip_webhooks.iter().map(Arg::from));
         }
         let sql = format!(
             "SELECT d.webhook_id, w.project_id, w.url, w.secret, d.notification_id, \

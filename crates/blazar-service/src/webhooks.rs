@@ -168,23 +168,65 @@ pub struct DeliveryReport {
 pub const CONCURRENT_POSTS: usize = 16;
 /// Deliveries of one project's webhooks in flight at once in one deliverer, about: a project
 /// at its share gets no more until one of them ends (a claim may take it a few over).
-const PROJECT_SHARE: usize = 4;
+const PROJECT_SHARE: usize = 6;
+/// Deliveries of one webhook in flight at once in one deliverer, about: less than its
+/// project's share, so that an endpoint that hangs leaves the project's others room (it
+/// took every slot of its project, and the project's healthy endpoints waited a minute).
+const WEBHOOK_SHARE: usize = 4;
 /// How long past its timeout a POST may take before its attempt is given up.
 const ATTEMPT_GRACE: Duration = Duration::from_secs(1);
 /// What a claim allows past its POST: the write of the attempt's outcome.
 const CLAIM_MARGIN: Duration = Duration::from_secs(30);
 
+/// Whose delivery an attempt is: its webhook's project (`None`: an every-project webhook)
+/// and the webhook.
+type From = (Option<String>, String);
+
+/// Deliveries in flight, per project and per webhook.
+#[derive(Default)]
+struct InFlight {
+    by_project: HashMap<Option<String>, usize>,
+    by_webhook: HashMap<String, usize>,
+}
+
+impl InFlight {
+    fn started(&mut self, (project, webhook): &From) {
+        *self.by_project.entry(project.clone()).or_default() += 1;
+        *self.by_webhook.entry(webhook.clone()).or_default() += 1;
+    }
+
+    fn ended(&mut self, (project, webhook): &From) {
+        if let Some(n) = self.by_project.get_mut(project) {
+            *n = n.saturating_sub(1);
+        }
+        if let Some(n) = self.by_webhook.get_mut(webhook) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// The projects and the webhooks that have their share in flight.
+    fn full(&self) -> (Vec<Option<String>>, Vec<String>) {
+        let projects = self
+            .by_project
+            .iter()
+            .filter(|(_, n)| **n >= PROJECT_SHARE)
+            .map(|(p, _)| p.clone())
+            .collect();
+        let webhooks = self
+            .by_webhook
+            .iter()
+            .filter(|(_, n)| **n >= WEBHOOK_SHARE)
+            .map(|(w, _)| w.clone())
+            .collect();
+        (projects, webhooks)
+    }
+}
+
 impl DeliveryReport {
     /// Counts an attempt of a delivery of `project`'s that ended, and that it is no longer
     /// in flight.
-    fn ended(
-        &mut self,
-        by_project: &mut HashMap<Option<String>, usize>,
-        (project, outcome): (Option<String>, ServiceResult<Outcome>),
-    ) {
-        if let Some(n) = by_project.get_mut(&project) {
-            *n = n.saturating_sub(1);
-        }
+    fn ended(&mut self, flying: &mut InFlight, (from, outcome): (From, ServiceResult<Outcome>)) {
+        flying.ended(&from);
         self.count(outcome);
     }
 
@@ -485,20 +527,16 @@ impl Service {
         let claim_for = chrono::Duration::from_std(settings.timeout + ATTEMPT_GRACE + CLAIM_MARGIN)
             .unwrap_or_else(|_| chrono::Duration::hours(1));
         let mut in_flight = futures::stream::FuturesUnordered::new();
-        // Deliveries in flight per project (`None`: every-project webhooks).
-        let mut by_project: HashMap<Option<String>, usize> = HashMap::new();
+        let mut flying = InFlight::default();
         loop {
             let mut free = CONCURRENT_POSTS.saturating_sub(in_flight.len());
-            // A few at a time, leaving out the projects that have their share in flight: a
-            // project whose endpoints hang holds at most about its share of the slots.
+            // A few at a time, leaving out the projects and the webhooks that have their
+            // share in flight: a project whose endpoints hang holds at most about its share
+            // of the slots, and an endpoint that hangs about its own share of its project's.
             while free > 0 {
-                let full: Vec<Option<String>> = by_project
-                    .iter()
-                    .filter(|(_, n)| **n >= PROJECT_SHARE)
-                    .map(|(p, _)| p.clone())
-                    .collect();
-                let limit = free.min(PROJECT_SHARE);
-                let claim = self.claim_deliveries(claim_for, limit, &full);
+                let (full_projects, full_webhooks) = flying.full();
+                let limit = free.min(WEBHOOK_SHARE);
+                let claim = self.claim_deliveries(claim_for, limit, &full_projects, &full_webhooks);
                 tokio::pin!(claim);
                 // The attempts in flight are driven while the claim waits for its write: one
                 // may hold the database's write lock (SQLite) to record its outcome.
@@ -507,7 +545,7 @@ impl Service {
                     tokio::select! {
                         claimed = &mut claim => break claimed?,
                         Some(outcome) = in_flight.next() => {
-                            report.ended(&mut by_project, outcome);
+                            report.ended(&mut flying, outcome);
                             ended_meanwhile = true;
                         }
                     }
@@ -516,10 +554,10 @@ impl Service {
                 // The claim leaves a lease's later deliveries to a webhook behind its earlier
                 // one while that is pending, in flight included: order holds per lease.
                 for d in claimed {
-                    let project = d.project_id.clone();
-                    *by_project.entry(project.clone()).or_default() += 1;
+                    let from: From = (d.project_id.clone(), d.webhook_id.clone());
+                    flying.started(&from);
                     let attempt = self.attempt_delivery(sender, d, &settings);
-                    in_flight.push(async move { (project, attempt.await) });
+                    in_flight.push(async move { (from, attempt.await) });
                 }
                 free = CONCURRENT_POSTS.saturating_sub(in_flight.len());
                 // Claimed all there was, unless attempts ended during the claim: it left out
@@ -533,10 +571,10 @@ impl Service {
             }
             tokio::select! {
                 Some(outcome) = in_flight.next() => {
-                    report.ended(&mut by_project, outcome);
+                    report.ended(&mut flying, outcome);
                     // Others that ended meanwhile are counted before claiming again.
                     while let Some(Some(outcome)) = in_flight.next().now_or_never() {
-                        report.ended(&mut by_project, outcome);
+                        report.ended(&mut flying, outcome);
                     }
                 }
                 // A commit wrote deliveries: claim them if a slot is free.
@@ -546,18 +584,26 @@ impl Service {
     }
 
     /// Claims up to `limit` due deliveries for this process, for `claim_for`, none of the
-    /// webhooks of `skip_projects`.
+    /// webhooks of `skip_projects` nor of `skip_webhooks`.
     async fn claim_deliveries(
         &self,
         claim_for: chrono::Duration,
         limit: usize,
         skip_projects: &[Option<String>],
+        skip_webhooks: &[String],
     ) -> ServiceResult<Vec<ClaimedDelivery>> {
         let now = self.now();
         in_tx!(self, write, |tx| {
             tx.lock_webhook_claims().await?;
             Ok(tx
-                .claim_webhook_deliveries(now, &self.worker_id, claim_for, limit, skip_projects)
+                .claim_webhook_deliveries(
+                    now,
+                    &self.worker_id,
+                    claim_for,
+                    limit,
+                    skip_projects,
+                    skip_webhooks,
+                )
                 .await?)
         })
     }

@@ -672,7 +672,14 @@ async fn a_delivery_being_made_is_not_offered_again() {
     let now = app.service.now();
     let mut tx = app.service.store().write().await.unwrap();
     let claimed = tx
-        .claim_webhook_deliveries(now, "busy-worker", chrono::Duration::minutes(1), 10, &[])
+        .claim_webhook_deliveries(
+            now,
+            "busy-worker",
+            chrono::Duration::minutes(1),
+            10,
+            &[],
+            &[],
+        )
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -740,4 +747,52 @@ async fn a_project_whose_endpoints_hang_leaves_room_to_the_others() {
     };
     let (report, ()) = tokio::join!(deliver(&app), check);
     assert_eq!(report.delivered, 41, "{report:?}");
+}
+
+/// One project's endpoint that hangs, with many deliveries due, leaves room to the same
+/// project's other endpoint: it took all the project's slots, and the other waited for the
+/// hanging ones' timeouts.
+#[tokio::test]
+async fn an_endpoint_that_hangs_leaves_room_to_its_projects_others() {
+    let mut app = TestApp::builder()
+        .configure(|cli| cli.webhook_timeout = Some(60.0))
+        .spawn()
+        .await;
+    let (receiver, base) = Receiver::start().await;
+    app.act_as("tarpit", "t-user", "member");
+    for path in ["slow", "fast"] {
+        app.post("/v1/webhooks", json!({"url": format!("{base}/{path}")}))
+            .await
+            .assert_status(StatusCode::CREATED);
+    }
+    for i in 0..10 {
+        app.post(
+            "/v1/leases",
+            json!({"name": format!("t{i}"), "start_date": "2030-01-01 10:00",
+                   "end_date": "2030-01-01 12:00", "reservations": [], "events": []}),
+        )
+        .await
+        .assert_status(StatusCode::CREATED);
+    }
+    let check = async {
+        // Ten events for each endpoint, in the order they happened, the two interleaved:
+        // the fast endpoint has all ten while the slow one still holds its own.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        while receiver.at("/fast").len() < 10 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the fast endpoint waited for the one that hangs ({} of 10)",
+                receiver.at("/fast").len()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let hanging = receiver.at("/slow").len();
+        assert!(
+            (1..=6).contains(&hanging),
+            "{hanging} in flight for one endpoint"
+        );
+        receiver.slow.add_permits(1_000);
+    };
+    let (report, ()) = tokio::join!(deliver(&app), check);
+    assert_eq!(report.delivered, 20, "{report:?}");
 }
