@@ -266,7 +266,8 @@ impl Tx {
     /// Claims up to `limit` due deliveries for `worker` until `now + claim_for`, oldest
     /// first: each only if no earlier delivery of the same lease to the same webhook is
     /// still pending, so a subscriber sees a lease's events in order; none of the webhooks
-    /// of `skip_projects` (`None`: the every-project ones), which have their share in flight.
+    /// of `skip_projects` (`None`: the every-project ones) nor `skip_webhooks`, which have
+    /// their share in flight.
     /// On PostgreSQL, call [`Tx::lock_webhook_claims`] first.
     pub async fn claim_webhook_deliveries(
         &mut self,
@@ -280,12 +281,9 @@ impl Tx {
         let mut args: Vec<Arg> = vec![to_secs(now).into(), (limit as i64).into()];
         let mut skip = String::new();
         if !skip_projects.is_empty() {
-            let places: Vec<String> = (0..skip_projects.len())
-                .map(|i| format!("${}", args.len() + i + 1))
-                .collect();
             skip = format!(
                 " AND COALESCE(w.project_id, '') NOT IN ({})",
-                places.join(", ")
+                crate::placeholders(args.len() + 1, skip_projects.len())
             );
             args.extend(
                 skip_projects
@@ -294,10 +292,10 @@ impl Tx {
             );
         }
         if !skip_webhooks.is_empty() {
-            let places: Vec<String> = (0..skip_webhooks.len())
-                .map(|i| format!("${}", args.len() + i + 1))
-                .collect();
-            skip.push_str(&format!(" AND d.webhook_id NOT IN ({})", places.join(", ")));
+            skip.push_str(&format!(
+                " AND d.webhook_id NOT IN ({})",
+                crate::placeholders(args.len() + 1, skip_webhooks.len())
+            ));
             args.extend(skip_webhooks.iter().map(Arg::from));
         }
         let sql = format!(

@@ -190,8 +190,8 @@ impl Service {
     /// What an allocation list, or one resource's allocation, reads under `request`'s
     /// filters: with a window (`start`, `end`), the leases that end after its start and
     /// begin before its end, each with the resources it held at some time in the window
-    /// (`AllocationFilter::starts_before`); without one, nor a lease or reservation, only leases that have
-    /// not ended (Blazar's list).
+    /// (`AllocationFilter::starts_before`); without one, nor a lease or reservation, only
+    /// leases that have not ended (Blazar's list).
     pub(crate) fn allocation_filter(
         &self,
         request: &AllocationListRequest,

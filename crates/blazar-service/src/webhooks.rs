@@ -206,20 +206,20 @@ impl InFlight {
 
     /// The projects and the webhooks that have their share in flight.
     fn full(&self) -> (Vec<Option<String>>, Vec<String>) {
-        let projects = self
-            .by_project
-            .iter()
-            .filter(|(_, n)| **n >= PROJECT_SHARE)
-            .map(|(p, _)| p.clone())
-            .collect();
-        let webhooks = self
-            .by_webhook
-            .iter()
-            .filter(|(_, n)| **n >= WEBHOOK_SHARE)
-            .map(|(w, _)| w.clone())
-            .collect();
-        (projects, webhooks)
+        (
+            at_share(&self.by_project, PROJECT_SHARE),
+            at_share(&self.by_webhook, WEBHOOK_SHARE),
+        )
     }
+}
+
+/// The keys of `counts` at `share` or over.
+fn at_share<K: Clone>(counts: &HashMap<K, usize>, share: usize) -> Vec<K> {
+    counts
+        .iter()
+        .filter(|(_, n)| **n >= share)
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 impl DeliveryReport {

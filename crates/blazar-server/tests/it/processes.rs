@@ -150,20 +150,33 @@ async fn lease_status(base: &str, id: &str) -> String {
         .to_string()
 }
 
+/// Every hand-over on record, ended ones included.
 async fn handover_count(base: &str) -> usize {
+    handovers_listed(base, "?all=true").await
+}
+
+/// Hand-overs in force now.
+async fn open_handover_count(base: &str) -> usize {
+    handovers_listed(base, "").await
+}
+
+async fn handovers_listed(base: &str, query: &str) -> usize {
     let (_, body) = call(
         reqwest::Method::GET,
-        format!("{base}/v1/handovers?all=true"),
+        format!("{base}/v1/handovers{query}"),
         None,
     )
     .await;
     body["handovers"].as_array().map_or(0, Vec::len)
 }
 
-/// Hand-overs in force now (ended ones are listed with `all=true` only).
-async fn open_handover_count(base: &str) -> usize {
-    let (_, body) = call(reqwest::Method::GET, format!("{base}/v1/handovers"), None).await;
-    body["handovers"].as_array().map_or(0, Vec::len)
+/// Waits until the lease shows `status`; fails after `limit`.
+async fn wait_for_status(base: &str, id: &str, status: &str, limit: Duration) {
+    wait_until(
+        limit,
+        || async move { lease_status(base, id).await == status },
+    )
+    .await;
 }
 
 /// A lease falls due while no scheduler runs and the server is killed; the restarted server
@@ -190,13 +203,7 @@ async fn a_due_event_missed_while_down_runs_once_after_restart() {
     api.child.wait().await.unwrap();
 
     let mut server = start(&db, "all").await;
-    let base = server.base.clone();
-    wait_until(Duration::from_secs(30), || {
-        let base = base.clone();
-        let id = id.clone();
-        async move { lease_status(&base, &id).await == "ACTIVE" }
-    })
-    .await;
+    wait_for_status(&server.base, &id, "ACTIVE", Duration::from_secs(30)).await;
     assert_eq!(handover_count(&server.base).await, 1);
     server.child.start_kill().unwrap();
     server.child.wait().await.unwrap();
@@ -279,13 +286,7 @@ async fn a_replica_wakes_the_manager_instead_of_waiting_for_its_poll() {
     .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let id = body["lease"]["id"].as_str().unwrap().to_string();
-    let base = api.base.clone();
-    wait_until(Duration::from_secs(5), || {
-        let base = base.clone();
-        let id = id.clone();
-        async move { lease_status(&base, &id).await == "ACTIVE" }
-    })
-    .await;
+    wait_for_status(&api.base, &id, "ACTIVE", Duration::from_secs(5)).await;
     assert_eq!(handover_count(&api.base).await, 1);
 
     // Deleting the running lease records its take-back: the manager's workers carry it out
@@ -297,10 +298,8 @@ async fn a_replica_wakes_the_manager_instead_of_waiting_for_its_poll() {
     )
     .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    let base = api.base.clone();
-    wait_until(Duration::from_secs(5), || {
-        let base = base.clone();
-        async move { open_handover_count(&base).await == 0 }
+    wait_until(Duration::from_secs(5), || async {
+        open_handover_count(&api.base).await == 0
     })
     .await;
 }

@@ -62,6 +62,19 @@ impl Receiver {
             .cloned()
             .collect()
     }
+
+    /// Waits until `path` has received `count` requests; fails with `what` after 20 s.
+    async fn wait_for(&self, path: &str, count: usize, what: &str) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        while self.at(path).len() < count {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what} ({} of {count} at {path})",
+                self.at(path).len()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
 }
 
 async fn receive(
@@ -610,12 +623,10 @@ async fn hooked_app(paths: &[&str], hosts: usize) -> (TestApp, Receiver) {
 #[tokio::test]
 async fn a_slow_endpoint_does_not_hold_up_other_webhooks() {
     let (app, receiver) = hooked_app(&["slow", "fast"], 2).await;
+    // Counts only grow, so waiting for one endpoint and then the other waits for both.
     let wait_for = async |fast: usize, slow: usize, what: &str| {
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-        while receiver.at("/fast").len() < fast || receiver.at("/slow").len() < slow {
-            assert!(tokio::time::Instant::now() < deadline, "{what}");
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        receiver.wait_for("/fast", fast, what).await;
+        receiver.wait_for("/slow", slow, what).await;
     };
     let check = async {
         // The fast endpoint has its delivery while the slow one still holds its own.
@@ -730,14 +741,13 @@ async fn a_project_whose_endpoints_hang_leaves_room_to_the_others() {
     let check = async {
         // Forty deliveries that hang come first, and there are sixteen slots: the other
         // project's one still goes out while they hang.
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-        while receiver.at("/fast").is_empty() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the other project waited for the endpoints that hang"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        receiver
+            .wait_for(
+                "/fast",
+                1,
+                "the other project waited for the endpoints that hang",
+            )
+            .await;
         let hanging = receiver.at("/slow").len();
         assert!(
             (1..=8).contains(&hanging),
@@ -777,15 +787,13 @@ async fn an_endpoint_that_hangs_leaves_room_to_its_projects_others() {
     let check = async {
         // Ten events for each endpoint, in the order they happened, the two interleaved:
         // the fast endpoint has all ten while the slow one still holds its own.
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
-        while receiver.at("/fast").len() < 10 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the fast endpoint waited for the one that hangs ({} of 10)",
-                receiver.at("/fast").len()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        receiver
+            .wait_for(
+                "/fast",
+                10,
+                "the fast endpoint waited for the one that hangs",
+            )
+            .await;
         let hanging = receiver.at("/slow").len();
         assert!(
             (1..=6).contains(&hanging),
