@@ -117,6 +117,11 @@ fn share_key() -> i64 {
 /// of the reservation's slots).
 type Group = (String, String, i64, i64, String);
 
+/// An allocation of type `$1` reaching into a window that starts at `$?` began at most the
+/// type's longest span before it.
+const SINCE_LONGEST_SPAN: &str = " AND a.start_at >= $? - COALESCE((SELECT max_span \
+     FROM allocation_spans WHERE resource_type = $1), 0)";
+
 /// The views of a batch's groups, sorted by resource, start and reservation.
 fn views_of_groups(mut groups: Vec<Group>) -> DbResult<Vec<AllocationView>> {
     // The few reservations in start order first: the resources' stable sort below then
@@ -526,6 +531,80 @@ impl Tx {
         resource_type: &str,
         filter: &AllocationFilter,
     ) -> DbResult<Vec<AllocationView>> {
+        self.read_allocation_views(resource_type, filter, false)
+            .await
+    }
+
+    /// What [`Tx::allocation_views_where`] returns for every resource of `resource_type`
+    /// at once, read by time, when `filter` is a window bounded on both sides that holds at
+    /// most `at_most` allocations; `None` when it holds more, or the filter is not such a
+    /// window (or names a lease, a reservation or resources), for the caller to read by
+    /// resource in batches.
+    ///
+    /// Read by resource, a window costs every allocation of the resources read, before it
+    /// and after it: a week's window of a year at 10,000 hosts scanned all 100,000 in ten
+    /// batches. No allocation lasts longer than its type's longest span, so one that reaches
+    /// into the window began at most that long before it: read by start time, the same week
+    /// is the month or so of allocations around it, counted first so that a wide window
+    /// (a year) goes back to batches instead of being held in memory.
+    pub async fn allocation_views_in_window(
+        &mut self,
+        resource_type: &str,
+        filter: &AllocationFilter,
+        at_most: usize,
+    ) -> DbResult<Option<Vec<AllocationView>>> {
+        let (Some(start), Some(end)) = (filter.ends_after, filter.starts_before) else {
+            return Ok(None);
+        };
+        if filter.resources.is_some()
+            || filter.lease_id.is_some()
+            || filter.reservation_id.is_some()
+        {
+            return Ok(None);
+        }
+        let count = format!(
+            "SELECT COUNT(*) AS n FROM (SELECT 1 FROM allocations a{index} \
+             WHERE a.resource_type = $1 AND a.blocked_until > $2 AND a.start_at < $3{since} \
+             LIMIT $4) w",
+            index = self.by_start_index(),
+            since = SINCE_LONGEST_SPAN.replace("$?", "$2")
+        );
+        let over = i64::try_from(at_most).unwrap_or(i64::MAX).saturating_add(1);
+        let held: i64 = self
+            .fetch_rows(
+                &count,
+                vec![resource_type.into(), start.into(), end.into(), over.into()],
+            )
+            .await?
+            .first()
+            .map(|row| row.try_get("n"))
+            .transpose()?
+            .unwrap_or(0);
+        if held >= over {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.read_allocation_views(resource_type, filter, true)
+                .await?,
+        ))
+    }
+
+    /// SQLite, knowing nothing of the data, is told which index reads by start time.
+    fn by_start_index(&self) -> &'static str {
+        match self.backend {
+            crate::Backend::Sqlite => " INDEXED BY allocations_start",
+            crate::Backend::Postgres => "",
+        }
+    }
+
+    /// The read of [`Tx::allocation_views_where`]; `by_time` bounds it below by the
+    /// window's start less the longest span, so that it reads by start time.
+    async fn read_allocation_views(
+        &mut self,
+        resource_type: &str,
+        filter: &AllocationFilter,
+        by_time: bool,
+    ) -> DbResult<Vec<AllocationView>> {
         let mut sql = match self.backend {
             // One row of JSON (sqlx hands SQLite rows from the connection's thread to the
             // task one at a time, so one row per allocation was mostly thread switches), of
@@ -549,7 +628,11 @@ impl Tx {
                  string_agg(CAST(a.resource_id AS TEXT), ',') AS resources"
                 .to_string(),
         };
-        sql.push_str(" FROM allocations a WHERE a.resource_type = $1");
+        sql.push_str(" FROM allocations a");
+        if by_time {
+            sql.push_str(self.by_start_index());
+        }
+        sql.push_str(" WHERE a.resource_type = $1");
         let mut args: Vec<Arg> = vec![resource_type.into()];
         let mut condition = |sql: &mut String, clause: &str, arg: Arg| {
             args.push(arg);
@@ -580,6 +663,9 @@ impl Tx {
             // it out here keeps years of finished allocations out of the read, from the
             // index alone.
             condition(&mut sql, " AND a.blocked_until > $?", t.into());
+            if by_time {
+                condition(&mut sql, SINCE_LONGEST_SPAN, t.into());
+            }
         }
         if let Some(t) = filter.starts_before {
             // An allocation that begins at or after the window's end is not held in it: its

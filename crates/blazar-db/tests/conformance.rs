@@ -730,6 +730,103 @@ async fn a_long_allocation_is_found_far_from_its_start_after_shorter_ones() {
     store.close().await;
 }
 
+/// A window read by time at once finds what reading it by resource finds, a lease far
+/// longer than the rest included (its allocation began long before the window), and gives
+/// the read back to batches when the window holds more than asked for, or when the filter
+/// is not a window on both sides.
+#[tokio::test]
+async fn a_window_read_by_time_finds_what_batches_find_or_gives_way_to_them() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let day = |d: u32, h: u32| t(2030, 1, d, h, 0);
+    let mut leases = vec![("long", day(2, 0), day(22, 0), vec![2])];
+    for k in 0..3 {
+        leases.push((
+            "short",
+            day(20, 10 + k),
+            day(20, 11 + k),
+            vec![10 + i64::from(k)],
+        ));
+    }
+    leases.push(("later", day(25, 10), day(25, 11), vec![2, 10]));
+    leases.push(("earlier", day(1, 10), day(1, 11), vec![3]));
+    for (n, (name, start, end, hosts)) in leases.iter().enumerate() {
+        let lease = format!("{name}-{n}");
+        let reservation = format!("{lease}-r0");
+        in_write(&store, async |tx| {
+            tx.insert_lease(&rows::lease(&lease, *start, *end)).await?;
+            tx.insert_reservation(&rows::host_reservation(&reservation, &lease, 0, 3))
+                .await?;
+            let allocations: Vec<NewAllocation> = hosts
+                .iter()
+                .map(|h| rows::allocation(&reservation, &lease, *h, (*start, *end, *end)))
+                .collect();
+            tx.insert_allocations(&allocations).await.map(|_| ())
+        })
+        .await
+        .unwrap();
+    }
+    let window = blazar_db::AllocationFilter {
+        ends_after: Some(day(20, 0)),
+        starts_before: Some(day(21, 0)),
+        ..blazar_db::AllocationFilter::default()
+    };
+    let mut tx = store.read().await.unwrap();
+    let by_resource = tx
+        .allocation_views_where("physical:host", &window)
+        .await
+        .unwrap();
+    let held: Vec<(i64, &str)> = by_resource
+        .iter()
+        .map(|v| (v.resource_id, &*v.lease_id))
+        .collect();
+    assert_eq!(
+        held,
+        vec![
+            (2, "long-0"),
+            (10, "short-1"),
+            (11, "short-2"),
+            (12, "short-3")
+        ]
+    );
+    let by_time = tx
+        .allocation_views_in_window("physical:host", &window, 4)
+        .await
+        .unwrap();
+    assert_eq!(by_time.as_ref(), Some(&by_resource));
+    assert_eq!(
+        tx.allocation_views_in_window("physical:host", &window, 3)
+            .await
+            .unwrap(),
+        None,
+        "more than asked for: read by resource"
+    );
+    for not_a_window in [
+        blazar_db::AllocationFilter {
+            starts_before: None,
+            ..window.clone()
+        },
+        blazar_db::AllocationFilter {
+            resources: Some((2, 10)),
+            ..window.clone()
+        },
+        blazar_db::AllocationFilter {
+            lease_id: Some("long-0".into()),
+            ..window.clone()
+        },
+    ] {
+        assert_eq!(
+            tx.allocation_views_in_window("physical:host", &not_a_window, 100)
+                .await
+                .unwrap(),
+            None,
+            "{not_a_window:?}"
+        );
+    }
+    tx.commit().await.unwrap();
+    store.close().await;
+}
+
 /// The longest span a process remembers (to skip the write of spans no longer) is one
 /// that committed: a long allocation rolled back leaves nothing remembered, and the same
 /// span written again afterwards is stored, so reads still look back that far.

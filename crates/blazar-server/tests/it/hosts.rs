@@ -894,6 +894,31 @@ async fn allocation_lists_page_and_filter_by_window_across_batches() {
         .get("/v1/os-hosts/allocations?start=2029-12-02 12:00&end=2029-12-20 10:00")
         .await;
     assert_eq!(held(&touching.body), 0, "half-open windows do not meet");
+    // A page of a window: its hosts only, with what they held in it (every third lease
+    // is on the 2nd), none of the hosts before the marker or after the limit.
+    let page = app
+        .get(&format!(
+            "/v1/os-hosts/allocations?start=2029-12-02 11:00&end=2029-12-03 00:00\
+             &limit=250&marker={}",
+            hosts[299]
+        ))
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let listed: Vec<&str> = page.body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["resource_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        hosts[300..550]
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(held(&page.body), (300..550).filter(|i| i % 3 == 0).count());
+    assert_eq!(page.body["next_marker"].as_str(), Some(hosts[549].as_str()));
 
     // Pages of hosts: limit and marker, and the marker of the next page in the answer.
     let mut seen = Vec::new();
