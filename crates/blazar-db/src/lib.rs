@@ -17,6 +17,7 @@ mod inventory;
 mod leases;
 mod notifications;
 mod peers;
+mod presence;
 mod properties;
 mod quotas;
 mod repairs;
@@ -24,6 +25,7 @@ mod timeline;
 mod tokens;
 mod webhooks;
 
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +42,7 @@ pub use gauges::ActionCounts;
 pub use hosts::NewHost;
 pub use leases::LeaseTree;
 pub use peers::PeerListener;
+pub use presence::Presence;
 pub use properties::PropertyWithValues;
 pub use quotas::{ProjectAllocation, QuotaRow};
 pub use repairs::{ActionsSeen, RECONCILE_TASK, RepairItem};
@@ -221,6 +224,9 @@ pub struct Store {
     spans: KnownSpans,
     /// Where a peer listener connects (PostgreSQL only; see `peers.rs`).
     listen_url: Option<String>,
+    /// The SQLite database's file (none in memory): workers' lock files go beside it
+    /// (`presence.rs`).
+    sqlite_file: Option<PathBuf>,
     _checkpointer: Option<Arc<Checkpointer>>,
 }
 
@@ -385,6 +391,16 @@ impl Store {
             }
             Backend::Sqlite => LockSpace::default(),
         };
+        let sqlite_file = match backend {
+            Backend::Sqlite => {
+                let file: Option<String> =
+                    sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'")
+                        .fetch_optional(&pool)
+                        .await?;
+                file.filter(|f| !f.is_empty()).map(PathBuf::from)
+            }
+            Backend::Postgres => None,
+        };
         let store = Store {
             pool,
             writer,
@@ -393,6 +409,7 @@ impl Store {
             write_lock: Arc::new(Mutex::new(())),
             spans: KnownSpans::default(),
             listen_url: (backend == Backend::Postgres).then(|| url.clone()),
+            sqlite_file,
             _checkpointer: checkpointer,
         };
         store.migrate().await?;

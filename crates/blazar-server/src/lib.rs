@@ -309,6 +309,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
 
     let scheduler = if config.role != Role::Api {
+        // Processes that claim work say they are alive, and take over at once what one
+        // that died had claimed.
+        let presence = {
+            let service = state.service.clone();
+            let stop = wait_stop(stop_rx.clone());
+            tokio::spawn(async move { service.run_presence(stop).await })
+        };
         let service = state.service.clone();
         let poll = config.poll_interval;
         let stop = wait_stop(stop_rx.clone());
@@ -372,7 +379,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             tokio::spawn(async move { service.run_webhook_deliverer(&poster, poll, stop).await })
         };
         Some((
-            scheduler, workers, monitor, reconciler, publisher, deliverer,
+            scheduler, workers, monitor, reconciler, publisher, deliverer, presence,
         ))
     } else {
         None
@@ -395,10 +402,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::info!(database = %redact(&config.database_url), "blazar-server ready (manager only)");
         wait_stop(stop_rx.clone()).await;
     }
-    if let Some((scheduler, workers, monitor, reconciler, publisher, deliverer)) = scheduler {
+    if let Some((scheduler, workers, monitor, reconciler, publisher, deliverer, presence)) =
+        scheduler
+    {
         let _ = scheduler.await;
         let _ = workers.await;
         let _ = deliverer.await;
+        let _ = presence.await;
         for task in [monitor, reconciler, publisher].into_iter().flatten() {
             let _ = task.await;
         }

@@ -84,6 +84,7 @@ mod offers;
 mod peers;
 mod policy;
 mod pool;
+mod presence;
 mod quotas;
 mod reallocation;
 mod reconcile;

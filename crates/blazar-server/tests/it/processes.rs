@@ -368,3 +368,75 @@ async fn inventory_changes_reach_every_process() {
         "the other process sees the new capability: {body}"
     );
 }
+
+/// A server killed while it delivers a webhook leaves its claim of the delivery behind; the
+/// server started after it finds it gone and delivers again at once (the same delivery),
+/// not when the claim runs out (the webhook timeout and half a minute more: 41 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_server_takes_over_at_once_what_a_killed_one_had_claimed() {
+    use std::sync::{Arc, Mutex};
+    let db = TestDatabase::new().await;
+    // An endpoint that never answers its first request, and answers the others.
+    let got: Arc<Mutex<Vec<String>>> = Arc::default();
+    let endpoint = {
+        let got = got.clone();
+        axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: axum::http::HeaderMap| {
+                let got = got.clone();
+                async move {
+                    let delivery = headers
+                        .get("x-blazar-delivery")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_string();
+                    let first = {
+                        let mut got = got.lock().unwrap();
+                        got.push(delivery);
+                        got.len() == 1
+                    };
+                    if first {
+                        std::future::pending::<()>().await;
+                    }
+                    StatusCode::NO_CONTENT
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, endpoint).await;
+    });
+    let delivered = || got.lock().unwrap().clone();
+
+    let mut first = start(&db, "all").await;
+    let (status, body) = call(
+        reqwest::Method::POST,
+        format!("{}/v1/webhooks", first.base),
+        Some(json!({"url": hook, "event_types": ["lease.create"]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    call(
+        reqwest::Method::POST,
+        format!("{}/v1/os-hosts", first.base),
+        Some(json!({"name": "only"})),
+    )
+    .await;
+    let (status, body) = call(
+        reqwest::Method::POST,
+        format!("{}/v1/leases", first.base),
+        Some(lease_body("hooked", "2099-01-01 00:00", "2099-01-02 00:00")),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    wait_until(Duration::from_secs(10), || async { delivered().len() == 1 }).await;
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+
+    let _second = start(&db, "all").await;
+    wait_until(Duration::from_secs(10), || async { delivered().len() >= 2 }).await;
+    let delivered = delivered();
+    assert_eq!(delivered[1], delivered[0], "the same delivery, again");
+}
