@@ -51,6 +51,11 @@ impl Store {
         Some(PathBuf::from(dir))
     }
 
+    /// Worker `id`'s lock file on SQLite (see `worker_dir`).
+    fn worker_file(&self, id: &str) -> Option<PathBuf> {
+        Some(self.worker_dir()?.join(format!("{id}.lock")))
+    }
+
     /// Registers worker `id` as alive for as long as the returned presence is kept; `None`
     /// where there is nothing to register (a database in memory) or the lock is taken.
     pub async fn register_worker(
@@ -128,8 +133,8 @@ impl Store {
                     .fetch_one(&self.pool)
                     .await?
                 }
-                Backend::Sqlite => match self.worker_dir() {
-                    Some(dir) => match std::fs::File::open(dir.join(format!("{id}.lock"))) {
+                Backend::Sqlite => match self.worker_file(&id) {
+                    Some(path) => match std::fs::File::open(path) {
                         // Dropped at once, which gives the lock back.
                         Ok(file) => file.try_lock().is_ok(),
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
@@ -164,9 +169,9 @@ impl Store {
         tx.execute("DELETE FROM workers WHERE id = $1", vec![id.into()])
             .await?;
         tx.commit().await?;
-        if let Some(dir) = self.worker_dir() {
+        if let Some(path) = self.worker_file(id) {
             // Another process may have removed it already.
-            let _ = std::fs::remove_file(dir.join(format!("{id}.lock")));
+            let _ = std::fs::remove_file(path);
         }
         Ok(released)
     }
@@ -206,8 +211,8 @@ impl Presence {
             Hold::Postgres(conn) => conn.close().await?,
             Hold::Sqlite(file) => {
                 drop(file);
-                if let Some(dir) = store.worker_dir() {
-                    let _ = std::fs::remove_file(dir.join(format!("{}.lock", self.id)));
+                if let Some(path) = store.worker_file(&self.id) {
+                    let _ = std::fs::remove_file(path);
                 }
             }
         }
