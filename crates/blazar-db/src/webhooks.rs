@@ -268,6 +268,9 @@ impl Tx {
     /// still pending, so a subscriber sees a lease's events in order; none of the webhooks
     /// of `skip_projects` (`None`: the every-project ones) nor `skip_webhooks`, which have
     /// their share in flight.
+    /// A claim counts as an attempt: one whose worker dies before it reports back was
+    /// still made, and a delivery that kills every worker that tries it still runs out of
+    /// attempts. `attempts` in the answer is the count before this one.
     /// On PostgreSQL, call [`Tx::lock_webhook_claims`] first.
     pub async fn claim_webhook_deliveries(
         &mut self,
@@ -333,7 +336,8 @@ impl Tx {
         }
         for d in &claimed {
             self.write(
-                "UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $2 \
+                "UPDATE webhook_deliveries SET claimed_by = $1, claimed_until = $2, \
+                     attempts = attempts + 1 \
                  WHERE webhook_id = $3 AND notification_id = $4",
                 vec![
                     worker.into(),
@@ -347,8 +351,10 @@ impl Tx {
         Ok(claimed)
     }
 
-    /// Records one attempt of a delivery `worker` holds: `status` is `delivered`, `dead`,
-    /// or `pending` with its next attempt at `next_attempt_at`.
+    /// Records how the attempt of a delivery `worker` holds went: `status` is `delivered`,
+    /// `dead`, or `pending` with its next attempt at `next_attempt_at`, and `attempts` the
+    /// attempts made in all (the claim counted this one in advance; one given up without
+    /// being sent is not counted).
     #[allow(clippy::too_many_arguments)]
     pub async fn record_webhook_attempt(
         &mut self,
@@ -357,17 +363,19 @@ impl Tx {
         worker: &str,
         now: DateTime<Utc>,
         status: &str,
+        attempts: i64,
         result: &str,
         next_attempt_at: DateTime<Utc>,
     ) -> DbResult<()> {
         self.write(
-            "UPDATE webhook_deliveries SET status = $1, attempts = attempts + 1, \
-                 last_attempt_at = $2, last_result = $3, next_attempt_at = $4, \
+            "UPDATE webhook_deliveries SET status = $1, attempts = $2, \
+                 last_attempt_at = $3, last_result = $4, next_attempt_at = $5, \
                  claimed_by = NULL, claimed_until = NULL \
-             WHERE webhook_id = $5 AND notification_id = $6 AND claimed_by = $7 \
+             WHERE webhook_id = $6 AND notification_id = $7 AND claimed_by = $8 \
              AND status = 'pending'",
             vec![
                 status.into(),
+                attempts.into(),
                 now.into(),
                 result.into(),
                 next_attempt_at.into(),

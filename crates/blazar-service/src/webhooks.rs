@@ -663,16 +663,23 @@ impl Service {
             body,
             timeout: settings.timeout,
         };
-        let result =
+        let before = u32::try_from(d.attempts).unwrap_or(u32::MAX);
+        // Every attempt allowed was claimed by a worker that never reported back (each died
+        // while sending it): this one is not made, or such a delivery would be sent forever.
+        let spent = before >= settings.max_attempts;
+        let attempts = if spent { before } else { before + 1 };
+        let result = if spent {
+            Err(format!(
+                "gave up after {before} attempts: the last did not report back"
+            ))
+        } else {
             match tokio::time::timeout(settings.timeout + ATTEMPT_GRACE, sender.post(&request))
                 .await
             {
                 Ok(result) => result,
                 Err(_) => Err("no answer in time".into()),
-            };
-        let attempts = u32::try_from(d.attempts)
-            .unwrap_or(u32::MAX)
-            .saturating_add(1);
+            }
+        };
         let now = self.now();
         let (outcome, status, text, next) = match result {
             Ok(code) if (200..300).contains(&code) => {
@@ -706,6 +713,7 @@ impl Service {
                 &self.worker_id,
                 now,
                 status,
+                i64::from(attempts),
                 &text,
                 next,
             )

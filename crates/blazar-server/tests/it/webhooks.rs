@@ -666,6 +666,65 @@ async fn the_deliveries_of_a_stopped_deliverer_go_out_once_its_attempt_would_hav
     let got = receiver.at("/slow");
     assert_eq!(got.len(), 2);
     assert_eq!(got[0].delivery, got[1].delivery);
+    // Both were made, the one whose deliverer never reported back included.
+    let hooks = replica.get("/v1/webhooks").await;
+    let hook_id = hooks.body["webhooks"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = replica
+        .get(&format!("/v1/webhooks/{hook_id}/deliveries"))
+        .await;
+    let d = &r.body["deliveries"][0];
+    assert_eq!(
+        (&d["status"], &d["attempts"]),
+        (&json!("delivered"), &json!(2))
+    );
+}
+
+#[tokio::test]
+async fn a_delivery_whose_every_deliverer_died_is_dead_without_another_send() {
+    let mut app = TestApp::builder()
+        .configure(|cli| cli.webhook_max_attempts = Some(3))
+        .spawn()
+        .await;
+    let (receiver, base) = Receiver::start().await;
+    app.create_host("compute-1", json!({})).await;
+    app.act_as("alpha", "alpha-user", "member");
+    let r = app
+        .post("/v1/webhooks", json!({"url": format!("{base}/hook")}))
+        .await;
+    let hook_id = r.body["webhook"]["id"].as_str().unwrap().to_string();
+    app.post("/v1/leases", lease_body("a")).await;
+    // Three deliverers in turn take it and die before reporting back (the delivery
+    // kills them, say): their claims run out, and each was an attempt.
+    let mut now = app.service.now();
+    for dying in ["w1", "w2", "w3"] {
+        let mut tx = app.service.store().write().await.unwrap();
+        let claimed = tx
+            .claim_webhook_deliveries(now, dying, chrono::Duration::minutes(1), 10, &[], &[])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(claimed.len(), 1, "{dying}");
+        now += TimeDelta::minutes(2);
+    }
+    app.set_time(now);
+    let report = deliver(&app).await;
+    assert_eq!(report.dead, 1, "{report:?}");
+    assert!(receiver.at("/hook").is_empty(), "sent a fourth time");
+    let r = app
+        .get(&format!("/v1/webhooks/{hook_id}/deliveries?status=dead"))
+        .await;
+    let d = &r.body["deliveries"][0];
+    assert_eq!(d["attempts"], 3);
+    assert!(
+        d["last_result"]
+            .as_str()
+            .unwrap()
+            .contains("did not report back"),
+        "{d}"
+    );
 }
 
 #[tokio::test]
