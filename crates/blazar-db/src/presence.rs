@@ -214,6 +214,11 @@ impl Presence {
                 if let Some(path) = store.worker_file(&self.id) {
                     let _ = std::fs::remove_file(path);
                 }
+                // The directory goes with the last worker (removing one that is not empty
+                // fails, and a worker starting meanwhile makes it again: `lock_file`).
+                if let Some(dir) = store.worker_dir() {
+                    let _ = std::fs::remove_dir(dir);
+                }
             }
         }
         Ok(())
@@ -224,11 +229,17 @@ impl Presence {
 fn lock_file(dir: &Path, id: &str) -> DbResult<std::fs::File> {
     let io =
         |e: std::io::Error| DbError::Unavailable(format!("worker lock in {}: {e}", dir.display()));
-    std::fs::create_dir_all(dir).map_err(io)?;
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(format!("{id}.lock")))
-        .map_err(io)
+    let open = || {
+        std::fs::create_dir_all(dir)?;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(format!("{id}.lock")))
+    };
+    match open() {
+        // The last worker that left removed the directory between the two steps.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => open().map_err(io),
+        other => other.map_err(io),
+    }
 }

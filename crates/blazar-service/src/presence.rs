@@ -15,33 +15,50 @@ const LOOK_EVERY: Duration = Duration::from_secs(5);
 impl Service {
     /// Registers this process as a worker, ends the claims of workers found gone, at once
     /// and then every `LOOK_EVERY`, and leaves at `shutdown`. Without a registration (a
-    /// database in memory) there is nobody else to look for.
+    /// database in memory) there is nobody else to look for; a registration that fails (the
+    /// database away at start) is tried again each time.
     pub async fn run_presence(&self, shutdown: impl Future<Output = ()>) {
-        let mut presence = match self
-            .store
-            .register_worker(&self.worker_id, self.now())
-            .await
-        {
-            Ok(Some(presence)) => presence,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot register this worker: the claims of a \
-                    worker that dies run out instead of being taken over at once");
-                return;
-            }
-        };
+        let mut presence = None;
+        let mut warned = false;
         tokio::pin!(shutdown);
         loop {
+            match &mut presence {
+                None => match self
+                    .store
+                    .register_worker(&self.worker_id, self.now())
+                    .await
+                {
+                    Ok(Some(held)) => {
+                        if warned {
+                            tracing::info!("this worker is registered");
+                        }
+                        presence = Some(held);
+                    }
+                    Ok(None) => return,
+                    Err(e) => {
+                        if !warned {
+                            tracing::warn!(error = %e, "cannot register this worker yet: \
+                                until it is, the claims of a worker that dies run out \
+                                instead of being taken over at once");
+                            warned = true;
+                        }
+                    }
+                },
+                Some(held) => {
+                    if let Err(e) = held.keep(&self.store, self.now()).await {
+                        tracing::warn!(error = %e, "cannot hold this worker's presence");
+                    }
+                }
+            }
             self.release_gone_workers().await;
             tokio::select! {
                 () = &mut shutdown => break,
                 () = tokio::time::sleep(LOOK_EVERY) => {}
             }
-            if let Err(e) = presence.keep(&self.store, self.now()).await {
-                tracing::warn!(error = %e, "cannot hold this worker's presence");
-            }
         }
-        if let Err(e) = presence.leave(&self.store).await {
+        if let Some(held) = presence
+            && let Err(e) = held.leave(&self.store).await
+        {
             tracing::warn!(error = %e, "cannot unregister this worker");
         }
     }

@@ -304,7 +304,7 @@ async fn a_replica_wakes_the_manager_instead_of_waiting_for_its_poll() {
     .await;
 }
 
-/// SIGTERM stops the server cleanly.
+/// SIGTERM stops the server cleanly, and it leaves nothing of its own beside a SQLite file.
 #[tokio::test]
 async fn sigterm_shuts_down_gracefully() {
     let db = TestDatabase::new().await;
@@ -321,6 +321,10 @@ async fn sigterm_shuts_down_gracefully() {
         .expect("exits")
         .unwrap();
     assert!(exit.success(), "{exit:?}");
+    if let Some(file) = db.url.strip_prefix("sqlite://") {
+        let workers = std::path::PathBuf::from(format!("{file}-workers"));
+        assert!(!workers.exists(), "{} left behind", workers.display());
+    }
 }
 
 /// A process keeps the host inventory in memory; a change made through another process is
@@ -439,4 +443,66 @@ async fn a_restarted_server_takes_over_at_once_what_a_killed_one_had_claimed() {
     wait_until(Duration::from_secs(10), || async { delivered().len() >= 2 }).await;
     let delivered = delivered();
     assert_eq!(delivered[1], delivered[0], "the same delivery, again");
+}
+
+/// On PostgreSQL a worker's presence is a lock held on a connection of its own. When that
+/// connection is cut (a database restart, a proxy's timeout), the worker takes its lock
+/// again on a new one, still listed, so that the others do not go on finding it gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_presence_connection_is_cut_holds_its_lock_again() {
+    use sqlx::Connection;
+    let db = TestDatabase::new().await;
+    if !db.is_postgres() {
+        return;
+    }
+    let server = start(&db, "all").await;
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    // This test's connections share its application name; only the presence connection
+    // holds an advisory lock while idle (the others' locks end with their transactions).
+    let holder = "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                  WHERE l.locktype = 'advisory' AND l.granted AND a.state = 'idle' \
+                  AND a.application_name = current_setting('application_name') \
+                  AND l.pid <> pg_backend_pid()";
+    let started = Instant::now();
+    let first = loop {
+        let pids: Vec<i32> = sqlx::query_scalar(holder)
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        if let [pid] = pids[..] {
+            break pid;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{pids:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let cut: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(first)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert!(cut);
+    let started = Instant::now();
+    loop {
+        let pids: Vec<i32> = sqlx::query_scalar(holder)
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        if matches!(pids[..], [pid] if pid != first) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the lock was not taken again: {pids:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let listed: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM workers")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(listed, 1);
+    let health = reqwest::get(format!("{}/healthz", server.base))
+        .await
+        .unwrap();
+    assert!(health.status().is_success());
 }
