@@ -438,6 +438,30 @@ impl Tx {
         self.fetch_all_as(&sql, args, allocation_from_row).await
     }
 
+    /// The project of the lease holding each resource of `resource_type` at `now`, by
+    /// resource id (the latest to start where several do): one read for the whole pool,
+    /// by the unended allocations only.
+    pub async fn projects_holding_now(
+        &mut self,
+        resource_type: &str,
+        now: DateTime<Utc>,
+    ) -> DbResult<std::collections::HashMap<i64, String>> {
+        let rows = self
+            .fetch_rows(
+                "SELECT a.resource_id, l.project_id FROM allocations a \
+                 JOIN leases l ON l.id = a.lease_id \
+                 WHERE a.resource_type = $1 AND a.blocked_until > $2 \
+                 AND a.end_at > $2 AND a.start_at <= $2 ORDER BY a.start_at",
+                vec![resource_type.into(), now.into()],
+            )
+            .await?;
+        let mut holding = std::collections::HashMap::with_capacity(rows.len());
+        for row in &rows {
+            holding.insert(row.try_get("resource_id")?, row.try_get("project_id")?);
+        }
+        Ok(holding)
+    }
+
     pub async fn delete_allocation(&mut self, id: &str) -> DbResult<()> {
         self.write("DELETE FROM allocations WHERE id = $1", vec![id.into()])
             .await

@@ -730,6 +730,74 @@ async fn a_long_allocation_is_found_far_from_its_start_after_shorter_ones() {
     store.close().await;
 }
 
+/// Who holds each resource of a pool now is one read: the lease covering `now` (its
+/// project), not one that ended (even while its resource is still blocked) nor one to come.
+#[tokio::test]
+async fn the_projects_holding_a_pool_now_are_read_at_once() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let hour = |h: u32| t(2030, 1, 1, h, 0);
+    let mut other = rows::lease("l2", hour(8), hour(10));
+    other.project_id = "other".into();
+    in_write(&store, async |tx| {
+        tx.insert_lease(&other).await?;
+        tx.insert_reservation(&rows::host_reservation("l2-r0", "l2", 0, 3))
+            .await
+    })
+    .await
+    .unwrap();
+    let reservation = seed_lease(&store, "l1").await;
+    for (lease, reservation, host, window) in [
+        // Resource 1 passes from l2 (blocked until 10:30) to l1 at 11:00.
+        ("l2", "l2-r0", 1, (hour(8), hour(10), t(2030, 1, 1, 10, 30))),
+        (
+            "l1",
+            reservation.as_str(),
+            1,
+            (hour(11), hour(12), hour(12)),
+        ),
+        // Resource 2 is l2's alone; resource 3 is l1's.
+        ("l2", "l2-r0", 2, (hour(8), hour(10), hour(10))),
+        (
+            "l1",
+            reservation.as_str(),
+            3,
+            (hour(10), hour(12), hour(12)),
+        ),
+    ] {
+        allocate(&store, rows::allocation(reservation, lease, host, window))
+            .await
+            .unwrap();
+    }
+    let mut tx = store.read().await.unwrap();
+    let at = |h: u32, m: u32| t(2030, 1, 1, h, m);
+    let mut seen = Vec::new();
+    for now in [at(9, 0), at(10, 15), at(11, 0), at(12, 0)] {
+        let mut holding: Vec<(i64, String)> = tx
+            .projects_holding_now("physical:host", now)
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
+        holding.sort();
+        seen.push(holding);
+    }
+    tx.commit().await.unwrap();
+    let held = |pairs: &[(i64, &str)]| -> Vec<(i64, String)> {
+        pairs.iter().map(|(id, p)| (*id, p.to_string())).collect()
+    };
+    assert_eq!(
+        seen,
+        vec![
+            held(&[(1, "other"), (2, "other")]),
+            held(&[(3, "project")]),
+            held(&[(1, "project"), (3, "project")]),
+            held(&[]),
+        ]
+    );
+    store.close().await;
+}
+
 /// A window read by time at once finds what reading it by resource finds, a lease far
 /// longer than the rest included (its allocation began long before the window), and gives
 /// the read back to batches when the window holds more than asked for, or when the filter

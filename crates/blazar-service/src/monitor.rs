@@ -140,16 +140,9 @@ impl Service {
             let now = self.now();
             let mut checks = Vec::new();
             for kind in [FLOATINGIP, NETWORK] {
+                let mut holding = tx.projects_holding_now(kind, now).await?;
                 for record in tx.list_resources(kind).await? {
-                    let mut holder_project = None;
-                    for a in tx
-                        .unended_allocations_of_resource(kind, record.id, now)
-                        .await?
-                    {
-                        if a.occupancy.start <= now {
-                            holder_project = tx.get_lease(&a.lease_id).await?.map(|l| l.project_id);
-                        }
-                    }
+                    let holder_project = holding.remove(&record.id);
                     checks.push(PoolCheck {
                         record,
                         holder_project,
