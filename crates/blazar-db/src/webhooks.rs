@@ -352,9 +352,9 @@ impl Tx {
     }
 
     /// Records how the attempt of a delivery `worker` holds went: `status` is `delivered`,
-    /// `dead`, or `pending` with its next attempt at `next_attempt_at`, and `attempts` the
-    /// attempts made in all (the claim counted this one in advance; one given up without
-    /// being sent is not counted).
+    /// `dead`, or `pending` with its next attempt at `next_attempt_at`. The claim counted
+    /// the attempt in advance; one given up without being sent (`sent` false) is taken
+    /// off again. Relative, so that a count reset meanwhile stays reset.
     #[allow(clippy::too_many_arguments)]
     pub async fn record_webhook_attempt(
         &mut self,
@@ -363,19 +363,19 @@ impl Tx {
         worker: &str,
         now: DateTime<Utc>,
         status: &str,
-        attempts: i64,
+        sent: bool,
         result: &str,
         next_attempt_at: DateTime<Utc>,
     ) -> DbResult<()> {
         self.write(
-            "UPDATE webhook_deliveries SET status = $1, attempts = $2, \
+            "UPDATE webhook_deliveries SET status = $1, attempts = attempts - $2, \
                  last_attempt_at = $3, last_result = $4, next_attempt_at = $5, \
                  claimed_by = NULL, claimed_until = NULL \
              WHERE webhook_id = $6 AND notification_id = $7 AND claimed_by = $8 \
              AND status = 'pending'",
             vec![
                 status.into(),
-                attempts.into(),
+                i64::from(!sent).into(),
                 now.into(),
                 result.into(),
                 next_attempt_at.into(),
@@ -442,7 +442,8 @@ impl Tx {
         Ok(counts)
     }
 
-    /// Serialises, on PostgreSQL, the claiming of webhook deliveries among replicas.
+    /// Serialises, on PostgreSQL, the claiming of webhook deliveries among replicas, and a
+    /// redelivery against a claim.
     pub async fn lock_webhook_claims(&mut self) -> DbResult<()> {
         self.advisory_lock(7_355_611).await
     }

@@ -489,6 +489,9 @@ impl Service {
         self.visible_webhook(identity, id).await?;
         let now = self.now();
         let offered = in_tx!(self, write, |tx| {
+            // Under the claims' lock: a claim that read the delivery's attempts before the
+            // reset would otherwise judge it by the old count.
+            tx.lock_webhook_claims().await?;
             Ok(tx.redeliver_webhook(id, notification_id, now).await?)
         })?;
         match offered {
@@ -664,14 +667,20 @@ impl Service {
             timeout: settings.timeout,
         };
         let before = u32::try_from(d.attempts).unwrap_or(u32::MAX);
-        // Every attempt allowed was claimed by a worker that never reported back (each died
-        // while sending it): this one is not made, or such a delivery would be sent forever.
+        // Every attempt allowed was made already: by workers that never reported back (each
+        // died while sending it; this one is not made, or such a delivery would be sent for
+        // ever), or before the allowed attempts were lowered.
         let spent = before >= settings.max_attempts;
         let attempts = if spent { before } else { before + 1 };
         let result = if spent {
-            Err(format!(
-                "gave up after {before} attempts: the last did not report back"
-            ))
+            Err(if before == settings.max_attempts {
+                format!("gave up after {before} attempts: the last did not report back")
+            } else {
+                format!(
+                    "gave up after {before} attempts, more than the {} now allowed",
+                    settings.max_attempts
+                )
+            })
         } else {
             match tokio::time::timeout(settings.timeout + ATTEMPT_GRACE, sender.post(&request))
                 .await
@@ -713,7 +722,7 @@ impl Service {
                 &self.worker_id,
                 now,
                 status,
-                i64::from(attempts),
+                !spent,
                 &text,
                 next,
             )
