@@ -57,7 +57,9 @@ impl Store {
     }
 
     /// Registers worker `id` as alive for as long as the returned presence is kept; `None`
-    /// where there is nothing to register (a database in memory) or the lock is taken.
+    /// where there is nothing to register (a database in memory). A lock still held (by a
+    /// session of an earlier try that the database has not seen end yet) is an error, to
+    /// be tried again.
     pub async fn register_worker(
         &self,
         id: &str,
@@ -79,7 +81,10 @@ impl Store {
                 .fetch_one(&mut conn)
                 .await?;
                 if !held {
-                    return Ok(None);
+                    let _ = conn.close().await;
+                    return Err(DbError::Unavailable(format!(
+                        "worker {id}'s lock is held by another session"
+                    )));
                 }
                 Hold::Postgres(conn)
             }
@@ -89,18 +94,31 @@ impl Store {
                 };
                 let file = lock_file(&dir, id)?;
                 if file.try_lock().is_err() {
-                    return Ok(None);
+                    return Err(DbError::Unavailable(format!(
+                        "worker {id}'s lock file is locked by another process"
+                    )));
                 }
                 Hold::Sqlite(file)
             }
         };
-        let mut tx = self.write().await?;
-        tx.execute(
-            "INSERT INTO workers (id, started_at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
-            vec![id.into(), now.into()],
-        )
-        .await?;
-        tx.commit().await?;
+        let listed = async {
+            let mut tx = self.write().await?;
+            tx.execute(
+                "INSERT INTO workers (id, started_at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
+                vec![id.into(), now.into()],
+            )
+            .await?;
+            tx.commit().await
+        }
+        .await;
+        if let Err(e) = listed {
+            // Given back at once rather than when the database notices a dropped socket,
+            // so that the next try can take it.
+            if let Hold::Postgres(conn) = hold {
+                let _ = conn.close().await;
+            }
+            return Err(e);
+        }
         Ok(Some(Presence {
             id: id.to_string(),
             hold,

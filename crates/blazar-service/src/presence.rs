@@ -22,35 +22,44 @@ impl Service {
         let mut warned = false;
         tokio::pin!(shutdown);
         loop {
-            match &mut presence {
-                None => match self
-                    .store
-                    .register_worker(&self.worker_id, self.now())
-                    .await
-                {
-                    Ok(Some(held)) => {
-                        if warned {
-                            tracing::info!("this worker is registered");
+            // Each step gives way to the shutdown: a registration may wait on a database
+            // that is away.
+            let step = async {
+                match &mut presence {
+                    None => match self
+                        .store
+                        .register_worker(&self.worker_id, self.now())
+                        .await
+                    {
+                        Ok(Some(held)) => {
+                            if warned {
+                                tracing::info!("this worker is registered");
+                            }
+                            presence = Some(held);
                         }
-                        presence = Some(held);
-                    }
-                    Ok(None) => return,
-                    Err(e) => {
-                        if !warned {
-                            tracing::warn!(error = %e, "cannot register this worker yet: \
-                                until it is, the claims of a worker that dies run out \
-                                instead of being taken over at once");
-                            warned = true;
+                        Ok(None) => return false,
+                        Err(e) => {
+                            if !warned {
+                                tracing::warn!(error = %e, "cannot register this worker yet: \
+                                    until it is, the claims of a worker that dies run out \
+                                    instead of being taken over at once");
+                                warned = true;
+                            }
                         }
-                    }
-                },
-                Some(held) => {
-                    if let Err(e) = held.keep(&self.store, self.now()).await {
-                        tracing::warn!(error = %e, "cannot hold this worker's presence");
+                    },
+                    Some(held) => {
+                        if let Err(e) = held.keep(&self.store, self.now()).await {
+                            tracing::warn!(error = %e, "cannot hold this worker's presence");
+                        }
                     }
                 }
+                self.release_gone_workers().await;
+                true
+            };
+            tokio::select! {
+                () = &mut shutdown => break,
+                go_on = step => if !go_on { return },
             }
-            self.release_gone_workers().await;
             tokio::select! {
                 () = &mut shutdown => break,
                 () = tokio::time::sleep(LOOK_EVERY) => {}
