@@ -440,26 +440,40 @@ impl Tx {
 
     /// The project of the lease holding each resource of `resource_type` at `now`, by
     /// resource id (the latest to start where several do): one read for the whole pool,
-    /// by the unended allocations only.
+    /// of the unended allocations only (`allocations_window`; on SQLite, which keeps no
+    /// statistics, named, or it may well read the pool's whole past by start time).
     pub async fn projects_holding_now(
         &mut self,
         resource_type: &str,
         now: DateTime<Utc>,
     ) -> DbResult<std::collections::HashMap<i64, String>> {
+        let index = match self.backend {
+            crate::Backend::Sqlite => " INDEXED BY allocations_window",
+            crate::Backend::Postgres => "",
+        };
         let rows = self
             .fetch_rows(
-                "SELECT a.resource_id, l.project_id FROM allocations a \
-                 JOIN leases l ON l.id = a.lease_id \
-                 WHERE a.resource_type = $1 AND a.blocked_until > $2 \
-                 AND a.end_at > $2 AND a.start_at <= $2 ORDER BY a.start_at",
+                &format!(
+                    "SELECT a.resource_id, a.start_at, l.project_id FROM allocations a{index} \
+                     JOIN leases l ON l.id = a.lease_id \
+                     WHERE a.resource_type = $1 AND a.blocked_until > $2 \
+                     AND a.end_at > $2 AND a.start_at <= $2"
+                ),
                 vec![resource_type.into(), now.into()],
             )
             .await?;
-        let mut holding = std::collections::HashMap::with_capacity(rows.len());
+        let mut latest: std::collections::HashMap<i64, (i64, String)> =
+            std::collections::HashMap::with_capacity(rows.len());
         for row in &rows {
-            holding.insert(row.try_get("resource_id")?, row.try_get("project_id")?);
+            let (id, start): (i64, i64) = (row.try_get("resource_id")?, row.try_get("start_at")?);
+            if latest.get(&id).is_none_or(|(held, _)| *held < start) {
+                latest.insert(id, (start, row.try_get("project_id")?));
+            }
         }
-        Ok(holding)
+        Ok(latest
+            .into_iter()
+            .map(|(id, (_, project))| (id, project))
+            .collect())
     }
 
     pub async fn delete_allocation(&mut self, id: &str) -> DbResult<()> {
