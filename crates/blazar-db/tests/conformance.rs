@@ -46,6 +46,15 @@ mod rows {
         }
     }
 
+    /// A lease of an hour from 10:00 on 1 January 2030, in `status`.
+    pub fn lease_in(id: &str, status: LeaseStatus) -> LeaseRow {
+        let start = created() + chrono::Duration::hours(26);
+        LeaseRow {
+            status,
+            ..lease(id, start, start + chrono::Duration::hours(1))
+        }
+    }
+
     /// A `physical:host` reservation of `min..=max` hosts.
     pub fn host_reservation(id: &str, lease_id: &str, ordinal: i64, max: u32) -> ReservationRow {
         let stored = json!({"min": 1, "max": max, "hypervisor_properties": "",
@@ -727,6 +736,53 @@ async fn a_long_allocation_is_found_far_from_its_start_after_shorter_ones() {
         vec![2]
     );
     tx.commit().await.unwrap();
+    store.close().await;
+}
+
+/// Leases are counted per status, the ended ones as the rest of all of them (they are not
+/// in the index the others are counted from).
+#[tokio::test]
+async fn leases_are_counted_per_status() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let counts = |store: &Store| {
+        let store = store.clone();
+        async move {
+            let mut tx = store.read().await.unwrap();
+            let mut counts = tx.lease_status_counts().await.unwrap();
+            tx.commit().await.unwrap();
+            counts.sort();
+            counts
+        }
+    };
+    assert_eq!(counts(&store).await, vec![]);
+    use blazar_core::LeaseStatus::{Active, Error, Pending, Terminated};
+    let statuses = [
+        ("a", Terminated),
+        ("b", Active),
+        ("c", Terminated),
+        ("d", Pending),
+        ("e", Terminated),
+        ("f", Error),
+    ];
+    in_write(&store, async |tx| {
+        for (id, status) in statuses {
+            tx.insert_lease(&rows::lease_in(id, status)).await?;
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+    let expected: Vec<(String, i64)> = [
+        ("ACTIVE", 1),
+        ("ERROR", 1),
+        ("PENDING", 1),
+        ("TERMINATED", 3),
+    ]
+    .iter()
+    .map(|(s, n)| (s.to_string(), *n))
+    .collect();
+    assert_eq!(counts(&store).await, expected);
     store.close().await;
 }
 
