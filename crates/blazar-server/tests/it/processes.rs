@@ -450,28 +450,31 @@ async fn a_restarted_server_takes_over_at_once_what_a_killed_one_had_claimed() {
 /// again on a new one, so that the others do not go on finding it gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_presence_connection_is_cut_holds_its_lock_again() {
-    use sqlx::Connection;
     let db = TestDatabase::new().await;
     if !db.is_postgres() {
         return;
     }
     let server = start(&db, "all").await;
-    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
     // This test's connections share its application name. The presence lock is held, on
     // two keys, by a connection that is idle; the others' advisory locks last for their
     // transactions, so one seen twice in a row, on the same connection, is the presence.
-    let holder = "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-                  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 \
-                  AND a.state = 'idle' \
-                  AND a.application_name = current_setting('application_name') \
-                  AND l.pid <> pg_backend_pid()";
+    let holders = || async {
+        sqlx::query_scalar::<_, i32>(
+            "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 \
+             AND a.state = 'idle' \
+             AND a.application_name = current_setting('application_name') \
+             AND l.pid <> pg_backend_pid()",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
     let started = Instant::now();
     let mut seen = None;
     let first = loop {
-        let pids: Vec<i32> = sqlx::query_scalar(holder)
-            .fetch_all(&mut conn)
-            .await
-            .unwrap();
+        let pids = holders().await;
         match pids[..] {
             [pid] if seen == Some(pid) => break pid,
             [pid] => seen = Some(pid),
@@ -482,25 +485,15 @@ async fn a_worker_whose_presence_connection_is_cut_holds_its_lock_again() {
     };
     let cut: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
         .bind(first)
-        .fetch_one(&mut conn)
+        .fetch_one(&pool)
         .await
         .unwrap();
     assert!(cut);
-    let started = Instant::now();
-    loop {
-        let pids: Vec<i32> = sqlx::query_scalar(holder)
-            .fetch_all(&mut conn)
-            .await
-            .unwrap();
-        if matches!(pids[..], [pid] if pid != first) {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "the lock was not taken again: {pids:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Taken again, on another connection.
+    wait_until(Duration::from_secs(15), || async {
+        matches!(holders().await[..], [pid] if pid != first)
+    })
+    .await;
     let health = reqwest::get(format!("{}/healthz", server.base))
         .await
         .unwrap();

@@ -682,12 +682,9 @@ async fn the_deliveries_of_a_stopped_deliverer_go_out_once_its_attempt_would_hav
     );
 }
 
-#[tokio::test]
-async fn a_delivery_whose_every_deliverer_died_is_dead_without_another_send() {
-    let mut app = TestApp::builder()
-        .configure(|cli| cli.webhook_max_attempts = Some(3))
-        .spawn()
-        .await;
+/// Project alpha's webhook on a receiver's `/hook`, and a lease of alpha's whose create it
+/// is to be told of: the receiver and the webhook's id.
+async fn alpha_hooked_lease(app: &mut TestApp) -> (Receiver, String) {
     let (receiver, base) = Receiver::start().await;
     app.create_host("compute-1", json!({})).await;
     app.act_as("alpha", "alpha-user", "member");
@@ -696,17 +693,36 @@ async fn a_delivery_whose_every_deliverer_died_is_dead_without_another_send() {
         .await;
     let hook_id = r.body["webhook"]["id"].as_str().unwrap().to_string();
     app.post("/v1/leases", lease_body("a")).await;
+    (receiver, hook_id)
+}
+
+/// The deliveries due at `now` that `worker` (of another replica, say) takes for a minute.
+async fn claim_as(
+    app: &TestApp,
+    worker: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<blazar_db::ClaimedDelivery> {
+    let mut tx = app.service.store().write().await.unwrap();
+    let claimed = tx
+        .claim_webhook_deliveries(now, worker, chrono::Duration::minutes(1), 10, &[], &[])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    claimed
+}
+
+#[tokio::test]
+async fn a_delivery_whose_every_deliverer_died_is_dead_without_another_send() {
+    let mut app = TestApp::builder()
+        .configure(|cli| cli.webhook_max_attempts = Some(3))
+        .spawn()
+        .await;
+    let (receiver, hook_id) = alpha_hooked_lease(&mut app).await;
     // Three deliverers in turn take it and die before reporting back (the delivery
     // kills them, say): their claims run out, and each was an attempt.
     let mut now = app.service.now();
     for dying in ["w1", "w2", "w3"] {
-        let mut tx = app.service.store().write().await.unwrap();
-        let claimed = tx
-            .claim_webhook_deliveries(now, dying, chrono::Duration::minutes(1), 10, &[], &[])
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
-        assert_eq!(claimed.len(), 1, "{dying}");
+        assert_eq!(claim_as(&app, dying, now).await.len(), 1, "{dying}");
         now += TimeDelta::minutes(2);
     }
     app.set_time(now);
@@ -730,29 +746,10 @@ async fn a_delivery_whose_every_deliverer_died_is_dead_without_another_send() {
 #[tokio::test]
 async fn a_delivery_being_made_is_not_offered_again() {
     let mut app = TestApp::spawn().await;
-    let (_receiver, base) = Receiver::start().await;
-    app.create_host("compute-1", json!({})).await;
-    app.act_as("alpha", "alpha-user", "member");
-    let r = app
-        .post("/v1/webhooks", json!({"url": format!("{base}/hook")}))
-        .await;
-    let hook_id = r.body["webhook"]["id"].as_str().unwrap().to_string();
-    app.post("/v1/leases", lease_body("a")).await;
+    let (_receiver, hook_id) = alpha_hooked_lease(&mut app).await;
     // A worker (of another replica, say) has taken the delivery and is sending it.
     let now = app.service.now();
-    let mut tx = app.service.store().write().await.unwrap();
-    let claimed = tx
-        .claim_webhook_deliveries(
-            now,
-            "busy-worker",
-            chrono::Duration::minutes(1),
-            10,
-            &[],
-            &[],
-        )
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
+    let claimed = claim_as(&app, "busy-worker", now).await;
     assert_eq!(claimed.len(), 1);
     let path = format!(
         "/v1/webhooks/{hook_id}/deliveries/{}/redeliver",
