@@ -339,8 +339,20 @@ impl Tx {
     /// ending after the window's start: all of the future at a busy site), several times
     /// slower; PostgreSQL plans from its statistics.
     pub(crate) fn by_resource_index(&self) -> &'static str {
+        self.sqlite_hint(" INDEXED BY allocations_resource_span")
+    }
+
+    /// SQLite, knowing nothing of the data, is told which index reads the unended
+    /// allocations; by start time it may well read every allocation that ever began.
+    fn by_window_index(&self) -> &'static str {
+        self.sqlite_hint(" INDEXED BY allocations_window")
+    }
+
+    /// `hint` on SQLite, which plans without statistics; nothing on PostgreSQL, which plans
+    /// from its own.
+    fn sqlite_hint(&self, hint: &'static str) -> &'static str {
         match self.backend {
-            crate::Backend::Sqlite => " INDEXED BY allocations_resource_span",
+            crate::Backend::Sqlite => hint,
             crate::Backend::Postgres => "",
         }
     }
@@ -440,17 +452,13 @@ impl Tx {
 
     /// The project of the lease holding each resource of `resource_type` at `now`, by
     /// resource id (the latest to start where several do): one read for the whole pool,
-    /// of the unended allocations only (`allocations_window`; on SQLite, which keeps no
-    /// statistics, named, or it may well read the pool's whole past by start time).
+    /// of the unended allocations only.
     pub async fn projects_holding_now(
         &mut self,
         resource_type: &str,
         now: DateTime<Utc>,
     ) -> DbResult<std::collections::HashMap<i64, String>> {
-        let index = match self.backend {
-            crate::Backend::Sqlite => " INDEXED BY allocations_window",
-            crate::Backend::Postgres => "",
-        };
+        let index = self.by_window_index();
         let rows = self
             .fetch_rows(
                 &format!(
@@ -629,10 +637,7 @@ impl Tx {
 
     /// SQLite, knowing nothing of the data, is told which index reads by start time.
     fn by_start_index(&self) -> &'static str {
-        match self.backend {
-            crate::Backend::Sqlite => " INDEXED BY allocations_start",
-            crate::Backend::Postgres => "",
-        }
+        self.sqlite_hint(" INDEXED BY allocations_start")
     }
 
     /// The read of [`Tx::allocation_views_where`]; `by_time` bounds it below by the

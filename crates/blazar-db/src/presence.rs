@@ -56,6 +56,18 @@ impl Store {
         Some(self.worker_dir()?.join(format!("{id}.lock")))
     }
 
+    /// Removes worker `id`'s lock file on SQLite (another process may have removed it
+    /// already), and the directory with the last one (removing one that is not empty fails,
+    /// and a worker starting meanwhile makes it again: `lock_file`).
+    fn forget_worker_file(&self, id: &str) {
+        if let Some(path) = self.worker_file(id) {
+            let _ = std::fs::remove_file(path);
+        }
+        if let Some(dir) = self.worker_dir() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+
     /// Registers worker `id` as alive for as long as the returned presence is kept; `None`
     /// where there is nothing to register (a database in memory). A lock still held (by a
     /// session of an earlier try that the database has not seen end yet) is an error, to
@@ -187,10 +199,7 @@ impl Store {
         tx.execute("DELETE FROM workers WHERE id = $1", vec![id.into()])
             .await?;
         tx.commit().await?;
-        if let Some(path) = self.worker_file(id) {
-            // Another process may have removed it already.
-            let _ = std::fs::remove_file(path);
-        }
+        self.forget_worker_file(id);
         Ok(released)
     }
 }
@@ -229,14 +238,7 @@ impl Presence {
             Hold::Postgres(conn) => conn.close().await?,
             Hold::Sqlite(file) => {
                 drop(file);
-                if let Some(path) = store.worker_file(&self.id) {
-                    let _ = std::fs::remove_file(path);
-                }
-                // The directory goes with the last worker (removing one that is not empty
-                // fails, and a worker starting meanwhile makes it again: `lock_file`).
-                if let Some(dir) = store.worker_dir() {
-                    let _ = std::fs::remove_dir(dir);
-                }
+                store.forget_worker_file(&self.id);
             }
         }
         Ok(())
