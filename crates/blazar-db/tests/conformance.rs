@@ -1448,3 +1448,67 @@ async fn an_abandoned_transaction_leaves_no_connection_inside_it() {
         tx.commit().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn queued_writes_keep_their_text_their_order_and_their_counts() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    // Text a statement could mistake for its own: quotes, backslashes (an escape string's
+    // and a standard string's readings differ), placeholders, a statement's end.
+    let names = [
+        "it's",
+        "back\\slash\\",
+        "\\'; DROP TABLE leases; --",
+        "$1 $2 $$ E'x' ::int8",
+        "naïve\nline\ttab 漢字 🙂",
+        "",
+    ];
+    let (start, end) = (t(2030, 1, 1, 10, 0), t(2030, 1, 1, 12, 0));
+    let mut tx = store.write().await.unwrap();
+    for (i, name) in names.iter().enumerate() {
+        let mut lease = rows::lease(&format!("q{i}"), start, end);
+        lease.name = (*name).to_string();
+        tx.insert_lease(&lease).await.unwrap();
+    }
+    // An insert, then an update of the row it inserted, in one queue: in order.
+    tx.insert_event(&rows::event("q0-start", "q0", "start_lease", start))
+        .await
+        .unwrap();
+    let mut renamed = rows::lease("q0", start, end);
+    renamed.name = "it''s now".into();
+    tx.update_lease(&renamed).await.unwrap();
+    // A counted write sent with the queue answers its own count, not the script's.
+    assert!(tx.fail_event("q0-start", "q0", created()).await.unwrap());
+    assert!(!tx.fail_event("q0-start", "q0", created()).await.unwrap());
+    tx.commit().await.unwrap();
+
+    let mut tx = store.read().await.unwrap();
+    let q0 = tx.get_lease("q0").await.unwrap().unwrap();
+    assert_eq!(q0.name, "it''s now");
+    assert_eq!(q0.status, blazar_core::LeaseStatus::Error);
+    for (i, name) in names.iter().enumerate().skip(1) {
+        let lease = tx.get_lease(&format!("q{i}")).await.unwrap().unwrap();
+        assert_eq!(lease.name, *name);
+    }
+    tx.commit().await.unwrap();
+
+    // A refusal surfaces by the commit at the latest, and nothing of the transaction stays.
+    let refused = in_write(&store, async |tx| {
+        tx.insert_lease(&rows::lease("q-new", start, end)).await?;
+        tx.insert_lease(&rows::lease("q1", start, end)).await
+    })
+    .await;
+    assert!(matches!(refused, Err(DbError::Duplicate(_))), "{refused:?}");
+    let mut tx = store.read().await.unwrap();
+    assert_eq!(tx.get_lease("q-new").await.unwrap(), None);
+    tx.commit().await.unwrap();
+
+    // PostgreSQL's text holds no NUL: refused as it was before writes were queued.
+    if store.backend() == Backend::Postgres {
+        let mut lease = rows::lease("q-nul", start, end);
+        lease.name = "nul\0here".into();
+        let refused = in_write(&store, async |tx| tx.insert_lease(&lease).await).await;
+        assert!(matches!(refused, Err(DbError::Rejected(_))), "{refused:?}");
+    }
+    store.close().await;
+}
