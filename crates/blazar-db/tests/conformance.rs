@@ -1453,8 +1453,8 @@ async fn an_abandoned_transaction_leaves_no_connection_inside_it() {
 async fn queued_writes_keep_their_text_their_order_and_their_counts() {
     let db = TestDatabase::new().await;
     let store = connect(&db).await;
-    // Text a statement could mistake for its own: quotes, backslashes (an escape string's
-    // and a standard string's readings differ), placeholders, a statement's end.
+    // Text a statement could mistake for its own, were values ever written into a
+    // statement instead of bound: quotes, backslashes, placeholders, a statement's end.
     let names = [
         "it's",
         "back\\slash\\",
@@ -1470,14 +1470,14 @@ async fn queued_writes_keep_their_text_their_order_and_their_counts() {
         lease.name = (*name).to_string();
         tx.insert_lease(&lease).await.unwrap();
     }
-    // An insert, then an update of the row it inserted, in one queue: in order.
+    // An insert, then an update of the row it inserted (on SQLite in one queue): in order.
     tx.insert_event(&rows::event("q0-start", "q0", "start_lease", start))
         .await
         .unwrap();
     let mut renamed = rows::lease("q0", start, end);
     renamed.name = "it''s now".into();
     tx.update_lease(&renamed).await.unwrap();
-    // A counted write sent with the queue answers its own count, not the script's.
+    // A counted write after queued ones answers its own count, not theirs.
     assert!(tx.fail_event("q0-start", "q0", created()).await.unwrap());
     assert!(!tx.fail_event("q0-start", "q0", created()).await.unwrap());
     tx.commit().await.unwrap();
@@ -1503,7 +1503,7 @@ async fn queued_writes_keep_their_text_their_order_and_their_counts() {
     assert_eq!(tx.get_lease("q-new").await.unwrap(), None);
     tx.commit().await.unwrap();
 
-    // PostgreSQL's text holds no NUL: refused as it was before writes were queued.
+    // PostgreSQL's text holds no NUL: a refusal, not an error of the server.
     if store.backend() == Backend::Postgres {
         let mut lease = rows::lease("q-nul", start, end);
         lease.name = "nul\0here".into();
