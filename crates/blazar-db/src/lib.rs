@@ -129,6 +129,19 @@ impl From<sqlx::Error> for DbError {
     }
 }
 
+/// Whether an error says the connection it came on is gone: its socket failed, or the
+/// server ended its session (an operator, a shutdown: PostgreSQL's 57P01 and 57P02, or a
+/// connection exception, class 08).
+fn connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "57P02"),
+        _ => false,
+    }
+}
+
 /// Whether a database error says the server cannot work just now rather than that the
 /// statement or its data is wrong. PostgreSQL: connection exceptions (class 08), shutting
 /// down or starting up (57P01-57P03), a statement timed out or cancelled (57014), a lock
@@ -530,7 +543,7 @@ impl Store {
             let mut tries = 0;
             loop {
                 match pool.begin().await {
-                    Err(sqlx::Error::Io(_) | sqlx::Error::Protocol(_)) if tries < 2 => tries += 1,
+                    Err(e) if tries < 2 && connection_lost(&e) => tries += 1,
                     begun => break begun,
                 }
             }

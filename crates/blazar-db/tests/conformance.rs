@@ -1512,3 +1512,47 @@ async fn queued_writes_keep_their_text_their_order_and_their_counts() {
     }
     store.close().await;
 }
+
+/// A pooled PostgreSQL connection handed back a moment ago is not pinged before its next
+/// use. One that died meanwhile (the server restarted, an operator ended the session) costs
+/// the next transaction nothing: its `BEGIN` fails on the dead one and runs again on another.
+#[tokio::test]
+async fn a_transaction_begins_whole_after_its_pooled_connection_was_cut() {
+    let db = TestDatabase::new().await;
+    if !db.is_postgres() {
+        return;
+    }
+    let store = connect(&db).await;
+    let mut observer = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .unwrap();
+    let application = db
+        .url
+        .split("application_name=")
+        .nth(1)
+        .unwrap_or("")
+        .to_string();
+    for round in 0..3 {
+        let mut tx = store.read().await.unwrap();
+        tx.list_hosts().await.unwrap();
+        tx.commit().await.unwrap();
+        // Back in the pool, pinged on its way there; then cut.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let cut: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity \
+             WHERE application_name = $1 AND pid <> pg_backend_pid()) AS ended",
+        )
+        .bind(&application)
+        .fetch_one(&mut observer)
+        .await
+        .unwrap();
+        assert!(cut >= 1, "round {round}: no session of the pool to cut");
+        let mut tx = store
+            .write()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: no transaction after the cut: {e}"));
+        assert!(tx.list_hosts().await.unwrap().is_empty());
+        tx.commit().await.unwrap();
+    }
+    store.close().await;
+}
