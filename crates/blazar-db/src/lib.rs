@@ -240,7 +240,37 @@ pub struct Store {
     /// The SQLite database's file (none in memory): workers' lock files go beside it
     /// (`presence.rs`).
     sqlite_file: Option<PathBuf>,
+    /// When a PostgreSQL connection of the pool was last found cut (see [`CutWatch`]).
+    cuts: CutWatch,
     _checkpointer: Option<Arc<Checkpointer>>,
+}
+
+/// When a pooled PostgreSQL connection was last found cut. A cut (a restart, an operator
+/// ending sessions) usually ends every connection at once: from then on, a connection that
+/// was already idle at that moment is pinged before it is handed out, however briefly it
+/// has been idle, so the next `BEGIN` gets a live one instead of trying the dead ones in turn.
+#[derive(Clone, Default)]
+struct CutWatch(Arc<std::sync::Mutex<Option<std::time::Instant>>>);
+
+impl CutWatch {
+    fn seen(&self) {
+        if let Ok(mut last) = self.0.lock() {
+            *last = Some(std::time::Instant::now());
+        }
+    }
+
+    /// Whether a connection idle for `idle_for` must be pinged before use.
+    fn needs_ping(&self, idle_for: Duration) -> bool {
+        if idle_for >= PING_AFTER_IDLE {
+            return true;
+        }
+        let idle_since = std::time::Instant::now().checked_sub(idle_for);
+        match (self.0.lock().ok().and_then(|last| *last), idle_since) {
+            (Some(cut), Some(since)) => since <= cut,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
 }
 
 /// The longest allocation span per resource type that this process has seen committed.
@@ -344,23 +374,32 @@ impl Store {
         };
         let connect_options = AnyConnectOptions::from_str(&url)?;
         let sync = options.sqlite_sync;
-        let pool = AnyPoolOptions::new()
+        let cuts = CutWatch::default();
+        let mut pool_options = AnyPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(Duration::from_secs(30))
             // A ping before each use costs SQLite a round trip to its worker thread and finds
-            // nothing a local file could lose. A PostgreSQL connection can drop, but one
-            // handed back a moment ago (sqlx pings each as it comes back) is as good as
-            // pinged: only one idle for longer is pinged again, a round trip every
-            // transaction of a busy server would otherwise pay.
-            .test_before_acquire(false)
-            .before_acquire(move |conn, meta| {
+            // nothing a local file could lose.
+            .test_before_acquire(false);
+        if backend == Backend::Postgres {
+            // A PostgreSQL connection can drop, but one handed back a moment ago (sqlx pings
+            // each as it comes back) is as good as pinged: only one idle for longer, or idle
+            // since before the last cut, is pinged again; a round trip every transaction of
+            // a busy server would otherwise pay. One that died unpinged fails its `BEGIN`,
+            // which runs again (`Store::begin`); a query sent straight to the pool (the
+            // background tasks' few) fails once and is tried again at their next turn.
+            let cuts = cuts.clone();
+            pool_options = pool_options.before_acquire(move |conn, meta| {
+                let ping = cuts.needs_ping(meta.idle_for);
                 Box::pin(async move {
-                    if backend == Backend::Postgres && meta.idle_for >= PING_AFTER_IDLE {
+                    if ping {
                         conn.ping().await?;
                     }
                     Ok(true)
                 })
-            })
+            });
+        }
+        let pool = pool_options
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     if backend == Backend::Sqlite {
@@ -434,6 +473,7 @@ impl Store {
             spans: KnownSpans::default(),
             listen_url: (backend == Backend::Postgres).then(|| url.clone()),
             sqlite_file,
+            cuts,
             _checkpointer: checkpointer,
         };
         store.migrate().await?;
@@ -536,14 +576,20 @@ impl Store {
             return Ok(self.pool.begin().await?);
         }
         let pool = self.pool.clone();
+        let cuts = self.cuts.clone();
         let begun = tokio::spawn(async move {
             // A pooled connection is not pinged when it was handed back a moment ago: if it
-            // died meanwhile, `BEGIN` fails on it and it is closed, and `BEGIN` on another
-            // one is as if the first had never been tried.
+            // died meanwhile, `BEGIN` fails on it and it is closed. Every connection idle
+            // since then is pinged before use, so `BEGIN` runs again on a live one, as if
+            // the first had never been tried (the session that failed is gone, and with it
+            // anything it began).
             let mut tries = 0;
             loop {
                 match pool.begin().await {
-                    Err(e) if tries < 2 && connection_lost(&e) => tries += 1,
+                    Err(e) if tries < 2 && connection_lost(&e) => {
+                        cuts.seen();
+                        tries += 1;
+                    }
                     begun => break begun,
                 }
             }

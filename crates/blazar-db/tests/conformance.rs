@@ -1514,8 +1514,9 @@ async fn queued_writes_keep_their_text_their_order_and_their_counts() {
 }
 
 /// A pooled PostgreSQL connection handed back a moment ago is not pinged before its next
-/// use. One that died meanwhile (the server restarted, an operator ended the session) costs
-/// the next transaction nothing: its `BEGIN` fails on the dead one and runs again on another.
+/// use. When every one of them died meanwhile (the server restarted, an operator ended the
+/// sessions), the next transaction still begins: its `BEGIN` fails on one dead connection,
+/// and the others, idle since before the cut, are pinged before use and replaced.
 #[tokio::test]
 async fn a_transaction_begins_whole_after_its_pooled_connection_was_cut() {
     let db = TestDatabase::new().await;
@@ -1533,10 +1534,16 @@ async fn a_transaction_begins_whole_after_its_pooled_connection_was_cut() {
         .unwrap_or("")
         .to_string();
     for round in 0..3 {
-        let mut tx = store.read().await.unwrap();
-        tx.list_hosts().await.unwrap();
-        tx.commit().await.unwrap();
-        // Back in the pool, pinged on its way there; then cut.
+        // Every connection of the pool (four) in use at once, then back in the pool,
+        // pinged on its way there; then all cut.
+        let mut open = Vec::new();
+        for _ in 0..4 {
+            open.push(store.read().await.unwrap());
+        }
+        for mut tx in open {
+            tx.list_hosts().await.unwrap();
+            tx.commit().await.unwrap();
+        }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         let cut: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM (SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity \
@@ -1546,7 +1553,7 @@ async fn a_transaction_begins_whole_after_its_pooled_connection_was_cut() {
         .fetch_one(&mut observer)
         .await
         .unwrap();
-        assert!(cut >= 1, "round {round}: no session of the pool to cut");
+        assert_eq!(cut, 4, "round {round}: the pool's sessions to cut");
         let mut tx = store
             .write()
             .await
