@@ -245,6 +245,10 @@ pub struct Store {
     _checkpointer: Option<Arc<Checkpointer>>,
 }
 
+/// How long a pooled PostgreSQL connection may have been idle and still be handed out
+/// without a ping.
+const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
 /// When a pooled PostgreSQL connection was last found cut. A cut (a restart, an operator
 /// ending sessions) usually ends every connection at once: from then on, a connection that
 /// was already idle at that moment is pinged before it is handed out, however briefly it
@@ -840,10 +844,6 @@ struct Deferred {
     script: String,
     args: Vec<Arg>,
 }
-
-/// How long a pooled PostgreSQL connection may have been idle and still be handed out
-/// without a ping.
-const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// SQLite's default limit on bound values in one script is 32766; stay well below it.
 const MAX_DEFERRED_ARGS: usize = 16_000;

@@ -1369,6 +1369,20 @@ async fn what_a_repair_holds_is_not_claimed_and_a_hold_is_refused_on_news() {
     store.close().await;
 }
 
+/// On PostgreSQL, a session of its own beside the store's pool, and the application name
+/// every session of the pool carries (the test database's): how a test sees the pool's
+/// sessions in `pg_stat_activity`. `None` on SQLite.
+async fn pool_observer(db: &TestDatabase) -> Option<(sqlx::PgConnection, String)> {
+    if !db.is_postgres() {
+        return None;
+    }
+    let observer = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .unwrap();
+    let application = db.url.split("application_name=").nth(1).unwrap_or("");
+    Some((observer, application.to_string()))
+}
+
 /// A transaction abandoned at any point, its `BEGIN` on the wire included (a client that
 /// hangs up mid-request), leaves no connection inside a transaction: on PostgreSQL the pool
 /// would hand such a connection to the next caller, whose statements would then run, and
@@ -1377,22 +1391,7 @@ async fn what_a_repair_holds_is_not_claimed_and_a_hold_is_refused_on_news() {
 async fn an_abandoned_transaction_leaves_no_connection_inside_it() {
     let db = TestDatabase::new().await;
     let store = connect(&db).await;
-    // The sessions of this test's pool, as PostgreSQL sees them.
-    let mut observer = if db.is_postgres() {
-        Some(
-            <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
-                .await
-                .unwrap(),
-        )
-    } else {
-        None
-    };
-    let application = db
-        .url
-        .split("application_name=")
-        .nth(1)
-        .unwrap_or("")
-        .to_string();
+    let mut observer = pool_observer(&db).await;
     for round in 0..120u64 {
         // Dropped (at the end of this block) after one to a dozen polls, each after the
         // database had time to answer the last step: every await of the transaction,
@@ -1418,7 +1417,7 @@ async fn an_abandoned_transaction_leaves_no_connection_inside_it() {
                 std::thread::sleep(std::time::Duration::from_micros(300));
             }
         }
-        let Some(observer) = observer.as_mut() else {
+        let Some((observer, application)) = observer.as_mut() else {
             continue;
         };
         // What was abandoned is rolled back as soon as its connection is back in the pool.
@@ -1428,7 +1427,7 @@ async fn an_abandoned_transaction_leaves_no_connection_inside_it() {
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 \
                  AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()",
             )
-            .bind(&application)
+            .bind(&*application)
             .fetch_one(&mut *observer)
             .await
             .unwrap();
@@ -1520,19 +1519,10 @@ async fn queued_writes_keep_their_text_their_order_and_their_counts() {
 #[tokio::test]
 async fn a_transaction_begins_whole_after_its_pooled_connection_was_cut() {
     let db = TestDatabase::new().await;
-    if !db.is_postgres() {
+    let Some((mut observer, application)) = pool_observer(&db).await else {
         return;
-    }
+    };
     let store = connect(&db).await;
-    let mut observer = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
-        .await
-        .unwrap();
-    let application = db
-        .url
-        .split("application_name=")
-        .nth(1)
-        .unwrap_or("")
-        .to_string();
     for round in 0..3 {
         // Every connection of the pool (four) in use at once, then back in the pool,
         // pinged on its way there; then all cut.
