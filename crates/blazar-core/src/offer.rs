@@ -147,6 +147,21 @@ impl Budget {
         starts
     }
 
+    /// How many more hosts, each of the heaviest weight any host has, a lease over
+    /// `window` that was granted `granted` of them so far may have within the budget (see
+    /// [`crate::quota::budget_room`]).
+    fn room(&self, granted: &HashSet<i64>, window: TimeWindow) -> i64 {
+        let weight = |id: &i64| self.weights.get(id).copied().unwrap_or(1.0);
+        let so_far: f64 = granted.iter().map(weight).sum();
+        let heaviest = self.weights.values().copied().fold(1.0, f64::max);
+        crate::quota::budget_room(self.limit, window, heaviest, |month| {
+            let from = window.start().max(month.start());
+            let until = window.end().min(month.end());
+            let hours = (until - from).num_seconds().max(0) as f64 / 3600.0;
+            self.booked.get(&month).copied().unwrap_or(0.0) + hours * so_far
+        })
+    }
+
     /// Whether a lease over `window` granted `granted` stays within the budget.
     fn allows(&self, demands: &[Demand], granted: &[Granted], window: TimeWindow) -> bool {
         let weight: f64 = demands
@@ -295,18 +310,20 @@ impl Occupancy {
     }
 
     /// The most a ranged demand for whole resources of `kind` (the `index`-th) may be
-    /// granted in `window` under the project's ceilings on them: each ceiling's limit less
+    /// granted in `window` under the project's ceilings on them (each ceiling's limit less
     /// the most the project holds at any instant of the window, less what the lease was
-    /// granted of them so far (`granted`), less the minimums of the demands after it.
-    /// `None` when no ceiling counts them. A create caps such a request the same way.
+    /// granted of them so far, `granted`), and under its monthly budget (at the heaviest
+    /// weight a host has, with what was booked and granted so far), each less the minimums
+    /// of the demands after it; `None` for a limit that does not count them. A create caps
+    /// such a request the same way (`quota::ranged_cap`).
     fn whole_room(
         &self,
         demands: &[Demand],
         index: usize,
         kind: &str,
-        granted: i64,
+        granted: &HashSet<i64>,
         window: TimeWindow,
-    ) -> Option<i64> {
+    ) -> (Option<i64>, Option<i64>) {
         let later_min: i64 = demands[index + 1..]
             .iter()
             .map(|d| match d {
@@ -314,16 +331,23 @@ impl Occupancy {
                 _ => 0,
             })
             .sum();
-        self.ceilings
+        let ceiling = self
+            .ceilings
             .iter()
             .filter(|c| matches!(&c.counted, Counted::Whole(k) if k == kind))
             .map(|c| {
                 c.limit
                     .saturating_sub(c.most_held(window))
-                    .saturating_sub(granted)
+                    .saturating_sub(granted.len() as i64)
                     .saturating_sub(later_min)
             })
-            .min()
+            .min();
+        let budget = self
+            .budget
+            .as_ref()
+            .filter(|b| b.kind == kind)
+            .map(|b| b.room(granted, window).saturating_sub(later_min));
+        (ceiling, budget)
     }
 
     /// The project's holdings under every ceiling.
@@ -544,12 +568,10 @@ pub fn fit(
                 }
                 let mut max = *max;
                 if *min < max {
-                    let so_far = overlay.whole.get(kind).map_or(0, HashSet::len) as i64;
-                    if let Some(room) = occupancy.whole_room(demands, i, kind, so_far, window)
-                        && room >= *min as i64
-                    {
-                        max = max.min(usize::try_from(room).unwrap_or(max));
-                    }
+                    let none = HashSet::new();
+                    let so_far = overlay.whole.get(kind).unwrap_or(&none);
+                    let (ceiling, budget) = occupancy.whole_room(demands, i, kind, so_far, window);
+                    max = crate::quota::ranged_cap(*min, max, ceiling, budget);
                 }
                 let chosen =
                     engine::pick(candidates, &busy, required, *min, max).map_err(|_| Unmet(i))?;
@@ -1342,12 +1364,25 @@ mod tests {
                             Demand::Slots { .. } => 0,
                         })
                         .sum();
-                    let max = match room {
+                    let mut max = match room {
                         Some(r) if r - later_min >= *min as i64 => {
                             (*max).min((r - later_min) as usize)
                         }
                         _ => *max,
                     };
+                    // What the budget leaves (one month), every host counted at the heaviest
+                    // weight: no less than min.
+                    if let Some(b) = &occ.budget
+                        && *min < max
+                    {
+                        let weight = |id: &i64| b.weights.get(id).copied().unwrap_or(1.0);
+                        let heaviest = b.weights.values().copied().fold(1.0, f64::max);
+                        let hours = len as f64 / 60.0;
+                        let spent: f64 = b.booked.values().sum::<f64>()
+                            + hours * taken.iter().map(weight).sum::<f64>();
+                        let fit = ((b.limit - spent + 1e-9) / (hours * heaviest)).floor() as i64;
+                        max = max.min((fit - later_min).max(*min as i64) as usize);
+                    }
                     let free: Vec<i64> = candidates
                         .iter()
                         .copied()

@@ -261,6 +261,53 @@ pub fn hours_in(uses: &[Use], month: TimeWindow) -> (f64, f64) {
     (others, own)
 }
 
+/// The most hosts, each weighing at most `heaviest`, that a lease over `window` may add
+/// under a monthly budget of `limit` host-hours, when `used(month)` are already booked in
+/// each month it touches (the lease's own grants so far included). Negative when even one
+/// is over in some month. Rounded as a create is measured: what fits exactly fits.
+pub fn budget_room(
+    limit: f64,
+    window: TimeWindow,
+    heaviest: f64,
+    used: impl Fn(TimeWindow) -> f64,
+) -> i64 {
+    let heaviest = heaviest.max(f64::MIN_POSITIVE);
+    months(window)
+        .into_iter()
+        .filter_map(|month| {
+            let from = window.start().max(month.start());
+            let until = window.end().min(month.end());
+            let hours = (until - from).num_seconds() as f64 / 3600.0;
+            if hours <= 0.0 {
+                return None;
+            }
+            let room = ((limit - used(month) + 1e-9) / (hours * heaviest)).floor();
+            // Saturating: a month with no budget left, or a minute-long lease of a huge one.
+            Some(room.clamp(i64::MIN as f64, i64::MAX as f64) as i64)
+        })
+        .min()
+        .unwrap_or(i64::MAX)
+}
+
+/// How many of a ranged request (`min` to `max` whole resources) to ask for, given the
+/// room its project's ceilings on them leave (`ceiling`, exact counts) and the room its
+/// monthly budget leaves at the heaviest weight (`budget`). Room under a ceiling below
+/// `min` leaves the request as it is (refused by that ceiling whatever it is granted); room
+/// under the budget below `min` asks for `min`, which lighter resources may still fit.
+pub fn ranged_cap(min: usize, max: usize, ceiling: Option<i64>, budget: Option<i64>) -> usize {
+    let room = |r: i64| usize::try_from(r.max(0)).unwrap_or(usize::MAX);
+    let mut cap = max;
+    if let Some(r) = ceiling
+        && r >= min as i64
+    {
+        cap = cap.min(room(r));
+    }
+    if let Some(r) = budget {
+        cap = cap.min(room(r).max(min));
+    }
+    cap
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,5 +433,58 @@ mod tests {
         assert_eq!(effective.limit(QuotaKind::Instances), Some(10));
         assert!(effective.limits_anything());
         assert!(!QuotaValues::default().limits_anything());
+    }
+
+    #[test]
+    fn budget_room_is_the_tightest_month_at_the_heaviest_weight() {
+        let jan = month_of(at(1, 0)).unwrap();
+        // 12 hours in January, 6 in February; 100 a month, 64 booked in January.
+        let w = TimeWindow::new(
+            at(31, 12),
+            Utc.with_ymd_and_hms(2030, 2, 1, 6, 0, 0).unwrap(),
+        )
+        .unwrap();
+        let used = |m: TimeWindow| if m == jan { 64.0 } else { 0.0 };
+        // January: 36 left / 12 h = 3 hosts; February: 100 / 6 = 16.
+        assert_eq!(budget_room(100.0, w, 1.0, used), 3);
+        // At weight 2, 36 / 24 = 1.5: one host.
+        assert_eq!(budget_room(100.0, w, 2.0, used), 1);
+        // What fits exactly fits: 36 / 12 at weight 1, after a residue.
+        assert_eq!(
+            budget_room(100.0, w, 1.0, |m| if m == jan {
+                64.000_000_000_1
+            } else {
+                0.0
+            }),
+            3
+        );
+        // A month already over leaves less than none.
+        assert!(budget_room(100.0, w, 1.0, |m| if m == jan { 120.0 } else { 0.0 }) < 0);
+    }
+
+    #[test]
+    fn ranged_cap_table() {
+        // (min, max, ceiling room, budget room, asked for)
+        type Row = (usize, usize, Option<i64>, Option<i64>, usize);
+        let rows: [Row; 9] = [
+            (1, 5, None, None, 5),
+            (1, 5, Some(3), None, 3),
+            (1, 5, Some(9), None, 5),
+            // Below min under a ceiling: as asked (the ceiling refuses it).
+            (2, 5, Some(1), None, 5),
+            (1, 5, None, Some(2), 2),
+            // Below min under the budget: min, which lighter hosts may fit.
+            (2, 5, None, Some(1), 2),
+            (2, 5, None, Some(-4), 2),
+            (1, 5, Some(3), Some(2), 2),
+            (1, 5, Some(2), Some(4), 2),
+        ];
+        for (min, max, ceiling, budget, want) in rows {
+            assert_eq!(
+                ranged_cap(min, max, ceiling, budget),
+                want,
+                "{min}..{max} {ceiling:?} {budget:?}"
+            );
+        }
     }
 }

@@ -961,7 +961,8 @@ impl Service {
                 explain,
             };
             // A ranged host request asks for as many as it can get up to max: under a host
-            // quota, as many as the quota leaves (never below min; that is refused below).
+            // quota or a monthly budget, as many as they leave (as offers do; never below
+            // min, refused below if even that is too many).
             let mut capped = None;
             if let ReservationSpec::Host(h) = &reservation.spec
                 && h.min < h.max
@@ -973,15 +974,18 @@ impl Service {
                         _ => 0,
                     })
                     .sum();
-                if let Some(room) = self
+                let ceiling = self
                     .host_quota_room(tx, &limits, &lease.project_id, window, later_min)
-                    .await?
-                    && room < i64::from(h.max)
-                    && room >= i64::from(h.min)
-                {
+                    .await?;
+                let budget = self
+                    .host_budget_room(tx, &limits, &lease.project_id, window, later_min)
+                    .await?;
+                let (min, max) = (h.min as usize, h.max as usize);
+                let cap = blazar_core::quota::ranged_cap(min, max, ceiling, budget);
+                if cap < max {
                     let mut spec = reservation.spec.clone();
                     if let ReservationSpec::Host(h) = &mut spec {
-                        h.max = u32::try_from(room).unwrap_or(h.min);
+                        h.max = u32::try_from(cap).unwrap_or(h.min);
                     }
                     capped = Some(spec);
                 }

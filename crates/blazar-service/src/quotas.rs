@@ -461,6 +461,49 @@ impl Service {
         Ok(Some(limit.saturating_sub(held).saturating_sub(later_min)))
     }
 
+    /// The most hosts a ranged host reservation of a create may be granted under the
+    /// project's monthly host-hour budget: in every month `window` touches, what is left
+    /// of it (this lease's reservations written so far counted) at the heaviest weight any
+    /// host has, less `later_min` for the lease's later reservations. `None` without a
+    /// budget. Offers cap the same way (`Budget::room`), so a create of an offer is granted
+    /// what the offer showed.
+    pub(crate) async fn host_budget_room(
+        &self,
+        tx: &mut Tx,
+        limits: &QuotaValues,
+        project_id: &str,
+        window: TimeWindow,
+        later_min: i64,
+    ) -> ServiceResult<Option<i64>> {
+        let Some(limit) = limits.limit(QuotaKind::HostHoursPerMonth) else {
+            return Ok(None);
+        };
+        let months = quota::months(window);
+        let (Some(first), Some(last)) = (months.first(), months.last()) else {
+            return Ok(None);
+        };
+        let rows = tx
+            .project_allocations(project_id, first.start(), last.end())
+            .await?;
+        // No lease is "own" here: every hour booked counts against what is left.
+        let weighted = self.weighted_hosts(tx, &rows, "").await?;
+        let heaviest = match self.quotas.host_weights.is_empty() {
+            true => 1.0,
+            false => self
+                .host_cache
+                .inventory(tx)
+                .await?
+                .hosts
+                .iter()
+                .map(|h| self.host_weight(h))
+                .fold(1.0, f64::max),
+        };
+        let room = quota::budget_room(limit as f64, window, heaviest, |month| {
+            quota::hours_in(&weighted, month).0
+        });
+        Ok(Some(room.saturating_sub(later_min)))
+    }
+
     /// What an update starts from (the lease's window before it, and the project's use
     /// over the new window), or `None` when no limit applies to the project.
     pub(crate) async fn quota_baseline(

@@ -1229,3 +1229,103 @@ async fn a_ranged_host_request_gets_what_the_host_quota_leaves() {
     app.act_as_admin();
     assert_eq!(app.hosts_of(&id_of(&r)).await.len(), 3);
 }
+
+#[tokio::test]
+async fn a_ranged_host_request_gets_what_the_monthly_budget_leaves() {
+    let mut app = app_with_hosts(5, |cli| cli.quota_host_hours_per_month = Some(100)).await;
+    app.act_as("alpha", "ada", "member");
+    let ranged = |min: i64, max: i64| {
+        json!([{"resource_type": "physical:host", "min": min, "max": max,
+                "hypervisor_properties": "", "resource_properties": ""}])
+    };
+    // A day of five hosts is 120 host-hours; 100 a month leave room for four, as the
+    // offer for it says.
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": ranged(1, 5), "duration": 1440,
+                   "not_before": "2030-01-10 00:00", "not_after": "2030-01-12 00:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let offer = r.body["offers"][0].clone();
+    assert_eq!(offer["start_date"], "2030-01-10T00:00:00.000000", "{offer}");
+    assert_eq!(offer["reservations"][0]["amount"], 4, "{offer}");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("day", "2030-01-10 00:00", "2030-01-11 00:00", ranged(1, 5)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let day = id_of(&r);
+    assert_eq!(r.body["lease"]["reservations"][0]["max"], 5);
+    app.act_as_admin();
+    assert_eq!(app.hosts_of(&day).await.len(), 4);
+    app.act_as("alpha", "ada", "member");
+
+    // Four hours are left in January: five hours of even one host are refused, with the
+    // minimum as what was requested; two hours of up to three hosts get two.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("more", "2030-01-20 00:00", "2030-01-20 05:00", ranged(1, 3)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(
+        quota_reason(&r),
+        json!({"name": "host_hours_per_month", "limit": 100, "in_use": 96,
+               "requested": 5, "month": "2030-01"})
+    );
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "short",
+                "2030-01-20 00:00",
+                "2030-01-20 02:00",
+                ranged(1, 3),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let short = id_of(&r);
+    app.act_as_admin();
+    assert_eq!(app.hosts_of(&short).await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_ranged_host_request_under_a_weighted_budget_counts_the_heaviest_host() {
+    let mut app = TestApp::builder()
+        .configure(|cli| {
+            cli.quota_host_hours_per_month = Some(100);
+            cli.quota_host_weights = vec!["node_type=gpu:2".into()];
+        })
+        .spawn()
+        .await;
+    app.create_host("gpu-1", json!({"node_type": "gpu"})).await;
+    for i in 0..3 {
+        app.create_host(&format!("cpu-{i}"), json!({"node_type": "compute"}))
+            .await;
+    }
+    app.act_as("alpha", "u1", "member");
+    // 21 hours: all four hosts (105) do not fit, three compute hosts (63) would, but any
+    // host may be the GPU node (42): two are asked for, which fit whichever they are.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease(
+                "mixed",
+                "2030-03-02 00:00",
+                "2030-03-02 21:00",
+                json!([{"resource_type": "physical:host", "min": 1, "max": 4,
+                        "hypervisor_properties": "", "resource_properties": ""}]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let mixed = id_of(&r);
+    app.act_as_admin();
+    assert_eq!(app.hosts_of(&mixed).await.len(), 2);
+}
