@@ -1595,8 +1595,8 @@ impl Service {
                         identity,
                         &lease,
                         update,
-                        window,
-                        window_changed,
+                        (window, window_changed),
+                        baseline.as_ref().map(|b| &b.limits),
                         stamp,
                     )
                     .await?;
@@ -1664,7 +1664,8 @@ impl Service {
     /// Carries out the reservation part of an update: the requested changes, validated
     /// against what is stored, and every reservation allocated again whose window or request
     /// changed. An active reservation may grow but not give resources back; what it gains
-    /// is handed over at once.
+    /// is handed over at once. A ranged host request is granted no more than the project's
+    /// `limits` leave, as at create, and no fewer than it holds.
     #[allow(clippy::too_many_arguments)]
     async fn change_reservations(
         &self,
@@ -1672,8 +1673,8 @@ impl Service {
         identity: &Identity,
         lease: &Lease,
         update: &LeaseUpdate,
-        window: TimeWindow,
-        window_changed: bool,
+        (window, window_changed): (TimeWindow, bool),
+        limits: Option<&blazar_core::quota::QuotaValues>,
         stamp: DateTime<Utc>,
     ) -> ServiceResult<()> {
         let reservations = tx.reservations_of(&lease.id).await?;
@@ -1772,6 +1773,32 @@ impl Service {
             };
             tx.delete_allocations_of_reservation(&reservation.id)
                 .await?;
+            // What the project holds now leaves this reservation out; the lease's other
+            // reservations count with what they hold (their minimums are not set aside
+            // again).
+            let mut capped = None;
+            if let (ReservationSpec::Host(h), Some(limits)) = (&spec, limits)
+                && h.min < h.max
+            {
+                let ceiling = self
+                    .host_quota_room(tx, limits, &lease.project_id, window, 0)
+                    .await?;
+                let budget = self
+                    .host_budget_room(tx, limits, &lease.project_id, window, 0)
+                    .await?;
+                let (min, max) = (h.min as usize, h.max as usize);
+                // Never fewer than it holds: a project over a limit lowered since keeps
+                // its hosts (and is refused only for what the update makes worse).
+                let cap = blazar_core::quota::ranged_cap(min, max, ceiling, budget)
+                    .max(held.len().min(max));
+                if cap < max {
+                    let mut smaller = spec.clone();
+                    if let ReservationSpec::Host(h) = &mut smaller {
+                        h.max = u32::try_from(cap).unwrap_or(h.min);
+                    }
+                    capped = Some(smaller);
+                }
+            }
             let explain = self.may_explain(tx, identity, &spec).await?;
             let request = AllocationRequest {
                 lease_id: &lease.id,
@@ -1782,7 +1809,10 @@ impl Service {
                 keep: &held,
                 explain,
             };
-            let grant = match self.allocate(tx, &spec, &request).await {
+            let grant = match self
+                .allocate(tx, capped.as_ref().unwrap_or(&spec), &request)
+                .await
+            {
                 Ok(grant) => grant,
                 Err(e) => {
                     let at = ReservationRef::Id(reservation.id.clone());

@@ -71,7 +71,7 @@ pub struct QuotaUsage {
 /// What a project used over an update's new window before the update, so that an update is
 /// only refused for what it makes worse.
 pub(crate) struct QuotaBaseline {
-    limits: QuotaValues,
+    pub(crate) limits: QuotaValues,
     window: TimeWindow,
     measure: Measure,
 }

@@ -1329,3 +1329,64 @@ async fn a_ranged_host_request_under_a_weighted_budget_counts_the_heaviest_host(
     app.act_as_admin();
     assert_eq!(app.hosts_of(&mixed).await.len(), 2);
 }
+
+#[tokio::test]
+async fn an_update_of_a_ranged_host_request_keeps_within_what_the_quotas_leave() {
+    let mut app = app_with_hosts(5, |cli| {
+        cli.quota_hosts = Some(3);
+        cli.quota_host_hours_per_month = Some(100);
+    })
+    .await;
+    app.act_as("alpha", "ada", "member");
+    let ranged = json!([{"resource_type": "physical:host", "min": 1, "max": 5,
+                         "hypervisor_properties": "", "resource_properties": ""}]);
+    // Three hosts (the hosts quota) for ten hours: 30 host-hours.
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("grow", "2030-01-10 00:00", "2030-01-10 10:00", ranged),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = id_of(&r);
+    app.act_as_admin();
+    let held = app.hosts_of(&id).await;
+    assert_eq!(held.len(), 3);
+    app.act_as("alpha", "ada", "member");
+    // Five more hours: still three hosts, the same ones, not five refused by the quota.
+    let r = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"end_date": "2030-01-10 15:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    app.act_as_admin();
+    assert_eq!(app.hosts_of(&id).await, held);
+    app.act_as("alpha", "ada", "member");
+    // 45 host-hours now; to 30 hours long, three hosts would be 90 of the 100: fine; to 40
+    // hours, three are 120, two are 80: it keeps its hosts and is refused by the budget
+    // rather than losing one.
+    let r = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"end_date": "2030-01-11 06:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = app
+        .put(
+            &format!("/v1/leases/{id}"),
+            json!({"end_date": "2030-01-11 16:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert_eq!(
+        quota_reason(&r)["name"],
+        "host_hours_per_month",
+        "{}",
+        r.body
+    );
+    app.act_as_admin();
+    assert_eq!(app.hosts_of(&id).await, held);
+}
