@@ -309,6 +309,7 @@ impl Service {
                 }
             }
         }
+        crate::hosts::check_capability_count(capabilities.keys(), &[])?;
         // Keep the fields in their documented order.
         let mut ordered = Map::new();
         for field in spec.fields {
@@ -410,6 +411,7 @@ impl Service {
             tx.lock_resource(record.id).await?;
             let now = self.now();
             let mut reservable = record.resource.reservable;
+            let mut capability_changes: Vec<(&str, Option<String>)> = Vec::new();
             for (key, value) in body {
                 match key.as_str() {
                     "reservable" => reservable = as_bool(key, value)?,
@@ -418,17 +420,28 @@ impl Service {
                     }
                     k if spec.capabilities => {
                         check_capability_key(k)?;
-                        if value.is_null() {
-                            tx.remove_capability(spec.kind, record.id, k).await?;
-                        } else {
-                            tx.set_capability(spec.kind, record.id, k, &as_text(k, value)?, now)
-                                .await?;
-                        }
+                        let new_value = match value.is_null() {
+                            true => None,
+                            false => Some(as_text(k, value)?),
+                        };
+                        capability_changes.push((k, new_value));
                     }
                     k => {
                         return Err(ServiceError::BadRequest(format!(
                             "Unknown field {k}: only reservable can be updated"
                         )));
+                    }
+                }
+            }
+            crate::hosts::check_capability_count(
+                record.resource.capabilities.keys(),
+                &capability_changes,
+            )?;
+            for (key, value) in &capability_changes {
+                match value {
+                    Some(v) => tx.set_capability(spec.kind, record.id, key, v, now).await?,
+                    None => {
+                        tx.remove_capability(spec.kind, record.id, key).await?;
                     }
                 }
             }

@@ -1186,3 +1186,64 @@ async fn pool_resource_fields_are_text() {
     r.assert_status(StatusCode::CREATED);
     assert_eq!(r.body["network"]["segment_id"], 5);
 }
+
+#[tokio::test]
+async fn a_resource_has_at_most_256_extra_capabilities() {
+    let app = TestApp::spawn().await;
+    let many = |n: usize, from: usize| -> serde_json::Map<String, Value> {
+        (from..from + n)
+            .map(|i| (format!("k{i}"), json!("v")))
+            .collect()
+    };
+    // Hosts: at create, and what an update would leave.
+    let mut body = many(257, 0);
+    body.insert("name".into(), json!("h-many"));
+    let r = app.post("/v1/os-hosts", Value::Object(body)).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert_eq!(
+        r.message(),
+        "Too many extra capabilities: 257 given, a resource may have at most 256"
+    );
+    let mut body = many(200, 0);
+    body.insert("name".into(), json!("h-many"));
+    let r = app.post("/v1/os-hosts", Value::Object(body)).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let host = r.body["host"]["id"].as_str().unwrap().to_string();
+    let path = format!("/v1/os-hosts/{host}");
+    let r = app.put(&path, Value::Object(many(57, 200))).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    // Nothing of a refused update is kept.
+    let r = app.get(&path).await;
+    assert!(r.body["host"].get("k200").is_none(), "{}", r.body);
+    // Removing some makes room for as many.
+    let mut body = many(56, 200);
+    for i in 0..10 {
+        body.insert(format!("k{i}"), Value::Null);
+    }
+    let r = app.put(&path, Value::Object(body)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    // 246 now: ten more make 256, one more is too many.
+    let r = app.put(&path, Value::Object(many(11, 300))).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    let r = app.put(&path, Value::Object(many(10, 300))).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+
+    // Devices and network segments alike.
+    let mut body = many(257, 0);
+    body.insert("name".into(), json!("dev-many"));
+    let r = app.post("/v1/devices", Value::Object(body)).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    let device = device(&app, "dev-1", Value::Object(many(256, 0))).await;
+    let r = app
+        .put(&format!("/v1/devices/{device}"), json!({"one-more": "v"}))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    let network = segment(&app, 100, json!({})).await;
+    let r = app
+        .put(
+            &format!("/v1/networks/{network}"),
+            Value::Object(many(257, 0)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+}
