@@ -146,7 +146,11 @@ fn check_extra_specs(specs: &Map<String, Value>) -> ServiceResult<()> {
 fn check_fields(spec: &KindSpec, attrs: &mut Map<String, Value>) -> ServiceResult<String> {
     for (key, value) in attrs.iter() {
         if let Value::String(text) = value {
-            let name = matches!(key.as_str(), "name" | "physical_network" | "network_type");
+            // Names, and the ids a reservation names (its `network_id` refuses them too).
+            let name = matches!(
+                key.as_str(),
+                "name" | "physical_network" | "network_type" | "floating_network_id" | "subnet_id"
+            );
             crate::check_text(key, text, name)?;
         }
     }
@@ -159,6 +163,17 @@ fn check_fields(spec: &KindSpec, attrs: &mut Map<String, Value>) -> ServiceResul
             let parsed = blazar_core::reservation::canonical_address(address).ok_or_else(|| {
                 ServiceError::BadRequest(format!("IP address {address} is invalid form."))
             })?;
+            // No cloud can hand these to a server.
+            if let Ok(ip) = parsed.parse::<std::net::IpAddr>()
+                && (ip.is_unspecified()
+                    || ip.is_multicast()
+                    || ip == std::net::IpAddr::V4(std::net::Ipv4Addr::BROADCAST))
+            {
+                return Err(ServiceError::BadRequest(format!(
+                    "IP address {address} cannot be a floating IP: it is unspecified, \
+                     broadcast or multicast"
+                )));
+            }
             let network = attrs
                 .get("floating_network_id")
                 .and_then(Value::as_str)

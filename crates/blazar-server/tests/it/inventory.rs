@@ -88,6 +88,32 @@ async fn floating_ip_inventory() {
             "IP address 300.1.1.1 is invalid form.",
         ),
         (
+            json!({"floating_network_id": "net-1", "floating_ip_address": "0.0.0.0"}),
+            StatusCode::BAD_REQUEST,
+            "IP address 0.0.0.0 cannot be a floating IP",
+        ),
+        (
+            json!({"floating_network_id": "net-1", "floating_ip_address": "::"}),
+            StatusCode::BAD_REQUEST,
+            "cannot be a floating IP",
+        ),
+        (
+            json!({"floating_network_id": "net-1", "floating_ip_address": "255.255.255.255"}),
+            StatusCode::BAD_REQUEST,
+            "cannot be a floating IP",
+        ),
+        (
+            json!({"floating_network_id": "net-1", "floating_ip_address": "ff02::1"}),
+            StatusCode::BAD_REQUEST,
+            "cannot be a floating IP",
+        ),
+        // A network a reservation could not name.
+        (
+            json!({"floating_network_id": "net\u{1}", "floating_ip_address": "172.24.4.9"}),
+            StatusCode::BAD_REQUEST,
+            "control characters are not allowed",
+        ),
+        (
             json!({"floating_network_id": "net-1", "floating_ip_address": "172.24.4.101"}),
             StatusCode::CONFLICT,
             "already registered",
