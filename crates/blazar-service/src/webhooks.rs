@@ -291,6 +291,11 @@ fn check_url(url: &str, allow_internal: bool) -> ServiceResult<String> {
     if url.len() > MAX_URL {
         return Err(bad("longer than 2048 characters"));
     }
+    // URL parsing drops some of them (a tab, a trailing NUL): refused, so that what is
+    // registered is what was given.
+    if url.chars().any(char::is_control) {
+        return Err(bad("control characters are not allowed"));
+    }
     let parsed = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(bad("give an http or https URL"));
@@ -872,6 +877,10 @@ mod tests {
             "not a url",
             "https://user:pw@example.org/",
             "mailto:a@b",
+            // Dropped by URL parsing, which would register another URL than the one given.
+            "http://x/\0",
+            "http://x/a\tb",
+            "http://x/a\r\nX-Injected: 1",
         ] {
             assert!(check_url(bad, true).is_err(), "{bad}");
         }
