@@ -387,6 +387,22 @@ impl Tx {
         .await
     }
 
+    /// Gives back the deliveries `worker` has claimed and not reported on (it is shutting
+    /// down and stopped sending them), their attempts not counted: they were not finished,
+    /// and another process may take them at once instead of when the claims run out.
+    /// Answers how many.
+    pub async fn release_webhook_claims(&mut self, worker: &str) -> DbResult<u64> {
+        let done = self
+            .execute(
+                "UPDATE webhook_deliveries SET attempts = attempts - 1, \
+                     claimed_by = NULL, claimed_until = NULL \
+                 WHERE claimed_by = $1 AND status = 'pending' AND attempts > 0",
+                vec![worker.into()],
+            )
+            .await?;
+        Ok(done)
+    }
+
     /// Offers a delivery again at `now`, with its attempts counted afresh: `None` if the
     /// webhook has no such delivery, `Some(false)` if a worker is delivering it right now
     /// (its claim runs: resetting it would send it twice and lose that attempt's result).

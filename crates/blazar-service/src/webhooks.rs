@@ -748,8 +748,7 @@ impl Service {
     ) {
         tokio::pin!(shutdown);
         loop {
-            // A backlog keeps a run going; shutting down ends it where it is (what is in
-            // flight is sent again once its claim runs out).
+            // A backlog keeps a run going; shutting down ends it where it is.
             tokio::select! {
                 done = self.deliver_webhooks(sender) => {
                     if let Err(e) = done {
@@ -764,6 +763,19 @@ impl Service {
                 _ = &mut shutdown => break,
             }
         }
+        // What was in flight is given back uncounted, for another process to send at once.
+        // Bounded: a database that cannot answer leaves the claims to run out instead.
+        let release = async {
+            in_tx!(self, write, |tx| {
+                Ok(tx.release_webhook_claims(&self.worker_id).await?)
+            })
+        };
+        match tokio::time::timeout(RELEASE_WAIT, release).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!(deliveries = n, "webhook deliveries in flight given back"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "webhook deliveries in flight not given back"),
+            Err(_) => tracing::warn!("webhook deliveries in flight not given back in time"),
+        }
     }
 
     /// Pending and dead deliveries, for monitoring.
@@ -771,6 +783,9 @@ impl Service {
         in_tx!(self, read, |tx| { Ok(tx.webhook_delivery_counts().await?) })
     }
 }
+
+/// Longest a shutting-down deliverer waits to give its deliveries back.
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
 fn webhook_not_found(id: &str) -> ServiceError {
     ServiceError::NotFound(format!("Webhook {id} not found"))

@@ -376,8 +376,20 @@ async fn inventory_changes_reach_every_process() {
 /// A server killed while it delivers a webhook leaves its claim of the delivery behind; the
 /// server started after it finds it gone and delivers again at once (the same delivery),
 /// not when the claim runs out (the webhook timeout and half a minute more: 41 s here).
+/// The attempt that never reported back counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_restarted_server_takes_over_at_once_what_a_killed_one_had_claimed() {
+    take_over_a_delivery(false).await;
+}
+
+/// A server stopped by SIGTERM while it delivers a webhook gives the delivery back: the next
+/// server sends it at once, and the attempt cut short is not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_stopped_while_it_delivers_gives_the_delivery_back_uncounted() {
+    take_over_a_delivery(true).await;
+}
+
+async fn take_over_a_delivery(graceful: bool) {
     use std::sync::{Arc, Mutex};
     let db = TestDatabase::new().await;
     // An endpoint that never answers its first request, and answers the others.
@@ -422,6 +434,7 @@ async fn a_restarted_server_takes_over_at_once_what_a_killed_one_had_claimed() {
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+    let webhook = body["webhook"]["id"].as_str().unwrap().to_string();
     call(
         reqwest::Method::POST,
         format!("{}/v1/os-hosts", first.base),
@@ -436,13 +449,37 @@ async fn a_restarted_server_takes_over_at_once_what_a_killed_one_had_claimed() {
     .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     wait_until(Duration::from_secs(10), || async { delivered().len() == 1 }).await;
-    first.child.start_kill().unwrap();
-    first.child.wait().await.unwrap();
+    if graceful {
+        let pid = first.child.id().expect("pid");
+        let status = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let exit = tokio::time::timeout(Duration::from_secs(20), first.child.wait())
+            .await
+            .expect("exits")
+            .unwrap();
+        assert!(exit.success(), "{exit:?}");
+    } else {
+        first.child.start_kill().unwrap();
+        first.child.wait().await.unwrap();
+    }
 
-    let _second = start(&db, "all").await;
+    let second = start(&db, "all").await;
     wait_until(Duration::from_secs(10), || async { delivered().len() >= 2 }).await;
-    let delivered = delivered();
-    assert_eq!(delivered[1], delivered[0], "the same delivery, again");
+    let sent = delivered();
+    assert_eq!(sent[1], sent[0], "the same delivery, again");
+    let deliveries = format!("{}/v1/webhooks/{webhook}/deliveries", second.base);
+    wait_until(Duration::from_secs(10), || async {
+        let (_, body) = call(reqwest::Method::GET, deliveries.clone(), None).await;
+        body["deliveries"][0]["status"] == "delivered"
+    })
+    .await;
+    let (_, body) = call(reqwest::Method::GET, deliveries, None).await;
+    let attempts = if graceful { 1 } else { 2 };
+    assert_eq!(body["deliveries"][0]["attempts"], attempts, "{body}");
 }
 
 /// On PostgreSQL a worker's presence is a lock held on a connection of its own. When that
