@@ -68,6 +68,12 @@ impl Store {
         }
     }
 
+    /// Removes what a registration of worker `id` that never completed left on disk (a
+    /// shutdown during the registration: the lock file, made before the row is written).
+    pub fn forget_unregistered_worker(&self, id: &str) {
+        self.forget_worker_file(id);
+    }
+
     /// Registers worker `id` as alive for as long as the returned presence is kept; `None`
     /// where there is nothing to register (a database in memory). A lock still held (by a
     /// session of an earlier try that the database has not seen end yet) is an error, to

@@ -65,10 +65,14 @@ impl Service {
                 () = tokio::time::sleep(LOOK_EVERY) => {}
             }
         }
-        if let Some(held) = presence
-            && let Err(e) = held.leave(&self.store).await
-        {
-            tracing::warn!(error = %e, "cannot unregister this worker");
+        match presence {
+            Some(held) => {
+                if let Err(e) = held.leave(&self.store).await {
+                    tracing::warn!(error = %e, "cannot unregister this worker");
+                }
+            }
+            // Stopped before (or while) registering: a lock file may have been made.
+            None => self.store.forget_unregistered_worker(&self.worker_id),
         }
     }
 

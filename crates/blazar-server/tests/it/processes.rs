@@ -73,6 +73,22 @@ where
     }
 }
 
+/// Sends SIGTERM to `server` and waits for it to exit successfully.
+async fn terminate(server: &mut Server) {
+    let pid = server.child.id().expect("pid");
+    let status = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(20), server.child.wait())
+        .await
+        .expect("exits")
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+}
+
 async fn call(method: reqwest::Method, url: String, body: Option<Value>) -> (StatusCode, Value) {
     let client = reqwest::Client::new();
     let mut req = client.request(method, url);
@@ -309,18 +325,7 @@ async fn a_replica_wakes_the_manager_instead_of_waiting_for_its_poll() {
 async fn sigterm_shuts_down_gracefully() {
     let db = TestDatabase::new().await;
     let mut server = start(&db, "all").await;
-    let pid = server.child.id().expect("pid");
-    let status = std::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = tokio::time::timeout(Duration::from_secs(20), server.child.wait())
-        .await
-        .expect("exits")
-        .unwrap();
-    assert!(exit.success(), "{exit:?}");
+    terminate(&mut server).await;
     if let Some(file) = db.url.strip_prefix("sqlite://") {
         let workers = std::path::PathBuf::from(format!("{file}-workers"));
         assert!(!workers.exists(), "{} left behind", workers.display());
@@ -450,18 +455,7 @@ async fn take_over_a_delivery(graceful: bool) {
     assert_eq!(status, StatusCode::CREATED, "{body}");
     wait_until(Duration::from_secs(10), || async { delivered().len() == 1 }).await;
     if graceful {
-        let pid = first.child.id().expect("pid");
-        let status = std::process::Command::new("kill")
-            .arg("-TERM")
-            .arg(pid.to_string())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let exit = tokio::time::timeout(Duration::from_secs(20), first.child.wait())
-            .await
-            .expect("exits")
-            .unwrap();
-        assert!(exit.success(), "{exit:?}");
+        terminate(&mut first).await;
     } else {
         first.child.start_kill().unwrap();
         first.child.wait().await.unwrap();
