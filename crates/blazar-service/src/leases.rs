@@ -974,11 +974,8 @@ impl Service {
                         _ => 0,
                     })
                     .sum();
-                let ceiling = self
-                    .host_quota_room(tx, &limits, &lease.project_id, window, later_min)
-                    .await?;
-                let budget = self
-                    .host_budget_room(tx, &limits, &lease.project_id, window, later_min)
+                let (ceiling, budget) = self
+                    .host_rooms(tx, &limits, &lease.project_id, window, later_min)
                     .await?;
                 let (min, max) = (h.min as usize, h.max as usize);
                 let cap = blazar_core::quota::ranged_cap(min, max, ceiling, budget);
@@ -1780,11 +1777,8 @@ impl Service {
             if let (ReservationSpec::Host(h), Some(limits)) = (&spec, limits)
                 && h.min < h.max
             {
-                let ceiling = self
-                    .host_quota_room(tx, limits, &lease.project_id, window, 0)
-                    .await?;
-                let budget = self
-                    .host_budget_room(tx, limits, &lease.project_id, window, 0)
+                let (ceiling, budget) = self
+                    .host_rooms(tx, limits, &lease.project_id, window, 0)
                     .await?;
                 let (min, max) = (h.min as usize, h.max as usize);
                 // Never fewer than it holds: a project over a limit lowered since keeps

@@ -428,63 +428,52 @@ impl Service {
         Ok(measure)
     }
 
-    /// The most hosts a ranged host reservation of a create may be granted under the
-    /// project's host quota: the limit less the most the project (this lease's reservations
-    /// written so far included) holds at any instant of `window`, less what the lease's
-    /// later reservations need at least (`later_min`). `None` without a host quota. A
-    /// request granted "between min and max" is granted what the quota leaves, rather than
-    /// refused for taking every free host up to max; below min it is refused as before.
-    pub(crate) async fn host_quota_room(
+    /// The most hosts a ranged host reservation may be granted under the project's limits
+    /// on hosts, less `later_min` for the lease's later host reservations; `None` for a
+    /// limit the project does not have. Under the host quota (`.0`): the limit less the most
+    /// the project (this lease's reservations written so far included) holds at any instant
+    /// of `window`. Under the monthly budget (`.1`): in every month `window` touches, what
+    /// is left of it, each host counted at the heaviest weight any host has (so the grant
+    /// fits whichever it gets). Offers cap the same way (`Occupancy::whole_room`), so a
+    /// create of an offer is granted what the offer showed; see `quota::ranged_cap`.
+    pub(crate) async fn host_rooms(
         &self,
         tx: &mut Tx,
         limits: &QuotaValues,
         project_id: &str,
         window: TimeWindow,
         later_min: i64,
-    ) -> ServiceResult<Option<i64>> {
-        let Some(limit) = limits.limit(QuotaKind::Hosts) else {
-            return Ok(None);
+    ) -> ServiceResult<(Option<i64>, Option<i64>)> {
+        let hosts = limits.limit(QuotaKind::Hosts);
+        let budget = limits.limit(QuotaKind::HostHoursPerMonth);
+        if hosts.is_none() && budget.is_none() {
+            return Ok((None, None));
+        }
+        // The budget counts whole months: theirs are read.
+        let months = match budget {
+            Some(_) => quota::months(window),
+            None => Vec::new(),
         };
-        let uses: Vec<Use> = tx
-            .project_allocations(project_id, window.start(), window.end())
-            .await?
-            .iter()
-            .filter(|a| a.resource_type == PHYSICAL_HOST && a.exclusive)
-            .map(|a| Use {
-                start: a.start,
-                end: a.end,
-                amount: 1.0,
-                own: false,
-            })
-            .collect();
-        let held = quota::most_at_once(&uses, window).round() as i64;
-        Ok(Some(limit.saturating_sub(held).saturating_sub(later_min)))
-    }
-
-    /// The most hosts a ranged host reservation of a create may be granted under the
-    /// project's monthly host-hour budget: in every month `window` touches, what is left
-    /// of it (this lease's reservations written so far counted) at the heaviest weight any
-    /// host has, less `later_min` for the lease's later reservations. `None` without a
-    /// budget. Offers cap the same way (`Budget::room`), so a create of an offer is granted
-    /// what the offer showed.
-    pub(crate) async fn host_budget_room(
-        &self,
-        tx: &mut Tx,
-        limits: &QuotaValues,
-        project_id: &str,
-        window: TimeWindow,
-        later_min: i64,
-    ) -> ServiceResult<Option<i64>> {
-        let Some(limit) = limits.limit(QuotaKind::HostHoursPerMonth) else {
-            return Ok(None);
+        let from = months.first().map_or(window.start(), |m| m.start());
+        let until = months.last().map_or(window.end(), |m| m.end());
+        let rows = tx.project_allocations(project_id, from, until).await?;
+        let ceiling = hosts.map(|limit| {
+            let uses: Vec<Use> = rows
+                .iter()
+                .filter(|a| a.resource_type == PHYSICAL_HOST && a.exclusive)
+                .map(|a| Use {
+                    start: a.start,
+                    end: a.end,
+                    amount: 1.0,
+                    own: false,
+                })
+                .collect();
+            let held = quota::most_at_once(&uses, window).round() as i64;
+            limit.saturating_sub(held).saturating_sub(later_min)
+        });
+        let Some(budget) = budget else {
+            return Ok((ceiling, None));
         };
-        let months = quota::months(window);
-        let (Some(first), Some(last)) = (months.first(), months.last()) else {
-            return Ok(None);
-        };
-        let rows = tx
-            .project_allocations(project_id, first.start(), last.end())
-            .await?;
         // No lease is "own" here: every hour booked counts against what is left.
         let weighted = self.weighted_hosts(tx, &rows, "").await?;
         let heaviest = match self.quotas.host_weights.is_empty() {
@@ -498,10 +487,10 @@ impl Service {
                 .map(|h| self.host_weight(h))
                 .fold(1.0, f64::max),
         };
-        let room = quota::budget_room(limit as f64, window, heaviest, |month| {
+        let room = quota::budget_room(budget as f64, window, heaviest, |month| {
             quota::hours_in(&weighted, month).0
         });
-        Ok(Some(room.saturating_sub(later_min)))
+        Ok((ceiling, Some(room.saturating_sub(later_min))))
     }
 
     /// What an update starts from (the lease's window before it, and the project's use
