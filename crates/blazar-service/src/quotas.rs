@@ -679,6 +679,8 @@ impl Service {
         project_id: &str,
     ) -> ServiceResult<ProjectQuota> {
         self.authorize(QUOTAS_GET, identity, &project_target(project_id))?;
+        // What no project can be called is not shown the defaults as if it were one.
+        crate::check_project_id(project_id)?;
         in_tx!(self, read, |tx| {
             let row = tx.quota_of(project_id).await?;
             self.shown(tx, project_id, row).await

@@ -104,6 +104,10 @@ async fn quotas_are_shown_set_and_removed_by_admins_and_read_by_their_project() 
             .await;
         r.assert_status(StatusCode::BAD_REQUEST);
         assert!(r.message().contains("Invalid project id"), "{}", r.body);
+        // Nor shown the defaults, as if it were a project.
+        let r = app.get(&format!("/v1/quotas/{bad}")).await;
+        r.assert_status(StatusCode::BAD_REQUEST);
+        assert!(r.message().contains("Invalid project id"), "{}", r.body);
     }
     assert_eq!(
         app.get("/v1/quotas").await.body["quotas"]
