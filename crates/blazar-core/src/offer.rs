@@ -154,11 +154,8 @@ impl Budget {
         let weight = |id: &i64| self.weights.get(id).copied().unwrap_or(1.0);
         let so_far: f64 = granted.iter().map(weight).sum();
         let heaviest = self.weights.values().copied().fold(1.0, f64::max);
-        crate::quota::budget_room(self.limit, window, heaviest, |month| {
-            let from = window.start().max(month.start());
-            let until = window.end().min(month.end());
-            let hours = (until - from).num_seconds().max(0) as f64 / 3600.0;
-            self.booked.get(&month).copied().unwrap_or(0.0) + hours * so_far
+        crate::quota::budget_room(self.limit, window, heaviest, so_far, |month| {
+            self.booked.get(&month).copied().unwrap_or(0.0)
         })
     }
 

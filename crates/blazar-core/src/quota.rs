@@ -263,12 +263,14 @@ pub fn hours_in(uses: &[Use], month: TimeWindow) -> (f64, f64) {
 
 /// The most hosts, each weighing at most `heaviest`, that a lease over `window` may add
 /// under a monthly budget of `limit` host-hours, when `used(month)` are already booked in
-/// each month it touches (the lease's own grants so far included). Negative when even one
-/// is over in some month. Rounded as a create is measured: what fits exactly fits.
+/// each month it touches and the lease holds hosts weighing `so_far` in all over `window`.
+/// Negative when even one is over in some month. Rounded as a create is measured: what
+/// fits exactly fits.
 pub fn budget_room(
     limit: f64,
     window: TimeWindow,
     heaviest: f64,
+    so_far: f64,
     used: impl Fn(TimeWindow) -> f64,
 ) -> i64 {
     let heaviest = heaviest.max(f64::MIN_POSITIVE);
@@ -281,7 +283,8 @@ pub fn budget_room(
             if hours <= 0.0 {
                 return None;
             }
-            let room = ((limit - used(month) + 1e-9) / (hours * heaviest)).floor();
+            let left = limit - used(month) - hours * so_far;
+            let room = ((left + 1e-9) / (hours * heaviest)).floor();
             // Saturating: a month with no budget left, or a minute-long lease of a huge one.
             Some(room.clamp(i64::MIN as f64, i64::MAX as f64) as i64)
         })
@@ -446,12 +449,12 @@ mod tests {
         .unwrap();
         let used = |m: TimeWindow| if m == jan { 64.0 } else { 0.0 };
         // January: 36 left / 12 h = 3 hosts; February: 100 / 6 = 16.
-        assert_eq!(budget_room(100.0, w, 1.0, used), 3);
+        assert_eq!(budget_room(100.0, w, 1.0, 0.0, used), 3);
         // At weight 2, 36 / 24 = 1.5: one host.
-        assert_eq!(budget_room(100.0, w, 2.0, used), 1);
+        assert_eq!(budget_room(100.0, w, 2.0, 0.0, used), 1);
         // What fits exactly fits: 36 / 12 at weight 1, after a residue.
         assert_eq!(
-            budget_room(100.0, w, 1.0, |m| if m == jan {
+            budget_room(100.0, w, 1.0, 0.0, |m| if m == jan {
                 64.000_000_000_1
             } else {
                 0.0
@@ -459,7 +462,7 @@ mod tests {
             3
         );
         // A month already over leaves less than none.
-        assert!(budget_room(100.0, w, 1.0, |m| if m == jan { 120.0 } else { 0.0 }) < 0);
+        assert!(budget_room(100.0, w, 1.0, 0.0, |m| if m == jan { 120.0 } else { 0.0 }) < 0);
     }
 
     #[test]

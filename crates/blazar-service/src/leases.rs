@@ -963,30 +963,22 @@ impl Service {
             // A ranged host request asks for as many as it can get up to max: under a host
             // quota or a monthly budget, as many as they leave (as offers do; never below
             // min, refused below if even that is too many).
-            let mut capped = None;
-            if let ReservationSpec::Host(h) = &reservation.spec
-                && h.min < h.max
-            {
-                let later_min: i64 = plan.requests[i + 1..]
-                    .iter()
-                    .map(|s| match s {
-                        ReservationSpec::Host(h) => i64::from(h.min),
-                        _ => 0,
-                    })
-                    .sum();
-                let (ceiling, budget) = self
-                    .host_rooms(tx, &limits, &lease.project_id, window, later_min)
-                    .await?;
-                let (min, max) = (h.min as usize, h.max as usize);
-                let cap = blazar_core::quota::ranged_cap(min, max, ceiling, budget);
-                if cap < max {
-                    let mut spec = reservation.spec.clone();
-                    if let ReservationSpec::Host(h) = &mut spec {
-                        h.max = u32::try_from(cap).unwrap_or(h.min);
-                    }
-                    capped = Some(spec);
-                }
-            }
+            let later_min: i64 = plan.requests[i + 1..]
+                .iter()
+                .map(|s| match s {
+                    ReservationSpec::Host(h) => i64::from(h.min),
+                    _ => 0,
+                })
+                .sum();
+            let capped = self
+                .capped_host_request(
+                    tx,
+                    &limits,
+                    (&lease.project_id, window),
+                    &reservation.spec,
+                    (later_min, 0),
+                )
+                .await?;
             let spec = capped.as_ref().unwrap_or(&reservation.spec);
             let grant = match self.allocate(tx, spec, &allocation).await {
                 Ok(grant) => grant,
@@ -1772,27 +1764,21 @@ impl Service {
                 .await?;
             // What the project holds now leaves this reservation out; the lease's other
             // reservations count with what they hold (their minimums are not set aside
-            // again).
-            let mut capped = None;
-            if let (ReservationSpec::Host(h), Some(limits)) = (&spec, limits)
-                && h.min < h.max
-            {
-                let (ceiling, budget) = self
-                    .host_rooms(tx, limits, &lease.project_id, window, 0)
-                    .await?;
-                let (min, max) = (h.min as usize, h.max as usize);
-                // Never fewer than it holds: a project over a limit lowered since keeps
-                // its hosts (and is refused only for what the update makes worse).
-                let cap = blazar_core::quota::ranged_cap(min, max, ceiling, budget)
-                    .max(held.len().min(max));
-                if cap < max {
-                    let mut smaller = spec.clone();
-                    if let ReservationSpec::Host(h) = &mut smaller {
-                        h.max = u32::try_from(cap).unwrap_or(h.min);
-                    }
-                    capped = Some(smaller);
+            // again). Never fewer than it holds: a project over a limit lowered since keeps
+            // its hosts (and is refused only for what the update makes worse).
+            let capped = match limits {
+                Some(limits) => {
+                    self.capped_host_request(
+                        tx,
+                        limits,
+                        (&lease.project_id, window),
+                        &spec,
+                        (0, held.len()),
+                    )
+                    .await?
                 }
-            }
+                None => None,
+            };
             let explain = self.may_explain(tx, identity, &spec).await?;
             let request = AllocationRequest {
                 lease_id: &lease.id,

@@ -436,7 +436,7 @@ impl Service {
     /// is left of it, each host counted at the heaviest weight any host has (so the grant
     /// fits whichever it gets). Offers cap the same way (`Occupancy::whole_room`), so a
     /// create of an offer is granted what the offer showed; see `quota::ranged_cap`.
-    pub(crate) async fn host_rooms(
+    async fn host_rooms(
         &self,
         tx: &mut Tx,
         limits: &QuotaValues,
@@ -487,10 +487,45 @@ impl Service {
                 .map(|h| self.host_weight(h))
                 .fold(1.0, f64::max),
         };
-        let room = quota::budget_room(budget as f64, window, heaviest, |month| {
+        // The lease's hosts so far are among the rows.
+        let room = quota::budget_room(budget as f64, window, heaviest, 0.0, |month| {
             quota::hours_in(&weighted, month).0
         });
         Ok((ceiling, Some(room.saturating_sub(later_min))))
+    }
+
+    /// A ranged host request (`spec`) as it asks under the project's `limits` over `window`:
+    /// its `max` lowered to what they leave after the lease's later host reservations'
+    /// minimums (`later_min`), as offers do (see [`Self::host_rooms`],
+    /// `quota::ranged_cap`), never below `floor` hosts. `None` when it asks as it is (not a
+    /// ranged host request, or nothing lowers it).
+    pub(crate) async fn capped_host_request(
+        &self,
+        tx: &mut Tx,
+        limits: &QuotaValues,
+        (project_id, window): (&str, TimeWindow),
+        spec: &ReservationSpec,
+        (later_min, floor): (i64, usize),
+    ) -> ServiceResult<Option<ReservationSpec>> {
+        let ReservationSpec::Host(h) = spec else {
+            return Ok(None);
+        };
+        if h.min >= h.max {
+            return Ok(None);
+        }
+        let (ceiling, budget) = self
+            .host_rooms(tx, limits, project_id, window, later_min)
+            .await?;
+        let (min, max) = (h.min as usize, h.max as usize);
+        let cap = quota::ranged_cap(min, max, ceiling, budget).max(floor.min(max));
+        if cap >= max {
+            return Ok(None);
+        }
+        let mut capped = spec.clone();
+        if let ReservationSpec::Host(h) = &mut capped {
+            h.max = u32::try_from(cap).unwrap_or(h.min);
+        }
+        Ok(Some(capped))
     }
 
     /// What an update starts from (the lease's window before it, and the project's use
