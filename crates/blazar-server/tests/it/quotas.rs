@@ -13,6 +13,12 @@ fn hosts(n: i64, props: &str) -> Value {
            "hypervisor_properties": "", "resource_properties": props})
 }
 
+/// One ranged host reservation, `min` to `max` of any hosts.
+fn ranged(min: i64, max: i64) -> Value {
+    json!([{"resource_type": "physical:host", "min": min, "max": max,
+            "hypervisor_properties": "", "resource_properties": ""}])
+}
+
 fn lease(name: &str, start: &str, end: &str, reservations: Value) -> Value {
     json!({"name": name, "start_date": start, "end_date": end, "events": [],
            "reservations": reservations})
@@ -1152,10 +1158,6 @@ async fn the_latest_end_of_an_extension_keeps_within_the_quotas() {
 async fn a_ranged_host_request_gets_what_the_host_quota_leaves() {
     let mut app = app_with_hosts(5, |cli| cli.quota_hosts = Some(3)).await;
     app.act_as("alpha", "ada", "member");
-    let ranged = |min: i64, max: i64| {
-        json!([{"resource_type": "physical:host", "min": min, "max": max,
-                "hypervisor_properties": "", "resource_properties": ""}])
-    };
     let r = app
         .post(
             "/v1/leases",
@@ -1238,10 +1240,6 @@ async fn a_ranged_host_request_gets_what_the_host_quota_leaves() {
 async fn a_ranged_host_request_gets_what_the_monthly_budget_leaves() {
     let mut app = app_with_hosts(5, |cli| cli.quota_host_hours_per_month = Some(100)).await;
     app.act_as("alpha", "ada", "member");
-    let ranged = |min: i64, max: i64| {
-        json!([{"resource_type": "physical:host", "min": min, "max": max,
-                "hypervisor_properties": "", "resource_properties": ""}])
-    };
     // A day of five hosts is 120 host-hours; 100 a month leave room for four, as the
     // offer for it says.
     let r = app
@@ -1323,8 +1321,7 @@ async fn a_ranged_host_request_under_a_weighted_budget_counts_the_heaviest_host(
                 "mixed",
                 "2030-03-02 00:00",
                 "2030-03-02 21:00",
-                json!([{"resource_type": "physical:host", "min": 1, "max": 4,
-                        "hypervisor_properties": "", "resource_properties": ""}]),
+                ranged(1, 4),
             ),
         )
         .await;
@@ -1342,13 +1339,11 @@ async fn an_update_of_a_ranged_host_request_keeps_within_what_the_quotas_leave()
     })
     .await;
     app.act_as("alpha", "ada", "member");
-    let ranged = json!([{"resource_type": "physical:host", "min": 1, "max": 5,
-                         "hypervisor_properties": "", "resource_properties": ""}]);
     // Three hosts (the hosts quota) for ten hours: 30 host-hours.
     let r = app
         .post(
             "/v1/leases",
-            lease("grow", "2030-01-10 00:00", "2030-01-10 10:00", ranged),
+            lease("grow", "2030-01-10 00:00", "2030-01-10 10:00", ranged(1, 5)),
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
