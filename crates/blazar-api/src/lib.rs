@@ -126,6 +126,10 @@ pub struct WebhookDelivery {
     pub lease_id: Option<String>,
     /// `pending`, `delivered` or `dead`.
     pub status: String,
+    /// A worker is sending it now: `attempts` counts this attempt, `last_result` is still
+    /// the one before.
+    #[serde(default)]
+    pub sending: bool,
     pub attempts: i64,
     pub next_attempt_at: Option<String>,
     pub last_attempt_at: Option<String>,

@@ -124,6 +124,8 @@ pub struct WebhookDelivery {
     pub lease_id: Option<String>,
     /// `pending`, `delivered` or `dead`.
     pub status: String,
+    /// A worker is sending it now: its attempt is counted, its result not yet known.
+    pub sending: bool,
     pub attempts: i64,
     pub next_attempt_at: DateTime<Utc>,
     pub last_attempt_at: Option<DateTime<Utc>>,

@@ -48,16 +48,20 @@ pub(crate) fn fan_out(source: &str, project: &str, request: &str) -> String {
 
 const DELIVERY_COLUMNS: &str = "d.webhook_id, d.notification_id, n.event_type, d.lease_id, \
      d.status, CAST(d.attempts AS BIGINT) AS attempts, d.next_attempt_at, d.last_attempt_at, \
-     d.last_result, d.created_at";
+     d.last_result, d.created_at, d.claimed_until";
 
-fn delivery_from_row(row: &AnyRow) -> DbResult<WebhookDelivery> {
+fn delivery_from_row(row: &AnyRow, now: DateTime<Utc>) -> DbResult<WebhookDelivery> {
     let last: Option<i64> = row.try_get("last_attempt_at")?;
+    let claimed_until: Option<i64> = row.try_get("claimed_until")?;
+    let status: String = row.try_get("status")?;
     Ok(WebhookDelivery {
         webhook_id: row.try_get("webhook_id")?,
         notification_id: row.try_get("notification_id")?,
         event_type: row.try_get("event_type")?,
         lease_id: row.try_get("lease_id")?,
-        status: row.try_get("status")?,
+        // A claim that has run out is a worker that died: nobody is sending it.
+        sending: status == "pending" && claimed_until.is_some_and(|until| until >= now.timestamp()),
+        status,
         attempts: row.try_get("attempts")?,
         next_attempt_at: from_secs(row.try_get("next_attempt_at")?)?,
         last_attempt_at: last.map(from_secs).transpose()?,
@@ -243,11 +247,13 @@ impl Tx {
     }
 
     /// A webhook's deliveries, latest first, at most `limit`; only those of `status` if given.
+    /// `now` tells which are being sent (claimed by a worker whose claim still runs).
     pub async fn webhook_deliveries(
         &mut self,
         webhook_id: &str,
         status: Option<&str>,
         limit: usize,
+        now: DateTime<Utc>,
     ) -> DbResult<Vec<WebhookDelivery>> {
         let (filter, mut args): (&str, Vec<Arg>) = match status {
             Some(s) => (" AND d.status = $2", vec![webhook_id.into(), s.into()]),
@@ -260,7 +266,8 @@ impl Tx {
              JOIN notifications n ON n.id = d.notification_id \
              WHERE d.webhook_id = $1{filter} ORDER BY d.seq DESC LIMIT ${limit_at}"
         );
-        self.fetch_all_as(&sql, args, delivery_from_row).await
+        self.fetch_all_as(&sql, args, |row| delivery_from_row(row, now))
+            .await
     }
 
     /// Claims up to `limit` due deliveries for `worker` until `now + claim_for`, oldest

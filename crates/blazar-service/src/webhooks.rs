@@ -478,8 +478,11 @@ impl Service {
             )));
         }
         self.visible_webhook(identity, id).await?;
+        let now = self.now();
         in_tx!(self, read, |tx| {
-            Ok(tx.webhook_deliveries(id, status, DELIVERIES_LISTED).await?)
+            Ok(tx
+                .webhook_deliveries(id, status, DELIVERIES_LISTED, now)
+                .await?)
         })
     }
 

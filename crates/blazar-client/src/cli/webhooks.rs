@@ -21,6 +21,7 @@ const DELIVERY_COLUMNS: &[&str] = &[
     "event_type",
     "lease_id",
     "status",
+    "sending",
     "attempts",
     "last_result",
     "next_attempt_at",

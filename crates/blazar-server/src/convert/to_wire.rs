@@ -123,6 +123,7 @@ pub fn webhook_delivery(d: blazar_core::WebhookDelivery) -> blazar_api::WebhookD
         event_type: d.event_type,
         lease_id: d.lease_id,
         status: d.status,
+        sending: d.sending,
         attempts: d.attempts,
         next_attempt_at: pending.then(|| format_space(d.next_attempt_at)),
         last_attempt_at: d.last_attempt_at.map(format_space),

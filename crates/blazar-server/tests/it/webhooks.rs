@@ -751,6 +751,15 @@ async fn a_delivery_being_made_is_not_offered_again() {
     let now = app.service.now();
     let claimed = claim_as(&app, "busy-worker", now).await;
     assert_eq!(claimed.len(), 1);
+    // The listing says so: the attempt is counted, its result not known yet.
+    let listed = app.get(&format!("/v1/webhooks/{hook_id}/deliveries")).await;
+    let d = &listed.body["deliveries"][0];
+    assert_eq!(
+        (d["sending"].clone(), d["attempts"].clone()),
+        (json!(true), json!(1)),
+        "{d}"
+    );
+    assert_eq!(d["last_result"], Value::Null, "{d}");
     let path = format!(
         "/v1/webhooks/{hook_id}/deliveries/{}/redeliver",
         claimed[0].notification_id
@@ -760,6 +769,12 @@ async fn a_delivery_being_made_is_not_offered_again() {
     assert!(r.message().contains("being made"), "{}", r.message());
     // Once its claim has run out (the worker died), it may be offered again.
     app.set_time(now + TimeDelta::minutes(2));
+    let listed = app.get(&format!("/v1/webhooks/{hook_id}/deliveries")).await;
+    assert_eq!(
+        listed.body["deliveries"][0]["sending"], false,
+        "{}",
+        listed.body
+    );
     app.post(&path, json!({}))
         .await
         .assert_status(StatusCode::ACCEPTED);
