@@ -1864,9 +1864,16 @@ impl Service {
                             lost.join(", ")
                         ))
                     } else if spec.kind() == spec.resource_type() {
+                        // Blazar's words first (its plugins answer this one with their
+                        // shortfall), so that scripts matching them still do; then which.
+                        let bare = if spec.resource_type() == blazar_core::PHYSICAL_HOST {
+                            crate::resources::NOT_ENOUGH_HOSTS.to_string()
+                        } else {
+                            crate::pool::bare_refusal(spec.resource_type())
+                        };
                         ServiceError::Conflict(format!(
-                            "Reservation {} is active and would lose resource(s) {}; an \
-                             active reservation can grow but not give resources back",
+                            "{bare}: reservation {} is active and would lose resource(s) {}; \
+                             an active reservation can grow but not give resources back",
                             reservation.id,
                             lost.join(", ")
                         ))

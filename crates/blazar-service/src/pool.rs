@@ -72,7 +72,7 @@ fn noun(kind: &str) -> &'static str {
 }
 
 /// Blazar's refusal when units are short, without the reasons.
-fn bare_refusal(kind: &str) -> String {
+pub(crate) fn bare_refusal(kind: &str) -> String {
     format!("Not enough {}s available", noun(kind))
 }
 

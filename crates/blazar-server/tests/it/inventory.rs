@@ -480,11 +480,13 @@ async fn an_active_device_reservation_names_what_it_would_lose_by_its_api_id() {
         .unwrap_or_default()
         .to_string();
     assert!(ids.contains(&lost), "{}", r.message());
-    // The reservation is named by its id, as the reasons name it in an update.
+    // Blazar's words first, then the reservation by its id, as the reasons name it in an
+    // update.
     let rid = rid.as_str().unwrap();
     assert!(
-        r.message()
-            .starts_with(&format!("Reservation {rid} is active")),
+        r.message().starts_with(&format!(
+            "Not enough devices available: reservation {rid} is active"
+        )),
         "{}",
         r.message()
     );
