@@ -361,7 +361,15 @@ pub fn plan_update(
     // Blazar's order of checks, so that a request with several faults gets its message.
     let started = event_status(events, EventType::StartLease) != EventStatus::Undone;
     let ended = event_status(events, EventType::EndLease) != EventStatus::Undone;
-    let new_start = request.start.map_or(lease.start, |w| w.resolve(now));
+    let mut new_start = request.start.map_or(lease.start, |w| w.resolve(now));
+    // The input format has no seconds: a start that names the minute of one that has them
+    // (a `now` lease given a minute another lease ended early in) names that start.
+    if matches!(request.start, Some(When::At(_)))
+        && new_start < lease.start
+        && new_start == crate::time::truncate_to_minute(lease.start)
+    {
+        new_start = lease.start;
+    }
     if started && new_start != lease.start {
         return Err(bad_date(
             "start_date",
@@ -654,6 +662,41 @@ mod tests {
                     status: EventStatus::Undone
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn a_start_named_by_its_minute_is_the_start_of_a_lease_that_began_within_it() {
+        // A `now` lease that began after an early end in its minute starts at a second
+        // the input format cannot write: its minute sent back with a new end is its start.
+        let began = at(10, 0) + Duration::seconds(1);
+        let started = Lease {
+            start: began,
+            ..lease(LeaseStatus::Active)
+        };
+        let running = events(EventStatus::Done, EventStatus::Undone, None);
+        let plan = plan_update(
+            &started,
+            &running,
+            &dates(Some(When::At(at(10, 0))), Some(When::At(at(13, 0)))),
+            at(10, 30),
+        )
+        .unwrap();
+        let UpdatePlan::Reschedule { window, .. } = plan else {
+            panic!("{plan:?}");
+        };
+        assert_eq!((window.start(), window.end()), (began, at(13, 0)));
+        // Any other minute is still a new start.
+        let refusal = plan_update(
+            &started,
+            &running,
+            &dates(Some(When::At(at(10, 1))), None),
+            at(10, 30),
+        )
+        .unwrap_err();
+        assert!(
+            refusal.to_string().contains("Cannot modify the start date"),
+            "{refusal}"
         );
     }
 

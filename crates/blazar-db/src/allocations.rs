@@ -785,6 +785,31 @@ impl Tx {
         t.map(from_secs).transpose()
     }
 
+    /// The latest time in `(after, until]` at which another lease's allocation stopped
+    /// blocking a resource lease `lease_id` holds: how far back into the minute a `now`
+    /// lease may start once it knows what it was granted.
+    pub async fn last_release_on_lease_resources(
+        &mut self,
+        lease_id: &str,
+        after: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> DbResult<Option<DateTime<Utc>>> {
+        let row = sqlx::query(
+            "SELECT CAST(MAX(a.blocked_until) AS BIGINT) AS t \
+             FROM allocations mine JOIN allocations a \
+               ON a.resource_type = mine.resource_type AND a.resource_id = mine.resource_id \
+             WHERE mine.lease_id = $1 AND a.lease_id <> $1 \
+             AND a.blocked_until > $2 AND a.blocked_until <= $3",
+        )
+        .bind(lease_id)
+        .bind(to_secs(after))
+        .bind(to_secs(until))
+        .fetch_one(self.conn().await?)
+        .await?;
+        let t: Option<i64> = row.try_get("t")?;
+        t.map(from_secs).transpose()
+    }
+
     /// Whether the resource is held by an allocation still blocked at or after `now`.
     pub async fn has_unended_allocation(
         &mut self,

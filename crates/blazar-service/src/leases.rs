@@ -319,6 +319,36 @@ async fn clear_of_early_ends(
     Ok(tx.last_release_between(start, now).await?.unwrap_or(start))
 }
 
+/// A lease that `clear_of_early_ends` moved to a later second of its minute starts back at
+/// the minute (or at the latest of those early ends on what it was granted) once it knows
+/// what it holds: only an early end of a resource it holds was a reason to wait. Allocations
+/// (all starting with the lease) and the lease are moved; on what the lease holds nothing
+/// was released in between, so everything there that overlaps the earlier seconds held the
+/// resource at the later start as well, and what was checked there still holds.
+/// Answers the start it moved them to, if any; the caller moves the lease and its events.
+async fn start_back_in_minute(
+    tx: &mut Tx,
+    lease_id: &str,
+    asked: DateTime<Utc>,
+    start: DateTime<Utc>,
+) -> ServiceResult<Option<DateTime<Utc>>> {
+    let back = tx
+        .last_release_on_lease_resources(lease_id, asked, start)
+        .await?
+        .unwrap_or(asked);
+    if back >= start {
+        return Ok(None);
+    }
+    let held = tx.allocations_of_lease(lease_id).await?;
+    let moved: Vec<(&Allocation, DateTime<Utc>)> = held
+        .iter()
+        .filter(|a| a.occupancy.start == start)
+        .map(|a| (a, back))
+        .collect();
+    tx.restore_allocation_starts(&moved).await?;
+    Ok(Some(back))
+}
+
 /// Blazar's input date format, in which `before_end_date` reaches its filters.
 const BLAZAR_INPUT_DATE: &str = "%Y-%m-%d %H:%M";
 
@@ -909,11 +939,11 @@ impl Service {
         };
         // Whole seconds (Service::now), as stored: the view built here equals a read.
         let created = self.now();
-        let start = clear_of_early_ends(tx, window.start(), created).await?;
-        let window = TimeWindow::new(start, window.end()).unwrap_or(window);
-        let before_end = before_end.map(|t| t.max(window.start()));
+        let asked = window.start();
+        let start = clear_of_early_ends(tx, asked, created).await?;
+        let mut window = TimeWindow::new(start, window.end()).unwrap_or(window);
         let blocked_until = window.end() + self.settings().cleaning();
-        let lease = Lease {
+        let mut lease = Lease {
             id: new_id(),
             name: plan.name.clone(),
             user_id: plan.identity.user_id.clone(),
@@ -1013,6 +1043,14 @@ impl Service {
             .await?;
             reservations.push(reservation);
         }
+        if asked < window.start()
+            && let Some(back) = start_back_in_minute(tx, &lease.id, asked, window.start()).await?
+        {
+            lease.start = back;
+            tx.update_lease(&lease).await?;
+            window = TimeWindow::new(back, window.end()).unwrap_or(window);
+        }
+        let before_end = before_end.map(|t| t.max(window.start()));
         // After every allocation of the lease is written (and under the allocation lock), so
         // the project's use it measures includes this lease and every create before it.
         self.check_quotas(
@@ -1558,11 +1596,15 @@ impl Service {
             let stamp = self.now();
             let events = tx.events_of(&lease.id).await?;
             let mut dates = update.dates();
+            let minute = truncate_to_minute(stamp);
+            // The minute `now` names, when the start was moved past it (see create).
+            let mut asked = None;
             if dates.start == Some(When::Now) && lease.status == LeaseStatus::Pending {
-                let start = clear_of_early_ends(tx, truncate_to_minute(stamp), stamp).await?;
+                let start = clear_of_early_ends(tx, minute, stamp).await?;
+                asked = (start > minute).then_some(minute);
                 dates.start = Some(When::At(start));
             }
-            let plan = plan_update(&lease, &events, &dates, truncate_to_minute(stamp))?;
+            let plan = plan_update(&lease, &events, &dates, minute)?;
             if let Some(name) = &update.name {
                 lease.name = name.clone();
             }
@@ -1599,6 +1641,29 @@ impl Service {
                         )
                         .await?;
                     }
+                    let back = match asked {
+                        Some(asked) => {
+                            start_back_in_minute(tx, &lease.id, asked, window.start()).await?
+                        }
+                        None => None,
+                    };
+                    // Planned again from the earlier start: the events move with it.
+                    let replanned = match back {
+                        Some(back) => {
+                            dates.start = Some(When::At(back));
+                            Some(plan_update(&lease, &events, &dates, minute)?)
+                        }
+                        None => None,
+                    };
+                    let (window, moves, new_before_end) = match replanned {
+                        Some(UpdatePlan::Reschedule {
+                            window,
+                            moves,
+                            new_before_end,
+                            ..
+                        }) => (window, moves, new_before_end),
+                        _ => (window, moves, new_before_end),
+                    };
                     let mut rearmed = false;
                     for EventMove {
                         index,

@@ -245,6 +245,112 @@ async fn a_lease_starting_now_is_active_after_one_tick() {
     assert_eq!(r.body["lease"]["start_date"], "2030-01-01T10:01:00.000000");
 }
 
+/// An early end in the minute moves a `now` lease past it only when the lease gets what
+/// ended: a lease on another host starts at the minute, and the minute sent back with a
+/// new end names the start of one that could not.
+#[tokio::test]
+async fn a_lease_starting_now_waits_only_for_an_early_end_of_what_it_gets() {
+    let app = TestApp::spawn().await;
+    app.create_host("compute-1", json!({"rack": "a"})).await;
+    app.create_host("compute-2", json!({"rack": "b"})).await;
+    let rack = |r: &str| format!(r#"["==", "$rack", "{r}"]"#);
+    let minute = t(2030, 1, 1, 10, 0);
+    let seconds = |s: i64| minute + chrono::Duration::seconds(s);
+    app.set_time(seconds(10));
+    let r = app
+        .host_lease("early", "now", "2030-01-01 12:00", 1, 1, &rack("a"))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let early = lease_id(&r.body);
+    app.tick_at(seconds(11)).await;
+    app.set_time(seconds(20));
+    let r = app
+        .put(&format!("/v1/leases/{early}"), json!({"end_date": "now"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    app.tick_at(seconds(21)).await;
+    assert_eq!(lease(&app, &early).await["status"], "TERMINATED");
+    // Another host: nothing it gets was released in the minute.
+    app.set_time(seconds(30));
+    let r = app
+        .host_lease("other", "now", "2030-01-01 12:00", 1, 1, &rack("b"))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["lease"]["start_date"], "2030-01-01T10:00:00.000000");
+    let other = lease_id(&r.body);
+    // The host that was: the lease starts when it was released.
+    let r = app
+        .host_lease("same", "now", "2030-01-01 12:00", 1, 1, &rack("a"))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    assert_eq!(r.body["lease"]["start_date"], "2030-01-01T10:00:01.000000");
+    let same = lease_id(&r.body);
+    app.tick_at(seconds(31)).await;
+    for id in [&other, &same] {
+        assert_eq!(lease(&app, id).await["status"], "ACTIVE");
+    }
+    // Its start sent back as the input format writes it, with a new end: the same start.
+    let r = app
+        .put(
+            &format!("/v1/leases/{same}"),
+            json!({"start_date": "2030-01-01 10:00", "end_date": "2030-01-01 13:00"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["lease"]["start_date"], "2030-01-01T10:00:01.000000");
+    assert_eq!(r.body["lease"]["end_date"], "2030-01-01T13:00:00.000000");
+    // A pending lease moved to `now` follows the same rule. Both hosts are taken until
+    // 12:00 and 13:00; a third one, never held, is what it gets.
+    app.create_host("compute-3", json!({"rack": "c"})).await;
+    let r = app
+        .host_lease(
+            "later",
+            "2030-01-01 14:00",
+            "2030-01-01 15:00",
+            1,
+            1,
+            &rack("c"),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let later = lease_id(&r.body);
+    let r = app
+        .put(&format!("/v1/leases/{later}"), json!({"start_date": "now"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["lease"]["start_date"], "2030-01-01T10:00:00.000000");
+    let events = &r.body["lease"]["events"];
+    let start_event = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_type"] == "start_lease")
+        .unwrap();
+    assert_eq!(
+        start_event["time"], "2030-01-01T10:00:00.000000",
+        "{events}"
+    );
+    // What each holds, by the allocation list: no two overlap on one host.
+    let all = app.get("/v1/os-hosts/allocations").await;
+    for host in all.body["allocations"].as_array().unwrap() {
+        let mut spans: Vec<(String, String)> = host["reservations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["start_date"].as_str().unwrap().to_string(),
+                    r["end_date"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        spans.sort();
+        for pair in spans.windows(2) {
+            assert!(pair[0].1 <= pair[1].0, "{host}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn delete_works_in_every_status() {
     let app = TestApp::spawn().await;
