@@ -321,11 +321,11 @@ async fn clear_of_early_ends(
 
 /// A lease that `clear_of_early_ends` moved to a later second of its minute starts back at
 /// the minute (or at the latest of those early ends on what it was granted) once it knows
-/// what it holds: only an early end of a resource it holds was a reason to wait. Allocations
-/// (all starting with the lease) and the lease are moved; on what the lease holds nothing
-/// was released in between, so everything there that overlaps the earlier seconds held the
-/// resource at the later start as well, and what was checked there still holds.
-/// Answers the start it moved them to, if any; the caller moves the lease and its events.
+/// what it holds: only an early end of a resource it holds was a reason to wait. On what the
+/// lease holds nothing was released in between, so whatever else overlaps the earlier
+/// seconds there held it at the later start as well, and what was checked there still
+/// holds. Moves the allocations that start with the lease and answers where to, if
+/// anywhere; the caller moves the lease and its events.
 async fn start_back_in_minute(
     tx: &mut Tx,
     lease_id: &str,
