@@ -633,7 +633,11 @@ fn addresses(map: &Map<String, Value>) -> Result<Vec<String>> {
                             addresses.push(a);
                         }
                     }
-                    None => return Err(bad(format!("IP address {v} is invalid form."))),
+                    None => {
+                        // Blazar's words, with the value as written (a string unquoted).
+                        let shown = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                        return Err(bad(format!("IP address {shown} is invalid form.")));
+                    }
                 }
             }
             Ok(addresses)
@@ -806,9 +810,11 @@ impl ReservationSpec {
         let amount = count_field(map, "amount")?;
         let required_floatingips = addresses(map)?;
         if required_floatingips.len() > usize::try_from(amount).unwrap_or(usize::MAX) {
+            // Blazar's words, then the two numbers.
             return Err(bad(format!(
-                "Invalid values for required_floatingips and amount. The amount ({amount}) must be \
-                 equal to or larger than the number of required_floatingips ({})",
+                "Invalid values for required_floatingips and amount. The amount must be equal \
+                 to or longer than length of required_floatingips. (amount {amount}, {} \
+                 required_floatingips)",
                 required_floatingips.len()
             )));
         }
@@ -1185,12 +1191,13 @@ mod tests {
             (
                 FLOATINGIP,
                 json!({"network_id": "n", "amount": 1, "required_floatingips": ["a.b"]}),
-                "is invalid form",
+                "IP address a.b is invalid form.",
             ),
             (
                 FLOATINGIP,
                 json!({"network_id": "n", "amount": 1, "required_floatingips": ["10.0.0.1", "10.0.0.2"]}),
-                "must be equal to or larger than",
+                "The amount must be equal to or longer than length of required_floatingips. \
+                 (amount 1, 2 required_floatingips)",
             ),
             (
                 NETWORK,

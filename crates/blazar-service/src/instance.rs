@@ -528,10 +528,11 @@ pub(crate) async fn resolve_flavor(tx: &mut Tx, spec: &mut ReservationSpec) -> S
     let FlavorChoice::Named(requested) = &f.flavor else {
         return Ok(());
     };
+    // A 404 in Nova's words, as Blazar (and the OpenStack backend) answer, then what to do.
     let flavor = tx.find_flavor(requested).await?.ok_or_else(|| {
-        ServiceError::BadRequest(format!(
-            "Flavor {requested} not found: register it with POST /v1/flavors or use the \
-             id or name of a registered flavor"
+        ServiceError::NotFound(format!(
+            "Flavor {requested} could not be found. Register it with POST /v1/flavors or \
+             use the id or name of a registered flavor."
         ))
     })?;
     f.flavor = FlavorChoice::Found(FoundFlavor::new(flavor.source)?);

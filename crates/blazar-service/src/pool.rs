@@ -187,7 +187,7 @@ pub(crate) async fn allocate(
                 ),
                 None => format!(
                     "Not enough floating IPs available for reservation {}: a required floating IP \
-                 is reserved by another lease in that window",
+                 is already reserved in that window",
                     request.named
                 ),
             }),

@@ -607,7 +607,15 @@ async fn flavor_instance_reservations() {
             ),
         )
         .await;
-    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
+    // Blazar's 404 in Nova's words, whichever backend.
+    assert_eq!(missing.status, StatusCode::NOT_FOUND, "{}", missing.body);
+    assert!(
+        missing
+            .message()
+            .starts_with("Flavor nope could not be found."),
+        "{}",
+        missing.message()
+    );
     // Updates work (Blazar refuses them for flavor leases).
     let lid = r.body["lease"]["id"].as_str().unwrap();
     let rid = res["id"].as_str().unwrap();

@@ -338,7 +338,7 @@ async fn refusals_explain_by_policy_and_never_through_private_properties() {
     let m = refusal(&app, host_lease(""), ALPHA_MEMBER).await;
     assert!(m.contains("2 host(s) match the filters"), "{m}");
     let m = refusal(&app, fip_lease("10.0.0.5"), ALPHA_MEMBER).await;
-    assert!(m.contains("reserved by another lease"), "{m}");
+    assert!(m.contains("is already reserved in that window"), "{m}");
     // ...but a count over a private property would tell a member which hosts have it.
     let m = refusal(&app, host_lease(private_query), ALPHA_MEMBER).await;
     assert_eq!(m, "Not enough hosts available");
