@@ -276,9 +276,10 @@ pub struct Lease {
     pub name: String,
     pub user_id: String,
     pub project_id: String,
-    pub trust_id: String,
+    // Blazar's key order (a client printing the object shows it).
     pub start_date: String,
     pub end_date: String,
+    pub trust_id: String,
     pub status: String,
     pub degraded: bool,
     pub created_at: String,

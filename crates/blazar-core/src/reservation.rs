@@ -1044,15 +1044,15 @@ fn instance_fields(
     put("resource_properties", resource_properties.into());
     if let Some(ids) = ids {
         put("flavor_id", ids.flavor_id.as_str().into());
+        // Blazar shows the aggregate of an instance reservation; blazar-rs names it by the
+        // reservation id instead of a number, so there is none to show. (Blazar's order.)
+        put("aggregate_id", Value::Null);
         put(
             "server_group_id",
             ids.server_group_id
                 .as_deref()
                 .map_or(Value::Null, Value::from),
         );
-        // Blazar shows the aggregate of an instance reservation; blazar-rs names it by the
-        // reservation id instead of a number, so there is none to show.
-        put("aggregate_id", Value::Null);
     }
 }
 
