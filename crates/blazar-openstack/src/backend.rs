@@ -22,6 +22,11 @@ use crate::error::Error;
 use crate::nova::{Aggregate, Nova};
 use crate::placement::reservation_provider_name;
 
+/// How long a reconcile pass waits for the servers it deleted from a host to go before it
+/// moves the host (Nova refuses to move a host with servers out of its zone); past it, the
+/// move is left to the next pass rather than holding this one up.
+const EVICTION_WAIT: Duration = Duration::from_secs(30);
+
 /// Whether reservation `id`, not kept when `desired` was read, exists now: one made while
 /// the pass ran, whose aggregate, flavor or addresses may already be in the cloud. Left to
 /// the next pass (also when the database cannot say).
@@ -892,7 +897,9 @@ impl OpenStackBackend {
                             // Others' servers that landed there meanwhile go first, as when
                             // a granted host is put back.
                             let owner = r.project_id.as_str();
-                            let evicted = nova.evict_from_host(host, |p| p != owner).await;
+                            let evicted = nova
+                                .evict_from_host(host, |p| p != owner, EVICTION_WAIT)
+                                .await;
                             if pass.done(&line, evicted) {
                                 pass.done(&line, nova.add_host(aggregate, host).await);
                             }
@@ -943,7 +950,11 @@ impl OpenStackBackend {
                     .and_then(|v| v.as_str());
                 for host in &aggregate.hosts {
                     if let Some(owner) = owner
-                        && !pass.done(&line, nova.evict_from_host(host, |p| p == owner).await)
+                        && !pass.done(
+                            &line,
+                            nova.evict_from_host(host, |p| p == owner, EVICTION_WAIT)
+                                .await,
+                        )
                     {
                         emptied = false;
                         continue;
@@ -1059,7 +1070,9 @@ impl OpenStackBackend {
                 // owner's alone, as at the start. Added before it leaves the freepool,
                 // as a hand-over does.
                 let owner = r.project_id.as_str();
-                let evicted = nova.evict_from_host(host, |p| p != owner).await;
+                let evicted = nova
+                    .evict_from_host(host, |p| p != owner, EVICTION_WAIT)
+                    .await;
                 if !pass.done(&line, evicted) {
                     continue;
                 }
@@ -1068,6 +1081,21 @@ impl OpenStackBackend {
                 if let Some(f) = zoned
                     && !pass.done(&line, nova.remove_host(f, host).await)
                 {
+                    continue;
+                }
+                // So must another reservation's aggregate it was put into by hand: Nova
+                // keeps a host in one zone. Its servers there went just above. (An
+                // operator's own zone is theirs: that move is reported as failed.)
+                let mut freed = true;
+                for other in aggregates.iter().filter(|a| {
+                    a.name != r.reservation_id
+                        && a.hosts.contains(host)
+                        && self.in_our_zone(a)
+                        && freepool.is_none_or(|f| f.id != a.id)
+                }) {
+                    freed &= pass.done(&line, nova.remove_host(other, host).await);
+                }
+                if !freed {
                     continue;
                 }
                 if pass.done(&line, nova.add_host(&aggregate, host).await)
@@ -1124,7 +1152,9 @@ impl OpenStackBackend {
                 // Servers the project started there meanwhile hold the host in the zone
                 // (Nova refuses to move it): they were never granted it.
                 let owner = r.project_id.as_str();
-                let evicted = nova.evict_from_host(host, |p| p == owner).await;
+                let evicted = nova
+                    .evict_from_host(host, |p| p == owner, EVICTION_WAIT)
+                    .await;
                 if pass.done(&line, evicted) {
                     pass.done(&line, nova.remove_host(&aggregate, host).await);
                 }

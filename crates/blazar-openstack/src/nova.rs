@@ -422,34 +422,52 @@ impl<'a> Nova<'a> {
         Ok(servers)
     }
 
-    /// Deletes, without waiting for them to go, the servers on `host` whose project
-    /// `doomed` says; answers how many. For the reconciler, which must not wait on one host.
+    /// Deletes the servers on `host` of the projects `doomed` says, and waits until they
+    /// are gone, at most `within` (then a transient error, for the next pass); answers how
+    /// many. Nova keeps a host with servers in its availability zone, so a move right after
+    /// a delete that has not finished would fail, and the host wait a whole pass.
     pub async fn evict_from_host(
         &self,
         host: &str,
         doomed: impl Fn(&str) -> bool,
+        within: Duration,
     ) -> Result<usize> {
-        let path = format!(
-            "/servers/detail?all_tenants=1&host={}",
-            crate::placement::urlencode(host)
-        );
-        let found = self.api.get_all(&path, "servers").await?;
-        let mut deleted = 0;
-        for server in items(&found, "servers") {
-            if !on_host(server, host)? {
-                continue;
+        let doomed_on_host = || async {
+            let path = format!(
+                "/servers/detail?all_tenants=1&host={}",
+                crate::placement::urlencode(host)
+            );
+            let found = self.api.get_all(&path, "servers").await?;
+            let mut ids = Vec::new();
+            for server in items(&found, "servers") {
+                if !on_host(server, host)? {
+                    continue;
+                }
+                let project = server["tenant_id"].as_str().unwrap_or_default();
+                if let Some(id) = server["id"].as_str()
+                    && doomed(project)
+                {
+                    ids.push((id.to_string(), project.to_string()));
+                }
             }
-            let project = server["tenant_id"].as_str().unwrap_or_default();
-            if let Some(id) = server["id"].as_str()
-                && doomed(project)
-            {
-                tracing::warn!(host, server.id = %id, project,
-                    "deleting a server on a host not granted to its project");
-                self.delete_server(id).await?;
-                deleted += 1;
-            }
+            Ok(ids)
+        };
+        let doomed_now = doomed_on_host().await?;
+        for (id, project) in &doomed_now {
+            tracing::warn!(host, server.id = %id, project = %project,
+                "deleting a server on a host not granted to its project");
+            self.delete_server(id).await?;
         }
-        Ok(deleted)
+        if !doomed_now.is_empty() {
+            wait_until_gone(
+                doomed_on_host,
+                within,
+                &format!("delete servers on {host}"),
+                &format!("still on {host}"),
+            )
+            .await?;
+        }
+        Ok(doomed_now.len())
     }
 
     pub async fn delete_server(&self, id: &str) -> Result<()> {

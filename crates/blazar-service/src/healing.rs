@@ -8,7 +8,9 @@ use std::collections::HashSet;
 
 use blazar_core::Notification;
 use blazar_core::PHYSICAL_HOST;
+use blazar_core::ReservationSpec;
 use blazar_core::engine::{Usage, overflowing};
+use blazar_core::reservation::FLOATINGIP;
 use blazar_core::time::truncate_to_minute;
 use blazar_core::{ActionKind, ActionPurpose, LeaseStatus, ReservationStatus, TimeWindow};
 use blazar_core::{Allocation, Lease, Reservation};
@@ -31,6 +33,28 @@ fn handed_over(lease: &Lease, reservation: &Reservation) -> bool {
     reservation.status == ReservationStatus::Active
         || (reservation.status == ReservationStatus::Pending
             && lease.status == LeaseStatus::Starting)
+}
+
+/// Whether resource `id` of `kind` is one of the addresses `reservation` requires by name.
+async fn is_required_address(
+    tx: &mut Tx,
+    reservation: &Reservation,
+    kind: &str,
+    id: i64,
+) -> ServiceResult<bool> {
+    let ReservationSpec::FloatingIp(f) = &reservation.spec else {
+        return Ok(false);
+    };
+    if f.required_floatingips.is_empty() || kind != FLOATINGIP {
+        return Ok(false);
+    }
+    Ok(tx.resources_named(kind, &[id]).await?.iter().any(|r| {
+        r.resource
+            .attrs
+            .get("floating_ip_address")
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|a| f.required_floatingips.iter().any(|r| r == a))
+    }))
 }
 
 /// The reservation holding `allocation`, with its lease locked, while the reservation is
@@ -440,8 +464,12 @@ impl Service {
         };
         let resource_id = allocation.resource_id;
         let wanted = allocation.occupancy.units;
-        let added = self
-            .refill_reservation(
+        // A required floating IP is the address its user named: no other stands in for it,
+        // the reservation waits for it (flagged as missing it) instead.
+        let added = if is_required_address(tx, &reservation, kind, resource_id).await? {
+            0
+        } else {
+            self.refill_reservation(
                 tx,
                 &lease,
                 &reservation,
@@ -453,7 +481,8 @@ impl Service {
                 wanted,
                 now,
             )
-            .await?;
+            .await?
+        };
         if added == 0 && unreplaced == Unreplaced::Keep {
             return Ok(Moved::Kept);
         }

@@ -3,7 +3,7 @@
 //! granted exclusively, like a host.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use blazar_core::ResourceRecord;
 use blazar_core::{PropertyQuery, ReservationSpec};
@@ -230,8 +230,10 @@ pub(crate) async fn allocate(
     grant_whole(tx, kind, request, chosen).await
 }
 
-/// Healing of a pool reservation: up to `missing` more units. A replacement need not be one
-/// of the required addresses (one of them may be what failed).
+/// Healing of a pool reservation: up to `missing` more units. A required floating IP is
+/// the address its user named and no other stands in for it: the required addresses the
+/// reservation does not hold (one that failed, once it is back) are taken again first, and
+/// only the rest of what is missing may be any other address of the network.
 pub(crate) async fn refill(
     tx: &mut Tx,
     spec: &ReservationSpec,
@@ -240,5 +242,50 @@ pub(crate) async fn refill(
 ) -> ServiceResult<i64> {
     tx.lock_allocations().await?;
     let (matching, _, _) = matching(tx, spec, true).await?;
-    refill_whole(tx, spec.kind(), &matching, request, missing).await
+    let required: &[String] = match spec {
+        ReservationSpec::FloatingIp(f) => &f.required_floatingips,
+        _ => &[],
+    };
+    if required.is_empty() {
+        return refill_whole(tx, spec.kind(), &matching, request, missing).await;
+    }
+    let kind = spec.kind();
+    let address = |r: &ResourceRecord| {
+        r.resource
+            .attrs
+            .get("floating_ip_address")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let held: HashSet<String> = tx
+        .resources_named(kind, request.keep)
+        .await?
+        .iter()
+        .filter_map(address)
+        .collect();
+    let unheld: Vec<&String> = required.iter().filter(|a| !held.contains(*a)).collect();
+    let (named, others): (Vec<i64>, Vec<i64>) = {
+        let records = tx.resources_named(kind, &matching).await?;
+        let is_required = |r: &ResourceRecord| address(r).is_some_and(|a| required.contains(&a));
+        let named = records
+            .iter()
+            .filter(|r| address(r).is_some_and(|a| unheld.contains(&&a)))
+            .map(|r| r.id)
+            .collect();
+        let others = records
+            .iter()
+            .filter(|r| !is_required(r))
+            .map(|r| r.id)
+            .collect();
+        (named, others)
+    };
+    let unheld = i64::try_from(unheld.len()).unwrap_or(i64::MAX);
+    let again = refill_whole(tx, kind, &named, request, missing.min(unheld)).await?;
+    let rest = (missing - unheld).max(0);
+    let more = if rest > 0 {
+        refill_whole(tx, kind, &others, request, rest).await?
+    } else {
+        0
+    };
+    Ok(again + more)
 }

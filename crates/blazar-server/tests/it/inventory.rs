@@ -206,6 +206,116 @@ async fn an_update_keeps_a_required_address_and_the_other_it_holds() {
     );
 }
 
+/// A required floating IP is the address its user named: when it goes out of service the
+/// reservation waits for it, flagged, rather than take another; an address it was given
+/// besides is replaced as any resource is; the named one comes back to it.
+#[tokio::test]
+async fn a_required_address_out_of_service_is_waited_for_not_replaced() {
+    let app = TestApp::spawn().await;
+    let named = fip(&app, "net-1", "172.24.4.101").await;
+    fip(&app, "net-1", "172.24.4.102").await;
+    fip(&app, "net-1", "172.24.4.103").await;
+    let created = app
+        .post(
+            "/v1/leases",
+            lease(
+                "named",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([{"resource_type": "virtual:floatingip", "network_id": "net-1",
+                        "amount": 2, "required_floatingips": ["172.24.4.101"]}]),
+            ),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let id = created.body["lease"]["id"].as_str().unwrap().to_string();
+    let before = held_addresses(&app).await;
+    assert!(before.contains(&"172.24.4.101".to_string()), "{before:?}");
+    let other = before
+        .iter()
+        .find(|a| *a != "172.24.4.101")
+        .unwrap()
+        .clone();
+    // The named address goes out of service: not replaced, the lease degraded.
+    let r = app
+        .put(
+            &format!("/v1/floatingips/{named}"),
+            json!({"reservable": false}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(held_addresses(&app).await, vec![other.clone()]);
+    assert_eq!(flags(&app, &id).await, (json!(true), json!(true)));
+    // It comes back: the reservation holds it again, whole.
+    let r = app
+        .put(
+            &format!("/v1/floatingips/{named}"),
+            json!({"reservable": true}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        held_addresses(&app).await,
+        vec!["172.24.4.101".to_string(), other.clone()]
+    );
+    assert_eq!(flags(&app, &id).await, (json!(false), json!(false)));
+    // The address given besides goes: the third one takes its place.
+    let listed = app.get("/v1/floatingips").await.body;
+    let other_id = listed["floatingips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["floating_ip_address"] == json!(other))
+        .map(|f| f["id"].as_str().unwrap().to_string())
+        .unwrap();
+    let r = app
+        .put(
+            &format!("/v1/floatingips/{other_id}"),
+            json!({"reservable": false}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let third = ["172.24.4.102", "172.24.4.103"]
+        .into_iter()
+        .find(|a| *a != other)
+        .unwrap();
+    assert_eq!(
+        held_addresses(&app).await,
+        vec!["172.24.4.101".to_string(), third.to_string()]
+    );
+    assert_eq!(flags(&app, &id).await, (json!(false), json!(false)));
+}
+
+/// The floating IPs some lease holds, by address.
+async fn held_addresses(app: &TestApp) -> Vec<String> {
+    let listed = app.get("/v1/floatingips/allocations").await.body;
+    let mut shown = Vec::new();
+    for a in listed["allocations"].as_array().unwrap() {
+        if a["reservations"] == json!([]) {
+            continue;
+        }
+        let fid = a["resource_id"].as_str().unwrap();
+        let f = app.get(&format!("/v1/floatingips/{fid}")).await.body;
+        shown.push(
+            f["floatingip"]["floating_ip_address"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    shown.sort();
+    shown
+}
+
+/// A lease's `degraded` and its first reservation's `missing_resources`.
+async fn flags(app: &TestApp, id: &str) -> (Value, Value) {
+    let l = app.get(&format!("/v1/leases/{id}")).await.body;
+    (
+        l["lease"]["degraded"].clone(),
+        l["lease"]["reservations"][0]["missing_resources"].clone(),
+    )
+}
+
 #[tokio::test]
 async fn floating_ip_reservations() {
     let app = TestApp::spawn().await;

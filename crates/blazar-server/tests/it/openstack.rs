@@ -1080,6 +1080,27 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
     let back = nova.find_aggregate(&rid).await.unwrap().unwrap();
     assert!(back.hosts.contains(&moved), "{:?}", back.hosts);
 
+    // Moved by hand into another aggregate of Blazar's zones (another reservation's, or
+    // one of no reservation): taken out of it and put back in the same pass, never left
+    // in no pool for a pass (Nova would refuse the put-back while the host is there).
+    nova.remove_host(&back, &moved).await.unwrap();
+    let intruder_zone = nova
+        .ensure_aggregate("not-a-reservation", Some("blazar_not-a-reservation"))
+        .await
+        .unwrap();
+    nova.add_host(&intruder_zone, &moved).await.unwrap();
+    let r = app.post("/v1/reconcile", json!({ "dry_run": false })).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["reconcile"]["failed"], json!([]), "{}", r.body);
+    let back = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    assert!(back.hosts.contains(&moved), "{:?}", back.hosts);
+    assert!(
+        nova.find_aggregate("not-a-reservation")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
     // Only admins may reconcile.
     app.act_as(&alpha, "alpha-user", "member");
     let r = app.post("/v1/reconcile", json!({})).await;
