@@ -1047,10 +1047,12 @@ fn instance_fields(
         // Blazar shows the aggregate of an instance reservation; blazar-rs names it by the
         // reservation id instead of a number, so there is none to show. (Blazar's order.)
         put("aggregate_id", Value::Null);
+        // Empty: the cloud is to make the group and has not said its id yet.
         put(
             "server_group_id",
             ids.server_group_id
                 .as_deref()
+                .filter(|id| !id.is_empty())
                 .map_or(Value::Null, Value::from),
         );
     }
@@ -1283,6 +1285,19 @@ mod tests {
         .unwrap();
         // The ids it is known by in the cloud survive an update.
         assert_eq!(more.instance_ids(), instance.instance_ids());
+    }
+
+    #[test]
+    fn a_server_group_the_cloud_has_not_made_yet_shows_as_null() {
+        let mut instance = parse(
+            VIRTUAL_INSTANCE,
+            json!({"vcpus": 1, "memory_mb": 512, "disk_gb": 1, "amount": 1, "affinity": true}),
+        )
+        .unwrap();
+        instance.assign_ids("r9", String::new);
+        assert_eq!(instance.fields()["server_group_id"], Value::Null);
+        assert!(instance.set_server_group("made-by-nova"));
+        assert_eq!(instance.fields()["server_group_id"], json!("made-by-nova"));
     }
 
     #[test]

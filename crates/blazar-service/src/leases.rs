@@ -460,9 +460,17 @@ fn new_event(lease_id: &str, kind: EventType, time: DateTime<Utc>, now: DateTime
     Event::new(new_id(), lease_id, kind, time, now)
 }
 
-/// The id of a new reservation's server group, until the cloud gives it one.
-fn new_group_id() -> String {
-    uuid::Uuid::new_v4().to_string()
+/// The id of a new reservation's server group: where the backend makes groups, empty (shown
+/// as `null`) until the cloud gives its own, so that no id of a group that does not exist
+/// is ever shown; elsewhere one of the same shape, as no group will exist.
+fn new_group_id(made_by_cloud: bool) -> impl FnOnce() -> String {
+    move || {
+        if made_by_cloud {
+            String::new()
+        } else {
+            uuid::Uuid::new_v4().to_string()
+        }
+    }
 }
 
 /// A random 32-hex-digit id, the shape of a Keystone trust id.
@@ -963,7 +971,7 @@ impl Service {
             let id = new_id();
             let mut spec = spec.clone();
             crate::instance::resolve_flavor(tx, &mut spec).await?;
-            spec.assign_ids(&id, new_group_id);
+            spec.assign_ids(&id, new_group_id(self.backend.prepares_reservations()));
             let mut reservation = Reservation {
                 id,
                 lease_id: lease.id.clone(),
@@ -1795,7 +1803,10 @@ impl Service {
                 Some(changed) => {
                     let mut spec = changed.clone();
                     crate::instance::resolve_flavor(tx, &mut spec).await?;
-                    spec.assign_ids(&reservation.id, new_group_id);
+                    spec.assign_ids(
+                        &reservation.id,
+                        new_group_id(self.backend.prepares_reservations()),
+                    );
                     spec
                 }
                 None => reservation.spec.clone(),
