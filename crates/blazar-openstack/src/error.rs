@@ -82,8 +82,45 @@ pub(crate) fn tolerate<T>(result: Result<T>, done: impl Fn(&Error) -> bool) -> R
 
 /// The human message in an OpenStack error body, whichever service's shape it has: Nova's
 /// `{"itemNotFound": {"message": ..}}`, Placement's `{"errors": [{"detail": ..}]}`, Neutron's
-/// `{"NeutronError": {"message": ..}}`, Keystone's `{"error": {"message": ..}}`.
+/// `{"NeutronError": {"message": ..}}`, Keystone's `{"error": {"message": ..}}`; on one line
+/// (see [`one_line`]).
 pub fn message_of(body: &Value) -> String {
+    one_line(&raw_message_of(body))
+}
+
+/// At most 300 characters of `text` on one line: markup (webob's HTML error pages, `<br />`)
+/// dropped, every run of whitespace or control characters one space. Messages end up in log
+/// lines and in the reasons of actions and repairs, which must stay one line each. (A tag
+/// stripper this small needs no HTML parser: nothing is rendered, only left out.)
+pub fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(300));
+    let mut in_tag = false;
+    let mut gap = false;
+    for c in text.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => {
+                in_tag = false;
+                gap = true;
+            }
+            _ if in_tag => {}
+            c if c.is_whitespace() || c.is_control() => gap = true,
+            c => {
+                if gap && !out.is_empty() {
+                    out.push(' ');
+                }
+                gap = false;
+                out.push(c);
+            }
+        }
+        if out.chars().count() >= 300 {
+            break;
+        }
+    }
+    out
+}
+
+fn raw_message_of(body: &Value) -> String {
     if let Some(errors) = body["errors"].as_array()
         && let Some(first) = errors.first()
     {
@@ -135,6 +172,22 @@ mod tests {
             ),
             "The request you have made requires authentication."
         );
+    }
+
+    #[test]
+    fn messages_are_one_line_without_markup() {
+        let page = "503 Service Unavailable\n\nThe server is currently unavailable.<br /><br />\n\
+                    The Keystone service is temporarily unavailable.\n\n   ";
+        assert_eq!(
+            one_line(page),
+            "503 Service Unavailable The server is currently unavailable. The Keystone \
+             service is temporarily unavailable."
+        );
+        assert_eq!(
+            message_of(&json!({"error": {"message": "a\r\nb\tc"}})),
+            "a b c"
+        );
+        assert_eq!(one_line(&"x".repeat(1000)).len(), 300);
     }
 
     #[test]

@@ -505,7 +505,8 @@ impl OpenStackBackend {
                 .await?;
             if !orphaned.is_empty() {
                 tracing::info!(servers = orphaned.len(), reservation.id = %id,
-                    "deleting servers of an ended instance reservation whose flavor is gone");
+                    "deleting servers of an ended instance reservation that its flavor no \
+                     longer finds (booted with a flavor of its name deleted since)");
                 nova.clear_servers(&orphaned, left()).await?;
             }
         }

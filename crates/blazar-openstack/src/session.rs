@@ -328,7 +328,7 @@ impl Session {
             self.http.post(&url).json(&json!({ "auth": auth })),
         )
         .await
-        .map_err(|e| Error::Unreachable(format!("keystone: {e}")))?;
+        .map_err(|e| Error::Unreachable(format!("keystone: {}", causes(&e))))?;
         let status = response.status();
         let value = response
             .headers()
@@ -469,7 +469,7 @@ impl Session {
                 request = request.json(body);
             }
             let unreachable = |e: reqwest::Error| {
-                Error::Unreachable(format!("{service_type} {method} {path}: {e}"))
+                Error::Unreachable(format!("{service_type} {method} {path}: {}", causes(&e)))
             };
             let response = send(&method, request).await.map_err(unreachable)?;
             let status = response.status();
@@ -495,13 +495,29 @@ impl Session {
                 request: format!("{method} {path}"),
                 status: status.as_u16(),
                 message: if body.is_null() {
-                    text.chars().take(300).collect()
+                    crate::error::one_line(&text)
                 } else {
                     message_of(&body)
                 },
             });
         }
     }
+}
+
+/// An error with its causes, `: `-separated: reqwest's own says only "error sending request
+/// for url (...)"; the causes say whether the connection was refused, reset or timed out.
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]

@@ -98,7 +98,29 @@ struct Ran {
     /// When the events it ran along with itself were due: a before-end that waited for
     /// the start runs with the end.
     along: Vec<DateTime<Utc>>,
+    done: DoneLine,
 }
+
+/// The log line of an event that ran, written once its transaction committed (a crash
+/// before the commit runs it again, and an operator would read it done twice).
+struct DoneLine {
+    lease_id: String,
+    kind: EventType,
+    status: blazar_core::LeaseStatus,
+    lag_ms: i64,
+}
+
+impl DoneLine {
+    fn log(&self) {
+        tracing::info!(
+            lease.id = %self.lease_id, event.type = %self.kind, lease.status = %self.status,
+            lag_ms = self.lag_ms, "event done"
+        );
+    }
+}
+
+/// What a run of events in one transaction did: counts, when each was due, what to log.
+type EventsRun = (TickReport, Vec<DateTime<Utc>>, Vec<DoneLine>);
 
 /// Whether the lease of `events` has a start that has not finished: not run yet, or its
 /// hand-overs still running.
@@ -166,17 +188,17 @@ impl Service {
     /// Runs up to [`EVENTS_PER_TRANSACTION`] due events in one transaction. Returns what it
     /// did and whether no more events are due.
     async fn run_batch(&self, now: DateTime<Utc>) -> ServiceResult<(TickReport, bool)> {
-        let (batch, dues, drained) = in_tx!(self, write, |tx| {
+        let ((batch, dues, lines), drained) = in_tx!(self, write, |tx| {
             tx.lock_scheduler().await?;
             let due_events = tx.claim_due_events(now, EVENTS_PER_TRANSACTION).await?;
             let drained = due_events.len() < EVENTS_PER_TRANSACTION;
-            let (batch, dues) = self.run_events(tx, due_events, now).await?;
-            Ok((batch, dues, drained))
+            Ok((self.run_events(tx, due_events, now).await?, drained))
         })?;
         // Observed once they committed: a rolled-back batch is run again later.
         for due in dues {
             self.observe_event_lag(now, due);
         }
+        lines.iter().for_each(DoneLine::log);
         Ok((batch, drained))
     }
 
@@ -187,9 +209,10 @@ impl Service {
         tx: &mut Tx,
         events: Vec<Event>,
         now: DateTime<Utc>,
-    ) -> ServiceResult<(TickReport, Vec<DateTime<Utc>>)> {
+    ) -> ServiceResult<EventsRun> {
         let mut batch = TickReport::default();
         let mut dues = Vec::new();
+        let mut lines = Vec::new();
         let mut ids: Vec<&str> = events.iter().map(|e| e.lease_id.as_str()).collect();
         ids.sort_unstable();
         ids.dedup();
@@ -210,8 +233,9 @@ impl Service {
             batch.executed += 1 + ran.along.len();
             dues.push(due);
             dues.extend(ran.along);
+            lines.push(ran.done);
         }
-        Ok((batch, dues))
+        Ok((batch, dues, lines))
     }
 
     /// Runs up to `limit` due events one per transaction, naming each before running it: an
@@ -235,13 +259,14 @@ impl Service {
                 self.run_events(tx, events, now).await
             });
             match ran {
-                Ok((batch, dues)) => {
+                Ok((batch, dues, lines)) => {
                     self.forget_failures(&id);
                     report.executed += batch.executed;
                     report.failed += batch.failed;
                     for due in dues {
                         self.observe_event_lag(now, due);
                     }
+                    lines.iter().for_each(DoneLine::log);
                 }
                 Err(e) if passing(&e) => return Err(e),
                 // Not yet: a failure that goes away by the next ticks sets nothing aside. This
@@ -443,11 +468,16 @@ impl Service {
         }
         self.notify_events_done(tx, &state.view, &finished).await?;
         let lease = &state.view.lease;
-        tracing::info!(
-            lease.id = %lease.id, event.type = %kind, lease.status = %lease.status,
-            lag_ms = (now - event.time).num_milliseconds(), "event done"
-        );
-        Ok(Some(Ran { along: ran_along }))
+        let done = DoneLine {
+            lease_id: lease.id.clone(),
+            kind,
+            status: lease.status,
+            lag_ms: (now - event.time).num_milliseconds(),
+        };
+        Ok(Some(Ran {
+            along: ran_along,
+            done,
+        }))
     }
 
     /// What a lease's before-end does: `before_end: snapshot` (host reservations) records
