@@ -143,6 +143,23 @@ fn raw_message_of(body: &Value) -> String {
     body.to_string().chars().take(300).collect()
 }
 
+/// An error with its causes, `: `-separated: reqwest's own says only "error sending request
+/// for url (...)"; the causes say whether a name was refused, or the connection refused,
+/// reset or timed out.
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::error::{Error, Result, message_of, tolerate};
+use crate::error::{Error, Result, message_of, tolerate, with_causes};
 
 #[derive(Debug, Clone)]
 pub enum Credentials {
@@ -328,7 +328,7 @@ impl Session {
             self.http.post(&url).json(&json!({ "auth": auth })),
         )
         .await
-        .map_err(|e| Error::Unreachable(format!("keystone: {}", causes(&e))))?;
+        .map_err(|e| Error::Unreachable(format!("keystone: {}", with_causes(&e))))?;
         let status = response.status();
         let value = response
             .headers()
@@ -469,7 +469,10 @@ impl Session {
                 request = request.json(body);
             }
             let unreachable = |e: reqwest::Error| {
-                Error::Unreachable(format!("{service_type} {method} {path}: {}", causes(&e)))
+                Error::Unreachable(format!(
+                    "{service_type} {method} {path}: {}",
+                    with_causes(&e)
+                ))
             };
             let response = send(&method, request).await.map_err(unreachable)?;
             let status = response.status();
@@ -502,22 +505,6 @@ impl Session {
             });
         }
     }
-}
-
-/// An error with its causes, `: `-separated: reqwest's own says only "error sending request
-/// for url (...)"; the causes say whether the connection was refused, reset or timed out.
-fn causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let said = cause.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@ use async_trait::async_trait;
 use blazar_service::{WebhookRequest, WebhookSender, internal_destination, is_internal_address};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
+use crate::error::with_causes;
+
 pub struct WebhookPoster {
     http: reqwest::Client,
     allow_internal: bool,
@@ -63,25 +65,10 @@ impl WebhookSender for WebhookPoster {
         match builder.send().await {
             Ok(response) => Ok(response.status().as_u16()),
             Err(e) if e.is_timeout() => Err("no answer in time".into()),
-            Err(e) if e.is_connect() => Err(format!("cannot connect: {}", chain(&e))),
-            Err(e) => Err(chain(&e)),
+            Err(e) if e.is_connect() => Err(format!("cannot connect: {}", with_causes(&e))),
+            Err(e) => Err(with_causes(&e)),
         }
     }
-}
-
-/// An error with its causes, so that a refused name says why in the delivery list.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Resolves names with the system's resolver and keeps only public addresses.
