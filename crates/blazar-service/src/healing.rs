@@ -10,10 +10,9 @@ use blazar_core::Notification;
 use blazar_core::PHYSICAL_HOST;
 use blazar_core::ReservationSpec;
 use blazar_core::engine::{Usage, overflowing};
-use blazar_core::reservation::FLOATINGIP;
 use blazar_core::time::truncate_to_minute;
 use blazar_core::{ActionKind, ActionPurpose, LeaseStatus, ReservationStatus, TimeWindow};
-use blazar_core::{Allocation, Lease, Reservation};
+use blazar_core::{Allocation, Lease, Reservation, ResourceRecord};
 use blazar_db::Tx;
 use chrono::{DateTime, Utc};
 use serde_json::json;
@@ -35,26 +34,14 @@ fn handed_over(lease: &Lease, reservation: &Reservation) -> bool {
             && lease.status == LeaseStatus::Starting)
 }
 
-/// Whether resource `id` of `kind` is one of the addresses `reservation` requires by name.
-async fn is_required_address(
-    tx: &mut Tx,
-    reservation: &Reservation,
-    kind: &str,
-    id: i64,
-) -> ServiceResult<bool> {
-    let ReservationSpec::FloatingIp(f) = &reservation.spec else {
-        return Ok(false);
+/// Whether `record` is one of the addresses `spec` requires by name.
+fn is_required_address(spec: &ReservationSpec, record: Option<&ResourceRecord>) -> bool {
+    let ReservationSpec::FloatingIp(f) = spec else {
+        return false;
     };
-    if f.required_floatingips.is_empty() || kind != FLOATINGIP {
-        return Ok(false);
-    }
-    Ok(tx.resources_named(kind, &[id]).await?.iter().any(|r| {
-        r.resource
-            .attrs
-            .get("floating_ip_address")
-            .and_then(serde_json::Value::as_str)
-            .is_some_and(|a| f.required_floatingips.iter().any(|r| r == a))
-    }))
+    record
+        .and_then(crate::pool::address_of)
+        .is_some_and(|a| f.required_floatingips.iter().any(|r| r == a))
 }
 
 /// The reservation holding `allocation`, with its lease locked, while the reservation is
@@ -464,9 +451,14 @@ impl Service {
         };
         let resource_id = allocation.resource_id;
         let wanted = allocation.occupancy.units;
+        // Hosts are known by their number; the other kinds by their record.
+        let record = match kind {
+            PHYSICAL_HOST => None,
+            _ => tx.resources_named(kind, &[resource_id]).await?.pop(),
+        };
         // A required floating IP is the address its user named: no other stands in for it,
         // the reservation waits for it (flagged as missing it) instead.
-        let added = if is_required_address(tx, &reservation, kind, resource_id).await? {
+        let added = if is_required_address(&reservation.spec, record.as_ref()) {
             0
         } else {
             self.refill_reservation(
@@ -499,14 +491,7 @@ impl Service {
             .await?;
         }
         // `resource` is the id the resource's own API knows it by (hosts: the same number).
-        let resource = match kind {
-            PHYSICAL_HOST => resource_id.to_string(),
-            _ => tx
-                .resources_named(kind, &[resource_id])
-                .await?
-                .pop()
-                .map_or_else(|| resource_id.to_string(), |r| r.resource.uid),
-        };
+        let resource = record.map_or_else(|| resource_id.to_string(), |r| r.resource.uid);
         let detail = json!({"resource_id": resource_id, "resource": resource, "kind": kind,
                             "replaced": added, "lost": wanted});
         self.record_move(

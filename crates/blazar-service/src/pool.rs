@@ -71,6 +71,14 @@ fn noun(kind: &str) -> &'static str {
     }
 }
 
+/// A floating IP's address, as its record holds it.
+pub(crate) fn address_of(r: &ResourceRecord) -> Option<&str> {
+    r.resource
+        .attrs
+        .get("floating_ip_address")
+        .and_then(Value::as_str)
+}
+
 /// Blazar's refusal when units are short, without the reasons.
 pub(crate) fn bare_refusal(kind: &str) -> String {
     format!("Not enough {}s available", noun(kind))
@@ -138,7 +146,7 @@ pub(crate) async fn matching(
     } else {
         matching
             .iter()
-            .filter_map(|r| Some((r.resource.attrs.get("floating_ip_address")?.as_str()?, r.id)))
+            .filter_map(|r| Some((address_of(r)?, r.id)))
             .collect()
     };
     for address in wanted {
@@ -250,35 +258,30 @@ pub(crate) async fn refill(
         return refill_whole(tx, spec.kind(), &matching, request, missing).await;
     }
     let kind = spec.kind();
-    let address = |r: &ResourceRecord| {
-        r.resource
-            .attrs
-            .get("floating_ip_address")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    let held: HashSet<String> = tx
-        .resources_named(kind, request.keep)
-        .await?
+    // One read for what it holds (maybe out of service) and what it may take.
+    let mut ids: Vec<i64> = matching.iter().chain(request.keep).copied().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let records = tx.resources_named(kind, &ids).await?;
+    let held: HashSet<&str> = records
         .iter()
-        .filter_map(address)
+        .filter(|r| request.keep.contains(&r.id))
+        .filter_map(address_of)
         .collect();
-    let unheld: Vec<&String> = required.iter().filter(|a| !held.contains(*a)).collect();
-    let (named, others): (Vec<i64>, Vec<i64>) = {
-        let records = tx.resources_named(kind, &matching).await?;
-        let is_required = |r: &ResourceRecord| address(r).is_some_and(|a| required.contains(&a));
-        let named = records
-            .iter()
-            .filter(|r| address(r).is_some_and(|a| unheld.contains(&&a)))
-            .map(|r| r.id)
-            .collect();
-        let others = records
-            .iter()
-            .filter(|r| !is_required(r))
-            .map(|r| r.id)
-            .collect();
-        (named, others)
-    };
+    let unheld: Vec<&str> = required
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !held.contains(a))
+        .collect();
+    let candidates: HashSet<i64> = matching.into_iter().collect();
+    let (mut named, mut others) = (Vec::new(), Vec::new());
+    for r in records.iter().filter(|r| candidates.contains(&r.id)) {
+        match address_of(r) {
+            Some(a) if unheld.contains(&a) => named.push(r.id),
+            Some(a) if required.iter().any(|q| q == a) => {}
+            _ => others.push(r.id),
+        }
+    }
     let unheld = i64::try_from(unheld.len()).unwrap_or(i64::MAX);
     let again = refill_whole(tx, kind, &named, request, missing.min(unheld)).await?;
     let rest = (missing - unheld).max(0);
