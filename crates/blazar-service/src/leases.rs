@@ -1656,21 +1656,20 @@ impl Service {
                         None => None,
                     };
                     // Planned again from the earlier start: the events move with it.
-                    let replanned = match back {
+                    let (window, moves, new_before_end) = match back {
                         Some(back) => {
                             dates.start = Some(When::At(back));
-                            Some(plan_update(&lease, &events, &dates, minute)?)
+                            match plan_update(&lease, &events, &dates, minute)? {
+                                UpdatePlan::Reschedule {
+                                    window,
+                                    moves,
+                                    new_before_end,
+                                    ..
+                                } => (window, moves, new_before_end),
+                                UpdatePlan::Rename => (window, moves, new_before_end),
+                            }
                         }
-                        None => None,
-                    };
-                    let (window, moves, new_before_end) = match replanned {
-                        Some(UpdatePlan::Reschedule {
-                            window,
-                            moves,
-                            new_before_end,
-                            ..
-                        }) => (window, moves, new_before_end),
-                        _ => (window, moves, new_before_end),
+                        None => (window, moves, new_before_end),
                     };
                     let mut rearmed = false;
                     for EventMove {
