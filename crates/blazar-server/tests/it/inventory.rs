@@ -171,6 +171,12 @@ async fn floating_ip_inventory() {
     );
 }
 
+/// Two floating IPs of `net-1`, one of them `172.24.4.101` by name.
+fn one_named_address_of_two() -> Value {
+    json!([{"resource_type": "virtual:floatingip", "network_id": "net-1",
+            "amount": 2, "required_floatingips": ["172.24.4.101"]}])
+}
+
 /// A lease update of a floating-IP reservation keeps the address it requires and the one it
 /// was given besides: the required address, held as well, is one candidate, not two (it
 /// once counted twice, and the update was refused for want of a second address).
@@ -186,8 +192,7 @@ async fn an_update_keeps_a_required_address_and_the_other_it_holds() {
                 "pair",
                 "2030-01-01 10:00",
                 "2030-01-01 12:00",
-                json!([{"resource_type": "virtual:floatingip", "network_id": "net-1",
-                        "amount": 2, "required_floatingips": ["172.24.4.101"]}]),
+                one_named_address_of_two(),
             ),
         )
         .await;
@@ -213,8 +218,8 @@ async fn an_update_keeps_a_required_address_and_the_other_it_holds() {
 async fn a_required_address_out_of_service_is_waited_for_not_replaced() {
     let app = TestApp::spawn().await;
     let named = fip(&app, "net-1", "172.24.4.101").await;
-    fip(&app, "net-1", "172.24.4.102").await;
-    fip(&app, "net-1", "172.24.4.103").await;
+    let second = fip(&app, "net-1", "172.24.4.102").await;
+    let third = fip(&app, "net-1", "172.24.4.103").await;
     let created = app
         .post(
             "/v1/leases",
@@ -222,8 +227,7 @@ async fn a_required_address_out_of_service_is_waited_for_not_replaced() {
                 "named",
                 "2030-01-01 10:00",
                 "2030-01-01 12:00",
-                json!([{"resource_type": "virtual:floatingip", "network_id": "net-1",
-                        "amount": 2, "required_floatingips": ["172.24.4.101"]}]),
+                one_named_address_of_two(),
             ),
         )
         .await;
@@ -237,53 +241,39 @@ async fn a_required_address_out_of_service_is_waited_for_not_replaced() {
         .unwrap()
         .clone();
     // The named address goes out of service: not replaced, the lease degraded.
-    let r = app
-        .put(
-            &format!("/v1/floatingips/{named}"),
-            json!({"reservable": false}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    set_reservable(&app, &named, false).await;
     assert_eq!(held_addresses(&app).await, vec![other.clone()]);
     assert_eq!(flags(&app, &id).await, (json!(true), json!(true)));
     // It comes back: the reservation holds it again, whole.
-    let r = app
-        .put(
-            &format!("/v1/floatingips/{named}"),
-            json!({"reservable": true}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    set_reservable(&app, &named, true).await;
     assert_eq!(
         held_addresses(&app).await,
         vec!["172.24.4.101".to_string(), other.clone()]
     );
     assert_eq!(flags(&app, &id).await, (json!(false), json!(false)));
-    // The address given besides goes: the third one takes its place.
-    let listed = app.get("/v1/floatingips").await.body;
-    let other_id = listed["floatingips"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["floating_ip_address"] == json!(other))
-        .map(|f| f["id"].as_str().unwrap().to_string())
-        .unwrap();
+    // The address given besides goes: the remaining one takes its place.
+    let (other_id, rest) = if other == "172.24.4.102" {
+        (&second, "172.24.4.103")
+    } else {
+        (&third, "172.24.4.102")
+    };
+    set_reservable(&app, other_id, false).await;
+    assert_eq!(
+        held_addresses(&app).await,
+        vec!["172.24.4.101".to_string(), rest.to_string()]
+    );
+    assert_eq!(flags(&app, &id).await, (json!(false), json!(false)));
+}
+
+/// Puts floating IP `id` in or out of service, as an operator does.
+async fn set_reservable(app: &TestApp, id: &str, reservable: bool) {
     let r = app
         .put(
-            &format!("/v1/floatingips/{other_id}"),
-            json!({"reservable": false}),
+            &format!("/v1/floatingips/{id}"),
+            json!({ "reservable": reservable }),
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let third = ["172.24.4.102", "172.24.4.103"]
-        .into_iter()
-        .find(|a| *a != other)
-        .unwrap();
-    assert_eq!(
-        held_addresses(&app).await,
-        vec!["172.24.4.101".to_string(), third.to_string()]
-    );
-    assert_eq!(flags(&app, &id).await, (json!(false), json!(false)));
 }
 
 /// The floating IPs some lease holds, by address.

@@ -331,24 +331,7 @@ async fn a_lease_starting_now_waits_only_for_an_early_end_of_what_it_gets() {
         "{events}"
     );
     // What each holds, by the allocation list: no two overlap on one host.
-    let all = app.get("/v1/os-hosts/allocations").await;
-    for host in all.body["allocations"].as_array().unwrap() {
-        let mut spans: Vec<(String, String)> = host["reservations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                (
-                    r["start_date"].as_str().unwrap().to_string(),
-                    r["end_date"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect();
-        spans.sort();
-        for pair in spans.windows(2) {
-            assert!(pair[0].1 <= pair[1].0, "{host}");
-        }
-    }
+    crate::concurrency::assert_no_overlaps(&app).await;
 }
 
 #[tokio::test]
