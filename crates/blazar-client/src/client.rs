@@ -430,15 +430,21 @@ impl TimelineQuery {
             ("limit", limit.as_deref()),
             ("marker", self.marker.as_deref()),
         ];
-        let parts: Vec<String> = pairs
-            .iter()
-            .filter_map(|(k, v)| v.map(|v| format!("{k}={}", query_value(v))))
-            .collect();
-        if parts.is_empty() {
-            String::new()
-        } else {
-            format!("?{}", parts.join("&"))
-        }
+        query_string(&pairs)
+    }
+}
+
+/// A query string of the pairs that have a value, `?` included (empty when none has),
+/// each value percent-encoded.
+pub fn query_string(pairs: &[(&str, Option<&str>)]) -> String {
+    let parts: Vec<String> = pairs
+        .iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k}={}", query_value(v))))
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
     }
 }
 

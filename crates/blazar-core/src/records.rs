@@ -224,6 +224,18 @@ pub struct ActionRecord {
     pub updated_at: Option<DateTime<Utc>>,
 }
 
+/// Which actions a list returns, newest first. Every field narrows the result.
+#[derive(Debug, Clone, Default)]
+pub struct ActionFilter {
+    /// Any of these statuses; every status when empty.
+    pub statuses: Vec<ActionStatus>,
+    pub lease_id: Option<String>,
+    pub project_id: Option<String>,
+    /// Only actions recorded before this one (`seq` below it): the page after it.
+    pub before_seq: Option<i64>,
+    pub limit: usize,
+}
+
 /// Which leases a list returns. Every field narrows the result.
 #[derive(Debug, Clone, Default)]
 pub struct LeaseFilter {

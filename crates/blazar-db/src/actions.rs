@@ -5,7 +5,7 @@ use chrono::{DateTime, Duration, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use blazar_core::{ActionIntent, ActionRecord};
+use blazar_core::{ActionFilter, ActionIntent, ActionRecord};
 
 use crate::repairs::RECONCILE_TASK;
 use crate::{Arg, Backend, DbResult, Tx, from_opt_secs, from_secs, to_secs, wire};
@@ -380,30 +380,42 @@ impl Tx {
         rows.first().map(action_from_row).transpose()
     }
 
-    /// Actions in `statuses` (all when empty), newest first, at most `limit`.
-    pub async fn list_actions(
-        &mut self,
-        statuses: &[&str],
-        limit: usize,
-    ) -> DbResult<Vec<ActionRecord>> {
+    /// The actions `filter` selects, newest first, at most `filter.limit`.
+    pub async fn list_actions(&mut self, filter: &ActionFilter) -> DbResult<Vec<ActionRecord>> {
         let mut args: Vec<Arg> = Vec::new();
-        let filter = if statuses.is_empty() {
+        let mut conditions: Vec<String> = Vec::new();
+        let bind = |args: &mut Vec<Arg>, arg: Arg| {
+            args.push(arg);
+            format!("${}", args.len())
+        };
+        if !filter.statuses.is_empty() {
+            let marks: Vec<String> = filter
+                .statuses
+                .iter()
+                .map(|s| bind(&mut args, s.as_str().into()))
+                .collect();
+            conditions.push(format!("a.status IN ({})", marks.join(", ")));
+        }
+        if let Some(lease_id) = &filter.lease_id {
+            let mark = bind(&mut args, lease_id.as_str().into());
+            conditions.push(format!("a.lease_id = {mark}"));
+        }
+        if let Some(project_id) = &filter.project_id {
+            let mark = bind(&mut args, project_id.as_str().into());
+            conditions.push(format!("a.project_id = {mark}"));
+        }
+        if let Some(seq) = filter.before_seq {
+            let mark = bind(&mut args, seq.into());
+            conditions.push(format!("a.seq < {mark}"));
+        }
+        let limit = bind(&mut args, (filter.limit as i64).into());
+        let filter = if conditions.is_empty() {
             String::new()
         } else {
-            let marks: Vec<String> = statuses
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    args.push((*s).into());
-                    format!("${}", i + 1)
-                })
-                .collect();
-            format!("WHERE a.status IN ({})", marks.join(", "))
+            format!("WHERE {}", conditions.join(" AND "))
         };
-        args.push((limit as i64).into());
         let sql = format!(
-            "SELECT {ACTION_COLUMNS} FROM actions a {filter} ORDER BY a.seq DESC LIMIT ${}",
-            args.len()
+            "SELECT {ACTION_COLUMNS} FROM actions a {filter} ORDER BY a.seq DESC LIMIT {limit}"
         );
         let rows = self.fetch_rows(&sql, args).await?;
         rows.iter().map(action_from_row).collect()

@@ -245,7 +245,15 @@ async fn migrations_apply_at_connect_and_again_on_a_migrated_database() {
             .unwrap()
             .is_empty()
     );
-    assert!(tx.list_actions(&[], 10).await.unwrap().is_empty());
+    assert!(
+        tx.list_actions(&blazar_core::ActionFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .is_empty()
+    );
     assert_eq!(tx.inventory_version("physical:host").await.unwrap(), 0);
     assert_eq!(tx.next_event_time().await.unwrap(), None);
     tx.commit().await.unwrap();

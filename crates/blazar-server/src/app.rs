@@ -35,6 +35,7 @@ pub fn router(state: AppState) -> Router {
         .route("/leases/events", get(leases::lease_events))
         .route("/leases/{lease_id}/extension", get(leases::lease_extension))
         .route("/leases/{lease_id}/actions", get(leases::lease_actions))
+        .route("/actions", get(leases::list_actions))
         // Chameleon's per-lease views.
         .route("/leases/{lease_id}/hosts", get(leases::lease_hosts))
         .route("/leases/{lease_id}/networks", get(leases::lease_networks))

@@ -183,6 +183,19 @@ pub async fn lease_actions(
     Ok(Envelope("actions", actions))
 }
 
+/// `GET /v1/actions` (additive): actions of every lease the caller may see, deleted leases
+/// included, newest first, a page at a time.
+pub async fn list_actions(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Query(query): Query,
+) -> ApiResult<impl IntoResponse> {
+    let filter = from_wire::action_filter(&query)?;
+    let actions = state.service.list_actions(&identity, &filter).await?;
+    let actions: Vec<_> = actions.iter().map(to_wire::action).collect();
+    Ok(Envelope("actions", actions))
+}
+
 /// `GET /v1/leases/{id}/hosts` (Chameleon): the hosts of the lease's host reservations.
 pub async fn lease_hosts(
     State(state): State<AppState>,

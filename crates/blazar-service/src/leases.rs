@@ -3,12 +3,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use blazar_core::LeaseFilter;
 use blazar_core::lease::{
     CreatePlan, DatesRequest, EventMove, UpdatePlan, When, event_status, plan_create, plan_update,
 };
 use blazar_core::reservation::FlavorChoice;
 use blazar_core::time::truncate_to_minute;
+use blazar_core::{ActionFilter, ActionRecord, LeaseFilter};
 use blazar_core::{
     ActionKind, ActionPurpose, ActionStatus, EventStatus, EventType, LeaseStatus, ReservationSpec,
     ReservationStatus, TimeWindow,
@@ -1323,13 +1323,44 @@ impl Service {
         &self,
         identity: &Identity,
         id: &str,
-    ) -> ServiceResult<Vec<blazar_core::ActionRecord>> {
+    ) -> ServiceResult<Vec<ActionRecord>> {
         in_tx!(self, read, |tx| {
-            let lease = tx.get_lease(id).await?.ok_or_else(|| lease_not_found(id))?;
-            self.check_visible(identity, &lease)?;
-            self.authorize("blazar:leases:get", identity, &lease_target(&lease))?;
-            Ok(tx.actions_of_lease(id).await?)
+            let lease = tx.get_lease(id).await?;
+            let actions = tx.actions_of_lease(id).await?;
+            // A deleted lease's actions stay (its clean-up may still be running, or have
+            // failed): they are shown to whoever could see the lease, by its project.
+            let project_id = match (&lease, actions.first()) {
+                (Some(lease), _) => &lease.project_id,
+                (None, Some(action)) => &action.intent.project_id,
+                (None, None) => return Err(lease_not_found(id)),
+            };
+            let user_id = lease.as_ref().map_or("", |l| l.user_id.as_str());
+            let target = Target {
+                project_id,
+                user_id,
+            };
+            self.authorize("blazar:leases:get", identity, &target)?;
+            Ok(actions)
         })
+    }
+
+    /// Actions of every lease the caller may see, deleted leases included, newest first:
+    /// an admin's view of what failed or is still running in the cloud; a project's own
+    /// otherwise (another project's answers none, as lease lists do).
+    pub async fn list_actions(
+        &self,
+        identity: &Identity,
+        filter: &ActionFilter,
+    ) -> ServiceResult<Vec<ActionRecord>> {
+        self.authorize_own("blazar:leases:get", identity)?;
+        let mut filter = filter.clone();
+        if !self.is_admin(identity) {
+            match &filter.project_id {
+                Some(p) if *p != identity.project_id => return Ok(Vec::new()),
+                _ => filter.project_id = Some(identity.project_id.clone()),
+            }
+        }
+        in_tx!(self, read, |tx| { Ok(tx.list_actions(&filter).await?) })
     }
 
     /// The resources of `kind` a lease holds through its reservations of that type

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
-use blazar_core::LeaseFilter;
+use blazar_core::{ActionFilter, ActionStatus, LeaseFilter};
 use blazar_core::{ActionKind, ActionPurpose, LeaseStatus, PHYSICAL_HOST, ReservationStatus};
 use blazar_db::{ActionsSeen, RECONCILE_TASK, RepairItem, Store, TaskTerm};
 use chrono::{DateTime, Utc};
@@ -201,7 +201,14 @@ impl Service {
                     )
                 })
                 .collect();
-            for action in tx.list_actions(&["pending", "running"], 100_000).await? {
+            for action in tx
+                .list_actions(&ActionFilter {
+                    statuses: vec![ActionStatus::Pending, ActionStatus::Running],
+                    limit: 100_000,
+                    ..ActionFilter::default()
+                })
+                .await?
+            {
                 desired
                     .busy_reservations
                     .insert(action.intent.reservation_id.clone());

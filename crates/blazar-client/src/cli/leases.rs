@@ -24,7 +24,7 @@ use super::{CliResult, Context, EXIT_TIMEOUT, EXIT_UNREACHABLE, Failure, emit};
 
 const LIST_COLUMNS: &[&str] = &["id", "name", "start_date", "end_date"];
 
-const LEASES: Lookup<'static> = Lookup {
+pub(super) const LEASES: Lookup<'static> = Lookup {
     resource: "lease",
     list_path: "/leases",
     list_key: "leases",

@@ -1,6 +1,7 @@
 //! The `blazar` command line: global options, the command table, and running one command
 //! to an exit code.
 
+mod actions;
 mod allocations;
 mod examples;
 mod feeds;
@@ -245,6 +246,10 @@ pub enum Command {
     LeaseWait(leases::WaitArgs),
     #[command(name = "lease-offers")]
     LeaseOffers(offers::OffersArgs),
+    #[command(name = "lease-actions")]
+    LeaseActions(actions::LeaseActionsArgs),
+    #[command(name = "action-list")]
+    ActionList(actions::ListArgs),
 
     /// Print a list of hosts
     #[command(name = "host-list")]
@@ -442,6 +447,8 @@ async fn dispatch(command: Command, global: &GlobalArgs) -> CliResult<u8> {
         Command::LeaseOffers(a) => ok(offers::offers(&ctx, a).await),
         Command::LeaseDelete(a) => ok(leases::delete(&ctx, a).await),
         Command::LeaseWait(a) => leases::wait(&ctx, a).await,
+        Command::LeaseActions(a) => ok(actions::lease_actions(&ctx, a).await),
+        Command::ActionList(a) => ok(actions::list(&ctx, a).await),
 
         Command::HostList(a) => ok(inventory::list(&ctx, &Kind::HOST, a).await),
         Command::HostShow(a) => ok(inventory::show(&ctx, &Kind::HOST, a).await),

@@ -4,6 +4,7 @@
 // Tests fail loudly on anything unexpected; that is what unwrap and expect are for here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod actions;
 mod config;
 mod feeds;
 mod formats;

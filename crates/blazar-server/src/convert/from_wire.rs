@@ -639,6 +639,74 @@ pub fn allocation_list_request(
     })
 }
 
+/// Most actions one page of `GET /v1/actions` holds, and how many it holds unasked.
+pub const ACTIONS_PAGE_MAX: usize = 1000;
+pub const ACTIONS_PAGE_DEFAULT: usize = 100;
+
+/// An action list's query string: `status` (one or several, comma-separated), `lease_id`,
+/// `project_id`, `limit` and `marker` (the `seq` of the last action of the page before).
+/// Other parameters are refused, so a typo does not silently list everything.
+pub fn action_filter(
+    query: &std::collections::HashMap<String, String>,
+) -> ApiResult<blazar_core::ActionFilter> {
+    use blazar_core::ActionStatus;
+    const KNOWN: &[&str] = &["status", "lease_id", "project_id", "limit", "marker"];
+    let mut unknown: Vec<&str> = query
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !KNOWN.contains(k))
+        .collect();
+    if !unknown.is_empty() {
+        unknown.sort_unstable();
+        return Err(ApiError::bad_request(format!(
+            "Unknown parameter {}; an action list takes {}",
+            unknown.join(", "),
+            KNOWN.join(", ")
+        )));
+    }
+    let mut statuses = Vec::new();
+    for word in query
+        .get("status")
+        .into_iter()
+        .flat_map(|s| s.split(','))
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+    {
+        let status = word.parse::<ActionStatus>().map_err(|_| {
+            let known: Vec<&str> = ActionStatus::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request(format!(
+                "Invalid action status {word}; use one of {}",
+                known.join(", ")
+            ))
+        })?;
+        if !statuses.contains(&status) {
+            statuses.push(status);
+        }
+    }
+    let before_seq = match query
+        .get("marker")
+        .map(|m| m.trim())
+        .filter(|m| !m.is_empty())
+    {
+        None => None,
+        Some(text) => Some(text.parse::<i64>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "Malformed parameter marker: must be the seq of an action, got {text}"
+            ))
+        })?),
+    };
+    let text = |key: &str| query.get(key).filter(|v| !v.is_empty()).cloned();
+    Ok(blazar_core::ActionFilter {
+        statuses,
+        lease_id: text("lease_id"),
+        project_id: text("project_id"),
+        before_seq,
+        limit: query_limit(query)?
+            .unwrap_or(ACTIONS_PAGE_DEFAULT)
+            .min(ACTIONS_PAGE_MAX),
+    })
+}
+
 /// A quota update: each key a limit's name, each value `-1` (no limit), a limit of 0 or
 /// more, or `null` (back to the default). At least one key; no other keys.
 pub fn quota_changes(

@@ -1475,3 +1475,100 @@ async fn a_start_that_finds_its_address_held_outside_gets_another() {
     let report = app.service.monitor_pools().await.unwrap();
     assert_eq!(report.freed, vec!["172.24.4.101".to_string()]);
 }
+
+#[tokio::test]
+async fn a_deleted_leases_failed_clean_up_stays_listed_for_its_project_and_admins() {
+    let backend = Arc::new(Scripted::default());
+    let mut app = TestApp::spawn_backend(backend.clone()).await;
+    app.create_host("compute-1", json!({})).await;
+    app.act_as("alpha", "ada", "member");
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    let lid = id(&r.body);
+    app.tick_at(t(2030, 1, 1, 10, 0)).await;
+    assert_eq!(lease(&app, &lid).await["status"], "ACTIVE");
+    backend.fail_next(ActionError::Permanent("nova: aggregate is gone".into()));
+    assert_eq!(
+        app.delete(&format!("/v1/leases/{lid}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    app.run_actions().await;
+    assert_eq!(
+        app.get(&format!("/v1/leases/{lid}")).await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    // The lease is gone; what its clean-up did, and why it failed, is not.
+    let listed = actions(&app, &lid).await;
+    let summary: Vec<(&str, &str)> = listed
+        .iter()
+        .map(|a| (a["kind"].as_str().unwrap(), a["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(summary, vec![("start", "done"), ("stop", "failed")]);
+    assert_eq!(listed[1]["last_error"], "nova: aggregate is gone");
+    assert_eq!(listed[1]["purpose"], "delete");
+
+    // The same, among every action the project may see, newest first.
+    let r = app.get("/v1/actions?status=failed").await;
+    r.assert_status(StatusCode::OK);
+    let failed = r.body["actions"].as_array().unwrap().clone();
+    assert_eq!(failed.len(), 1, "{}", r.body);
+    assert_eq!(failed[0]["lease_id"], lid.as_str());
+    assert_eq!(failed[0]["project_id"], "alpha");
+
+    // Another project sees neither.
+    app.act_as("beta", "bob", "member");
+    app.get(&format!("/v1/leases/{lid}/actions"))
+        .await
+        .assert_denied("blazar:leases:get");
+    assert_eq!(app.get("/v1/actions").await.body["actions"], json!([]));
+    assert_eq!(
+        app.get("/v1/actions?project_id=alpha").await.body["actions"],
+        json!([])
+    );
+
+    // An admin sees every project's, filtered and paged.
+    app.act_as_admin();
+    assert_eq!(actions(&app, &lid).await, listed);
+    let all = app.get("/v1/actions").await.body["actions"].clone();
+    let seqs: Vec<i64> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs.len(), 2, "{all}");
+    assert!(seqs[0] > seqs[1], "newest first: {seqs:?}");
+    let first = app.get("/v1/actions?limit=1").await.body["actions"].clone();
+    assert_eq!(first, json!([all[0]]));
+    let next = app
+        .get(&format!("/v1/actions?limit=1&marker={}", seqs[0]))
+        .await
+        .body["actions"]
+        .clone();
+    assert_eq!(next, json!([all[1]]));
+    let of_lease = app
+        .get(&format!("/v1/actions?lease_id={lid}&status=done,failed"))
+        .await;
+    assert_eq!(of_lease.body["actions"], all);
+    assert_eq!(
+        app.get("/v1/actions?project_id=beta").await.body["actions"],
+        json!([])
+    );
+
+    // Bad queries are 400s that say what is wrong; a lease that never was is 404.
+    for (query, words) in [
+        ("status=broken", "Invalid action status broken"),
+        ("limit=0", "Malformed parameter limit"),
+        ("marker=abc", "Malformed parameter marker"),
+        ("lease=x", "Unknown parameter lease"),
+    ] {
+        let r = app.get(&format!("/v1/actions?{query}")).await;
+        r.assert_status(StatusCode::BAD_REQUEST);
+        assert!(r.message().contains(words), "{query}: {}", r.body);
+    }
+    app.get("/v1/leases/4f1d2c3b-0000-4000-8000-000000000000/actions")
+        .await
+        .assert_status(StatusCode::NOT_FOUND);
+}

@@ -1154,7 +1154,17 @@ impl blazar_service::Backend for Counted {
 async fn wait_idle(app: &TestApp) {
     for _ in 0..600 {
         let mut tx = app.service.store().read().await.unwrap();
-        let open = tx.list_actions(&["pending", "running"], 10).await.unwrap();
+        let open = tx
+            .list_actions(&blazar_core::ActionFilter {
+                statuses: vec![
+                    blazar_core::ActionStatus::Pending,
+                    blazar_core::ActionStatus::Running,
+                ],
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
         drop(tx);
         if open.is_empty() {
             return;
@@ -1266,7 +1276,13 @@ async fn two_replicas_carry_out_each_action_once_on_the_cloud() {
     assert_eq!(calls.len(), 15, "{calls:?}");
     if !calls.values().all(|&n| n == 1) {
         let mut tx = app.service.store().read().await.unwrap();
-        let rows = tx.list_actions(&[], 100).await.unwrap();
+        let rows = tx
+            .list_actions(&blazar_core::ActionFilter {
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
         let why: Vec<String> = rows
             .iter()
             .map(|a| {
