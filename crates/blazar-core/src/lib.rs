@@ -18,9 +18,9 @@ pub use host::{HostFacts, HostRecord};
 pub use lease::{Allocation, Event, Lease, LeaseView, Occupancy, Refusal, Reservation, When};
 pub use query::{PropertyQuery, QueryError};
 pub use records::{
-    ActionFilter, ActionIntent, ActionRecord, ApiToken, Flavor, Handover, IcalFeed, LeaseFilter,
-    ListedHandover, Notification, Property, Resource, ResourceRecord, SequencedNotification,
-    Webhook, WebhookDelivery,
+    ActionFilter, ActionIntent, ActionRecord, ApiToken, Flavor, Handover, HandoverFilter,
+    HandoverPlace, IcalFeed, LeaseFilter, ListedHandover, Notification, Property, Resource,
+    ResourceRecord, SequencedNotification, Webhook, WebhookDelivery,
 };
 pub use request::{ReservationChange, ReservationRequest};
 pub use reservation::{ReservationSpec, SpecError};

@@ -91,6 +91,25 @@ pub struct Handover {
     pub ended_at: Option<DateTime<Utc>>,
 }
 
+/// Which hand-overs a list returns. Every field narrows the result.
+#[derive(Debug, Clone, Default)]
+pub struct HandoverFilter {
+    pub resource_type: Option<String>,
+    pub lease_id: Option<String>,
+    pub project_id: Option<String>,
+    /// Ended hand-overs too (history), not only those still open.
+    pub include_ended: bool,
+}
+
+/// Where a hand-over stands in the list's order (type, resource, start, then its id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandoverPlace {
+    pub resource_type: String,
+    pub resource_id: i64,
+    pub started_at: DateTime<Utc>,
+    pub id: String,
+}
+
 /// A hand-over as listed, with the id the API shows for its resource: a host's id, or the
 /// uid of a floating IP, segment or device (their internal ids are the allocations' keys).
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use blazar_core::{Allocation, Handover, ListedHandover, Occupancy};
+use blazar_core::{Allocation, Handover, HandoverFilter, HandoverPlace, ListedHandover, Occupancy};
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -176,6 +176,56 @@ fn allocation_from_row(row: &AnyRow) -> DbResult<Allocation> {
 
 const ALLOCATION_COLUMNS: &str = "id, reservation_id, lease_id, resource_type, resource_id, \
     start_at, end_at, blocked_until, exclusive, units, vcpus, memory_mb, disk_gb";
+
+/// The statement of a page of hand-overs: an index range from the last page's place on
+/// (`handovers_listing`), so no page reads the pages before it.
+pub(crate) fn handovers_query(
+    filter: &HandoverFilter,
+    after: Option<&HandoverPlace>,
+    limit: usize,
+) -> (String, Vec<Arg>) {
+    // With the API id of each resource: a host's id, the uid of any other resource.
+    let mut sql = String::from(
+        "SELECT h.id, h.resource_type, h.resource_id, \
+         COALESCE(r.uid, CAST(h.resource_id AS TEXT)) AS api_id, h.project_id, h.lease_id, \
+         h.reservation_id, h.started_at, h.ended_at FROM handovers h \
+         LEFT JOIN resources r ON r.kind = h.resource_type AND r.id = h.resource_id \
+         WHERE 1 = 1",
+    );
+    let mut args: Vec<Arg> = Vec::new();
+    let mut equal = |column: &str, value: &Option<String>, args: &mut Vec<Arg>| {
+        if let Some(v) = value {
+            args.push(v.as_str().into());
+            sql.push_str(&format!(" AND h.{column} = ${}", args.len()));
+        }
+    };
+    equal("resource_type", &filter.resource_type, &mut args);
+    equal("lease_id", &filter.lease_id, &mut args);
+    equal("project_id", &filter.project_id, &mut args);
+    if !filter.include_ended {
+        sql.push_str(" AND h.ended_at IS NULL");
+    }
+    if let Some(place) = after {
+        let n = args.len();
+        sql.push_str(&format!(
+            " AND (h.resource_type, h.resource_id, h.started_at, h.id) > (${}, ${}, ${}, ${})",
+            n + 1,
+            n + 2,
+            n + 3,
+            n + 4
+        ));
+        args.push(place.resource_type.as_str().into());
+        args.push(place.resource_id.into());
+        args.push(to_secs(place.started_at).into());
+        args.push(place.id.as_str().into());
+    }
+    args.push((limit as i64).into());
+    sql.push_str(&format!(
+        " ORDER BY h.resource_type, h.resource_id, h.started_at, h.id LIMIT ${}",
+        args.len()
+    ));
+    (sql, args)
+}
 
 impl Tx {
     /// Inserts allocations in one statement and widens each resource type's longest span.
@@ -905,54 +955,90 @@ impl Tx {
         Ok(())
     }
 
-    /// Hand-overs (of one resource type, or all); only the open ones unless `include_ended`.
-    pub async fn handovers(
+    /// A page of the hand-overs `filter` selects, in the list's order (type, resource,
+    /// start), after `after`: each with its place, from which the next page goes on.
+    pub async fn handovers_page(
         &mut self,
-        resource_type: Option<&str>,
-        lease_id: Option<&str>,
-        include_ended: bool,
-    ) -> DbResult<Vec<ListedHandover>> {
-        // With the API id of each resource: a host's id, the uid of any other resource.
-        let mut sql = String::from(
-            "SELECT h.resource_type, h.resource_id, \
-             COALESCE(r.uid, CAST(h.resource_id AS TEXT)) AS api_id, h.project_id, h.lease_id, \
-             h.reservation_id, h.started_at, h.ended_at FROM handovers h \
-             LEFT JOIN resources r ON r.kind = h.resource_type AND r.id = h.resource_id \
-             WHERE 1 = 1",
-        );
-        let mut texts: Vec<&str> = Vec::new();
-        if let Some(t) = resource_type {
-            texts.push(t);
-            sql.push_str(&format!(" AND h.resource_type = ${}", texts.len()));
-        }
-        if let Some(l) = lease_id {
-            texts.push(l);
-            sql.push_str(&format!(" AND h.lease_id = ${}", texts.len()));
-        }
-        if !include_ended {
-            sql.push_str(" AND h.ended_at IS NULL");
-        }
-        sql.push_str(" ORDER BY h.resource_type, h.resource_id, h.started_at");
-        let mut query = sqlx::query(&sql);
-        for t in texts {
-            query = query.bind(t);
-        }
-        let rows = query.fetch_all(self.conn().await?).await?;
+        filter: &HandoverFilter,
+        after: Option<&HandoverPlace>,
+        limit: usize,
+    ) -> DbResult<Vec<(HandoverPlace, ListedHandover)>> {
+        let (sql, args) = handovers_query(filter, after, limit);
+        let rows = self.fetch_rows(&sql, args).await?;
         rows.iter()
             .map(|row| {
-                Ok(ListedHandover {
-                    handover: Handover {
-                        resource_type: row.try_get("resource_type")?,
-                        resource_id: row.try_get("resource_id")?,
-                        project_id: row.try_get("project_id")?,
-                        lease_id: row.try_get("lease_id")?,
-                        reservation_id: row.try_get("reservation_id")?,
-                        started_at: from_secs(row.try_get("started_at")?)?,
-                        ended_at: from_opt_secs(row.try_get("ended_at")?)?,
-                    },
+                let handover = Handover {
+                    resource_type: row.try_get("resource_type")?,
+                    resource_id: row.try_get("resource_id")?,
+                    project_id: row.try_get("project_id")?,
+                    lease_id: row.try_get("lease_id")?,
+                    reservation_id: row.try_get("reservation_id")?,
+                    started_at: from_secs(row.try_get("started_at")?)?,
+                    ended_at: from_opt_secs(row.try_get("ended_at")?)?,
+                };
+                let place = HandoverPlace {
+                    resource_type: handover.resource_type.clone(),
+                    resource_id: handover.resource_id,
+                    started_at: handover.started_at,
+                    id: row.try_get("id")?,
+                };
+                let listed = ListedHandover {
+                    handover,
                     api_id: row.try_get("api_id")?,
-                })
+                };
+                Ok((place, listed))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Store, StoreOptions, bind_all};
+
+    /// SQLite's plan of a page of hand-overs after the first: a range of the listing index
+    /// from the last place on, in the list's order (no sort of the whole history), whether
+    /// or not the page is one project's.
+    #[tokio::test]
+    async fn a_page_of_hand_overs_is_an_index_range_on_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::connect(&StoreOptions {
+            url: dir.path().join("t.db").display().to_string(),
+            ..StoreOptions::default()
+        })
+        .await
+        .unwrap();
+        let mut tx = store.read().await.unwrap();
+        let place = HandoverPlace {
+            resource_type: "physical:host".into(),
+            resource_id: 7,
+            started_at: crate::from_secs(1_900_000_000).unwrap(),
+            id: "x".into(),
+        };
+        for project_id in [None, Some("alpha".to_string())] {
+            let filter = HandoverFilter {
+                project_id,
+                include_ended: true,
+                ..HandoverFilter::default()
+            };
+            let (sql, args) = handovers_query(&filter, Some(&place), 1000);
+            let rows = bind_all(sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}")), args)
+                .fetch_all(tx.conn().await.unwrap())
+                .await
+                .unwrap();
+            let plan: Vec<String> = rows
+                .iter()
+                .map(|r| r.try_get::<String, _>("detail").unwrap())
+                .collect();
+            assert!(
+                plan.iter()
+                    .any(|d| d.starts_with("SEARCH h USING INDEX handovers_listing")),
+                "{plan:?}"
+            );
+            assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{plan:?}");
+        }
+        tx.commit().await.unwrap();
+        store.close().await;
     }
 }

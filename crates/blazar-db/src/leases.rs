@@ -387,6 +387,26 @@ impl Tx {
         tuples.into_iter().map(lease_tree_from_tuple).collect()
     }
 
+    /// The ids of a project's `limit` leases that start last (a calendar feed's), read
+    /// without reading the project's older leases.
+    pub async fn latest_lease_ids(
+        &mut self,
+        project_id: &str,
+        limit: usize,
+    ) -> DbResult<Vec<String>> {
+        let rows = self
+            .fetch_rows(
+                "SELECT id FROM leases WHERE project_id = $1 \
+                 ORDER BY start_at DESC, id DESC LIMIT $2",
+                vec![project_id.into(), (limit as i64).into()],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| row.try_get("id"))
+            .collect::<Result<_, _>>()?)
+    }
+
     /// The ids and revisions of the leases matching `filter`, in list order: what a reader
     /// that keeps rendered leases needs to tell which it can reuse. One row (a JSON array),
     /// for the same reason as [`Tx::lease_trees`].

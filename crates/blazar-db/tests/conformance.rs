@@ -1561,3 +1561,137 @@ async fn a_transaction_begins_whole_after_its_pooled_connection_was_cut() {
     }
     store.close().await;
 }
+
+/// A calendar feed reads a project's latest leases by start, never the project's history.
+#[tokio::test]
+async fn a_projects_latest_leases_are_read_without_the_rest() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    in_write(&store, async |tx| {
+        for day in 1..=9 {
+            let mut lease = rows::lease(
+                &format!("l{day}"),
+                t(2030, 1, day, 10, 0),
+                t(2030, 1, day, 12, 0),
+            );
+            if day % 3 == 0 {
+                lease.project_id = "other".into();
+            }
+            tx.insert_lease(&lease).await?;
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
+    let mut tx = store.read().await.unwrap();
+    let latest = tx.latest_lease_ids("project", 3).await.unwrap();
+    assert_eq!(latest, ["l8", "l7", "l5"]);
+    assert_eq!(
+        tx.latest_lease_ids("other", 10).await.unwrap(),
+        ["l9", "l6", "l3"]
+    );
+    assert!(tx.latest_lease_ids("nobody", 10).await.unwrap().is_empty());
+    tx.commit().await.unwrap();
+    store.close().await;
+}
+
+/// Hand-overs come a page at a time, each page going on from the last one's place (ties on
+/// the start broken by id), filtered before paging.
+#[tokio::test]
+async fn hand_overs_are_read_by_pages_in_their_order() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    in_write(&store, async |tx| {
+        for i in 0..25_i64 {
+            tx.start_handover(&blazar_core::Handover {
+                resource_type: if i % 5 == 0 {
+                    "network"
+                } else {
+                    "physical:host"
+                }
+                .into(),
+                resource_id: i % 4,
+                project_id: if i % 2 == 0 { "even" } else { "odd" }.into(),
+                lease_id: format!("lease-{}", i % 3),
+                reservation_id: format!("r{i}"),
+                started_at: t(2030, 1, 1, 10, 0) + Duration::hours(i / 6),
+                ended_at: None,
+            })
+            .await?;
+        }
+        tx.end_handovers("r3", None, t(2030, 2, 1, 0, 0)).await
+    })
+    .await
+    .unwrap();
+    let read_all = |filter: blazar_core::HandoverFilter, page: usize| {
+        let store = store.clone();
+        async move {
+            let mut tx = store.read().await.unwrap();
+            let mut out = Vec::new();
+            let mut after = None;
+            loop {
+                let got = tx
+                    .handovers_page(&filter, after.as_ref(), page)
+                    .await
+                    .unwrap();
+                assert!(got.len() <= page);
+                let full = got.len() == page;
+                for (place, listed) in got {
+                    after = Some(place);
+                    out.push(listed.handover);
+                }
+                if !full {
+                    break;
+                }
+            }
+            tx.commit().await.unwrap();
+            out
+        }
+    };
+    let everything = blazar_core::HandoverFilter {
+        include_ended: true,
+        ..Default::default()
+    };
+    let whole = read_all(everything.clone(), 100).await;
+    assert_eq!(whole.len(), 25);
+    let key = |h: &blazar_core::Handover| (h.resource_type.clone(), h.resource_id, h.started_at);
+    assert!(whole.windows(2).all(|w| key(&w[0]) <= key(&w[1])));
+    for page in [1, 2, 3, 7] {
+        assert_eq!(
+            read_all(everything.clone(), page).await,
+            whole,
+            "pages of {page}"
+        );
+    }
+    let open = read_all(blazar_core::HandoverFilter::default(), 4).await;
+    assert_eq!(open.len(), 24);
+    assert!(open.iter().all(|h| h.reservation_id != "r3"));
+    let odd_hosts = read_all(
+        blazar_core::HandoverFilter {
+            resource_type: Some("physical:host".into()),
+            project_id: Some("odd".into()),
+            include_ended: true,
+            ..Default::default()
+        },
+        2,
+    )
+    .await;
+    let expected: Vec<_> = whole
+        .iter()
+        .filter(|h| h.resource_type == "physical:host" && h.project_id == "odd")
+        .cloned()
+        .collect();
+    assert_eq!(odd_hosts, expected);
+    assert_eq!(odd_hosts.len(), 10);
+    let of_lease = read_all(
+        blazar_core::HandoverFilter {
+            lease_id: Some("lease-1".into()),
+            include_ended: true,
+            ..Default::default()
+        },
+        3,
+    )
+    .await;
+    assert_eq!(of_lease.len(), 8);
+    store.close().await;
+}

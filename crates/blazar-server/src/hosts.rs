@@ -5,6 +5,7 @@ use axum::extract::State;
 
 use crate::extract::Path;
 use axum::response::IntoResponse;
+use blazar_core::{HandoverFilter, HandoverPlace};
 use blazar_service::{HostList, Reallocated, ServiceResult};
 
 use crate::convert::{Envelope, from_wire, to_wire};
@@ -168,22 +169,75 @@ pub async fn reconcile(
     Ok(Envelope("reconcile", to_wire::reconcile_report(report)))
 }
 
-/// `GET /v1/handovers[?resource_type=..][&lease_id=..][&all=true]`: who holds which resource
-/// now (`all` includes past hand-overs).
+/// `GET /v1/handovers[?resource_type=..][&lease_id=..][&project_id=..][&all=true]`: who
+/// holds which resource now (or ever), written a page at a time: with `all`, the history of
+/// a site that ran for years is never read at once.
 pub async fn list_handovers(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Query(query): Query,
 ) -> ApiResult<impl IntoResponse> {
-    let rows = state
-        .service
-        .handovers(
-            &identity,
-            query.get("resource_type").map(String::as_str),
-            query.get("lease_id").map(String::as_str),
-            flag(&query, "all"),
-        )
-        .await?;
-    let handovers: Vec<_> = rows.into_iter().map(to_wire::handover).collect();
-    Ok(Envelope("handovers", handovers))
+    let text = |key: &str| query.get(key).filter(|v| !v.is_empty()).cloned();
+    let source = HandoverStream {
+        service: state.service.clone(),
+        identity,
+        filter: HandoverFilter {
+            resource_type: text("resource_type"),
+            lease_id: text("lease_id"),
+            project_id: text("project_id"),
+            include_ended: flag(&query, "all"),
+        },
+        after: None,
+        done: false,
+    };
+    stream_json(br#"{"handovers":["#.to_vec(), source).await
+}
+
+/// Hand-overs per page of the stream.
+const HANDOVER_BATCH: usize = 1000;
+
+struct HandoverStream {
+    service: blazar_service::Service,
+    identity: blazar_service::Identity,
+    filter: HandoverFilter,
+    /// Where the last page ended.
+    after: Option<HandoverPlace>,
+    done: bool,
+}
+
+impl Batches for HandoverStream {
+    type Batch = Vec<blazar_core::ListedHandover>;
+
+    async fn next_batch(&mut self) -> ServiceResult<Option<Self::Batch>> {
+        if self.done {
+            return Ok(None);
+        }
+        let page = self
+            .service
+            .handovers_page(
+                &self.identity,
+                &self.filter,
+                self.after.as_ref(),
+                HANDOVER_BATCH,
+            )
+            .await?;
+        self.done = page.len() < HANDOVER_BATCH;
+        let mut rows = Vec::with_capacity(page.len());
+        for (place, row) in page {
+            self.after = Some(place);
+            rows.push(row);
+        }
+        Ok(Some(rows))
+    }
+
+    fn write_batch(&self, batch: Self::Batch, out: &mut Pieces, mut written: bool) -> bool {
+        for row in batch {
+            written = push_item(out.bytes(), &to_wire::handover(row), b",", written);
+        }
+        written
+    }
+
+    fn suffix(&self) -> Vec<u8> {
+        b"]}".to_vec()
+    }
 }

@@ -134,8 +134,11 @@ impl Service {
             let Some(feed) = tx.ical_feed(id).await? else {
                 return Ok(None);
             };
+            // The latest leases only: a project's history may be years long, and the
+            // feed is read by every calendar that subscribed, every few minutes.
+            let ids = tx.latest_lease_ids(&feed.project_id, FEED_LEASES).await?;
             let filter = LeaseFilter {
-                project_id: Some(feed.project_id.clone()),
+                ids: Some(ids),
                 ..LeaseFilter::default()
             };
             let trees = tx.revised_lease_trees(&filter).await?;

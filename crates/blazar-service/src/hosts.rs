@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use blazar_core::host::{FACT_FIELDS, MAX_CAPABILITY_KEY_LEN};
 use blazar_core::{ActionKind, ActionStatus, HostFacts, HostRecord, PHYSICAL_HOST};
-use blazar_core::{ListedHandover, Property};
+use blazar_core::{HandoverFilter, HandoverPlace, ListedHandover, Property};
 use blazar_db::{AllocationView, NewHost};
 use serde_json::{Map, Value};
 
@@ -653,23 +653,28 @@ impl Service {
         })
     }
 
-    /// Who holds which resource now (or ever, with `include_ended`), as the standalone
-    /// backend recorded at lease start and end. Admins see all; others their project's.
-    pub async fn handovers(
+    /// A page of who holds which resource now (or ever, with `include_ended`), as the
+    /// backend recorded at lease start and end, after `after` in the list's order. Admins
+    /// see all (or one project's); others their project's, decided in the query, so a
+    /// page is full.
+    pub async fn handovers_page(
         &self,
         identity: &Identity,
-        resource_type: Option<&str>,
-        lease_id: Option<&str>,
-        include_ended: bool,
-    ) -> ServiceResult<Vec<ListedHandover>> {
+        filter: &HandoverFilter,
+        after: Option<&HandoverPlace>,
+        limit: usize,
+    ) -> ServiceResult<Vec<(HandoverPlace, ListedHandover)>> {
         self.authorize_own("blazar:handovers:get", identity)?;
-        let admin = self.is_admin(identity);
-        let rows = in_tx!(self, read, |tx| {
-            Ok(tx.handovers(resource_type, lease_id, include_ended).await?)
-        })?;
-        Ok(rows
-            .into_iter()
-            .filter(|h| admin || h.handover.project_id == identity.project_id)
-            .collect())
+        let mut filter = filter.clone();
+        if !self.is_admin(identity) {
+            // Another project's, asked by name, lists none, as lease lists do.
+            match &filter.project_id {
+                Some(p) if *p != identity.project_id => return Ok(Vec::new()),
+                _ => filter.project_id = Some(identity.project_id.clone()),
+            }
+        }
+        in_tx!(self, read, |tx| {
+            Ok(tx.handovers_page(&filter, after, limit).await?)
+        })
     }
 }

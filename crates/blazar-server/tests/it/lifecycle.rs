@@ -769,3 +769,84 @@ async fn an_active_lease_grows_onto_a_host_an_ended_lease_held() {
     app.tick_at(t(2030, 1, 1, 12, 0)).await;
     assert_eq!(lease(&app, &id).await["status"], "TERMINATED");
 }
+
+/// Years of hand-overs are written a page at a time, in order, each once; a member's list
+/// is their project's, decided before paging (so it is whole too).
+#[tokio::test]
+async fn a_long_history_of_hand_overs_is_listed_whole_in_order_by_pages() {
+    let mut app = TestApp::spawn().await;
+    let base = t(2030, 1, 1, 0, 0);
+    let mut tx = app.service.store().write().await.unwrap();
+    let total = 2_345;
+    for i in 0..total {
+        let handover = blazar_core::Handover {
+            resource_type: "physical:host".into(),
+            resource_id: i % 40 + 1,
+            project_id: if i % 3 == 0 { "alpha" } else { "beta" }.into(),
+            lease_id: format!("lease-{}", i % 7),
+            reservation_id: format!("reservation-{i}"),
+            // Pairs of hand-overs of one host that start together: the id orders them.
+            started_at: base + chrono::Duration::hours(i / 80),
+            ended_at: None,
+        };
+        tx.start_handover(&handover).await.unwrap();
+        if i % 2 == 0 {
+            tx.end_handovers(
+                &handover.reservation_id,
+                None,
+                base + chrono::Duration::days(400),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    tx.commit().await.unwrap();
+
+    let listed = |body: &Value| -> Vec<(i64, String, String)> {
+        body["handovers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["resource_id"].as_str().unwrap().parse().unwrap(),
+                    h["since"].as_str().unwrap().to_string(),
+                    h["reservation_id"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let all = listed(&app.get("/v1/handovers?all=true").await.body);
+    assert_eq!(all.len(), total as usize);
+    let unique: std::collections::HashSet<&String> = all.iter().map(|h| &h.2).collect();
+    assert_eq!(unique.len(), all.len(), "each once");
+    assert!(
+        all.windows(2)
+            .all(|w| (w[0].0, &w[0].1) <= (w[1].0, &w[1].1)),
+        "by host, then start"
+    );
+    let open = listed(&app.get("/v1/handovers").await.body);
+    assert_eq!(open.len(), (total / 2) as usize);
+    let beta = listed(&app.get("/v1/handovers?all=true&project_id=beta").await.body);
+    assert_eq!(beta.len(), 1_563);
+    let of_lease = listed(
+        &app.get("/v1/handovers?all=true&lease_id=lease-3")
+            .await
+            .body,
+    );
+    assert_eq!(of_lease.len(), 335);
+
+    app.act_as("alpha", "ada", "reader");
+    let mine = app.get("/v1/handovers?all=true").await.body;
+    assert_eq!(listed(&mine).len(), 782);
+    assert!(
+        mine["handovers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|h| h["project_id"] == "alpha")
+    );
+    // Another project's, asked by name, is still only theirs.
+    let asked = app.get("/v1/handovers?all=true&project_id=beta").await.body;
+    assert_eq!(asked["handovers"], json!([]));
+}
