@@ -13,7 +13,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{Caller, Query, Wire};
 use crate::reply::flag;
 use crate::state::AppState;
-use crate::stream::{Batches, Pieces, push_item, stream_json};
+use crate::stream::{Batches, Pages, Pieces, push_item, stream_json, stream_pages};
 
 pub async fn list_hosts(
     State(state): State<AppState>,
@@ -178,7 +178,7 @@ pub async fn list_handovers(
     Query(query): Query,
 ) -> ApiResult<impl IntoResponse> {
     let text = |key: &str| query.get(key).filter(|v| !v.is_empty()).cloned();
-    let source = HandoverStream {
+    let pages = HandoverPages {
         service: state.service.clone(),
         identity,
         filter: HandoverFilter {
@@ -187,57 +187,33 @@ pub async fn list_handovers(
             project_id: text("project_id"),
             include_ended: flag(&query, "all"),
         },
-        after: None,
-        done: false,
     };
-    stream_json(br#"{"handovers":["#.to_vec(), source).await
+    stream_pages("handovers", pages).await
 }
 
-/// Hand-overs per page of the stream.
-const HANDOVER_BATCH: usize = 1000;
-
-struct HandoverStream {
+struct HandoverPages {
     service: blazar_service::Service,
     identity: blazar_service::Identity,
     filter: HandoverFilter,
-    /// Where the last page ended.
-    after: Option<HandoverPlace>,
-    done: bool,
 }
 
-impl Batches for HandoverStream {
-    type Batch = Vec<blazar_core::ListedHandover>;
+impl Pages for HandoverPages {
+    type Place = HandoverPlace;
+    type Item = blazar_core::ListedHandover;
+    type Wire = blazar_api::Handover;
+    const PAGE: usize = 1000;
 
-    async fn next_batch(&mut self) -> ServiceResult<Option<Self::Batch>> {
-        if self.done {
-            return Ok(None);
-        }
-        let page = self
-            .service
-            .handovers_page(
-                &self.identity,
-                &self.filter,
-                self.after.as_ref(),
-                HANDOVER_BATCH,
-            )
-            .await?;
-        self.done = page.len() < HANDOVER_BATCH;
-        let mut rows = Vec::with_capacity(page.len());
-        for (place, row) in page {
-            self.after = Some(place);
-            rows.push(row);
-        }
-        Ok(Some(rows))
+    async fn page(
+        &self,
+        after: Option<&Self::Place>,
+        limit: usize,
+    ) -> ServiceResult<Vec<(Self::Place, Self::Item)>> {
+        self.service
+            .handovers_page(&self.identity, &self.filter, after, limit)
+            .await
     }
 
-    fn write_batch(&self, batch: Self::Batch, out: &mut Pieces, mut written: bool) -> bool {
-        for row in batch {
-            written = push_item(out.bytes(), &to_wire::handover(row), b",", written);
-        }
-        written
-    }
-
-    fn suffix(&self) -> Vec<u8> {
-        b"]}".to_vec()
+    fn wire(item: Self::Item) -> Self::Wire {
+        to_wire::handover(item)
     }
 }

@@ -19,7 +19,7 @@ use crate::error::ApiResult;
 use crate::extract::{Caller, JsonObject, Query, Wire};
 use crate::reply::flag;
 use crate::state::AppState;
-use crate::stream::{Batches, Pieces, push_item, stream_json};
+use crate::stream::{Pages, stream_pages};
 
 /// Envelope keys of a kind.
 struct Names {
@@ -320,59 +320,42 @@ pub async fn list_notifications(
     Caller(identity): Caller,
     Query(query): Query,
 ) -> ApiResult<Response> {
-    let source = NotificationStream {
+    let pages = NotificationPages {
         service: state.service.clone(),
         identity,
         lease_id: query.get("lease_id").cloned(),
-        after: None,
-        done: false,
     };
-    stream_json(br#"{"notifications":["#.to_vec(), source).await
+    stream_pages("notifications", pages).await
 }
 
-/// Notifications per page of the outbox's stream.
-const NOTIFICATION_BATCH: usize = 200;
-
-struct NotificationStream {
+struct NotificationPages {
     service: blazar_service::Service,
     identity: blazar_service::Identity,
     lease_id: Option<String>,
-    /// The place of the last notification read.
-    after: Option<(i64, String)>,
-    done: bool,
 }
 
-impl Batches for NotificationStream {
-    type Batch = Vec<blazar_core::Notification>;
+impl Pages for NotificationPages {
+    type Place = (i64, String);
+    type Item = blazar_core::Notification;
+    type Wire = blazar_api::Notification;
+    const PAGE: usize = 200;
 
-    async fn next_batch(&mut self) -> ServiceResult<Option<Self::Batch>> {
-        if self.done {
-            return Ok(None);
-        }
-        let page = self
-            .service
+    async fn page(
+        &self,
+        after: Option<&Self::Place>,
+        limit: usize,
+    ) -> ServiceResult<Vec<(Self::Place, Self::Item)>> {
+        self.service
             .notifications(
                 &self.identity,
                 self.lease_id.as_deref(),
-                self.after.as_ref().map(|(w, id)| (*w, id.as_str())),
-                NOTIFICATION_BATCH,
+                after.map(|(w, id)| (*w, id.as_str())),
+                limit,
             )
-            .await?;
-        self.done = page.len() < NOTIFICATION_BATCH;
-        if let Some((place, _)) = page.last() {
-            self.after = Some(place.clone());
-        }
-        Ok(Some(page.into_iter().map(|(_, row)| row).collect()))
+            .await
     }
 
-    fn write_batch(&self, batch: Self::Batch, out: &mut Pieces, mut written: bool) -> bool {
-        for row in batch {
-            written = push_item(out.bytes(), &to_wire::notification(row), b",", written);
-        }
-        written
-    }
-
-    fn suffix(&self) -> Vec<u8> {
-        b"]}".to_vec()
+    fn wire(item: Self::Item) -> Self::Wire {
+        to_wire::notification(item)
     }
 }

@@ -144,6 +144,69 @@ pub async fn stream_json<S: Batches>(prefix: Vec<u8>, mut source: S) -> ApiResul
     Ok(response)
 }
 
+/// A list read a page at a time by place (the outbox, hand-overs): each page goes on after
+/// the place of the last item of the page before, so no page reads what came before it.
+pub trait Pages: Send + 'static {
+    type Place: Send + 'static;
+    type Item: Send + 'static;
+    type Wire: serde::Serialize;
+    /// Items per page.
+    const PAGE: usize;
+    /// Up to `limit` items after `after`, each with its place.
+    fn page(
+        &self,
+        after: Option<&Self::Place>,
+        limit: usize,
+    ) -> impl Future<Output = ServiceResult<Vec<(Self::Place, Self::Item)>>> + Send;
+    /// An item as the answer shows it.
+    fn wire(item: Self::Item) -> Self::Wire;
+}
+
+/// `{"<key>": [...]}` of every item of `pages`, read and written a page at a time.
+pub async fn stream_pages<P: Pages>(key: &str, pages: P) -> ApiResult<Response> {
+    let source = ByPlace {
+        pages,
+        after: None,
+        done: false,
+    };
+    stream_json(format!("{{\"{key}\":[").into_bytes(), source).await
+}
+
+struct ByPlace<P: Pages> {
+    pages: P,
+    after: Option<P::Place>,
+    done: bool,
+}
+
+impl<P: Pages> Batches for ByPlace<P> {
+    type Batch = Vec<P::Item>;
+
+    async fn next_batch(&mut self) -> ServiceResult<Option<Self::Batch>> {
+        if self.done {
+            return Ok(None);
+        }
+        let page = self.pages.page(self.after.as_ref(), P::PAGE).await?;
+        self.done = page.len() < P::PAGE;
+        let mut items = Vec::with_capacity(page.len());
+        for (place, item) in page {
+            self.after = Some(place);
+            items.push(item);
+        }
+        Ok(Some(items))
+    }
+
+    fn write_batch(&self, batch: Self::Batch, out: &mut Pieces, mut written: bool) -> bool {
+        for item in batch {
+            written = push_item(out.bytes(), &P::wire(item), b",", written);
+        }
+        written
+    }
+
+    fn suffix(&self) -> Vec<u8> {
+        b"]}".to_vec()
+    }
+}
+
 /// Appends `item` as an array item after `separator` when one precedes it (`written`);
 /// says whether an item has been written by now.
 pub fn push_item<T: serde::Serialize>(
