@@ -995,20 +995,14 @@ impl Tx {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Store, StoreOptions, bind_all};
+    use crate::plans::{plan, scratch_store};
 
     /// SQLite's plan of a page of hand-overs after the first: a range of the listing index
     /// from the last place on, in the list's order (no sort of the whole history), whether
     /// or not the page is one project's.
     #[tokio::test]
     async fn a_page_of_hand_overs_is_an_index_range_on_sqlite() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::connect(&StoreOptions {
-            url: dir.path().join("t.db").display().to_string(),
-            ..StoreOptions::default()
-        })
-        .await
-        .unwrap();
+        let (_dir, store) = scratch_store().await;
         let mut tx = store.read().await.unwrap();
         let place = HandoverPlace {
             resource_type: "physical:host".into(),
@@ -1023,14 +1017,7 @@ mod tests {
                 ..HandoverFilter::default()
             };
             let (sql, args) = handovers_query(&filter, Some(&place), 1000);
-            let rows = bind_all(sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}")), args)
-                .fetch_all(tx.conn().await.unwrap())
-                .await
-                .unwrap();
-            let plan: Vec<String> = rows
-                .iter()
-                .map(|r| r.try_get::<String, _>("detail").unwrap())
-                .collect();
+            let plan = plan(&mut tx, &sql, args).await;
             assert!(
                 plan.iter()
                     .any(|d| d.starts_with("SEARCH h USING INDEX handovers_listing")),

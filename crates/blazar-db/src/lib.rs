@@ -25,6 +25,9 @@ mod timeline;
 mod tokens;
 mod webhooks;
 
+#[cfg(test)]
+mod plans;
+
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;

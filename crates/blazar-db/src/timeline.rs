@@ -141,31 +141,17 @@ impl Tx {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Store, StoreOptions, bind_all};
-    use sqlx::Row;
+    use crate::plans::{plan, scratch_store};
 
     /// SQLite's plan of a timeline read: the allocations come from an index range bounded
     /// by start per resource, never from every allocation ending later.
     #[tokio::test]
     async fn timeline_reads_search_an_index_on_sqlite() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::connect(&StoreOptions {
-            url: dir.path().join("t.db").display().to_string(),
-            ..StoreOptions::default()
-        })
-        .await
-        .unwrap();
+        let (_dir, store) = scratch_store().await;
         let mut tx = store.read().await.unwrap();
         let t = from_secs(1_900_000_000).unwrap();
         let (sql, args) = tx.timeline_query("physical:host", &[1, 2, 3], t, t);
-        let rows = bind_all(sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}")), args)
-            .fetch_all(tx.conn().await.unwrap())
-            .await
-            .unwrap();
-        let plan: Vec<String> = rows
-            .iter()
-            .map(|r| r.try_get::<String, _>("detail").unwrap())
-            .collect();
+        let plan = plan(&mut tx, &sql, args).await;
         let allocations: Vec<&String> =
             plan.iter().filter(|d| d.starts_with("SEARCH a ")).collect();
         assert_eq!(

@@ -555,6 +555,29 @@ fn span_minutes(text: &str) -> Option<i64> {
     (1..=366 * 1440).contains(&minutes).then_some(minutes)
 }
 
+/// Refuses a query string with a parameter that `what` (`a timeline`) does not take, so a
+/// typo is a 400 rather than an answer to another question.
+fn only_known(
+    query: &std::collections::HashMap<String, String>,
+    known: &[&str],
+    what: &str,
+) -> ApiResult<()> {
+    let mut unknown: Vec<&str> = query
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !known.contains(k))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    unknown.sort_unstable();
+    Err(ApiError::bad_request(format!(
+        "Unknown parameter {}; {what} takes {}",
+        unknown.join(", "),
+        known.join(", ")
+    )))
+}
+
 /// A timeline's query string: `start`, `end` (Blazar's input format, `now`, or the format
 /// dates are sent in), `query`, `limit`, `marker`. Other parameters are refused, so a typo
 /// does not silently show another window.
@@ -562,19 +585,7 @@ pub fn timeline_request(
     query: &std::collections::HashMap<String, String>,
 ) -> ApiResult<blazar_service::TimelineRequest> {
     const KNOWN: &[&str] = &["start", "end", "query", "limit", "marker"];
-    let mut unknown: Vec<&str> = query
-        .keys()
-        .map(String::as_str)
-        .filter(|k| !KNOWN.contains(k))
-        .collect();
-    if !unknown.is_empty() {
-        unknown.sort_unstable();
-        return Err(ApiError::bad_request(format!(
-            "Unknown parameter {}; a timeline takes {}",
-            unknown.join(", "),
-            KNOWN.join(", ")
-        )));
-    }
+    only_known(query, KNOWN, "a timeline")?;
     Ok(blazar_service::TimelineRequest {
         start: query_date(query, "start")?,
         end: query_date(query, "end")?,
@@ -651,19 +662,7 @@ pub fn action_filter(
 ) -> ApiResult<blazar_core::ActionFilter> {
     use blazar_core::ActionStatus;
     const KNOWN: &[&str] = &["status", "lease_id", "project_id", "limit", "marker"];
-    let mut unknown: Vec<&str> = query
-        .keys()
-        .map(String::as_str)
-        .filter(|k| !KNOWN.contains(k))
-        .collect();
-    if !unknown.is_empty() {
-        unknown.sort_unstable();
-        return Err(ApiError::bad_request(format!(
-            "Unknown parameter {}; an action list takes {}",
-            unknown.join(", "),
-            KNOWN.join(", ")
-        )));
-    }
+    only_known(query, KNOWN, "an action list")?;
     let mut statuses = Vec::new();
     for word in query
         .get("status")
