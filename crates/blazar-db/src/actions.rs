@@ -93,6 +93,47 @@ pub enum ActionOutcome {
     },
 }
 
+/// The statement of a list of actions, newest first: from `actions_lease` for a lease,
+/// `actions_project` for a project, the primary key otherwise.
+fn actions_query(filter: &ActionFilter) -> (String, Vec<Arg>) {
+    let mut args: Vec<Arg> = Vec::new();
+    let mut conditions: Vec<String> = Vec::new();
+    let bind = |args: &mut Vec<Arg>, arg: Arg| {
+        args.push(arg);
+        format!("${}", args.len())
+    };
+    if !filter.statuses.is_empty() {
+        let marks: Vec<String> = filter
+            .statuses
+            .iter()
+            .map(|s| bind(&mut args, s.as_str().into()))
+            .collect();
+        conditions.push(format!("a.status IN ({})", marks.join(", ")));
+    }
+    if let Some(lease_id) = &filter.lease_id {
+        let mark = bind(&mut args, lease_id.as_str().into());
+        conditions.push(format!("a.lease_id = {mark}"));
+    }
+    if let Some(project_id) = &filter.project_id {
+        let mark = bind(&mut args, project_id.as_str().into());
+        conditions.push(format!("a.project_id = {mark}"));
+    }
+    if let Some(seq) = filter.before_seq {
+        let mark = bind(&mut args, seq.into());
+        conditions.push(format!("a.seq < {mark}"));
+    }
+    let limit = bind(&mut args, (filter.limit as i64).into());
+    let filter = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", conditions.join(" AND "))
+    };
+    let sql = format!(
+        "SELECT {ACTION_COLUMNS} FROM actions a {filter} ORDER BY a.seq DESC LIMIT {limit}"
+    );
+    (sql, args)
+}
+
 impl Tx {
     /// Records an action; returns its sequence number.
     pub async fn insert_action(&mut self, a: &NewAction) -> DbResult<i64> {
@@ -382,41 +423,7 @@ impl Tx {
 
     /// The actions `filter` selects, newest first, at most `filter.limit`.
     pub async fn list_actions(&mut self, filter: &ActionFilter) -> DbResult<Vec<ActionRecord>> {
-        let mut args: Vec<Arg> = Vec::new();
-        let mut conditions: Vec<String> = Vec::new();
-        let bind = |args: &mut Vec<Arg>, arg: Arg| {
-            args.push(arg);
-            format!("${}", args.len())
-        };
-        if !filter.statuses.is_empty() {
-            let marks: Vec<String> = filter
-                .statuses
-                .iter()
-                .map(|s| bind(&mut args, s.as_str().into()))
-                .collect();
-            conditions.push(format!("a.status IN ({})", marks.join(", ")));
-        }
-        if let Some(lease_id) = &filter.lease_id {
-            let mark = bind(&mut args, lease_id.as_str().into());
-            conditions.push(format!("a.lease_id = {mark}"));
-        }
-        if let Some(project_id) = &filter.project_id {
-            let mark = bind(&mut args, project_id.as_str().into());
-            conditions.push(format!("a.project_id = {mark}"));
-        }
-        if let Some(seq) = filter.before_seq {
-            let mark = bind(&mut args, seq.into());
-            conditions.push(format!("a.seq < {mark}"));
-        }
-        let limit = bind(&mut args, (filter.limit as i64).into());
-        let filter = if conditions.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", conditions.join(" AND "))
-        };
-        let sql = format!(
-            "SELECT {ACTION_COLUMNS} FROM actions a {filter} ORDER BY a.seq DESC LIMIT {limit}"
-        );
+        let (sql, args) = actions_query(filter);
         let rows = self.fetch_rows(&sql, args).await?;
         rows.iter().map(action_from_row).collect()
     }
@@ -436,5 +443,33 @@ impl Tx {
             None => None,
         };
         from_opt_secs(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plans::{plan, scratch_store};
+
+    /// SQLite's plan of a member's page of actions: their project's from its index, newest
+    /// first, without reading (or sorting) every project's.
+    #[tokio::test]
+    async fn a_projects_actions_are_read_from_its_index_on_sqlite() {
+        let (_dir, store) = scratch_store().await;
+        let mut tx = store.read().await.unwrap();
+        let (sql, args) = actions_query(&ActionFilter {
+            project_id: Some("alpha".into()),
+            before_seq: Some(1_000),
+            limit: 100,
+            ..ActionFilter::default()
+        });
+        let plan = plan(&mut tx, &sql, args).await;
+        assert_eq!(
+            plan,
+            ["SEARCH a USING INDEX actions_project (project_id=? AND seq<?)"],
+            "{plan:?}"
+        );
+        tx.commit().await.unwrap();
+        store.close().await;
     }
 }
