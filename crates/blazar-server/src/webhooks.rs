@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-use crate::convert::{Envelope, to_wire};
+use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Caller, JsonObject, Query};
 use crate::state::AppState;
@@ -118,11 +118,7 @@ pub async fn list_deliveries(
     Path(id): Path<String>,
     Query(query): Query,
 ) -> ApiResult<impl IntoResponse> {
-    if let Some(key) = query.keys().find(|k| k.as_str() != "status") {
-        return Err(ApiError::bad_request(format!(
-            "unknown parameter {key}: deliveries take status"
-        )));
-    }
+    from_wire::only_known(&query, &["status"], "a delivery list")?;
     let deliveries: Vec<_> = state
         .service
         .webhook_deliveries(&identity, &id, query.get("status").map(String::as_str))

@@ -557,7 +557,7 @@ fn span_minutes(text: &str) -> Option<i64> {
 
 /// Refuses a query string with a parameter that `what` (`a timeline`) does not take, so a
 /// typo is a 400 rather than an answer to another question.
-fn only_known(
+pub fn only_known(
     query: &std::collections::HashMap<String, String>,
     known: &[&str],
     what: &str,

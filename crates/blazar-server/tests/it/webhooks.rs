@@ -297,6 +297,14 @@ async fn a_project_receives_its_own_events_signed_and_in_order() {
     app.get(&format!("/v1/webhooks/{hook_id}/deliveries?status=lost"))
         .await
         .assert_status(StatusCode::BAD_REQUEST);
+    let r = app
+        .get(&format!("/v1/webhooks/{hook_id}/deliveries?state=dead"))
+        .await;
+    r.assert_status(StatusCode::BAD_REQUEST);
+    assert_eq!(
+        r.message(),
+        "Unknown parameter state; a delivery list takes status"
+    );
 
     // Deleted, it receives nothing more.
     app.delete(&format!("/v1/webhooks/{hook_id}"))
