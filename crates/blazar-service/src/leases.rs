@@ -21,6 +21,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::{Map, Value, json};
 
 use crate::enforcement::{EnforcedLease, UsageFilter, iso};
+use crate::offers::SearchDeadline;
 use crate::policy::Target;
 use crate::quotas::QuotaCheck;
 use crate::resources::AllocationRequest;
@@ -418,7 +419,21 @@ enum PlanDates {
     Fixed(CreatePlan),
     /// The earliest window of a search, decided in the writing transaction, so that no
     /// concurrent create can take it in between.
-    Earliest(blazar_core::offer::Search),
+    Earliest(EarliestPlan),
+}
+
+/// An `earliest` create's search: made first among what is committed, before the writing
+/// transaction and under a search permit, so that the writers a create's transaction holds
+/// up (every one on SQLite) wait for a check of the window found, not for a search; then
+/// again in the transaction, from that window on (at once when it is still free, further on
+/// when a concurrent create took it).
+struct EarliestPlan {
+    /// The search as asked.
+    asked: blazar_core::offer::Search,
+    /// Where the first search found the earliest window; `None` when nothing fit anywhere,
+    /// and the transaction does not search again. What was freed before it since is not
+    /// looked for: the lease gets the window that was earliest when it was asked for.
+    found_at: Option<DateTime<Utc>>,
 }
 
 /// A lease name as Blazar's schema holds it: not empty, no NUL, at most 80 characters.
@@ -840,16 +855,22 @@ impl Service {
         self.authorize_explained("blazar:leases:post", identity, &Target::own(identity))?;
         check_name(&request.name)?;
         let now = truncate_to_minute(self.now());
-        let dates = match &request.earliest {
+        // The dates asked for, checked before the reservations (as Blazar does); an
+        // `earliest` search is made once they are known.
+        enum Asked {
+            Dates(CreatePlan),
+            Earliest(blazar_core::offer::Search),
+        }
+        let asked = match &request.earliest {
             // As offers do: the next whole minute, so that an `earliest` lease gets all of its
             // duration and the same start the offer asked just before names.
-            Some(search) => PlanDates::Earliest(search.resolve(
+            Some(search) => Asked::Earliest(search.resolve(
                 blazar_core::time::first_whole_minute(self.now()),
                 self.settings().cleaning(),
                 blazar_core::offer::Order::Earliest,
                 1,
             )?),
-            None => PlanDates::Fixed(plan_create(
+            None => Asked::Dates(plan_create(
                 request.start,
                 request.end,
                 request.before_end,
@@ -859,12 +880,39 @@ impl Service {
         };
         let mut requests = self.validated_requests(&request.reservations)?;
         self.ask_cloud_for_flavors(identity, &mut requests).await?;
+        let dates = match asked {
+            Asked::Dates(dates) => PlanDates::Fixed(dates),
+            Asked::Earliest(search) => PlanDates::Earliest(
+                self.search_before_writing(identity, &requests, search)
+                    .await?,
+            ),
+        };
         Ok(LeasePlan {
             identity: identity.clone(),
             name: request.name.clone(),
             dates,
             requests,
             trust: None,
+        })
+    }
+
+    /// The first search of an `earliest` create (see [`EarliestPlan`]), in a read
+    /// transaction.
+    async fn search_before_writing(
+        &self,
+        identity: &Identity,
+        requests: &[ReservationSpec],
+        asked: blazar_core::offer::Search,
+    ) -> ServiceResult<EarliestPlan> {
+        let deadline = SearchDeadline::from_now();
+        let _permit = self.search_permit(deadline).await?;
+        let found = in_tx!(self, read, |tx| {
+            self.first_offer(tx, identity, requests, &asked, deadline)
+                .await
+        })?;
+        Ok(EarliestPlan {
+            found_at: found.map(|offer| offer.window.start()),
+            asked,
         })
     }
 
@@ -943,7 +991,7 @@ impl Service {
         let limits = self.take_quota_turn(tx, &plan.identity.project_id).await?;
         let CreatePlan { window, before_end } = match &plan.dates {
             PlanDates::Fixed(dates) => *dates,
-            PlanDates::Earliest(search) => self.earliest_dates(tx, plan, search).await?,
+            PlanDates::Earliest(earliest) => self.earliest_dates(tx, plan, earliest).await?,
         };
         // Whole seconds (Service::now), as stored: the view built here equals a read.
         let created = self.now();
@@ -1097,12 +1145,27 @@ impl Service {
         &self,
         tx: &mut Tx,
         plan: &LeasePlan,
-        search: &blazar_core::offer::Search,
+        earliest: &EarliestPlan,
     ) -> ServiceResult<CreatePlan> {
         tx.lock_allocations().await?;
-        let found = self
-            .first_offer(tx, &plan.identity, &plan.requests, search)
-            .await?;
+        let search = &earliest.asked;
+        let found = match earliest.found_at {
+            Some(at) => {
+                let from = blazar_core::offer::Search {
+                    not_before: at.max(search.not_before),
+                    ..search.clone()
+                };
+                self.first_offer(
+                    tx,
+                    &plan.identity,
+                    &plan.requests,
+                    &from,
+                    SearchDeadline::from_now(),
+                )
+                .await?
+            }
+            None => None,
+        };
         let Some(offer) = found else {
             // A concurrent quota the lease goes over on its own: the refusal a create of
             // any window gets.
@@ -1230,7 +1293,8 @@ impl Service {
         let Some(screen) = screen else {
             return ServiceError::Refused(refused);
         };
-        let permit = match self.search_permit().await {
+        let deadline = SearchDeadline::from_now();
+        let permit = match self.search_permit(deadline).await {
             Ok(permit) => permit,
             Err(_) => return ServiceError::Refused(refused),
         };
@@ -1241,6 +1305,7 @@ impl Service {
                 &retry.specs,
                 &search,
                 retry.except_lease.as_deref(),
+                deadline,
             )
             .await
         });

@@ -186,15 +186,18 @@ pub struct Extension {
 
 impl Service {
     /// A permit of the window searches that run outside a writing transaction, held from
-    /// before the search's read until its answer is built. The earliest window of a create
-    /// is searched inside its writing transaction and takes none: writers of allocations
-    /// are one at a time there already (SQLite's writer, PostgreSQL's allocation lock), and
-    /// a writer must not wait behind readers.
-    pub(crate) async fn search_permit(&self) -> ServiceResult<tokio::sync::SemaphorePermit<'_>> {
-        self.searches
-            .acquire()
-            .await
-            .map_err(|_| ServiceError::Internal("the server is shutting down".into()))
+    /// before the search's read until its answer is built, waited for until `deadline`:
+    /// the search's budget counts the wait, so a queue of long searches answers 503 at the
+    /// deadline instead of holding the searches behind it for their budgets one after
+    /// another. The earliest window of a create is searched again inside its writing
+    /// transaction and takes none there: writers of allocations are one at a time already
+    /// (SQLite's writer, PostgreSQL's allocation lock), and a writer must not wait behind
+    /// readers.
+    pub(crate) async fn search_permit(
+        &self,
+        deadline: SearchDeadline,
+    ) -> ServiceResult<tokio::sync::SemaphorePermit<'_>> {
+        permit_by(&self.searches, deadline).await
     }
 
     /// Offers for a lease request: ranked windows in which a create of the same
@@ -261,10 +264,11 @@ impl Service {
             search.max_minutes = allowed;
         }
         self.ask_cloud_for_flavors(identity, &mut specs).await?;
-        let _permit = self.search_permit().await?;
+        let deadline = SearchDeadline::from_now();
+        let _permit = self.search_permit(deadline).await?;
         let offers = in_tx!(self, read, |tx| {
             let offers = self
-                .find_offers(tx, identity, &specs, &search, None)
+                .find_offers(tx, identity, &specs, &search, None, deadline)
                 .await?;
             self.describe_offers(tx, identity, &specs, offers).await
         })?;
@@ -371,12 +375,22 @@ impl Service {
         specs: &[ReservationSpec],
         search: &Search,
         except: Option<&str>,
+        deadline: SearchDeadline,
     ) -> ServiceResult<Vec<Offer>> {
         let demands = self.demands(tx, identity, specs).await?;
         let limits = self
             .search_limits(tx, &identity.project_id, except, search)
             .await?;
-        probed_offers(tx, &demands, &limits, search, except, ProbeFor::Grants).await
+        probed_offers(
+            tx,
+            &demands,
+            &limits,
+            search,
+            except,
+            ProbeFor::Grants,
+            deadline,
+        )
+        .await
     }
 
     /// The project's limits a search for it keeps within: its concurrent quotas and its
@@ -403,6 +417,7 @@ impl Service {
         identity: &Identity,
         specs: &[ReservationSpec],
         search: &Search,
+        deadline: SearchDeadline,
     ) -> ServiceResult<Option<Offer>> {
         let demands = self.demands(tx, identity, specs).await?;
         let search = Search {
@@ -412,7 +427,16 @@ impl Service {
         let limits = self
             .search_limits(tx, &identity.project_id, None, &search)
             .await?;
-        let found = probed_offers(tx, &demands, &limits, &search, None, ProbeFor::Windows).await?;
+        let found = probed_offers(
+            tx,
+            &demands,
+            &limits,
+            &search,
+            None,
+            ProbeFor::Windows,
+            deadline,
+        )
+        .await?;
         Ok(found.into_iter().next())
     }
 
@@ -658,6 +682,7 @@ async fn probed_offers(
     search: &Search,
     except: Option<&str>,
     needs: ProbeFor,
+    deadline: SearchDeadline,
 ) -> ServiceResult<Vec<Offer>> {
     let size = |d: &Demand| PROBE_CANDIDATES.max(d.asked().saturating_mul(4));
     let probe = match limits.probed_alike(demands, needs) {
@@ -665,17 +690,17 @@ async fn probed_offers(
         false => None,
     };
     if let Some(probe) = probe {
-        let found = offers_among(tx, &probe, limits, search, except).await?;
+        let found = offers_among(tx, &probe, limits, search, except, deadline).await?;
         if offer::cannot_be_bettered(&found, search) {
             return Ok(found);
         }
         // The probe's first window fits over every candidate too: the search over all of
         // them needs their allocations only until it (`offer::bounded_by`).
         if let Some(bounded) = found.first().and_then(|f| offer::bounded_by(search, f)) {
-            return offers_among(tx, demands, limits, &bounded, except).await;
+            return offers_among(tx, demands, limits, &bounded, except, deadline).await;
         }
     }
-    offers_among(tx, demands, limits, search, except).await
+    offers_among(tx, demands, limits, search, except, deadline).await
 }
 
 /// A project's limits that a window search keeps within.
@@ -708,6 +733,7 @@ async fn offers_among(
     limits: &ProjectLimits,
     search: &Search,
     except: Option<&str>,
+    deadline: SearchDeadline,
 ) -> ServiceResult<Vec<Offer>> {
     let mut occupancy = occupancy(
         tx,
@@ -727,29 +753,61 @@ async fn offers_among(
     // workers, so it never holds up requests that only wait on I/O.
     let (demands, search) = (demands.to_vec(), search.clone());
     tokio::task::spawn_blocking(move || {
-        // From when the search runs, not from when it was queued for a thread.
-        let deadline = std::time::Instant::now() + SEARCH_BUDGET;
-        offer::search_until(&demands, &occupancy, &search, || {
-            std::time::Instant::now() >= deadline
-        })
+        offer::search_until(&demands, &occupancy, &search, || deadline.passed())
     })
     .await
     .map_err(|e| ServiceError::Internal(format!("a window search failed: {e}")))?
-    .ok_or_else(|| {
-        ServiceError::Unavailable(format!(
-            "The search for a window did not finish within {} s; try again, or narrow \
-             not_before and not_after, the range of durations or the reservations",
-            SEARCH_BUDGET.as_secs()
-        ))
-    })
+    .ok_or_else(search_unavailable)
 }
 
-/// Longest one window search may compute. An earliest create searches inside its writing
-/// transaction, which other writers wait for; an offer search holds one of few permits.
-/// Real requests take milliseconds at 10,000 hosts; a hundred reservations of eight hosts
-/// over a busy month of a 1,000-host site with a range of durations took 10 s. Counted in
-/// time, not work, so a loaded server gives up sooner: the answer is 503, not a refusal.
+/// A permit of `permits`, or the 503 of a search that did not get one by `deadline`.
+async fn permit_by(
+    permits: &tokio::sync::Semaphore,
+    deadline: SearchDeadline,
+) -> ServiceResult<tokio::sync::SemaphorePermit<'_>> {
+    match tokio::time::timeout_at(deadline.0.into(), permits.acquire()).await {
+        Ok(permit) => {
+            permit.map_err(|_| ServiceError::Internal("the server is shutting down".into()))
+        }
+        Err(_) => Err(search_unavailable()),
+    }
+}
+
+/// The 503 of a search that did not finish by its deadline.
+fn search_unavailable() -> ServiceError {
+    ServiceError::Unavailable(format!(
+        "The search for a window did not finish within {} s; try again, or narrow \
+         not_before and not_after, the range of durations or the reservations",
+        SEARCH_BUDGET.as_secs()
+    ))
+}
+
+/// Longest one window search may take, its wait for a permit included. An earliest create
+/// searches before its writing transaction and then again inside it (from the window found,
+/// so at once unless that window was taken meanwhile); an offer search holds one of few
+/// permits. Real requests take milliseconds at 10,000 hosts; a hundred reservations of
+/// eight hosts over a busy month of a 1,000-host site with a range of durations took 10 s.
+/// Counted in time, not work, so a loaded server gives up sooner: the answer is 503, not a
+/// refusal.
 const SEARCH_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// When a window search gives up: [`SEARCH_BUDGET`] after it was asked for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SearchDeadline(std::time::Instant);
+
+impl SearchDeadline {
+    pub(crate) fn from_now() -> Self {
+        Self::after(SEARCH_BUDGET)
+    }
+
+    fn after(budget: std::time::Duration) -> Self {
+        Self(std::time::Instant::now() + budget)
+    }
+
+    fn passed(self) -> bool {
+        std::time::Instant::now() >= self.0
+    }
+}
 
 /// The allocations of every candidate of `demands` that reach into `[start, until)`.
 async fn occupancy(
@@ -846,7 +904,7 @@ impl Service {
         ask: ExtensionAsk,
     ) -> ServiceResult<Extension> {
         let now = truncate_to_minute(self.now());
-        let permit = self.search_permit().await?;
+        let permit = self.search_permit(SearchDeadline::from_now()).await?;
         let extension = in_tx!(self, read, |tx| {
             let lease = tx
                 .get_lease(id)
@@ -1088,5 +1146,42 @@ impl Service {
             };
         }
         Ok(latest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A search that waits for a permit waits at most until its deadline: behind long
+    /// searches it answers 503 then, not after their budgets one after another; and it
+    /// gets the permit as soon as one is free before that.
+    #[tokio::test]
+    async fn the_wait_for_a_search_permit_counts_against_the_search_budget() {
+        let permits = tokio::sync::Semaphore::new(1);
+        let held = permits.acquire().await.unwrap();
+        let asked = std::time::Instant::now();
+        let refused = permit_by(
+            &permits,
+            SearchDeadline::after(std::time::Duration::from_millis(100)),
+        )
+        .await;
+        assert!(
+            matches!(refused, Err(ServiceError::Unavailable(_))),
+            "{refused:?}"
+        );
+        let waited = asked.elapsed();
+        assert!(
+            waited >= std::time::Duration::from_millis(100),
+            "{waited:?}"
+        );
+        assert!(waited < std::time::Duration::from_secs(2), "{waited:?}");
+
+        let release = async {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            drop(held);
+        };
+        let (got, ()) = tokio::join!(permit_by(&permits, SearchDeadline::from_now()), release);
+        assert!(got.is_ok());
     }
 }
