@@ -492,6 +492,13 @@ impl Store {
             Backend::Sqlite => &SQLITE_MIGRATOR,
             Backend::Postgres => &POSTGRES_MIGRATOR,
         };
+        // PostgreSQL's migrator holds an advisory lock; SQLite's holds none, so processes
+        // started together on a new file would each create the tables. They take turns
+        // by a lock file beside the database, held until the migrations are applied.
+        let _turn = match &self.sqlite_file {
+            Some(file) => Some(migration_turn(file).await?),
+            None => None,
+        };
         migrator
             .run(&self.pool)
             .await
@@ -1651,10 +1658,56 @@ pub(crate) fn placeholders(start: usize, count: usize) -> String {
         .join(", ")
 }
 
+/// The lock file of SQLite's migrations (`<database>-migrate.lock`), locked: the turn of
+/// this process to apply them, until the file is dropped.
+async fn migration_turn(database: &std::path::Path) -> DbResult<std::fs::File> {
+    let mut path = database.as_os_str().to_owned();
+    path.push("-migrate.lock");
+    let path = PathBuf::from(path);
+    let unavailable =
+        |e: &dyn std::fmt::Display| DbError::Unavailable(format!("{}: {e}", path.display()));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| unavailable(&e))?;
+    // A blocking wait, for as long as another process migrates: off the async workers.
+    tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+        .await
+        .map_err(|e| unavailable(&e))?
+        .map_err(|e| unavailable(&e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use sqlx::Row;
+
+    /// Processes started together on a new SQLite file (a server and its workers, say)
+    /// each find the schema made once, not the tables of another's migration half made.
+    #[tokio::test]
+    async fn stores_opened_at_once_on_a_new_sqlite_file_migrate_it_once() {
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let url = dir.path().join("new.db").display().to_string();
+            let opens = (0..4).map(|_| {
+                let url = url.clone();
+                tokio::spawn(async move {
+                    Store::connect(&StoreOptions {
+                        url,
+                        ..StoreOptions::default()
+                    })
+                    .await
+                })
+            });
+            for opened in futures::future::join_all(opens).await {
+                let store = opened.unwrap().unwrap();
+                assert!(store.pending_migrations().await.unwrap().is_empty());
+                store.close().await;
+            }
+        }
+    }
 
     #[test]
     fn in_lists_come_in_a_few_lengths_and_keep_their_values() {
