@@ -304,10 +304,23 @@ impl OpenStackBackend {
         let freepool = nova.ensure_aggregate(&self.settings.freepool, None).await?;
         let aggregates = nova.aggregates().await?;
         for host in hosts {
-            // Cleared while still in the freepool, where no new server can land.
-            let cleared = nova
-                .clear_host(host, self.settings.server_delete_timeout)
-                .await?;
+            // Cleared while still in the freepool, where no new server can land. A host
+            // still in this reservation's aggregate is handed back to it (healed away while
+            // its servers ran there, or a hand-over half done): in both pools only the
+            // owner's servers, booted with the reservation's hint, can be there, and they
+            // are the lease's own; only other projects' servers go.
+            let cleared = if aggregate.hosts.iter().any(|h| h == host) {
+                let owner = action.project_id.as_str();
+                nova.evict_from_host(
+                    host,
+                    |project| project != owner,
+                    self.settings.server_delete_timeout,
+                )
+                .await?
+            } else {
+                nova.clear_host(host, self.settings.server_delete_timeout)
+                    .await?
+            };
             if cleared > 0 {
                 tracing::info!(host, servers = cleared, reservation.id = %action.reservation_id,
                     "deleted servers left on a host before handing it over");

@@ -824,6 +824,79 @@ async fn healing_a_running_lease_replaces_its_host_and_keeps_the_servers() {
     withdraw(&app, &admin, &ids).await;
 }
 
+/// A failed host with no replacement stays in its running lease's aggregate while the
+/// lease's server runs there; when the compute service is back the host is the lease's
+/// again, handed back with its server (Blazar's healing never deletes them), the lease no
+/// longer degraded.
+#[tokio::test]
+async fn a_host_handed_back_to_its_running_lease_keeps_the_leases_servers() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
+    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let ids = enrol(&app, &["compute-1"]).await;
+    let alpha = env.get("OS_ALPHA_PROJECT_ID");
+    app.act_as(&alpha, "alpha-user", "member");
+    let r = app
+        .host_lease("back", "2030-04-02 10:00", "2030-04-02 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as_admin();
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.tick_at(t(2030, 4, 2, 10, 0)).await;
+    let (server, status) = boot(&env.member("alpha"), "stays", Some(&rid)).await;
+    assert_eq!(status, "ACTIVE");
+    assert_eq!(server_host(&admin, &server).await, "compute-1");
+
+    set_compute_enabled(&admin, "compute-1", false).await;
+    let report = app.service.monitor_hosts().await.unwrap();
+    assert_eq!(report.failed, vec!["compute-1".to_string()]);
+    app.run_actions().await;
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
+    assert_eq!(lease["lease"]["degraded"], true, "{lease}");
+
+    set_compute_enabled(&admin, "compute-1", true).await;
+    let report = app.service.monitor_hosts().await.unwrap();
+    assert_eq!(report.recovered, vec!["compute-1".to_string()]);
+    app.run_actions().await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{actions}");
+    assert!(
+        actions["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["status"] == "done"),
+        "{actions}"
+    );
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
+    assert_eq!(lease["lease"]["degraded"], false, "{lease}");
+    assert_eq!(granted_hosts(&app, &lease_id).await, ids);
+    let kept = compute(&admin, Method::GET, &format!("/servers/{server}"), None).await;
+    assert_eq!(kept["server"]["status"], "ACTIVE", "{kept}");
+    assert_eq!(server_host(&admin, &server).await, "compute-1");
+    let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    assert_eq!(aggregate.hosts, vec!["compute-1".to_string()]);
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert!(freepool.hosts.is_empty(), "{:?}", freepool.hosts);
+
+    // Its end takes the host back, the server with it.
+    assert_eq!(
+        app.delete(&format!("/v1/leases/{lease_id}")).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let gone = compute(&admin, Method::GET, "/servers?all_tenants=1", None).await;
+    assert!(gone["servers"].as_array().unwrap().is_empty(), "{gone}");
+    withdraw(&app, &admin, &ids).await;
+}
+
 #[tokio::test]
 async fn a_lease_survives_a_broken_cloud() {
     let Some(env) = env() else { return };
