@@ -158,26 +158,26 @@ pub(crate) struct Pass {
     pub(crate) server_groups: Vec<(String, String)>,
     /// (kind, resource id) of reserved resources another project holds in the cloud.
     pub(crate) held_outside: Vec<(String, i64)>,
-    /// How many of `repairs` are differences left as they are on purpose (nothing to
-    /// change, nothing to hold).
-    pub(crate) left: usize,
+    /// The lines of `repairs` that are differences left as they are on purpose (nothing
+    /// to change, nothing to hold).
+    pub(crate) left: Vec<String>,
 }
 
 impl Pass {
     /// Whether it found anything to change.
     pub(crate) fn changes(&self) -> bool {
-        self.repairs.len() > self.left
+        self.repairs.len() > self.left.len()
     }
 
     /// Records a difference that is left as it is.
     pub(crate) fn leave(&mut self, line: String) {
-        self.repairs.push(line);
-        self.left += 1;
+        self.repairs.push(line.clone());
+        self.left.push(line);
     }
 
     /// Takes `other`'s findings as this pass's.
     pub(crate) fn absorb(&mut self, other: Pass) {
-        self.left += other.left;
+        self.left.extend(other.left);
         self.repairs.extend(other.repairs);
         self.failed.extend(other.failed);
         self.server_groups.extend(other.server_groups);
@@ -651,6 +651,7 @@ impl Backend for OpenStackBackend {
             failed: pass.failed,
             server_groups: pass.server_groups,
             held_outside: pass.held_outside,
+            left: pass.left,
         })
     }
 

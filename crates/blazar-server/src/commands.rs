@@ -174,16 +174,19 @@ pub async fn reconcile(config: &Config, apply: bool, out: &mut impl Write) -> an
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     for line in &report.repairs {
-        writeln!(
-            out,
-            "{}{line}",
-            if apply { "repaired: " } else { "drift: " }
-        )?;
+        let kind = if report.left.contains(line) {
+            "left: "
+        } else if apply {
+            "repaired: "
+        } else {
+            "drift: "
+        };
+        writeln!(out, "{kind}{line}")?;
     }
     writeln!(
         out,
         "{} difference(s){}",
-        report.repairs.len(),
+        report.changes().count(),
         if apply {
             ", repaired"
         } else {

@@ -156,6 +156,17 @@ pub struct ReconcileReport {
     /// monitor does.
     #[serde(skip)]
     pub held_outside: Vec<(String, i64)>,
+    /// The lines of `repairs` left as they are on purpose (a healed host kept in its
+    /// aggregate while the lease's servers run there): listed, never repaired.
+    #[serde(skip)]
+    pub left: Vec<String>,
+}
+
+impl ReconcileReport {
+    /// The repairs that change something (those of `repairs` not `left` as they are).
+    pub fn changes(&self) -> impl Iterator<Item = &String> {
+        self.repairs.iter().filter(|line| !self.left.contains(line))
+    }
 }
 
 /// How long a repairing pass may run. Passes read the whole cloud, but at a few seconds
@@ -514,7 +525,9 @@ impl Service {
         desired.release(&self.store).await;
         let report = report.map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         for line in &report.repairs {
-            if apply {
+            if report.left.contains(line) {
+                tracing::info!(drift = %line, "reconciler left drift as it is");
+            } else if apply {
                 tracing::warn!(repair = %line, "reconciler repaired drift");
             } else {
                 tracing::info!(drift = %line, "reconciler found drift (dry run)");
@@ -600,9 +613,9 @@ impl Service {
                 Err(ServiceError::Conflict(reason)) => {
                     tracing::debug!(%reason, "reconciler pass skipped");
                 }
-                Ok(r) if !r.repairs.is_empty() || !r.failed.is_empty() => {
+                Ok(r) if r.changes().next().is_some() || !r.failed.is_empty() => {
                     tracing::warn!(
-                        repairs = r.repairs.len(),
+                        repairs = r.changes().count(),
                         failed = r.failed.len(),
                         "reconciler pass found drift"
                     );

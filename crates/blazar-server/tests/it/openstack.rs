@@ -798,7 +798,7 @@ async fn healing_a_running_lease_replaces_its_host_and_keeps_the_servers() {
     let kept = compute(&admin, Method::GET, &format!("/servers/{server}"), None).await;
     assert_eq!(kept["server"]["status"], "ACTIVE", "{kept}");
     assert_eq!(server_host(&admin, &server).await, failing);
-    // The reconciler leaves them so.
+    // The reconciler leaves them so, and says it left them (nothing to repair).
     let report = app.service.reconcile(true).await.unwrap();
     assert!(
         report
@@ -807,6 +807,8 @@ async fn healing_a_running_lease_replaces_its_host_and_keeps_the_servers() {
             .any(|l| l.contains(&failing) && l.contains("left while 1 server(s)")),
         "{report:?}"
     );
+    assert_eq!(report.left.len(), 1, "{report:?}");
+    assert_eq!(report.changes().count(), 0, "{report:?}");
     let kept = compute(&admin, Method::GET, &format!("/servers/{server}"), None).await;
     assert_eq!(kept["server"]["status"], "ACTIVE", "{kept}");
 
