@@ -40,10 +40,13 @@ os_free_port() {
 }
 
 # os_start NAME STATE COMMAND...: in its own session (so down.sh can kill the whole group),
-# output to STATE/log/NAME.out, pid recorded in STATE/pids.
+# output to STATE/log/NAME.out, pid recorded in STATE/pids. STATE/start/NAME keeps the
+# environment and the command, for service.sh to start it again after stopping it.
 os_start() {
     local name="$1" state="$2"
     shift 2
+    mkdir -p "$state/start"
+    { export -p; printf 'exec'; printf ' %q' "$@"; printf '\n'; } >"$state/start/$name"
     setsid "$@" >"$state/log/$name.out" 2>&1 </dev/null &
     echo "$name $!" >>"$state/pids"
 }

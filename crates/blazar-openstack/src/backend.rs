@@ -275,13 +275,17 @@ impl OpenStackBackend {
     }
 
     /// The compute service hosts of the action's resources, as aggregates name them.
-    async fn service_hosts(store: &Store, ids: &[i64]) -> Result<Vec<String>, ActionError> {
+    /// With each, the hypervisor hostname: what Nova names its compute node's provider.
+    async fn service_hosts(
+        store: &Store,
+        ids: &[i64],
+    ) -> Result<Vec<(String, String)>, ActionError> {
         let db = |e: blazar_db::DbError| ActionError::Transient(format!("database: {e}"));
         let mut tx = store.read().await.map_err(db)?;
         let mut hosts = Vec::with_capacity(ids.len());
         for &id in ids {
             match tx.get_host(id).await.map_err(db)? {
-                Some(h) => hosts.push(h.facts.service_name.clone()),
+                Some(h) => hosts.push((h.facts.service_name, h.facts.hypervisor_hostname)),
                 // Deleted from the inventory since: nothing of ours to move.
                 None => tracing::warn!(host.id = id, "host of an action no longer enrolled"),
             }
@@ -630,6 +634,13 @@ impl Backend for OpenStackBackend {
         let mut unread = Vec::new();
         if let Err(e) = self.reconcile_hosts(store, desired, apply, &mut pass).await {
             unread.push(format!("host aggregates could not be read: nova: {e}"));
+        } else if let Err(e) = self
+            .reconcile_placement_members(store, desired, apply, &mut pass)
+            .await
+        {
+            pass.failed.push(format!(
+                "Placement's copy of the aggregates could not be checked: {e}"
+            ));
         }
         self.reconcile_live(store, desired, apply, &mut pass).await;
         if let Err(e) = self
@@ -722,7 +733,16 @@ impl OpenStackBackend {
                 action.reservation_type
             )));
         }
-        let hosts = Self::service_hosts(store, &action.resources).await?;
+        let nodes = Self::service_hosts(store, &action.resources).await?;
+        // An earlier attempt may have moved a host in Nova without Nova's copy of it
+        // reaching Placement (Nova keeps the change and answers 500 when Placement does
+        // not answer); this attempt finds the host moved and would not call Nova again.
+        if action.attempt > 1 && matches!(action.kind, ActionKind::Start | ActionKind::Stop) {
+            self.copy_memberships(action, &nodes)
+                .await
+                .map_err(action_error)?;
+        }
+        let hosts: Vec<String> = nodes.into_iter().map(|(service, _)| service).collect();
         let result = match action.kind {
             ActionKind::Prepare => self.prepare(action).await,
             ActionKind::Release => self.release(action).await,

@@ -15,6 +15,7 @@ pub mod backend;
 pub mod error;
 pub mod external_filter;
 mod instances;
+mod mirror;
 pub mod neutron;
 pub mod notifier;
 pub mod nova;

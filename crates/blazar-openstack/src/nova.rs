@@ -40,6 +40,8 @@ pub struct ComputeService {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Aggregate {
     pub id: i64,
+    /// Its id in Placement, where Nova mirrors which compute nodes are members.
+    pub uuid: String,
     pub name: String,
     pub availability_zone: Option<String>,
     pub hosts: Vec<String>,
@@ -157,6 +159,7 @@ fn hypervisor_from(v: &Value) -> Hypervisor {
 fn aggregate_from(v: &Value) -> Aggregate {
     Aggregate {
         id: v["id"].as_i64().unwrap_or_default(),
+        uuid: v["uuid"].as_str().unwrap_or_default().to_string(),
         name: v["name"].as_str().unwrap_or_default().to_string(),
         availability_zone: v["availability_zone"].as_str().map(str::to_string),
         hosts: items(v, "hosts")
@@ -937,6 +940,7 @@ mod add_host_tests {
     fn metadata_drift_names_every_key_not_as_wanted() {
         let aggregate = Aggregate {
             id: 7,
+            uuid: String::new(),
             name: "r".into(),
             availability_zone: Some("blazar_r".into()),
             hosts: Vec::new(),
@@ -962,6 +966,7 @@ mod add_host_tests {
     fn an_instance_aggregate_is_named_after_the_reservation_it_names() {
         let aggregate = |name: &str, metadata: Value| Aggregate {
             id: 1,
+            uuid: String::new(),
             name: name.into(),
             availability_zone: Some("blazar_by_hand".into()),
             hosts: Vec::new(),

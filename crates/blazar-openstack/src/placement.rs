@@ -253,6 +253,55 @@ impl Placement<'_> {
             .await
     }
 
+    /// Names of the providers that Placement counts as members of aggregate `uuid`
+    /// (its copy of Nova's host aggregates, which Nova writes as hosts are added).
+    pub async fn providers_in_aggregate(&self, uuid: &str) -> Result<Vec<Provider>> {
+        let found = self
+            .api
+            .get(&format!(
+                "/resource_providers?member_of={}",
+                urlencode(uuid)
+            ))
+            .await?;
+        Ok(items(&found, "resource_providers")
+            .map(provider_from)
+            .collect())
+    }
+
+    /// Puts provider `uuid` into aggregate `aggregate` (`member`) or takes it out; as it is
+    /// already is fine. A concurrent writer of the provider (nova-compute, Nova's API
+    /// mirroring another aggregate) moves its generation: read again and tried again.
+    pub async fn set_member_of(&self, uuid: &str, aggregate: &str, member: bool) -> Result<()> {
+        let path = format!("/resource_providers/{uuid}/aggregates");
+        let mut tries = 0;
+        loop {
+            let current = self.api.get(&path).await?;
+            let mut aggregates: Vec<String> = items(&current, "aggregates")
+                .filter_map(|a| a.as_str().map(str::to_string))
+                .collect();
+            if aggregates.iter().any(|a| a == aggregate) == member {
+                return Ok(());
+            }
+            if member {
+                aggregates.push(aggregate.to_string());
+            } else {
+                aggregates.retain(|a| a != aggregate);
+            }
+            let body = json!({
+                "aggregates": aggregates,
+                "resource_provider_generation": current["resource_provider_generation"],
+            });
+            match self.api.call(Method::PUT, &path, Some(body)).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_conflict() && tries < 5 => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100 * tries)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Names of the providers with every trait of `required` and none of `forbidden`.
     pub async fn providers_with_traits(
         &self,

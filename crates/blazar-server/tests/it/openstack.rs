@@ -1186,6 +1186,288 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
     withdraw(&app, &admin, &ids).await;
 }
 
+/// Puts compute node `node`'s provider into Placement's copy of aggregate `uuid` or takes
+/// it out, as Nova's mirroring does (or fails to do while Placement is down).
+async fn set_placement_member(admin: &Cloud, node: &str, uuid: &str, member: bool) {
+    let provider = admin
+        .placement(None)
+        .provider_by_name(node)
+        .await
+        .unwrap()
+        .unwrap();
+    let path = format!("/resource_providers/{}/aggregates", provider.uuid);
+    let current = placement_call(admin, Method::GET, &path, None).await;
+    let mut aggregates: BTreeSet<String> = current["aggregates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    if member {
+        aggregates.insert(uuid.to_string());
+    } else {
+        aggregates.remove(uuid);
+    }
+    placement_call(
+        admin,
+        Method::PUT,
+        &path,
+        Some(json!({"aggregates": aggregates,
+            "resource_provider_generation": current["resource_provider_generation"]})),
+    )
+    .await;
+}
+
+/// The names of the providers in Placement's copy of aggregate `uuid`.
+async fn placement_members(admin: &Cloud, uuid: &str) -> BTreeSet<String> {
+    admin
+        .placement(None)
+        .providers_in_aggregate(uuid)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect()
+}
+
+/// Nova copies each host it adds to or removes from an aggregate into Placement, but not
+/// while Placement is down (it keeps its own change and answers 500): the reconciler puts
+/// Placement's copy of the freepool and of the reservations' aggregates back in line with
+/// Nova, and leaves other providers an operator put in them (a sharing provider) alone.
+#[tokio::test]
+async fn the_reconciler_puts_placements_copy_of_the_aggregates_back_in_line() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
+    let app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let ids = enrol(&app, &["compute-1", "compute-2", "compute-3"]).await;
+    let r = app
+        .host_lease("fixed", "2030-04-01 10:00", "2030-04-01 12:00", 1, 1, "")
+        .await;
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    app.tick_at(t(2030, 4, 1, 10, 0)).await;
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
+    assert_eq!(lease["lease"]["status"], "ACTIVE");
+    let reconcile = |dry_run: bool| {
+        let app = &app;
+        async move {
+            let r = app
+                .post("/v1/reconcile", json!({ "dry_run": dry_run }))
+                .await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+            assert_eq!(r.body["reconcile"]["failed"], json!([]), "{}", r.body);
+            r.body["reconcile"]["repairs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l.as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    // The fake driver's compute nodes are named as their hosts.
+    let as_set = |hosts: &[String]| hosts.iter().cloned().collect::<BTreeSet<_>>();
+    let leased = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert_eq!(leased.hosts.len(), 1);
+    assert_eq!(freepool.hosts.len(), 2);
+    assert_eq!(
+        placement_members(&admin, &leased.uuid).await,
+        as_set(&leased.hosts)
+    );
+    assert_eq!(
+        placement_members(&admin, &freepool.uuid).await,
+        as_set(&freepool.hosts)
+    );
+    assert_eq!(reconcile(true).await, Vec::<String>::new());
+
+    // What Nova leaves when Placement did not answer: the leased host's add not copied,
+    // a free host's removal from the reservation's aggregate not copied, another free
+    // host's add to the freepool not copied. And a sharing provider put by an operator
+    // into the freepool's copy.
+    let taken = leased.hosts[0].clone();
+    let (spare, other) = (freepool.hosts[0].clone(), freepool.hosts[1].clone());
+    set_placement_member(&admin, &taken, &leased.uuid, false).await;
+    set_placement_member(&admin, &spare, &leased.uuid, true).await;
+    set_placement_member(&admin, &other, &freepool.uuid, false).await;
+    let shared = format!("shared-disk-{}", &rid[..8]);
+    let made = placement_call(
+        &admin,
+        Method::POST,
+        "/resource_providers",
+        Some(json!({ "name": shared })),
+    )
+    .await;
+    let shared_uuid = made["uuid"].as_str().unwrap().to_string();
+    set_placement_member(&admin, &shared, &freepool.uuid, true).await;
+
+    let drift = reconcile(true).await;
+    assert_eq!(drift.len(), 3, "{drift:#?}");
+    for host in [&taken, &spare, &other] {
+        assert!(
+            drift
+                .iter()
+                .any(|l| l.contains(&format!("host {host} ")) && l.contains("Placement")),
+            "{host}: {drift:#?}"
+        );
+    }
+    // A dry run changes nothing.
+    assert!(
+        !placement_members(&admin, &leased.uuid)
+            .await
+            .contains(&taken)
+    );
+    let repaired = reconcile(false).await;
+    assert_eq!(repaired, drift);
+    assert_eq!(
+        placement_members(&admin, &leased.uuid).await,
+        as_set(&leased.hosts)
+    );
+    let mut pooled = as_set(&freepool.hosts);
+    pooled.insert(shared.clone());
+    assert_eq!(placement_members(&admin, &freepool.uuid).await, pooled);
+    assert_eq!(reconcile(true).await, Vec::<String>::new());
+
+    placement_call(
+        &admin,
+        Method::DELETE,
+        &format!("/resource_providers/{shared_uuid}"),
+        None,
+    )
+    .await;
+    app.tick_at(t(2030, 4, 1, 12, 0)).await;
+    withdraw(&app, &admin, &ids).await;
+}
+
+/// Stops one service of the cloud (`running` false) or starts it again, with
+/// `scripts/openstack/service.sh`: an outage of that service alone.
+async fn cloud_service(name: &str, running: bool) {
+    let state = std::env::var("BLAZAR_TEST_OPENSTACK_STATE").unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/openstack/service.sh"
+    );
+    let what = if running { "start" } else { "stop" };
+    let status = tokio::process::Command::new(script)
+        .args([state.as_str(), name, what])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success(), "service.sh {name} {what}: {status}");
+}
+
+/// Placement down while a host lease starts and while it ends: Nova moves the host in its
+/// own database, answers 500 and leaves Placement's copy of the aggregates as it was. The
+/// start and the end are retried once Placement is back, find the host moved, and bring
+/// Placement's copy in line themselves (without waiting for the reconciler).
+#[tokio::test]
+async fn placement_down_at_a_hand_over_leaves_its_copy_of_the_aggregates_right() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
+    let app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let ids = enrol(&app, &["compute-1", "compute-2"]).await;
+    let r = app
+        .host_lease("outage", "2030-05-01 10:00", "2030-05-01 12:00", 1, 1, "")
+        .await;
+    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
+    let rid = r.body["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let placement_back = || async {
+        for _ in 0..240 {
+            if admin
+                .placement(None)
+                .provider_by_name("compute-1")
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        panic!("Placement did not come back within 60 s");
+    };
+    let open_action = |kind: &'static str| {
+        let app = &app;
+        let lease_id = lease_id.clone();
+        async move {
+            let actions = app
+                .get(&format!("/v1/leases/{lease_id}/actions"))
+                .await
+                .body;
+            actions["actions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["kind"] == kind)
+                .map(|a| a["status"].as_str().unwrap().to_string())
+                .unwrap()
+        }
+    };
+    let as_set = |hosts: &[String]| hosts.iter().cloned().collect::<BTreeSet<_>>();
+
+    cloud_service("placement", false).await;
+    let start = t(2030, 5, 1, 10, 0);
+    app.tick_at(start).await;
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
+    assert_eq!(lease["lease"]["status"], "STARTING");
+    assert_eq!(open_action("start").await, "pending");
+    // Nova kept its half: the host is in the reservation's aggregate.
+    let leased = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    assert_eq!(leased.hosts.len(), 1, "{:?}", leased.hosts);
+    cloud_service("placement", true).await;
+    placement_back().await;
+    assert!(
+        placement_members(&admin, &leased.uuid).await.is_empty(),
+        "Nova copied the host after all: the outage broke nothing"
+    );
+    app.clock.set(start + chrono::Duration::seconds(2));
+    app.run_actions().await;
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
+    assert_eq!(lease["lease"]["status"], "ACTIVE");
+    let leased = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert_eq!(
+        placement_members(&admin, &leased.uuid).await,
+        as_set(&leased.hosts)
+    );
+    assert_eq!(
+        placement_members(&admin, &freepool.uuid).await,
+        as_set(&freepool.hosts)
+    );
+
+    cloud_service("placement", false).await;
+    let end = t(2030, 5, 1, 12, 0);
+    app.tick_at(end).await;
+    assert_eq!(open_action("stop").await, "pending");
+    cloud_service("placement", true).await;
+    placement_back().await;
+    app.clock.set(end + chrono::Duration::seconds(2));
+    app.run_actions().await;
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
+    assert_eq!(lease["lease"]["status"], "TERMINATED");
+    assert!(nova.find_aggregate(&rid).await.unwrap().is_none());
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert_eq!(freepool.hosts.len(), 2);
+    assert_eq!(
+        placement_members(&admin, &freepool.uuid).await,
+        as_set(&freepool.hosts)
+    );
+    assert!(placement_members(&admin, &leased.uuid).await.is_empty());
+    withdraw(&app, &admin, &ids).await;
+}
+
 /// The project the lease belongs to (the test creates it as the noauth admin).
 fn alpha_or_admin(lease: &Value) -> String {
     lease["lease"]["project_id"].as_str().unwrap().to_string()
