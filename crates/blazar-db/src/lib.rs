@@ -704,6 +704,9 @@ pub struct Tx {
     versions: std::collections::HashMap<String, i64>,
     /// Inventory kinds this transaction changed.
     bumped: std::collections::HashSet<String>,
+    /// The version of each inventory kind this transaction first read, moved by its own
+    /// changes: what it chose from that inventory was chosen as of this version.
+    first_versions: std::collections::HashMap<String, i64>,
     /// Leases whose revision must move when this transaction commits, because it changed
     /// them or their reservations or events.
     revise: std::collections::HashSet<String>,
@@ -905,6 +908,7 @@ impl Tx {
             flushes: 0,
             versions: Default::default(),
             bumped: Default::default(),
+            first_versions: Default::default(),
             revise: Default::default(),
             revised: Default::default(),
             recorded_actions: false,
@@ -1357,6 +1361,9 @@ impl Tx {
     pub(crate) async fn bump_inventory(&mut self, kind: &str) -> DbResult<()> {
         self.versions.remove(kind);
         self.bumped.insert(kind.to_string());
+        if let Some(first) = self.first_versions.get_mut(kind) {
+            *first += 1;
+        }
         sqlx::query(
             "INSERT INTO inventory_versions (kind, version) VALUES ($1, 1) \
              ON CONFLICT (kind) DO UPDATE SET version = inventory_versions.version + 1",
@@ -1411,18 +1418,41 @@ impl Tx {
         if let Some(version) = self.versions.get(kind) {
             return Ok(*version);
         }
+        let version = self.read_inventory_version(kind).await?;
+        if self.writer && self.backend == Backend::Sqlite {
+            self.versions.insert(kind.to_string(), version);
+        }
+        self.first_versions
+            .entry(kind.to_string())
+            .or_insert(version);
+        Ok(version)
+    }
+
+    async fn read_inventory_version(&mut self, kind: &str) -> DbResult<i64> {
         let row = sqlx::query("SELECT version FROM inventory_versions WHERE kind = $1")
             .bind(kind)
             .fetch_optional(self.conn().await?)
             .await?;
-        let version = match row {
+        Ok(match row {
             Some(r) => sqlx::Row::try_get(&r, "version")?,
             None => 0,
-        };
+        })
+    }
+
+    /// Whether the inventory of `kind` is still as this transaction first read it (its own
+    /// changes aside). Asked once the resources chosen from it are locked: on PostgreSQL a
+    /// change of their capacity or properties committed while this transaction decided (the
+    /// change holds the row until it commits, so the lock waited for it) makes the choice
+    /// stale, and the transaction must choose again. A SQLite writer holds the only write
+    /// lock from its first statement: nothing can have changed.
+    pub async fn inventory_unchanged(&mut self, kind: &str) -> DbResult<bool> {
         if self.writer && self.backend == Backend::Sqlite {
-            self.versions.insert(kind.to_string(), version);
+            return Ok(true);
         }
-        Ok(version)
+        let Some(first) = self.first_versions.get(kind).copied() else {
+            return Ok(true);
+        };
+        Ok(self.read_inventory_version(kind).await? == first)
     }
 
     /// Locks one row of `table` by id (PostgreSQL) and tells whether it exists.

@@ -390,6 +390,11 @@ impl Service {
         self.authorize_own("blazar:oshosts:put", identity)?;
         let host_id = parse_host_id(id)?;
         let host = in_tx!(self, write, |tx| {
+            // Locked before it is read: a concurrent update's facts, committed meanwhile,
+            // are kept rather than written back as they were.
+            if !tx.lock_host(host_id).await? {
+                return Err(host_not_found(id));
+            }
             let mut host = tx
                 .get_host(host_id)
                 .await?
@@ -397,7 +402,6 @@ impl Service {
             if body.is_empty() {
                 return Err(ServiceError::BadRequest(NO_DATA_TO_UPDATE.into()));
             }
-            tx.lock_host(host_id).await?;
             let now = self.now();
             let mut facts = host.facts.clone();
             let mut reservable = host.reservable;

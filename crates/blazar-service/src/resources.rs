@@ -331,12 +331,15 @@ pub(crate) fn whole_allocation(
 }
 
 /// Share-locks the chosen resources of a kind; returns those still present and reservable.
+/// Once they are locked nobody can change them before this transaction ends; a change
+/// committed while it chose them (a lower capacity, a property its filter read) sends the
+/// transaction round again to choose from what is there now.
 pub(crate) async fn lock_reservable(
     tx: &mut Tx,
     kind: &str,
     ids: &[i64],
 ) -> ServiceResult<Vec<i64>> {
-    Ok(if kind == PHYSICAL_HOST {
+    let locked = if kind == PHYSICAL_HOST {
         if tx.backend() == Backend::Sqlite && tx.is_writer() {
             // Host candidates come from the inventory version read in this transaction, and
             // a SQLite writer holds the database's only write lock from its first statement:
@@ -346,7 +349,13 @@ pub(crate) async fn lock_reservable(
         tx.lock_reservable_hosts(ids).await?
     } else {
         tx.lock_reservable_resources(ids).await?
-    })
+    };
+    if !tx.inventory_unchanged(kind).await? {
+        return Err(ServiceError::Retry(format!(
+            "the {kind} inventory changed while resources were chosen from it"
+        )));
+    }
+    Ok(locked)
 }
 
 /// The host inventory as of one inventory version, with an index by id and each host's own

@@ -1567,3 +1567,113 @@ async fn a_reservation_healed_onto_a_host_it_holds_is_listed_there_once() {
         assert_eq!(entry["reservations"].as_array().unwrap().len(), 1, "{all}");
     }
 }
+
+/// A host's capacity lowered while instance bookings race for it: what no longer fits is
+/// shed or refused, never kept over the new capacity. (On PostgreSQL a booking that had
+/// chosen the host before the change, and waited for the change's lock, kept its slot.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lowering_a_hosts_capacity_during_a_burst_of_bookings_never_overruns_it() {
+    let app = TestApp::spawn().await;
+    for round in 0..8u64 {
+        let pool = format!("shrinking-{round}");
+        let id = app
+            .create_host(
+                &pool,
+                json!({"vcpus": 16, "memory_mb": 65536, "local_gb": 1000, "pool": pool}),
+            )
+            .await;
+        let bookings = (0..20).map(|i| {
+            let mut reservations = instances(1, 1, 256, 1, Value::Null);
+            reservations[0]["resource_properties"] = json!(format!(r#"["==", "$pool", "{pool}"]"#));
+            app.post(
+                "/v1/leases",
+                lease(
+                    &format!("burst-{round}-{i}"),
+                    "2030-01-01 10:00",
+                    "2030-01-01 12:00",
+                    reservations,
+                ),
+            )
+        });
+        let lower = async {
+            tokio::time::sleep(std::time::Duration::from_millis(round * 3)).await;
+            app.put(&format!("/v1/os-hosts/{id}"), json!({"vcpus": 2}))
+                .await
+        };
+        let (created, lowered) = tokio::join!(join_all(bookings), lower);
+        assert_eq!(lowered.status, StatusCode::OK, "{}", lowered.body);
+        assert!(
+            created
+                .iter()
+                .all(|r| matches!(r.status, StatusCode::CREATED | StatusCode::CONFLICT)),
+            "{:?}",
+            created.iter().map(|r| r.status).collect::<Vec<_>>()
+        );
+        assert!(
+            units_on(&app, &id).await <= 2,
+            "round {round}: {} one-vCPU slots on a host of 2 vCPUs",
+            units_on(&app, &id).await
+        );
+    }
+}
+
+/// A property of a host changed while bookings that filter on its old value race for it
+/// (host and instance reservations): either the change is refused (a booking holding the
+/// host filters on it) or the bookings miss the host, never both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_property_changed_under_racing_bookings_is_refused_or_they_miss_the_host() {
+    let app = TestApp::spawn().await;
+    for round in 0..12u64 {
+        let pool = format!("moving-{round}");
+        let id = app
+            .create_host(
+                &pool,
+                json!({"vcpus": 16, "memory_mb": 65536, "local_gb": 1000, "pool": pool}),
+            )
+            .await;
+        let filter = format!(r#"["==", "$pool", "{pool}"]"#);
+        let bookings = (0..12).map(|i| {
+            // Whole-host bookings a day each, and instance slots on the first day.
+            let (day, reservations) = if i % 2 == 0 {
+                let day = 2 + i / 2;
+                (
+                    day,
+                    json!([{"resource_type": "physical:host", "min": 1, "max": 1,
+                            "hypervisor_properties": "", "resource_properties": filter}]),
+                )
+            } else {
+                let mut slots = instances(1, 1, 256, 1, Value::Null);
+                slots[0]["resource_properties"] = json!(filter);
+                (1, slots)
+            };
+            app.post(
+                "/v1/leases",
+                lease(
+                    &format!("follow-{round}-{i}"),
+                    &format!("2030-01-{day:02} 10:00"),
+                    &format!("2030-01-{day:02} 12:00"),
+                    reservations,
+                ),
+            )
+        });
+        let change = async {
+            tokio::time::sleep(std::time::Duration::from_millis(round * 2)).await;
+            app.put(&format!("/v1/os-hosts/{id}"), json!({"pool": "elsewhere"}))
+                .await
+        };
+        let (_, changed) = tokio::join!(join_all(bookings), change);
+        let held = app.get(&format!("/v1/os-hosts/{id}/allocation")).await;
+        let holders = held.body["allocation"]["reservations"]
+            .as_array()
+            .map_or(0, Vec::len);
+        match changed.status {
+            StatusCode::OK => assert_eq!(
+                holders, 0,
+                "round {round}: the property changed under bookings filtering on it: {}",
+                held.body
+            ),
+            StatusCode::CONFLICT => assert!(holders > 0, "round {round}: refused for nothing"),
+            other => panic!("round {round}: {other} {}", changed.body),
+        }
+    }
+}
