@@ -279,11 +279,25 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             "authentication is off (noauth): every request may act as any project, admin included"
         );
     }
+    // The port is taken before any work is: a process that cannot serve (the port in use)
+    // must not first register as a worker and claim events, actions or notifications.
+    let listener = if config.role != Role::Manager {
+        Some(
+            tokio::net::TcpListener::bind(config.listen)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?,
+        )
+    } else {
+        None
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown_signal().await;
         let _ = stop_tx.send(true);
     });
+    // Presence ends last: until every loop has given back what it claimed, a process killed
+    // while stopping must still be found gone, so that its claims are taken over at once.
+    let (presence_tx, presence_rx) = watch::channel(false);
     let wait_stop = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stopped| *stopped).await;
     };
@@ -313,7 +327,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         // that died had claimed.
         let presence = {
             let service = state.service.clone();
-            let stop = wait_stop(stop_rx.clone());
+            let stop = wait_stop(presence_rx.clone());
             tokio::spawn(async move { service.run_presence(stop).await })
         };
         let service = state.service.clone();
@@ -385,10 +399,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         None
     };
 
-    if config.role != Role::Manager {
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+    if let Some(listener) = listener {
         tracing::info!(
             listen = %config.listen,
             database = %redact(&config.database_url),
@@ -408,10 +419,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let _ = scheduler.await;
         let _ = workers.await;
         let _ = deliverer.await;
-        let _ = presence.await;
         for task in [monitor, reconciler, publisher].into_iter().flatten() {
             let _ = task.await;
         }
+        let _ = presence_tx.send(true);
+        let _ = presence.await;
     }
     state.service.store().close().await;
     tracing::info!("blazar-server stopped");

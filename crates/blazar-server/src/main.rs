@@ -60,8 +60,17 @@ async fn main() -> std::process::ExitCode {
 /// coloured only for a person at a terminal; JSON lines carry the fields of the spans they
 /// happen in (`request.global_id`, ...), flattened into `span` and `spans`.
 fn init_logs(config: &Config, to_stderr: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&config.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // The AMQP library logs every dropped broker connection as an ERROR (three or four
+    // lines, one saying recovery was abandoned while the publisher goes on retrying): the
+    // publisher logs each failure itself, once, so the library is heard only when the
+    // filter names it.
+    let directives = if config.log.contains("lapin") {
+        config.log.clone()
+    } else {
+        format!("{},lapin=off", config.log)
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&directives)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,lapin=off"));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false);

@@ -8,6 +8,7 @@
 //! notification travels (oslo.messaging over RabbitMQ) is the [`NotificationSink`]'s.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use blazar_core::Notification;
@@ -279,8 +280,22 @@ impl Service {
         &self,
         sink: &dyn NotificationSink,
     ) -> ServiceResult<PublishReport> {
+        self.publish_until(sink, &AtomicBool::new(false)).await
+    }
+
+    /// [`Self::publish_notifications`], stopping early once `stop` is set: what is claimed
+    /// and not sent yet is given back at once (unclaimed) for another process to send, so
+    /// that a process asked to stop does not first publish the whole outbox.
+    async fn publish_until(
+        &self,
+        sink: &dyn NotificationSink,
+        stop: &AtomicBool,
+    ) -> ServiceResult<PublishReport> {
         let mut report = PublishReport::default();
         loop {
+            if stop.load(Ordering::SeqCst) {
+                return Ok(report);
+            }
             let now = self.now();
             let claimed = in_tx!(self, write, |tx| {
                 tx.lock_notification_claims().await?;
@@ -306,7 +321,7 @@ impl Service {
                 // Past half the claim, the rest is given back: a slow broker must not let
                 // the claim run out while this publisher still sends, or another replica
                 // would claim and send the same notifications again.
-                if claimed_at.elapsed() >= PUBLISH_WITHIN {
+                if claimed_at.elapsed() >= PUBLISH_WITHIN || stop.load(Ordering::SeqCst) {
                     break;
                 }
                 match sink.publish(n).await {
@@ -348,8 +363,23 @@ impl Service {
         tokio::pin!(shutdown);
         let mut backoff = std::time::Duration::from_secs(1);
         let mut failing = false;
+        let stop = AtomicBool::new(false);
         loop {
-            let wait = match self.publish_notifications(sink).await {
+            // A stop asked for during a run ends it after the notification being sent, and
+            // the run gives back the rest of its claim.
+            let run = self.publish_until(sink, &stop);
+            tokio::pin!(run);
+            let outcome = tokio::select! {
+                outcome = &mut run => outcome,
+                () = &mut shutdown => {
+                    stop.store(true, Ordering::SeqCst);
+                    if let Err(e) = run.await {
+                        tracing::warn!(error = %e, "could not give back the notifications claimed");
+                    }
+                    break;
+                }
+            };
+            let wait = match outcome {
                 Ok(PublishReport { error: None, sent }) => {
                     if failing {
                         tracing::info!(sent, "notifications flowing again");

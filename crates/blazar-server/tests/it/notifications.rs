@@ -677,3 +677,77 @@ async fn the_whole_outbox_is_listed_in_order_past_one_page() {
     let none = app.get("/v1/notifications?lease_id=nothing").await;
     assert_eq!(none.body, json!({"notifications": []}));
 }
+
+/// A broker that takes its time with each notification (the real one, behind a pause).
+struct SlowBroker {
+    inner: RabbitNotifier,
+    sent: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl NotificationSink for SlowBroker {
+    async fn publish(&self, notification: &blazar_core::Notification) -> Result<(), String> {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.inner.publish(notification).await?;
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A publisher asked to stop stops after the notification it is sending, not once the
+/// whole outbox is out, and gives back what it had claimed: another run sends the rest at
+/// once instead of waiting for the claim to run out.
+#[tokio::test]
+async fn a_stopping_publisher_gives_back_its_claim_instead_of_draining_the_outbox() {
+    let broker = Broker::new();
+    let app = TestApp::spawn().await;
+    let mut listener = broker.listener().await;
+    for i in 0..60 {
+        let r = app
+            .post(
+                "/v1/leases",
+                json!({"name": format!("l{i}"), "start_date": "2030-01-01 10:00",
+                       "end_date": "2030-01-01 12:00", "reservations": [], "events": []}),
+            )
+            .await;
+        r.assert_status(StatusCode::CREATED);
+    }
+    let slow = Arc::new(SlowBroker {
+        inner: broker.notifier(),
+        sent: Default::default(),
+    });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let publisher = {
+        let service = app.service.clone();
+        let slow = slow.clone();
+        tokio::spawn(async move {
+            service
+                .run_publisher(slow.as_ref(), Duration::from_secs(60), async {
+                    let _ = stopped.await;
+                })
+                .await
+        })
+    };
+    while slow.sent.load(Ordering::SeqCst) < 5 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let _ = stop.send(());
+    publisher.await.unwrap();
+    let before = slow.sent.load(Ordering::SeqCst);
+    assert!(before < 30, "{before} of 60 sent after the stop was asked");
+    // Nothing is left claimed: a run right after sends every other one.
+    let rest = app
+        .service
+        .publish_notifications(&broker.notifier())
+        .await
+        .unwrap();
+    assert_eq!(rest.error, None);
+    assert_eq!(before + rest.sent, 60);
+    let got = listener.take(60).await;
+    let unique: HashSet<&str> = got
+        .iter()
+        .map(|m| m["message_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(unique.len(), 60);
+    broker.clean_default_vhost().await;
+}

@@ -530,3 +530,31 @@ async fn a_worker_whose_presence_connection_is_cut_holds_its_lock_again() {
         .unwrap();
     assert!(health.status().is_success());
 }
+
+/// A server that cannot take its port exits before doing any work: it never starts its
+/// scheduler, so it never registers as a worker nor claims an event, action or
+/// notification another process would then have to take over.
+#[tokio::test]
+async fn a_server_whose_port_is_taken_exits_before_it_claims_anything() {
+    let db = TestDatabase::new().await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let out = Command::new(env!("CARGO_BIN_EXE_blazar-server"))
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--database-url")
+        .arg(&db.url)
+        .env("BLAZAR_LOG", "info")
+        .output()
+        .await
+        .expect("run blazar-server");
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{log}");
+    assert!(log.contains("cannot listen"), "{log}");
+    assert!(!log.contains("event scheduler started"), "{log}");
+    drop(taken);
+}
