@@ -90,6 +90,10 @@ pub fn parse_t(text: &str) -> Option<DateTime<Utc>> {
     NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
         .ok()
         .filter(|naive| (1..=9999).contains(&naive.year()))
+        // chrono reads a second of 60 as a leap second (a nanosecond count past one second),
+        // which UTC time stamps here never hold: it would start a window a second short of
+        // the next minute.
+        .filter(|naive| naive.nanosecond() < 1_000_000_000)
         .map(|naive| naive.and_utc())
 }
 
@@ -144,6 +148,9 @@ mod tests {
             "0000-01-01T00:00:00",
             "+2030-01-01T00:00:00",
             "02030-01-01T00:00:00",
+            // A leap second: no UTC time stamp here holds one.
+            "2031-05-01T10:00:60.000000",
+            "2016-12-31T23:59:60",
         ] {
             assert_eq!(parse_t(outside), None, "{outside}");
         }

@@ -359,7 +359,7 @@ pub struct Cli {
     #[arg(long, env = "BLAZAR_METRICS_ACCESS", value_enum)]
     pub metrics_access: Option<crate::metrics::MetricsAccess>,
     /// Long polls (`?wait_for=`) and event streams open at once, a quarter of them at most
-    /// per project; more are answered 503 [default: 1024].
+    /// per project; more are answered 503 (0: none) [default: 1024].
     #[arg(long, env = "BLAZAR_MAX_WAITERS")]
     pub max_waiters: Option<usize>,
 }
@@ -1262,7 +1262,8 @@ impl Config {
                 .max_waiters
                 .or(file.max_waiters)
                 .unwrap_or(1024)
-                .clamp(1, 1_000_000),
+                // 0: none at all (every stream, and every poll that would wait, is a 503).
+                .min(1_000_000),
         })
     }
 }

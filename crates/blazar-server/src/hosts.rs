@@ -11,7 +11,6 @@ use blazar_service::{HostList, Reallocated, ServiceResult};
 use crate::convert::{Envelope, from_wire, to_wire};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Caller, Query, Wire};
-use crate::reply::flag;
 use crate::state::AppState;
 use crate::stream::{Batches, Pages, Pieces, push_item, stream_json, stream_pages};
 
@@ -172,20 +171,52 @@ pub async fn reconcile(
 /// `GET /v1/handovers[?resource_type=..][&lease_id=..][&project_id=..][&all=true]`: who
 /// holds which resource now (or ever), written a page at a time: with `all`, the history of
 /// a site that ran for years is never read at once.
+/// The kinds of resource that are handed over whole (instance slots are not).
+const HANDED_OVER: [&str; 4] = [
+    blazar_core::PHYSICAL_HOST,
+    blazar_core::reservation::FLOATINGIP,
+    blazar_core::reservation::NETWORK,
+    blazar_core::reservation::DEVICE,
+];
+
 pub async fn list_handovers(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Query(query): Query,
 ) -> ApiResult<impl IntoResponse> {
+    from_wire::only_known(
+        &query,
+        &["all", "lease_id", "project_id", "resource_type"],
+        "the hand-over list",
+    )?;
     let text = |key: &str| query.get(key).filter(|v| !v.is_empty()).cloned();
+    let resource_type = text("resource_type");
+    if let Some(kind) = &resource_type
+        && !HANDED_OVER.contains(&kind.as_str())
+    {
+        return Err(ApiError::bad_request(format!(
+            "Invalid resource_type {kind}; hand-overs are of {}",
+            HANDED_OVER.join(", ")
+        )));
+    }
+    let include_ended = match query.get("all").map(|v| v.to_ascii_lowercase()) {
+        None => false,
+        Some(v) if matches!(v.as_str(), "true" | "1" | "yes") => true,
+        Some(v) if matches!(v.as_str(), "false" | "0" | "no" | "") => false,
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "Invalid all {v}; give true or false"
+            )));
+        }
+    };
     let pages = HandoverPages {
         service: state.service.clone(),
         identity,
         filter: HandoverFilter {
-            resource_type: text("resource_type"),
+            resource_type,
             lease_id: text("lease_id"),
             project_id: text("project_id"),
-            include_ended: flag(&query, "all"),
+            include_ended,
         },
     };
     stream_pages("handovers", pages).await

@@ -850,3 +850,31 @@ async fn a_long_history_of_hand_overs_is_listed_whole_in_order_by_pages() {
     let asked = app.get("/v1/handovers?all=true&project_id=beta").await.body;
     assert_eq!(asked["handovers"], json!([]));
 }
+
+/// The hand-over list takes only its own parameters, with values it understands: a typo or
+/// a bad value is a 400 that says so, not a list of something else.
+#[tokio::test]
+async fn the_hand_over_list_refuses_what_it_does_not_take() {
+    let app = TestApp::spawn().await;
+    for (query, says) in [
+        ("all=maybe", "Invalid all maybe"),
+        ("resource_type=bogus", "Invalid resource_type bogus"),
+        ("limit=1", "Unknown parameter limit"),
+        ("marker=x&foo=bar", "Unknown parameter foo, marker"),
+    ] {
+        let r = app.get(&format!("/v1/handovers?{query}")).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{query}: {}", r.body);
+        assert!(r.message().contains(says), "{query}: {}", r.message());
+    }
+    for query in [
+        "all=TRUE",
+        "all=false",
+        "all=0",
+        "resource_type=virtual:floatingip",
+        "resource_type=physical:host&project_id=p&lease_id=l",
+    ] {
+        let r = app.get(&format!("/v1/handovers?{query}")).await;
+        assert_eq!(r.status, StatusCode::OK, "{query}: {}", r.body);
+        assert_eq!(r.body["handovers"], json!([]), "{query}");
+    }
+}

@@ -663,6 +663,27 @@ async fn one_project_cannot_take_every_waiter_slot() {
     until_waiting(&app, 0).await;
 }
 
+/// `--max-waiters 0` opens no stream and lets no poll wait; plain reads are served.
+#[tokio::test]
+async fn no_waiter_slots_serve_no_stream_and_no_waiting_poll() {
+    let (app, id) = app_with_waiters(0).await;
+    for path in [
+        format!("/v1/leases/{id}?wait_for=ACTIVE&timeout=1"),
+        "/v1/leases/events".to_string(),
+    ] {
+        let r = app.get(&path).await;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{path}");
+        assert_eq!(r.body["error_code"], 503);
+    }
+    // Already in the status asked: answered at once, no slot needed.
+    let r = app.get(&format!("/v1/leases/{id}?wait_for=PENDING")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        app.get(&format!("/v1/leases/{id}")).await.status,
+        StatusCode::OK
+    );
+}
+
 #[tokio::test]
 async fn waiters_beyond_the_limit_are_answered_503() {
     let (app, id) = app_with_waiters(1).await;

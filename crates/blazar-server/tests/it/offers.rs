@@ -1473,3 +1473,34 @@ async fn a_lease_longer_than_the_default_search_is_still_offered() {
     assert_eq!(found[0]["start_date"], "2040-01-01T00:00:00.000000");
     assert_eq!(found[0]["end_date"], "2040-02-10T00:00:00.000000");
 }
+
+/// A leap second (`:60`) is no time stamp of this service: a search or an `earliest` create
+/// that names one is refused, instead of starting a second before the next minute.
+#[tokio::test]
+async fn a_leap_second_is_refused_as_a_date() {
+    let app = TestApp::spawn().await;
+    app.create_host("h", json!({})).await;
+    let reservations = json!([{"resource_type": "physical:host", "min": 1, "max": 1,
+                               "hypervisor_properties": "", "resource_properties": ""}]);
+    let leap = "2031-05-01T10:00:60.000000";
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": reservations, "duration": 60, "not_before": leap}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "leap", "start_date": "earliest", "duration": 60,
+                   "not_before": leap, "reservations": reservations}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert_eq!(app.get("/v1/leases").await.body["leases"], json!([]));
+    let r = app
+        .get("/v1/os-hosts/timeline?start=9999-12-31T23:58:60.000000")
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+}
