@@ -578,10 +578,17 @@ impl Service {
         tokio::pin!(shutdown);
         let mut statistics_checked = std::time::Instant::now();
         let mut statistics: Option<tokio::task::JoinHandle<()>> = None;
-        if let Err(e) = self.recheck_capacities().await {
-            tracing::error!(error = %e, "checking instance slots against their hosts' capacity failed");
-        }
+        // Until it has been done once (the database may not answer at start): lowered
+        // default ratios leave slots over capacity until then.
+        let mut capacities_checked = false;
         loop {
+            if !capacities_checked {
+                match self.recheck_capacities().await {
+                    Ok(_) => capacities_checked = true,
+                    Err(e) => tracing::error!(error = %e,
+                        "checking instance slots against their hosts' capacity failed; retrying at the next poll"),
+                }
+            }
             // Writes committed from here on wake the scheduler again, whatever their time.
             self.scheduler_plan.store(i64::MIN, Ordering::SeqCst);
             let now = self.now();
