@@ -1189,33 +1189,7 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
 /// Puts compute node `node`'s provider into Placement's copy of aggregate `uuid` or takes
 /// it out, as Nova's mirroring does (or fails to do while Placement is down).
 async fn set_placement_member(admin: &Cloud, node: &str, uuid: &str, member: bool) {
-    let provider = admin
-        .placement(None)
-        .provider_by_name(node)
-        .await
-        .unwrap()
-        .unwrap();
-    let path = format!("/resource_providers/{}/aggregates", provider.uuid);
-    let current = placement_call(admin, Method::GET, &path, None).await;
-    let mut aggregates: BTreeSet<String> = current["aggregates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
-    if member {
-        aggregates.insert(uuid.to_string());
-    } else {
-        aggregates.remove(uuid);
-    }
-    placement_call(
-        admin,
-        Method::PUT,
-        &path,
-        Some(json!({"aggregates": aggregates,
-            "resource_provider_generation": current["resource_provider_generation"]})),
-    )
-    .await;
+    edit_provider_set(admin, node, "aggregates", uuid, member).await;
 }
 
 /// The names of the providers in Placement's copy of aggregate `uuid`.
@@ -2911,30 +2885,36 @@ async fn placement_call(admin: &Cloud, method: Method, path: &str, body: Option<
 /// Gives (or takes away) a trait on a compute node's provider, as an operator would with
 /// `openstack resource provider trait set`.
 async fn set_node_trait(admin: &Cloud, host: &str, name: &str, present: bool) {
-    let node = admin
+    edit_provider_set(admin, host, "traits", name, present).await;
+}
+
+/// Adds `item` to (or takes it from) compute node `node`'s provider's `what` (`traits` or
+/// `aggregates`: sets Placement replaces whole, guarded by the provider's generation).
+async fn edit_provider_set(admin: &Cloud, node: &str, what: &str, item: &str, present: bool) {
+    let provider = admin
         .placement(None)
-        .provider_by_name(host)
+        .provider_by_name(node)
         .await
         .unwrap()
         .unwrap();
-    let path = format!("/resource_providers/{}/traits", node.uuid);
+    let path = format!("/resource_providers/{}/{what}", provider.uuid);
     let current = placement_call(admin, Method::GET, &path, None).await;
-    let mut traits: BTreeSet<String> = current["traits"]
+    let mut items: BTreeSet<String> = current[what]
         .as_array()
         .unwrap()
         .iter()
         .map(|t| t.as_str().unwrap().to_string())
         .collect();
     if present {
-        traits.insert(name.to_string());
+        items.insert(item.to_string());
     } else {
-        traits.remove(name);
+        items.remove(item);
     }
     placement_call(
         admin,
         Method::PUT,
         &path,
-        Some(json!({"traits": traits,
+        Some(json!({what: items,
             "resource_provider_generation": current["resource_provider_generation"]})),
     )
     .await;
