@@ -350,11 +350,7 @@ async fn host_reservations_move_hosts_between_the_freepool_and_their_aggregate()
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
-    let rid = r.body["lease"]["reservations"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (lease_id, rid) = lease_ids(&r);
     app.act_as_admin();
     // At reservation, its aggregate exists, empty, in its own zone, owned by the project.
     let prepared = nova
@@ -570,11 +566,7 @@ async fn a_failed_start_leaves_the_host_in_the_freepool_and_one_in_no_pool_goes_
     let r = app
         .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
         .await;
-    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
-    let rid = r.body["lease"]["reservations"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (lease_id, rid) = lease_ids(&r);
     // Another availability zone holds the host: Nova refuses it the reservation's.
     let elsewhere = nova
         .ensure_aggregate("elsewhere", Some("elsewhere-zone"))
@@ -588,14 +580,10 @@ async fn a_failed_start_leaves_the_host_in_the_freepool_and_one_in_no_pool_goes_
     // servers land: never in no pool, open to all.
     let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
     assert_eq!(freepool.hosts, ["compute-1"]);
-    let r = app.post("/v1/reconcile", json!({"dry_run": false})).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let report = reconcile_report(&app, false).await;
     assert!(
-        !r.body["reconcile"]["repairs"]
-            .to_string()
-            .contains("compute-1"),
-        "{}",
-        r.body
+        !report["repairs"].to_string().contains("compute-1"),
+        "{report}"
     );
 
     // The operator takes the host out of the other zone, and out of the freepool by
@@ -604,10 +592,11 @@ async fn a_failed_start_leaves_the_host_in_the_freepool_and_one_in_no_pool_goes_
     let elsewhere = nova.find_aggregate("elsewhere").await.unwrap().unwrap();
     nova.remove_host(&elsewhere, "compute-1").await.unwrap();
     nova.remove_host(&freepool, "compute-1").await.unwrap();
-    let r = app.post("/v1/reconcile", json!({"dry_run": false})).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let repairs = r.body["reconcile"]["repairs"].to_string();
-    assert!(repairs.contains("in no pool"), "{}", r.body);
+    let report = reconcile_report(&app, false).await;
+    assert!(
+        report["repairs"].to_string().contains("in no pool"),
+        "{report}"
+    );
     let held = nova.find_aggregate(&rid).await.unwrap().unwrap();
     assert_eq!(held.hosts, ["compute-1"]);
 
@@ -752,11 +741,7 @@ async fn healing_a_running_lease_replaces_its_host_and_keeps_the_servers() {
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     app.act_as_admin();
-    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
-    let rid = r.body["lease"]["reservations"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (lease_id, rid) = lease_ids(&r);
     app.tick_at(t(2030, 4, 1, 10, 0)).await;
     let (status, _) = lease_status(&app, &lease_id).await;
     assert_eq!(status, "ACTIVE");
@@ -847,11 +832,7 @@ async fn a_host_handed_back_to_its_running_lease_keeps_the_leases_servers() {
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     app.act_as_admin();
-    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
-    let rid = r.body["lease"]["reservations"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (lease_id, rid) = lease_ids(&r);
     app.tick_at(t(2030, 4, 2, 10, 0)).await;
     let (server, status) = boot(&env.member("alpha"), "stays", Some(&rid)).await;
     assert_eq!(status, "ACTIVE");
@@ -931,11 +912,7 @@ async fn a_lease_survives_a_broken_cloud() {
     let r = app
         .host_lease("broken", "2030-03-01 10:00", "2030-03-01 12:00", 2, 2, "")
         .await;
-    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
-    let rid = r.body["lease"]["reservations"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (lease_id, rid) = lease_ids(&r);
 
     // Nova is unreachable when the lease starts: the hand-over waits and is retried.
     relay.set_cut(true);
@@ -1004,29 +981,11 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
     let r = app
         .host_lease("fixed", "2030-04-01 10:00", "2030-04-01 12:00", 2, 2, "")
         .await;
-    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
-    let rid = r.body["lease"]["reservations"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (lease_id, rid) = lease_ids(&r);
     app.tick_at(t(2030, 4, 1, 10, 0)).await;
     let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
     assert_eq!(lease["lease"]["status"], "ACTIVE");
-    let reconcile = |dry_run: bool| {
-        let app = &app;
-        async move {
-            let r = app
-                .post("/v1/reconcile", json!({ "dry_run": dry_run }))
-                .await;
-            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-            r.body["reconcile"]["repairs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|l| l.as_str().unwrap().to_string())
-                .collect::<Vec<_>>()
-        }
-    };
+    let reconcile = |dry_run: bool| reconcile_repairs(&app, dry_run);
     assert_eq!(
         reconcile(true).await,
         Vec::<String>::new(),
@@ -1122,22 +1081,13 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
     nova.add_host(&elsewhere, &moved).await.unwrap();
     let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
     nova.remove_host(&freepool, &spare).await.unwrap();
-    let r = app.post("/v1/reconcile", json!({ "dry_run": false })).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let lines = |key: &str| {
-        r.body["reconcile"][key]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| l.as_str().unwrap().to_string())
-            .collect::<Vec<_>>()
-    };
+    let report = reconcile_report(&app, false).await;
     // Listed under failed only; the freepool's repair was made.
-    let repairs = lines("repairs");
-    assert_eq!(repairs.len(), 1, "{}", r.body);
+    let repairs = report_lines(&report, "repairs");
+    assert_eq!(repairs.len(), 1, "{report}");
     assert!(repairs[0].contains(&spare), "{repairs:?}");
-    let failed = lines("failed");
-    assert_eq!(failed.len(), 1, "{}", r.body);
+    let failed = report_lines(&report, "failed");
+    assert_eq!(failed.len(), 1, "{report}");
     assert!(
         failed[0].contains(&moved) && failed[0].contains("409"),
         "{failed:?}"
@@ -1164,9 +1114,8 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
         .await
         .unwrap();
     nova.add_host(&intruder_zone, &moved).await.unwrap();
-    let r = app.post("/v1/reconcile", json!({ "dry_run": false })).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    assert_eq!(r.body["reconcile"]["failed"], json!([]), "{}", r.body);
+    let report = reconcile_report(&app, false).await;
+    assert_eq!(report["failed"], json!([]), "{report}");
     let back = nova.find_aggregate(&rid).await.unwrap().unwrap();
     assert!(back.hosts.contains(&moved), "{:?}", back.hosts);
     assert!(
@@ -1221,28 +1170,16 @@ async fn the_reconciler_puts_placements_copy_of_the_aggregates_back_in_line() {
     let r = app
         .host_lease("fixed", "2030-04-01 10:00", "2030-04-01 12:00", 1, 1, "")
         .await;
-    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
-    let rid = r.body["lease"]["reservations"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (lease_id, rid) = lease_ids(&r);
     app.tick_at(t(2030, 4, 1, 10, 0)).await;
     let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
     assert_eq!(lease["lease"]["status"], "ACTIVE");
     let reconcile = |dry_run: bool| {
         let app = &app;
         async move {
-            let r = app
-                .post("/v1/reconcile", json!({ "dry_run": dry_run }))
-                .await;
-            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-            assert_eq!(r.body["reconcile"]["failed"], json!([]), "{}", r.body);
-            r.body["reconcile"]["repairs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|l| l.as_str().unwrap().to_string())
-                .collect::<Vec<_>>()
+            let report = reconcile_report(app, dry_run).await;
+            assert_eq!(report["failed"], json!([]), "{report}");
+            report_lines(&report, "repairs")
         }
     };
     // The fake driver's compute nodes are named as their hosts.
@@ -1353,11 +1290,7 @@ async fn placement_down_at_a_hand_over_leaves_its_copy_of_the_aggregates_right()
     let r = app
         .host_lease("outage", "2030-05-01 10:00", "2030-05-01 12:00", 1, 1, "")
         .await;
-    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
-    let rid = r.body["lease"]["reservations"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (lease_id, rid) = lease_ids(&r);
     let placement_back = || async {
         for _ in 0..240 {
             if admin
@@ -1440,6 +1373,37 @@ async fn placement_down_at_a_hand_over_leaves_its_copy_of_the_aggregates_right()
     );
     assert!(placement_members(&admin, &leased.uuid).await.is_empty());
     withdraw(&app, &admin, &ids).await;
+}
+
+/// The ids of the lease a create answered, and of its first reservation.
+fn lease_ids(created: &blazar_testkit::Response) -> (String, String) {
+    let lease = &created.body["lease"];
+    let id = |v: &Value| v.as_str().unwrap().to_string();
+    (id(&lease["id"]), id(&lease["reservations"][0]["id"]))
+}
+
+/// One reconciler pass through the API (`dry_run`: only listed): its report.
+async fn reconcile_report(app: &TestApp, dry_run: bool) -> Value {
+    let r = app
+        .post("/v1/reconcile", json!({ "dry_run": dry_run }))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    r.body["reconcile"].clone()
+}
+
+/// The lines of a reconciler report under `key` (`repairs`, `failed`).
+fn report_lines(report: &Value, key: &str) -> Vec<String> {
+    report[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// What a reconciler pass found (and, unless `dry_run`, repaired).
+async fn reconcile_repairs(app: &TestApp, dry_run: bool) -> Vec<String> {
+    report_lines(&reconcile_report(app, dry_run).await, "repairs")
 }
 
 /// The project the lease belongs to (the test creates it as the noauth admin).
@@ -2363,11 +2327,7 @@ async fn a_reserved_address_another_project_takes_is_healed_around() {
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
-    let rid = r.body["lease"]["reservations"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (lease_id, rid) = lease_ids(&r);
     app.act_as_admin();
     app.tick_at(t(2030, 3, 1, 10, 0)).await;
     let (status, actions) = lease_status(&app, &lease_id).await;
@@ -2677,11 +2637,7 @@ async fn instance_reservations_make_a_flavor_slots_and_a_group_for_the_project()
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
-    let rid = r.body["lease"]["reservations"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (lease_id, rid) = lease_ids(&r);
     app.act_as_admin();
     wait_idle(&app).await;
     let class = format!(
@@ -3100,30 +3056,12 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let lease_id = r.body["lease"]["id"].as_str().unwrap().to_string();
-    let rid = r.body["lease"]["reservations"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (lease_id, rid) = lease_ids(&r);
     app.act_as_admin();
     app.tick_at(t(2030, 6, 1, 10, 0)).await;
     let (status, actions) = lease_status(&app, &lease_id).await;
     assert_eq!(status, "ACTIVE", "{actions}");
-    let reconcile = |dry_run: bool| {
-        let app = &app;
-        async move {
-            let r = app
-                .post("/v1/reconcile", json!({ "dry_run": dry_run }))
-                .await;
-            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-            r.body["reconcile"]["repairs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|l| l.as_str().unwrap().to_string())
-                .collect::<Vec<_>>()
-        }
-    };
+    let reconcile = |dry_run: bool| reconcile_repairs(&app, dry_run);
     assert_eq!(
         reconcile(true).await,
         Vec::<String>::new(),
