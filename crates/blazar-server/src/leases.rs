@@ -367,7 +367,12 @@ pub async fn lease_events(
     };
     let reader = state
         .service
-        .lease_events(&identity, after, query.get("project_id").cloned())
+        .lease_events(
+            &identity,
+            after,
+            // Empty is no filter, as on the other lists.
+            query.get("project_id").filter(|p| !p.is_empty()).cloned(),
+        )
         .await?;
     // What identifies the caller, kept to ask again while the stream is open.
     let mut credentials = axum::http::HeaderMap::new();

@@ -725,7 +725,14 @@ struct Events {
 
 impl Events {
     async fn open(app: &TestApp, headers: &[(&str, &str)]) -> Events {
-        let mut request = app.client.get(format!("{}/v1/leases/events", app.base));
+        Events::open_at(app, "", headers).await
+    }
+
+    /// A stream of `/v1/leases/events<query>`.
+    async fn open_at(app: &TestApp, query: &str, headers: &[(&str, &str)]) -> Events {
+        let mut request = app
+            .client
+            .get(format!("{}/v1/leases/events{query}", app.base));
         for (k, v) in app.as_identity.iter() {
             request = request.header(k, v);
         }
@@ -837,6 +844,9 @@ async fn the_event_stream_delivers_in_order_resumes_and_keeps_projects_apart() {
     expected.sort();
     assert_eq!(starts, expected);
     assert!(events.windows(2).all(|w| w[0].0 < w[1].0), "{events:?}");
+    // An empty `project_id` is no filter, as on the other lists.
+    let mut unfiltered = Events::open_at(&app, "?project_id=", &[("Last-Event-ID", "0")]).await;
+    assert_eq!(unfiltered.take(4).await, events);
 
     // Resumed after the first event, the stream goes on with the second.
     let first = events[0].0.to_string();
