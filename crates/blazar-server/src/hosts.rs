@@ -168,9 +168,6 @@ pub async fn reconcile(
     Ok(Envelope("reconcile", to_wire::reconcile_report(report)))
 }
 
-/// `GET /v1/handovers[?resource_type=..][&lease_id=..][&project_id=..][&all=true]`: who
-/// holds which resource now (or ever), written a page at a time: with `all`, the history of
-/// a site that ran for years is never read at once.
 /// The kinds of resource that are handed over whole (instance slots are not).
 const HANDED_OVER: [&str; 4] = [
     blazar_core::PHYSICAL_HOST,
@@ -179,6 +176,9 @@ const HANDED_OVER: [&str; 4] = [
     blazar_core::reservation::DEVICE,
 ];
 
+/// `GET /v1/handovers[?resource_type=..][&lease_id=..][&project_id=..][&all=true]`: who
+/// holds which resource now (or ever), written a page at a time: with `all`, the history of
+/// a site that ran for years is never read at once.
 pub async fn list_handovers(
     State(state): State<AppState>,
     Caller(identity): Caller,
