@@ -1256,21 +1256,46 @@ async fn the_reconciler_puts_placements_copy_of_the_aggregates_back_in_line() {
     withdraw(&app, &admin, &ids).await;
 }
 
-/// Stops one service of the cloud (`running` false) or starts it again, with
-/// `scripts/openstack/service.sh`: an outage of that service alone.
-async fn cloud_service(name: &str, running: bool) {
+/// `scripts/openstack/service.sh STATE name what` (`stop` or `start`).
+fn service_sh(name: &str, what: &str) -> std::process::ExitStatus {
     let state = std::env::var("BLAZAR_TEST_OPENSTACK_STATE").unwrap();
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../scripts/openstack/service.sh"
     );
-    let what = if running { "start" } else { "stop" };
-    let status = tokio::process::Command::new(script)
+    std::process::Command::new(script)
         .args([state.as_str(), name, what])
         .status()
-        .await
-        .unwrap();
-    assert!(status.success(), "service.sh {name} {what}: {status}");
+        .unwrap()
+}
+
+/// One service of the cloud taken away until [`Outage::end`], or until the guard drops: a
+/// test that fails during the outage still brings the service back for the tests after it.
+struct Outage {
+    name: &'static str,
+    over: bool,
+}
+
+impl Outage {
+    fn begin(name: &'static str) -> Outage {
+        let status = service_sh(name, "stop");
+        assert!(status.success(), "service.sh {name} stop: {status}");
+        Outage { name, over: false }
+    }
+
+    fn end(mut self) {
+        self.over = true;
+        let status = service_sh(self.name, "start");
+        assert!(status.success(), "service.sh {} start: {status}", self.name);
+    }
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        if !self.over {
+            let _ = service_sh(self.name, "start");
+        }
+    }
 }
 
 /// Placement down while a host lease starts and while it ends: Nova moves the host in its
@@ -1324,7 +1349,7 @@ async fn placement_down_at_a_hand_over_leaves_its_copy_of_the_aggregates_right()
     };
     let as_set = |hosts: &[String]| hosts.iter().cloned().collect::<BTreeSet<_>>();
 
-    cloud_service("placement", false).await;
+    let outage = Outage::begin("placement");
     let start = t(2030, 5, 1, 10, 0);
     app.tick_at(start).await;
     let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
@@ -1333,7 +1358,7 @@ async fn placement_down_at_a_hand_over_leaves_its_copy_of_the_aggregates_right()
     // Nova kept its half: the host is in the reservation's aggregate.
     let leased = nova.find_aggregate(&rid).await.unwrap().unwrap();
     assert_eq!(leased.hosts.len(), 1, "{:?}", leased.hosts);
-    cloud_service("placement", true).await;
+    outage.end();
     placement_back().await;
     assert!(
         placement_members(&admin, &leased.uuid).await.is_empty(),
@@ -1354,11 +1379,11 @@ async fn placement_down_at_a_hand_over_leaves_its_copy_of_the_aggregates_right()
         as_set(&freepool.hosts)
     );
 
-    cloud_service("placement", false).await;
+    let outage = Outage::begin("placement");
     let end = t(2030, 5, 1, 12, 0);
     app.tick_at(end).await;
     assert_eq!(open_action("stop").await, "pending");
-    cloud_service("placement", true).await;
+    outage.end();
     placement_back().await;
     app.clock.set(end + chrono::Duration::seconds(2));
     app.run_actions().await;
