@@ -414,7 +414,7 @@ impl Service {
     ) -> ServiceResult<ResourceRecord> {
         self.authorize_own(&format!("{}:put", spec.rules), identity)?;
         in_tx!(self, write, |tx| {
-            let record = tx
+            let found = tx
                 .get_resource(spec.kind, id)
                 .await?
                 .ok_or_else(|| not_found(spec, id))?;
@@ -423,7 +423,15 @@ impl Service {
                     crate::hosts::NO_DATA_TO_UPDATE.into(),
                 ));
             }
-            tx.lock_resource(record.id).await?;
+            // Read again once locked: a concurrent update committed meanwhile is built on,
+            // not written back over.
+            if !tx.lock_resource(found.id).await? {
+                return Err(not_found(spec, id));
+            }
+            let record = tx
+                .get_resource(spec.kind, id)
+                .await?
+                .ok_or_else(|| not_found(spec, id))?;
             let now = self.now();
             let mut reservable = record.resource.reservable;
             let mut capability_changes: Vec<(&str, Option<String>)> = Vec::new();
@@ -452,6 +460,8 @@ impl Service {
                 record.resource.capabilities.keys(),
                 &capability_changes,
             )?;
+            self.check_resource_capabilities_not_in_use(tx, spec, &record, &capability_changes)
+                .await?;
             for (key, value) in &capability_changes {
                 match value {
                     Some(v) => tx.set_capability(spec.kind, record.id, key, v, now).await?,
@@ -489,6 +499,63 @@ impl Service {
                 .await?
                 .ok_or_else(|| not_found(spec, id))
         })
+    }
+
+    /// As for hosts: a capability that a current or future reservation holding this
+    /// resource filters on cannot change value or go, or the grant would be retroactively
+    /// wrong (Blazar's device and network plugins refuse it the same way). New ones may be
+    /// added.
+    async fn check_resource_capabilities_not_in_use(
+        &self,
+        tx: &mut blazar_db::Tx,
+        spec: &KindSpec,
+        record: &ResourceRecord,
+        changes: &[(&str, Option<String>)],
+    ) -> ServiceResult<()> {
+        let changed: Vec<&str> = changes
+            .iter()
+            .filter(|(k, v)| {
+                record
+                    .resource
+                    .capabilities
+                    .get(*k)
+                    .is_some_and(|old| Some(old) != v.as_ref())
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let views = tx
+            .allocation_views(spec.kind, Some(record.id), None, None, self.now())
+            .await?;
+        let mut in_use = Vec::new();
+        for view in views {
+            for reservation in tx.reservations_of(&view.lease_id).await? {
+                if *reservation.id != *view.reservation_id {
+                    continue;
+                }
+                in_use.extend(
+                    reservation
+                        .spec
+                        .query_keys()
+                        .into_iter()
+                        .filter(|k| changed.contains(k))
+                        .map(str::to_string),
+                );
+            }
+        }
+        if in_use.is_empty() {
+            return Ok(());
+        }
+        in_use.sort();
+        in_use.dedup();
+        Err(ServiceError::Conflict(format!(
+            "Can't add extracapabilities {in_use:?} to {} {}: reservations holding it \
+             filter on them",
+            crate::pool::noun(spec.kind),
+            record.resource.uid
+        )))
     }
 
     pub async fn delete_resource(

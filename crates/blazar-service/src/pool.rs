@@ -63,7 +63,7 @@ pub fn property<'a>(r: &'a ResourceRecord, key: &str) -> Option<Cow<'a, str>> {
 }
 
 /// The pool kind and its words for messages.
-fn noun(kind: &str) -> &'static str {
+pub(crate) fn noun(kind: &str) -> &'static str {
     match kind {
         FLOATINGIP => "floating IP",
         NETWORK => "network segment",

@@ -1375,3 +1375,86 @@ async fn a_resource_has_at_most_256_extra_capabilities() {
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
 }
+
+/// A device's or segment's capability that a reservation holding it filters on cannot
+/// change value or go while that reservation is current or to come (the grant would be
+/// wrong after the fact); new capabilities, and ones nobody filters on, may.
+#[tokio::test]
+async fn a_capability_its_holders_filter_on_cannot_change_under_them() {
+    let app = TestApp::spawn().await;
+    let d = device(&app, "gpu-1", json!({"gpu_model": "A100", "rack": "r1"})).await;
+    let n = segment(&app, 200, json!({"tier": "gold", "zone": "z1"})).await;
+    let booked = app
+        .post(
+            "/v1/leases",
+            lease(
+                "holders",
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                json!([
+                    {"resource_type": "device", "min": 1, "max": 1,
+                     "resource_properties": r#"["==", "$gpu_model", "A100"]"#},
+                    {"resource_type": "network", "network_name": "held",
+                     "network_properties": r#"["==", "$tier", "gold"]"#,
+                     "resource_properties": ""}
+                ]),
+            ),
+        )
+        .await;
+    assert_eq!(booked.status, StatusCode::CREATED, "{}", booked.body);
+    let lease_id = booked.body["lease"]["id"].as_str().unwrap().to_string();
+
+    for (path, body, key) in [
+        (
+            format!("/v1/devices/{d}"),
+            json!({"gpu_model": "V100"}),
+            "gpu_model",
+        ),
+        (
+            format!("/v1/devices/{d}"),
+            json!({"gpu_model": null}),
+            "gpu_model",
+        ),
+        (
+            format!("/v1/networks/{n}"),
+            json!({"tier": "silver"}),
+            "tier",
+        ),
+    ] {
+        let r = app.put(&path, body.clone()).await;
+        assert_eq!(r.status, StatusCode::CONFLICT, "{path} {body}: {}", r.body);
+        assert!(r.message().contains(key), "{}", r.message());
+    }
+    let shown = app.get(&format!("/v1/devices/{d}")).await;
+    assert_eq!(shown.body["device"]["gpu_model"], "A100", "refused whole");
+    let shown = app.get(&format!("/v1/networks/{n}")).await;
+    assert_eq!(shown.body["network"]["tier"], "gold", "refused whole");
+
+    // What no holder filters on, and what is new, changes.
+    for (path, body) in [
+        (
+            format!("/v1/devices/{d}"),
+            json!({"rack": "r2", "vendor": "nv"}),
+        ),
+        (format!("/v1/networks/{n}"), json!({"zone": "z2"})),
+        (format!("/v1/devices/{d}"), json!({"gpu_model": "A100"})),
+    ] {
+        let r = app.put(&path, body.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{path} {body}: {}", r.body);
+    }
+    let shown = app.get(&format!("/v1/devices/{d}")).await;
+    assert_eq!(shown.body["device"]["rack"], "r2");
+    assert_eq!(shown.body["device"]["vendor"], "nv");
+
+    // Once the lease is gone nothing holds them.
+    let r = app.delete(&format!("/v1/leases/{lease_id}")).await;
+    assert!(r.status.is_success(), "{}", r.body);
+    let r = app
+        .put(&format!("/v1/devices/{d}"), json!({"gpu_model": "V100"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = app
+        .put(&format!("/v1/networks/{n}"), json!({"tier": null}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+}
