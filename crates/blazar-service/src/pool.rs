@@ -101,6 +101,10 @@ pub(crate) async fn matching(
     loose: bool,
 ) -> ServiceResult<(Vec<i64>, Vec<i64>, Option<String>)> {
     let kind = spec.kind();
+    // The version this choice is made from: a capability or `reservable` change committed
+    // before the chosen resources are locked sends the transaction round again
+    // (`resources::lock_reservable`) instead of granting on what was read before it.
+    tx.inventory_version(kind).await?;
     let pool = tx.list_resources(kind).await?;
     let columns = columns(kind);
     let mut queries: Vec<&PropertyQuery> = Vec::new();

@@ -1,6 +1,7 @@
 //! Floating IPs, network segments, devices and flavors: inventory endpoints and their
 //! reservations.
 
+use futures::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -1457,4 +1458,49 @@ async fn a_capability_its_holders_filter_on_cannot_change_under_them() {
         .put(&format!("/v1/networks/{n}"), json!({"tier": null}))
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+}
+
+/// A device's capability changed while bookings that filter on its old value race for it:
+/// either the change is refused (a booking holding the device filters on it) or the
+/// bookings miss the device, never both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_device_capability_changed_under_racing_bookings_is_refused_or_they_miss_it() {
+    let app = TestApp::spawn().await;
+    for round in 0..12u64 {
+        let pool = format!("moving-{round}");
+        let id = device(&app, &format!("dev-{round}"), json!({"pool": pool})).await;
+        let filter = format!(r#"["==", "$pool", "{pool}"]"#);
+        let bookings = (0..8).map(|day| {
+            app.post(
+                "/v1/leases",
+                lease(
+                    &format!("follow-{round}-{day}"),
+                    &format!("2030-01-{:02} 10:00", day + 1),
+                    &format!("2030-01-{:02} 12:00", day + 1),
+                    json!([{"resource_type": "device", "min": 1, "max": 1,
+                            "resource_properties": filter}]),
+                ),
+            )
+        });
+        let change = async {
+            tokio::time::sleep(std::time::Duration::from_millis(round * 2)).await;
+            app.put(&format!("/v1/devices/{id}"), json!({"pool": "elsewhere"}))
+                .await
+        };
+        let (_, changed) = tokio::join!(join_all(bookings), change);
+        let held = app.get(&format!("/v1/devices/{id}/allocation")).await;
+        assert_eq!(held.status, StatusCode::OK, "{}", held.body);
+        let holders = held.body["allocation"]["reservations"]
+            .as_array()
+            .map_or(0, Vec::len);
+        match changed.status {
+            StatusCode::OK => assert_eq!(
+                holders, 0,
+                "round {round}: the capability changed under bookings filtering on it: {}",
+                held.body
+            ),
+            StatusCode::CONFLICT => assert!(holders > 0, "round {round}: refused for nothing"),
+            other => panic!("round {round}: {other} {}", changed.body),
+        }
+    }
 }
