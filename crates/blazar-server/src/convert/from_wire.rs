@@ -299,7 +299,7 @@ pub fn offer_request(body: blazar_api::OfferRequest) -> ApiResult<blazar_service
     // with `start_date: "earliest"`, rather than offering windows it does not fit.
     if before_end_field(body.before_end_date)?.is_some() {
         return Err(ApiError::bad_request(
-            "before_end_date cannot be given with offers: the windows are not known yet;              give it to the create of the offer you book",
+            "before_end_date cannot be given with offers: the windows are not known yet; give it to the create of the offer you book",
         ));
     }
     no_custom_events(body.events)?;
