@@ -104,6 +104,32 @@ fn date_help(text: &str) -> String {
     )
 }
 
+/// The instant a relative date (`now+1h`, `+30m`, `now-2d`) names, to the second; `None`
+/// when `text` is not relative.
+pub fn relative_instant(text: &str, now: DateTime<Utc>) -> Option<Result<DateTime<Utc>, String>> {
+    let lower = text.trim().to_ascii_lowercase();
+    let relative = lower
+        .strip_prefix("now")
+        .or_else(|| lower.starts_with('+').then_some(lower.as_str()))?
+        .trim();
+    if relative.is_empty() {
+        return None;
+    }
+    let (sign, amount) = match relative.chars().next() {
+        Some('+') => (1, &relative[1..]),
+        Some('-') => (-1, &relative[1..]),
+        _ => return Some(Err(date_help(text))),
+    };
+    Some(
+        parse_duration(amount)
+            .map_err(|e| format!("{e} (in date {text:?})"))
+            .and_then(|delta| {
+                let delta = if sign < 0 { -delta } else { delta };
+                now.checked_add_signed(delta).ok_or_else(|| date_help(text))
+            }),
+    )
+}
+
 /// A date typed by a user. `YYYY-MM-DD HH:MM` without a zone is UTC, as python-blazarclient
 /// reads it, so scripts written for it keep their meaning; `local` or an offset say
 /// otherwise. Relative dates count from `now`; they and dates with seconds are floored to
@@ -114,22 +140,8 @@ pub fn parse_date(text: &str, now: DateTime<Utc>) -> Result<DateInput, String> {
     if lower == "now" {
         return Ok(DateInput::Now);
     }
-    if let Some(relative) = lower
-        .strip_prefix("now")
-        .or_else(|| lower.starts_with('+').then_some(lower.as_str()))
-    {
-        let relative = relative.trim();
-        let (sign, amount) = match relative.chars().next() {
-            Some('+') => (1, &relative[1..]),
-            Some('-') => (-1, &relative[1..]),
-            _ => return Err(date_help(text)),
-        };
-        let delta = parse_duration(amount).map_err(|e| format!("{e} (in date {text:?})"))?;
-        let delta = if sign < 0 { -delta } else { delta };
-        let at = now
-            .checked_add_signed(delta)
-            .ok_or_else(|| date_help(text))?;
-        return Ok(DateInput::At(floor_minute(at)));
+    if let Some(at) = relative_instant(text, now) {
+        return Ok(DateInput::At(floor_minute(at?)));
     }
 
     let (body, zone) = if let Some(body) = lower.strip_suffix(" local") {

@@ -82,7 +82,14 @@ pub fn search_window(
         None => DateInput::Now,
     };
     let mut body = Map::new();
-    body.insert("not_before".into(), Value::String(start.to_wire()));
+    // A relative earliest start (`now+1d`) is sent to the second: the server rounds a bound
+    // with seconds up to the next minute, so no window starts before it (floored here, the
+    // first could start up to a minute early).
+    let wire = match not_before.and_then(|text| blazar_client::time::relative_instant(text, now)) {
+        Some(at) => at.map_err(bad)?.format("%Y-%m-%dT%H:%M:%S").to_string(),
+        None => start.to_wire(),
+    };
+    body.insert("not_before".into(), Value::String(wire));
     let end = match (not_after, within) {
         (Some(text), _) => Some(parse_date(text, now).map_err(bad)?),
         (None, Some(span)) => {
@@ -223,4 +230,28 @@ pub async fn offers(ctx: &Context, args: OffersArgs) -> CliResult {
     }
     emit(&render_list(&rows, COLUMNS, &args.out)?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relative_earliest_start_is_never_rounded_down() {
+        let before = Utc::now();
+        let body = search_window(Some("now+1d"), None, Some("2h")).unwrap();
+        let sent = body["not_before"].as_str().unwrap();
+        let at = chrono::NaiveDateTime::parse_from_str(sent, "%Y-%m-%dT%H:%M:%S")
+            .unwrap()
+            .and_utc();
+        let asked = before + TimeDelta::days(1);
+        assert!(
+            at >= asked - TimeDelta::seconds(1),
+            "{sent} is before {asked}"
+        );
+        assert!(at <= Utc::now() + TimeDelta::days(1), "{sent}");
+        // A fixed date keeps Blazar's minute form.
+        let body = search_window(Some("2030-01-01 10:00"), None, None).unwrap();
+        assert_eq!(body["not_before"], "2030-01-01 10:00");
+    }
 }
