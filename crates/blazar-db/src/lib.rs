@@ -73,6 +73,10 @@ pub enum DbError {
     /// retried as a whole.
     #[error("the transaction conflicted with a concurrent one: {0}")]
     Retryable(String),
+    /// Rows this transaction would share-lock are being changed by another transaction
+    /// (an inventory change): retry once that one has ended ([`Store::wait_for_rows`]).
+    #[error("rows of {table} are being changed by a concurrent transaction")]
+    RowsBusy { table: &'static str, ids: Vec<i64> },
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
     /// The database could not be reached or could not do any work just now (connection
@@ -569,6 +573,24 @@ impl Store {
             None => self.begin().await?,
         };
         Ok(Tx::new(inner, self, true, guard))
+    }
+
+    /// Waits, holding nothing else, until no transaction is changing the rows `ids` of
+    /// `table` (see [`DbError::RowsBusy`]).
+    pub async fn wait_for_rows(&self, table: &'static str, ids: &[i64]) -> DbResult<()> {
+        if self.backend != Backend::Postgres || ids.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin().await?;
+        let (list, bound) = in_list(self.backend, 1, ids);
+        let sql = format!("SELECT id FROM {table} WHERE id IN ({list}) FOR SHARE");
+        let mut query = sqlx::query(&sql);
+        for id in bound {
+            query = query.bind(id);
+        }
+        query.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// A read-only transaction: a consistent snapshot for composing a response.
@@ -1477,17 +1499,32 @@ impl Tx {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        // Without waiting: only an inventory change holds these rows exclusively, and it
+        // goes on to claim other resources and lock leases, which this transaction may hold
+        // (a circle PostgreSQL breaks only after `deadlock_timeout`, a second each, which
+        // under a stream of bookings kept a capacity change and the bookings of its host
+        // going round for tens of seconds). This transaction gives way instead: it ends,
+        // waits for the change holding nothing, and runs again.
         let lock = match self.backend {
-            Backend::Postgres => " FOR SHARE",
+            Backend::Postgres => " FOR SHARE NOWAIT",
             Backend::Sqlite => "",
         };
-        let (list, ids) = in_list(self.backend, 1, ids);
+        let (list, bound) = in_list(self.backend, 1, ids);
         let sql = format!("SELECT id FROM {table} WHERE reservable = 1 AND id IN ({list}){lock}");
         let mut query = sqlx::query(&sql);
-        for id in ids {
+        for id in bound {
             query = query.bind(id);
         }
-        let rows = query.fetch_all(self.conn().await?).await?;
+        let rows = match query.fetch_all(self.conn().await?).await {
+            Ok(rows) => rows,
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("55P03") => {
+                return Err(DbError::RowsBusy {
+                    table,
+                    ids: ids.to_vec(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
         rows.iter()
             .map(|r| Ok(sqlx::Row::try_get(r, "id")?))
             .collect()

@@ -110,7 +110,9 @@ impl From<ServiceError> for ApiError {
             ServiceError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ServiceError::Forbidden(_) => StatusCode::FORBIDDEN,
             ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
-            ServiceError::Conflict(_) | ServiceError::Retry(_) => StatusCode::CONFLICT,
+            ServiceError::Conflict(_)
+            | ServiceError::Retry(_)
+            | ServiceError::RetryAfter { .. } => StatusCode::CONFLICT,
             ServiceError::Refused(r) => match r.kind {
                 RefusalKind::BadRequest => StatusCode::BAD_REQUEST,
                 RefusalKind::Forbidden => StatusCode::FORBIDDEN,

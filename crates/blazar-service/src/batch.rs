@@ -169,7 +169,10 @@ async fn write_one(
             Ok(Ok(view))
         }
         Err(
-            e @ (ServiceError::Retry(_) | ServiceError::Internal(_) | ServiceError::Unavailable(_)),
+            e @ (ServiceError::Retry(_)
+            | ServiceError::RetryAfter { .. }
+            | ServiceError::Internal(_)
+            | ServiceError::Unavailable(_)),
         ) => Err(e),
         Err(refusal) => {
             tx.rollback_to(savepoint).await?;

@@ -225,6 +225,44 @@ impl Service {
         Ok(added)
     }
 
+    /// Before an inventory change that may move reservations locks its resource's row: on
+    /// PostgreSQL, locks the leases it may move or refill (those holding the resource from
+    /// now on, and those missing resources), in id order. Bookings lock their lease first,
+    /// then claim resources, then share-lock the rows; a change that locked the row first
+    /// and its leases later waited for a lease whose booking waited for that row, and
+    /// PostgreSQL broke each such circle only after `deadlock_timeout`. Taken this way round,
+    /// the change waits for those bookings, or they for it, never both. A lease that comes
+    /// to hold the resource after this read is locked when it is moved, as before.
+    pub(crate) async fn lock_leases_to_move(
+        &self,
+        tx: &mut Tx,
+        kind: &str,
+        resource_id: i64,
+    ) -> ServiceResult<()> {
+        if tx.backend() != blazar_db::Backend::Postgres {
+            // SQLite writers are serialised: nothing to order.
+            return Ok(());
+        }
+        let now = self.now();
+        let mut ids: Vec<String> = tx
+            .unended_allocations_of_resource(kind, resource_id, now)
+            .await?
+            .into_iter()
+            .map(|a| a.lease_id)
+            .collect();
+        ids.extend(
+            tx.reservations_missing_resources()
+                .await?
+                .into_iter()
+                .map(|r| r.lease_id),
+        );
+        ids.sort_unstable();
+        ids.dedup();
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        tx.lock_leases(&refs).await?;
+        Ok(())
+    }
+
     /// A resource went out of service: replace it in every reservation that holds it.
     pub(crate) async fn heal_resource(
         &self,
@@ -410,6 +448,7 @@ impl Service {
         let mut moved = 0;
         for id in over {
             moved += in_tx!(self, write, |tx| {
+                self.lock_leases_to_move(tx, PHYSICAL_HOST, id).await?;
                 // Checked again under the host's lock: another replica may have done it.
                 if !tx.lock_host(id).await? {
                     return Ok(0);

@@ -389,7 +389,16 @@ impl Service {
     ) -> ServiceResult<HostRecord> {
         self.authorize_own("blazar:oshosts:put", identity)?;
         let host_id = parse_host_id(id)?;
+        // Whether the update may move reservations off the host or fill missing ones.
+        let may_move = body.keys().any(|k| {
+            k == "reservable"
+                || FACT_FIELDS.contains(&k.as_str())
+                || crate::instance::RATIO_KEYS.contains(&k.as_str())
+        });
         let host = in_tx!(self, write, |tx| {
+            if may_move {
+                self.lock_leases_to_move(tx, PHYSICAL_HOST, host_id).await?;
+            }
             // Locked before it is read: a concurrent update's facts, committed meanwhile,
             // are kept rather than written back as they were.
             if !tx.lock_host(host_id).await? {

@@ -423,6 +423,9 @@ impl Service {
                     crate::hosts::NO_DATA_TO_UPDATE.into(),
                 ));
             }
+            if body.contains_key("reservable") {
+                self.lock_leases_to_move(tx, spec.kind, found.id).await?;
+            }
             // Read again once locked: a concurrent update committed meanwhile is built on,
             // not written back over.
             if !tx.lock_resource(found.id).await? {

@@ -167,6 +167,10 @@ pub enum ServiceError {
     /// A concurrent transaction won a race; the whole use case may be run again.
     #[error("conflict with a concurrent request: {0}")]
     Retry(String),
+    /// Rows the use case would share-lock are being changed by a concurrent transaction:
+    /// it runs again once that one has ended.
+    #[error("conflict with a concurrent change of {table}")]
+    RetryAfter { table: &'static str, ids: Vec<i64> },
     /// The cloud could not be asked just now (503): try again later.
     #[error("{0}")]
     Unavailable(String),
@@ -179,6 +183,7 @@ impl From<DbError> for ServiceError {
         match e {
             DbError::Overlap => ServiceError::Retry("an allocation was taken concurrently".into()),
             DbError::Retryable(m) => ServiceError::Retry(m),
+            DbError::RowsBusy { table, ids } => ServiceError::RetryAfter { table, ids },
             DbError::Duplicate(m) => ServiceError::Conflict(format!("already exists: {m}")),
             DbError::NotUnique(m) => ServiceError::Conflict(m),
             DbError::Rejected(m) => ServiceError::BadRequest(format!("Invalid value: {m}")),
@@ -520,9 +525,26 @@ impl Service {
                 .await;
                 None
             }
+            Err(ServiceError::RetryAfter { table, ids }) if attempt < MAX_ATTEMPTS => {
+                tracing::debug!(
+                    attempt,
+                    table,
+                    "waiting for a concurrent change, then retrying"
+                );
+                // Holding nothing now, so waiting for the change closes no circle.
+                if let Err(e) = self.store.wait_for_rows(table, &ids).await {
+                    return Some(Err(e.into()));
+                }
+                None
+            }
             Err(ServiceError::Retry(reason)) => Some(Err(ServiceError::Conflict(format!(
                 "the request kept conflicting with concurrent requests ({reason}); try again"
             )))),
+            Err(ServiceError::RetryAfter { table, .. }) => {
+                Some(Err(ServiceError::Conflict(format!(
+                    "the request kept conflicting with concurrent changes of {table}; try again"
+                ))))
+            }
             other => Some(other),
         }
     }

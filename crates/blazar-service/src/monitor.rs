@@ -86,6 +86,7 @@ impl Service {
                 facts.availability_zone = host.facts.availability_zone.clone();
                 if facts != host.facts {
                     in_tx!(self, write, |tx| {
+                        self.lock_leases_to_move(tx, PHYSICAL_HOST, host.id).await?;
                         let now = self.now();
                         tx.update_host_facts(host.id, &facts, host.reservable, now)
                             .await?;
@@ -108,6 +109,7 @@ impl Service {
             let down_by_monitor = host.status.as_deref() == Some(MONITOR_DOWN);
             if !healthy && host.reservable {
                 in_tx!(self, write, |tx| {
+                    self.lock_leases_to_move(tx, PHYSICAL_HOST, host.id).await?;
                     let now = self.now();
                     tx.set_host_health(host.id, false, Some(MONITOR_DOWN), now)
                         .await?;
@@ -118,6 +120,7 @@ impl Service {
                 report.failed.push(host.facts.hypervisor_hostname.clone());
             } else if healthy && !host.reservable && down_by_monitor {
                 in_tx!(self, write, |tx| {
+                    self.lock_leases_to_move(tx, PHYSICAL_HOST, host.id).await?;
                     let now = self.now();
                     tx.set_host_health(host.id, true, None, now).await?;
                     self.fill_missing(tx, now).await
@@ -190,6 +193,7 @@ impl Service {
         holder: &str,
     ) -> ServiceResult<bool> {
         let taken = in_tx!(self, write, |tx| {
+            self.lock_leases_to_move(tx, kind, id).await?;
             // Read under its lock: an operator may have changed it meanwhile.
             if !tx.lock_resource(id).await? {
                 return Ok(None);
@@ -219,6 +223,7 @@ impl Service {
     /// longer the monitor's to put back (an operator decided since) or gone.
     async fn put_back_released(&self, kind: &str, id: i64) -> ServiceResult<bool> {
         let freed = in_tx!(self, write, |tx| {
+            self.lock_leases_to_move(tx, kind, id).await?;
             // Read under its lock, as `take_out_held` does.
             if !tx.lock_resource(id).await? {
                 return Ok(None);

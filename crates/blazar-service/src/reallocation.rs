@@ -58,6 +58,7 @@ impl Service {
         let entry = in_tx!(self, write, |tx| {
             let (kind, resource_id, shown_id) = match host_id {
                 Some(host_id) => {
+                    self.lock_leases_to_move(tx, PHYSICAL_HOST, host_id).await?;
                     if !tx.lock_host(host_id).await? {
                         return Err(host_not_found(id));
                     }
@@ -68,6 +69,7 @@ impl Service {
                         .get_resource(DEVICE, id)
                         .await?
                         .ok_or_else(|| not_found(&DEVICES, id))?;
+                    self.lock_leases_to_move(tx, DEVICE, record.id).await?;
                     if !tx.lock_resource(record.id).await? {
                         return Err(not_found(&DEVICES, id));
                     }

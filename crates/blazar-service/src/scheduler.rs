@@ -137,7 +137,10 @@ fn start_unfinished(events: &[Event]) -> bool {
 fn passing(e: &ServiceError) -> bool {
     matches!(
         e,
-        ServiceError::Unavailable(_) | ServiceError::Retry(_) | ServiceError::Conflict(_)
+        ServiceError::Unavailable(_)
+            | ServiceError::Retry(_)
+            | ServiceError::RetryAfter { .. }
+            | ServiceError::Conflict(_)
     )
 }
 
