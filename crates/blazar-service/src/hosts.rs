@@ -387,6 +387,8 @@ impl Service {
         id: &str,
         body: &Map<String, Value>,
     ) -> ServiceResult<HostRecord> {
+        // Blazar looks the host up first, under `oshosts:get`.
+        self.authorize_own("blazar:oshosts:get", identity)?;
         self.authorize_own("blazar:oshosts:put", identity)?;
         let host_id = parse_host_id(id)?;
         // Whether the update may move reservations off the host or fill missing ones.
@@ -572,13 +574,15 @@ impl Service {
         in_use.sort();
         in_use.dedup();
         Err(ServiceError::Conflict(format!(
-            "Can't add extracapabilities {in_use:?} to Host {}: reservations holding this host \
-             filter on them",
+            "Can't add extracapabilities {} to Host {}",
+            python_list(&in_use),
             host.id
         )))
     }
 
     pub async fn delete_host(&self, identity: &Identity, id: &str) -> ServiceResult<()> {
+        // Blazar looks the host up first, under `oshosts:get`.
+        self.authorize_own("blazar:oshosts:get", identity)?;
         self.authorize_own("blazar:oshosts:delete", identity)?;
         let host_id = parse_host_id(id)?;
         let withdraw = in_tx!(self, write, |tx| {
@@ -648,6 +652,8 @@ impl Service {
         host: &str,
         request: &crate::AllocationListRequest,
     ) -> ServiceResult<AllocationEntry> {
+        // Blazar looks the host up first, under `oshosts:get`.
+        self.authorize_own("blazar:oshosts:get", identity)?;
         self.authorize_own("blazar:oshosts:get_allocations", identity)?;
         let host_id = parse_host_id(host)?;
         let filter = blazar_db::AllocationFilter {
@@ -690,4 +696,11 @@ impl Service {
             Ok(tx.handovers_page(&filter, after, limit).await?)
         })
     }
+}
+
+/// Names as Blazar's messages print a Python list of them (`['gpu', 'rack']`), so scripts
+/// that match its refusals keep working.
+pub(crate) fn python_list(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+    format!("[{}]", quoted.join(", "))
 }

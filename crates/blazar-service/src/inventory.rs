@@ -412,12 +412,14 @@ impl Service {
         id: &str,
         body: &Map<String, Value>,
     ) -> ServiceResult<ResourceRecord> {
-        self.authorize_own(&format!("{}:put", spec.rules), identity)?;
+        // Looked up first, under the `get` rule, as Blazar does (see `delete_resource`).
+        self.authorize_own(&format!("{}:get", spec.rules), identity)?;
         in_tx!(self, write, |tx| {
             let found = tx
                 .get_resource(spec.kind, id)
                 .await?
                 .ok_or_else(|| not_found(spec, id))?;
+            self.authorize_own(&format!("{}:put", spec.rules), identity)?;
             if body.is_empty() {
                 return Err(ServiceError::BadRequest(
                     crate::hosts::NO_DATA_TO_UPDATE.into(),
@@ -554,8 +556,8 @@ impl Service {
         in_use.sort();
         in_use.dedup();
         Err(ServiceError::Conflict(format!(
-            "Can't add extracapabilities {in_use:?} to {} {}: reservations holding it \
-             filter on them",
+            "Can't add extracapabilities {} to {} {}",
+            crate::hosts::python_list(&in_use),
             crate::pool::noun(spec.kind),
             record.resource.uid
         )))
@@ -567,12 +569,15 @@ impl Service {
         spec: &KindSpec,
         id: &str,
     ) -> ServiceResult<()> {
-        self.authorize_own(&format!("{}:delete", spec.rules), identity)?;
+        // Blazar looks the resource up first, under its `get` rule: a caller who may read it
+        // learns that it does not exist (404) before being told it may not delete it.
+        self.authorize_own(&format!("{}:get", spec.rules), identity)?;
         in_tx!(self, write, |tx| {
             let record = tx
                 .get_resource(spec.kind, id)
                 .await?
                 .ok_or_else(|| not_found(spec, id))?;
+            self.authorize_own(&format!("{}:delete", spec.rules), identity)?;
             // A concurrent delete that got there first leaves nothing to delete.
             if !tx.lock_resource(record.id).await? {
                 return Err(not_found(spec, id));

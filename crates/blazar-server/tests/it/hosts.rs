@@ -997,3 +997,63 @@ async fn pool_allocation_lists_page_too() {
     assert_eq!(rest.body["allocations"].as_array().unwrap().len(), 3);
     assert!(rest.body.get("next_marker").is_none());
 }
+
+/// A capability a reservation holding the host filters on cannot change, refused in
+/// Blazar's words (scripts match on them); one nobody filters on, or an unchanged value,
+/// goes through.
+#[tokio::test]
+async fn a_capability_its_holders_filter_on_is_refused_in_blazars_words() {
+    let app = TestApp::spawn().await;
+    let id = app
+        .create_host("compute-1", json!({"gpu": "true", "rack": "r1"}))
+        .await;
+    let r = app
+        .host_lease(
+            "l",
+            "2030-01-01 10:00",
+            "2030-01-01 12:00",
+            1,
+            1,
+            r#"["==", "$gpu", "true"]"#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = app
+        .put(&format!("/v1/os-hosts/{id}"), json!({"gpu": "false"}))
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert_eq!(
+        r.message(),
+        format!("Can't add extracapabilities ['gpu'] to Host {id}")
+    );
+    for body in [json!({"rack": "r2"}), json!({"gpu": "true"})] {
+        let r = app.put(&format!("/v1/os-hosts/{id}"), body).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    }
+}
+
+/// As Blazar, a member is told about `oshosts:get` for one host's update, delete and
+/// allocation (Blazar looks the host up under that rule first), and a floating IP that does
+/// not exist is a 404 to a member, who may read floating IPs, before any 403 for deleting.
+#[tokio::test]
+async fn single_resource_changes_check_the_read_rule_first() {
+    let mut app = TestApp::spawn().await;
+    let id = app.create_host("compute-1", json!({})).await;
+    app.act_as("alpha", "ada", "member");
+    let path = format!("/v1/os-hosts/{id}");
+    for r in [
+        app.put(&path, json!({"rack": "r1"})).await,
+        app.delete(&path).await,
+        app.get(&format!("{path}/allocation")).await,
+    ] {
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+        assert_eq!(
+            r.message(),
+            "Policy doesn't allow blazar:oshosts:get to be performed"
+        );
+    }
+    let r = app
+        .delete("/v1/floatingips/00000000-0000-0000-0000-000000000000")
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+}
