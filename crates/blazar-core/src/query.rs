@@ -147,7 +147,7 @@ impl PropertyQuery {
                     Value::Bool(b) => b.to_string(),
                     other => {
                         return Err(malformed(format!(
-                            "the value compared with ${key} must be a non-empty string or a number, got {other}"
+                            "the value compared with ${key} must be a non-empty string, a number or a boolean, got {other}"
                         )));
                     }
                 };
