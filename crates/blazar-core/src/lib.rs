@@ -33,3 +33,8 @@ pub use timeline::{BusyInterval, Holder, Holding, ResourceTimeline};
 
 /// The resource type string Blazar uses for whole-host reservations.
 pub const PHYSICAL_HOST: &str = "physical:host";
+
+/// What a webhook attempt that got no answer within its timeout records as its result. The
+/// deliverer reads it back: an endpoint whose last attempt got no answer is sent one
+/// delivery at a time until it answers again.
+pub const WEBHOOK_NO_ANSWER: &str = "no answer in time";

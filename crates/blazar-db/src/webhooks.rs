@@ -274,7 +274,11 @@ impl Tx {
     /// first: each only if no earlier delivery of the same lease to the same webhook is
     /// still pending, so a subscriber sees a lease's events in order; none of the webhooks
     /// of `skip_projects` (`None`: the every-project ones) nor `skip_webhooks`, which have
-    /// their share in flight.
+    /// their share in flight. Nor the other deliveries of a webhook one of whose deliveries
+    /// got no answer last time and waits for its next attempt or is being tried again: an
+    /// endpoint that does not answer holds a slot for the whole timeout of each attempt, and
+    /// taking all its due deliveries at once held up the other endpoints, its project's
+    /// included, for minutes; it is tried one delivery at a time until it answers.
     /// A claim counts as an attempt: one whose worker dies before it reports back was
     /// still made, and a delivery that kills every worker that tries it still runs out of
     /// attempts. `attempts` in the answer is the count before this one.
@@ -320,7 +324,12 @@ impl Tx {
              AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b \
                  WHERE b.webhook_id = d.webhook_id AND b.lease_id = d.lease_id \
                  AND b.status = 'pending' AND b.seq < d.seq) \
-             ORDER BY d.seq, d.webhook_id LIMIT $2"
+             AND NOT EXISTS (SELECT 1 FROM webhook_deliveries s \
+                 WHERE s.webhook_id = d.webhook_id AND s.status = 'pending' \
+                 AND s.last_result = '{silent}' AND s.seq <> d.seq \
+                 AND (s.next_attempt_at > $1 OR s.claimed_until >= $1)) \
+             ORDER BY d.seq, d.webhook_id LIMIT $2",
+            silent = blazar_core::WEBHOOK_NO_ANSWER,
         );
         let rows = self.fetch_rows_replanned(&sql, args).await?;
         let mut claimed = Vec::with_capacity(rows.len());

@@ -64,7 +64,7 @@ impl WebhookSender for WebhookPoster {
         }
         match builder.send().await {
             Ok(response) => Ok(response.status().as_u16()),
-            Err(e) if e.is_timeout() => Err("no answer in time".into()),
+            Err(e) if e.is_timeout() => Err(blazar_core::WEBHOOK_NO_ANSWER.into()),
             Err(e) if e.is_connect() => Err(format!("cannot connect: {}", with_causes(&e))),
             Err(e) => Err(with_causes(&e)),
         }

@@ -694,7 +694,7 @@ impl Service {
                 .await
             {
                 Ok(result) => result,
-                Err(_) => Err("no answer in time".into()),
+                Err(_) => Err(blazar_core::WEBHOOK_NO_ANSWER.into()),
             }
         };
         let now = self.now();

@@ -883,3 +883,41 @@ async fn an_endpoint_that_hangs_leaves_room_to_its_projects_others() {
     let (report, ()) = tokio::join!(deliver(&app), check);
     assert_eq!(report.delivered, 20, "{report:?}");
 }
+
+/// Endpoints that give no answer in time are tried one delivery at a time once an attempt
+/// went unanswered: two of them in one project took every slot the project had for each
+/// timeout, and its endpoint that answers waited minutes behind them.
+#[tokio::test]
+async fn endpoints_that_do_not_answer_are_tried_one_delivery_at_a_time() {
+    let mut app = TestApp::builder()
+        .configure(|cli| cli.webhook_timeout = Some(1.0))
+        .spawn()
+        .await;
+    let (receiver, base) = Receiver::start().await;
+    app.act_as("tarpit", "t-user", "member");
+    for url in ["slow?one", "slow?two", "fast"] {
+        app.post("/v1/webhooks", json!({"url": format!("{base}/{url}")}))
+            .await
+            .assert_status(StatusCode::CREATED);
+    }
+    for i in 0..12 {
+        app.post(
+            "/v1/leases",
+            json!({"name": format!("t{i}"), "start_date": "2030-01-01 10:00",
+                   "end_date": "2030-01-01 12:00", "reservations": [], "events": []}),
+        )
+        .await
+        .assert_status(StatusCode::CREATED);
+    }
+    let report = deliver(&app).await;
+    assert_eq!(receiver.at("/fast").len(), 12, "{report:?}");
+    // The first attempts of each silent endpoint go out together (at most its share of
+    // the project's slots); once they went unanswered, the rest wait for their retries
+    // rather than each holding a slot for its own timeout.
+    let tried = receiver.at("/slow").len();
+    assert!(
+        (2..=6).contains(&tried),
+        "{tried} attempts at the endpoints that never answer"
+    );
+    receiver.slow.add_permits(1_000);
+}
