@@ -131,7 +131,15 @@ impl Service {
         let (id, secret) = split_feed(segment).ok_or_else(not_found)?;
         let presented = digest(secret);
         let found = in_tx!(self, read, |tx| {
-            let Some(feed) = tx.ical_feed(id).await? else {
+            let feed = tx.ical_feed(id).await?;
+            let stored = feed
+                .as_ref()
+                .map_or_else(|| "0".repeat(64), |f| f.secret_sha256.clone());
+            let matches: bool = presented.as_bytes().ct_eq(stored.as_bytes()).into();
+            // Checked before any lease is read: a wrong secret then costs what an unknown id
+            // costs, and the time taken tells neither whether the id exists nor makes an
+            // unauthenticated caller read a project's leases.
+            let Some(feed) = feed.filter(|_| matches) else {
                 return Ok(None);
             };
             // The latest leases only: a project's history may be years long, and the
@@ -144,11 +152,7 @@ impl Service {
             let trees = tx.revised_lease_trees(&filter).await?;
             Ok(Some((feed, trees)))
         })?;
-        let stored = found
-            .as_ref()
-            .map_or_else(|| "0".repeat(64), |(f, _)| f.secret_sha256.clone());
-        let matches: bool = presented.as_bytes().ct_eq(stored.as_bytes()).into();
-        let Some((feed, trees)) = found.filter(|_| matches) else {
+        let Some((feed, trees)) = found else {
             return Err(not_found());
         };
         let mut leases: Vec<LeaseView> = trees
