@@ -532,52 +532,56 @@ impl Service {
         let turned = |name: &str| {
             crate::instance::has_trait(host, name) != crate::instance::has_trait(&after, name)
         };
-        let now = self.now();
-        let views = tx
-            .allocation_views(PHYSICAL_HOST, Some(host.id), None, None, now)
-            .await?;
         let mut in_use = Vec::new();
-        for view in views {
-            for reservation in tx.reservations_of(&view.lease_id).await? {
-                if *reservation.id != *view.reservation_id {
+        for reservation in self.holders(tx, PHYSICAL_HOST, host.id).await? {
+            if let blazar_core::ReservationSpec::FlavorInstance(f) = &reservation.spec
+                && let blazar_core::reservation::FlavorChoice::Found(found) = &f.flavor
+                && self.trait_hosts.hosts(&found.traits).is_none()
+            {
+                in_use.extend(
+                    found
+                        .traits
+                        .iter()
+                        .filter(|(name, _)| turned(name))
+                        .map(|(name, _)| name.clone()),
+                );
+            }
+            for (field, query) in reservation.spec.queries() {
+                if field != "resource_properties" {
                     continue;
                 }
-                if let blazar_core::ReservationSpec::FlavorInstance(f) = &reservation.spec
-                    && let blazar_core::reservation::FlavorChoice::Found(found) = &f.flavor
-                    && self.trait_hosts.hosts(&found.traits).is_none()
-                {
-                    in_use.extend(
-                        found
-                            .traits
-                            .iter()
-                            .filter(|(name, _)| turned(name))
-                            .map(|(name, _)| name.clone()),
-                    );
-                }
-                for (field, query) in reservation.spec.queries() {
-                    if field != "resource_properties" {
-                        continue;
-                    }
-                    in_use.extend(
-                        query
-                            .keys()
-                            .into_iter()
-                            .filter(|k| changed.contains(k))
-                            .map(str::to_string),
-                    );
-                }
+                in_use.extend(
+                    query
+                        .keys()
+                        .into_iter()
+                        .filter(|k| changed.contains(k))
+                        .map(str::to_string),
+                );
             }
         }
-        if in_use.is_empty() {
-            return Ok(());
+        refuse_in_use(in_use, &format!("Host {}", host.id))
+    }
+
+    /// The reservations holding resource `id` of `kind` now or later.
+    pub(crate) async fn holders(
+        &self,
+        tx: &mut blazar_db::Tx,
+        kind: &str,
+        id: i64,
+    ) -> ServiceResult<Vec<blazar_core::Reservation>> {
+        let views = tx
+            .allocation_views(kind, Some(id), None, None, self.now())
+            .await?;
+        let mut holders = Vec::new();
+        for view in views {
+            holders.extend(
+                tx.reservations_of(&view.lease_id)
+                    .await?
+                    .into_iter()
+                    .filter(|r| *r.id == *view.reservation_id),
+            );
         }
-        in_use.sort();
-        in_use.dedup();
-        Err(ServiceError::Conflict(format!(
-            "Can't add extracapabilities {} to Host {}",
-            python_list(&in_use),
-            host.id
-        )))
+        Ok(holders)
     }
 
     pub async fn delete_host(&self, identity: &Identity, id: &str) -> ServiceResult<()> {
@@ -698,9 +702,18 @@ impl Service {
     }
 }
 
-/// Names as Blazar's messages print a Python list of them (`['gpu', 'rack']`), so scripts
-/// that match its refusals keep working.
-pub(crate) fn python_list(names: &[String]) -> String {
-    let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
-    format!("[{}]", quoted.join(", "))
+/// Refuses a change of the capabilities `in_use` (holders filter on them) of `what`, in
+/// Blazar's words, with the names as it prints a Python list of them (`['gpu', 'rack']`),
+/// so scripts that match its refusals keep working; nothing in use, nothing refused.
+pub(crate) fn refuse_in_use(mut in_use: Vec<String>, what: &str) -> ServiceResult<()> {
+    if in_use.is_empty() {
+        return Ok(());
+    }
+    in_use.sort();
+    in_use.dedup();
+    let quoted: Vec<String> = in_use.iter().map(|n| format!("'{n}'")).collect();
+    Err(ServiceError::Conflict(format!(
+        "Can't add extracapabilities [{}] to {what}",
+        quoted.join(", ")
+    )))
 }

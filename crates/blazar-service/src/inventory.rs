@@ -531,36 +531,21 @@ impl Service {
         if changed.is_empty() {
             return Ok(());
         }
-        let views = tx
-            .allocation_views(spec.kind, Some(record.id), None, None, self.now())
-            .await?;
         let mut in_use = Vec::new();
-        for view in views {
-            for reservation in tx.reservations_of(&view.lease_id).await? {
-                if *reservation.id != *view.reservation_id {
-                    continue;
-                }
-                in_use.extend(
-                    reservation
-                        .spec
-                        .query_keys()
-                        .into_iter()
-                        .filter(|k| changed.contains(k))
-                        .map(str::to_string),
-                );
-            }
+        for reservation in self.holders(tx, spec.kind, record.id).await? {
+            in_use.extend(
+                reservation
+                    .spec
+                    .query_keys()
+                    .into_iter()
+                    .filter(|k| changed.contains(k))
+                    .map(str::to_string),
+            );
         }
-        if in_use.is_empty() {
-            return Ok(());
-        }
-        in_use.sort();
-        in_use.dedup();
-        Err(ServiceError::Conflict(format!(
-            "Can't add extracapabilities {} to {} {}",
-            crate::hosts::python_list(&in_use),
-            crate::pool::noun(spec.kind),
-            record.resource.uid
-        )))
+        crate::hosts::refuse_in_use(
+            in_use,
+            &format!("{} {}", crate::pool::noun(spec.kind), record.resource.uid),
+        )
     }
 
     pub async fn delete_resource(

@@ -838,23 +838,22 @@ async fn a_project_whose_endpoints_hang_leaves_room_to_the_others() {
     assert_eq!(report.delivered, 41, "{report:?}");
 }
 
-/// One project's endpoint that hangs, with many deliveries due, leaves room to the same
-/// project's other endpoint: it took all the project's slots, and the other waited for the
-/// hanging ones' timeouts.
-#[tokio::test]
-async fn an_endpoint_that_hangs_leaves_room_to_its_projects_others() {
+/// An app whose webhooks wait `timeout` seconds for an answer, with project `tarpit`'s
+/// webhooks at each of `urls` of a receiver, and `leases` of its leases created (one event
+/// each, for every webhook).
+async fn tarpit(timeout: f64, urls: &[&str], leases: usize) -> (TestApp, Receiver) {
     let mut app = TestApp::builder()
-        .configure(|cli| cli.webhook_timeout = Some(60.0))
+        .configure(move |cli| cli.webhook_timeout = Some(timeout))
         .spawn()
         .await;
     let (receiver, base) = Receiver::start().await;
     app.act_as("tarpit", "t-user", "member");
-    for path in ["slow", "fast"] {
-        app.post("/v1/webhooks", json!({"url": format!("{base}/{path}")}))
+    for url in urls {
+        app.post("/v1/webhooks", json!({"url": format!("{base}/{url}")}))
             .await
             .assert_status(StatusCode::CREATED);
     }
-    for i in 0..10 {
+    for i in 0..leases {
         app.post(
             "/v1/leases",
             json!({"name": format!("t{i}"), "start_date": "2030-01-01 10:00",
@@ -863,6 +862,15 @@ async fn an_endpoint_that_hangs_leaves_room_to_its_projects_others() {
         .await
         .assert_status(StatusCode::CREATED);
     }
+    (app, receiver)
+}
+
+/// One project's endpoint that hangs, with many deliveries due, leaves room to the same
+/// project's other endpoint: it took all the project's slots, and the other waited for the
+/// hanging ones' timeouts.
+#[tokio::test]
+async fn an_endpoint_that_hangs_leaves_room_to_its_projects_others() {
+    let (app, receiver) = tarpit(60.0, &["slow", "fast"], 10).await;
     let check = async {
         // Ten events for each endpoint, in the order they happened, the two interleaved:
         // the fast endpoint has all ten while the slow one still holds its own.
@@ -889,26 +897,7 @@ async fn an_endpoint_that_hangs_leaves_room_to_its_projects_others() {
 /// timeout, and its endpoint that answers waited minutes behind them.
 #[tokio::test]
 async fn endpoints_that_do_not_answer_are_tried_one_delivery_at_a_time() {
-    let mut app = TestApp::builder()
-        .configure(|cli| cli.webhook_timeout = Some(1.0))
-        .spawn()
-        .await;
-    let (receiver, base) = Receiver::start().await;
-    app.act_as("tarpit", "t-user", "member");
-    for url in ["slow?one", "slow?two", "fast"] {
-        app.post("/v1/webhooks", json!({"url": format!("{base}/{url}")}))
-            .await
-            .assert_status(StatusCode::CREATED);
-    }
-    for i in 0..12 {
-        app.post(
-            "/v1/leases",
-            json!({"name": format!("t{i}"), "start_date": "2030-01-01 10:00",
-                   "end_date": "2030-01-01 12:00", "reservations": [], "events": []}),
-        )
-        .await
-        .assert_status(StatusCode::CREATED);
-    }
+    let (app, receiver) = tarpit(1.0, &["slow?one", "slow?two", "fast"], 12).await;
     let report = deliver(&app).await;
     assert_eq!(receiver.at("/fast").len(), 12, "{report:?}");
     // The first attempts of each silent endpoint go out together (at most its share of
