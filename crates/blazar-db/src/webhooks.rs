@@ -252,13 +252,20 @@ impl Tx {
         &mut self,
         webhook_id: &str,
         status: Option<&str>,
+        before_seq: Option<i64>,
         limit: usize,
         now: DateTime<Utc>,
     ) -> DbResult<Vec<WebhookDelivery>> {
-        let (filter, mut args): (&str, Vec<Arg>) = match status {
-            Some(s) => (" AND d.status = $2", vec![webhook_id.into(), s.into()]),
-            None => ("", vec![webhook_id.into()]),
-        };
+        let mut filter = String::new();
+        let mut args: Vec<Arg> = vec![webhook_id.into()];
+        if let Some(s) = status {
+            args.push(s.into());
+            filter.push_str(&format!(" AND d.status = ${}", args.len()));
+        }
+        if let Some(seq) = before_seq {
+            args.push(seq.into());
+            filter.push_str(&format!(" AND d.seq < ${}", args.len()));
+        }
         let limit_at = args.len() + 1;
         args.push((limit as i64).into());
         let sql = format!(
@@ -268,6 +275,25 @@ impl Tx {
         );
         self.fetch_all_as(&sql, args, |row| delivery_from_row(row, now))
             .await
+    }
+
+    /// Where delivery `notification_id` of webhook `webhook_id` stands in its list (its
+    /// `seq`), if the webhook has it: a page marker.
+    pub async fn webhook_delivery_seq(
+        &mut self,
+        webhook_id: &str,
+        notification_id: &str,
+    ) -> DbResult<Option<i64>> {
+        let row = self
+            .fetch_rows(
+                "SELECT seq FROM webhook_deliveries WHERE webhook_id = $1 AND notification_id = $2",
+                vec![webhook_id.into(), notification_id.into()],
+            )
+            .await?;
+        match row.first() {
+            Some(r) => Ok(Some(sqlx::Row::try_get(r, "seq")?)),
+            None => Ok(None),
+        }
     }
 
     /// Claims up to `limit` due deliveries for `worker` until `now + claim_for`, oldest

@@ -118,10 +118,21 @@ pub async fn list_deliveries(
     Path(id): Path<String>,
     Query(query): Query,
 ) -> ApiResult<impl IntoResponse> {
-    from_wire::only_known(&query, &["status"], "a delivery list")?;
+    from_wire::only_known(&query, &["status", "limit", "marker"], "a delivery list")?;
+    let limit = from_wire::query_limit(&query)?;
+    let marker = query
+        .get("marker")
+        .map(|m| m.trim())
+        .filter(|m| !m.is_empty());
     let deliveries: Vec<_> = state
         .service
-        .webhook_deliveries(&identity, &id, query.get("status").map(String::as_str))
+        .webhook_deliveries(
+            &identity,
+            &id,
+            query.get("status").map(String::as_str),
+            limit,
+            marker,
+        )
         .await?
         .into_iter()
         .map(to_wire::webhook_delivery)

@@ -464,11 +464,15 @@ impl Service {
     }
 
     /// A webhook's latest deliveries (of one status if given).
+    /// A webhook's deliveries, newest first: `limit` of them (at most and by default
+    /// [`DELIVERIES_LISTED`]), after delivery `marker` (the last of the page before).
     pub async fn webhook_deliveries(
         &self,
         identity: &Identity,
         id: &str,
         status: Option<&str>,
+        limit: Option<usize>,
+        marker: Option<&str>,
     ) -> ServiceResult<Vec<WebhookDelivery>> {
         if let Some(s) = status
             && !matches!(s, "pending" | "delivered" | "dead")
@@ -479,9 +483,18 @@ impl Service {
         }
         self.visible_webhook(identity, id).await?;
         let now = self.now();
+        let limit = limit.unwrap_or(DELIVERIES_LISTED).min(DELIVERIES_LISTED);
         in_tx!(self, read, |tx| {
+            let before_seq = match marker {
+                None => None,
+                Some(m) => Some(tx.webhook_delivery_seq(id, m).await?.ok_or_else(|| {
+                    ServiceError::BadRequest(format!(
+                        "Marker {m} is not a delivery of this webhook"
+                    ))
+                })?),
+            };
             Ok(tx
-                .webhook_deliveries(id, status, DELIVERIES_LISTED, now)
+                .webhook_deliveries(id, status, before_seq, limit, now)
                 .await?)
         })
     }

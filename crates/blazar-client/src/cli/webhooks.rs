@@ -77,6 +77,12 @@ pub struct DeliveriesArgs {
     /// Only deliveries in this status
     #[arg(long, value_parser = ["pending", "delivered", "dead"])]
     status: Option<String>,
+    /// At most this many (default and most: 1000), newest first
+    #[arg(long)]
+    limit: Option<u32>,
+    /// Only those older than this delivery (the last of the page before)
+    #[arg(long, value_name = "DELIVERY_ID")]
+    marker: Option<String>,
     #[command(flatten)]
     out: ListOutput,
 }
@@ -128,9 +134,19 @@ pub async fn delete(ctx: &Context, args: DeleteArgs) -> CliResult {
 }
 
 pub async fn deliveries(ctx: &Context, args: DeliveriesArgs) -> CliResult {
-    let mut path = format!("/webhooks/{}/deliveries", segment(&args.id));
+    let mut params = Vec::new();
     if let Some(status) = &args.status {
-        path.push_str(&format!("?status={status}"));
+        params.push(format!("status={status}"));
+    }
+    if let Some(limit) = args.limit {
+        params.push(format!("limit={limit}"));
+    }
+    if let Some(marker) = &args.marker {
+        params.push(format!("marker={}", segment(marker)));
+    }
+    let mut path = format!("/webhooks/{}/deliveries", segment(&args.id));
+    if !params.is_empty() {
+        path.push_str(&format!("?{}", params.join("&")));
     }
     let items: Vec<Map<String, Value>> = ctx.client.get(&path, "deliveries").await?;
     emit(&render_list(&items, DELIVERY_COLUMNS, &args.out)?);

@@ -621,7 +621,7 @@ fn query_date(
 }
 
 /// A page size in a query string: a positive integer.
-fn query_limit(query: &std::collections::HashMap<String, String>) -> ApiResult<Option<usize>> {
+pub fn query_limit(query: &std::collections::HashMap<String, String>) -> ApiResult<Option<usize>> {
     match query.get("limit") {
         None => Ok(None),
         Some(text) => match text.trim().parse::<usize>() {

@@ -303,8 +303,28 @@ async fn a_project_receives_its_own_events_signed_and_in_order() {
     r.assert_status(StatusCode::BAD_REQUEST);
     assert_eq!(
         r.message(),
-        "Unknown parameter state; a delivery list takes status"
+        "Unknown parameter state; a delivery list takes status, limit, marker"
     );
+    // Pages, newest first: each after the last delivery of the page before.
+    let ids = |r: &blazar_testkit::Response| -> Vec<String> {
+        r.body["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let all = ids(&listed_deliveries(&app, &hook_id, "").await);
+    let first = ids(&listed_deliveries(&app, &hook_id, "?limit=2").await);
+    assert_eq!(first, all[..2]);
+    let rest =
+        ids(&listed_deliveries(&app, &hook_id, &format!("?limit=2&marker={}", first[1])).await);
+    assert_eq!(rest, all[2..]);
+    for bad in ["?limit=0", "?limit=x", "?marker=not-a-delivery"] {
+        app.get(&format!("/v1/webhooks/{hook_id}/deliveries{bad}"))
+            .await
+            .assert_status(StatusCode::BAD_REQUEST);
+    }
 
     // Deleted, it receives nothing more.
     app.delete(&format!("/v1/webhooks/{hook_id}"))
@@ -909,4 +929,13 @@ async fn endpoints_that_do_not_answer_are_tried_one_delivery_at_a_time() {
         "{tried} attempts at the endpoints that never answer"
     );
     receiver.slow.add_permits(1_000);
+}
+
+/// A webhook's deliveries as listed with `query`.
+async fn listed_deliveries(app: &TestApp, hook_id: &str, query: &str) -> blazar_testkit::Response {
+    let r = app
+        .get(&format!("/v1/webhooks/{hook_id}/deliveries{query}"))
+        .await;
+    r.assert_status(StatusCode::OK);
+    r
 }
