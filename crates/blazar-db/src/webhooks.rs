@@ -87,6 +87,10 @@ pub struct ClaimedDelivery {
     pub attempts: i64,
     /// The global request id of the API call that caused the event.
     pub request_id: Option<String>,
+    /// What the last attempt reported, if any did.
+    pub last_result: Option<String>,
+    /// Whether the last claim of it was never reported on (its worker died while sending).
+    pub unreported: bool,
 }
 
 /// Deliveries counted by status, for monitoring.
@@ -341,7 +345,8 @@ impl Tx {
         let sql = format!(
             "SELECT d.webhook_id, w.project_id, w.url, w.secret, d.notification_id, \
                  n.event_type, d.lease_id, n.payload, n.created_at, \
-                 CAST(d.attempts AS BIGINT) AS attempts, d.request_id \
+                 CAST(d.attempts AS BIGINT) AS attempts, d.request_id, d.last_result, \
+                 d.claimed_by \
              FROM webhook_deliveries d \
              JOIN webhooks w ON w.id = d.webhook_id \
              JOIN notifications n ON n.id = d.notification_id \
@@ -374,6 +379,8 @@ impl Tx {
                 created_at: from_secs(row.try_get("created_at")?)?,
                 attempts: row.try_get("attempts")?,
                 request_id: row.try_get("request_id")?,
+                last_result: row.try_get("last_result")?,
+                unreported: row.try_get::<Option<String>, _>("claimed_by")?.is_some(),
             });
         }
         for d in &claimed {

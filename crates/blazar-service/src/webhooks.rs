@@ -694,12 +694,15 @@ impl Service {
         let spent = before >= settings.max_attempts;
         let attempts = if spent { before } else { before + 1 };
         let result = if spent {
-            Err(if before == settings.max_attempts {
+            Err(if d.unreported && before == settings.max_attempts {
                 format!("gave up after {before} attempts: the last did not report back")
             } else {
+                // The allowed attempts were lowered (a restart with a smaller
+                // `--webhook-max-attempts`): what the last attempt got is kept in the reason.
                 format!(
-                    "gave up after {before} attempts, more than the {} now allowed",
-                    settings.max_attempts
+                    "gave up after {before} attempts, the {} now allowed; the last: {}",
+                    settings.max_attempts,
+                    d.last_result.as_deref().unwrap_or("no answer recorded")
                 )
             })
         } else {

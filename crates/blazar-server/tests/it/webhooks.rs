@@ -939,3 +939,34 @@ async fn listed_deliveries(app: &TestApp, hook_id: &str, query: &str) -> blazar_
     r.assert_status(StatusCode::OK);
     r
 }
+
+/// A delivery that failed once, found with no attempt left after the allowed attempts were
+/// lowered (a restart with a smaller `--webhook-max-attempts`), is dead with what its last
+/// attempt got, not as if its deliverer had died.
+#[tokio::test]
+async fn lowered_attempts_keep_the_last_result_of_a_delivery_they_end() {
+    let mut app = TestApp::builder()
+        .configure(|cli| cli.webhook_max_attempts = Some(5))
+        .spawn()
+        .await;
+    let (receiver, hook_id) = alpha_hooked_lease(&mut app).await;
+    receiver.answer(500);
+    assert_eq!(deliver(&app).await.retried, 1);
+    let lowered = TestApp::builder()
+        .database(app.database().clone())
+        .configure(|cli| cli.webhook_max_attempts = Some(1))
+        .spawn()
+        .await;
+    lowered.set_time(app.service.now() + TimeDelta::hours(1));
+    let report = deliver(&lowered).await;
+    assert_eq!(report.dead, 1, "{report:?}");
+    assert_eq!(receiver.at("/hook").len(), 1, "sent again");
+    let r = lowered
+        .get(&format!("/v1/webhooks/{hook_id}/deliveries?status=dead"))
+        .await;
+    let result = r.body["deliveries"][0]["last_result"].as_str().unwrap();
+    assert_eq!(
+        result,
+        "gave up after 1 attempts, the 1 now allowed; the last: 500"
+    );
+}
