@@ -513,6 +513,12 @@ impl Store {
         self.backend
     }
 
+    /// Whether every connection of the pool that serves reads (and PostgreSQL's writes) is
+    /// open and in use: the database answers, the process waits its turn.
+    pub fn pool_saturated(&self) -> bool {
+        self.pool.num_idle() == 0 && self.pool.size() >= self.pool.options().get_max_connections()
+    }
+
     /// How the connection pools are used now (SQLite's writer connection included).
     pub fn pool_use(&self) -> PoolUse {
         let pools = std::iter::once(&self.pool).chain(self.writer.as_ref());

@@ -285,8 +285,26 @@ async fn versions(headers: HeaderMap) -> Response {
     (StatusCode::MULTIPLE_CHOICES, axum::Json(body)).into_response()
 }
 
+/// `GET /healthz` (liveness): 200 while the database answers, or while every connection is
+/// in use (`busy`); 503 when no connection can be had otherwise.
 async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
-    match state.service.store().read().await {
+    let store = state.service.store();
+    let attempt = tokio::time::timeout(HEALTH_WAIT, store.read()).await;
+    let Ok(opened) = attempt else {
+        // Every connection busy (writers queued behind a long change, say) is not an
+        // unreachable database: restarting the process would not help it, and a liveness
+        // probe must not do that to every replica at once.
+        if store.pool_saturated() {
+            return (StatusCode::OK, axum::Json(to_wire::health("busy"))).into_response();
+        }
+        tracing::error!("health check: no database connection within {HEALTH_WAIT:?}");
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(to_wire::health("database unreachable")),
+        )
+            .into_response();
+    };
+    match opened {
         Ok(tx) => {
             let _ = tx.commit().await;
             (StatusCode::OK, axum::Json(to_wire::health("ok"))).into_response()
@@ -301,6 +319,9 @@ async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> 
         }
     }
 }
+
+/// How long `/healthz` waits for a database connection before it judges.
+const HEALTH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// `GET /readyz`: 200 when the database answers and has every migration this build knows,
 /// 503 otherwise (a load balancer then sends requests elsewhere).

@@ -341,6 +341,30 @@ async fn healthz_and_readyz_follow_the_database() {
     assert_eq!(sample(&samples, "blazar_database_up", &[]), Some(0.0));
 }
 
+/// Every connection held (requests queued behind a long change) is not a lost database:
+/// `/healthz` answers `busy` within a few seconds rather than 503 after the pool's 30 s, so
+/// a liveness probe does not restart replicas that only wait their turn.
+#[tokio::test]
+async fn healthz_says_busy_when_every_connection_is_in_use() {
+    let app = TestApp::builder().max_connections(2).spawn().await;
+    // Every connection of the pool, taken as the server's own tasks let go of theirs.
+    let mut held = Vec::new();
+    while let Ok(tx) =
+        tokio::time::timeout(std::time::Duration::from_millis(500), app.store().read()).await
+    {
+        held.push(tx.unwrap());
+    }
+    assert!(app.store().pool_saturated(), "{:?}", app.store().pool_use());
+    let asked = std::time::Instant::now();
+    let r = app.get("/healthz").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body, json!({"status": "busy"}));
+    assert!(asked.elapsed() < std::time::Duration::from_secs(10));
+    drop(held);
+    let r = app.get("/healthz").await;
+    assert_eq!(r.body, json!({"status": "ok"}));
+}
+
 /// A stand-in for a site's accounting service that records the request id of every call.
 #[derive(Clone, Default)]
 struct Recorder(Arc<Mutex<Vec<Call>>>);
