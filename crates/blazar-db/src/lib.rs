@@ -755,6 +755,9 @@ pub struct Tx {
     /// Whether this transaction may have written webhook deliveries (on SQLite, whenever it
     /// wrote a notification: its writes are queued, their counts unknown).
     wrote_deliveries: bool,
+    /// What to do once the transaction has committed (log lines saying what it changed: a
+    /// transaction that is rolled back and run again must not log its first try's).
+    after_commit: Vec<Box<dyn FnOnce() + Send>>,
     writer: bool,
     _guard: Option<OwnedMutexGuard<()>>,
 }
@@ -942,9 +945,20 @@ impl Tx {
             recorded_actions: false,
             recorded_notifications: false,
             wrote_deliveries: false,
+            after_commit: Vec::new(),
             writer,
             _guard: guard,
         }
+    }
+
+    /// Runs `f` once this transaction has committed; never if it is rolled back or dropped.
+    pub fn after_commit(&mut self, f: impl FnOnce() + Send + 'static) {
+        self.after_commit.push(Box::new(f));
+    }
+
+    /// What [`Tx::after_commit`] gathered, for the caller to run once the commit succeeded.
+    pub fn take_after_commit(&mut self) -> Vec<Box<dyn FnOnce() + Send>> {
+        std::mem::take(&mut self.after_commit)
     }
 
     pub async fn commit(mut self) -> DbResult<()> {

@@ -294,10 +294,17 @@ impl Service {
     ) -> ServiceResult<usize> {
         let leaving = self.overflow(tx, host_id, now).await?;
         for (allocation, units) in &leaving {
-            tracing::warn!(host.id = host_id, allocation.id = %allocation.id,
-                reservation.id = %allocation.reservation_id, slots = units,
-                held = allocation.occupancy.units,
-                "instance slots over the host's capacity: moved off it");
+            let (id, reservation, slots, held) = (
+                allocation.id.clone(),
+                allocation.reservation_id.clone(),
+                *units,
+                allocation.occupancy.units,
+            );
+            tx.after_commit(move || {
+                tracing::warn!(host.id = host_id, allocation.id = %id,
+                    reservation.id = %reservation, slots, held,
+                    "instance slots over the host's capacity: moved off it");
+            });
             if *units >= allocation.occupancy.units {
                 self.move_allocation(tx, PHYSICAL_HOST, allocation, now, Unreplaced::Flag)
                     .await?;
@@ -412,11 +419,18 @@ impl Service {
             now,
         )
         .await?;
-        tracing::warn!(
-            lease.id = %lease.id, reservation.id = %reservation.id,
-            host.id = allocation.resource_id, slots = units, replaced = added,
-            "instance slots moved off a host"
+        let (lease_id, reservation_id, host_id) = (
+            lease.id.clone(),
+            reservation.id.clone(),
+            allocation.resource_id,
         );
+        tx.after_commit(move || {
+            tracing::warn!(
+                lease.id = %lease_id, reservation.id = %reservation_id,
+                host.id = host_id, slots = units, replaced = added,
+                "instance slots moved off a host"
+            );
+        });
         Ok(())
     }
 
@@ -542,10 +556,14 @@ impl Service {
             now,
         )
         .await?;
-        tracing::warn!(
-            lease.id = %lease.id, reservation.id = %reservation.id, resource.kind = kind,
-            resource.id = resource_id, replaced = added, "reservation moved off a resource"
-        );
+        let (lease_id, reservation_id, kind) =
+            (lease.id.clone(), reservation.id.clone(), kind.to_string());
+        tx.after_commit(move || {
+            tracing::warn!(
+                lease.id = %lease_id, reservation.id = %reservation_id, resource.kind = %kind,
+                resource.id = resource_id, replaced = added, "reservation moved off a resource"
+            );
+        });
         Ok(Moved::Away)
     }
 

@@ -37,7 +37,11 @@ macro_rules! in_tx {
                 let notified = owned.recorded_notifications();
                 let delivering = owned.wrote_webhook_deliveries();
                 let changed = owned.changed_leases();
+                let deferred = owned.take_after_commit();
                 owned.commit().await?;
+                for run in deferred {
+                    run();
+                }
                 $service.signal_peers($crate::peers::marks(
                     changed || notified,
                     recorded,
