@@ -1497,18 +1497,6 @@ async fn a_device_capability_changed_under_racing_bookings_is_refused_or_they_mi
         };
         let (_, changed) = tokio::join!(join_all(bookings), change);
         let held = app.get(&format!("/v1/devices/{id}/allocation")).await;
-        assert_eq!(held.status, StatusCode::OK, "{}", held.body);
-        let holders = held.body["allocation"]["reservations"]
-            .as_array()
-            .map_or(0, Vec::len);
-        match changed.status {
-            StatusCode::OK => assert_eq!(
-                holders, 0,
-                "round {round}: the capability changed under bookings filtering on it: {}",
-                held.body
-            ),
-            StatusCode::CONFLICT => assert!(holders > 0, "round {round}: refused for nothing"),
-            other => panic!("round {round}: {other} {}", changed.body),
-        }
+        crate::harness::assert_refused_or_missed(round, &changed, &held, "allocation");
     }
 }
