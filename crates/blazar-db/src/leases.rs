@@ -212,6 +212,21 @@ impl Tx {
         .await
     }
 
+    /// [`Tx::lock_lease`] that does not wait: `None` when the lease does not exist or
+    /// another transaction holds it (one this transaction holds is returned). For work that
+    /// may be left to a later pass (refilling degraded leases), taken while holding rows
+    /// and claims, where waiting for a lease locked out of id order could close a circle.
+    pub async fn try_lock_lease(&mut self, id: &str) -> DbResult<Option<Lease>> {
+        self.holds_resources = true;
+        let lock = match self.backend {
+            crate::Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+            crate::Backend::Sqlite => "",
+        };
+        let sql = format!("SELECT {LEASE_COLUMNS} FROM leases WHERE id = $1{lock}");
+        self.fetch_optional_as(&sql, vec![id.into()], lease_from_row)
+            .await
+    }
+
     pub async fn delete_lease(&mut self, id: &str) -> DbResult<()> {
         // Children first: not every SQLite connection enforces ON DELETE CASCADE.
         for sql in [

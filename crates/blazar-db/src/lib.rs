@@ -47,7 +47,7 @@ pub use leases::LeaseTree;
 pub use peers::PeerListener;
 pub use presence::Presence;
 pub use properties::PropertyWithValues;
-pub use quotas::{ProjectAllocation, QuotaRow};
+pub use quotas::{ProjectAllocation, ProjectShortfall, QuotaRow};
 pub use repairs::{ActionsSeen, RECONCILE_TASK, RepairItem};
 pub use timeline::TimelineRow;
 pub use webhooks::{ClaimedDelivery, DeliveryCounts};
@@ -732,9 +732,10 @@ pub struct Tx {
     versions: std::collections::HashMap<String, i64>,
     /// Inventory kinds this transaction changed.
     bumped: std::collections::HashSet<String>,
-    /// The version of each inventory kind this transaction first read, moved by its own
-    /// changes: what it chose from that inventory was chosen as of this version.
-    first_versions: std::collections::HashMap<String, i64>,
+    /// The count of changes (`inventory_versions.changes`: not new resources) of each
+    /// inventory kind when this transaction first read its version, moved by its own
+    /// changes: what it chose from that inventory was chosen as of this count.
+    first_changes: std::collections::HashMap<String, i64>,
     /// Leases whose revision must move when this transaction commits, because it changed
     /// them or their reservations or events.
     revise: std::collections::HashSet<String>,
@@ -939,7 +940,7 @@ impl Tx {
             flushes: 0,
             versions: Default::default(),
             bumped: Default::default(),
-            first_versions: Default::default(),
+            first_changes: Default::default(),
             revise: Default::default(),
             revised: Default::default(),
             recorded_actions: false,
@@ -1399,18 +1400,31 @@ impl Tx {
         Ok(())
     }
 
-    /// Moves the version of an inventory kind; called by every write to that inventory.
+    /// Moves the version of an inventory kind and its count of changes; called by every
+    /// write to that inventory but the registration of a new resource.
     pub(crate) async fn bump_inventory(&mut self, kind: &str) -> DbResult<()> {
+        self.bump(kind, true).await
+    }
+
+    /// Moves the version of an inventory kind for a new resource: what a booking chose
+    /// among the others is as good as it was (see [`Tx::inventory_unchanged`]).
+    pub(crate) async fn bump_inventory_added(&mut self, kind: &str) -> DbResult<()> {
+        self.bump(kind, false).await
+    }
+
+    async fn bump(&mut self, kind: &str, change: bool) -> DbResult<()> {
         self.versions.remove(kind);
         self.bumped.insert(kind.to_string());
-        if let Some(first) = self.first_versions.get_mut(kind) {
+        if change && let Some(first) = self.first_changes.get_mut(kind) {
             *first += 1;
         }
         sqlx::query(
-            "INSERT INTO inventory_versions (kind, version) VALUES ($1, 1) \
-             ON CONFLICT (kind) DO UPDATE SET version = inventory_versions.version + 1",
+            "INSERT INTO inventory_versions (kind, version, changes) VALUES ($1, 1, $2) \
+             ON CONFLICT (kind) DO UPDATE SET version = inventory_versions.version + 1, \
+             changes = inventory_versions.changes + $2",
         )
         .bind(kind)
+        .bind(i64::from(change))
         .execute(self.conn().await?)
         .await?;
         Ok(())
@@ -1460,24 +1474,28 @@ impl Tx {
         if let Some(version) = self.versions.get(kind) {
             return Ok(*version);
         }
-        let version = self.read_inventory_version(kind).await?;
+        let (version, changes) = self.read_inventory_version(kind).await?;
         if self.writer && self.backend == Backend::Sqlite {
             self.versions.insert(kind.to_string(), version);
         }
-        self.first_versions
+        self.first_changes
             .entry(kind.to_string())
-            .or_insert(version);
+            .or_insert(changes);
         Ok(version)
     }
 
-    async fn read_inventory_version(&mut self, kind: &str) -> DbResult<i64> {
-        let row = sqlx::query("SELECT version FROM inventory_versions WHERE kind = $1")
+    /// The version of an inventory kind and its count of changes (0 and 0 before any).
+    async fn read_inventory_version(&mut self, kind: &str) -> DbResult<(i64, i64)> {
+        let row = sqlx::query("SELECT version, changes FROM inventory_versions WHERE kind = $1")
             .bind(kind)
             .fetch_optional(self.conn().await?)
             .await?;
         Ok(match row {
-            Some(r) => sqlx::Row::try_get(&r, "version")?,
-            None => 0,
+            Some(r) => (
+                sqlx::Row::try_get(&r, "version")?,
+                sqlx::Row::try_get(&r, "changes")?,
+            ),
+            None => (0, 0),
         })
     }
 
@@ -1485,16 +1503,18 @@ impl Tx {
     /// changes aside). Asked once the resources chosen from it are locked: on PostgreSQL a
     /// change of their capacity or properties committed while this transaction decided (the
     /// change holds the row until it commits, so the lock waited for it) makes the choice
-    /// stale, and the transaction must choose again. A SQLite writer holds the only write
-    /// lock from its first statement: nothing can have changed.
+    /// stale, and the transaction must choose again. New resources do not count: they
+    /// change nothing of those chosen, and a site registering hosts one after the other
+    /// sent every slow booking round again until it gave up. A SQLite writer holds the only
+    /// write lock from its first statement: nothing can have changed.
     pub async fn inventory_unchanged(&mut self, kind: &str) -> DbResult<bool> {
         if self.writer && self.backend == Backend::Sqlite {
             return Ok(true);
         }
-        let Some(first) = self.first_versions.get(kind).copied() else {
+        let Some(first) = self.first_changes.get(kind).copied() else {
             return Ok(true);
         };
-        Ok(self.read_inventory_version(kind).await? == first)
+        Ok(self.read_inventory_version(kind).await?.1 == first)
     }
 
     /// Locks one row of `table` by id (PostgreSQL) and tells whether it exists.

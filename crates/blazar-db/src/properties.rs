@@ -74,6 +74,20 @@ impl Tx {
         value: &str,
         now: DateTime<Utc>,
     ) -> DbResult<()> {
+        self.write_capability(resource_type, owner, key, value, now)
+            .await?;
+        self.bump_inventory(resource_type).await
+    }
+
+    /// [`Tx::set_capability`] without moving the inventory's version.
+    async fn write_capability(
+        &mut self,
+        resource_type: &str,
+        owner: i64,
+        key: &str,
+        value: &str,
+        now: DateTime<Utc>,
+    ) -> DbResult<()> {
         let caps = Capabilities::of(resource_type);
         let property_id = self.ensure_property(resource_type, key, now).await?;
         self.check_unique_value(caps, &property_id, owner, key, value)
@@ -91,11 +105,11 @@ impl Tx {
         .bind(value)
         .execute(self.conn().await?)
         .await?;
-        self.bump_inventory(resource_type).await
+        Ok(())
     }
 
-    /// Records a new resource's extra capabilities, then bumps its type's inventory version
-    /// (also when it has none: the resource itself is new).
+    /// Records a new resource's extra capabilities, then moves its type's inventory version
+    /// (also when it has none: the resource itself is new), not its count of changes.
     pub(crate) async fn insert_capabilities(
         &mut self,
         resource_type: &str,
@@ -104,10 +118,10 @@ impl Tx {
         now: DateTime<Utc>,
     ) -> DbResult<()> {
         for (key, value) in capabilities {
-            self.set_capability(resource_type, owner, key, value, now)
+            self.write_capability(resource_type, owner, key, value, now)
                 .await?;
         }
-        self.bump_inventory(resource_type).await
+        self.bump_inventory_added(resource_type).await
     }
 
     /// Removes one extra capability of `owner`; tells whether it had it.

@@ -1133,6 +1133,78 @@ async fn locks_of_two_schemas_of_one_database_are_apart() {
     held.rollback().await.unwrap();
 }
 
+/// A transaction's choice from an inventory goes stale when a resource changes or goes
+/// (capacity, properties, `reservable`, a delete: the count of changes moves), not when one
+/// is registered (only the version moves: caches must see the new resource). PostgreSQL
+/// only: a SQLite writer holds the only write lock, so nothing else can change meanwhile.
+#[tokio::test]
+async fn a_new_resource_leaves_a_choice_made_from_an_inventory_standing() {
+    use blazar_core::PHYSICAL_HOST;
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    if store.backend() != Backend::Postgres {
+        return;
+    }
+    let mut tx = store.write().await.unwrap();
+    let first = tx.insert_host(&rows::host("compute-1", &[])).await.unwrap();
+    tx.commit().await.unwrap();
+
+    let mut chooser = store.write().await.unwrap();
+    let before = chooser.inventory_version(PHYSICAL_HOST).await.unwrap();
+    in_write(&store, async |tx| {
+        tx.insert_host(&rows::host("compute-2", &[("rack", "r1")]))
+            .await
+            .map(|_| ())
+    })
+    .await
+    .unwrap();
+    assert!(chooser.inventory_unchanged(PHYSICAL_HOST).await.unwrap());
+    let mut reader = store.read().await.unwrap();
+    assert!(
+        reader.inventory_version(PHYSICAL_HOST).await.unwrap() > before,
+        "the version moves for caches"
+    );
+    reader.commit().await.unwrap();
+    in_write(&store, async |tx| {
+        tx.set_capability(PHYSICAL_HOST, first, "rack", "r2", created())
+            .await
+    })
+    .await
+    .unwrap();
+    assert!(!chooser.inventory_unchanged(PHYSICAL_HOST).await.unwrap());
+    chooser.rollback().await.unwrap();
+}
+
+/// `try_lock_lease` never waits: another transaction's lease is `None` on PostgreSQL, one
+/// the transaction holds itself comes back, a missing one is `None`.
+#[tokio::test]
+async fn a_lease_lock_that_must_not_wait_passes_over_a_held_lease() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    seed_lease(&store, "l1").await;
+    seed_lease(&store, "l2").await;
+    let mut first = store.write().await.unwrap();
+    assert_eq!(first.lock_lease("l1").await.unwrap().unwrap().id, "l1");
+    assert_eq!(first.try_lock_lease("l1").await.unwrap().unwrap().id, "l1");
+    assert!(first.try_lock_lease("nope").await.unwrap().is_none());
+    if store.backend() != Backend::Postgres {
+        // One writer at a time: nobody else can hold a lease.
+        first.rollback().await.unwrap();
+        return;
+    }
+    let mut second = store.write().await.unwrap();
+    let wait = std::time::Duration::from_secs(5);
+    let held = tokio::time::timeout(wait, second.try_lock_lease("l1"))
+        .await
+        .expect("does not wait")
+        .unwrap();
+    assert!(held.is_none(), "another transaction holds l1");
+    assert_eq!(second.try_lock_lease("l2").await.unwrap().unwrap().id, "l2");
+    first.rollback().await.unwrap();
+    assert_eq!(second.try_lock_lease("l1").await.unwrap().unwrap().id, "l1");
+    second.rollback().await.unwrap();
+}
+
 /// A claim walks the candidates in the order given, passes over those another transaction
 /// holds, and stops at as many as are wanted: the candidates after the last one it took are
 /// left for others (on PostgreSQL; SQLite's serialised writers take the first ones).

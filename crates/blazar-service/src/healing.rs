@@ -226,13 +226,15 @@ impl Service {
     }
 
     /// Before an inventory change that may move reservations locks its resource's row: on
-    /// PostgreSQL, locks the leases it may move or refill (those holding the resource from
-    /// now on, and those missing resources), in id order. Bookings lock their lease first,
+    /// PostgreSQL, locks the leases it may move (those holding the resource from now on), in
+    /// id order. Bookings lock their lease first,
     /// then claim resources, then share-lock the rows; a change that locked the row first
     /// and its leases later waited for a lease whose booking waited for that row, and
     /// PostgreSQL broke each such circle only after `deadlock_timeout`. Taken this way round,
     /// the change waits for those bookings, or they for it, never both. A lease that comes
-    /// to hold the resource after this read is locked when it is moved, as before.
+    /// to hold the resource after this read is locked when it is moved, as before. Leases
+    /// missing resources are not locked here: `fill_missing` refills only those it can
+    /// lock without waiting, and leaves the others to the next pass.
     pub(crate) async fn lock_leases_to_move(
         &self,
         tx: &mut Tx,
@@ -250,12 +252,6 @@ impl Service {
             .into_iter()
             .map(|a| a.lease_id)
             .collect();
-        ids.extend(
-            tx.reservations_missing_resources()
-                .await?
-                .into_iter()
-                .map(|r| r.lease_id),
-        );
         ids.sort_unstable();
         ids.dedup();
         let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
@@ -576,9 +572,16 @@ impl Service {
     ) -> ServiceResult<usize> {
         let mut healed = 0;
         for mut reservation in tx.reservations_missing_resources().await? {
-            let Some(mut lease) = tx.lock_lease(&reservation.lease_id).await? else {
+            // A lease another transaction holds is left to the next pass (the scheduler's
+            // `heal_pending`, every poll): waiting here, holding the rows and claims of
+            // the change that called, could close a circle with it.
+            let Some(mut lease) = tx.try_lock_lease(&reservation.lease_id).await? else {
                 continue;
             };
+            // Stamped now, not when the caller began: the scheduler's pass calls after its
+            // events, and a resource freed by a change it waited for must not be handed over
+            // from before that change let go of it.
+            let now = now.max(self.now());
             if lease.end <= now {
                 continue;
             }
