@@ -29,6 +29,19 @@ pub struct ProjectAllocation {
     pub end: DateTime<Utc>,
 }
 
+/// What a degraded reservation of a project's lease was granted and does not hold: its
+/// grant stands (healing gives it back when it can), so quotas count it as held.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProjectShortfall {
+    pub lease_id: String,
+    /// The reservation's type (`physical:host`, `virtual:instance`, ...).
+    pub reservation_type: String,
+    /// Units granted less those held by allocations that end after `now`.
+    pub units: i64,
+    pub lease_start: DateTime<Utc>,
+    pub lease_end: DateTime<Utc>,
+}
+
 /// The columns, in `QuotaKind::ALL` order (their names are the kinds' names).
 fn value_columns() -> String {
     QuotaKind::ALL
@@ -134,6 +147,49 @@ impl Tx {
                     units: t.4,
                     start: from_secs(t.5)?,
                     end: from_secs(t.6)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The shortfalls of the project's degraded reservations (pending or active) whose
+    /// lease overlaps `[start, end)` and has not ended at `now`.
+    pub async fn project_shortfalls(
+        &mut self,
+        project_id: &str,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> DbResult<Vec<ProjectShortfall>> {
+        let (agg, array) = self.json_functions();
+        let sql = format!(
+            "SELECT CAST({agg}({array}(s.lease_id, s.resource_type, s.short, s.start_at, \
+             s.end_at)) AS TEXT) AS json FROM (\
+             SELECT r.lease_id, r.resource_type, l.start_at, l.end_at, r.granted_units - \
+             COALESCE((SELECT CAST(SUM(a.units) AS BIGINT) FROM allocations a WHERE a.reservation_id = r.id \
+             AND a.end_at > $4), 0) AS short \
+             FROM reservations r JOIN leases l ON l.id = r.lease_id \
+             WHERE l.project_id = $1 AND r.missing_resources = 1 \
+             AND r.status IN ('pending', 'active') \
+             AND l.start_at < $3 AND l.end_at > $2 AND l.end_at > $4) s WHERE s.short > 0"
+        );
+        type Tuple = (String, String, i64, i64, i64);
+        let tuples: Vec<Tuple> = self
+            .fetch_json_array(
+                &sql,
+                vec![project_id.into(), start.into(), end.into(), now.into()],
+                "project shortfalls",
+            )
+            .await?;
+        tuples
+            .into_iter()
+            .map(|t| {
+                Ok(ProjectShortfall {
+                    lease_id: t.0,
+                    reservation_type: t.1,
+                    units: t.2,
+                    lease_start: from_secs(t.3)?,
+                    lease_end: from_secs(t.4)?,
                 })
             })
             .collect()

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use blazar_core::offer::{Budget, Ceiling, Counted};
 use blazar_core::quota::{self, Peak, QuotaExcess, QuotaKind, QuotaValues, Use};
-use blazar_core::reservation::FLOATINGIP;
+use blazar_core::reservation::{FLAVOR_INSTANCE, FLOATINGIP, VIRTUAL_INSTANCE};
 use blazar_core::time::truncate_to_minute;
 use blazar_core::{HostRecord, PHYSICAL_HOST, ReservationSpec, TimeWindow};
 use blazar_db::{ProjectAllocation, QuotaRow, Tx};
@@ -334,6 +334,46 @@ impl Service {
 
     /// A host's weight in the monthly budget: the largest configured weight whose property
     /// it has, else 1.
+    /// What the project holds over `[start, end)` as quotas count it: its allocations, and
+    /// what its degraded reservations were granted and do not hold, from `now` (or their
+    /// lease's start) to their lease's end. A grant stands while its lease waits for a
+    /// replacement (healing gives it back without asking the quota again), so it is not
+    /// room for another lease of the project. Whole resources are rows of one (`counted`
+    /// counts them so), of no resource in particular (budget weight 1).
+    async fn project_uses(
+        &self,
+        tx: &mut Tx,
+        project_id: &str,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> ServiceResult<Vec<ProjectAllocation>> {
+        let now = self.now();
+        let mut rows = tx.project_allocations(project_id, start, end).await?;
+        for short in tx.project_shortfalls(project_id, start, end, now).await? {
+            let (resource_type, exclusive) = match short.reservation_type.as_str() {
+                PHYSICAL_HOST => (PHYSICAL_HOST, true),
+                VIRTUAL_INSTANCE | FLAVOR_INSTANCE => (PHYSICAL_HOST, false),
+                FLOATINGIP => (FLOATINGIP, true),
+                _ => continue,
+            };
+            let row = ProjectAllocation {
+                lease_id: short.lease_id,
+                resource_type: resource_type.to_string(),
+                resource_id: 0,
+                exclusive,
+                units: if exclusive { 1 } else { short.units },
+                start: short.lease_start.max(now),
+                end: short.lease_end,
+            };
+            let copies = if exclusive { short.units } else { 1 };
+            for _ in 1..copies {
+                rows.push(row.clone());
+            }
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+
     fn host_weight(&self, host: &HostRecord) -> f64 {
         self.quotas
             .host_weights
@@ -398,7 +438,7 @@ impl Service {
         };
         let start = months.first().map_or(window.start(), |m| m.start());
         let end = months.last().map_or(window.end(), |m| m.end());
-        let rows = tx.project_allocations(project_id, start, end).await?;
+        let rows = self.project_uses(tx, project_id, start, end).await?;
         let mut uses: HashMap<QuotaKind, Vec<Use>> = HashMap::new();
         for a in &rows {
             if let Some((kind, amount)) = counted(a) {
@@ -456,7 +496,7 @@ impl Service {
         };
         let from = months.first().map_or(window.start(), |m| m.start());
         let until = months.last().map_or(window.end(), |m| m.end());
-        let rows = tx.project_allocations(project_id, from, until).await?;
+        let rows = self.project_uses(tx, project_id, from, until).await?;
         let ceiling = hosts.map(|limit| {
             let uses: Vec<Use> = rows
                 .iter()
@@ -655,8 +695,8 @@ impl Service {
         };
         let read_from = months.first().map_or(from, |m| m.start().min(from));
         let read_until = months.last().map_or(until, |m| m.end().max(until));
-        let mut rows = tx
-            .project_allocations(project_id, read_from, read_until)
+        let mut rows = self
+            .project_uses(tx, project_id, read_from, read_until)
             .await?;
         rows.retain(|a| except != Some(a.lease_id.as_str()));
         let mut ceilings = Vec::new();
@@ -832,7 +872,7 @@ impl Service {
             Some(m) => (m.start(), m.end()),
             None => (now, now + chrono::Duration::seconds(1)),
         };
-        let rows = tx.project_allocations(project_id, start, end).await?;
+        let rows = self.project_uses(tx, project_id, start, end).await?;
         let mut usage = QuotaUsage {
             at: now,
             hosts: 0.0,

@@ -240,6 +240,74 @@ async fn host_quota_counts_the_peak_over_the_window_not_the_sum() {
     assert_eq!(r.body["quota"]["usage"]["hosts"], 0, "nothing is held now");
 }
 
+/// A reservation that lost its host still holds its grant: healing gives it back without
+/// asking the quota again, so the project may not book that room meanwhile.
+#[tokio::test]
+async fn a_degraded_reservation_still_counts_toward_its_project_quota() {
+    let mut app = app_with_hosts(0, |_| {}).await;
+    let rack_a = app.create_host("ha", json!({"rack": "a"})).await;
+    app.create_host("hb", json!({"rack": "b"})).await;
+    app.put("/v1/quotas/alpha", json!({"hosts": 1})).await;
+    app.act_as("alpha", "u1", "member");
+    let on = |rack: &str| json!([hosts(1, &format!(r#"["==", "$rack", "{rack}"]"#))]);
+    let (start, end) = ("2029-12-31 09:00", "2029-12-31 11:00");
+    let r = app
+        .post("/v1/leases", lease("a", start, end, on("a")))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let a = id_of(&r);
+    app.act_as_admin();
+    let r = app
+        .put(
+            &format!("/v1/os-hosts/{rack_a}"),
+            json!({"reservable": false}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = app.get(&format!("/v1/leases/{a}")).await;
+    assert_eq!(r.body["lease"]["degraded"], true, "{}", r.body);
+
+    app.act_as("alpha", "u1", "member");
+    let b = lease("b", start, end, on("b"));
+    let r = app.post("/v1/leases", b.clone()).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(
+        quota_reason(&r),
+        json!({"name": "hosts", "limit": 1, "in_use": 1, "requested": 1,
+               "at": "2029-12-31T09:00:00.000000"})
+    );
+    // Searches keep to it too: the first window offered is after the degraded lease.
+    let r = app
+        .post(
+            "/v1/leases/offers",
+            json!({"reservations": on("b"), "duration": 120, "limit": 1}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        r.body["offers"][0]["start_date"], "2029-12-31T11:00:00.000000",
+        "{}",
+        r.body
+    );
+
+    app.act_as_admin();
+    app.put(
+        &format!("/v1/os-hosts/{rack_a}"),
+        json!({"reservable": true}),
+    )
+    .await;
+    let r = app.get(&format!("/v1/leases/{a}")).await;
+    assert_eq!(r.body["lease"]["degraded"], false, "healed: {}", r.body);
+    let r = app.get("/v1/os-hosts/allocations").await;
+    let held: usize = r.body["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["reservations"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(held, 1, "alpha holds one host: {}", r.body);
+}
+
 #[tokio::test]
 async fn instance_and_floating_ip_quotas_refuse_with_their_reason() {
     let app = app_with_instance_and_address_quotas().await;
