@@ -45,6 +45,9 @@ pub async fn stream_allocations(
     kind: AllocationKind,
     query: &std::collections::HashMap<String, String>,
 ) -> ApiResult<Response> {
+    state
+        .service
+        .authorize_allocation_read(identity, kind, false)?;
     let request = from_wire::allocation_list_request(query)?;
     let list = state
         .service

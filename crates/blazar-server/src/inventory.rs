@@ -199,9 +199,10 @@ pub async fn allocation(
     Query(query): Query,
     kind: AllocationKind,
 ) -> ApiResult<impl IntoResponse> {
+    let service = &state.service;
+    service.authorize_allocation_read(&identity, kind, true)?;
     // The list's filters, its window included (paging has nothing to page here).
     let request = from_wire::allocation_list_request(&query)?;
-    let service = &state.service;
     let entry = match kind {
         AllocationKind::Hosts => service.host_allocation(&identity, &id, &request).await?,
         AllocationKind::Pool(spec) => {

@@ -128,6 +128,21 @@ impl Service {
 
     /// Starts reading an allocation list: checks the caller and the request, and takes the
     /// page of resources. Nothing of the allocations is read yet.
+    /// The rules an allocation read needs, for the edge to check before it reads the query
+    /// string: Blazar refuses a caller before it looks at the parameters. `one`: the read of
+    /// one resource's allocations (hosts also need `oshosts:get` there, checked first).
+    pub fn authorize_allocation_read(
+        &self,
+        identity: &Identity,
+        kind: AllocationKind,
+        one: bool,
+    ) -> ServiceResult<()> {
+        if one && matches!(kind, AllocationKind::Hosts) {
+            self.authorize_own("blazar:oshosts:get", identity)?;
+        }
+        self.authorize_own(&kind.rule(), identity)
+    }
+
     pub async fn allocation_list(
         &self,
         identity: &Identity,

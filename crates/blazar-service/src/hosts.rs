@@ -152,6 +152,9 @@ fn as_name(key: &str, value: &Value) -> ServiceResult<String> {
 pub(crate) fn as_bool(key: &str, value: &Value) -> ServiceResult<bool> {
     match value {
         Value::Bool(b) => Ok(*b),
+        // Blazar's columns are SQLAlchemy booleans, which take 1 and 0 as well.
+        Value::Number(n) if n.as_u64() == Some(1) => Ok(true),
+        Value::Number(n) if n.as_u64() == Some(0) => Ok(false),
         Value::String(s) => match s.to_ascii_lowercase().as_str() {
             "true" | "yes" | "1" | "on" => Ok(true),
             "false" | "no" | "0" | "off" => Ok(false),

@@ -831,9 +831,6 @@ impl Service {
             .get("is_unique")
             .map(|v| as_bool("is_unique", v))
             .transpose()?;
-        if private.is_none() && is_unique.is_none() {
-            return Err(ServiceError::BadRequest("Missing parameter private".into()));
-        }
         in_tx!(self, write, |tx| {
             let property = tx.get_property(kind, name).await?.ok_or_else(|| {
                 ServiceError::NotFound(format!("Resource property {name} not found for {kind}"))

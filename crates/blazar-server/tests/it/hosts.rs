@@ -503,6 +503,18 @@ async fn unique_properties_refuse_a_second_holder() {
         )
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    // As in Blazar: 1 and 0 are booleans, and nothing to change changes nothing.
+    let path = "/v1/networks/properties/switch_port";
+    let r = app.patch(path, json!({"private": 0})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["resource_property"]["private"], false);
+    let r = app.patch(path, json!({"private": 1})).await;
+    assert_eq!(r.body["resource_property"]["private"], true, "{}", r.body);
+    let r = app.patch(path, json!({})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["resource_property"]["private"], true);
+    let r = app.patch(path, json!({"private": 2})).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
 }
 
 #[tokio::test]
@@ -1005,7 +1017,8 @@ async fn pool_allocation_lists_page_too() {
 }
 
 /// As Blazar, a member is told about `oshosts:get` for one host's update, delete and
-/// allocation (Blazar looks the host up under that rule first), and a floating IP that does
+/// allocation (Blazar looks the host up under that rule first), also when the allocation
+/// read's parameters are bad, and a floating IP that does
 /// not exist is a 404 to a member, who may read floating IPs, before any 403 for deleting.
 #[tokio::test]
 async fn single_resource_changes_check_the_read_rule_first() {
@@ -1017,6 +1030,7 @@ async fn single_resource_changes_check_the_read_rule_first() {
         app.put(&path, json!({"rack": "r1"})).await,
         app.delete(&path).await,
         app.get(&format!("{path}/allocation")).await,
+        app.get(&format!("{path}/allocation?start=yesterday")).await,
     ] {
         assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
         assert_eq!(
@@ -1024,6 +1038,13 @@ async fn single_resource_changes_check_the_read_rule_first() {
             "Policy doesn't allow blazar:oshosts:get to be performed"
         );
     }
+    // The rule comes before the parameters, as in Blazar, which reads them after it.
+    let r = app.get("/v1/os-hosts/allocations?limit=0").await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+    assert_eq!(
+        r.message(),
+        "Policy doesn't allow blazar:oshosts:get_allocations to be performed"
+    );
     let r = app
         .delete("/v1/floatingips/00000000-0000-0000-0000-000000000000")
         .await;
