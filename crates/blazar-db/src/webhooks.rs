@@ -433,6 +433,29 @@ impl Tx {
                 worker.into(),
             ],
         )
+        .await?;
+        // The deliveries of the same lease behind it, never tried (they cannot be before it
+        // goes), wait as long as it does: not due, the claim's scan passes over them through
+        // the due index instead of checking each against the one ahead every poll (a
+        // member's dead endpoints with a backlog of thousands made every poll slow). Once it
+        // is delivered or dead they are due at once.
+        let (time, compare) = match status {
+            "pending" => (next_attempt_at, "<"),
+            _ => (now, ">"),
+        };
+        let sql = format!(
+            "UPDATE webhook_deliveries SET next_attempt_at = $1 \
+             WHERE webhook_id = $2 AND status = 'pending' AND attempts = 0 \
+             AND claimed_by IS NULL AND next_attempt_at {compare} $1 \
+             AND lease_id = (SELECT h.lease_id FROM webhook_deliveries h \
+                             WHERE h.webhook_id = $2 AND h.notification_id = $3) \
+             AND seq > (SELECT h.seq FROM webhook_deliveries h \
+                        WHERE h.webhook_id = $2 AND h.notification_id = $3)"
+        );
+        self.write(
+            &sql,
+            vec![time.into(), webhook_id.into(), notification_id.into()],
+        )
         .await
     }
 

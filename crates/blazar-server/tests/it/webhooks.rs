@@ -452,6 +452,64 @@ async fn failures_back_off_die_and_are_redelivered_in_lease_order() {
     assert_eq!(r.body["deliveries"], json!([]));
 }
 
+/// A lease's later deliveries, never tried, wait as long as the one ahead of them that
+/// failed (not due, so a poll does not look at them), and are due again as soon as it is
+/// delivered.
+#[tokio::test]
+async fn deliveries_behind_a_failing_one_wait_as_long_as_it_does() {
+    let mut app = TestApp::builder()
+        .configure(|cli| cli.webhook_retry_base = Some(60.0))
+        .spawn()
+        .await;
+    let (receiver, base) = Receiver::start().await;
+    receiver.answer(500);
+    app.create_host("compute-1", json!({})).await;
+    app.act_as("alpha", "alpha-user", "member");
+    let r = app
+        .post("/v1/webhooks", json!({"url": format!("{base}/hook")}))
+        .await;
+    let hook_id = r.body["webhook"]["id"].as_str().unwrap().to_string();
+    let lease = app.post("/v1/leases", lease_body("a")).await;
+    let lease = lease.body["lease"]["id"].as_str().unwrap().to_string();
+    app.delete(&format!("/v1/leases/{lease}"))
+        .await
+        .assert_status(StatusCode::NO_CONTENT);
+    let start = app.service.now();
+    assert_eq!(deliver(&app).await.retried, 1);
+    let pending = listed_deliveries(&app, &hook_id, "?status=pending").await;
+    let times: Vec<(&str, &str)> = pending.body["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["event_type"].as_str().unwrap(),
+                d["next_attempt_at"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let retry = blazar_api::dates::format_space(start + TimeDelta::seconds(60));
+    assert_eq!(times.len(), 2, "{}", pending.body);
+    assert!(
+        times.iter().all(|(_, at)| *at == retry),
+        "both wait for the retry at {retry}: {times:?}"
+    );
+
+    receiver.answer(200);
+    app.set_time(start + TimeDelta::seconds(60));
+    assert_eq!(
+        deliver(&app).await.delivered,
+        2,
+        "the create, then the delete"
+    );
+    let kinds: Vec<String> = receiver
+        .at("/hook")
+        .iter()
+        .map(|r| r.event.clone())
+        .collect();
+    assert_eq!(kinds, ["lease.create", "lease.create", "lease.delete"]);
+}
+
 #[tokio::test]
 async fn internal_destinations_are_refused_unless_the_operator_allows_them() {
     let mut app = TestApp::builder()
