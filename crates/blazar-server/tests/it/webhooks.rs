@@ -335,11 +335,13 @@ async fn a_project_receives_its_own_events_signed_and_in_order() {
     assert_eq!(receiver.at("/alpha").len(), 3);
 }
 
-#[tokio::test]
-async fn failures_back_off_die_and_are_redelivered_in_lease_order() {
+/// A server whose retries start 60 s apart (`max_attempts` of them, if given), one host,
+/// and project alpha's webhook on an endpoint that answers 500, after alpha created lease
+/// "a": the app acting as alpha, the receiver, the webhook's id and the lease's.
+async fn failing_hook(max_attempts: Option<u32>) -> (TestApp, Receiver, String, String) {
     let mut app = TestApp::builder()
         .configure(|cli| {
-            cli.webhook_max_attempts = Some(3);
+            cli.webhook_max_attempts = max_attempts;
             cli.webhook_retry_base = Some(60.0);
         })
         .spawn()
@@ -354,6 +356,12 @@ async fn failures_back_off_die_and_are_redelivered_in_lease_order() {
     let hook_id = r.body["webhook"]["id"].as_str().unwrap().to_string();
     let lease = app.post("/v1/leases", lease_body("a")).await;
     let lease = lease.body["lease"]["id"].as_str().unwrap().to_string();
+    (app, receiver, hook_id, lease)
+}
+
+#[tokio::test]
+async fn failures_back_off_die_and_are_redelivered_in_lease_order() {
+    let (app, receiver, hook_id, lease) = failing_hook(Some(3)).await;
 
     let report = deliver(&app).await;
     assert_eq!((report.delivered, report.retried, report.dead), (0, 1, 0));
@@ -457,20 +465,7 @@ async fn failures_back_off_die_and_are_redelivered_in_lease_order() {
 /// delivered.
 #[tokio::test]
 async fn deliveries_behind_a_failing_one_wait_as_long_as_it_does() {
-    let mut app = TestApp::builder()
-        .configure(|cli| cli.webhook_retry_base = Some(60.0))
-        .spawn()
-        .await;
-    let (receiver, base) = Receiver::start().await;
-    receiver.answer(500);
-    app.create_host("compute-1", json!({})).await;
-    app.act_as("alpha", "alpha-user", "member");
-    let r = app
-        .post("/v1/webhooks", json!({"url": format!("{base}/hook")}))
-        .await;
-    let hook_id = r.body["webhook"]["id"].as_str().unwrap().to_string();
-    let lease = app.post("/v1/leases", lease_body("a")).await;
-    let lease = lease.body["lease"]["id"].as_str().unwrap().to_string();
+    let (app, receiver, hook_id, lease) = failing_hook(None).await;
     app.delete(&format!("/v1/leases/{lease}"))
         .await
         .assert_status(StatusCode::NO_CONTENT);
