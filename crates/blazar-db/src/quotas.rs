@@ -166,8 +166,8 @@ impl Tx {
             "SELECT CAST({agg}({array}(s.lease_id, s.resource_type, s.short, s.start_at, \
              s.end_at)) AS TEXT) AS json FROM (\
              SELECT r.lease_id, r.resource_type, l.start_at, l.end_at, r.granted_units - \
-             COALESCE((SELECT CAST(SUM(a.units) AS BIGINT) FROM allocations a WHERE a.reservation_id = r.id \
-             AND a.end_at > $4), 0) AS short \
+             COALESCE((SELECT CAST(SUM(a.units) AS BIGINT) FROM allocations a \
+             WHERE a.reservation_id = r.id AND a.end_at > $4), 0) AS short \
              FROM reservations r JOIN leases l ON l.id = r.lease_id \
              WHERE l.project_id = $1 AND r.missing_resources = 1 \
              AND r.status IN ('pending', 'active') \

@@ -126,8 +126,6 @@ impl Service {
             .map_err(|_| ServiceError::Internal("the server is shutting down".into()))
     }
 
-    /// Starts reading an allocation list: checks the caller and the request, and takes the
-    /// page of resources. Nothing of the allocations is read yet.
     /// The rules an allocation read needs, for the edge to check before it reads the query
     /// string: Blazar refuses a caller before it looks at the parameters. `one`: the read of
     /// one resource's allocations (hosts also need `oshosts:get` there, checked first).
@@ -143,6 +141,8 @@ impl Service {
         self.authorize_own(&kind.rule(), identity)
     }
 
+    /// Starts reading an allocation list: checks the caller and the request, and takes the
+    /// page of resources. Nothing of the allocations is read yet.
     pub async fn allocation_list(
         &self,
         identity: &Identity,

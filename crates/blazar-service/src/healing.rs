@@ -227,14 +227,14 @@ impl Service {
 
     /// Before an inventory change that may move reservations locks its resource's row: on
     /// PostgreSQL, locks the leases it may move (those holding the resource from now on), in
-    /// id order. Bookings lock their lease first,
-    /// then claim resources, then share-lock the rows; a change that locked the row first
-    /// and its leases later waited for a lease whose booking waited for that row, and
-    /// PostgreSQL broke each such circle only after `deadlock_timeout`. Taken this way round,
-    /// the change waits for those bookings, or they for it, never both. A lease that comes
-    /// to hold the resource after this read is locked when it is moved, as before. Leases
-    /// missing resources are not locked here: `fill_missing` refills only those it can
-    /// lock without waiting, and leaves the others to the next pass.
+    /// id order. Bookings lock their lease first, then claim resources, then share-lock the
+    /// rows; a change that locked the row first and its leases later waited for a lease
+    /// whose booking waited for that row, and PostgreSQL broke each such circle only after
+    /// `deadlock_timeout`. Taken this way round, the change waits for those bookings, or
+    /// they for it, never both. A lease that comes to hold the resource after this read is
+    /// locked when it is moved, as before. Leases missing resources are not locked here:
+    /// `fill_missing` refills only those it can lock without waiting, and leaves the others
+    /// to the next pass.
     pub(crate) async fn lock_leases_to_move(
         &self,
         tx: &mut Tx,

@@ -332,8 +332,6 @@ impl Service {
         Ok(own.unwrap_or_default().over(&self.quotas.defaults))
     }
 
-    /// A host's weight in the monthly budget: the largest configured weight whose property
-    /// it has, else 1.
     /// What the project holds over `[start, end)` as quotas count it: its allocations, and
     /// what its degraded reservations were granted and do not hold, from `now` (or their
     /// lease's start) to their lease's end. A grant stands while its lease waits for a
@@ -374,6 +372,8 @@ impl Service {
         Ok(rows)
     }
 
+    /// A host's weight in the monthly budget: the largest configured weight whose property
+    /// it has, else 1.
     fn host_weight(&self, host: &HostRecord) -> f64 {
         self.quotas
             .host_weights
