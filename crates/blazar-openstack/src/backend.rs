@@ -874,7 +874,15 @@ impl OpenStackBackend {
         let busy = |h: &String| desired.busy_hosts.contains(h);
         let mut in_force: BTreeSet<&str> = BTreeSet::new();
         let mut reserved: BTreeSet<&str> = BTreeSet::new();
-        for r in &desired.reservations {
+        // Reservations in force, then those of leases not started: their aggregates exist
+        // from the reservation on, empty, owned by the project, in their own zone.
+        let upcoming = desired.upcoming.iter().map(|r| (r, true));
+        for (r, pending) in desired
+            .reservations
+            .iter()
+            .map(|r| (r, false))
+            .chain(upcoming)
+        {
             in_force.insert(&r.reservation_id);
             reserved.extend(r.hosts.iter().map(String::as_str));
             if r.hosts.iter().any(busy) {
@@ -884,8 +892,16 @@ impl OpenStackBackend {
             // one an action changed since the pass read the database is left to the next.
             let mut look = Pass::default();
             let freepool = freepool.as_ref();
-            self.reconcile_reservation(&aggregates, freepool, desired, r, false, &mut look)
-                .await;
+            self.reconcile_reservation(
+                &aggregates,
+                freepool,
+                desired,
+                r,
+                pending,
+                false,
+                &mut look,
+            )
+            .await;
             if !apply || !look.changes() {
                 pass.absorb(look);
                 continue;
@@ -903,7 +919,7 @@ impl OpenStackBackend {
             if !desired.hold(store, &item).await {
                 continue;
             }
-            self.reconcile_reservation(&aggregates, freepool, desired, r, true, pass)
+            self.reconcile_reservation(&aggregates, freepool, desired, r, pending, true, pass)
                 .await;
             desired.release(store).await;
         }
@@ -959,7 +975,6 @@ impl OpenStackBackend {
                 // checks own it, not the host reservations'.
                 || (crate::nova::names_reservation(aggregate)
                     && desired.kept.contains(&aggregate.name))
-                || (desired.upcoming.contains(&aggregate.name) && aggregate.hosts.is_empty())
                 || desired.busy_reservations.contains(&aggregate.name)
                 || aggregate.hosts.iter().any(busy)
                 || appeared_since(store, desired, &aggregate.name).await
@@ -1053,13 +1068,15 @@ impl OpenStackBackend {
     }
 
     /// Brings host reservation `r`'s aggregate in line with the database (`apply`), or only
-    /// lists how it differs.
+    /// lists how it differs. `pending`: its lease has not started (it holds no host yet).
+    #[allow(clippy::too_many_arguments)]
     async fn reconcile_reservation(
         &self,
         aggregates: &[Aggregate],
         freepool: Option<&Aggregate>,
         desired: &DesiredState,
         r: &HeldHosts,
+        pending: bool,
         apply: bool,
         pass: &mut Pass,
     ) {
@@ -1155,8 +1172,9 @@ impl OpenStackBackend {
         for host in aggregate.hosts.iter().filter(|h| !r.hosts.contains(h)) {
             // Taken from the reservation (healing) with the project's servers still on
             // it, and granted to no one else: Nova keeps it in the zone while they run,
-            // and they are the lease's to keep until it ends.
-            if !granted(desired, host) {
+            // and they are the lease's to keep until it ends. A lease not started was
+            // granted nothing to keep: whatever landed there goes.
+            if !pending && !granted(desired, host) {
                 let owner = r.project_id.as_str();
                 let kept = pass.value(
                     &format!("servers on host {host} could not be listed"),

@@ -338,16 +338,17 @@ impl OpenStackBackend {
     }
 
     /// What of an instance reservation in force is not in the cloud as it should be, one
-    /// line each (empty: nothing).
+    /// line each (empty: nothing): what its start makes again, then what is left as it is.
     pub(crate) async fn instance_drift(
         &self,
         store: &Store,
         action: &Action,
-    ) -> Result<Vec<String>, ActionError> {
+    ) -> Result<(Vec<String>, Vec<String>), ActionError> {
         let nova = self.cloud().nova(None);
         let placement = self.cloud().placement(None);
         let id = &action.reservation_id;
         let mut drift = Vec::new();
+        let mut left = Vec::new();
         let group = match affinity(action) {
             Some(_) => {
                 let group = nova
@@ -448,10 +449,24 @@ impl OpenStackBackend {
                 .await
                 .map_err(action_error)?
             {
-                Some(p) => placement
-                    .inventory_of(&p.uuid, &class)
-                    .await
-                    .map_err(action_error)?,
+                Some(p) => {
+                    // More servers than slots (an inventory raised by hand let them in):
+                    // which to delete is the owner's or an operator's call, not a repair.
+                    let used = placement
+                        .usage_of(&p.uuid, &class)
+                        .await
+                        .map_err(action_error)?;
+                    if used > n {
+                        left.push(format!(
+                            "{provider} runs {used} server(s) of instance reservation {id} on \
+                             {n} slot(s): left"
+                        ));
+                    }
+                    placement
+                        .inventory_of(&p.uuid, &class)
+                        .await
+                        .map_err(action_error)?
+                }
                 None => None,
             };
             let total = inventory.as_ref().and_then(|i| i["total"].as_i64());
@@ -470,7 +485,7 @@ impl OpenStackBackend {
                 ));
             }
         }
-        Ok(drift)
+        Ok((drift, left))
     }
 
     /// Everything of the reservation goes, whatever is left of it. Its servers are deleted

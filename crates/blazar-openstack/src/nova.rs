@@ -169,34 +169,10 @@ fn aggregate_from(v: &Value) -> Aggregate {
     }
 }
 
-/// Lists the servers `remaining` every half second until none is left, at most `within`;
-/// then a transient error (503) for `request`, telling how many servers are `still` there.
-async fn wait_until_gone<T, Fut>(
-    remaining: impl Fn() -> Fut,
-    within: Duration,
-    request: &str,
-    still: &str,
-) -> Result<()>
-where
-    Fut: Future<Output = Result<Vec<T>>>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let left = remaining().await?;
-        if left.is_empty() {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(Error::Status {
-                service: "compute".into(),
-                request: request.to_string(),
-                status: 503,
-                message: format!("{} server(s) {still}", left.len()),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
+/// How often a server still there while a delete is awaited is looked at again: a delete
+/// Nova accepted can fail afterwards (its compute service or Placement unreachable), leaving
+/// the server with no task in progress, and nothing but a new delete takes it away.
+const REDELETE_EVERY: Duration = Duration::from_secs(10);
 
 impl<'a> Nova<'a> {
     pub(crate) fn new(session: &'a Session, request_id: Option<&'a str>) -> Nova<'a> {
@@ -462,8 +438,12 @@ impl<'a> Nova<'a> {
             self.delete_server(id).await?;
         }
         if !doomed_now.is_empty() {
-            wait_until_gone(
-                doomed_on_host,
+            let ids = || async {
+                let left = doomed_on_host().await?;
+                Ok(left.into_iter().map(|(id, _)| id).collect())
+            };
+            self.wait_until_gone(
+                ids,
                 within,
                 &format!("delete servers on {host}"),
                 &format!("still on {host}"),
@@ -475,6 +455,69 @@ impl<'a> Nova<'a> {
 
     pub async fn delete_server(&self, id: &str) -> Result<()> {
         self.api.delete(&format!("/servers/{id}")).await
+    }
+
+    /// Lists the servers `remaining` (their ids) every half second until none is left, at
+    /// most `within`; then a transient error (503) for `request`, telling how many servers
+    /// are `still` there. Every [`REDELETE_EVERY`], those whose delete failed in Nova are
+    /// deleted again rather than waited for until the deadline.
+    async fn wait_until_gone<Fut>(
+        &self,
+        remaining: impl Fn() -> Fut,
+        within: Duration,
+        request: &str,
+        still: &str,
+    ) -> Result<()>
+    where
+        Fut: Future<Output = Result<Vec<String>>>,
+    {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut looked = tokio::time::Instant::now();
+        loop {
+            let left = remaining().await?;
+            if left.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(Error::Status {
+                    service: "compute".into(),
+                    request: request.to_string(),
+                    status: 503,
+                    message: format!("{} server(s) {still}", left.len()),
+                });
+            }
+            if looked.elapsed() >= REDELETE_EVERY {
+                self.delete_again_where_failed(&left).await;
+                looked = tokio::time::Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Deletes again those of the servers `ids` that no task is deleting (Nova set the
+    /// failed delete's server back, in ERROR). Errors are only logged: the wait's deadline
+    /// decides.
+    async fn delete_again_where_failed(&self, ids: &[String]) {
+        for id in ids {
+            let server = match self.api.get(&format!("/servers/{id}")).await {
+                Ok(found) => found["server"].clone(),
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => {
+                    tracing::warn!(server.id = %id, error = %e, "could not look at a server awaited to go");
+                    continue;
+                }
+            };
+            if !server["OS-EXT-STS:task_state"].is_null() {
+                continue;
+            }
+            tracing::warn!(server.id = %id, status = %server["status"],
+                "a server's delete failed in Nova: deleting it again");
+            if let Err(e) = self.delete_server(id).await
+                && !e.is_not_found()
+            {
+                tracing::warn!(server.id = %id, error = %e, "could not delete a server again");
+            }
+        }
     }
 
     /// Deletes every server on `host` and waits until none is left, at most `within`
@@ -495,8 +538,12 @@ impl<'a> Nova<'a> {
             tracing::info!(host, server.id = %id, server.name = %name, "deleting a server on a reserved host");
             self.delete_server(id).await?;
         }
-        wait_until_gone(
-            || self.servers_on_host_of(host, project),
+        let ids = || async {
+            let left = self.servers_on_host_of(host, project).await?;
+            Ok(left.into_iter().map(|(id, _)| id).collect())
+        };
+        self.wait_until_gone(
+            ids,
             within,
             &format!("delete servers on {host}"),
             &format!("still on {host}"),
@@ -763,7 +810,7 @@ impl<'a> Nova<'a> {
             tracing::info!(server.id = %server, flavor.id = id, "deleting a server of an ended instance reservation");
             self.delete_server(server).await?;
         }
-        wait_until_gone(
+        self.wait_until_gone(
             || self.servers_with_flavor(id),
             within,
             &format!("delete servers of flavor {id}"),
@@ -797,7 +844,7 @@ impl<'a> Nova<'a> {
         for id in ids {
             self.delete_server(id).await?;
         }
-        wait_until_gone(
+        self.wait_until_gone(
             || async {
                 let mut left = Vec::new();
                 for id in ids {

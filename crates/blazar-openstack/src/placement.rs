@@ -108,6 +108,15 @@ impl<'a> Placement<'a> {
         Ok(self.inventory_map(uuid).await?.remove(class))
     }
 
+    /// How many units of `class` the servers on provider `uuid` hold.
+    pub async fn usage_of(&self, uuid: &str, class: &str) -> Result<i64> {
+        let found = self
+            .api
+            .get(&format!("/resource_providers/{uuid}/usages"))
+            .await?;
+        Ok(found["usages"][class].as_i64().unwrap_or(0))
+    }
+
     /// Provider `uuid`'s inventories by resource class, as Placement shows them.
     async fn inventory_map(&self, uuid: &str) -> Result<serde_json::Map<String, Value>> {
         let mut found = self

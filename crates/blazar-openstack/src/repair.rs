@@ -46,12 +46,17 @@ impl OpenStackBackend {
             // Each line with the resource it is about, where it is about one.
             let checked = match action.reservation_type.as_str() {
                 VIRTUAL_INSTANCE | FLAVOR_INSTANCE => {
-                    self.instance_drift(store, action).await.map(|lines| {
-                        lines
-                            .into_iter()
-                            .map(|line| (None, line))
-                            .collect::<Vec<_>>()
-                    })
+                    self.instance_drift(store, action)
+                        .await
+                        .map(|(lines, left)| {
+                            for line in left {
+                                pass.leave(line);
+                            }
+                            lines
+                                .into_iter()
+                                .map(|line| (None, line))
+                                .collect::<Vec<_>>()
+                        })
                 }
                 FLOATINGIP | NETWORK => self.pool_drift(store, action).await.map(|lines| {
                     lines

@@ -29,9 +29,9 @@ pub struct DesiredState {
     pub reservations: Vec<HeldHosts>,
     /// Service names of every enrolled host.
     pub enrolled: Vec<String>,
-    /// Host reservations of leases that have not started: their aggregates may exist (made
-    /// at reservation) and stay.
-    pub upcoming: BTreeSet<String>,
+    /// Host reservations of leases that have not started (no hosts yet): their aggregates
+    /// exist from the reservation on, owned by the project, empty until the start.
+    pub upcoming: Vec<HeldHosts>,
     /// Reservations and hosts with actions still open: not to be touched now.
     pub busy_reservations: BTreeSet<String>,
     pub busy_hosts: BTreeSet<String>,
@@ -280,12 +280,20 @@ impl Service {
             desired
                 .kept
                 .extend(desired.busy_reservations.iter().cloned());
-            for (_, reservations, _) in pending {
+            for (lease, reservations, _) in pending {
                 desired.upcoming.extend(
                     reservations
                         .into_iter()
-                        .filter(|r| r.resource_type() == PHYSICAL_HOST)
-                        .map(|r| r.id),
+                        .filter(|r| {
+                            r.resource_type() == PHYSICAL_HOST
+                                && !desired.busy_reservations.contains(&r.id)
+                        })
+                        .map(|r| HeldHosts {
+                            lease_id: lease.id.clone(),
+                            reservation_id: r.id,
+                            project_id: lease.project_id.clone(),
+                            hosts: Vec::new(),
+                        }),
                 );
             }
             for (lease, reservations, _) in failed {

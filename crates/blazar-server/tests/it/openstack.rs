@@ -1125,6 +1125,58 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
             .is_none()
     );
 
+    // A lease not started yet: its aggregate exists, empty and owned. A host added to it by
+    // hand is taken out (and stays in the freepool), its owner put back; the aggregate
+    // stays. Deleted by hand, it is made again.
+    let later = app
+        .host_lease("later", "2030-04-02 10:00", "2030-04-02 12:00", 1, 1, "")
+        .await;
+    assert_eq!(later.status, StatusCode::CREATED, "{}", later.body);
+    let (later_id, later_rid) = lease_ids(&later);
+    wait_idle(&app).await;
+    assert_eq!(reconcile(true).await, Vec::<String>::new(), "drift before");
+    let prepared = nova.find_aggregate(&later_rid).await.unwrap().unwrap();
+    nova.add_host(&prepared, &spare).await.unwrap();
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("blazar:owner".into(), json!("someone-else"));
+    nova.set_metadata(&prepared, metadata).await.unwrap();
+    let drift = reconcile(true).await;
+    assert_eq!(drift.len(), 2, "{drift:#?}");
+    assert!(
+        drift
+            .iter()
+            .any(|l| l.contains(&spare) && l.contains("taken out")),
+        "{drift:#?}"
+    );
+    assert_eq!(reconcile(false).await, drift);
+    let kept = nova.find_aggregate(&later_rid).await.unwrap().unwrap();
+    assert!(kept.hosts.is_empty(), "{:?}", kept.hosts);
+    assert_eq!(
+        kept.metadata["blazar:owner"],
+        json!(alpha_or_admin(&later.body))
+    );
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert_eq!(freepool.hosts, vec![spare.clone()]);
+    nova.delete_aggregate(&kept).await.unwrap();
+    // The aggregate and its owner.
+    let repaired = reconcile(false).await;
+    assert_eq!(repaired.len(), 2, "{repaired:#?}");
+    let remade = nova.find_aggregate(&later_rid).await.unwrap().unwrap();
+    assert!(remade.hosts.is_empty(), "{:?}", remade.hosts);
+    assert_eq!(
+        remade.metadata["blazar:owner"],
+        json!(alpha_or_admin(&later.body))
+    );
+    assert_eq!(
+        remade.availability_zone.as_deref(),
+        Some(format!("blazar_{later_rid}").as_str())
+    );
+    assert_eq!(reconcile(true).await, Vec::<String>::new(), "drift after");
+    let r = app.delete(&format!("/v1/leases/{later_id}")).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    wait_idle(&app).await;
+    assert!(nova.find_aggregate(&later_rid).await.unwrap().is_none());
+
     // Only admins may reconcile.
     app.act_as(&alpha, "alpha-user", "member");
     let r = app.post("/v1/reconcile", json!({})).await;
@@ -1401,6 +1453,75 @@ async fn placement_down_at_a_hand_over_leaves_its_copy_of_the_aggregates_right()
 }
 
 /// The ids of the lease a create answered, and of its first reservation.
+/// Placement down when a lease ends: Nova accepts the delete of the lease's server, then
+/// fails it (the compute service cannot free the server's allocation) and leaves the server
+/// in ERROR. The end deletes it again while it waits, so it finishes soon after Placement
+/// is back, not when `server_delete_timeout` runs out.
+#[tokio::test]
+async fn an_end_deletes_again_a_server_whose_delete_failed() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let settings = OpenStackSettings {
+        server_delete_timeout: Duration::from_secs(180),
+        ..OpenStackSettings::default()
+    };
+    let backend = OpenStackBackend::new(env.service(), settings);
+    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let ids = enrol(&app, &["compute-1"]).await;
+    let alpha = env.get("OS_ALPHA_PROJECT_ID");
+    app.act_as(&alpha, "alpha-user", "member");
+    let r = app
+        .host_lease("ends", "2030-06-01 10:00", "2030-06-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as_admin();
+    let (lease_id, rid) = lease_ids(&r);
+    app.tick_at(t(2030, 6, 1, 10, 0)).await;
+    let (status, _) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE");
+    let (server, status) = boot(&env.member("alpha"), "doomed", Some(&rid)).await;
+    assert_eq!(status, "ACTIVE");
+
+    let outage = Outage::begin("placement");
+    // Placement comes back once Nova has given up the delete.
+    let failed = {
+        let admin = env.admin();
+        let server = server.clone();
+        tokio::spawn(async move {
+            let mut failed = false;
+            for _ in 0..240 {
+                let s = compute(&admin, Method::GET, &format!("/servers/{server}"), None).await;
+                if s["server"]["status"] == "ERROR"
+                    && s["server"]["OS-EXT-STS:task_state"].is_null()
+                {
+                    failed = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            outage.end();
+            failed
+        })
+    };
+    let began = std::time::Instant::now();
+    app.tick_at(t(2030, 6, 1, 12, 0)).await;
+    let took = began.elapsed();
+    assert!(
+        failed.await.unwrap(),
+        "Nova deleted the server with Placement down: nothing failed"
+    );
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "TERMINATED", "after {took:?}: {actions}");
+    assert!(took < Duration::from_secs(150), "{took:?}");
+    let gone = compute(&admin, Method::GET, "/servers?all_tenants=1", None).await;
+    assert!(gone["servers"].as_array().unwrap().is_empty(), "{gone}");
+    assert!(nova.find_aggregate(&rid).await.unwrap().is_none());
+    withdraw(&app, &admin, &ids).await;
+}
+
 fn lease_ids(created: &blazar_testkit::Response) -> (String, String) {
     let lease = &created.body["lease"];
     let id = |v: &Value| v.as_str().unwrap().to_string();
@@ -3427,6 +3548,57 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     );
     let ratio = placement_call(&admin, Method::GET, &overcommitted, None).await;
     assert_eq!(ratio["allocation_ratio"], json!(1.0), "{ratio}");
+
+    // A host's slots raised by hand let alpha run one server more than it booked: the
+    // inventory is put back, and the server over it is reported and left to its owner.
+    let mut raised = None;
+    for host in ["compute-1", "compute-2", "compute-3"] {
+        let Some(p) = placement
+            .provider_by_name(&format!("blazar_{host}"))
+            .await
+            .unwrap()
+        else {
+            continue;
+        };
+        if let Some(inventory) = placement.inventory_of(&p.uuid, &class).await.unwrap() {
+            let path = format!("/resource_providers/{}/inventories/{class}", p.uuid);
+            let mut changed = inventory.clone();
+            let n = inventory["total"].as_i64().unwrap();
+            changed["total"] = json!(n + 1);
+            changed["resource_provider_generation"] = placement_call(
+                &admin,
+                Method::GET,
+                &path,
+                None,
+            )
+            .await["resource_provider_generation"]
+                .clone();
+            placement_call(&admin, Method::PUT, &path, Some(changed)).await;
+            raised = Some((p.name.clone(), path, n));
+            break;
+        }
+    }
+    let (raised, path, n) = raised.expect("a host with slots");
+    let member = env.member("alpha");
+    for i in 0..3 {
+        let (server, status) = boot_flavor(&member, &format!("over-{i}"), &rid).await;
+        assert_eq!(status, "ACTIVE", "{server}");
+    }
+    let report = reconcile_report(&app, false).await;
+    let over = format!(
+        "{raised} runs {} server(s) of instance reservation {rid} on {n} slot(s): left",
+        n + 1
+    );
+    let repairs = report_lines(&report, "repairs");
+    assert_eq!(repairs.len(), 2, "{report}");
+    assert_eq!(repairs[0], over, "{report}");
+    assert!(
+        repairs[1].contains(&format!("{raised} has {} slot(s)", n + 1)),
+        "{report}"
+    );
+    let total = placement_call(&admin, Method::GET, &path, None).await;
+    assert_eq!(total["total"], json!(n), "{total}");
+    assert_eq!(reconcile(true).await, vec![over]);
 
     // The end takes back what was made again.
     app.tick_at(t(2030, 6, 1, 12, 0)).await;
