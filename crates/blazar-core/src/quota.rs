@@ -171,46 +171,62 @@ pub fn most_at_once(uses: &[Use], window: TimeWindow) -> f64 {
     most
 }
 
-/// The instant of `window` where the project uses the most while the own lease uses some
-/// (the earliest such instant on a tie), or `None` when the own lease uses nothing there.
-/// Only instants where the own lease holds something count: a project already over a limit
-/// lowered since is not refused a lease that adds nothing to it. Half-open intervals: a use
-/// ending when another starts never overlaps it.
-pub fn peak(uses: &[Use], window: TimeWindow) -> Option<Peak> {
-    // (time, others' change, own change); at one instant every change applies before the
-    // segment that starts there is measured.
-    let mut changes: Vec<(DateTime<Utc>, f64, f64)> = Vec::with_capacity(uses.len() * 2);
-    for u in uses {
+/// The instant of `window` an update makes worse past `limit`: where the project uses more
+/// than `limit` after it (`after`), more than it did before it (`before`), while the own
+/// lease uses some; the worst such instant (the earliest on a tie), or `None`. With no
+/// `before` (a create), any instant past the limit while the lease uses some. A project
+/// over a limit lowered since keeps what it held, at each instant, not only at its peak:
+/// a lease over the limit may not be made longer or moved to where it was not.
+pub fn worse_past(before: &[Use], after: &[Use], window: TimeWindow, limit: f64) -> Option<Peak> {
+    // (time, before's change, after's others' change, after's own change).
+    let mut changes: Vec<(DateTime<Utc>, f64, f64, f64)> =
+        Vec::with_capacity((before.len() + after.len()) * 2);
+    let clipped = |u: &Use| {
         let start = u.start.max(window.start());
         let end = u.end.min(window.end());
-        if start >= end || u.amount == 0.0 {
-            continue;
+        (start < end && u.amount != 0.0).then_some((start, end))
+    };
+    for u in before {
+        if let Some((start, end)) = clipped(u) {
+            changes.push((start, u.amount, 0.0, 0.0));
+            changes.push((end, -u.amount, 0.0, 0.0));
         }
-        let (others, own) = if u.own {
-            (0.0, u.amount)
-        } else {
-            (u.amount, 0.0)
-        };
-        changes.push((start, others, own));
-        changes.push((end, -others, -own));
+    }
+    for u in after {
+        if let Some((start, end)) = clipped(u) {
+            let (others, own) = if u.own {
+                (0.0, u.amount)
+            } else {
+                (u.amount, 0.0)
+            };
+            changes.push((start, 0.0, others, own));
+            changes.push((end, 0.0, -others, -own));
+        }
     }
     changes.sort_by_key(|c| c.0);
-    let mut best: Option<Peak> = None;
-    let (mut others, mut own) = (0.0, 0.0);
+    let mut worst: Option<Peak> = None;
+    let (mut held_before, mut others, mut own) = (0.0, 0.0, 0.0);
     let mut i = 0;
     while i < changes.len() {
         let at = changes[i].0;
         while i < changes.len() && changes[i].0 == at {
-            others += changes[i].1;
-            own += changes[i].2;
+            held_before += changes[i].1;
+            others += changes[i].2;
+            own += changes[i].3;
             i += 1;
         }
+        let total = others + own;
         // Sums of whole numbers and weights; a tiny residue from subtraction is nothing.
-        if at < window.end() && own > 1e-9 && best.is_none_or(|b| others + own > b.total() + 1e-9) {
-            best = Some(Peak { at, others, own });
+        if at < window.end()
+            && own > 1e-9
+            && total > limit + 1e-9
+            && total > held_before + 1e-9
+            && worst.is_none_or(|w| total > w.total() + 1e-9)
+        {
+            worst = Some(Peak { at, others, own });
         }
     }
-    best
+    worst
 }
 
 /// The calendar month (UTC) that `t` falls in (`None` only past chrono's last year).
@@ -377,9 +393,52 @@ mod tests {
             (vec![used((1, 10), (1, 20), 3.0, false)], None),
         ];
         for (uses, expected) in rows {
-            let got = peak(&uses, w).map(|p| (p.at, p.others, p.own));
+            // A create: nothing before, any use past a limit of none.
+            let got = worse_past(&[], &uses, w, 0.0).map(|p| (p.at, p.others, p.own));
             let expected = expected.map(|(h, o, m)| (at(1, h), o, m));
             assert_eq!(got, expected, "{uses:?}");
+        }
+    }
+
+    #[test]
+    fn an_update_is_refused_only_where_it_adds_past_the_limit() {
+        let w = TimeWindow::new(at(1, 10), at(1, 20)).unwrap();
+        let before = [used((1, 10), (1, 14), 2.0, true)];
+        // (after, limit, the instant expected: hour, others, own)
+        type Row = (Vec<Use>, f64, Option<(u32, f64, f64)>);
+        let rows: Vec<Row> = vec![
+            // The same: over a limit lowered since, but nothing added.
+            (vec![used((1, 10), (1, 14), 2.0, true)], 1.0, None),
+            // Shorter.
+            (vec![used((1, 10), (1, 12), 2.0, true)], 1.0, None),
+            // Longer at the same peak: the hours added are past the limit.
+            (
+                vec![used((1, 10), (1, 16), 2.0, true)],
+                1.0,
+                Some((14, 0.0, 2.0)),
+            ),
+            // Longer within the limit.
+            (vec![used((1, 10), (1, 16), 2.0, true)], 2.0, None),
+            // Moved: where it was not before.
+            (
+                vec![used((1, 12), (1, 16), 2.0, true)],
+                1.0,
+                Some((14, 0.0, 2.0)),
+            ),
+            // Others added meanwhile count where the lease adds something.
+            (
+                vec![
+                    used((1, 10), (1, 15), 2.0, true),
+                    used((1, 14), (1, 20), 1.0, false),
+                ],
+                2.0,
+                Some((14, 1.0, 2.0)),
+            ),
+        ];
+        for (after, limit, expected) in rows {
+            let got = worse_past(&before, &after, w, limit).map(|p| (p.at, p.others, p.own));
+            let expected = expected.map(|(h, o, m)| (at(1, h), o, m));
+            assert_eq!(got, expected, "{after:?} under {limit}");
         }
     }
 

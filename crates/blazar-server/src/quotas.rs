@@ -39,6 +39,9 @@ pub async fn update_quota(
     Path(project_id): Path<String>,
     JsonObject(body): JsonObject,
 ) -> ApiResult<impl IntoResponse> {
+    state
+        .service
+        .authorize_quota_change(&identity, &project_id)?;
     let changes = from_wire::quota_changes(body)?;
     let quota = state
         .service

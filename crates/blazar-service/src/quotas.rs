@@ -7,13 +7,14 @@
 //! concurrent creates can never both fit under a limit that only one of them fits.
 //! Concurrent limits count the project's peak over the lease's window, instant by instant;
 //! the monthly budget counts weighted host-hours per calendar month (UTC). An update is only
-//! refused for a limit it makes worse: a project above a limit lowered since keeps its
-//! leases, and may shorten or shrink them.
+//! refused for a limit it makes worse, at some instant (or in some month): a project above
+//! a limit lowered since keeps its leases, and may shorten or shrink them, but not make them
+//! longer or move them to where they were not while it is above.
 
 use std::collections::HashMap;
 
 use blazar_core::offer::{Budget, Ceiling, Counted};
-use blazar_core::quota::{self, Peak, QuotaExcess, QuotaKind, QuotaValues, Use};
+use blazar_core::quota::{self, QuotaExcess, QuotaKind, QuotaValues, Use};
 use blazar_core::reservation::{FLAVOR_INSTANCE, FLOATINGIP, VIRTUAL_INSTANCE};
 use blazar_core::time::truncate_to_minute;
 use blazar_core::{HostRecord, PHYSICAL_HOST, ReservationSpec, TimeWindow};
@@ -79,16 +80,13 @@ pub(crate) struct QuotaBaseline {
 /// A project's use over a lease's window, split into the lease's own and the others'.
 #[derive(Default)]
 struct Measure {
-    peaks: HashMap<QuotaKind, Peak>,
+    /// What counts toward each concurrent limit that applies.
+    uses: HashMap<QuotaKind, Vec<Use>>,
     /// Per month the window touches: (the month, others' host-hours, the lease's).
     months: Vec<(TimeWindow, f64, f64)>,
 }
 
 impl Measure {
-    fn peak_total(&self, kind: QuotaKind) -> f64 {
-        self.peaks.get(&kind).map_or(0.0, Peak::total)
-    }
-
     /// Each month's total, to look up: a window to the year 9999 has some 95,000 months,
     /// and searching them for each of as many months held the write transaction for
     /// seconds.
@@ -452,10 +450,10 @@ impl Service {
         }
         let mut measure = Measure::default();
         for kind in CONCURRENT {
-            if limits.limit(kind).is_some()
-                && let Some(p) = quota::peak(uses.get(&kind).map_or(&[][..], Vec::as_slice), window)
-            {
-                measure.peaks.insert(kind, p);
+            if limits.limit(kind).is_some() {
+                measure
+                    .uses
+                    .insert(kind, uses.remove(&kind).unwrap_or_default());
             }
         }
         if budget {
@@ -615,11 +613,13 @@ impl Service {
             .measure(tx, &limits, project_id, lease_id, window)
             .await?;
         for kind in CONCURRENT {
-            let (Some(limit), Some(p)) = (limits.limit(kind), measure.peaks.get(&kind)) else {
+            let (Some(limit), Some(after)) = (limits.limit(kind), measure.uses.get(&kind)) else {
                 continue;
             };
-            let before = baseline.map_or(0.0, |b| b.measure.peak_total(kind));
-            if p.total() > limit as f64 + 1e-9 && p.total() > before + 1e-9 {
+            let before = baseline
+                .and_then(|b| b.measure.uses.get(&kind))
+                .map_or(&[][..], Vec::as_slice);
+            if let Some(p) = quota::worse_past(before, after, window, limit as f64) {
                 excesses.push(QuotaExcess {
                     kind,
                     limit,
@@ -783,6 +783,16 @@ impl Service {
             }
             Ok(out)
         })
+    }
+
+    /// The rule a quota change needs, for the edge to check before it reads the body: a
+    /// caller who may not change quotas is refused whatever it sends.
+    pub fn authorize_quota_change(
+        &self,
+        identity: &Identity,
+        project_id: &str,
+    ) -> ServiceResult<()> {
+        self.authorize(QUOTAS_PUT, identity, &project_target(project_id))
     }
 
     /// Sets (`Some`) or clears (`None`) some of a project's overrides; the others stay.

@@ -167,9 +167,12 @@ async fn quotas_are_shown_set_and_removed_by_admins_and_read_by_their_project() 
         .collect();
     assert_eq!(mine, [json!("alpha")]);
     app.act_as("alpha", "u1", "member");
-    app.put("/v1/quotas/alpha", json!({"hosts": 9}))
-        .await
-        .assert_denied("blazar:quotas:put");
+    // Refused before the body is read, whatever it holds.
+    for body in [json!({"hosts": 9}), json!({}), json!({"hosts": "abc"})] {
+        app.put("/v1/quotas/alpha", body)
+            .await
+            .assert_denied("blazar:quotas:put");
+    }
     app.delete("/v1/quotas/alpha")
         .await
         .assert_denied("blazar:quotas:delete");
@@ -615,14 +618,79 @@ async fn updates_are_refused_with_400_only_for_what_they_make_worse() {
         )
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
-    // Longer than before, so the duration is refused; still one host, so hosts is not.
+    // Longer than before, so the duration is refused; and a host past the limit of none for
+    // the quarter hour it did not cover before.
+    let reasons: Vec<Value> = r.body["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["quota"].clone())
+        .collect();
     assert_eq!(
-        quota_reason(&r),
-        json!({"name": "max_lease_duration", "limit": 3600, "in_use": 0, "requested": 6300})
+        reasons,
+        [
+            json!({"name": "max_lease_duration", "limit": 3600, "in_use": 0,
+                   "requested": 6300}),
+            json!({"name": "hosts", "limit": 0, "in_use": 0, "requested": 1,
+                   "at": "2030-01-01T11:30:00.000000"}),
+        ],
+        "{}",
+        r.body
     );
     // A rename is never measured.
     let r = app
         .put(&format!("/v1/leases/{a}"), json!({"name": "renamed"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+}
+
+/// A project over a limit lowered since keeps what its leases hold, at each instant: it may
+/// shorten them, but not extend them or move them to times they did not cover, even where
+/// its peak stays the same.
+#[tokio::test]
+async fn a_lease_over_a_lowered_limit_may_not_be_made_longer_or_moved() {
+    let mut app = app_with_hosts(2, |_| {}).await;
+    app.put("/v1/quotas/alpha", json!({"hosts": 2})).await;
+    app.act_as("alpha", "u1", "member");
+    let a = app
+        .post(
+            "/v1/leases",
+            lease(
+                "a",
+                "2030-02-01 10:00",
+                "2030-02-01 12:00",
+                json!([hosts(2, "")]),
+            ),
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    let a = id_of(&a);
+    app.act_as_admin();
+    app.put("/v1/quotas/alpha", json!({"hosts": 1})).await;
+    app.act_as("alpha", "u1", "member");
+    for change in [
+        json!({"end_date": "2030-03-01 12:00"}),
+        json!({"start_date": "2030-01-20 10:00"}),
+        json!({"start_date": "2030-02-01 11:00", "end_date": "2030-02-01 13:00"}),
+    ] {
+        let r = app.put(&format!("/v1/leases/{a}"), change.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{change}: {}", r.body);
+        let reason = quota_reason(&r);
+        assert_eq!(
+            (&reason["name"], &reason["limit"], &reason["requested"]),
+            (&json!("hosts"), &json!(1), &json!(2)),
+            "{change}: {}",
+            r.body
+        );
+    }
+    let r = app.get(&format!("/v1/leases/{a}")).await;
+    assert_eq!(r.body["lease"]["start_date"], "2030-02-01T10:00:00.000000");
+    assert_eq!(r.body["lease"]["end_date"], "2030-02-01T12:00:00.000000");
+    let r = app
+        .put(
+            &format!("/v1/leases/{a}"),
+            json!({"start_date": "2030-02-01 10:30", "end_date": "2030-02-01 11:30"}),
+        )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
 }
