@@ -313,7 +313,7 @@ impl Auth {
         }
     }
 
-    fn unauthorized(&self) -> AuthFailure {
+    pub(crate) fn unauthorized(&self) -> AuthFailure {
         AuthFailure::Unauthorized {
             www_authenticate: match self {
                 Auth::Keystone(keystone) => {

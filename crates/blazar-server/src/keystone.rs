@@ -4,7 +4,11 @@
 //! A validated token is cached, keyed by its SHA-256 digest, until Keystone's `expires_at`;
 //! an entry older than the revalidation interval is checked with Keystone again before use,
 //! so a revoked token stops working within that interval. The cache is bounded: when full,
-//! expired entries go first, then the least recently validated.
+//! expired entries go first, then the least recently validated. A refused token is
+//! remembered as refused for the same interval, apart (a quarter of the size), so that a
+//! client repeating a bad token does not make every request a call to Keystone, and bad
+//! tokens never push good ones out. Requests that find the same token unknown or stale at
+//! once share one call to Keystone.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -86,7 +90,7 @@ pub enum Verdict {
     NotProjectScoped,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum KeystoneError {
     /// Keystone could not be reached or answered something unexpected.
     #[error("Keystone is unavailable: {0}")]
@@ -153,6 +157,9 @@ fn principal_of(data: TokenData) -> Result<Option<Principal>, KeystoneError> {
     }))
 }
 
+/// One validation of a token under way, shared by the requests that wait for it.
+type Asked = tokio::sync::OnceCell<Result<Verdict, KeystoneError>>;
+
 struct CacheEntry {
     principal: Arc<Principal>,
     checked_at: DateTime<Utc>,
@@ -163,6 +170,8 @@ struct CacheEntry {
 pub(crate) enum Cached {
     /// Validated within the revalidation interval.
     Fresh(Arc<Principal>),
+    /// Refused (`Invalid` or `NotProjectScoped`) within the revalidation interval.
+    Refused(Verdict),
     /// Validated, but long enough ago that Keystone must be asked again.
     Stale,
     /// Past its expiry: refused without asking Keystone.
@@ -170,10 +179,13 @@ pub(crate) enum Cached {
     Missing,
 }
 
-/// Validated tokens by the SHA-256 digest of the token (the token itself is not kept).
+/// Validated tokens by the SHA-256 digest of the token (the token itself is not kept), and
+/// refused ones apart.
 pub(crate) struct TokenCache {
     entries: HashMap<[u8; 32], CacheEntry>,
     capacity: usize,
+    /// Refused tokens: the refusal and when Keystone gave it.
+    refused: HashMap<[u8; 32], (Verdict, DateTime<Utc>)>,
 }
 
 impl TokenCache {
@@ -181,7 +193,28 @@ impl TokenCache {
         TokenCache {
             entries: HashMap::new(),
             capacity,
+            refused: HashMap::new(),
         }
+    }
+
+    /// Remembers Keystone's refusal of a token (forgetting it as valid).
+    pub(crate) fn refuse(&mut self, key: [u8; 32], verdict: Verdict, now: DateTime<Utc>) {
+        self.entries.remove(&key);
+        let capacity = self.capacity / 4;
+        if capacity == 0 {
+            return;
+        }
+        if !self.refused.contains_key(&key)
+            && self.refused.len() >= capacity
+            && let Some(oldest) = self
+                .refused
+                .iter()
+                .min_by_key(|(_, (_, at))| *at)
+                .map(|(k, _)| *k)
+        {
+            self.refused.remove(&oldest);
+        }
+        self.refused.insert(key, (verdict, now));
     }
 
     pub(crate) fn key(token: &str) -> [u8; 32] {
@@ -194,6 +227,12 @@ impl TokenCache {
         now: DateTime<Utc>,
         revalidate_after: chrono::Duration,
     ) -> Cached {
+        if let Some((verdict, at)) = self.refused.get(key) {
+            if now - *at < revalidate_after {
+                return Cached::Refused(verdict.clone());
+            }
+            self.refused.remove(key);
+        }
         let Some(entry) = self.entries.get(key) else {
             return Cached::Missing;
         };
@@ -223,6 +262,7 @@ impl TokenCache {
                 self.entries.remove(&oldest);
             }
         }
+        self.refused.remove(&key);
         self.entries.insert(
             key,
             CacheEntry {
@@ -230,10 +270,6 @@ impl TokenCache {
                 checked_at: now,
             },
         );
-    }
-
-    pub(crate) fn remove(&mut self, key: &[u8; 32]) {
-        self.entries.remove(key);
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -262,6 +298,9 @@ pub struct Keystone {
     clock: Arc<dyn Clock>,
     service_token: tokio::sync::Mutex<Option<ServiceToken>>,
     cache: Mutex<TokenCache>,
+    /// Validations under way, by token digest: requests for the same token wait for one
+    /// answer instead of each asking Keystone.
+    asking: Mutex<HashMap<[u8; 32], Arc<Asked>>>,
 }
 
 fn sensitive(value: &str) -> Result<HeaderValue, KeystoneError> {
@@ -281,6 +320,7 @@ impl Keystone {
         Ok(Keystone {
             url: v3_url(&settings.auth_url),
             cache: Mutex::new(TokenCache::new(settings.cache_size)),
+            asking: Mutex::new(HashMap::new()),
             settings,
             http,
             clock,
@@ -500,17 +540,35 @@ impl Keystone {
         };
         match cached {
             Cached::Fresh(principal) => return Ok(Verdict::Valid(principal)),
+            Cached::Refused(verdict) => return Ok(verdict),
             Cached::Expired => return Ok(Verdict::Invalid),
             Cached::Stale | Cached::Missing => {}
         }
-        let verdict = self.ask(token).await?;
-        if let Ok(mut cache) = self.cache.lock() {
-            match &verdict {
-                Verdict::Valid(principal) => cache.insert(key, principal.clone(), self.clock.now()),
-                Verdict::Invalid | Verdict::NotProjectScoped => cache.remove(&key),
-            }
+        let asked = match self.asking.lock() {
+            Ok(mut asking) => asking.entry(key).or_default().clone(),
+            Err(_) => Arc::default(),
+        };
+        let answer = asked
+            .get_or_init(|| async {
+                let verdict = self.ask(token).await;
+                if let (Ok(verdict), Ok(mut cache)) = (&verdict, self.cache.lock()) {
+                    let now = self.clock.now();
+                    match verdict {
+                        Verdict::Valid(principal) => cache.insert(key, principal.clone(), now),
+                        refused => cache.refuse(key, refused.clone(), now),
+                    }
+                }
+                verdict
+            })
+            .await
+            .clone();
+        // Answered: the next validation of this token reads the cache (or asks anew).
+        if let Ok(mut asking) = self.asking.lock()
+            && asking.get(&key).is_some_and(|a| Arc::ptr_eq(a, &asked))
+        {
+            asking.remove(&key);
         }
-        Ok(verdict)
+        answer
     }
 
     /// How many tokens are cached.
@@ -598,6 +656,50 @@ mod tests {
         let mut none = TokenCache::new(0);
         none.insert(TokenCache::key("a"), principal("a", 5), at(0));
         assert_eq!(none.len(), 0);
+    }
+
+    #[test]
+    fn refusals_are_remembered_apart_for_the_revalidation_interval() {
+        let mut cache = TokenCache::new(8);
+        let revalidate = chrono::Duration::minutes(1);
+        let bad = TokenCache::key("bad");
+        cache.refuse(bad, Verdict::Invalid, at(0));
+        assert_eq!(
+            cache.lookup(&bad, at(0), revalidate),
+            Cached::Refused(Verdict::Invalid)
+        );
+        // Asked again after the interval.
+        assert_eq!(cache.lookup(&bad, at(1), revalidate), Cached::Missing);
+        // A valid token refused since (revoked) is refused; valid again replaces it.
+        let good = TokenCache::key("good");
+        cache.insert(good, principal("u", 50), at(2));
+        cache.refuse(good, Verdict::NotProjectScoped, at(2));
+        assert_eq!(
+            cache.lookup(&good, at(2), revalidate),
+            Cached::Refused(Verdict::NotProjectScoped)
+        );
+        cache.insert(good, principal("u", 50), at(3));
+        assert!(matches!(
+            cache.lookup(&good, at(3), revalidate),
+            Cached::Fresh(_)
+        ));
+        // Refusals take a quarter of the room (2 of 8), oldest out first, and never push a
+        // valid token out.
+        for (i, t) in ["r1", "r2", "r3"].iter().enumerate() {
+            cache.refuse(TokenCache::key(t), Verdict::Invalid, at(3 + i as i64));
+        }
+        assert_eq!(
+            cache.lookup(
+                &TokenCache::key("r1"),
+                at(5),
+                chrono::Duration::minutes(100)
+            ),
+            Cached::Missing
+        );
+        assert!(matches!(
+            cache.lookup(&good, at(3), revalidate),
+            Cached::Fresh(_)
+        ));
     }
 
     #[test]

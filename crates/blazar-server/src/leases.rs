@@ -260,6 +260,7 @@ pub async fn show_lease(
     Caller(identity): Caller,
     Path(id): Path<String>,
     Query(query): Query,
+    headers: axum::http::HeaderMap,
 ) -> ApiResult<axum::response::Response> {
     let (lease, waited) = match query.get("wait_for") {
         None => (state.service.get_lease(&identity, &id).await?, None),
@@ -293,10 +294,20 @@ pub async fn show_lease(
                 return Ok(crate::error::too_many_waiters());
             };
             let mut stopping = state.stopping.clone();
+            let began = std::time::Instant::now();
             let lease = tokio::select! {
                 waited = state.service.wait_for_lease(&identity, &id, target, timeout) => waited?,
                 () = stopped(&mut stopping) => state.service.get_lease(&identity, &id).await?,
             };
+            // A wait past the token recheck interval asks who the caller is again before it
+            // answers, as an event stream does: a token revoked meanwhile gets its 401.
+            if began.elapsed() >= state.observe.recheck {
+                match state.auth.identify(&headers).await {
+                    Ok(now) if now == identity => {}
+                    Ok(_) => return Ok(state.auth.unauthorized().into_response()),
+                    Err(failure) => return Ok(failure.into_response()),
+                }
+            }
             (lease, Some(target))
         }
     };

@@ -43,7 +43,8 @@ impl Service {
         project_id: Option<String>,
         description: String,
     ) -> ServiceResult<IssuedFeed> {
-        self.authorize_own("blazar:leases:get", identity)?;
+        // A write: the rule of lease creates (members and admins; not readers).
+        self.authorize_own("blazar:leases:post", identity)?;
         let project_id = match project_id.map(|p| p.trim().to_string()) {
             Some(p) if p.is_empty() => {
                 return Err(ServiceError::BadRequest(
@@ -102,7 +103,7 @@ impl Service {
     /// Deletes a feed, which revokes its URL. Another project's feed is not found, unless
     /// the caller is an admin.
     pub async fn delete_ical_feed(&self, identity: &Identity, id: &str) -> ServiceResult<()> {
-        self.authorize_own("blazar:leases:get", identity)?;
+        self.authorize_own("blazar:leases:post", identity)?;
         let admin = self.is_admin(identity);
         let deleted = in_tx!(self, write, |tx| {
             let visible = tx

@@ -359,7 +359,8 @@ impl Service {
         identity: &Identity,
         new: NewWebhook,
     ) -> ServiceResult<Webhook> {
-        self.authorize_own("blazar:leases:get", identity)?;
+        // A write: the rule of lease creates (members and admins; not readers).
+        self.authorize_own("blazar:leases:post", identity)?;
         let admin = self.is_admin(identity);
         let project_id = match (
             new.all_projects,
@@ -454,6 +455,7 @@ impl Service {
     /// Removes a webhook and its deliveries, sent or not.
     pub async fn delete_webhook(&self, identity: &Identity, id: &str) -> ServiceResult<()> {
         let webhook = self.visible_webhook(identity, id).await?;
+        self.authorize_own("blazar:leases:post", identity)?;
         let deleted = in_tx!(self, write, |tx| { Ok(tx.delete_webhook(id).await?) })?;
         if !deleted {
             // A concurrent delete got there first: one of them says it deleted it.
@@ -508,6 +510,7 @@ impl Service {
         notification_id: &str,
     ) -> ServiceResult<()> {
         self.visible_webhook(identity, id).await?;
+        self.authorize_own("blazar:leases:post", identity)?;
         let now = self.now();
         let offered = in_tx!(self, write, |tx| {
             // Under the claims' lock: a claim that read the delivery's attempts before the

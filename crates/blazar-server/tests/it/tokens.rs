@@ -195,6 +195,76 @@ async fn revoking_a_token_ends_its_open_event_stream() {
     assert_eq!(again.status(), StatusCode::UNAUTHORIZED);
 }
 
+/// A long poll (`?wait_for`) is held to the same: one that waited past the revalidation
+/// interval asks again before it answers, and a token revoked meanwhile gets its 401.
+#[tokio::test]
+async fn a_long_poll_whose_token_was_revoked_meanwhile_answers_401() {
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    let app = crate::harness::TestApp::builder()
+        .auth_with(tokens_app_auth(clock))
+        .configure(|cli| cli.token_revalidate_seconds = Some(1))
+        .spawn()
+        .await;
+    let issue = |roles: &[&str]| {
+        tokens::issue(
+            app.store(),
+            NewToken {
+                project_id: "p".into(),
+                user_id: None,
+                roles: roles.iter().map(|r| r.to_string()).collect(),
+                description: String::new(),
+                expires_at: None,
+            },
+            Utc::now(),
+        )
+    };
+    let admin = issue(&["admin"]).await.unwrap();
+    let host = app
+        .client
+        .post(format!("{}/v1/os-hosts", app.base))
+        .header("X-Auth-Token", &admin.token)
+        .json(&serde_json::json!({"name": "compute-1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(host.status(), StatusCode::CREATED);
+    let token = issue(&["member"]).await.unwrap();
+    let created = app
+        .client
+        .post(format!("{}/v1/leases", app.base))
+        .header("X-Auth-Token", &token.token)
+        .json(
+            &serde_json::json!({"name": "w", "start_date": "2030-01-01 10:00",
+            "end_date": "2030-01-01 12:00", "events": [],
+            "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
+                "hypervisor_properties": "", "resource_properties": ""}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let lease: serde_json::Value = created.json().await.unwrap();
+    let id = lease["lease"]["id"].as_str().unwrap().to_string();
+    let poll = app
+        .client
+        .get(format!(
+            "{}/v1/leases/{id}?wait_for=ACTIVE&timeout=3",
+            app.base
+        ))
+        .header("X-Auth-Token", &token.token)
+        .send();
+    let revoke = async {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert!(
+            tokens::revoke(app.store(), &token.row.id, Utc::now())
+                .await
+                .unwrap()
+        );
+    };
+    let (answer, ()) = tokio::join!(poll, revoke);
+    assert_eq!(answer.unwrap().status(), StatusCode::UNAUTHORIZED);
+}
+
 #[tokio::test]
 async fn the_cli_manages_tokens_of_a_running_server_and_no_token_reaches_the_logs() {
     let db = TestDatabase::new().await;

@@ -1023,3 +1023,52 @@ async fn lowered_attempts_keep_the_last_result_of_a_delivery_they_end() {
         "gave up after 1 attempts, the 1 now allowed; the last: 500"
     );
 }
+
+/// Webhooks and calendar feeds are a project's outward channels: its readers may list them,
+/// only its members (and admins) make, delete or redeliver them.
+#[tokio::test]
+async fn readers_see_webhooks_and_feeds_but_only_members_change_them() {
+    let (mut app, _receiver, hook_id, _lease) = failing_hook(None).await;
+    assert_eq!(deliver(&app).await.retried, 1);
+    let pending = listed_deliveries(&app, &hook_id, "?status=pending").await;
+    let delivery = pending.body["deliveries"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let feed = app
+        .post("/v1/ical-feeds", json!({"description": "team"}))
+        .await;
+    feed.assert_status(StatusCode::CREATED);
+    let feed_id = feed.body["ical_feed"]["id"].as_str().unwrap().to_string();
+
+    app.act_as("alpha", "alpha-reader", "reader");
+    app.get("/v1/webhooks").await.assert_status(StatusCode::OK);
+    app.get(&format!("/v1/webhooks/{hook_id}/deliveries"))
+        .await
+        .assert_status(StatusCode::OK);
+    app.get("/v1/ical-feeds")
+        .await
+        .assert_status(StatusCode::OK);
+    for r in [
+        app.post("/v1/webhooks", json!({"url": "https://example.org/r"}))
+            .await,
+        app.delete(&format!("/v1/webhooks/{hook_id}")).await,
+        app.post(
+            &format!("/v1/webhooks/{hook_id}/deliveries/{delivery}/redeliver"),
+            json!({}),
+        )
+        .await,
+        app.post("/v1/ical-feeds", json!({"description": "mine"}))
+            .await,
+        app.delete(&format!("/v1/ical-feeds/{feed_id}")).await,
+    ] {
+        r.assert_status(StatusCode::FORBIDDEN);
+    }
+    app.act_as("alpha", "alpha-user", "member");
+    app.get(&format!("/v1/webhooks/{hook_id}"))
+        .await
+        .assert_status(StatusCode::OK);
+    app.delete(&format!("/v1/ical-feeds/{feed_id}"))
+        .await
+        .assert_status(StatusCode::NO_CONTENT);
+}
