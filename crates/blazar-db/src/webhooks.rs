@@ -31,13 +31,18 @@ fn webhook_from_row(row: &AnyRow) -> DbResult<Webhook> {
 /// The statement writing a pending delivery of notification `n` (the one row of `source`
 /// aliased `n`, or the rows a caller's condition leaves) to every webhook of the
 /// project given by the placeholder `project`, or of every project, that takes its event
-/// type; `request` is the placeholder of the request id the deliveries carry.
+/// type; `request` is the placeholder of the request id the deliveries carry. A delivery
+/// queued behind an earlier one of its lease is due when that one is (the claim passes
+/// over it until then, so it need not be looked at on every poll of a failing endpoint).
 pub(crate) fn fan_out(source: &str, project: &str, request: &str) -> String {
     format!(
         "INSERT INTO webhook_deliveries (webhook_id, notification_id, seq, lease_id, status, \
              attempts, next_attempt_at, request_id, created_at) \
-         SELECT w.id, n.id, n.written, n.lease_id, 'pending', 0, n.created_at, {request}, \
-                n.created_at \
+         SELECT w.id, n.id, n.written, n.lease_id, 'pending', 0, \
+                COALESCE((SELECT h.next_attempt_at FROM webhook_deliveries h \
+                          WHERE h.webhook_id = w.id AND h.lease_id = n.lease_id \
+                          AND h.status = 'pending' ORDER BY h.seq LIMIT 1), n.created_at), \
+                {request}, n.created_at \
          FROM webhooks w, {source} \
          WHERE (w.project_id IS NULL OR w.project_id = {project}) \
          AND (NOT EXISTS (SELECT 1 FROM webhook_event_types t WHERE t.webhook_id = w.id) \

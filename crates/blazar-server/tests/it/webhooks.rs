@@ -466,11 +466,18 @@ async fn failures_back_off_die_and_are_redelivered_in_lease_order() {
 #[tokio::test]
 async fn deliveries_behind_a_failing_one_wait_as_long_as_it_does() {
     let (app, receiver, hook_id, lease) = failing_hook(None).await;
+    // One queued before the failure, one after it.
+    app.put(
+        &format!("/v1/leases/{lease}"),
+        json!({"end_date": "2030-01-01 13:00"}),
+    )
+    .await
+    .assert_status(StatusCode::OK);
+    let start = app.service.now();
+    assert_eq!(deliver(&app).await.retried, 1);
     app.delete(&format!("/v1/leases/{lease}"))
         .await
         .assert_status(StatusCode::NO_CONTENT);
-    let start = app.service.now();
-    assert_eq!(deliver(&app).await.retried, 1);
     let pending = listed_deliveries(&app, &hook_id, "?status=pending").await;
     let times: Vec<(&str, &str)> = pending.body["deliveries"]
         .as_array()
@@ -484,25 +491,33 @@ async fn deliveries_behind_a_failing_one_wait_as_long_as_it_does() {
         })
         .collect();
     let retry = blazar_api::dates::format_space(start + TimeDelta::seconds(60));
-    assert_eq!(times.len(), 2, "{}", pending.body);
+    assert_eq!(times.len(), 3, "{}", pending.body);
     assert!(
         times.iter().all(|(_, at)| *at == retry),
-        "both wait for the retry at {retry}: {times:?}"
+        "all wait for the retry at {retry}: {times:?}"
     );
 
     receiver.answer(200);
     app.set_time(start + TimeDelta::seconds(60));
     assert_eq!(
         deliver(&app).await.delivered,
-        2,
-        "the create, then the delete"
+        3,
+        "the create, the update, then the delete"
     );
     let kinds: Vec<String> = receiver
         .at("/hook")
         .iter()
         .map(|r| r.event.clone())
         .collect();
-    assert_eq!(kinds, ["lease.create", "lease.create", "lease.delete"]);
+    assert_eq!(
+        kinds,
+        [
+            "lease.create",
+            "lease.create",
+            "lease.update",
+            "lease.delete"
+        ]
+    );
 }
 
 #[tokio::test]
