@@ -28,7 +28,10 @@ pub async fn list_leases(
     Caller(identity): Caller,
     Query(query): Query,
 ) -> ApiResult<impl IntoResponse> {
-    if let Some(status) = query.get("status")
+    // Blazar takes no filter here (it lists every lease whatever the query): an empty
+    // value filters nothing, as if it were not given.
+    let given = |key: &str| query.get(key).filter(|v| !v.is_empty()).cloned();
+    if let Some(status) = given("status")
         && status.parse::<LeaseStatus>().is_err()
     {
         let known: Vec<&str> = LeaseStatus::ALL.iter().map(|s| s.as_str()).collect();
@@ -38,10 +41,10 @@ pub async fn list_leases(
         )));
     }
     let filter = LeaseFilter {
-        project_id: query.get("project_id").cloned(),
-        user_id: query.get("user_id").cloned(),
-        status: query.get("status").cloned(),
-        name: query.get("name").cloned(),
+        project_id: given("project_id"),
+        user_id: given("user_id"),
+        status: given("status"),
+        name: given("name"),
         ..LeaseFilter::default()
     };
     let list = state.service.lease_list(&identity, &filter).await?;

@@ -112,11 +112,25 @@ pub(crate) fn as_text(key: &str, value: &Value) -> ServiceResult<String> {
             crate::check_text(key, s, false)?;
             Ok(s.clone())
         }
-        Value::Number(n) => Ok(n.to_string()),
-        Value::Bool(b) => Ok(if *b { "True" } else { "False" }.to_string()),
+        // As Blazar on MySQL stores them: a boolean as 1 or 0, a whole number without a
+        // fraction (1.0 and 1e3 are 1 and 1000), so that queries match the same hosts.
+        Value::Number(n) => Ok(number_text(n)),
+        Value::Bool(b) => Ok(if *b { "1" } else { "0" }.to_string()),
         other => Err(ServiceError::BadRequest(format!(
             "Malformed parameter {key}: expected a string, a number or a boolean, got {other}"
         ))),
+    }
+}
+
+/// A JSON number as text: whole numbers (within what a double holds exactly) without a
+/// fraction or exponent, others as JSON writes them.
+fn number_text(n: &serde_json::Number) -> String {
+    match n.as_f64() {
+        Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => {
+            // Exact: a whole number below 2^53.
+            (f as i64).to_string()
+        }
+        _ => n.to_string(),
     }
 }
 

@@ -546,10 +546,12 @@ pub(crate) fn check_flavor(flavor: &Flavor) -> ServiceResult<()> {
     Ok(())
 }
 
+/// Whether `host` has trait `name`: a capability of that name set to true (`true` in any
+/// case, or `1`, as a JSON `true` is stored).
 pub(crate) fn has_trait(host: &HostRecord, name: &str) -> bool {
     host.capabilities
         .get(name)
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
 
 #[cfg(test)]

@@ -215,6 +215,36 @@ async fn update_host_capabilities_facts_and_maintenance() {
     // A null value removes a capability.
     let r = app.put(&path, json!({"owner": null})).await;
     assert!(r.body["host"].get("owner").is_none());
+    // JSON booleans and numbers are kept as Blazar keeps them (on MySQL), so that the same
+    // queries match the same hosts.
+    let r = app
+        .put(
+            &path,
+            json!({"flag": true, "off": false, "one": 1.0, "k": 1e3, "half": 1.5, "n": -0.0}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    for (key, text) in [
+        ("flag", "1"),
+        ("off", "0"),
+        ("one", "1"),
+        ("k", "1000"),
+        ("half", "1.5"),
+        ("n", "0"),
+    ] {
+        assert_eq!(r.body["host"][key], text, "{key}: {}", r.body);
+    }
+    let r = app
+        .host_lease(
+            "flagged",
+            "2030-01-01 10:00",
+            "2030-01-01 11:00",
+            1,
+            1,
+            r#"["and", ["==", "$flag", "1"], ["==", "$off", "0"]]"#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     // Facts and maintenance.
     let r = app
         .put(&path, json!({"vcpus": 32, "reservable": false}))

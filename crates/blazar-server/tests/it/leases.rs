@@ -575,6 +575,16 @@ async fn list_filters_and_project_isolation() {
     let bad = app.get("/v1/leases?status=SLEEPING").await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert!(bad.message().contains("Invalid lease status SLEEPING"));
+    // An empty value filters nothing (Blazar lists every lease whatever the query).
+    assert_eq!(
+        app.get("/v1/leases?name=&status=&project_id=&user_id=")
+            .await
+            .body["leases"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
 }
 
 #[tokio::test]

@@ -396,7 +396,7 @@ async fn pages_follow_the_marker_in_id_order() {
     let t = timeline(&app, "/v1/os-hosts/timeline").await;
     assert_eq!(page(&t), (ids.clone(), Value::Null));
     // With a query, pages count matching resources only; the marker still places them.
-    let gpu = encode(r#"["==", "$gpu", "True"]"#);
+    let gpu = encode(r#"["==", "$gpu", "1"]"#);
     let t = timeline(&app, &format!("/v1/os-hosts/timeline?limit=2&query={gpu}")).await;
     assert_eq!(
         page(&t),
