@@ -1270,7 +1270,10 @@ impl Service {
         let identity = &owner;
         // Advice, booked later: see `offers`.
         let now = blazar_core::time::first_whole_minute(self.now());
-        let minutes = (retry.window.end() - retry.window.start()).num_minutes();
+        // Whole minutes, rounded up: a window from `now` (seconds included) asked for its
+        // last part-minute too, and advice is at least as long as what was asked.
+        let seconds = (retry.window.end() - retry.window.start()).num_seconds();
+        let minutes = (seconds + 59).div_euclid(60);
         let longest = Duration::days(crate::offers::MAX_SEARCH_DAYS).num_minutes();
         if retry.started || !(1..=longest).contains(&minutes) {
             return ServiceError::Refused(refused);

@@ -174,6 +174,45 @@ async fn a_host_handed_to_a_reservation_twice_has_two_periods_on_record() {
     );
 }
 
+/// A refused lease starting `now` at a second of its minute (after an early end) is advised
+/// a window at least as long as it asked for: its part-minute counts as a minute.
+#[tokio::test]
+async fn advice_for_a_lease_from_a_second_of_the_minute_is_as_long_as_asked() {
+    let app = TestApp::spawn().await;
+    app.create_host("compute-1", json!({})).await;
+    app.set_time(t(2030, 1, 1, 10, 0));
+    let r = app
+        .host_lease("early", "now", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = lease_id(&r.body);
+    app.tick_at(t(2030, 1, 1, 10, 0) + chrono::Duration::seconds(1))
+        .await;
+    app.set_time(t(2030, 1, 1, 10, 0) + chrono::Duration::seconds(20));
+    let r = app
+        .put(&format!("/v1/leases/{id}"), json!({"end_date": "now"}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    app.tick_at(t(2030, 1, 1, 10, 0) + chrono::Duration::seconds(21))
+        .await;
+    let r = app
+        .host_lease("later", "2030-01-01 10:01", "2030-01-01 10:10", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.set_time(t(2030, 1, 1, 10, 0) + chrono::Duration::seconds(30));
+    let r = app
+        .host_lease("refused", "now", "2030-01-01 10:03", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert_eq!(
+        r.body["reasons"][0]["next_offer"],
+        json!({"start_date": "2030-01-01T10:10:00.000000",
+               "end_date": "2030-01-01T10:13:00.000000"}),
+        "{}",
+        r.body
+    );
+}
+
 #[tokio::test]
 async fn a_lease_starting_now_is_active_after_one_tick() {
     let app = TestApp::spawn().await;
