@@ -148,6 +148,10 @@ pub struct UpdateArgs {
     /// update (the lease as it would be, or why not) and writes nothing
     #[arg(long)]
     dry_run: bool,
+    /// How to print the lease (the one a dry run would leave, or the updated one); the
+    /// default table prints only `Updated lease: <id>`, as Blazar's client does
+    #[command(flatten)]
+    out: ShowOutput,
 }
 
 /// Delete a lease
@@ -645,15 +649,26 @@ pub async fn update(ctx: &Context, args: UpdateArgs) -> CliResult {
             }
             Err(e) => return Err(e.into()),
         };
-        let table = show_object(ctx, lease, &ShowOutput::table())?;
-        emit(&format!(
-            "Would update lease {}:\n{table}{DRY_RUN_NOTE}",
-            args.id
-        ));
+        let table = show_object(ctx, lease, &args.out)?;
+        if args.out.format == super::output::ShowFormat::Table {
+            emit(&format!(
+                "Would update lease {}:\n{table}{DRY_RUN_NOTE}",
+                args.id
+            ));
+        } else {
+            // A machine format stays parseable: what a person reads goes to stderr.
+            eprintln!("Would update lease {}:", args.id);
+            emit(&table);
+            eprint!("{DRY_RUN_NOTE}");
+        }
         return Ok(());
     }
-    let _: Value = ctx.client.put(&path, "lease", &changes).await?;
-    emit(&format!("Updated lease: {}\n", args.id));
+    let lease: Map<String, Value> = ctx.client.put(&path, "lease", &changes).await?;
+    if args.out.format == super::output::ShowFormat::Table {
+        emit(&format!("Updated lease: {}\n", args.id));
+    } else {
+        emit(&show_object(ctx, lease, &args.out)?);
+    }
     Ok(())
 }
 

@@ -79,23 +79,6 @@ pub struct ShowOutput {
     pub table: TableArgs,
 }
 
-impl ShowOutput {
-    /// A table of every field, for commands that take no output options.
-    pub fn table() -> ShowOutput {
-        ShowOutput {
-            format: ShowFormat::Table,
-            columns: Vec::new(),
-            noindent: false,
-            prefix: String::new(),
-            table: TableArgs {
-                max_width: 0,
-                fit_width: false,
-                print_empty: false,
-            },
-        }
-    }
-}
-
 /// Options of commands that list objects.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Output formatters")]

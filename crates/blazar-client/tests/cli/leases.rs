@@ -369,6 +369,25 @@ async fn dry_runs_and_explained_refusals() {
             .stdout
             .ends_with("Dry run: nothing was written.\n")
     );
+    // In a machine format only the lease is on stdout.
+    let as_json = s
+        .blazar(&[
+            "lease-update",
+            "--prolong-for",
+            "8h",
+            "--dry-run",
+            "-f",
+            "json",
+            "demo",
+        ])
+        .await;
+    let lease: serde_json::Value = serde_json::from_str(as_json.ok()).unwrap();
+    assert_eq!(lease["end_date"], "2030-01-01T20:00:00.000000", "{lease}");
+    assert!(
+        as_json.stderr.contains("Dry run: nothing was written."),
+        "{}",
+        as_json.stderr
+    );
     let end = s
         .blazar(&["lease-show", "-f", "value", "-c", "end_date", "demo"])
         .await;
