@@ -160,6 +160,29 @@ fn principal_of(data: TokenData) -> Result<Option<Principal>, KeystoneError> {
 /// One validation of a token under way, shared by the requests that wait for it.
 type Asked = tokio::sync::OnceCell<Result<Verdict, KeystoneError>>;
 
+/// A request's part in a shared validation. Dropped, it takes the validation out of the
+/// map once it is answered (the next validation of the token reads the cache, or asks
+/// anew) or once no other request waits on it: a request whose client went away before
+/// the answer must not leave its entry behind.
+struct AskingTurn<'a> {
+    asking: &'a Mutex<HashMap<[u8; 32], Arc<Asked>>>,
+    key: [u8; 32],
+    asked: Arc<Asked>,
+}
+
+impl Drop for AskingTurn<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut asking) = self.asking.lock()
+            && let Some(current) = asking.get(&self.key)
+            && Arc::ptr_eq(current, &self.asked)
+            // The map's and this turn's: nobody else waits.
+            && (self.asked.initialized() || Arc::strong_count(&self.asked) <= 2)
+        {
+            asking.remove(&self.key);
+        }
+    }
+}
+
 struct CacheEntry {
     principal: Arc<Principal>,
     checked_at: DateTime<Utc>,
@@ -548,7 +571,14 @@ impl Keystone {
             Ok(mut asking) => asking.entry(key).or_default().clone(),
             Err(_) => Arc::default(),
         };
-        let answer = asked
+        // However this request ends (answered, or dropped with its client), the entry goes
+        // once nobody waits on it any more.
+        let turn = AskingTurn {
+            asking: &self.asking,
+            key,
+            asked,
+        };
+        turn.asked
             .get_or_init(|| async {
                 let verdict = self.ask(token).await;
                 if let (Ok(verdict), Ok(mut cache)) = (&verdict, self.cache.lock()) {
@@ -561,14 +591,7 @@ impl Keystone {
                 verdict
             })
             .await
-            .clone();
-        // Answered: the next validation of this token reads the cache (or asks anew).
-        if let Ok(mut asking) = self.asking.lock()
-            && asking.get(&key).is_some_and(|a| Arc::ptr_eq(a, &asked))
-        {
-            asking.remove(&key);
-        }
-        answer
+            .clone()
     }
 
     /// How many tokens are cached.
@@ -700,6 +723,35 @@ mod tests {
             cache.lookup(&good, at(3), revalidate),
             Cached::Fresh(_)
         ));
+    }
+
+    #[test]
+    fn a_shared_validation_leaves_the_map_once_answered_or_abandoned() {
+        let asking: Mutex<HashMap<[u8; 32], Arc<Asked>>> = Mutex::new(HashMap::new());
+        let key = TokenCache::key("t");
+        let join = || {
+            let asked = asking.lock().unwrap().entry(key).or_default().clone();
+            AskingTurn {
+                asking: &asking,
+                key,
+                asked,
+            }
+        };
+        // Abandoned by its only request: gone.
+        drop(join());
+        assert!(asking.lock().unwrap().is_empty());
+        // Abandoned by one of two: kept for the other, gone with it.
+        let (first, second) = (join(), join());
+        drop(first);
+        assert_eq!(asking.lock().unwrap().len(), 1);
+        drop(second);
+        assert!(asking.lock().unwrap().is_empty());
+        // Answered: gone with the first request that leaves, whoever still holds it.
+        let (first, second) = (join(), join());
+        first.asked.set(Ok(Verdict::Invalid)).unwrap();
+        drop(first);
+        assert!(asking.lock().unwrap().is_empty());
+        assert!(matches!(second.asked.get(), Some(Ok(Verdict::Invalid))));
     }
 
     #[test]
