@@ -143,16 +143,21 @@ async fn expired_revoked_and_forged_tokens_are_refused() {
     );
 }
 
+/// A server in tokens mode that checks a token again after a second.
+async fn rechecking_tokens_app() -> crate::harness::TestApp {
+    let clock = Arc::new(ManualClock::new(Utc::now()));
+    crate::harness::TestApp::builder()
+        .auth_with(tokens_app_auth(clock))
+        .configure(|cli| cli.token_revalidate_seconds = Some(1))
+        .spawn()
+        .await
+}
+
 /// An open event stream is held to what a request is: revoking its token ends it within the
 /// revalidation interval, and the client cannot open it again with that token.
 #[tokio::test]
 async fn revoking_a_token_ends_its_open_event_stream() {
-    let clock = Arc::new(ManualClock::new(Utc::now()));
-    let app = crate::harness::TestApp::builder()
-        .auth_with(tokens_app_auth(clock))
-        .configure(|cli| cli.token_revalidate_seconds = Some(1))
-        .spawn()
-        .await;
+    let app = rechecking_tokens_app().await;
     let issue = || {
         tokens::issue(
             app.store(),
@@ -199,12 +204,7 @@ async fn revoking_a_token_ends_its_open_event_stream() {
 /// interval asks again before it answers, and a token revoked meanwhile gets its 401.
 #[tokio::test]
 async fn a_long_poll_whose_token_was_revoked_meanwhile_answers_401() {
-    let clock = Arc::new(ManualClock::new(Utc::now()));
-    let app = crate::harness::TestApp::builder()
-        .auth_with(tokens_app_auth(clock))
-        .configure(|cli| cli.token_revalidate_seconds = Some(1))
-        .spawn()
-        .await;
+    let app = rechecking_tokens_app().await;
     let issue = |roles: &[&str]| {
         tokens::issue(
             app.store(),
