@@ -802,7 +802,7 @@ impl Service {
         project_id: &str,
         changes: &[(QuotaKind, Option<i64>)],
     ) -> ServiceResult<ProjectQuota> {
-        self.authorize(QUOTAS_PUT, identity, &project_target(project_id))?;
+        self.authorize_quota_change(identity, project_id)?;
         crate::check_project_id(project_id)?;
         for (kind, value) in changes {
             if let Some(v) = value

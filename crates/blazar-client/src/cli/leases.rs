@@ -249,6 +249,26 @@ pub async fn show(ctx: &Context, args: ShowArgs) -> CliResult {
 /// The line after a dry run's lease.
 const DRY_RUN_NOTE: &str = "Dry run: nothing was written.\n";
 
+/// Prints a dry run's answer: `heading`, the lease as `out` formats it, and the note. In a
+/// machine format only the lease goes to stdout (what a person reads goes to stderr), so
+/// that it stays parseable.
+fn emit_dry_run(
+    heading: &str,
+    lease: Map<String, Value>,
+    ctx: &Context,
+    out: &ShowOutput,
+) -> CliResult<()> {
+    let table = show_object(ctx, lease, out)?;
+    if out.format == super::output::ShowFormat::Table {
+        emit(&format!("{heading}\n{table}{DRY_RUN_NOTE}"));
+    } else {
+        eprintln!("{heading}");
+        emit(&table);
+        eprint!("{DRY_RUN_NOTE}");
+    }
+    Ok(())
+}
+
 /// Why the server refused a lease create or update, one line per reason, for after its
 /// message. Dates are Blazar's, in UTC.
 pub fn describe_reasons(reasons: &[RefusalReason]) -> String {
@@ -469,15 +489,7 @@ async fn submit(
             .client
             .post("/leases?dry_run=true", "lease", request)
             .await?;
-        let table = show_object(ctx, lease, &args.out)?;
-        if args.out.format == super::output::ShowFormat::Table {
-            emit(&format!("Would create a new lease:\n{table}{DRY_RUN_NOTE}"));
-        } else {
-            // A machine format stays parseable: what a person reads goes to stderr.
-            eprintln!("Would create a new lease:");
-            emit(&table);
-            eprint!("{DRY_RUN_NOTE}");
-        }
+        emit_dry_run("Would create a new lease:", lease, ctx, &args.out)?;
         return Ok(0);
     }
     let lease: Map<String, Value> = ctx.client.post("/leases", "lease", request).await?;
@@ -649,18 +661,12 @@ pub async fn update(ctx: &Context, args: UpdateArgs) -> CliResult {
             }
             Err(e) => return Err(e.into()),
         };
-        let table = show_object(ctx, lease, &args.out)?;
-        if args.out.format == super::output::ShowFormat::Table {
-            emit(&format!(
-                "Would update lease {}:\n{table}{DRY_RUN_NOTE}",
-                args.id
-            ));
-        } else {
-            // A machine format stays parseable: what a person reads goes to stderr.
-            eprintln!("Would update lease {}:", args.id);
-            emit(&table);
-            eprint!("{DRY_RUN_NOTE}");
-        }
+        emit_dry_run(
+            &format!("Would update lease {}:", args.id),
+            lease,
+            ctx,
+            &args.out,
+        )?;
         return Ok(());
     }
     let lease: Map<String, Value> = ctx.client.put(&path, "lease", &changes).await?;
