@@ -1514,8 +1514,9 @@ async fn an_end_deletes_again_a_server_whose_delete_failed() {
         "Nova deleted the server with Placement down: nothing failed"
     );
     let (status, actions) = lease_status(&app, &lease_id).await;
+    // Ended in the one attempt the tick ran: without the delete asked again, that attempt
+    // waits out the 180 s and fails, and the lease is still TERMINATING (no timing asserted).
     assert_eq!(status, "TERMINATED", "after {took:?}: {actions}");
-    assert!(took < Duration::from_secs(150), "{took:?}");
     let gone = compute(&admin, Method::GET, "/servers?all_tenants=1", None).await;
     assert!(gone["servers"].as_array().unwrap().is_empty(), "{gone}");
     assert!(nova.find_aggregate(&rid).await.unwrap().is_none());
