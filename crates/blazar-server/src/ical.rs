@@ -139,10 +139,17 @@ pub fn render(feed: &IcalFeed, leases: &[LeaseView]) -> String {
             if lease.degraded { ", degraded" } else { "" }
         );
         for r in &view.reservations {
+            // What was granted stays the figure after a loss; whether it is all still there
+            // is the reservation's `missing_resources`.
             description.push_str(&format!(
-                "\n{}: {} granted",
+                "\n{}: {} granted{}",
                 r.spec.resource_type(),
-                r.granted_units
+                r.granted_units,
+                if r.missing_resources {
+                    ", some of it lost"
+                } else {
+                    ""
+                }
             ));
         }
         doc.line(&format!("DESCRIPTION:{}", escape(&description)));
@@ -184,13 +191,19 @@ fn stamp(t: DateTime<Utc>) -> String {
 /// kept (TEXT allows it), other control characters are not.
 fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
         match c {
             '\\' => out.push_str("\\\\"),
             ';' => out.push_str("\\;"),
             ',' => out.push_str("\\,"),
             '\n' => out.push_str("\\n"),
-            '\r' => {}
+            // A line break however written: CRLF, or a CR alone (old Mac text).
+            '\r' => {
+                if chars.peek() != Some(&'\n') {
+                    out.push_str("\\n");
+                }
+            }
             '\t' => out.push('\t'),
             c if c.is_control() => {}
             c => out.push(c),
@@ -258,5 +271,7 @@ mod tests {
     fn text_is_escaped() {
         assert_eq!(escape("a;b,c\\d\ne"), "a\\;b\\,c\\\\d\\ne");
         assert_eq!(escape("build\tnightly\u{7}"), "build\tnightly");
+        // Every way of writing a line break is one escaped break.
+        assert_eq!(escape("a\r\nb\rc\nd\r"), "a\\nb\\nc\\nd\\n");
     }
 }

@@ -236,3 +236,47 @@ async fn a_feed_polled_again_is_not_sent_again_until_a_lease_changes() {
     assert_ne!(changed, etag);
     assert!(text.contains("SUMMARY:renamed"), "{text}");
 }
+
+/// A lease that lost what it was granted says so in its event, beside the figure granted.
+#[tokio::test]
+async fn a_feed_says_when_a_lease_lost_what_it_was_granted() {
+    let mut app = TestApp::spawn().await;
+    let host = app.create_host("only", json!({})).await;
+    app.act_as("alpha", "ada", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            lease("kept", "2030-01-01 10:00", "2030-01-01 12:00"),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = app.post("/v1/ical-feeds", json!({})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let path = r.body["ical_feed"]["path"].as_str().unwrap().to_string();
+    let (_, _, text) = fetch(&app, &path).await;
+    let unfolded = text.replace("\r\n ", "");
+    assert!(
+        unfolded.contains("physical:host: 1 granted\r\n"),
+        "{unfolded}"
+    );
+
+    // The only host leaves the pool: nothing can replace it.
+    app.act_as_admin();
+    let r = app
+        .put(
+            &format!("/v1/os-hosts/{host}"),
+            json!({"reservable": false}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let (_, _, text) = fetch(&app, &path).await;
+    let unfolded = text.replace("\r\n ", "");
+    assert!(
+        unfolded.contains("Status: PENDING\\, degraded"),
+        "{unfolded}"
+    );
+    assert!(
+        unfolded.contains("physical:host: 1 granted\\, some of it lost\r\n"),
+        "{unfolded}"
+    );
+}
