@@ -6,7 +6,7 @@
 # servers on loopback, comparing the outputs with the ones recorded against the real Blazar
 # (reference/client-transcript.md). No Keystone is needed: both CLIs take
 # --os-auth-type none/admin_token with --os-endpoint, and python-chi takes OS_AUTH_TYPE=none
-# with OS_ENDPOINT_OVERRIDE. The network is used only by pip, and only when installing.
+# with OS_ENDPOINT_OVERRIDE. The network is used only when installing.
 #
 #   scripts/client-compat/run.sh                   # everything (about 4 minutes, plus the install)
 #   scripts/client-compat/run.sh --parts blazar    # one part: blazar, openstack, chi
@@ -21,18 +21,9 @@ root="$(cd "$here/../.." && pwd)"
 venv="${BLAZAR_CLIENTS_VENV:-$root/.venv/clients}"
 started=$SECONDS
 
-if cmp -s "$here/requirements.txt" "$venv/.requirements.txt"; then
-    echo "== clients: reusing $venv"
-else
-    echo "== clients: installing into $venv"
-    t0=$SECONDS
-    rm -rf "$venv"
-    "${PYTHON:-python3}" -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check --prefer-binary \
-        -r "$here/requirements.txt"
-    cp "$here/requirements.txt" "$venv/.requirements.txt"
-    echo "== clients: installed in $((SECONDS - t0)) s"
-fi
+# shellcheck source=../venv.sh
+source "$root/scripts/venv.sh"
+venv_install "$venv" "$here/requirements.txt" clients
 
 if [ "${1:-}" = "--install-only" ]; then
     exit 0

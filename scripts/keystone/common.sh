@@ -4,21 +4,12 @@
 keystone_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 keystone_here="$keystone_root/scripts/keystone"
 keystone_venv="${BLAZAR_KEYSTONE_VENV:-$keystone_root/.venv/keystone}"
+# shellcheck source=../venv.sh
+source "$keystone_root/scripts/venv.sh"
 
 # Installs Keystone once per requirements.txt (the venv is reused while it is unchanged).
 keystone_install() {
-    if cmp -s "$keystone_here/requirements.txt" "$keystone_venv/.requirements.txt"; then
-        echo "== Keystone: reusing $keystone_venv"
-        return
-    fi
-    echo "== Keystone: installing into $keystone_venv"
-    local t0=$SECONDS
-    rm -rf "$keystone_venv"
-    "${PYTHON:-python3}" -m venv "$keystone_venv"
-    "$keystone_venv/bin/pip" install --quiet --disable-pip-version-check --prefer-binary \
-        -r "$keystone_here/requirements.txt"
-    cp "$keystone_here/requirements.txt" "$keystone_venv/.requirements.txt"
-    echo "== Keystone: installed in $((SECONDS - t0)) s"
+    venv_install "$keystone_venv" "$keystone_here/requirements.txt" Keystone
 }
 
 keystone_secret() { "$keystone_venv/bin/python" -c 'import secrets; print(secrets.token_hex(16))'; }

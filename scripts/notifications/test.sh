@@ -16,18 +16,9 @@ root="$(cd "$here/../.." && pwd)"
 venv="${BLAZAR_NOTIFICATIONS_VENV:-$root/.venv/notifications}"
 started=$SECONDS
 
-if cmp -s "$here/requirements.txt" "$venv/.requirements.txt"; then
-    echo "== oslo.messaging: reusing $venv"
-else
-    echo "== oslo.messaging: installing into $venv"
-    t0=$SECONDS
-    rm -rf "$venv"
-    "${PYTHON:-python3}" -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check --prefer-binary \
-        -r "$here/requirements.txt"
-    cp "$here/requirements.txt" "$venv/.requirements.txt"
-    echo "== oslo.messaging: installed in $((SECONDS - t0)) s"
-fi
+# shellcheck source=../venv.sh
+source "$root/scripts/venv.sh"
+venv_install "$venv" "$here/requirements.txt" oslo.messaging
 
 echo "== building blazar-server"
 (cd "$root" && cargo build --quiet -p blazar-server --bin blazar-server)

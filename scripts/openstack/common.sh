@@ -4,25 +4,13 @@ os_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 os_here="$os_root/scripts/openstack"
 os_venv="${BLAZAR_OPENSTACK_VENV:-$os_root/.venv/openstack}"
 
+# shellcheck source=../venv.sh
+source "$os_root/scripts/venv.sh"
+
 # Installs the pinned OpenStack 2026.1 set once per requirements.txt (reused while it is
-# unchanged), with uv when it can get it (several times faster than pip), else pip.
+# unchanged).
 os_install() {
-    if cmp -s "$os_here/requirements.txt" "$os_venv/.requirements.txt"; then
-        echo "== OpenStack: reusing $os_venv"
-        return
-    fi
-    echo "== OpenStack: installing into $os_venv"
-    local t0=$SECONDS
-    rm -rf "$os_venv"
-    "${PYTHON:-python3}" -m venv "$os_venv"
-    if "$os_venv/bin/pip" install --quiet --disable-pip-version-check uv; then
-        "$os_venv/bin/uv" pip install --quiet --python "$os_venv/bin/python" --compile-bytecode \
-            -r "$os_here/requirements.txt"
-    else
-        "$os_venv/bin/pip" install --quiet --disable-pip-version-check -r "$os_here/requirements.txt"
-    fi
-    cp "$os_here/requirements.txt" "$os_venv/.requirements.txt"
-    echo "== OpenStack: installed in $((SECONDS - t0)) s"
+    venv_install "$os_venv" "$os_here/requirements.txt" OpenStack
 }
 
 os_mysql() { mysql -h 127.0.0.1 -P 3306 -u root "$@"; }

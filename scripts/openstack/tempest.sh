@@ -1,42 +1,70 @@
 #!/usr/bin/env bash
 # Blazar's own conformance tests for the cloud side: the host, instance and flavor
-# reservation scenarios of blazar-tempest-plugin (PyPI), run by tempest against blazar-rs (--auth keystone --backend
-# openstack) and a cloud of one fake compute from up.sh, as Blazar's gate runs them against
-# devstack (one compute: the scenarios expect every compute to be Blazar's).
+# reservation scenarios of blazar-tempest-plugin (PyPI), run by tempest against blazar-rs
+# (--auth keystone --backend openstack) and a cloud from up.sh, as Blazar's gate runs them
+# against devstack. The scenarios expect every compute to be Blazar's (a server booted
+# without a reservation must find no host): every compute is enrolled before they run.
 #
-# Usage: scripts/openstack/tempest.sh  (builds blazar-server; installs tempest into
-# .venv/tempest, reused while tempest-requirements.txt is unchanged)
+# Usage: scripts/openstack/tempest.sh [STATE_DIR]  (the cloud up.sh brought up in STATE_DIR,
+# left up; without it, a cloud of one compute brought up and taken down here. Builds
+# blazar-server; installs tempest into .venv/tempest, reused while tempest-requirements.txt is
+# unchanged)
 set -euo pipefail
 # shellcheck source=common.sh
 source "$(dirname "$0")/common.sh"
 started=$SECONDS
 tempest_venv="$os_root/.venv/tempest"
 
-if ! cmp -s "$os_here/tempest-requirements.txt" "$tempest_venv/.requirements.txt"; then
-    t0=$SECONDS
-    rm -rf "$tempest_venv"
-    "${PYTHON:-python3}" -m venv "$tempest_venv"
-    "$tempest_venv/bin/pip" install --quiet --disable-pip-version-check uv
-    "$tempest_venv/bin/uv" pip install --quiet --python "$tempest_venv/bin/python" \
-        -r "$os_here/tempest-requirements.txt"
-    cp "$os_here/tempest-requirements.txt" "$tempest_venv/.requirements.txt"
-    echo "== tempest: installed in $((SECONDS - t0)) s"
-fi
+venv_install "$tempest_venv" "$os_here/tempest-requirements.txt" tempest
 (cd "$os_root" && cargo build --quiet -p blazar-server)
 
-state="$(mktemp -d)"
 server_pid=""
-cleanup() {
-    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi
-    os_down "$state"
-    rm -rf "$state"
-}
-trap cleanup EXIT
+if [ -n "${1:-}" ]; then
+    # Everything this run makes goes into a directory of its own inside the cloud's.
+    cloud="$(cd "$1" && pwd)"
+    state="$(mktemp -d "$cloud/tempest-XXXXXX")"
+    mkdir -p "$state/log"
+    # The cloud stays up for whoever brought it up: what this run put into it goes again.
+    cleanup() {
+        if [ -n "$server_pid" ]; then
+            "$os_venv/bin/python" - "$state" <<'PY' || true
+import json
+import os
+import sys
+import openstack
 
-"$os_here/up.sh" "$state" 1
+state = sys.argv[1]
+with open(f"{state}/made.json") as f:
+    made = json.load(f)
+conn = openstack.connect(
+    auth_url=os.environ["OS_AUTH_URL"], username="admin", password=os.environ["OS_PASSWORD"],
+    project_name="admin", user_domain_name="Default", project_domain_name="Default",
+    region_name="RegionOne")
+url = made["url"]
+for host in conn.session.get(f"{url}/os-hosts").json()["hosts"]:
+    conn.session.delete(f"{url}/os-hosts/{host['id']}")
+freepool = conn.compute.find_aggregate("freepool")
+if freepool is not None and not freepool.hosts:
+    conn.compute.delete_aggregate(freepool)
+conn.identity.delete_service(made["service"])
+PY
+            kill "$server_pid" 2>/dev/null || true
+        fi
+    }
+else
+    state="$(mktemp -d)"
+    cloud="$state"
+    cleanup() {
+        if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi
+        os_down "$state"
+        rm -rf "$state"
+    }
+    "$os_here/up.sh" "$state" 1
+fi
+trap cleanup EXIT
 # shellcheck disable=SC1091
-source "$state/openrc"
-OS_SERVICE_PASSWORD="$(sed -n 's/^OS_SERVICE_PASSWORD=//p' "$state/env")"
+source "$cloud/openrc"
+OS_SERVICE_PASSWORD="$(sed -n 's/^OS_SERVICE_PASSWORD=//p' "$cloud/env")"
 
 port="$(os_free_port)"
 BLAZAR_KEYSTONE_PASSWORD="$OS_SERVICE_PASSWORD" "$os_root/target/debug/blazar-server" \
@@ -49,8 +77,10 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 
-# The reservation service in the catalog, as a deployment registers it; then tempest.conf.
+# The reservation service in the catalog, as a deployment registers it; every compute
+# enrolled; then tempest.conf.
 "$os_venv/bin/python" - "$state" "http://127.0.0.1:$port/v1" <<'PY'
+import json
 import os
 import sys
 import openstack
@@ -65,6 +95,10 @@ svc = conn.identity.create_service(name="blazar", type="reservation")
 for interface in ["public", "internal", "admin"]:
     conn.identity.create_endpoint(service_id=svc.id, interface=interface, url=url,
                                   region_id="RegionOne")
+with open(f"{state}/made.json", "w") as f:
+    json.dump({"service": svc.id, "url": url}, f)
+for compute in conn.compute.services(binary="nova-compute"):
+    conn.session.post(f"{url}/os-hosts", json={"name": compute.host})
 image = next(conn.image.images(name="cirros-fake"))
 flavor = conn.compute.find_flavor("m1.tiny")
 with open(f"{state}/tempest.conf", "w") as f:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Tests the OpenStack backend against a real cloud: brings one up (up.sh: Keystone,
 # Placement, Glance, Nova with BlazarFilter and three fake computes, Neutron), runs the Rust
-# tests that need it (crates/blazar-server/tests/it/openstack.rs) and the README's walk with
-# the real clients (walk.sh), and takes it down again,
-# whatever happened. Prints how long each part took.
+# tests that need it (crates/blazar-server/tests/it/openstack.rs), the README's walk with
+# the real clients (walk.sh) and blazar-tempest-plugin's scenarios (tempest.sh) on that one
+# cloud, and takes it down again, whatever happened. Prints how long each part took.
 set -euo pipefail
 # shellcheck source=common.sh
 source "$(dirname "$0")/common.sh"
@@ -60,4 +60,7 @@ if psql -d postgres -qc "SELECT 1" >/dev/null 2>&1; then
     fi
     echo "== OpenStack replicas on PostgreSQL passed in $((SECONDS - t0)) s"
 fi
+
+# Blazar's own scenarios, last: they need every compute enrolled.
+"$os_here/tempest.sh" "$state"
 echo "== OpenStack: whole script $((SECONDS - started)) s"
