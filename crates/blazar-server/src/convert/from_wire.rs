@@ -529,30 +529,55 @@ pub fn extension_ask(
             .ok_or_else(|| invalid_date(text)),
         (None, Some(text)) => span_minutes(text)
             .map(blazar_service::ExtensionAsk::ProlongBy)
-            .ok_or_else(|| {
-                ApiError::bad_request(format!(
+            .map_err(|e| match e {
+                Span::Malformed => ApiError::bad_request(format!(
                     "Malformed parameter prolong_for: expected minutes or a number followed by \
                      m, h or d, got {text}"
-                ))
+                )),
+                Span::OutOfRange => ApiError::bad_request(format!(
+                    "prolong_for must be between 1 minute and 366 days, got {text}"
+                )),
             }),
     }
 }
 
-/// `90`, `90m`, `8h` or `2d` as minutes (at least one, at most a year).
-fn span_minutes(text: &str) -> Option<i64> {
+/// Why a `prolong_for` was refused: it reads as no span at all, or as one out of range.
+#[derive(Debug, PartialEq)]
+enum Span {
+    Malformed,
+    OutOfRange,
+}
+
+/// `90`, `90m`, `8h` or `2d` as minutes (at least one, at most 366 days).
+fn span_minutes(text: &str) -> Result<i64, Span> {
     let text = text.trim();
-    let (number, unit) = match text.char_indices().last()? {
-        (i, c) if c.is_ascii_alphabetic() => (&text[..i], c.to_ascii_lowercase()),
-        _ => (text, 'm'),
+    let (number, unit) = match text.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&text[..i], c.to_ascii_lowercase()),
+        Some(_) => (text, 'm'),
+        None => return Err(Span::Malformed),
     };
-    let n: i64 = number.trim().parse().ok()?;
-    let minutes = n.checked_mul(match unit {
+    let per_unit = match unit {
         'm' => 1,
         'h' => 60,
         'd' => 1440,
-        _ => return None,
-    })?;
-    (1..=366 * 1440).contains(&minutes).then_some(minutes)
+        _ => return Err(Span::Malformed),
+    };
+    let n: i64 = match number.trim().parse() {
+        Ok(n) => n,
+        // Digits too many for a number are a span, a very long one.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow
+            ) =>
+        {
+            return Err(Span::OutOfRange);
+        }
+        Err(_) => return Err(Span::Malformed),
+    };
+    n.checked_mul(per_unit)
+        .filter(|minutes| (1..=366 * 1440).contains(minutes))
+        .ok_or(Span::OutOfRange)
 }
 
 /// Refuses a query string with a parameter that `what` (`a timeline`) does not take, so a
@@ -759,6 +784,27 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn prolong_for_tells_a_span_out_of_range_from_a_malformed_one() {
+        assert_eq!(span_minutes("90"), Ok(90));
+        assert_eq!(span_minutes(" 8h"), Ok(480));
+        assert_eq!(span_minutes("2D"), Ok(2880));
+        assert_eq!(span_minutes("366d"), Ok(366 * 1440));
+        for malformed in ["", "soon", "1.5h", "h", "8w", "-"] {
+            assert_eq!(span_minutes(malformed), Err(Span::Malformed), "{malformed}");
+        }
+        for out in [
+            "0",
+            "0h",
+            "-5m",
+            "367d",
+            "99999999999999999999",
+            "9999999999999999d",
+        ] {
+            assert_eq!(span_minutes(out), Err(Span::OutOfRange), "{out}");
+        }
+    }
 
     fn message<T: std::fmt::Debug>(result: ApiResult<T>) -> String {
         result.unwrap_err().message

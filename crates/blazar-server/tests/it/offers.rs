@@ -776,6 +776,16 @@ async fn extension_checks_say_whether_and_how_far() {
         let r = app.get(&format!("/v1/leases/{id}/extension?{bad}")).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.body);
     }
+    // A span that reads well but is too long says so, not that it is malformed.
+    let r = app
+        .get(&format!("/v1/leases/{id}/extension?prolong_for=400d"))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(
+        r.message().contains("between 1 minute and 366 days"),
+        "{}",
+        r.message()
+    );
     assert_eq!(
         app.get("/v1/leases/nope/extension").await.status,
         StatusCode::NOT_FOUND
