@@ -309,15 +309,20 @@ impl Tx {
     /// first: each only if no earlier delivery of the same lease to the same webhook is
     /// still pending, so a subscriber sees a lease's events in order; none of the webhooks
     /// of `skip_projects` (`None`: the every-project ones) nor `skip_webhooks`, which have
-    /// their share in flight. Nor the other deliveries of a webhook one of whose deliveries
-    /// got no answer last time and waits for its next attempt or is being tried again: an
-    /// endpoint that does not answer holds a slot for the whole timeout of each attempt, and
-    /// taking all its due deliveries at once held up the other endpoints, its project's
-    /// included, for minutes; it is tried one delivery at a time until it answers.
+    /// their share in flight. Of a webhook one of whose deliveries got no answer last time,
+    /// only that one, when its retry is due (the earliest such, if several are): the others
+    /// wait while it waits for its next attempt or is being tried again. An endpoint that
+    /// does not answer holds a slot for the whole timeout of each attempt, and taking all
+    /// its due deliveries at once (their retries included, all due together after one
+    /// timeout) held up the other endpoints, its project's included, for minutes; it is
+    /// tried one delivery at a time until it answers.
     /// A claim counts as an attempt: one whose worker dies before it reports back was
     /// still made, and a delivery that kills every worker that tries it still runs out of
     /// attempts. `attempts` in the answer is the count before this one.
+    /// Of the candidates, in that order, only those `admit` takes (given the webhook's
+    /// project and the webhook) are claimed: the caller's room per project and webhook.
     /// On PostgreSQL, call [`Tx::lock_webhook_claims`] first.
+    #[allow(clippy::too_many_arguments)]
     pub async fn claim_webhook_deliveries(
         &mut self,
         now: DateTime<Utc>,
@@ -326,8 +331,11 @@ impl Tx {
         limit: usize,
         skip_projects: &[Option<String>],
         skip_webhooks: &[String],
+        mut admit: impl FnMut(Option<&str>, &str) -> bool + Send,
     ) -> DbResult<Vec<ClaimedDelivery>> {
-        let mut args: Vec<Arg> = vec![to_secs(now).into(), (limit as i64).into()];
+        // Candidates beyond `limit`, for those `admit` turns down.
+        let scan = limit.saturating_mul(4);
+        let mut args: Vec<Arg> = vec![to_secs(now).into(), (scan as i64).into()];
         let mut skip = String::new();
         if !skip_projects.is_empty() {
             skip = format!(
@@ -363,17 +371,27 @@ impl Tx {
              AND NOT EXISTS (SELECT 1 FROM webhook_deliveries s \
                  WHERE s.webhook_id = d.webhook_id AND s.status = 'pending' \
                  AND s.last_result = '{silent}' AND s.seq <> d.seq \
-                 AND (s.next_attempt_at > $1 OR s.claimed_until >= $1)) \
+                 AND (s.next_attempt_at > $1 OR s.claimed_until >= $1 \
+                      OR d.last_result IS NULL OR d.last_result <> '{silent}' \
+                      OR s.seq < d.seq)) \
              ORDER BY d.seq, d.webhook_id LIMIT $2",
             silent = blazar_core::WEBHOOK_NO_ANSWER,
         );
         let rows = self.fetch_rows_replanned(&sql, args).await?;
-        let mut claimed = Vec::with_capacity(rows.len());
+        let mut claimed = Vec::with_capacity(rows.len().min(limit));
         for row in &rows {
+            if claimed.len() == limit {
+                break;
+            }
+            let webhook_id: String = row.try_get("webhook_id")?;
+            let project_id: Option<String> = row.try_get("project_id")?;
+            if !admit(project_id.as_deref(), &webhook_id) {
+                continue;
+            }
             let payload: String = row.try_get("payload")?;
             claimed.push(ClaimedDelivery {
-                webhook_id: row.try_get("webhook_id")?,
-                project_id: row.try_get("project_id")?,
+                webhook_id,
+                project_id,
                 url: row.try_get("url")?,
                 secret: row.try_get("secret")?,
                 notification_id: row.try_get("notification_id")?,

@@ -166,11 +166,11 @@ pub struct DeliveryReport {
 
 /// Deliveries in flight at once in one deliverer.
 pub const CONCURRENT_POSTS: usize = 16;
-/// Deliveries of one project's webhooks in flight at once in one deliverer, about: a project
-/// at its share gets no more until one of them ends (a claim may take it a few over).
+/// Deliveries of one project's webhooks in flight at once in one deliverer: a project at its
+/// share gets no more until one of them ends.
 const PROJECT_SHARE: usize = 6;
-/// Deliveries of one webhook in flight at once in one deliverer, about: less than its
-/// project's share, so that an endpoint that hangs leaves the project's others room (it
+/// Deliveries of one webhook in flight at once in one deliverer: less than its project's
+/// share, so that an endpoint that hangs leaves the project's others room (it
 /// took every slot of its project, and the project's healthy endpoints waited a minute).
 const WEBHOOK_SHARE: usize = 4;
 /// How long past its timeout a POST may take before its attempt is given up.
@@ -183,7 +183,7 @@ const CLAIM_MARGIN: Duration = Duration::from_secs(30);
 type From = (Option<String>, String);
 
 /// Deliveries in flight, per project and per webhook.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct InFlight {
     by_project: HashMap<Option<String>, usize>,
     by_webhook: HashMap<String, usize>,
@@ -202,6 +202,19 @@ impl InFlight {
         if let Some(n) = self.by_webhook.get_mut(webhook) {
             *n = n.saturating_sub(1);
         }
+    }
+
+    /// Whether one more delivery of `webhook` (of `project`) keeps both within their shares;
+    /// counted as started if so.
+    fn admit(&mut self, project: Option<&str>, webhook: &str) -> bool {
+        let project = project.map(String::from);
+        let of_project = self.by_project.get(&project).copied().unwrap_or(0);
+        let of_webhook = self.by_webhook.get(webhook).copied().unwrap_or(0);
+        if of_project >= PROJECT_SHARE || of_webhook >= WEBHOOK_SHARE {
+            return false;
+        }
+        self.started(&(project, webhook.to_string()));
+        true
     }
 
     /// The projects and the webhooks that have their share in flight.
@@ -561,9 +574,10 @@ impl Service {
             // share in flight: a project whose endpoints hang holds at most about its share
             // of the slots, and an endpoint that hangs about its own share of its project's.
             while free > 0 {
-                let (full_projects, full_webhooks) = flying.full();
                 let limit = free.min(WEBHOOK_SHARE);
-                let claim = self.claim_deliveries(claim_for, limit, &full_projects, &full_webhooks);
+                // What is in flight as the claim begins: attempts that end while it waits
+                // only leave more room than it counts.
+                let claim = self.claim_deliveries(claim_for, limit, flying.clone());
                 tokio::pin!(claim);
                 // The attempts in flight are driven while the claim waits for its write: one
                 // may hold the database's write lock (SQLite) to record its outcome.
@@ -610,26 +624,31 @@ impl Service {
         }
     }
 
-    /// Claims up to `limit` due deliveries for this process, for `claim_for`, none of the
-    /// webhooks of `skip_projects` nor of `skip_webhooks`.
+    /// Claims up to `limit` due deliveries for this process, for `claim_for`, keeping each
+    /// project and webhook within its share with those `flying` already.
     async fn claim_deliveries(
         &self,
         claim_for: chrono::Duration,
         limit: usize,
-        skip_projects: &[Option<String>],
-        skip_webhooks: &[String],
+        flying: InFlight,
     ) -> ServiceResult<Vec<ClaimedDelivery>> {
         let now = self.now();
+        // Those at their share are left out by the query; the others' room is counted
+        // candidate by candidate.
+        let (full_projects, full_webhooks) = flying.full();
         in_tx!(self, write, |tx| {
             tx.lock_webhook_claims().await?;
+            // Afresh on each try of the transaction: a retried one claimed nothing.
+            let mut room = flying.clone();
             Ok(tx
                 .claim_webhook_deliveries(
                     now,
                     &self.worker_id,
                     claim_for,
                     limit,
-                    skip_projects,
-                    skip_webhooks,
+                    &full_projects,
+                    &full_webhooks,
+                    |project, webhook| room.admit(project, webhook),
                 )
                 .await?)
         })
