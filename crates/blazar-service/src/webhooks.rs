@@ -217,6 +217,12 @@ impl InFlight {
         true
     }
 
+    /// How many projects and webhooks have their share in flight.
+    fn full_count(&self) -> usize {
+        let (projects, webhooks) = self.full();
+        projects.len() + webhooks.len()
+    }
+
     /// The projects and the webhooks that have their share in flight.
     fn full(&self) -> (Vec<Option<String>>, Vec<String>) {
         (
@@ -571,10 +577,11 @@ impl Service {
         loop {
             let mut free = CONCURRENT_POSTS.saturating_sub(in_flight.len());
             // A few at a time, leaving out the projects and the webhooks that have their
-            // share in flight: a project whose endpoints hang holds at most about its share
-            // of the slots, and an endpoint that hangs about its own share of its project's.
+            // share in flight: a project whose endpoints hang holds at most its share of the
+            // slots, and an endpoint that hangs at most its own share of its project's.
             while free > 0 {
                 let limit = free.min(WEBHOOK_SHARE);
+                let full_before = flying.full_count();
                 // What is in flight as the claim begins: attempts that end while it waits
                 // only leave more room than it counts.
                 let claim = self.claim_deliveries(claim_for, limit, flying.clone());
@@ -601,9 +608,11 @@ impl Service {
                     in_flight.push(async move { (from, attempt.await) });
                 }
                 free = CONCURRENT_POSTS.saturating_sub(in_flight.len());
-                // Claimed all there was, unless attempts ended during the claim: it left out
-                // their projects, which may have room now.
-                if got < limit && !ended_meanwhile {
+                // Claimed all there was, unless attempts ended during the claim (it left out
+                // their projects, which may have room now) or it filled a project or a
+                // webhook (the candidates it turned down for that may have hidden others'
+                // due deliveries, which the next claim reaches).
+                if got < limit && !ended_meanwhile && flying.full_count() == full_before {
                     break;
                 }
             }
