@@ -309,13 +309,14 @@ impl Tx {
     /// first: each only if no earlier delivery of the same lease to the same webhook is
     /// still pending, so a subscriber sees a lease's events in order; none of the webhooks
     /// of `skip_projects` (`None`: the every-project ones) nor `skip_webhooks`, which have
-    /// their share in flight. Of a webhook one of whose deliveries got no answer last time,
-    /// only that one, when its retry is due (the earliest such, if several are): the others
-    /// wait while it waits for its next attempt or is being tried again. An endpoint that
-    /// does not answer holds a slot for the whole timeout of each attempt, and taking all
-    /// its due deliveries at once (their retries included, all due together after one
-    /// timeout) held up the other endpoints, its project's included, for minutes; it is
-    /// tried one delivery at a time until it answers.
+    /// their share in flight. A webhook whose endpoint gave no answer in time at its latest
+    /// attempt (`silent`) is tried one delivery at a time until it answers again: none
+    /// while one is being sent, its unanswered deliveries' retries first (the earliest,
+    /// when due; the others wait while it is not), else its earliest due delivery, one per
+    /// claim. An endpoint that does not answer holds a slot for the whole timeout of each
+    /// attempt, and taking all its due deliveries at once (their retries included, all due
+    /// together after one timeout; or new ones once the unanswered had gone dead) held up
+    /// the other endpoints, its project's included, for minutes.
     /// A claim counts as an attempt: one whose worker dies before it reports back was
     /// still made, and a delivery that kills every worker that tries it still runs out of
     /// attempts. `attempts` in the answer is the count before this one.
@@ -359,7 +360,7 @@ impl Tx {
             "SELECT d.webhook_id, w.project_id, w.url, w.secret, d.notification_id, \
                  n.event_type, d.lease_id, n.payload, n.created_at, \
                  CAST(d.attempts AS BIGINT) AS attempts, d.request_id, d.last_result, \
-                 d.claimed_by \
+                 d.claimed_by, CAST(w.silent AS BIGINT) AS silent \
              FROM webhook_deliveries d \
              JOIN webhooks w ON w.id = d.webhook_id \
              JOIN notifications n ON n.id = d.notification_id \
@@ -368,25 +369,37 @@ impl Tx {
              AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b \
                  WHERE b.webhook_id = d.webhook_id AND b.lease_id = d.lease_id \
                  AND b.status = 'pending' AND b.seq < d.seq) \
-             AND NOT EXISTS (SELECT 1 FROM webhook_deliveries s \
-                 WHERE s.webhook_id = d.webhook_id AND s.status = 'pending' \
-                 AND s.last_result = '{silent}' AND s.seq <> d.seq \
-                 AND (s.next_attempt_at > $1 OR s.claimed_until >= $1 \
-                      OR d.last_result IS NULL OR d.last_result <> '{silent}' \
-                      OR s.seq < d.seq)) \
+             AND (w.silent = 0 OR ( \
+                 NOT EXISTS (SELECT 1 FROM webhook_deliveries f \
+                     WHERE f.webhook_id = d.webhook_id AND f.claimed_by IS NOT NULL \
+                     AND f.status = 'pending' AND f.claimed_until >= $1 AND f.seq <> d.seq) \
+                 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries s \
+                     WHERE s.webhook_id = d.webhook_id AND s.status = 'pending' \
+                     AND s.last_result = '{silent}' AND s.seq <> d.seq \
+                     AND (s.next_attempt_at > $1 OR d.last_result IS NULL \
+                          OR d.last_result <> '{silent}' OR s.seq < d.seq)))) \
              ORDER BY d.seq, d.webhook_id LIMIT $2",
             silent = blazar_core::WEBHOOK_NO_ANSWER,
         );
         let rows = self.fetch_rows_replanned(&sql, args).await?;
         let mut claimed = Vec::with_capacity(rows.len().min(limit));
+        // The silent webhooks this claim took one delivery of.
+        let mut probed = std::collections::HashSet::new();
         for row in &rows {
             if claimed.len() == limit {
                 break;
             }
             let webhook_id: String = row.try_get("webhook_id")?;
             let project_id: Option<String> = row.try_get("project_id")?;
+            let silent = row.try_get::<i64, _>("silent")? != 0;
+            if silent && probed.contains(&webhook_id) {
+                continue;
+            }
             if !admit(project_id.as_deref(), &webhook_id) {
                 continue;
+            }
+            if silent {
+                probed.insert(webhook_id.clone());
             }
             let payload: String = row.try_get("payload")?;
             claimed.push(ClaimedDelivery {
@@ -457,6 +470,18 @@ impl Tx {
             ],
         )
         .await?;
+        // What the endpoint did at its latest attempt (an attempt given up unsent tells
+        // nothing of it): silent until it answers again.
+        if sent {
+            self.write(
+                "UPDATE webhooks SET silent = $1 WHERE id = $2",
+                vec![
+                    i64::from(result == blazar_core::WEBHOOK_NO_ANSWER).into(),
+                    webhook_id.into(),
+                ],
+            )
+            .await?;
+        }
         // The deliveries of the same lease behind it, never tried (they cannot be before it
         // goes), wait as long as it does: not due, the claim's scan passes over them through
         // the due index instead of checking each against the one ahead every poll (a

@@ -1019,6 +1019,76 @@ async fn endpoints_that_do_not_answer_are_tried_one_delivery_at_a_time() {
     receiver.slow.add_permits(1_000);
 }
 
+/// An endpoint stays silent until it answers, whatever became of the deliveries it left
+/// unanswered: once those went dead, new ones still go one at a time (they went four at
+/// once, each holding a slot for a whole timeout); once it answers, side by side again.
+#[tokio::test]
+async fn an_endpoint_stays_silent_after_its_unanswered_deliveries_die() {
+    let mut app = TestApp::builder()
+        .configure(|cli| {
+            cli.webhook_timeout = Some(1.0);
+            cli.webhook_max_attempts = Some(1);
+        })
+        .spawn()
+        .await;
+    let (receiver, base) = Receiver::start().await;
+    app.act_as("tarpit", "t-user", "member");
+    app.post("/v1/webhooks", json!({"url": format!("{base}/slow")}))
+        .await
+        .assert_status(StatusCode::CREATED);
+    let create = |i: usize| {
+        json!({"name": format!("t{i}"), "start_date": "2030-01-01 10:00",
+               "end_date": "2030-01-01 12:00", "reservations": [], "events": []})
+    };
+    app.post("/v1/leases", create(0))
+        .await
+        .assert_status(StatusCode::CREATED);
+    // Its one attempt gets no answer: the delivery is dead at once.
+    let report = deliver(&app).await;
+    assert_eq!(report.dead, 1, "{report:?}");
+    for i in 1..=4 {
+        app.post("/v1/leases", create(i))
+            .await
+            .assert_status(StatusCode::CREATED);
+    }
+    // One at a time: each new delivery is tried alone and dies unanswered.
+    let check = async {
+        for sent in 2..=5 {
+            receiver
+                .wait_for("/slow", sent, "the next delivery to a silent endpoint")
+                .await;
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            assert_eq!(
+                receiver.at("/slow").len(),
+                sent,
+                "deliveries sent at once to an endpoint that does not answer"
+            );
+        }
+    };
+    let (report, ()) = tokio::join!(deliver(&app), check);
+    assert_eq!(report.dead, 4, "{report:?}");
+
+    // It answers the next one: the three after it go side by side (all three sent before
+    // any is answered; one at a time, each would die unanswered).
+    for i in 5..=8 {
+        app.post("/v1/leases", create(i))
+            .await
+            .assert_status(StatusCode::CREATED);
+    }
+    receiver.slow.add_permits(1);
+    let check = async {
+        receiver
+            .wait_for("/slow", 6, "the probe of the endpoint")
+            .await;
+        receiver
+            .wait_for("/slow", 9, "the deliveries after the endpoint answered")
+            .await;
+        receiver.slow.add_permits(1_000);
+    };
+    let (report, ()) = tokio::join!(deliver(&app), check);
+    assert_eq!(report.delivered, 4, "{report:?}");
+}
+
 /// A webhook's deliveries as listed with `query`.
 async fn listed_deliveries(app: &TestApp, hook_id: &str, query: &str) -> blazar_testkit::Response {
     let r = app
