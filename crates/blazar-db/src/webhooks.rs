@@ -452,6 +452,20 @@ impl Tx {
         result: &str,
         next_attempt_at: DateTime<Utc>,
     ) -> DbResult<()> {
+        // What the endpoint did at its latest attempt (an attempt given up unsent tells
+        // nothing of it): silent until it answers again. The webhook's row first, as a
+        // webhook's delete takes it before its deliveries (PostgreSQL), so the two never
+        // wait for each other in a circle.
+        if sent {
+            self.write(
+                "UPDATE webhooks SET silent = $1 WHERE id = $2",
+                vec![
+                    i64::from(result == blazar_core::WEBHOOK_NO_ANSWER).into(),
+                    webhook_id.into(),
+                ],
+            )
+            .await?;
+        }
         self.write(
             "UPDATE webhook_deliveries SET status = $1, attempts = attempts - $2, \
                  last_attempt_at = $3, last_result = $4, next_attempt_at = $5, \
@@ -470,18 +484,6 @@ impl Tx {
             ],
         )
         .await?;
-        // What the endpoint did at its latest attempt (an attempt given up unsent tells
-        // nothing of it): silent until it answers again.
-        if sent {
-            self.write(
-                "UPDATE webhooks SET silent = $1 WHERE id = $2",
-                vec![
-                    i64::from(result == blazar_core::WEBHOOK_NO_ANSWER).into(),
-                    webhook_id.into(),
-                ],
-            )
-            .await?;
-        }
         // The deliveries of the same lease behind it, never tried (they cannot be before it
         // goes), wait as long as it does: not due, the claim's scan passes over them through
         // the due index instead of checking each against the one ahead every poll (a
