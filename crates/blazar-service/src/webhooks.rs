@@ -219,26 +219,25 @@ impl InFlight {
 
     /// How many projects and webhooks have their share in flight.
     fn full_count(&self) -> usize {
-        let (projects, webhooks) = self.full();
-        projects.len() + webhooks.len()
+        at_share(&self.by_project, PROJECT_SHARE).count()
+            + at_share(&self.by_webhook, WEBHOOK_SHARE).count()
     }
 
     /// The projects and the webhooks that have their share in flight.
     fn full(&self) -> (Vec<Option<String>>, Vec<String>) {
         (
-            at_share(&self.by_project, PROJECT_SHARE),
-            at_share(&self.by_webhook, WEBHOOK_SHARE),
+            at_share(&self.by_project, PROJECT_SHARE).cloned().collect(),
+            at_share(&self.by_webhook, WEBHOOK_SHARE).cloned().collect(),
         )
     }
 }
 
 /// The keys of `counts` at `share` or over.
-fn at_share<K: Clone>(counts: &HashMap<K, usize>, share: usize) -> Vec<K> {
+fn at_share<K>(counts: &HashMap<K, usize>, share: usize) -> impl Iterator<Item = &K> {
     counts
         .iter()
-        .filter(|(_, n)| **n >= share)
-        .map(|(k, _)| k.clone())
-        .collect()
+        .filter(move |(_, n)| **n >= share)
+        .map(|(k, _)| k)
 }
 
 impl DeliveryReport {

@@ -25,6 +25,12 @@ async fn fetch(app: &TestApp, path: &str) -> (StatusCode, String, String) {
     (status, kind, r.text().await.unwrap())
 }
 
+/// A feed's document with its folded lines joined again.
+async fn fetch_unfolded(app: &TestApp, path: &str) -> String {
+    let (_, _, text) = fetch(app, path).await;
+    text.replace("\r\n ", "")
+}
+
 #[tokio::test]
 async fn a_project_feed_shows_its_own_leases_to_a_calendar_application_until_deleted() {
     let mut app = TestApp::spawn().await;
@@ -253,8 +259,7 @@ async fn a_feed_says_when_a_lease_lost_what_it_was_granted() {
     let r = app.post("/v1/ical-feeds", json!({})).await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     let path = r.body["ical_feed"]["path"].as_str().unwrap().to_string();
-    let (_, _, text) = fetch(&app, &path).await;
-    let unfolded = text.replace("\r\n ", "");
+    let unfolded = fetch_unfolded(&app, &path).await;
     assert!(
         unfolded.contains("physical:host: 1 granted\r\n"),
         "{unfolded}"
@@ -269,8 +274,7 @@ async fn a_feed_says_when_a_lease_lost_what_it_was_granted() {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-    let (_, _, text) = fetch(&app, &path).await;
-    let unfolded = text.replace("\r\n ", "");
+    let unfolded = fetch_unfolded(&app, &path).await;
     assert!(
         unfolded.contains("Status: PENDING\\, degraded"),
         "{unfolded}"

@@ -106,6 +106,12 @@ async fn receive(
     StatusCode::from_u16(status).unwrap().into_response()
 }
 
+/// A lease asking for nothing, whose create is one event for every webhook.
+fn empty_lease(name: &str) -> Value {
+    json!({"name": name, "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
+           "reservations": [], "events": []})
+}
+
 fn lease_body(name: &str) -> Value {
     json!({
         "name": name,
@@ -671,8 +677,7 @@ async fn a_running_server_delivers_as_soon_as_the_event_commits() {
     let r = http
         .post(format!("http://{listen}/v1/leases"))
         .header("X-OpenStack-Request-Id", &global)
-        .json(&json!({"name": "hooked", "start_date": "2030-01-01 10:00",
-                      "end_date": "2030-01-01 12:00", "reservations": [], "events": []}))
+        .json(&empty_lease("hooked"))
         .send()
         .await
         .unwrap();
@@ -891,10 +896,6 @@ async fn a_project_whose_endpoints_hang_leaves_room_to_the_others() {
         .spawn()
         .await;
     let (receiver, base) = Receiver::start().await;
-    let lease = |name: &str| {
-        json!({"name": name, "start_date": "2030-01-01 10:00", "end_date": "2030-01-01 12:00",
-               "reservations": [], "events": []})
-    };
     app.act_as("tarpit", "t-user", "member");
     for _ in 0..4 {
         app.post("/v1/webhooks", json!({"url": format!("{base}/slow")}))
@@ -902,7 +903,7 @@ async fn a_project_whose_endpoints_hang_leaves_room_to_the_others() {
             .assert_status(StatusCode::CREATED);
     }
     for i in 0..10 {
-        app.post("/v1/leases", lease(&format!("t{i}")))
+        app.post("/v1/leases", empty_lease(&format!("t{i}")))
             .await
             .assert_status(StatusCode::CREATED);
     }
@@ -910,7 +911,7 @@ async fn a_project_whose_endpoints_hang_leaves_room_to_the_others() {
     app.post("/v1/webhooks", json!({"url": format!("{base}/fast")}))
         .await
         .assert_status(StatusCode::CREATED);
-    app.post("/v1/leases", lease("o"))
+    app.post("/v1/leases", empty_lease("o"))
         .await
         .assert_status(StatusCode::CREATED);
     let check = async {
@@ -951,13 +952,9 @@ async fn tarpit(timeout: f64, urls: &[&str], leases: usize) -> (TestApp, Receive
             .assert_status(StatusCode::CREATED);
     }
     for i in 0..leases {
-        app.post(
-            "/v1/leases",
-            json!({"name": format!("t{i}"), "start_date": "2030-01-01 10:00",
-                   "end_date": "2030-01-01 12:00", "reservations": [], "events": []}),
-        )
-        .await
-        .assert_status(StatusCode::CREATED);
+        app.post("/v1/leases", empty_lease(&format!("t{i}")))
+            .await
+            .assert_status(StatusCode::CREATED);
     }
     (app, receiver)
 }
@@ -1036,10 +1033,7 @@ async fn an_endpoint_stays_silent_after_its_unanswered_deliveries_die() {
     app.post("/v1/webhooks", json!({"url": format!("{base}/slow")}))
         .await
         .assert_status(StatusCode::CREATED);
-    let create = |i: usize| {
-        json!({"name": format!("t{i}"), "start_date": "2030-01-01 10:00",
-               "end_date": "2030-01-01 12:00", "reservations": [], "events": []})
-    };
+    let create = |i: usize| empty_lease(&format!("t{i}"));
     app.post("/v1/leases", create(0))
         .await
         .assert_status(StatusCode::CREATED);
