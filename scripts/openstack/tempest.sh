@@ -27,27 +27,7 @@ if [ -n "${1:-}" ]; then
     # The cloud stays up for whoever brought it up: what this run put into it goes again.
     cleanup() {
         if [ -n "$server_pid" ]; then
-            "$os_venv/bin/python" - "$state" <<'PY' || true
-import json
-import os
-import sys
-import openstack
-
-state = sys.argv[1]
-with open(f"{state}/made.json") as f:
-    made = json.load(f)
-conn = openstack.connect(
-    auth_url=os.environ["OS_AUTH_URL"], username="admin", password=os.environ["OS_PASSWORD"],
-    project_name="admin", user_domain_name="Default", project_domain_name="Default",
-    region_name="RegionOne")
-url = made["url"]
-for host in conn.session.get(f"{url}/os-hosts").json()["hosts"]:
-    conn.session.delete(f"{url}/os-hosts/{host['id']}")
-freepool = conn.compute.find_aggregate("freepool")
-if freepool is not None and not freepool.hosts:
-    conn.compute.delete_aggregate(freepool)
-conn.identity.delete_service(made["service"])
-PY
+            "$os_venv/bin/python" "$os_here/tempest_cloud.py" teardown "$state" || true
             kill "$server_pid" 2>/dev/null || true
         fi
     }
@@ -78,65 +58,8 @@ for _ in $(seq 1 100); do
 done
 
 # The reservation service in the catalog, as a deployment registers it; every compute
-# enrolled; then tempest.conf.
-"$os_venv/bin/python" - "$state" "http://127.0.0.1:$port/v1" <<'PY'
-import json
-import os
-import sys
-import openstack
-
-state, url = sys.argv[1:3]
-password = os.environ["OS_PASSWORD"]
-auth_url = os.environ["OS_AUTH_URL"]
-conn = openstack.connect(
-    auth_url=auth_url, username="admin", password=password, project_name="admin",
-    user_domain_name="Default", project_domain_name="Default", region_name="RegionOne")
-svc = conn.identity.create_service(name="blazar", type="reservation")
-for interface in ["public", "internal", "admin"]:
-    conn.identity.create_endpoint(service_id=svc.id, interface=interface, url=url,
-                                  region_id="RegionOne")
-with open(f"{state}/made.json", "w") as f:
-    json.dump({"service": svc.id, "url": url}, f)
-for compute in conn.compute.services(binary="nova-compute"):
-    conn.session.post(f"{url}/os-hosts", json={"name": compute.host})
-image = next(conn.image.images(name="cirros-fake"))
-flavor = conn.compute.find_flavor("m1.tiny")
-with open(f"{state}/tempest.conf", "w") as f:
-    f.write(f"""[DEFAULT]
-log_dir = {state}/log
-log_file = tempest.log
-[auth]
-admin_username = admin
-admin_password = {password}
-admin_project_name = admin
-admin_domain_name = Default
-use_dynamic_credentials = True
-create_isolated_networks = False
-[identity]
-uri_v3 = {auth_url}
-auth_version = v3
-region = RegionOne
-[identity-feature-enabled]
-api_v2 = False
-[compute]
-image_ref = {image.id}
-flavor_ref = {flavor.id}
-build_timeout = 120
-[validation]
-run_validation = False
-[service_available]
-blazar = True
-nova = True
-neutron = True
-glance = True
-cinder = False
-swift = False
-placement = True
-[resource_reservation]
-lease_interval = 2
-lease_end_timeout = 300
-""")
-PY
+# enrolled; then tempest.conf (tempest_cloud.py).
+"$os_venv/bin/python" "$os_here/tempest_cloud.py" setup "$state" "http://127.0.0.1:$port/v1"
 
 work="$state/tempest"
 # tempest keeps a registry of workspaces in $HOME: keep it in the run's directory.
