@@ -451,12 +451,8 @@ pub async fn create(ctx: &Context, args: CreateArgs) -> CliResult<u8> {
         }
         None => None,
     };
+    // A lease without reservations is allowed, as python-blazarclient and the API allow it.
     let reservations = args.request.parse()?;
-    if reservations.is_empty() {
-        return Err(incorrect(
-            "a lease needs at least one --physical-reservation or --reservation",
-        ));
-    }
     let events = args
         .events
         .iter()
