@@ -229,6 +229,24 @@ pub(crate) fn check_capability_count<'a>(
     Ok(())
 }
 
+/// An extra capability of a host as stored. An allocation ratio must be a number above 0:
+/// instance capacity is the host's totals times it, and a value that is not one would
+/// silently fall back to the default ratio (Blazar fails the next instance lease instead).
+fn host_capability(key: &str, value: &Value) -> ServiceResult<String> {
+    let text = as_text(key, value)?;
+    if crate::instance::RATIO_KEYS.contains(&key)
+        && !text
+            .trim()
+            .parse::<f64>()
+            .is_ok_and(|r| r.is_finite() && r > 0.0)
+    {
+        return Err(ServiceError::BadRequest(format!(
+            "Malformed parameter {key}: an allocation ratio must be a number above 0, got {text:?}"
+        )));
+    }
+    Ok(text)
+}
+
 pub(crate) fn check_capability_key(key: &str) -> ServiceResult<()> {
     if key.is_empty() {
         return Err(ServiceError::BadRequest(
@@ -305,7 +323,7 @@ impl Service {
                 k => {
                     check_capability_key(k)?;
                     if !value.is_null() {
-                        capabilities.insert(k.to_string(), as_text(k, value)?);
+                        capabilities.insert(k.to_string(), host_capability(k, value)?);
                     }
                 }
             }
@@ -460,7 +478,7 @@ impl Service {
                         let new_value = if value.is_null() {
                             None
                         } else {
-                            Some(as_text(k, value)?)
+                            Some(host_capability(k, value)?)
                         };
                         capability_changes.push((k, new_value));
                     }

@@ -336,6 +336,58 @@ async fn allocation_ratios_multiply_capacity() {
 }
 
 #[tokio::test]
+async fn an_allocation_ratio_must_be_a_number_above_zero() {
+    let app = TestApp::spawn().await;
+    for bad in [
+        json!("abc"),
+        json!("-1"),
+        json!("0"),
+        json!("NaN"),
+        json!("inf"),
+        json!("1e400"),
+        json!(""),
+    ] {
+        let r = app
+            .post(
+                "/v1/os-hosts",
+                json!({"name": "c1", "vcpus": 4, "cpu_allocation_ratio": bad}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.body);
+        assert!(
+            r.body["error_message"]
+                .as_str()
+                .is_some_and(|m| m.contains("cpu_allocation_ratio")),
+            "{}",
+            r.body
+        );
+    }
+    let hosts = app.get("/v1/os-hosts").await;
+    assert_eq!(hosts.body["hosts"], json!([]), "nothing was written");
+    let id = app
+        .create_host("c1", json!({"vcpus": 4, "ram_allocation_ratio": 1.5}))
+        .await;
+    let r = app
+        .put(
+            &format!("/v1/os-hosts/{id}"),
+            json!({"disk_allocation_ratio": "-0.5"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    let host = app.get(&format!("/v1/os-hosts/{id}")).await;
+    assert_eq!(host.body["host"]["ram_allocation_ratio"], "1.5");
+    assert!(host.body["host"].get("disk_allocation_ratio").is_none());
+    // A ratio can still be removed.
+    let r = app
+        .put(
+            &format!("/v1/os-hosts/{id}"),
+            json!({"ram_allocation_ratio": null}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+}
+
+#[tokio::test]
 async fn server_wide_ratios_apply_to_hosts_that_set_none() {
     async fn four(app: &TestApp) -> crate::harness::Response {
         app.post(
