@@ -27,7 +27,7 @@ pub struct OffersArgs {
     /// How long the lease lasts, e.g. 3h
     #[arg(long, value_name = "DURATION", required_unless_present_any = ["min_duration", "max_duration"])]
     duration: Option<String>,
-    /// With --max-duration: the shortest acceptable window
+    /// The shortest acceptable window (alone: windows of exactly this length)
     #[arg(long, value_name = "DURATION", conflicts_with = "duration")]
     min_duration: Option<String>,
     /// The longest wanted window (each offer as long as fits, up to this)

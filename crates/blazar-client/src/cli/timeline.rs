@@ -269,15 +269,20 @@ pub fn gantt(timeline: &Timeline, width: usize, utc: bool) -> Result<String, Fai
     out = out.trim_end().to_string();
     out.push('\n');
 
-    // Bucket times: a tick and a label every `step` columns, as many as fit.
-    const LABEL: &str = "%m-%d %H:%M";
+    // Bucket times: a tick and a label every `step` columns, as many as fit; with seconds
+    // when labels are less than a minute apart, so that no two read the same.
     let label_width = 12;
     let step = label_width.max(buckets / 8).min(buckets);
+    let label = if span * (step as i64) < 60 * buckets as i64 {
+        "%H:%M:%S"
+    } else {
+        "%m-%d %H:%M"
+    };
     let mut labels = String::new();
     let mut ticks = String::new();
     let mut column = 0;
     while column + label_width <= buckets {
-        labels.push_str(&fit(&show(at(column), LABEL), step.min(buckets - column)));
+        labels.push_str(&fit(&show(at(column), label), step.min(buckets - column)));
         ticks.push_str(&fit("|", step.min(buckets - column)));
         column += step;
     }
@@ -316,7 +321,7 @@ pub fn gantt(timeline: &Timeline, width: usize, utc: bool) -> Result<String, Fai
         out = out.trim_end().to_string();
         out.push('\n');
     }
-    let per_bucket = TimeDelta::seconds(span / buckets as i64);
+    let per_bucket = TimeDelta::milliseconds(span * 1000 / buckets as i64);
     let legend = format!(
         "{LEGEND}  one column: {}",
         blazar_client::time::describe_duration(per_bucket)
@@ -466,6 +471,27 @@ mod tests {
         for line in &lines {
             assert!(line.chars().count() <= 32, "{line:?} is wider than 32");
         }
+    }
+
+    #[test]
+    fn a_window_of_a_minute_is_labelled_to_the_second() {
+        let timeline = Timeline {
+            resource_type: "physical:host".into(),
+            start_date: "2030-01-01T09:00:00.000000".into(),
+            end_date: "2030-01-01T09:01:00.000000".into(),
+            resources: vec![resource("compute-1", true, Vec::new())],
+            next_marker: None,
+        };
+        let text = gantt(&timeline, 200, true).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let labels: Vec<&str> = lines[1].split_whitespace().collect();
+        assert!(labels.len() > 1, "{text}");
+        assert_eq!(labels[0], "09:00:00", "{text}");
+        let mut distinct = labels.clone();
+        distinct.dedup();
+        assert_eq!(distinct, labels, "no two labels read the same: {text}");
+        // 60 s over 188 columns.
+        assert!(text.contains("one column: 319ms"), "{text}");
     }
 
     #[test]

@@ -506,8 +506,9 @@ pub fn reconcile(body: blazar_api::ReconcileRequest) -> ApiResult<bool> {
     Ok(!dry_run)
 }
 
-/// `GET /v1/leases/{id}/extension?end_date=...` or `?prolong_for=...` (minutes, or a number
-/// followed by `m`, `h` or `d` as the CLI's `--prolong-for` takes it).
+/// `GET /v1/leases/{id}/extension?end_date=...` (a create's form, or the one dates are shown
+/// in) or `?prolong_for=...` (minutes, or a number followed by `m`, `h` or `d` as the CLI's
+/// `--prolong-for` takes it).
 pub fn extension_ask(
     query: &std::collections::HashMap<String, String>,
 ) -> ApiResult<blazar_service::ExtensionAsk> {
@@ -524,7 +525,10 @@ pub fn extension_ask(
         (Some(_), Some(_)) => Err(ApiError::bad_request(
             "Give either end_date or prolong_for, not both",
         )),
+        // Also in the form leases and offers are shown in, so a shown end can be asked about
+        // as it is; an update takes whole minutes, so seconds round down.
         (Some(text), None) => parse_minute(text)
+            .or_else(|| parse_t(text).map(truncate_to_minute))
             .map(blazar_service::ExtensionAsk::EndAt)
             .ok_or_else(|| invalid_date(text)),
         (None, Some(text)) => span_minutes(text)

@@ -743,6 +743,14 @@ async fn extension_checks_say_whether_and_how_far() {
         ),
         "{e}"
     );
+    // The form dates are shown in is taken too, so a shown end can be asked about as it is.
+    let shown = app
+        .get(&format!(
+            "/v1/leases/{id}/extension?end_date=2030-01-01T15:00:00.000000"
+        ))
+        .await;
+    assert_eq!(shown.status, StatusCode::OK, "{}", shown.body);
+    assert_eq!(shown.body["extension"], r.body["extension"]);
     // The answer agrees with an update.
     let refused = app
         .put(
