@@ -281,6 +281,12 @@ const RESPONSE_BYTES_IN_FLIGHT: usize = 128 * 1024 * 1024;
 /// holding: HTTP/2's send buffer of one stream, set to this size, not the whole answer.
 const STREAMED_RESPONSE_BYTES: usize = 64 * 1024;
 
+/// Largest request line and headers one HTTP/1 connection may send (then 431, or 414 for
+/// the line): the longest URI hyper takes (64 KiB, a timeline's property query) and 16 KiB
+/// of headers, HTTP/2's header limit. Hyper's default, about 400 kB, let every connection
+/// at the connection bound hold that much while its headers never ended.
+const MAX_HTTP1_HEAD_BYTES: usize = 80 * 1024;
+
 /// Streams one HTTP/2 connection may have open at once (hyper's default is 200): each can
 /// hold a body upload, so a few connections could otherwise hold the byte budget.
 const MAX_HTTP2_STREAMS: u32 = 16;
@@ -330,6 +336,14 @@ impl ByteBudget {
         true
     }
 
+    /// Takes `bytes` for `peer` whatever is left: for what is already in memory.
+    fn take_anyway(&self, peer: std::net::IpAddr, bytes: usize) {
+        let mut held = self.lock();
+        let (total, by_peer) = &mut *held;
+        *total += bytes;
+        *by_peer.entry(peer).or_insert(0) += bytes;
+    }
+
     fn give_back(&self, peer: std::net::IpAddr, bytes: usize) {
         let mut held = self.lock();
         let (total, by_peer) = &mut *held;
@@ -366,7 +380,70 @@ impl Drop for Held {
     }
 }
 
-fn too_many_answers() -> Response {
+tokio::task_local! {
+    /// The answers' budget of the client whose request the current task is answering, for
+    /// answers written as the client reads them ([`crate::stream`]): what such an answer
+    /// has made and not yet handed on is counted while it waits for the client.
+    static ANSWER_ACCOUNT: AnswerAccount;
+}
+
+/// A client's place in the answers' budget.
+#[derive(Clone)]
+pub(crate) struct AnswerAccount {
+    budget: Arc<ByteBudget>,
+    peer: std::net::IpAddr,
+}
+
+impl AnswerAccount {
+    /// The account of the request being answered in this task; `None` outside the
+    /// listener (tests that call the router directly).
+    pub(crate) fn current() -> Option<AnswerAccount> {
+        ANSWER_ACCOUNT.try_with(Clone::clone).ok()
+    }
+
+    /// Whether the client may be given more now.
+    pub(crate) fn has_room(&self) -> bool {
+        self.budget.has_room(self.peer)
+    }
+
+    /// A count of bytes an answer holds, at zero; given back when dropped.
+    pub(crate) fn charge(&self) -> Charge {
+        Charge {
+            account: self.clone(),
+            bytes: 0,
+        }
+    }
+}
+
+/// Bytes an answer holds in memory, counted in its client's share of the budget. They are
+/// counted even past the share: they are already made. What keeps the total bounded is
+/// that a client at its share gets no new answer (503), and each answer holds little at a
+/// time.
+pub(crate) struct Charge {
+    account: AnswerAccount,
+    bytes: usize,
+}
+
+impl Charge {
+    /// The answer now holds `bytes`.
+    pub(crate) fn set(&mut self, bytes: usize) {
+        let AnswerAccount { budget, peer } = &self.account;
+        if bytes > self.bytes {
+            budget.take_anyway(*peer, bytes - self.bytes);
+        } else {
+            budget.give_back(*peer, self.bytes - bytes);
+        }
+        self.bytes = bytes;
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.set(0);
+    }
+}
+
+pub(crate) fn too_many_answers() -> Response {
     tracing::warn!("answers not yet sent reached their byte bound");
     let mut response = error_response(
         axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -680,8 +757,15 @@ where
                     request
                         .extensions_mut()
                         .insert(axum::extract::ConnectInfo(peer));
-                    let response =
-                        tokio::time::timeout(limits.request_timeout, app.oneshot(request)).await;
+                    let account = AnswerAccount {
+                        budget: answers.clone(),
+                        peer: peer.ip(),
+                    };
+                    let response = tokio::time::timeout(
+                        limits.request_timeout,
+                        ANSWER_ACCOUNT.scope(account, app.oneshot(request)),
+                    )
+                    .await;
                     let response = match response {
                         Ok(Ok(response)) => response,
                         Ok(Err(never)) => match never {},
@@ -692,6 +776,7 @@ where
                 }
             });
             let mut builder = Builder::new(TokioExecutor::new());
+            builder.http1().max_buf_size(MAX_HTTP1_HEAD_BYTES);
             builder
                 .http2()
                 .max_concurrent_streams(MAX_HTTP2_STREAMS)
@@ -845,6 +930,131 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(third.is_some(), "the read answer was still counted");
+        server.abort();
+    }
+
+    /// Headers that never end hold at most the head's bound, then get a 431; an ordinary
+    /// request with a long URI is still served.
+    #[tokio::test]
+    async fn request_heads_are_bounded() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let app = axum::Router::new().route("/q", axum::routing::get(|| async { "ok" }));
+        let (address, server) = serve_on_loopback(app, ConnectionLimits::default()).await;
+        let ask = |head: Vec<u8>| async move {
+            let mut tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+            // The server may answer and close before all of it is written.
+            let _ = tcp.write_all(&head).await;
+            let mut answer = Vec::new();
+            let _ =
+                tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut answer)).await;
+            String::from_utf8_lossy(&answer).into_owned()
+        };
+        let mut long_header = b"GET /q HTTP/1.1\r\nHost: x\r\nX-Pad: ".to_vec();
+        long_header.resize(long_header.len() + 200_000, b'a');
+        long_header.extend_from_slice(b"\r\n");
+        let answer = ask(long_header).await;
+        assert!(answer.starts_with("HTTP/1.1 431"), "{answer:.80}");
+        let uri = format!(
+            "GET /q?query={} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            "a".repeat(60_000)
+        );
+        let answer = ask(uri.into_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer:.80}");
+        server.abort();
+    }
+
+    /// Three batches of 200 kB each, as a large timeline's.
+    struct BigBatches(usize);
+
+    impl crate::stream::Batches for BigBatches {
+        type Batch = usize;
+
+        async fn next_batch(&mut self) -> blazar_service::ServiceResult<Option<usize>> {
+            self.0 += 1;
+            Ok((self.0 <= 3).then_some(self.0))
+        }
+
+        fn write_batch(
+            &self,
+            _batch: usize,
+            out: &mut crate::stream::Pieces,
+            written: bool,
+        ) -> bool {
+            let out = out.bytes();
+            if written {
+                out.push(b',');
+            }
+            out.push(b'"');
+            out.resize(out.len() + 200_000, b'x');
+            out.push(b'"');
+            true
+        }
+
+        fn suffix(&self) -> Vec<u8> {
+            b"]".to_vec()
+        }
+    }
+
+    /// An answer written as the client reads it counts what it has made and not handed on
+    /// (a batch), not only a send buffer: clients that ask for many and read none are
+    /// refused once their share is used, instead of holding a batch per answer.
+    #[tokio::test]
+    async fn unread_streamed_answers_count_what_they_hold() {
+        let app = axum::Router::new().route(
+            "/list",
+            axum::routing::get(|| async {
+                crate::stream::stream_json(b"[".to_vec(), BigBatches(0)).await
+            }),
+        );
+        let limits = ConnectionLimits {
+            response_bytes_in_flight: 10_000_000,
+            response_bytes_per_peer: 600_000,
+            ..ConnectionLimits::default()
+        };
+        let (address, server) = serve_on_loopback(app, limits).await;
+        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(connection);
+        let get = |client: h2::client::SendRequest<hyper::body::Bytes>| async move {
+            let mut client = client.ready().await.unwrap();
+            let request = axum::http::Request::get(format!("http://{address}/list"))
+                .body(())
+                .unwrap();
+            let (answer, _) = client.send_request(request, true).unwrap();
+            answer.await.unwrap()
+        };
+        // Each unread answer holds its first batch, 200 kB, and a send buffer, 64 KiB: two
+        // fit in the share, a third does not (counted as send buffers alone, nine would).
+        let first = get(client.clone()).await;
+        assert_eq!(first.status(), 200);
+        let second = get(client.clone()).await;
+        assert_eq!(second.status(), 200);
+        let third = get(client.clone()).await;
+        assert_eq!(third.status(), 503);
+        // Read whole, the two give their share back. Read side by side: they share the
+        // connection's window, which the one not being read would keep taking.
+        let read = |answer: axum::http::Response<h2::RecvStream>| async move {
+            let mut body = answer.into_body();
+            let mut read = 0;
+            while let Some(chunk) = body.data().await {
+                let chunk = chunk.unwrap();
+                read += chunk.len();
+                let _ = body.flow_control().release_capacity(chunk.len());
+            }
+            read
+        };
+        let (a, b) = tokio::join!(read(first), read(second));
+        assert_eq!((a, b), (3 * 200_002 + 2 + 2, 3 * 200_002 + 2 + 2));
+        let mut again = None;
+        for _ in 0..50 {
+            let answer = get(client.clone()).await;
+            if answer.status() == 200 {
+                again = Some(answer);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(again.is_some(), "the read answers were still counted");
         server.abort();
     }
 

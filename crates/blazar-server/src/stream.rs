@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use blazar_service::ServiceResult;
 
 use crate::error::ApiResult;
+use crate::listener::{AnswerAccount, Charge, too_many_answers};
 
 /// The size a frame of a streamed answer is made up to from small pieces. A frame waits in
 /// the connection until the client takes it, so this is what each slow reader costs beyond
@@ -36,6 +37,8 @@ pub trait Batches: Send + 'static {
 #[derive(Default)]
 pub struct Pieces {
     ready: VecDeque<Bytes>,
+    /// Bytes in `ready`.
+    ready_len: usize,
     open: Vec<u8>,
 }
 
@@ -48,22 +51,38 @@ impl Pieces {
     /// A rendering shared with its keeper, sent as it is.
     pub fn shared(&mut self, piece: Bytes) {
         self.close();
+        self.ready_len += piece.len();
         self.ready.push_back(piece);
     }
 
     fn close(&mut self) {
         if !self.open.is_empty() {
+            self.ready_len += self.open.len();
             self.ready
                 .push_back(Bytes::from(std::mem::take(&mut self.open)));
         }
     }
 
-    /// The next frame: the next piece when it is a frame's size or more, otherwise the
-    /// next pieces copied together up to a frame's size; `None` once all are sent.
+    /// Bytes made and not yet handed on. Shared renderings count too: while they wait here,
+    /// their keeper may have dropped its own copy.
+    fn len(&self) -> usize {
+        self.ready_len + self.open.len()
+    }
+
+    /// The next frame: a frame's size of the next piece when it has that much (the rest
+    /// stays here, counted, rather than waiting uncounted further on), otherwise the next
+    /// pieces copied together up to a frame's size; `None` once all are sent.
     fn next_frame(&mut self) -> Option<Bytes> {
         self.close();
-        let first = self.ready.pop_front()?;
-        if first.len() >= FRAME {
+        let mut first = self.ready.pop_front()?;
+        if first.len() > FRAME {
+            let frame = first.split_to(FRAME);
+            self.ready.push_front(first);
+            self.ready_len -= frame.len();
+            return Some(frame);
+        }
+        self.ready_len -= first.len();
+        if first.len() == FRAME {
             return Some(first);
         }
         let mut frame = Vec::with_capacity(FRAME);
@@ -73,6 +92,7 @@ impl Pieces {
                 break;
             }
             frame.extend_from_slice(next);
+            self.ready_len -= next.len();
             self.ready.pop_front();
         }
         Some(Bytes::from(frame))
@@ -87,29 +107,53 @@ struct Writer<S> {
     written: bool,
     /// The source is read to its end (or failed) and the suffix is pending.
     drained: bool,
+    /// `pending`'s bytes, counted in the client's share of the answers' budget.
+    charge: Option<Charge>,
+}
+
+impl<S> Writer<S> {
+    fn count_pending(&mut self) {
+        if let Some(charge) = &mut self.charge {
+            charge.set(self.pending.len());
+        }
+    }
 }
 
 /// An answer of `prefix`, the items of every batch of `source` and its suffix. Errors found
 /// before the first byte (the first batch's read included) are ordinary error answers; a
 /// read that fails later can only cut the answer short, which a client sees as a broken
 /// body. A batch is read only once the frames of the one before are taken by the client.
+///
+/// What a batch renders to waits in memory until the client takes it, so it is counted in
+/// the client's share of the answers' budget (see [`crate::listener`]): a client that asks
+/// for many such answers and reads none is refused (503) once its share is used, instead
+/// of holding a batch per answer without bound.
 pub async fn stream_json<S: Batches>(prefix: Vec<u8>, mut source: S) -> ApiResult<Response> {
+    let account = AnswerAccount::current();
     let first = source.next_batch().await?;
+    // Looked at once the first batch is read: reads take turns (the large reads' permits),
+    // so the answers that went before have counted what they made by now.
+    if account.as_ref().is_some_and(|a| !a.has_room()) {
+        return Ok(too_many_answers());
+    }
     let mut pending = Pieces::default();
     pending.bytes().extend_from_slice(&prefix);
     let written = match first {
         Some(batch) => source.write_batch(batch, &mut pending, false),
         None => false,
     };
-    let writer = Writer {
+    let mut writer = Writer {
         source,
         pending,
         written,
         drained: false,
+        charge: account.map(|a| a.charge()),
     };
+    writer.count_pending();
     let stream = futures::stream::unfold(writer, |mut writer| async move {
         loop {
             if let Some(frame) = writer.pending.next_frame() {
+                writer.count_pending();
                 return Some((Ok(frame), writer));
             }
             if writer.drained {
@@ -121,6 +165,7 @@ pub async fn stream_json<S: Batches>(prefix: Vec<u8>, mut source: S) -> ApiResul
                         writer
                             .source
                             .write_batch(batch, &mut writer.pending, writer.written);
+                    writer.count_pending();
                 }
                 Ok(None) => {
                     let suffix = writer.source.suffix();
