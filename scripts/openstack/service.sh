@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Stops or starts again one service of a cloud brought up by up.sh: an outage of that
-# service alone, as the real-cloud tests break it on purpose.
+# service alone, as the real-cloud tests break it on purpose. Not a compute: the fake
+# driver, started again, makes a new node that Nova refuses as a duplicate of the old one
+# (disable its compute service instead).
 #
 # Usage: scripts/openstack/service.sh STATE_DIR NAME stop|start
 #   stop:  kills NAME's process group (as down.sh would) and forgets its pid;

@@ -264,6 +264,16 @@ impl OpenStackBackend {
         let id = &action.reservation_id;
         let class = reservation_class(id);
         nova.grant_flavor_only_to(id, &action.project_id).await?;
+        // Another project's servers booted with the flavor while it could hold the owner's
+        // slots: they go, as other projects' servers on a reserved host do.
+        for server in nova
+            .foreign_servers_with_flavor(id, &action.project_id)
+            .await?
+        {
+            tracing::warn!(server.id = %server, reservation.id = %id,
+                "deleting another project's server booted with the reservation's flavor");
+            nova.delete_server(&server).await?;
+        }
         let aggregate = nova.ensure_aggregate(id, None).await?;
         for ((service, hypervisor), &n) in slots {
             let provider = placement
@@ -369,33 +379,49 @@ impl OpenStackBackend {
             Some(found) => {
                 let (wanted, source_specs) = flavor_of(action).map_err(action_error)?;
                 if crate::nova::flavor_differs(&found, &wanted) {
+                    // Made again whole (a public flavor has no access list to read).
                     drift.push(format!(
                         "flavor of instance reservation {id}: size or visibility not as granted"
                     ));
-                } else if group_known {
-                    let specs = flavor_extra_specs(id, source_specs, group.as_deref());
-                    let keys = crate::nova::extra_specs_drift(&found, &specs);
-                    if !keys.is_empty() {
+                } else {
+                    if group_known {
+                        let specs = flavor_extra_specs(id, source_specs, group.as_deref());
+                        let keys = crate::nova::extra_specs_drift(&found, &specs);
+                        if !keys.is_empty() {
+                            drift.push(format!(
+                                "flavor of instance reservation {id}: extra specs {} not as \
+                                 granted",
+                                keys.join(", ")
+                            ));
+                        }
+                    }
+                    let access = nova.flavor_access(id).await.map_err(action_error)?;
+                    if !access.contains(&action.project_id) {
                         drift.push(format!(
-                            "flavor of instance reservation {id}: extra specs {} not as granted",
-                            keys.join(", ")
+                            "project {} may not use the flavor of instance reservation {id}",
+                            action.project_id
+                        ));
+                    }
+                    for other in access.iter().filter(|p| **p != action.project_id) {
+                        drift.push(format!(
+                            "project {other} may use the flavor of instance reservation {id}, \
+                             not granted to it"
                         ));
                     }
                 }
-                let access = nova.flavor_access(id).await.map_err(action_error)?;
-                if !access.contains(&action.project_id) {
-                    drift.push(format!(
-                        "project {} may not use the flavor of instance reservation {id}",
-                        action.project_id
-                    ));
-                }
-                for other in access.iter().filter(|p| **p != action.project_id) {
-                    drift.push(format!(
-                        "project {other} may use the flavor of instance reservation {id}, not \
-                         granted to it"
-                    ));
-                }
             }
+        }
+        // Servers another project booted with the flavor while it could (access given or
+        // the flavor made public by hand) hold the owner's slots.
+        for server in nova
+            .foreign_servers_with_flavor(id, &action.project_id)
+            .await
+            .map_err(action_error)?
+        {
+            drift.push(format!(
+                "server {server} of another project runs with the flavor of instance \
+                 reservation {id}"
+            ));
         }
         let aggregate = nova.find_aggregate(id).await.map_err(action_error)?;
         match &aggregate {

@@ -802,6 +802,29 @@ impl<'a> Nova<'a> {
             .collect())
     }
 
+    /// Ids of the servers booted with flavor `id` by projects other than `owner`.
+    pub async fn foreign_servers_with_flavor(&self, id: &str, owner: &str) -> Result<Vec<String>> {
+        let found = match self
+            .api
+            .get_all(
+                &format!(
+                    "/servers/detail?all_tenants=1&flavor={}",
+                    crate::placement::urlencode(id)
+                ),
+                "servers",
+            )
+            .await
+        {
+            Ok(found) => found,
+            Err(e) if e.is_not_found() || e.status() == Some(400) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        Ok(items(&found, "servers")
+            .filter(|s| s["tenant_id"].as_str().is_some_and(|p| p != owner))
+            .filter_map(|s| s["id"].as_str().map(str::to_string))
+            .collect())
+    }
+
     /// Deletes every server booted with flavor `id` and waits until none is left, at most
     /// `within` (then a transient error).
     pub async fn clear_flavor(&self, id: &str, within: Duration) -> Result<usize> {

@@ -3601,6 +3601,65 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     assert_eq!(total["total"], json!(n), "{total}");
     assert_eq!(reconcile(true).await, vec![over]);
 
+    // The flavor made public by hand (deleted and made again so: Nova cannot change that
+    // in place), and beta boots with it into alpha's slots: the flavor is made private
+    // again, and beta's server goes.
+    nova.clear_flavor(&rid, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let specs = compute(&admin, Method::GET, &format!("/flavors/{rid}"), None).await["flavor"]
+        ["extra_specs"]
+        .clone();
+    nova.delete_flavor(&rid).await.unwrap();
+    compute(
+        &admin,
+        Method::POST,
+        "/flavors",
+        Some(
+            json!({"flavor": {"id": rid, "name": format!("reservation:{rid}"), "vcpus": 1,
+            "ram": 64, "disk": 1, "os-flavor-access:is_public": true}}),
+        ),
+    )
+    .await;
+    compute(
+        &admin,
+        Method::POST,
+        &format!("/flavors/{rid}/os-extra_specs"),
+        Some(json!({ "extra_specs": specs })),
+    )
+    .await;
+    let (stranger, status) = boot_flavor(&env.member("beta"), "stranger", &rid).await;
+    let drift = reconcile(false).await;
+    assert!(
+        drift.iter().any(|l| l.contains(&format!(
+            "flavor of instance reservation {rid}: size or visibility not as granted"
+        ))),
+        "{drift:#?}"
+    );
+    assert!(
+        drift.iter().any(|l| l.contains(&format!(
+            "server {stranger} of another project runs with the flavor"
+        ))),
+        "{status}: {drift:#?}"
+    );
+    let flavor = compute(&admin, Method::GET, &format!("/flavors/{rid}"), None).await;
+    assert_eq!(flavor["flavor"]["os-flavor-access:is_public"], false);
+    assert_eq!(nova.flavor_access(&rid).await.unwrap(), vec![alpha.clone()]);
+    let mut left = Vec::new();
+    for _ in 0..120 {
+        left = nova.servers_with_flavor(&rid).await.unwrap();
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(
+        reconcile(true).await,
+        Vec::<String>::new(),
+        "drift after the flavor was made private again"
+    );
+
     // The end takes back what was made again.
     app.tick_at(t(2030, 6, 1, 12, 0)).await;
     let (status, actions) = lease_status(&app, &lease_id).await;
