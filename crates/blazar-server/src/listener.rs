@@ -883,6 +883,51 @@ mod tests {
         (address, server)
     }
 
+    type H2Client = h2::client::SendRequest<hyper::body::Bytes>;
+    type H2Answer = axum::http::Response<h2::RecvStream>;
+
+    /// An HTTP/2 client of `address`, its connection driven in the background.
+    async fn h2_client(address: std::net::SocketAddr) -> H2Client {
+        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(connection);
+        client
+    }
+
+    /// The answer to a GET of `path` on a stream of its own; its body is not read.
+    async fn h2_get(client: &H2Client, address: std::net::SocketAddr, path: &str) -> H2Answer {
+        let mut client = client.clone().ready().await.unwrap();
+        let request = axum::http::Request::get(format!("http://{address}{path}"))
+            .body(())
+            .unwrap();
+        let (answer, _) = client.send_request(request, true).unwrap();
+        answer.await.unwrap()
+    }
+
+    /// Reads an answer's body whole, giving its window back; the bytes read.
+    async fn h2_read(answer: H2Answer) -> usize {
+        let mut body = answer.into_body();
+        let mut read = 0;
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            read += chunk.len();
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+        read
+    }
+
+    /// Whether `path` is answered 200 again within a second (an answer that was read is
+    /// uncounted once its body has been dropped).
+    async fn h2_served_again(client: &H2Client, address: std::net::SocketAddr, path: &str) -> bool {
+        for _ in 0..50 {
+            if h2_get(client, address, path).await.status() == 200 {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
     /// HTTP/2 streams whose answers are never read hold those answers in memory: past the
     /// client's share of unsent answers, it is refused (503) until it reads them.
     #[tokio::test]
@@ -895,41 +940,18 @@ mod tests {
             ..ConnectionLimits::default()
         };
         let (address, server) = serve_on_loopback(app, limits).await;
-        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
-        let (client, connection) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(connection);
-        let get = |client: h2::client::SendRequest<hyper::body::Bytes>| async move {
-            let mut client = client.ready().await.unwrap();
-            let request = axum::http::Request::get(format!("http://{address}/big"))
-                .body(())
-                .unwrap();
-            let (answer, _) = client.send_request(request, true).unwrap();
-            answer.await.unwrap()
-        };
-        let first = get(client.clone()).await;
+        let client = h2_client(address).await;
+        let first = h2_get(&client, address, "/big").await;
         assert_eq!(first.status(), 200);
         // Unread, the first answer holds 200 kB: a second would go past the share.
-        let second = get(client.clone()).await;
+        let second = h2_get(&client, address, "/big").await;
         assert_eq!(second.status(), 503);
-        let mut body = first.into_body();
-        let mut read = 0;
-        while let Some(chunk) = body.data().await {
-            let chunk = chunk.unwrap();
-            read += chunk.len();
-            let _ = body.flow_control().release_capacity(chunk.len());
-        }
-        assert_eq!(read, 200_000);
+        assert_eq!(h2_read(first).await, 200_000);
         // Read, it holds nothing any more.
-        let mut third = None;
-        for _ in 0..50 {
-            let answer = get(client.clone()).await;
-            if answer.status() == 200 {
-                third = Some(answer);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(third.is_some(), "the read answer was still counted");
+        assert!(
+            h2_served_again(&client, address, "/big").await,
+            "the read answer was still counted"
+        );
         server.abort();
     }
 
@@ -1012,49 +1034,23 @@ mod tests {
             ..ConnectionLimits::default()
         };
         let (address, server) = serve_on_loopback(app, limits).await;
-        let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
-        let (client, connection) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(connection);
-        let get = |client: h2::client::SendRequest<hyper::body::Bytes>| async move {
-            let mut client = client.ready().await.unwrap();
-            let request = axum::http::Request::get(format!("http://{address}/list"))
-                .body(())
-                .unwrap();
-            let (answer, _) = client.send_request(request, true).unwrap();
-            answer.await.unwrap()
-        };
+        let client = h2_client(address).await;
         // Each unread answer holds its first batch, 200 kB, and a send buffer, 64 KiB: two
         // fit in the share, a third does not (counted as send buffers alone, nine would).
-        let first = get(client.clone()).await;
+        let first = h2_get(&client, address, "/list").await;
         assert_eq!(first.status(), 200);
-        let second = get(client.clone()).await;
+        let second = h2_get(&client, address, "/list").await;
         assert_eq!(second.status(), 200);
-        let third = get(client.clone()).await;
+        let third = h2_get(&client, address, "/list").await;
         assert_eq!(third.status(), 503);
         // Read whole, the two give their share back. Read side by side: they share the
         // connection's window, which the one not being read would keep taking.
-        let read = |answer: axum::http::Response<h2::RecvStream>| async move {
-            let mut body = answer.into_body();
-            let mut read = 0;
-            while let Some(chunk) = body.data().await {
-                let chunk = chunk.unwrap();
-                read += chunk.len();
-                let _ = body.flow_control().release_capacity(chunk.len());
-            }
-            read
-        };
-        let (a, b) = tokio::join!(read(first), read(second));
+        let (a, b) = tokio::join!(h2_read(first), h2_read(second));
         assert_eq!((a, b), (3 * 200_002 + 2 + 2, 3 * 200_002 + 2 + 2));
-        let mut again = None;
-        for _ in 0..50 {
-            let answer = get(client.clone()).await;
-            if answer.status() == 200 {
-                again = Some(answer);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(again.is_some(), "the read answers were still counted");
+        assert!(
+            h2_served_again(&client, address, "/list").await,
+            "the read answers were still counted"
+        );
         server.abort();
     }
 
