@@ -779,24 +779,29 @@ impl<'a> Nova<'a> {
         )
     }
 
-    /// Ids of every project's servers booted with flavor `id`.
-    pub async fn servers_with_flavor(&self, id: &str) -> Result<Vec<String>> {
-        let found = match self
+    /// Every project's servers booted with flavor `id`, as `list` (`/servers`, or
+    /// `/servers/detail` for their projects) shows them.
+    async fn flavor_servers(&self, list: &str, id: &str) -> Result<Value> {
+        match self
             .api
             .get_all(
                 &format!(
-                    "/servers?all_tenants=1&flavor={}",
+                    "{list}?all_tenants=1&flavor={}",
                     crate::placement::urlencode(id)
                 ),
                 "servers",
             )
             .await
         {
-            Ok(found) => found,
             // No such flavor (deleted by an earlier attempt): no server can use it.
-            Err(e) if e.is_not_found() || e.status() == Some(400) => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
+            Err(e) if e.is_not_found() || e.status() == Some(400) => Ok(Value::Null),
+            other => other,
+        }
+    }
+
+    /// Ids of every project's servers booted with flavor `id`.
+    pub async fn servers_with_flavor(&self, id: &str) -> Result<Vec<String>> {
+        let found = self.flavor_servers("/servers", id).await?;
         Ok(items(&found, "servers")
             .filter_map(|s| s["id"].as_str().map(str::to_string))
             .collect())
@@ -804,21 +809,7 @@ impl<'a> Nova<'a> {
 
     /// Ids of the servers booted with flavor `id` by projects other than `owner`.
     pub async fn foreign_servers_with_flavor(&self, id: &str, owner: &str) -> Result<Vec<String>> {
-        let found = match self
-            .api
-            .get_all(
-                &format!(
-                    "/servers/detail?all_tenants=1&flavor={}",
-                    crate::placement::urlencode(id)
-                ),
-                "servers",
-            )
-            .await
-        {
-            Ok(found) => found,
-            Err(e) if e.is_not_found() || e.status() == Some(400) => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
+        let found = self.flavor_servers("/servers/detail", id).await?;
         Ok(items(&found, "servers")
             .filter(|s| s["tenant_id"].as_str().is_some_and(|p| p != owner))
             .filter_map(|s| s["id"].as_str().map(str::to_string))

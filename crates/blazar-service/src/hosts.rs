@@ -234,12 +234,7 @@ pub(crate) fn check_capability_count<'a>(
 /// silently fall back to the default ratio (Blazar fails the next instance lease instead).
 fn host_capability(key: &str, value: &Value) -> ServiceResult<String> {
     let text = as_text(key, value)?;
-    if crate::instance::RATIO_KEYS.contains(&key)
-        && !text
-            .trim()
-            .parse::<f64>()
-            .is_ok_and(|r| r.is_finite() && r > 0.0)
-    {
+    if crate::instance::RATIO_KEYS.contains(&key) && crate::instance::ratio(&text).is_none() {
         return Err(ServiceError::BadRequest(format!(
             "Malformed parameter {key}: an allocation ratio must be a number above 0, got {text:?}"
         )));

@@ -27,6 +27,14 @@ pub const RATIO_KEYS: [&str; 3] = [
     "disk_allocation_ratio",
 ];
 
+/// An allocation ratio as a capability writes it: a finite number above 0, or none.
+pub fn ratio(text: &str) -> Option<f64> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|r| r.is_finite() && *r > 0.0)
+}
+
 /// Default allocation ratios when a host sets none.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Ratios {
@@ -103,12 +111,7 @@ pub struct HostRatios([Option<f64>; 3]);
 
 impl HostRatios {
     pub fn of(host: &HostRecord) -> HostRatios {
-        HostRatios(RATIO_KEYS.map(|key| {
-            host.capabilities
-                .get(key)
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .filter(|r| r.is_finite() && *r > 0.0)
-        }))
+        HostRatios(RATIO_KEYS.map(|key| host.capabilities.get(key).and_then(|v| ratio(v))))
     }
 
     /// `host`'s capacity with these ratios, `defaults` where it sets none.
