@@ -407,7 +407,7 @@ impl Tx {
 
     /// `hint` on SQLite, which plans without statistics; nothing on PostgreSQL, which plans
     /// from its own.
-    fn sqlite_hint(&self, hint: &'static str) -> &'static str {
+    pub(crate) fn sqlite_hint(&self, hint: &'static str) -> &'static str {
         match self.backend {
             crate::Backend::Sqlite => hint,
             crate::Backend::Postgres => "",

@@ -98,6 +98,24 @@ pub struct ClaimedDelivery {
     pub unreported: bool,
 }
 
+/// A webhook with a delivery due, as a claim reads it.
+struct DueWebhook {
+    id: String,
+    project_id: Option<String>,
+    url: String,
+    secret: String,
+    silent: bool,
+    /// When its longest due pending delivery was due (seconds).
+    due_at: i64,
+}
+
+/// A delivery that may be claimed, with what orders it among the others.
+struct Candidate {
+    due_at: i64,
+    seq: i64,
+    delivery: ClaimedDelivery,
+}
+
 /// Deliveries counted by status, for monitoring.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeliveryCounts {
@@ -305,18 +323,24 @@ impl Tx {
         }
     }
 
-    /// Claims up to `limit` due deliveries for `worker` until `now + claim_for`, oldest
-    /// first: each only if no earlier delivery of the same lease to the same webhook is
-    /// still pending, so a subscriber sees a lease's events in order; none of the webhooks
-    /// of `skip_projects` (`None`: the every-project ones) nor `skip_webhooks`, which have
-    /// their share in flight. A webhook whose endpoint gave no answer in time at its latest
-    /// attempt (`silent`) is tried one delivery at a time until it answers again: none
-    /// while one is being sent, its unanswered deliveries' retries first (the earliest,
-    /// when due; the others wait while it is not), else its earliest due delivery, one per
-    /// claim. An endpoint that does not answer holds a slot for the whole timeout of each
-    /// attempt, and taking all its due deliveries at once (their retries included, all due
-    /// together after one timeout; or new ones once the unanswered had gone dead) held up
-    /// the other endpoints, its project's included, for minutes.
+    /// Claims up to `limit` due deliveries for `worker` until `now + claim_for`: each only
+    /// if no earlier delivery of the same lease to the same webhook is still pending, so a
+    /// subscriber sees a lease's events in order; none of the webhooks of `skip_projects`
+    /// (`None`: the every-project ones) nor `skip_webhooks`, which have their share in
+    /// flight. The webhooks whose earliest pending delivery has been due longest go first,
+    /// each with its own longest due (oldest first when equally due).
+    /// A webhook whose endpoint gave no answer in time at its latest attempt (`silent`) is
+    /// tried one delivery at a time until it answers again: none while one is being sent,
+    /// its unanswered deliveries' retries first (the earliest, when due; the others wait
+    /// while it is not), else its longest due delivery, one per claim. An endpoint that
+    /// does not answer holds a slot for the whole timeout of each attempt, and taking all
+    /// its due deliveries at once (their retries included, all due together after one
+    /// timeout; or new ones once the unanswered had gone dead) held up the other endpoints,
+    /// its project's included, for minutes.
+    /// Each webhook is asked for its own few candidates through its index of pending
+    /// deliveries: one query over every due delivery read the whole backlog at each claim
+    /// when the webhooks it belonged to could take none of it (silent, or at their share),
+    /// and an endpoint that fails fast is claimed for as often as it answers.
     /// A claim counts as an attempt: one whose worker dies before it reports back was
     /// still made, and a delivery that kills every worker that tries it still runs out of
     /// attempts. `attempts` in the answer is the count before this one.
@@ -334,90 +358,33 @@ impl Tx {
         skip_webhooks: &[String],
         mut admit: impl FnMut(Option<&str>, &str) -> bool + Send,
     ) -> DbResult<Vec<ClaimedDelivery>> {
-        // Candidates beyond `limit`, for those `admit` turns down.
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Each due webhook's candidates, merged longest due first (then oldest): read
+        // webhook by webhook in the order of their longest due delivery, up to where the
+        // next webhook's could no longer come among the first few (those beyond `limit`
+        // are for the ones `admit` turns down).
         let scan = limit.saturating_mul(4);
-        let mut args: Vec<Arg> = vec![to_secs(now).into(), (scan as i64).into()];
-        let mut skip = String::new();
-        if !skip_projects.is_empty() {
-            skip = format!(
-                " AND COALESCE(w.project_id, '') NOT IN ({})",
-                crate::placeholders(args.len() + 1, skip_projects.len())
-            );
-            args.extend(
-                skip_projects
-                    .iter()
-                    .map(|p| Arg::from(p.clone().unwrap_or_default())),
-            );
+        let mut candidates: Vec<Candidate> = Vec::new();
+        for hook in self.due_webhooks(now, skip_projects, skip_webhooks).await? {
+            let ahead = candidates.iter().filter(|c| c.due_at < hook.due_at).count();
+            if ahead >= scan {
+                break;
+            }
+            let wanted = if hook.silent { 1 } else { limit };
+            let found = self.webhook_candidates(&hook, now, wanted).await?;
+            candidates.extend(found);
         }
-        if !skip_webhooks.is_empty() {
-            skip.push_str(&format!(
-                " AND d.webhook_id NOT IN ({})",
-                crate::placeholders(args.len() + 1, skip_webhooks.len())
-            ));
-            args.extend(skip_webhooks.iter().map(Arg::from));
-        }
-        let sql = format!(
-            "SELECT d.webhook_id, w.project_id, w.url, w.secret, d.notification_id, \
-                 n.event_type, d.lease_id, n.payload, n.created_at, \
-                 CAST(d.attempts AS BIGINT) AS attempts, d.request_id, d.last_result, \
-                 d.claimed_by, CAST(w.silent AS BIGINT) AS silent \
-             FROM webhook_deliveries d \
-             JOIN webhooks w ON w.id = d.webhook_id \
-             JOIN notifications n ON n.id = d.notification_id \
-             WHERE d.status = 'pending' AND d.next_attempt_at <= $1 \
-             AND (d.claimed_until IS NULL OR d.claimed_until < $1){skip} \
-             AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b \
-                 WHERE b.webhook_id = d.webhook_id AND b.lease_id = d.lease_id \
-                 AND b.status = 'pending' AND b.seq < d.seq) \
-             AND (w.silent = 0 OR ( \
-                 NOT EXISTS (SELECT 1 FROM webhook_deliveries f \
-                     WHERE f.webhook_id = d.webhook_id AND f.claimed_by IS NOT NULL \
-                     AND f.status = 'pending' AND f.claimed_until >= $1 AND f.seq <> d.seq) \
-                 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries s \
-                     WHERE s.webhook_id = d.webhook_id AND s.status = 'pending' \
-                     AND s.last_result = '{silent}' AND s.seq <> d.seq \
-                     AND (s.next_attempt_at > $1 OR d.last_result IS NULL \
-                          OR d.last_result <> '{silent}' OR s.seq < d.seq)))) \
-             ORDER BY d.seq, d.webhook_id LIMIT $2",
-            silent = blazar_core::WEBHOOK_NO_ANSWER,
-        );
-        let rows = self.fetch_rows_replanned(&sql, args).await?;
-        let mut claimed = Vec::with_capacity(rows.len().min(limit));
-        // The silent webhooks this claim took one delivery of.
-        let mut probed = std::collections::HashSet::new();
-        for row in &rows {
+        candidates.sort_by_key(|c| (c.due_at, c.seq));
+        let mut claimed = Vec::with_capacity(limit);
+        for c in candidates {
             if claimed.len() == limit {
                 break;
             }
-            let webhook_id: String = row.try_get("webhook_id")?;
-            let project_id: Option<String> = row.try_get("project_id")?;
-            let silent = row.try_get::<i64, _>("silent")? != 0;
-            if silent && probed.contains(&webhook_id) {
-                continue;
+            if admit(c.delivery.project_id.as_deref(), &c.delivery.webhook_id) {
+                claimed.push(c.delivery);
             }
-            if !admit(project_id.as_deref(), &webhook_id) {
-                continue;
-            }
-            if silent {
-                probed.insert(webhook_id.clone());
-            }
-            let payload: String = row.try_get("payload")?;
-            claimed.push(ClaimedDelivery {
-                webhook_id,
-                project_id,
-                url: row.try_get("url")?,
-                secret: row.try_get("secret")?,
-                notification_id: row.try_get("notification_id")?,
-                event_type: row.try_get("event_type")?,
-                lease_id: row.try_get("lease_id")?,
-                payload: serde_json::from_str(&payload)
-                    .map_err(|_| DbError::Corrupt(format!("notification payload {payload:?}")))?,
-                created_at: from_secs(row.try_get("created_at")?)?,
-                attempts: row.try_get("attempts")?,
-                request_id: row.try_get("request_id")?,
-                last_result: row.try_get("last_result")?,
-                unreported: row.try_get::<Option<String>, _>("claimed_by")?.is_some(),
-            });
         }
         for d in &claimed {
             self.write(
@@ -434,6 +401,151 @@ impl Tx {
             .await?;
         }
         Ok(claimed)
+    }
+
+    /// The webhooks with a pending delivery due at `now`, longest due first, but those of
+    /// `skip_projects` and `skip_webhooks` and the silent ones with a delivery being sent.
+    async fn due_webhooks(
+        &mut self,
+        now: DateTime<Utc>,
+        skip_projects: &[Option<String>],
+        skip_webhooks: &[String],
+    ) -> DbResult<Vec<DueWebhook>> {
+        let mut args: Vec<Arg> = vec![to_secs(now).into()];
+        let mut skip = String::new();
+        if !skip_projects.is_empty() {
+            skip = format!(
+                " AND COALESCE(w.project_id, '') NOT IN ({})",
+                crate::placeholders(args.len() + 1, skip_projects.len())
+            );
+            args.extend(
+                skip_projects
+                    .iter()
+                    .map(|p| Arg::from(p.clone().unwrap_or_default())),
+            );
+        }
+        if !skip_webhooks.is_empty() {
+            skip.push_str(&format!(
+                " AND w.id NOT IN ({})",
+                crate::placeholders(args.len() + 1, skip_webhooks.len())
+            ));
+            args.extend(skip_webhooks.iter().map(Arg::from));
+        }
+        // A claim that runs holds `claimed_by`; a finished attempt clears it whatever the
+        // delivery became, so the status is not asked (it would lead SQLite to the larger
+        // index of pending deliveries).
+        let sql = format!(
+            "SELECT id, project_id, url, secret, silent, due_at FROM ( \
+                 SELECT w.id, w.project_id, w.url, w.secret, \
+                     CAST(w.silent AS BIGINT) AS silent, \
+                     (SELECT MIN(d.next_attempt_at) FROM webhook_deliveries d{pending} \
+                      WHERE d.webhook_id = w.id AND d.status = 'pending') AS due_at \
+                 FROM webhooks w \
+                 WHERE (w.silent = 0 OR NOT EXISTS ( \
+                     SELECT 1 FROM webhook_deliveries f{claimed} \
+                     WHERE f.webhook_id = w.id AND f.claimed_by IS NOT NULL \
+                     AND f.claimed_until >= $1)){skip}) due \
+             WHERE due_at <= $1 ORDER BY due_at, id",
+            pending = self.sqlite_hint(" INDEXED BY webhook_deliveries_pending"),
+            claimed = self.sqlite_hint(" INDEXED BY webhook_deliveries_claimed"),
+        );
+        let rows = self.fetch_rows(&sql, args).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(DueWebhook {
+                    id: row.try_get("id")?,
+                    project_id: row.try_get("project_id")?,
+                    url: row.try_get("url")?,
+                    secret: row.try_get("secret")?,
+                    silent: row.try_get::<i64, _>("silent")? != 0,
+                    due_at: row.try_get("due_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Up to `wanted` deliveries of `hook` that may be claimed at `now`, longest due first;
+    /// for a silent webhook, the one it is to be tried with, if any.
+    async fn webhook_candidates(
+        &mut self,
+        hook: &DueWebhook,
+        now: DateTime<Utc>,
+        wanted: usize,
+    ) -> DbResult<Vec<Candidate>> {
+        let mut only = String::new();
+        let mut args: Vec<Arg> = vec![hook.id.as_str().into(), to_secs(now).into()];
+        if hook.silent {
+            // Its unanswered deliveries' retries: none until they are all due, then the
+            // earliest. The result is written out, as the partial index's condition is
+            // (a parameter would not tell SQLite the index holds the rows).
+            let sql = format!(
+                "SELECT MIN(seq) AS first, MAX(next_attempt_at) AS latest \
+                 FROM webhook_deliveries{silent_index} \
+                 WHERE webhook_id = $1 AND status = 'pending' AND last_result = '{silent}'",
+                silent_index = self.sqlite_hint(" INDEXED BY webhook_deliveries_silent"),
+                silent = blazar_core::WEBHOOK_NO_ANSWER,
+            );
+            let rows = self.fetch_rows(&sql, vec![hook.id.as_str().into()]).await?;
+            let retries = match rows.first() {
+                Some(row) => (
+                    row.try_get::<Option<i64>, _>("first")?,
+                    row.try_get::<Option<i64>, _>("latest")?,
+                ),
+                None => (None, None),
+            };
+            if let (Some(first), Some(latest)) = retries {
+                if latest > to_secs(now) {
+                    return Ok(Vec::new());
+                }
+                args.push(first.into());
+                only = format!(" AND d.seq = ${}", args.len());
+            }
+        }
+        args.push((wanted as i64).into());
+        let sql = format!(
+            "SELECT d.notification_id, n.event_type, d.lease_id, n.payload, n.created_at, \
+                 CAST(d.attempts AS BIGINT) AS attempts, d.request_id, d.last_result, \
+                 d.claimed_by, d.next_attempt_at, d.seq \
+             FROM webhook_deliveries d{pending} \
+             JOIN notifications n ON n.id = d.notification_id \
+             WHERE d.webhook_id = $1 AND d.status = 'pending' AND d.next_attempt_at <= $2 \
+             AND (d.claimed_until IS NULL OR d.claimed_until < $2){only} \
+             AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b \
+                 WHERE b.webhook_id = d.webhook_id AND b.lease_id = d.lease_id \
+                 AND b.status = 'pending' AND b.seq < d.seq) \
+             ORDER BY d.next_attempt_at, d.seq LIMIT ${}",
+            args.len(),
+            pending = self.sqlite_hint(" INDEXED BY webhook_deliveries_pending"),
+        );
+        // Planned for this webhook's backlog, not from a plan made for another's.
+        let rows = self.fetch_rows_replanned(&sql, args).await?;
+        rows.iter()
+            .map(|row| {
+                let payload: String = row.try_get("payload")?;
+                let delivery = ClaimedDelivery {
+                    webhook_id: hook.id.clone(),
+                    project_id: hook.project_id.clone(),
+                    url: hook.url.clone(),
+                    secret: hook.secret.clone(),
+                    notification_id: row.try_get("notification_id")?,
+                    event_type: row.try_get("event_type")?,
+                    lease_id: row.try_get("lease_id")?,
+                    payload: serde_json::from_str(&payload).map_err(|_| {
+                        DbError::Corrupt(format!("notification payload {payload:?}"))
+                    })?,
+                    created_at: from_secs(row.try_get("created_at")?)?,
+                    attempts: row.try_get("attempts")?,
+                    request_id: row.try_get("request_id")?,
+                    last_result: row.try_get("last_result")?,
+                    unreported: row.try_get::<Option<String>, _>("claimed_by")?.is_some(),
+                };
+                Ok(Candidate {
+                    due_at: row.try_get("next_attempt_at")?,
+                    seq: row.try_get("seq")?,
+                    delivery,
+                })
+            })
+            .collect()
     }
 
     /// Records how the attempt of a delivery `worker` holds went: `status` is `delivered`,
