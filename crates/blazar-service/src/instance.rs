@@ -439,8 +439,9 @@ pub(crate) async fn allocate_shape(
     })
 }
 
-/// Healing for instance slots: `missing` more slots anywhere they fit. With affinity the
-/// reservation's remaining slots are moved too, so all stay on one host.
+/// Healing for instance slots: up to `missing` more slots wherever they fit, as many as do.
+/// With affinity all of them or none, and the reservation's remaining slots are moved too,
+/// so all stay on one host. Returns the slots added.
 pub(crate) async fn refill_shape(
     tx: &mut Tx,
     shape: &Shape,
@@ -501,17 +502,34 @@ pub(crate) async fn refill_shape(
     } else {
         slots
     };
-    match place(&available, &[], wanted.amount, wanted.affinity) {
-        Some(placement) => {
-            if shape.affinity == Affinity::Same {
-                tx.delete_allocations_of_reservation(request.reservation_id)
-                    .await?;
-            }
-            write_slots(tx, &wanted, request, &placement, ratios, cache).await?;
-            Ok(missing)
+    let placement = place(&available, &[], wanted.amount, wanted.affinity).or_else(|| {
+        // Spread slots take what is free now, the rest awaited with the lease degraded, as
+        // host reservations do: a reservation that lost two hosts gets one slot back as
+        // soon as one host returns. Slots on one host come back all together or not at all.
+        if shape.affinity == Affinity::Same {
+            return None;
         }
-        None => Ok(0),
+        let free = available
+            .iter()
+            .map(|s| s.slots.max(0))
+            .fold(0i64, i64::saturating_add)
+            .min(wanted.amount);
+        (free > 0)
+            .then(|| place(&available, &[], free, wanted.affinity))
+            .flatten()
+    });
+    let Some(placement) = placement else {
+        return Ok(0);
+    };
+    if shape.affinity == Affinity::Same {
+        tx.delete_allocations_of_reservation(request.reservation_id)
+            .await?;
     }
+    write_slots(tx, &wanted, request, &placement, ratios, cache).await?;
+    if shape.affinity == Affinity::Same {
+        return Ok(missing);
+    }
+    Ok(placement.iter().map(|(_, units)| *units).sum())
 }
 
 /// A flavor the cloud gave, checked as a registered one is.

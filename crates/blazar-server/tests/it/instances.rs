@@ -935,6 +935,64 @@ async fn healing_moves_host_reservations_and_instance_slots() {
     assert_eq!(l["reservations"][0]["resources_changed"], true);
 }
 
+/// Spread instance slots heal as far as they can: a reservation that lost both its hosts
+/// gets one slot back when one returns (it waited, degraded, for both), the other when the
+/// second does; affinity or not.
+#[tokio::test]
+async fn lost_instance_slots_come_back_one_host_at_a_time() {
+    for affinity in [json!(false), json!(null)] {
+        let app = TestApp::spawn().await;
+        let small = json!({"vcpus": 2, "memory_mb": 4096, "local_gb": 40});
+        let h1 = app.create_host("c1", small.clone()).await;
+        let h2 = app.create_host("c2", small).await;
+        let r = app
+            .post(
+                "/v1/leases",
+                lease(
+                    "spread",
+                    "2030-01-01 10:00",
+                    "2030-01-01 12:00",
+                    instances(2, 2, 1024, 10, affinity.clone()),
+                ),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        let id = r.body["lease"]["id"].as_str().unwrap().to_string();
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        let both = sorted(vec![h1.clone(), h2.clone()]);
+        assert_eq!(sorted(slots_of(&app, &id).await), both, "{affinity}");
+        let reservable = |host: String, on: bool| {
+            let app = &app;
+            async move {
+                let r = app
+                    .put(&format!("/v1/os-hosts/{host}"), json!({"reservable": on}))
+                    .await;
+                assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+            }
+        };
+        let degraded = |id: String| {
+            let app = &app;
+            async move { app.get(&format!("/v1/leases/{id}")).await.body["lease"]["degraded"].clone() }
+        };
+        reservable(h1.clone(), false).await;
+        reservable(h2.clone(), false).await;
+        assert!(slots_of(&app, &id).await.is_empty(), "{affinity}");
+        assert_eq!(degraded(id.clone()).await, true);
+
+        reservable(h1.clone(), true).await;
+        assert_eq!(slots_of(&app, &id).await, vec![h1.clone()], "{affinity}");
+        assert_eq!(units_on(&app, &h1).await, 1);
+        assert_eq!(degraded(id.clone()).await, true, "one slot of two is back");
+
+        reservable(h2.clone(), true).await;
+        assert_eq!(sorted(slots_of(&app, &id).await), both, "{affinity}");
+        assert_eq!(degraded(id.clone()).await, false);
+    }
+}
+
 /// Two leases of two 2-vCPU instances each with affinity, "first" from 10:00 to 12:00 and
 /// "second" from 11:00 to 13:00: their ids.
 async fn first_and_second(app: &TestApp) -> Vec<String> {
