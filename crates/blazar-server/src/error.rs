@@ -156,13 +156,14 @@ impl IntoResponse for ApiError {
             };
             return (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response();
         }
+        let message = shortened(self.message);
         if self.framework {
-            return framework_error(self.status, &self.message);
+            return framework_error(self.status, &message);
         }
         let code = self.status.as_u16();
         let body = ErrorBody {
             error_code: code,
-            error_message: self.message,
+            error_message: message,
             error_name: self.name.map_or(Value::from(code), Value::from),
             reasons: self.reasons,
         };
@@ -172,6 +173,23 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// The longest error message answered: one that quotes what it refuses (a filter, a
+/// date, a body) quotes at most this much of it, not a 64 KiB query back to its sender.
+const MAX_MESSAGE_BYTES: usize = 2_048;
+
+/// `message`, cut at [`MAX_MESSAGE_BYTES`] (on a character's edge) with a word of how long
+/// it was.
+fn shortened(message: String) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message;
+    }
+    let mut end = MAX_MESSAGE_BYTES;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes in all)", &message[..end], message.len())
 }
 
 /// Blazar's framework error shape, for unknown URLs, wrong methods and version problems:
@@ -250,5 +268,25 @@ mod tests {
         let (status, body) = answer(ServiceError::Internal("disk on fire".into())).await;
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(body["error_message"], "Internal Server Error");
+    }
+
+    #[tokio::test]
+    async fn long_messages_are_cut_on_a_character_edge() {
+        // What a refusal quotes back of a 60 kB filter, in two-byte characters.
+        let quoted = "é".repeat(30_000);
+        let (status, body) =
+            answer(ServiceError::BadRequest(format!("Invalid filter {quoted}"))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let message = body["error_message"].as_str().unwrap();
+        assert!(
+            message.len() < MAX_MESSAGE_BYTES + 40,
+            "{} bytes",
+            message.len()
+        );
+        assert!(message.starts_with("Invalid filter éé"), "{message}");
+        assert!(message.ends_with("... (60015 bytes in all)"), "{message}");
+        // A message of ordinary length is answered whole.
+        let (_, body) = answer(ServiceError::BadRequest("Invalid date".into())).await;
+        assert_eq!(body["error_message"], "Invalid date");
     }
 }

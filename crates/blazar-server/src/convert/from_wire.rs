@@ -190,7 +190,8 @@ fn reservations_field(value: Option<Value>) -> ApiResult<Option<Vec<Map<String, 
 /// `POST /v1/leases`.
 pub fn new_lease(body: blazar_api::NewLease) -> ApiResult<blazar_service::NewLease> {
     check_lease_fields(&body.other, NEW_LEASE_FIELDS)?;
-    let earliest = matches!(&body.start_date, Some(Value::String(s)) if s == EARLIEST);
+    let earliest =
+        matches!(&body.start_date, Some(Value::String(s)) if s.eq_ignore_ascii_case(EARLIEST));
     let mut required = vec![("name", &body.name), ("start_date", &body.start_date)];
     if earliest {
         required.push(("duration", &body.duration));

@@ -545,6 +545,11 @@ async fn earliest_create_books_the_first_offer() {
             json!({"name": "x", "start_date": "earliest", "reservations": [hosts(1, 1, "")]}),
             "Missing parameter duration",
         ),
+        // In any case: a search all the same, not a date missing its end.
+        (
+            json!({"name": "x", "start_date": "EARLIEST", "reservations": [hosts(1, 1, "")]}),
+            "Missing parameter duration",
+        ),
         (
             json!({"name": "x", "start_date": "earliest", "duration": 60,
                 "end_date": "2030-01-01 00:00", "reservations": [hosts(1, 1, "")]}),
