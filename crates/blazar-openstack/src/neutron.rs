@@ -40,6 +40,28 @@ pub struct FloatingIp {
     pub tags: Vec<String>,
 }
 
+/// What making sure of a reservation's floating IP or network took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ensured {
+    /// It was made.
+    Made,
+    /// It was there, the project's, and given the reservation's tags.
+    Tagged,
+    /// It was there as it should be.
+    Found,
+}
+
+impl Ensured {
+    /// How a log line says it.
+    pub fn done(self) -> &'static str {
+        match self {
+            Ensured::Made => "created",
+            Ensured::Tagged => "tagged as its reservation's",
+            Ensured::Found => "already in place",
+        }
+    }
+}
+
 /// A network as Neutron shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Network {
@@ -198,7 +220,7 @@ impl<'a> Neutron<'a> {
     }
 
     /// Makes the floating IP `address` in `project_id`, tagged `tags`. Already made (by an
-    /// earlier attempt) is fine: the tags are set again.
+    /// earlier attempt) is fine: the tags are set again. Says which it was.
     pub async fn ensure_floatingip(
         &self,
         network_id: &str,
@@ -206,10 +228,10 @@ impl<'a> Neutron<'a> {
         address: &str,
         project_id: &str,
         tags: &[String],
-    ) -> Result<FloatingIp> {
+    ) -> Result<(FloatingIp, Ensured)> {
         let existing = self.find_floatingip(network_id, address).await?;
-        let fip = match existing {
-            Some(f) if f.project_id == project_id => f,
+        let (fip, mut done) = match existing {
+            Some(f) if f.project_id == project_id => (f, Ensured::Found),
             Some(f) => {
                 return Err(Error::HeldOutside(format!(
                     "floating IP {address} already exists in project {} ({})",
@@ -225,13 +247,17 @@ impl<'a> Neutron<'a> {
                 if let Some(subnet) = subnet_id {
                     body["subnet_id"] = json!(subnet);
                 }
-                floatingip_from(&self.create("floatingip", body).await?)
+                let made = floatingip_from(&self.create("floatingip", body).await?);
+                (made, Ensured::Made)
             }
         };
         if tags.iter().any(|t| !fip.tags.contains(t)) {
             self.set_tags("floatingips", &fip.id, tags).await?;
+            if done == Ensured::Found {
+                done = Ensured::Tagged;
+            }
         }
-        Ok(fip)
+        Ok((fip, done))
     }
 
     /// Detaches the floating IP from its port, if any, and deletes it (Neutron would delete
@@ -297,13 +323,13 @@ impl<'a> Neutron<'a> {
 
     /// Makes the provider network `new` unless the segment already carries one with the
     /// same tags (an earlier attempt).
-    pub async fn ensure_network(&self, new: &NewNetwork<'_>) -> Result<Network> {
+    pub async fn ensure_network(&self, new: &NewNetwork<'_>) -> Result<(Network, Ensured)> {
         if let Some(found) = self
             .network_on_segment(new.network_type, new.physical_network, new.segmentation_id)
             .await?
         {
             if new.tags.iter().all(|t| found.tags.contains(t)) {
-                return Ok(found);
+                return Ok((found, Ensured::Found));
             }
             // The project's own network on the segment it holds: an earlier attempt that made
             // it and failed to tag it, or one whose tags (or name) the project edited, or the
@@ -311,10 +337,11 @@ impl<'a> Neutron<'a> {
             // taken back) as this reservation's.
             if found.project_id == new.project_id {
                 self.set_tags("networks", &found.id, new.tags).await?;
-                return Ok(Network {
+                let tagged = Network {
                     tags: new.tags.to_vec(),
                     ..found
-                });
+                };
+                return Ok((tagged, Ensured::Tagged));
             }
             return Err(Error::HeldOutside(format!(
                 "segment {} {} is already used by network {} of project {}",
@@ -335,7 +362,7 @@ impl<'a> Neutron<'a> {
         }
         let network = network_from(&self.create("network", body).await?);
         self.set_tags("networks", &network.id, new.tags).await?;
-        Ok(network)
+        Ok((network, Ensured::Made))
     }
 
     /// The subnets of a network, as Neutron lists them.

@@ -127,10 +127,10 @@ impl OpenStackBackend {
                         &tags,
                     )
                     .await
-                    .map(|made| {
-                        tracing::info!(address, floatingip.id = %made.id,
+                    .map(|(fip, done)| {
+                        tracing::info!(address, floatingip.id = %fip.id,
                             project.id = %action.project_id, reservation.id = %action.reservation_id,
-                            "floating IP created for its reservation");
+                            "floating IP of its reservation {}", done.done());
                     })
             };
             let stop = self.delete_reserved_floatingip(action, network, address);
@@ -204,10 +204,10 @@ impl OpenStackBackend {
                         tags: &tags,
                     })
                     .await
-                    .map(|made| {
-                        tracing::info!(network.id = %made.id, segment = segmentation_id,
+                    .map(|(network, done)| {
+                        tracing::info!(network.id = %network.id, segment = segmentation_id,
                             project.id = %action.project_id, reservation.id = %action.reservation_id,
-                            "network created on its reserved segment");
+                            "network on its reserved segment {}", done.done());
                     })
             };
             let stop = self.delete_reserved_network(
