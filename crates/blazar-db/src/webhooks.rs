@@ -105,15 +105,6 @@ struct DueWebhook {
     url: String,
     secret: String,
     silent: bool,
-    /// When its longest due pending delivery was due (seconds).
-    due_at: i64,
-}
-
-/// A delivery that may be claimed, with what orders it among the others.
-struct Candidate {
-    due_at: i64,
-    seq: i64,
-    delivery: ClaimedDelivery,
 }
 
 /// Deliveries counted by status, for monitoring.
@@ -327,8 +318,8 @@ impl Tx {
     /// if no earlier delivery of the same lease to the same webhook is still pending, so a
     /// subscriber sees a lease's events in order; none of the webhooks of `skip_projects`
     /// (`None`: the every-project ones) nor `skip_webhooks`, which have their share in
-    /// flight. The webhooks whose earliest pending delivery has been due longest go first,
-    /// each with its own longest due (oldest first when equally due).
+    /// flight. The webhooks take turns, those served least lately first: one delivery of
+    /// each (its longest due; the oldest of equally due), then the next of each.
     /// A webhook whose endpoint gave no answer in time at its latest attempt (`silent`) is
     /// tried one delivery at a time until it answers again: none while one is being sent,
     /// its unanswered deliveries' retries first (the earliest, when due; the others wait
@@ -361,30 +352,52 @@ impl Tx {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        // Each due webhook's candidates, merged longest due first (then oldest): read
-        // webhook by webhook in the order of their longest due delivery, up to where the
-        // next webhook's could no longer come among the first few (those beyond `limit`
-        // are for the ones `admit` turns down).
+        // The webhooks served least lately are asked first, until there are candidates
+        // enough (those beyond `limit` are for the ones `admit` turns down), and take turns:
+        // each one's longest due first, then each one's next. Taken oldest first over all
+        // webhooks, an endpoint's backlog of retries kept a new endpoint of its project
+        // waiting until the backlog had had its attempts.
         let scan = limit.saturating_mul(4);
-        let mut candidates: Vec<Candidate> = Vec::new();
-        for hook in self.due_webhooks(now, skip_projects, skip_webhooks).await? {
-            let ahead = candidates.iter().filter(|c| c.due_at < hook.due_at).count();
-            if ahead >= scan {
+        let mut candidates: Vec<(usize, usize, ClaimedDelivery)> = Vec::new();
+        for (turn, hook) in self
+            .due_webhooks(now, skip_projects, skip_webhooks)
+            .await?
+            .iter()
+            .enumerate()
+        {
+            if candidates.len() >= scan {
                 break;
             }
             let wanted = if hook.silent { 1 } else { limit };
-            let found = self.webhook_candidates(&hook, now, wanted).await?;
-            candidates.extend(found);
+            let found = self.webhook_candidates(hook, now, wanted).await?;
+            candidates.extend(
+                found
+                    .into_iter()
+                    .enumerate()
+                    .map(|(rank, c)| (rank, turn, c)),
+            );
         }
-        candidates.sort_by_key(|c| (c.due_at, c.seq));
-        let mut claimed = Vec::with_capacity(limit);
-        for c in candidates {
+        candidates.sort_by_key(|(rank, turn, _)| (*rank, *turn));
+        let mut claimed: Vec<ClaimedDelivery> = Vec::with_capacity(limit);
+        for (_, _, d) in candidates {
             if claimed.len() == limit {
                 break;
             }
-            if admit(c.delivery.project_id.as_deref(), &c.delivery.webhook_id) {
-                claimed.push(c.delivery);
+            if admit(d.project_id.as_deref(), &d.webhook_id) {
+                claimed.push(d);
             }
+        }
+        // The webhooks' rows before their deliveries', in the order a webhook's delete
+        // takes them (PostgreSQL).
+        let mut served: Vec<&str> = claimed.iter().map(|d| d.webhook_id.as_str()).collect();
+        served.sort_unstable();
+        served.dedup();
+        for id in served {
+            self.write(
+                "UPDATE webhooks SET last_claimed_at = $1 WHERE id = $2",
+                vec![to_secs(now).into(), id.into()],
+            )
+            .await?;
         }
         for d in &claimed {
             self.write(
@@ -403,8 +416,9 @@ impl Tx {
         Ok(claimed)
     }
 
-    /// The webhooks with a pending delivery due at `now`, longest due first, but those of
-    /// `skip_projects` and `skip_webhooks` and the silent ones with a delivery being sent.
+    /// The webhooks with a pending delivery due at `now`, those claimed from least lately
+    /// first (then longest due), but those of `skip_projects` and `skip_webhooks` and the
+    /// silent ones with a delivery being sent.
     async fn due_webhooks(
         &mut self,
         now: DateTime<Utc>,
@@ -435,8 +449,8 @@ impl Tx {
         // delivery became, so the status is not asked (it would lead SQLite to the larger
         // index of pending deliveries).
         let sql = format!(
-            "SELECT id, project_id, url, secret, silent, due_at FROM ( \
-                 SELECT w.id, w.project_id, w.url, w.secret, \
+            "SELECT id, project_id, url, secret, silent FROM ( \
+                 SELECT w.id, w.project_id, w.url, w.secret, w.last_claimed_at, \
                      CAST(w.silent AS BIGINT) AS silent, \
                      (SELECT MIN(d.next_attempt_at) FROM webhook_deliveries d{pending} \
                       WHERE d.webhook_id = w.id AND d.status = 'pending') AS due_at \
@@ -445,7 +459,7 @@ impl Tx {
                      SELECT 1 FROM webhook_deliveries f{claimed} \
                      WHERE f.webhook_id = w.id AND f.claimed_by IS NOT NULL \
                      AND f.claimed_until >= $1)){skip}) due \
-             WHERE due_at <= $1 ORDER BY due_at, id",
+             WHERE due_at <= $1 ORDER BY COALESCE(last_claimed_at, 0), due_at, id",
             pending = self.sqlite_hint(" INDEXED BY webhook_deliveries_pending"),
             claimed = self.sqlite_hint(" INDEXED BY webhook_deliveries_claimed"),
         );
@@ -458,7 +472,6 @@ impl Tx {
                     url: row.try_get("url")?,
                     secret: row.try_get("secret")?,
                     silent: row.try_get::<i64, _>("silent")? != 0,
-                    due_at: row.try_get("due_at")?,
                 })
             })
             .collect()
@@ -471,7 +484,7 @@ impl Tx {
         hook: &DueWebhook,
         now: DateTime<Utc>,
         wanted: usize,
-    ) -> DbResult<Vec<Candidate>> {
+    ) -> DbResult<Vec<ClaimedDelivery>> {
         let mut only = String::new();
         let mut args: Vec<Arg> = vec![hook.id.as_str().into(), to_secs(now).into()];
         if hook.silent {
@@ -505,7 +518,7 @@ impl Tx {
         let sql = format!(
             "SELECT d.notification_id, n.event_type, d.lease_id, n.payload, n.created_at, \
                  CAST(d.attempts AS BIGINT) AS attempts, d.request_id, d.last_result, \
-                 d.claimed_by, d.next_attempt_at, d.seq \
+                 d.claimed_by \
              FROM webhook_deliveries d{pending} \
              JOIN notifications n ON n.id = d.notification_id \
              WHERE d.webhook_id = $1 AND d.status = 'pending' AND d.next_attempt_at <= $2 \
@@ -522,7 +535,7 @@ impl Tx {
         rows.iter()
             .map(|row| {
                 let payload: String = row.try_get("payload")?;
-                let delivery = ClaimedDelivery {
+                Ok(ClaimedDelivery {
                     webhook_id: hook.id.clone(),
                     project_id: hook.project_id.clone(),
                     url: hook.url.clone(),
@@ -538,11 +551,6 @@ impl Tx {
                     request_id: row.try_get("request_id")?,
                     last_result: row.try_get("last_result")?,
                     unreported: row.try_get::<Option<String>, _>("claimed_by")?.is_some(),
-                };
-                Ok(Candidate {
-                    due_at: row.try_get("next_attempt_at")?,
-                    seq: row.try_get("seq")?,
-                    delivery,
                 })
             })
             .collect()
@@ -605,14 +613,18 @@ impl Tx {
             "pending" => (next_attempt_at, "<"),
             _ => (now, ">"),
         };
+        // Through the lease's own deliveries (SQLite is told): by due time it walked every
+        // pending delivery of the webhook due before the retry, thousands behind a failing
+        // endpoint, at each attempt.
         let sql = format!(
-            "UPDATE webhook_deliveries SET next_attempt_at = $1 \
+            "UPDATE webhook_deliveries{order} SET next_attempt_at = $1 \
              WHERE webhook_id = $2 AND status = 'pending' AND attempts = 0 \
              AND claimed_by IS NULL AND next_attempt_at {compare} $1 \
              AND lease_id = (SELECT h.lease_id FROM webhook_deliveries h \
                              WHERE h.webhook_id = $2 AND h.notification_id = $3) \
              AND seq > (SELECT h.seq FROM webhook_deliveries h \
-                        WHERE h.webhook_id = $2 AND h.notification_id = $3)"
+                        WHERE h.webhook_id = $2 AND h.notification_id = $3)",
+            order = self.sqlite_hint(" INDEXED BY webhook_deliveries_order"),
         );
         self.write(
             &sql,

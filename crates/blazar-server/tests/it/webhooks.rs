@@ -102,6 +102,10 @@ async fn receive(
     if path == "slow" {
         let _ = receiver.slow.acquire().await;
     }
+    // An endpoint that always fails, beside those that answer as told.
+    if path.starts_with("failing") {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
     let status = *receiver.status.lock().unwrap();
     StatusCode::from_u16(status).unwrap().into_response()
 }
@@ -1014,6 +1018,48 @@ async fn endpoints_that_do_not_answer_are_tried_one_delivery_at_a_time() {
         "retries at the endpoints that never answer"
     );
     receiver.slow.add_permits(1_000);
+}
+
+/// A project's endpoints take turns: two that fail, with a backlog of retries due, no longer
+/// keep its new endpoint waiting until each of theirs has been tried again (taken oldest
+/// first, the retries filled the project's share claim after claim).
+#[tokio::test]
+async fn endpoints_take_turns_behind_a_backlog_of_retries() {
+    let mut app = TestApp::spawn().await;
+    let (receiver, base) = Receiver::start().await;
+    app.act_as("alpha", "alpha-user", "member");
+    for path in ["failing-one", "failing-two"] {
+        app.post("/v1/webhooks", json!({"url": format!("{base}/{path}")}))
+            .await
+            .assert_status(StatusCode::CREATED);
+    }
+    for i in 0..12 {
+        app.post("/v1/leases", empty_lease(&format!("old{i}")))
+            .await
+            .assert_status(StatusCode::CREATED);
+    }
+    let report = deliver(&app).await;
+    assert_eq!(report.retried, 24, "{report:?}");
+    // Every retry is due; a new endpoint is told of a new lease.
+    let later = app.service.now() + TimeDelta::hours(1);
+    app.set_time(later);
+    app.post("/v1/webhooks", json!({"url": format!("{base}/new")}))
+        .await
+        .assert_status(StatusCode::CREATED);
+    app.post("/v1/leases", empty_lease("new"))
+        .await
+        .assert_status(StatusCode::CREATED);
+    let before = receiver.got.lock().unwrap().len();
+    let report = deliver(&app).await;
+    assert_eq!(report.delivered, 1, "{report:?}");
+    let order: Vec<String> = receiver.got.lock().unwrap()[before..]
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(order.len(), 27, "{order:?}");
+    // Sent in the first claim (six at once at most for a project), not after the backlog.
+    let at = order.iter().position(|p| p == "/new");
+    assert!(at.is_some_and(|i| i < 6), "sent {at:?}-th: {order:?}");
 }
 
 /// An endpoint stays silent until it answers, whatever became of the deliveries it left
