@@ -233,21 +233,29 @@ impl Presence {
 
     /// Leaves: forgets this worker and gives its lock back (a clean shutdown).
     pub async fn leave(self, store: &Store) -> DbResult<()> {
-        let mut tx = store.write().await?;
-        tx.execute(
-            "DELETE FROM workers WHERE id = $1",
-            vec![self.id.as_str().into()],
-        )
-        .await?;
-        tx.commit().await?;
+        let unlisted = async {
+            let mut tx = store.write().await?;
+            tx.execute(
+                "DELETE FROM workers WHERE id = $1",
+                vec![self.id.as_str().into()],
+            )
+            .await?;
+            tx.commit().await
+        }
+        .await;
+        // The lock goes whatever became of the row: a row left behind is a worker the
+        // others find gone (its lock is free) and forget; a lock file left behind was a
+        // stopped server's litter beside the database.
         match self.hold {
-            Hold::Postgres(conn) => conn.close().await?,
+            Hold::Postgres(conn) => {
+                let _ = conn.close().await;
+            }
             Hold::Sqlite(file) => {
                 drop(file);
                 store.forget_worker_file(&self.id);
             }
         }
-        Ok(())
+        unlisted
     }
 }
 
