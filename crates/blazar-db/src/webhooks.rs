@@ -96,6 +96,8 @@ pub struct ClaimedDelivery {
     pub last_result: Option<String>,
     /// Whether the last claim of it was never reported on (its worker died while sending).
     pub unreported: bool,
+    /// Whether its webhook's endpoint gave no answer in time at its latest attempt.
+    pub silent: bool,
 }
 
 /// A webhook with a delivery due, as a claim reads it.
@@ -318,7 +320,7 @@ impl Tx {
     /// if no earlier delivery of the same lease to the same webhook is still pending, so a
     /// subscriber sees a lease's events in order; none of the webhooks of `skip_projects`
     /// (`None`: the every-project ones) nor `skip_webhooks`, which have their share in
-    /// flight. The webhooks take turns, those served least lately first: one delivery of
+    /// flight, nor the silent ones (below) with `skip_silent`. The webhooks take turns, those served least lately first: one delivery of
     /// each (its longest due; the oldest of equally due), then the next of each.
     /// A webhook whose endpoint gave no answer in time at its latest attempt (`silent`) is
     /// tried one delivery at a time until it answers again: none while one is being sent,
@@ -336,7 +338,7 @@ impl Tx {
     /// still made, and a delivery that kills every worker that tries it still runs out of
     /// attempts. `attempts` in the answer is the count before this one.
     /// Of the candidates, in that order, only those `admit` takes (given the webhook's
-    /// project and the webhook) are claimed: the caller's room per project and webhook.
+    /// project, the webhook and whether it is silent) are claimed: the caller's room per project and webhook.
     /// On PostgreSQL, call [`Tx::lock_webhook_claims`] first.
     #[allow(clippy::too_many_arguments)]
     pub async fn claim_webhook_deliveries(
@@ -347,7 +349,8 @@ impl Tx {
         limit: usize,
         skip_projects: &[Option<String>],
         skip_webhooks: &[String],
-        mut admit: impl FnMut(Option<&str>, &str) -> bool + Send,
+        skip_silent: bool,
+        mut admit: impl FnMut(Option<&str>, &str, bool) -> bool + Send,
     ) -> DbResult<Vec<ClaimedDelivery>> {
         if limit == 0 {
             return Ok(Vec::new());
@@ -360,7 +363,7 @@ impl Tx {
         let scan = limit.saturating_mul(4);
         let mut candidates: Vec<(usize, usize, ClaimedDelivery)> = Vec::new();
         for (turn, hook) in self
-            .due_webhooks(now, skip_projects, skip_webhooks)
+            .due_webhooks(now, skip_projects, skip_webhooks, skip_silent)
             .await?
             .iter()
             .enumerate()
@@ -383,7 +386,7 @@ impl Tx {
             if claimed.len() == limit {
                 break;
             }
-            if admit(d.project_id.as_deref(), &d.webhook_id) {
+            if admit(d.project_id.as_deref(), &d.webhook_id, d.silent) {
                 claimed.push(d);
             }
         }
@@ -418,20 +421,24 @@ impl Tx {
 
     /// The webhooks with a pending delivery due at `now`, those claimed from least lately
     /// first (then longest due), but those of `skip_projects` and `skip_webhooks` and the
-    /// silent ones with a delivery being sent.
+    /// silent ones with a delivery being sent (all the silent ones with `skip_silent`).
     async fn due_webhooks(
         &mut self,
         now: DateTime<Utc>,
         skip_projects: &[Option<String>],
         skip_webhooks: &[String],
+        skip_silent: bool,
     ) -> DbResult<Vec<DueWebhook>> {
         let mut args: Vec<Arg> = vec![to_secs(now).into()];
         let mut skip = String::new();
+        if skip_silent {
+            skip.push_str(" AND w.silent = 0");
+        }
         if !skip_projects.is_empty() {
-            skip = format!(
+            skip.push_str(&format!(
                 " AND COALESCE(w.project_id, '') NOT IN ({})",
                 crate::placeholders(args.len() + 1, skip_projects.len())
-            );
+            ));
             args.extend(
                 skip_projects
                     .iter()
@@ -551,6 +558,7 @@ impl Tx {
                     request_id: row.try_get("request_id")?,
                     last_result: row.try_get("last_result")?,
                     unreported: row.try_get::<Option<String>, _>("claimed_by")?.is_some(),
+                    silent: hook.silent,
                 })
             })
             .collect()

@@ -173,61 +173,77 @@ const PROJECT_SHARE: usize = 6;
 /// share, so that an endpoint that hangs leaves the project's others room (it
 /// took every slot of its project, and the project's healthy endpoints waited a minute).
 const WEBHOOK_SHARE: usize = 4;
+/// Deliveries in flight at once to endpoints that gave no answer in time at their latest
+/// attempt, whatever their projects: each such endpoint is tried one delivery at a time, but
+/// sixteen of them, of three projects, held every slot for a whole timeout.
+const SILENT_SHARE: usize = CONCURRENT_POSTS / 2;
 /// How long past its timeout a POST may take before its attempt is given up.
 const ATTEMPT_GRACE: Duration = Duration::from_secs(1);
 /// What a claim allows past its POST: the write of the attempt's outcome.
 const CLAIM_MARGIN: Duration = Duration::from_secs(30);
 
-/// Whose delivery an attempt is: its webhook's project (`None`: an every-project webhook)
-/// and the webhook.
-type From = (Option<String>, String);
+/// Whose delivery an attempt is: its webhook's project (`None`: an every-project webhook),
+/// the webhook, and whether its endpoint was silent when it was claimed.
+type From = (Option<String>, String, bool);
 
-/// Deliveries in flight, per project and per webhook.
+/// Deliveries in flight, per project and per webhook, and those to silent endpoints.
 #[derive(Default, Clone)]
 struct InFlight {
     by_project: HashMap<Option<String>, usize>,
     by_webhook: HashMap<String, usize>,
+    silent: usize,
 }
 
 impl InFlight {
-    fn started(&mut self, (project, webhook): &From) {
+    fn started(&mut self, (project, webhook, silent): &From) {
         *self.by_project.entry(project.clone()).or_default() += 1;
         *self.by_webhook.entry(webhook.clone()).or_default() += 1;
+        self.silent += usize::from(*silent);
     }
 
-    fn ended(&mut self, (project, webhook): &From) {
+    fn ended(&mut self, (project, webhook, silent): &From) {
         if let Some(n) = self.by_project.get_mut(project) {
             *n = n.saturating_sub(1);
         }
         if let Some(n) = self.by_webhook.get_mut(webhook) {
             *n = n.saturating_sub(1);
         }
+        if *silent {
+            self.silent = self.silent.saturating_sub(1);
+        }
     }
 
-    /// Whether one more delivery of `webhook` (of `project`) keeps both within their shares;
-    /// counted as started if so.
-    fn admit(&mut self, project: Option<&str>, webhook: &str) -> bool {
+    /// Whether one more delivery of `webhook` (of `project`; `silent`, its endpoint) keeps
+    /// all within their shares; counted as started if so.
+    fn admit(&mut self, project: Option<&str>, webhook: &str, silent: bool) -> bool {
         let project = project.map(String::from);
         let of_project = self.by_project.get(&project).copied().unwrap_or(0);
         let of_webhook = self.by_webhook.get(webhook).copied().unwrap_or(0);
-        if of_project >= PROJECT_SHARE || of_webhook >= WEBHOOK_SHARE {
+        if of_project >= PROJECT_SHARE
+            || of_webhook >= WEBHOOK_SHARE
+            || (silent && self.silent >= SILENT_SHARE)
+        {
             return false;
         }
-        self.started(&(project, webhook.to_string()));
+        self.started(&(project, webhook.to_string(), silent));
         true
     }
 
-    /// How many projects and webhooks have their share in flight.
+    /// How many projects and webhooks have their share in flight, and whether the silent
+    /// endpoints have theirs.
     fn full_count(&self) -> usize {
         at_share(&self.by_project, PROJECT_SHARE).count()
             + at_share(&self.by_webhook, WEBHOOK_SHARE).count()
+            + usize::from(self.silent >= SILENT_SHARE)
     }
 
-    /// The projects and the webhooks that have their share in flight.
-    fn full(&self) -> (Vec<Option<String>>, Vec<String>) {
+    /// The projects and the webhooks that have their share in flight, and whether the
+    /// silent endpoints have theirs.
+    fn full(&self) -> (Vec<Option<String>>, Vec<String>, bool) {
         (
             at_share(&self.by_project, PROJECT_SHARE).cloned().collect(),
             at_share(&self.by_webhook, WEBHOOK_SHARE).cloned().collect(),
+            self.silent >= SILENT_SHARE,
         )
     }
 }
@@ -601,7 +617,7 @@ impl Service {
                 // The claim leaves a lease's later deliveries to a webhook behind its earlier
                 // one while that is pending, in flight included: order holds per lease.
                 for d in claimed {
-                    let from: From = (d.project_id.clone(), d.webhook_id.clone());
+                    let from: From = (d.project_id.clone(), d.webhook_id.clone(), d.silent);
                     flying.started(&from);
                     let attempt = self.attempt_delivery(sender, d, &settings);
                     in_flight.push(async move { (from, attempt.await) });
@@ -643,7 +659,7 @@ impl Service {
         let now = self.now();
         // Those at their share are left out by the query; the others' room is counted
         // candidate by candidate.
-        let (full_projects, full_webhooks) = flying.full();
+        let (full_projects, full_webhooks, silent_full) = flying.full();
         in_tx!(self, write, |tx| {
             tx.lock_webhook_claims().await?;
             // Afresh on each try of the transaction: a retried one claimed nothing.
@@ -656,7 +672,8 @@ impl Service {
                     limit,
                     &full_projects,
                     &full_webhooks,
-                    |project, webhook| room.admit(project, webhook),
+                    silent_full,
+                    |project, webhook, silent| room.admit(project, webhook, silent),
                 )
                 .await?)
         })

@@ -816,7 +816,8 @@ async fn claim_as(
             10,
             &[],
             &[],
-            |_, _| true,
+            false,
+            |_, _, _| true,
         )
         .await
         .unwrap();
@@ -1060,6 +1061,63 @@ async fn endpoints_take_turns_behind_a_backlog_of_retries() {
     // Sent in the first claim (six at once at most for a project), not after the backlog.
     let at = order.iter().position(|p| p == "/new");
     assert!(at.is_some_and(|i| i < 6), "sent {at:?}-th: {order:?}");
+}
+
+/// Endpoints that do not answer hold at most half the slots together, whatever their
+/// projects: eighteen of three projects, each tried one delivery at a time, took all sixteen
+/// for a whole timeout, and another project's endpoint that answers waited behind them.
+#[tokio::test]
+async fn silent_endpoints_leave_room_to_those_that_answer() {
+    let mut app = TestApp::builder()
+        .configure(|cli| cli.webhook_timeout = Some(1.0))
+        .spawn()
+        .await;
+    let (receiver, base) = Receiver::start().await;
+    for p in 0..3 {
+        app.act_as(&format!("hanging-{p}"), "h-user", "member");
+        for w in 0..6 {
+            app.post(
+                "/v1/webhooks",
+                json!({"url": format!("{base}/slow?{p}-{w}")}),
+            )
+            .await
+            .assert_status(StatusCode::CREATED);
+        }
+        app.post("/v1/leases", empty_lease(&format!("h{p}")))
+            .await
+            .assert_status(StatusCode::CREATED);
+    }
+    app.act_as("answering", "a-user", "member");
+    app.post("/v1/webhooks", json!({"url": format!("{base}/fast")}))
+        .await
+        .assert_status(StatusCode::CREATED);
+    app.post("/v1/leases", empty_lease("a0"))
+        .await
+        .assert_status(StatusCode::CREATED);
+    // None of the eighteen is answered: all are silent, their retries waiting.
+    let report = deliver(&app).await;
+    assert_eq!((report.delivered, report.retried), (1, 18), "{report:?}");
+    let unanswered = receiver.at("/slow").len();
+
+    // Their retries are due, and the answering endpoint has a new delivery.
+    let later = app.service.now() + TimeDelta::hours(1);
+    app.set_time(later);
+    app.post("/v1/leases", empty_lease("a1"))
+        .await
+        .assert_status(StatusCode::CREATED);
+    let check = async {
+        receiver
+            .wait_for("/fast", 2, "the answering endpoint's delivery")
+            .await;
+        let hanging = receiver.at("/slow").len() - unanswered;
+        assert!(
+            (1..=8).contains(&hanging),
+            "{hanging} silent attempts in flight before the answering endpoint's"
+        );
+    };
+    let (report, ()) = tokio::join!(deliver(&app), check);
+    assert_eq!((report.delivered, report.retried), (1, 18), "{report:?}");
+    receiver.slow.add_permits(1_000);
 }
 
 /// An endpoint stays silent until it answers, whatever became of the deliveries it left
