@@ -419,9 +419,10 @@ impl Tx {
         Ok(claimed)
     }
 
-    /// The webhooks with a pending delivery due at `now`, those claimed from least lately
-    /// first (then longest due), but those of `skip_projects` and `skip_webhooks` and the
-    /// silent ones with a delivery being sent (all the silent ones with `skip_silent`).
+    /// The webhooks with a pending delivery due at `now` and not being sent, those claimed
+    /// from least lately first (then longest due), but those of `skip_projects` and
+    /// `skip_webhooks` and the silent ones with a delivery being sent or an unanswered one
+    /// waiting for its retry (all the silent ones with `skip_silent`).
     async fn due_webhooks(
         &mut self,
         now: DateTime<Utc>,
@@ -452,23 +453,34 @@ impl Tx {
             ));
             args.extend(skip_webhooks.iter().map(Arg::from));
         }
-        // A claim that runs holds `claimed_by`; a finished attempt clears it whatever the
-        // delivery became, so the status is not asked (it would lead SQLite to the larger
-        // index of pending deliveries).
+        // Only webhooks that may give a delivery: one whose due ones are all being sent, or
+        // a silent one while it sends one or waits for an unanswered one's retry, would be
+        // asked, and stay first in the turns, at every claim, for hours of backoff. A claim
+        // that runs holds `claimed_by`; a finished attempt clears it whatever the delivery
+        // became, so the status is not asked there (it would lead SQLite to the larger index
+        // of pending deliveries). The silent result is written out, as the partial index's
+        // condition is.
         let sql = format!(
             "SELECT id, project_id, url, secret, silent FROM ( \
                  SELECT w.id, w.project_id, w.url, w.secret, w.last_claimed_at, \
                      CAST(w.silent AS BIGINT) AS silent, \
-                     (SELECT MIN(d.next_attempt_at) FROM webhook_deliveries d{pending} \
-                      WHERE d.webhook_id = w.id AND d.status = 'pending') AS due_at \
+                     (SELECT d.next_attempt_at FROM webhook_deliveries d{pending} \
+                      WHERE d.webhook_id = w.id AND d.status = 'pending' \
+                      AND (d.claimed_until IS NULL OR d.claimed_until < $1) \
+                      ORDER BY d.next_attempt_at LIMIT 1) AS due_at \
                  FROM webhooks w \
-                 WHERE (w.silent = 0 OR NOT EXISTS ( \
-                     SELECT 1 FROM webhook_deliveries f{claimed} \
-                     WHERE f.webhook_id = w.id AND f.claimed_by IS NOT NULL \
-                     AND f.claimed_until >= $1)){skip}) due \
+                 WHERE (w.silent = 0 OR ( \
+                     NOT EXISTS (SELECT 1 FROM webhook_deliveries f{claimed} \
+                         WHERE f.webhook_id = w.id AND f.claimed_by IS NOT NULL \
+                         AND f.claimed_until >= $1) \
+                     AND NOT EXISTS (SELECT 1 FROM webhook_deliveries r{silent_index} \
+                         WHERE r.webhook_id = w.id AND r.status = 'pending' \
+                         AND r.last_result = '{no_answer}' AND r.next_attempt_at > $1))){skip}) due \
              WHERE due_at <= $1 ORDER BY COALESCE(last_claimed_at, 0), due_at, id",
             pending = self.sqlite_hint(" INDEXED BY webhook_deliveries_pending"),
             claimed = self.sqlite_hint(" INDEXED BY webhook_deliveries_claimed"),
+            silent_index = self.sqlite_hint(" INDEXED BY webhook_deliveries_silent"),
+            no_answer = blazar_core::WEBHOOK_NO_ANSWER,
         );
         let rows = self.fetch_rows(&sql, args).await?;
         rows.iter()
