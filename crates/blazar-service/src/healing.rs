@@ -608,6 +608,21 @@ impl Service {
                 0
             };
             if added < missing {
+                if added > 0 {
+                    // Part of what it lacks is back: said now, not only once all of it is.
+                    reservation.resources_changed = true;
+                    reservation.updated_at = Some(now);
+                    tx.update_reservation(&reservation).await?;
+                    self.notify(
+                        tx,
+                        "reservation.resources_changed",
+                        &lease,
+                        &reservation,
+                        json!({"added": added, "missing": missing - added}),
+                        now,
+                    )
+                    .await?;
+                }
                 continue;
             }
             reservation.missing_resources = false;

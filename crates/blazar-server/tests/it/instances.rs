@@ -986,6 +986,20 @@ async fn lost_instance_slots_come_back_one_host_at_a_time() {
         assert_eq!(slots_of(&app, &id).await, vec![h1.clone()], "{affinity}");
         assert_eq!(units_on(&app, &h1).await, 1);
         assert_eq!(degraded(id.clone()).await, true, "one slot of two is back");
+        // Said at once: the reservation changed, and subscribers are told.
+        let l = app.get(&format!("/v1/leases/{id}")).await.body["lease"].clone();
+        assert_eq!(l["reservations"][0]["resources_changed"], true, "{l}");
+        let notes = app.get(&format!("/v1/notifications?lease_id={id}")).await;
+        let last = notes.body["notifications"]
+            .as_array()
+            .unwrap()
+            .last()
+            .cloned();
+        assert_eq!(
+            last.as_ref().map(|n| n["event_type"].clone()),
+            Some(json!("reservation.resources_changed")),
+            "{last:?}"
+        );
 
         reservable(h2.clone(), true).await;
         assert_eq!(sorted(slots_of(&app, &id).await), both, "{affinity}");
