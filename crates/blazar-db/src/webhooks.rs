@@ -625,10 +625,10 @@ impl Tx {
         )
         .await?;
         // The deliveries of the same lease behind it, never tried (they cannot be before it
-        // goes), wait as long as it does: not due, the claim's scan passes over them through
-        // the due index instead of checking each against the one ahead every poll (a
-        // member's dead endpoints with a backlog of thousands made every poll slow). Once it
-        // is delivered or dead they are due at once.
+        // goes), wait as long as it does: not due, a claim's walk through the webhook's
+        // pending deliveries by due time stops before them instead of checking each against
+        // the one ahead every poll (a member's dead endpoints with a backlog of thousands
+        // made every poll slow). Once it is delivered or dead they are due at once.
         let (time, compare) = match status {
             "pending" => (next_attempt_at, "<"),
             _ => (now, ">"),

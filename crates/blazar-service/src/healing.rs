@@ -607,28 +607,27 @@ impl Service {
             } else {
                 0
             };
-            if added < missing {
-                if added > 0 {
-                    // Part of what it lacks is back: said now, not only once all of it is.
-                    reservation.resources_changed = true;
-                    reservation.updated_at = Some(now);
-                    tx.update_reservation(&reservation).await?;
-                    self.notify(
-                        tx,
-                        "reservation.resources_changed",
-                        &lease,
-                        &reservation,
-                        json!({"added": added, "missing": missing - added}),
-                        now,
-                    )
-                    .await?;
-                }
+            let whole = added >= missing;
+            if !whole && added == 0 {
                 continue;
             }
-            reservation.missing_resources = false;
+            // Whole again, or part of what it lacks is back: said now, not only once all is.
+            reservation.missing_resources = !whole;
             reservation.resources_changed = true;
             reservation.updated_at = Some(now);
             tx.update_reservation(&reservation).await?;
+            if !whole {
+                self.notify(
+                    tx,
+                    "reservation.resources_changed",
+                    &lease,
+                    &reservation,
+                    json!({"added": added, "missing": missing - added}),
+                    now,
+                )
+                .await?;
+                continue;
+            }
             let others = tx.reservations_of(&lease.id).await?;
             if !others
                 .iter()

@@ -221,7 +221,7 @@ impl InFlight {
         let of_webhook = self.by_webhook.get(webhook).copied().unwrap_or(0);
         if of_project >= PROJECT_SHARE
             || of_webhook >= WEBHOOK_SHARE
-            || (silent && self.silent >= SILENT_SHARE)
+            || (silent && self.silent_at_share())
         {
             return false;
         }
@@ -229,12 +229,17 @@ impl InFlight {
         true
     }
 
+    /// Whether the deliveries to silent endpoints have their share in flight.
+    fn silent_at_share(&self) -> bool {
+        self.silent >= SILENT_SHARE
+    }
+
     /// How many projects and webhooks have their share in flight, and whether the silent
     /// endpoints have theirs.
     fn full_count(&self) -> usize {
         at_share(&self.by_project, PROJECT_SHARE).count()
             + at_share(&self.by_webhook, WEBHOOK_SHARE).count()
-            + usize::from(self.silent >= SILENT_SHARE)
+            + usize::from(self.silent_at_share())
     }
 
     /// The projects and the webhooks that have their share in flight, and whether the
@@ -243,7 +248,7 @@ impl InFlight {
         (
             at_share(&self.by_project, PROJECT_SHARE).cloned().collect(),
             at_share(&self.by_webhook, WEBHOOK_SHARE).cloned().collect(),
-            self.silent >= SILENT_SHARE,
+            self.silent_at_share(),
         )
     }
 }
