@@ -31,8 +31,8 @@ if [ "$status" -ne 0 ]; then
     exit "$status"
 fi
 ran="$(grep -c '^test openstack::.* ok$' "$log" || true)"
-if [ "$ran" -lt 13 ]; then
-    echo "== only $ran OpenStack tests ran; expected at least 13" >&2
+if [ "$ran" -lt 21 ]; then
+    echo "== only $ran OpenStack tests ran; expected at least 21" >&2
     exit 1
 fi
 echo "== OpenStack tests: $ran passed in $((SECONDS - t0)) s"

@@ -211,8 +211,12 @@ cp "$os_venv/etc/nova/api-paste.ini" "$etc/nova/"
     echo "enabled_filters = ComputeFilter,ImagePropertiesFilter,ServerGroupAntiAffinityFilter,ServerGroupAffinityFilter,AggregateInstanceExtraSpecsFilter,BlazarFilter"
     echo "[oslo_concurrency]"
     echo "lock_path = $state/lock"
+    # Versioned notifications on the cloud's vhost: `service.update` wakes blazar-rs's host
+    # monitor (--monitor-notifications), as it does Blazar's notification monitor.
     echo "[oslo_messaging_notifications]"
-    echo "driver = noop"
+    echo "driver = messagingv2"
+    echo "[notifications]"
+    echo "notification_format = versioned"
     echo "[glance]"
     echo "valid_interfaces = public"
     authtoken nova
@@ -272,6 +276,7 @@ CLOUD_COMPUTE_HOSTS="${hosts[*]}"
 CLOUD_EXTERNAL_NETWORK=public
 CLOUD_IMAGE=cirros-fake
 CLOUD_FLAVOR=m1.tiny
+CLOUD_TRANSPORT_URL=$transport
 ENV
 
 # The computes register, then cells learn of them; an image, a flavor, an external network.

@@ -8,6 +8,7 @@
 //! * `external_filter`: Blazar's `ExternalServiceFilter`, usage enforcement asked of a
 //!   site's own service (accounting) over HTTP.
 //! * `notifier`: [`RabbitNotifier`], oslo.messaging notifications over RabbitMQ.
+//! * `nova_events`: Nova's compute-service notifications, read to wake the host monitor.
 //! * `trusts`: [`KeystoneTrusts`], the Keystone trusts leases are made with
 //!   (`act_for_user = trust`).
 
@@ -19,6 +20,7 @@ mod mirror;
 pub mod neutron;
 pub mod notifier;
 pub mod nova;
+pub mod nova_events;
 pub mod placement;
 mod pools;
 mod repair;
@@ -30,6 +32,7 @@ pub use backend::{OpenStackBackend, OpenStackSettings};
 pub use error::{Error, Result};
 pub use external_filter::{ExternalServiceConfig, ExternalServiceFilter};
 pub use notifier::{NotifierSettings, RabbitNotifier};
+pub use nova_events::NovaEventSettings;
 pub use session::{Credentials, Session, SessionConfig};
 pub use trusts::KeystoneTrusts;
 pub use webhook::WebhookPoster;

@@ -284,6 +284,30 @@ pub struct Cli {
     /// amqp_durable_queues; must match how the site declared them) [default: false].
     #[arg(long, env = "BLAZAR_NOTIFICATIONS_DURABLE")]
     pub notifications_durable: Option<bool>,
+    /// Read Nova's notifications and run a host monitor pass as soon as Nova says a compute
+    /// service was disabled, forced down, enabled, created or deleted (Blazar's
+    /// `[physical:host] enable_notification_monitor`); needs `--backend openstack`, the
+    /// monitor, a transport URL and Nova's `[notifications] notification_format` versioned or
+    /// both [default: false]. File: `[monitor] notifications`.
+    #[arg(long, env = "BLAZAR_MONITOR_NOTIFICATIONS")]
+    pub monitor_notifications: Option<bool>,
+    /// oslo.messaging transport URL of the broker Nova publishes to [default: the
+    /// notifications' transport URL]. File: `[monitor] transport_url`.
+    #[arg(long, env = "BLAZAR_MONITOR_TRANSPORT_URL", hide_env_values = true)]
+    pub monitor_transport_url: Option<Secret>,
+    /// Nova's notification topics read, every priority of each (Blazar's `[physical:host]
+    /// notification_topics`) [default: notifications,versioned_notifications]. File:
+    /// `[monitor] topics`.
+    #[arg(
+        long,
+        env = "BLAZAR_MONITOR_NOTIFICATION_TOPICS",
+        value_delimiter = ','
+    )]
+    pub monitor_notification_topics: Vec<String>,
+    /// The topic exchange Nova publishes to (Nova's control_exchange) [default: nova]. File:
+    /// `[monitor] exchange`.
+    #[arg(long, env = "BLAZAR_MONITOR_NOTIFICATIONS_EXCHANGE")]
+    pub monitor_notifications_exchange: Option<String>,
     /// Webhooks: attempts of a delivery before it is dead [default: 8]. File: `[webhooks]
     /// max_attempts`.
     #[arg(long, env = "BLAZAR_WEBHOOK_MAX_ATTEMPTS")]
@@ -643,6 +667,94 @@ impl NotificationsConfig {
     }
 }
 
+/// The file's `[monitor]` table.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorFile {
+    pub notifications: Option<bool>,
+    pub transport_url: Option<Secret>,
+    pub topics: Option<Vec<String>>,
+    pub exchange: Option<String>,
+}
+
+/// Where Nova's notifications are read from; `None` in [`Config::nova_notifications`]
+/// unless `--monitor-notifications` is on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NovaNotificationsConfig {
+    pub transport_url: Secret,
+    pub topics: Vec<String>,
+    pub exchange: String,
+    /// How Nova's exchange is declared if Nova has not yet (`--notifications-durable`).
+    pub durable: bool,
+}
+
+impl NovaNotificationsConfig {
+    fn resolve(
+        cli: &Cli,
+        file: &MonitorFile,
+        notifications: Option<&NotificationsConfig>,
+        durable: bool,
+    ) -> anyhow::Result<Option<Self>> {
+        if !cli
+            .monitor_notifications
+            .or(file.notifications)
+            .unwrap_or(false)
+        {
+            return Ok(None);
+        }
+        let Some(transport_url) = cli
+            .monitor_transport_url
+            .clone()
+            .or(file.transport_url.clone())
+            .or(notifications.map(|n| n.transport_url.clone()))
+            .filter(|url| !url.expose().is_empty())
+        else {
+            anyhow::bail!(
+                "--monitor-notifications needs a transport URL (--monitor-transport-url or \
+                 --notifications-transport-url)"
+            );
+        };
+        let topics = if cli.monitor_notification_topics.is_empty() {
+            file.topics
+                .clone()
+                .unwrap_or_else(|| vec!["notifications".into(), "versioned_notifications".into()])
+        } else {
+            cli.monitor_notification_topics.clone()
+        };
+        let topics: Vec<String> = topics
+            .into_iter()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+            .collect();
+        if topics.is_empty() {
+            anyhow::bail!("monitor notification topics must name at least one topic");
+        }
+        blazar_openstack::notifier::amqp_uris(transport_url.expose())
+            .map_err(|e| anyhow::anyhow!("monitor {e}"))?;
+        Ok(Some(NovaNotificationsConfig {
+            transport_url,
+            topics,
+            exchange: cli
+                .monitor_notifications_exchange
+                .clone()
+                .or(file.exchange.clone())
+                .unwrap_or_else(|| "nova".into()),
+            durable,
+        }))
+    }
+
+    /// The listener's settings.
+    pub fn listener_settings(&self) -> blazar_openstack::NovaEventSettings {
+        blazar_openstack::NovaEventSettings {
+            transport_url: self.transport_url.expose().to_string(),
+            exchange: self.exchange.clone(),
+            topics: self.topics.clone(),
+            durable: self.durable,
+            ..blazar_openstack::NovaEventSettings::default()
+        }
+    }
+}
+
 /// How the service acts for a lease's user in their project.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -812,6 +924,7 @@ pub struct FileConfig {
     pub max_waiters: Option<usize>,
     pub enforcement: Option<EnforcementFile>,
     pub notifications: Option<NotificationsFile>,
+    pub monitor: Option<MonitorFile>,
     pub quotas: Option<QuotasFile>,
     pub webhooks: Option<WebhooksFile>,
 }
@@ -862,6 +975,8 @@ pub struct Config {
     pub enforcement: EnforcementConfig,
     /// `None`: notifications stay in the outbox.
     pub notifications: Option<NotificationsConfig>,
+    /// `None`: the monitor runs on its interval only.
+    pub nova_notifications: Option<NovaNotificationsConfig>,
     pub quotas: blazar_service::QuotaSettings,
     pub webhooks: blazar_service::WebhookSettings,
     pub log: String,
@@ -1151,14 +1266,30 @@ impl Config {
             .unwrap_or(300);
         let notifications =
             NotificationsConfig::resolve(&cli, &file.notifications.clone().unwrap_or_default())?;
+        let monitor_file = file.monitor.clone().unwrap_or_default();
+        let nova_notifications = NovaNotificationsConfig::resolve(
+            &cli,
+            &monitor_file,
+            notifications.as_ref(),
+            cli.notifications_durable
+                .or(file.notifications.as_ref().and_then(|n| n.durable))
+                .unwrap_or(false),
+        )?;
         let auth = cli.auth.or(file.auth).unwrap_or(AuthMode::Noauth);
         let act_for_user = act_for_user(cli.act_for_user.or(file.act_for_user), auth)?;
         let backend = cli
             .backend
             .or(file.backend)
             .unwrap_or(BackendKind::Standalone);
+        if nova_notifications.is_some() && backend != BackendKind::Openstack {
+            anyhow::bail!("--monitor-notifications needs --backend openstack");
+        }
+        if nova_notifications.is_some() && monitor_seconds == 0 {
+            anyhow::bail!("--monitor-notifications needs the monitor (--monitor-interval above 0)");
+        }
         Ok(Config {
             notifications,
+            nova_notifications,
             act_for_user,
             reconcile_interval: (reconcile_seconds > 0)
                 .then(|| std::time::Duration::from_secs(reconcile_seconds.min(86_400))),
@@ -1610,6 +1741,79 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn novas_notifications_are_read_only_when_asked_for() {
+        assert_eq!(config(&["--backend", "openstack"]).nova_notifications, None);
+        // Blazar reads them through its one notification transport: so does blazar-rs,
+        // unless told another.
+        let n = config(&[
+            "--backend",
+            "openstack",
+            "--notifications-transport-url",
+            "rabbit://u:secret@mq:5672/blazar",
+            "--monitor-notifications",
+            "true",
+        ])
+        .nova_notifications
+        .unwrap();
+        assert_eq!(n.transport_url.expose(), "rabbit://u:secret@mq:5672/blazar");
+        assert_eq!(n.topics, ["notifications", "versioned_notifications"]);
+        assert_eq!((n.exchange.as_str(), n.durable), ("nova", false));
+        assert!(!format!("{n:?}").contains("secret"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blazar.toml");
+        std::fs::write(
+            &path,
+            "backend = \"openstack\"\n[monitor]\nnotifications = true\n\
+             transport_url = \"rabbit://nova:pw@mq2/nova\"\ntopics = [\"versioned_notifications\"]\n\
+             exchange = \"compute\"\n",
+        )
+        .unwrap();
+        let n = config(&["--config", path.to_str().unwrap()])
+            .nova_notifications
+            .unwrap();
+        assert_eq!(n.transport_url.expose(), "rabbit://nova:pw@mq2/nova");
+        assert_eq!(n.topics, ["versioned_notifications"]);
+        assert_eq!(n.exchange, "compute");
+
+        let refused = |args: &[&str]| {
+            let mut all = vec!["blazar-server"];
+            all.extend_from_slice(args);
+            Config::resolve(Cli::parse_from(all))
+                .unwrap_err()
+                .to_string()
+        };
+        let err = refused(&["--backend", "openstack", "--monitor-notifications", "true"]);
+        assert!(err.contains("transport URL"), "{err}");
+        let err = refused(&[
+            "--monitor-notifications",
+            "true",
+            "--monitor-transport-url",
+            "rabbit://mq/",
+        ]);
+        assert!(err.contains("--backend openstack"), "{err}");
+        let err = refused(&[
+            "--backend",
+            "openstack",
+            "--monitor-interval",
+            "0",
+            "--monitor-notifications",
+            "true",
+            "--monitor-transport-url",
+            "rabbit://mq/",
+        ]);
+        assert!(err.contains("--monitor-interval"), "{err}");
+        let err = refused(&[
+            "--backend",
+            "openstack",
+            "--monitor-notifications",
+            "true",
+            "--monitor-transport-url",
+            "kafka://mq/",
+        ]);
+        assert!(err.contains("rabbit://"), "{err}");
     }
 
     #[test]

@@ -341,13 +341,28 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::info!(workers = config.action_workers, "action workers started");
         let workers = tokio::spawn(async move { service.run_workers(poll, stop).await });
         // The monitor only has something to ask with a backend that knows the hosts' health.
+        // Nova's notifications, when read, wake it between its timed passes.
+        let wake = config.nova_notifications.as_ref().map(|nova| {
+            let wake = std::sync::Arc::new(tokio::sync::Notify::new());
+            let settings = nova.listener_settings();
+            let stop = wait_stop(stop_rx.clone());
+            let woken = wake.clone();
+            tokio::spawn(async move {
+                blazar_openstack::nova_events::listen(settings, woken, stop).await
+            });
+            wake
+        });
         let monitor = match (config.monitor_interval, config.backend) {
             (Some(every), crate::config::BackendKind::Openstack) => {
                 let service = state.service.clone();
                 let stop = wait_stop(stop_rx.clone());
-                tracing::info!(interval_s = every.as_secs(), "host monitor started");
+                tracing::info!(
+                    interval_s = every.as_secs(),
+                    nova_notifications = wake.is_some(),
+                    "host monitor started"
+                );
                 Some(tokio::spawn(async move {
-                    service.run_monitor(every, stop).await
+                    service.run_monitor(every, wake, stop).await
                 }))
             }
             _ => None,

@@ -248,13 +248,19 @@ impl Service {
     }
 
     /// Runs the monitor every `interval` until `shutdown`, when this replica takes the
-    /// interval's turn (`take_turn`): one pass an interval among replicas.
+    /// interval's turn (`take_turn`): one pass an interval among replicas. Each time `wake`
+    /// is notified (Nova said a compute service changed) a host pass runs at once as well,
+    /// whoever has the turn, at most one a second: the notification is only a trigger, and
+    /// the pass reads the hosts' health from the cloud as a timed one does.
     pub async fn run_monitor(
         &self,
         interval: std::time::Duration,
+        wake: Option<std::sync::Arc<tokio::sync::Notify>>,
         shutdown: impl Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
+        // Without notifications, a wake that never comes.
+        let wake = wake.unwrap_or_default();
         loop {
             match self.take_turn(crate::MONITOR_TURN, interval).await {
                 Ok(true) => {
@@ -271,9 +277,26 @@ impl Service {
                 Ok(false) => {}
                 Err(e) => tracing::warn!(error = %e, "host monitor could not take its turn"),
             }
-            tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
-                _ = &mut shutdown => break,
+            let next = tokio::time::Instant::now() + interval;
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep_until(next) => break,
+                    () = wake.notified() => {
+                        match self.monitor_hosts().await {
+                            Ok(report) => tracing::info!(failed = ?report.failed,
+                                recovered = ?report.recovered, "host monitor pass on Nova's word done"),
+                            Err(e) => tracing::warn!(error = %e,
+                                "host monitor pass on Nova's word failed; the timed passes go on"),
+                        }
+                        // Notifications of a burst (a rack's computes disabled together)
+                        // come to one pass or two, not one each.
+                        tokio::select! {
+                            () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                            () = &mut shutdown => return,
+                        }
+                    }
+                    () = &mut shutdown => return,
+                }
             }
         }
     }

@@ -1913,6 +1913,198 @@ async fn the_binary_deployed_as_the_readme_says() {
     assert!(logs.contains("reconciler repaired drift"), "{logs}");
 }
 
+/// Blazar's notification monitor: with `--monitor-notifications`, the binary reads Nova's
+/// `service.update` from the cloud's broker and heals at once. The timed monitor runs once
+/// at start and then not for an hour here, so only Nova's notifications can explain a
+/// host taken out, and put back, within seconds.
+#[tokio::test]
+async fn the_binary_heals_as_soon_as_nova_says_a_compute_service_changed() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("blazar.db").display().to_string();
+    let port = crate::support::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let password = env.get("OS_SERVICE_PASSWORD");
+    let auth_url = env.get("OS_AUTH_URL");
+    let transport = env.get("CLOUD_TRANSPORT_URL");
+    let args = [
+        "--auth",
+        "keystone",
+        "--backend",
+        "openstack",
+        "--keystone-url",
+        auth_url.as_str(),
+        "--keystone-username",
+        "blazar",
+        "--os-region",
+        "RegionOne",
+        "--listen",
+        listen.as_str(),
+        "--database-url",
+        db.as_str(),
+        "--monitor-interval",
+        "3600",
+        "--reconcile-interval",
+        "0",
+        "--monitor-notifications",
+        "true",
+        "--monitor-transport-url",
+        transport.as_str(),
+    ];
+    let server = crate::support::ServerProcess::start_with_env(
+        &args,
+        &[("BLAZAR_KEYSTONE_PASSWORD", password.as_str())],
+    )
+    .await;
+    let base = format!("http://{listen}/v1");
+    let http = reqwest::Client::new();
+    let admin_token = token(
+        &env,
+        &env.get("OS_USERNAME"),
+        &env.get("OS_PASSWORD"),
+        &env.get("OS_PROJECT_NAME"),
+    )
+    .await;
+    let alpha_token = token(&env, "alpha-member", &env.get("OS_USER_PASSWORD"), "alpha").await;
+    let mut host_ids = HashMap::new();
+    for name in ["compute-1", "compute-2"] {
+        let r = http
+            .post(format!("{base}/os-hosts"))
+            .header("x-auth-token", &admin_token)
+            .json(&json!({ "name": name }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let host: Value = r.json().await.unwrap();
+        host_ids.insert(name, host["host"]["id"].as_str().unwrap().to_string());
+    }
+    let r = http
+        .post(format!("{base}/leases"))
+        .header("x-auth-token", &alpha_token)
+        .json(
+            &json!({"name": "heard", "start_date": "now", "end_date": "2040-01-01 00:00",
+            "reservations": [{"resource_type": "physical:host", "min": 1, "max": 1,
+                "hypervisor_properties": "", "resource_properties": ""}], "events": []}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let lease: Value = r.json().await.unwrap();
+    let lease_id = lease["lease"]["id"].as_str().unwrap().to_string();
+    let rid = lease["lease"]["reservations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Started, and the listener's queue bound (a change before that is not heard).
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        let listening = server.logs().contains("listening to Nova's notifications");
+        if let Ok(Some(a)) = nova.find_aggregate(&rid).await {
+            held = a.hosts;
+        }
+        if listening && held.len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(held.len(), 1, "{}", server.logs());
+    let failing = held[0].clone();
+    let other = if failing == "compute-1" {
+        "compute-2"
+    } else {
+        "compute-1"
+    };
+    let reservable = async |name: &str| -> bool {
+        let r = http
+            .get(format!("{base}/os-hosts/{}", host_ids[name]))
+            .header("x-auth-token", &admin_token)
+            .send()
+            .await
+            .unwrap();
+        let host: Value = r.json().await.unwrap();
+        host["host"]["reservable"].as_bool().unwrap()
+    };
+    assert!(reservable(&failing).await);
+
+    // The operator disables the compute service: Nova says so, the host is taken out and
+    // the lease healed onto the other one, long before the monitor's next timed pass.
+    set_compute_enabled(&admin, &failing, false).await;
+    let mut out = false;
+    for _ in 0..200 {
+        if !reservable(&failing).await {
+            out = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        out,
+        "the disabled host is still reservable: {}",
+        server.logs()
+    );
+    let mut moved = false;
+    for _ in 0..300 {
+        if let Ok(Some(a)) = nova.find_aggregate(&rid).await
+            && a.hosts.contains(&other.to_string())
+        {
+            moved = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        moved,
+        "the lease was not healed onto {other}: {}",
+        server.logs()
+    );
+
+    // Enabled again: Nova says so too, and the host is reservable again.
+    set_compute_enabled(&admin, &failing, true).await;
+    let mut back = false;
+    for _ in 0..200 {
+        if reservable(&failing).await {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(back, "the enabled host stayed out: {}", server.logs());
+
+    let r = http
+        .delete(format!("{base}/leases/{lease_id}"))
+        .header("x-auth-token", &alpha_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let mut gone = false;
+    for _ in 0..300 {
+        if nova.find_aggregate(&rid).await.unwrap().is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gone, "{}", server.logs());
+    for id in host_ids.values() {
+        let r = http
+            .delete(format!("{base}/os-hosts/{id}"))
+            .header("x-auth-token", &admin_token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    }
+    let logs = server.stop().await;
+    assert!(logs.contains("Nova: a compute service changed"), "{logs}");
+}
+
 /// Logs in as `user` in `project` (names; domain Default): the token and its body.
 async fn login(env: &Env, user: &str, password: &str, project: &str) -> (String, Value) {
     let r = reqwest::Client::new()

@@ -1,0 +1,371 @@
+//! Nova's notifications as a trigger of the host monitor (Blazar's notification monitor,
+//! `[physical:host] enable_notification_monitor`): when Nova says a compute service was
+//! disabled, forced down, enabled again, created or deleted (`service.update`,
+//! `service.create`, `service.delete`), the monitor runs a pass at once instead of at its
+//! next interval.
+//!
+//! The notification only wakes the monitor; the pass reads the hosts' health from Nova as
+//! a timed pass does. So the order in which notifications arrive, duplicates, and those
+//! lost while the broker was away do not matter: the pass sees Nova's state as it is, and
+//! the timed passes go on as before.
+//!
+//! Nova publishes them as oslo.messaging does: an envelope `{"oslo.version": "2.0",
+//! "oslo.message": "<json>"}` on the topic exchange `nova` (its `control_exchange`), routing
+//! key `<topic>.<priority>`, `service.update` on `versioned_notifications.info` when Nova's
+//! `[notifications] notification_format` is `versioned` or `both`. Blazar's listener reads
+//! the queue of that name, which Nova's notifier declares and which any other consumer of
+//! Nova's notifications shares (each message goes to one of them). blazar-rs binds a queue
+//! of its own instead (oslo.messaging's listener pools do the same), so that it takes
+//! nothing from the other consumers; the replicas share it (each notification wakes one of
+//! them), and it goes away with its last consumer, so that nothing piles up in it while no
+//! blazar-rs listens.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ExchangeDeclareOptions,
+    QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::notifier::amqp_uris;
+
+/// The queue blazar-rs binds to Nova's exchange, shared by its replicas.
+pub const MONITOR_QUEUE: &str = "blazar-rs.host-monitor";
+
+/// Where Nova's notifications are read from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NovaEventSettings {
+    /// oslo.messaging's transport URL of the broker Nova publishes to.
+    pub transport_url: String,
+    /// Nova's `control_exchange`.
+    pub exchange: String,
+    /// Blazar's `[physical:host] notification_topics`: every priority of each is read.
+    pub topics: Vec<String>,
+    /// oslo.messaging's `amqp_durable_queues`: how the exchange is declared when Nova has
+    /// not declared it yet (it must match how Nova will).
+    pub durable: bool,
+    /// Longest a connect and the declarations may take.
+    pub timeout: Duration,
+}
+
+impl Default for NovaEventSettings {
+    fn default() -> Self {
+        NovaEventSettings {
+            transport_url: String::new(),
+            exchange: "nova".into(),
+            topics: vec!["notifications".into(), "versioned_notifications".into()],
+            durable: false,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The priorities oslo.messaging routes a notification by, each a routing key suffix;
+/// Blazar's endpoint listens to these three.
+const PRIORITIES: [&str; 3] = ["info", "warn", "error"];
+
+/// The longest message read: Nova's service notifications are a few KiB.
+const MAX_MESSAGE_BYTES: usize = 1 << 20;
+
+/// A change of a compute service, as a notification tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceChange {
+    /// `service.update`, `service.create` or `service.delete`.
+    pub event_type: String,
+    /// The service's host (the compute service name).
+    pub host: String,
+    pub disabled: bool,
+    pub forced_down: bool,
+}
+
+/// The compute-service change a message tells of, if it tells of one. Other events,
+/// other services' changes and what cannot be read are `None`.
+pub fn service_change(body: &[u8]) -> Option<ServiceChange> {
+    if body.len() > MAX_MESSAGE_BYTES {
+        return None;
+    }
+    let outer: Value = serde_json::from_slice(body).ok()?;
+    // messagingv2 wraps the message as a string; the older format sends it as it is.
+    let message = match outer.get("oslo.message").and_then(Value::as_str) {
+        Some(inner) => serde_json::from_str(inner).ok()?,
+        None => outer,
+    };
+    let event_type = message.get("event_type")?.as_str()?;
+    if !matches!(
+        event_type,
+        "service.update" | "service.create" | "service.delete"
+    ) {
+        return None;
+    }
+    let data = message.get("payload")?.get("nova_object.data")?;
+    // Only compute services carry hosts; a scheduler or conductor disabled is no host's
+    // failure. A payload without the field is taken as a compute service's.
+    if data
+        .get("binary")
+        .and_then(Value::as_str)
+        .is_some_and(|b| b != "nova-compute")
+    {
+        return None;
+    }
+    let flag = |key: &str| data.get(key).and_then(Value::as_bool).unwrap_or(false);
+    Some(ServiceChange {
+        event_type: event_type.to_string(),
+        host: data.get("host")?.as_str()?.to_string(),
+        disabled: flag("disabled"),
+        forced_down: flag("forced_down"),
+    })
+}
+
+/// Reads Nova's notifications until `shutdown`, waking `wake` at each compute-service
+/// change. Connects again, after a pause that grows to a minute, whenever the broker is
+/// away or the connection drops; the timed monitor passes cover what was missed meanwhile.
+pub async fn listen(
+    settings: NovaEventSettings,
+    wake: Arc<Notify>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let uris = match amqp_uris(&settings.transport_url) {
+        Ok(uris) => uris,
+        Err(e) => {
+            tracing::error!(error = %e, "Nova's notifications cannot be read");
+            return;
+        }
+    };
+    let mut next = 0usize;
+    let mut pause = Duration::from_secs(1);
+    loop {
+        let uri = &uris[next % uris.len()];
+        let outcome = tokio::select! {
+            outcome = read(&settings, uri, next % uris.len(), &wake) => outcome,
+            () = &mut shutdown => return,
+        };
+        match outcome {
+            // Was reading when the connection went: again after the shortest pause.
+            Ok(lost) => {
+                tracing::warn!(reason = %lost,
+                    "Nova's notifications: connection lost; connecting again");
+                pause = Duration::from_secs(1);
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    () = &mut shutdown => return,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in_s = pause.as_secs(),
+                    "Nova's notifications: broker connection failed; the monitor's timed passes go on");
+                next += 1;
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    () = &mut shutdown => return,
+                }
+                pause = (pause * 2).min(Duration::from_secs(60));
+            }
+        }
+    }
+}
+
+/// One connection's life: declarations, then every message until the broker or the
+/// connection stops the consumer. `Ok` with why reading stopped once it had started;
+/// `Err` when it could not start.
+async fn read(
+    settings: &NovaEventSettings,
+    uri: &str,
+    host: usize,
+    wake: &Notify,
+) -> Result<String, String> {
+    let (connection, channel) = tokio::time::timeout(settings.timeout, connect(settings, uri))
+        .await
+        .map_err(|_| format!("no answer within {} s", settings.timeout.as_secs()))?
+        .map_err(|e| e.to_string())?;
+    let outcome = consume(&channel, settings, host, wake).await;
+    // Closed whichever way reading ended: a dropped connection could keep its socket.
+    let _ = connection.close(200, "blazar-rs reads again".into()).await;
+    outcome
+}
+
+/// Every message until the broker or the connection stops the consumer.
+async fn consume(
+    channel: &Channel,
+    settings: &NovaEventSettings,
+    host: usize,
+    wake: &Notify,
+) -> Result<String, String> {
+    let mut consumer = channel
+        .basic_consume(
+            MONITOR_QUEUE.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| format!("consuming {MONITOR_QUEUE}: {e}"))?;
+    tracing::info!(broker.host = host, exchange = %settings.exchange, topics = ?settings.topics,
+        queue = MONITOR_QUEUE, "listening to Nova's notifications");
+    while let Some(delivery) = consumer.next().await {
+        let delivery = match delivery {
+            Ok(delivery) => delivery,
+            Err(e) => return Ok(format!("reading {MONITOR_QUEUE}: {e}")),
+        };
+        if let Some(change) = service_change(&delivery.data) {
+            tracing::info!(event_type = %change.event_type, host = %change.host,
+                disabled = change.disabled, forced_down = change.forced_down,
+                "Nova: a compute service changed; host monitor pass now");
+            wake.notify_one();
+        }
+        // Read or not, it is done with: nothing is gained by reading it again.
+        if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
+            return Ok(format!("acknowledging: {e}"));
+        }
+    }
+    Ok("the broker ended the consumer".into())
+}
+
+/// Connects, declares Nova's exchange (as it is, if Nova has declared it) and the monitor's
+/// queue, and binds the queue to every topic and priority.
+async fn connect(
+    settings: &NovaEventSettings,
+    uri: &str,
+) -> Result<(Connection, Channel), lapin::Error> {
+    let connection = Connection::connect(
+        uri,
+        ConnectionProperties::default().with_connection_name("blazar-rs host monitor".into()),
+    )
+    .await?;
+    let mut channel = connection.create_channel().await?;
+    // A passive declaration succeeds whatever durability Nova gave the exchange; a fresh
+    // broker has none yet, and the refusal closes the channel.
+    let passive = channel
+        .exchange_declare(
+            settings.exchange.as_str().into(),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                passive: true,
+                ..ExchangeDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+    if passive.is_err() {
+        channel = connection.create_channel().await?;
+        channel
+            .exchange_declare(
+                settings.exchange.as_str().into(),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: settings.durable,
+                    ..ExchangeDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    channel.basic_qos(32, BasicQosOptions::default()).await?;
+    channel
+        .queue_declare(
+            MONITOR_QUEUE.into(),
+            QueueDeclareOptions {
+                auto_delete: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    for topic in &settings.topics {
+        for priority in PRIORITIES {
+            let key = format!("{topic}.{priority}");
+            channel
+                .queue_bind(
+                    MONITOR_QUEUE.into(),
+                    settings.exchange.as_str().into(),
+                    key.as_str().into(),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+        }
+    }
+    Ok((connection, channel))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Nova's `service.update` as oslo.messaging's messagingv2 notifier sends it.
+    fn nova_message(event_type: &str, data: Value) -> Vec<u8> {
+        let message = json!({
+            "message_id": "5a4e8c1a-58b0-4a42-9d2f-2c1f2b0f7d10",
+            "publisher_id": "nova-compute:compute-2",
+            "event_type": event_type,
+            "priority": "INFO",
+            "payload": {
+                "nova_object.name": "ServiceStatusPayload",
+                "nova_object.namespace": "nova",
+                "nova_object.version": "1.1",
+                "nova_object.data": data,
+            },
+            "timestamp": "2030-01-01 10:00:00.123456",
+        });
+        json!({"oslo.version": "2.0", "oslo.message": message.to_string()})
+            .to_string()
+            .into_bytes()
+    }
+
+    #[test]
+    fn compute_service_changes_are_read() {
+        let data = json!({"host": "compute-2", "binary": "nova-compute", "disabled": true,
+            "forced_down": false, "disabled_reason": "maintenance", "topic": "compute"});
+        assert_eq!(
+            service_change(&nova_message("service.update", data)),
+            Some(ServiceChange {
+                event_type: "service.update".into(),
+                host: "compute-2".into(),
+                disabled: true,
+                forced_down: false,
+            })
+        );
+        let down = json!({"host": "compute-1", "binary": "nova-compute", "disabled": false,
+            "forced_down": true});
+        let change = service_change(&nova_message("service.update", down));
+        assert!(change.is_some_and(|c| c.forced_down && c.host == "compute-1"));
+        let gone = json!({"host": "compute-3", "binary": "nova-compute", "disabled": false});
+        assert!(service_change(&nova_message("service.delete", gone)).is_some());
+
+        // The older format: the message itself, not wrapped.
+        let plain = json!({"event_type": "service.update", "payload": {"nova_object.data":
+            {"host": "compute-4", "binary": "nova-compute", "disabled": false}}});
+        let change = service_change(plain.to_string().as_bytes());
+        assert!(change.is_some_and(|c| c.host == "compute-4" && !c.disabled));
+    }
+
+    #[test]
+    fn everything_else_is_left_alone() {
+        let scheduler = json!({"host": "controller", "binary": "nova-scheduler",
+            "disabled": true});
+        assert_eq!(
+            service_change(&nova_message("service.update", scheduler)),
+            None
+        );
+        let instance = json!({"host": "compute-1", "binary": "nova-compute"});
+        assert_eq!(
+            service_change(&nova_message("instance.create.end", instance)),
+            None
+        );
+        // The unversioned format has no service events and no nova_object payload.
+        let legacy = json!({"event_type": "service.update", "payload": {"host": "compute-1"}});
+        assert_eq!(service_change(legacy.to_string().as_bytes()), None);
+        assert_eq!(service_change(b"not json"), None);
+        assert_eq!(service_change(br#"{"oslo.message": "{broken"}"#), None);
+        let mut huge = b"{\"pad\": \"".to_vec();
+        huge.resize(MAX_MESSAGE_BYTES + 1, b'x');
+        assert_eq!(service_change(&huge), None);
+    }
+}
