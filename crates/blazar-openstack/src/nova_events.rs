@@ -2,11 +2,14 @@
 //! `[physical:host] enable_notification_monitor`): when Nova says a compute service was
 //! disabled, forced down, enabled again, created or deleted (`service.update`,
 //! `service.create`, `service.delete`), the monitor runs a pass at once instead of at its
-//! next interval.
+//! next interval. And of the reconciler: when someone other than blazar-rs changes an
+//! aggregate, a flavor or deletes a server group (what the reconciler repairs), it runs a
+//! pass at once, so that a host taken out of its reservation's aggregate by hand is in no
+//! pool (where BlazarFilter admits any project) for seconds, not a reconcile interval.
 //!
-//! The notification only wakes the monitor; the pass reads the hosts' health from Nova as
-//! a timed pass does. So the order in which notifications arrive, duplicates, and those
-//! lost while the broker was away do not matter: the pass sees Nova's state as it is, and
+//! A notification only wakes the monitor or the reconciler; the pass reads the cloud as a
+//! timed pass does. So the order in which notifications arrive, duplicates, and those
+//! lost while the broker was away do not matter: the pass sees the cloud as it is, and
 //! the timed passes go on as before.
 //!
 //! Nova publishes them as oslo.messaging does: an envelope `{"oslo.version": "2.0",
@@ -84,18 +87,61 @@ pub struct ServiceChange {
     pub forced_down: bool,
 }
 
-/// The compute-service change a message tells of, if it tells of one. Other events,
-/// other services' changes and what cannot be read are `None`.
-pub fn service_change(body: &[u8]) -> Option<ServiceChange> {
+/// What a notification calls for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trigger {
+    /// A compute service changed: a host monitor pass.
+    Monitor(ServiceChange),
+    /// Something the reconciler keeps was changed by someone else (the event type): a
+    /// reconciler pass.
+    Reconciler(String),
+}
+
+/// What the message (Nova's notification) calls for, if anything. `own_user` is the id of
+/// the user blazar-rs acts as: its own changes to aggregates and flavors (every lease start
+/// and end makes some) call for nothing.
+pub fn trigger(body: &[u8], own_user: Option<&str>) -> Option<Trigger> {
+    let message = message(body)?;
+    if let Some(change) = service_change_of(&message) {
+        return Some(Trigger::Monitor(change));
+    }
+    let event_type = message.get("event_type")?.as_str()?;
+    let kept = matches!(
+        event_type,
+        "aggregate.add_host.end"
+            | "aggregate.remove_host.end"
+            | "aggregate.delete.end"
+            | "aggregate.update_metadata.end"
+            | "aggregate.update_prop.end"
+            | "flavor.update"
+            | "flavor.delete"
+            | "server_group.delete"
+    );
+    let by = message.get("_context_user_id").and_then(Value::as_str);
+    (kept && (own_user.is_none() || by != own_user))
+        .then(|| Trigger::Reconciler(event_type.to_string()))
+}
+
+/// The message of a notification, whichever of oslo's formats it came in.
+fn message(body: &[u8]) -> Option<Value> {
     if body.len() > MAX_MESSAGE_BYTES {
         return None;
     }
     let outer: Value = serde_json::from_slice(body).ok()?;
     // messagingv2 wraps the message as a string; the older format sends it as it is.
-    let message = match outer.get("oslo.message").and_then(Value::as_str) {
-        Some(inner) => serde_json::from_str(inner).ok()?,
-        None => outer,
-    };
+    match outer.get("oslo.message").and_then(Value::as_str) {
+        Some(inner) => serde_json::from_str(inner).ok(),
+        None => Some(outer),
+    }
+}
+
+/// The compute-service change a message tells of, if it tells of one. Other events,
+/// other services' changes and what cannot be read are `None`.
+pub fn service_change(body: &[u8]) -> Option<ServiceChange> {
+    service_change_of(&message(body)?)
+}
+
+fn service_change_of(message: &Value) -> Option<ServiceChange> {
     let event_type = message.get("event_type")?.as_str()?;
     if !matches!(
         event_type,
@@ -122,12 +168,24 @@ pub fn service_change(body: &[u8]) -> Option<ServiceChange> {
     })
 }
 
-/// Reads Nova's notifications until `shutdown`, waking `wake` at each compute-service
-/// change. Connects again, after a pause that grows to a minute, whenever the broker is
-/// away or the connection drops; the timed monitor passes cover what was missed meanwhile.
+/// Whom a notification wakes.
+#[derive(Debug, Clone, Default)]
+pub struct Wakes {
+    /// The host monitor's loop.
+    pub monitor: Arc<Notify>,
+    /// The reconciler's loop, if it runs here.
+    pub reconciler: Option<Arc<Notify>>,
+    /// The id of the user blazar-rs acts as in the cloud, if known (see [`trigger`]).
+    pub own_user: Option<String>,
+}
+
+/// Reads Nova's notifications until `shutdown`, waking the monitor at each compute-service
+/// change and the reconciler at each change by others of what it keeps. Connects again,
+/// after a pause that grows to a minute, whenever the broker is away or the connection
+/// drops; the timed passes cover what was missed meanwhile.
 pub async fn listen(
     settings: NovaEventSettings,
-    wake: Arc<Notify>,
+    wake: Wakes,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
@@ -178,7 +236,7 @@ async fn read(
     settings: &NovaEventSettings,
     uri: &str,
     host: usize,
-    wake: &Notify,
+    wake: &Wakes,
 ) -> Result<String, String> {
     let (connection, channel) = tokio::time::timeout(settings.timeout, connect(settings, uri))
         .await
@@ -195,7 +253,7 @@ async fn consume(
     channel: &Channel,
     settings: &NovaEventSettings,
     host: usize,
-    wake: &Notify,
+    wake: &Wakes,
 ) -> Result<String, String> {
     let mut consumer = channel
         .basic_consume(
@@ -213,11 +271,20 @@ async fn consume(
             Ok(delivery) => delivery,
             Err(e) => return Ok(format!("reading {MONITOR_QUEUE}: {e}")),
         };
-        if let Some(change) = service_change(&delivery.data) {
-            tracing::info!(event_type = %change.event_type, host = %change.host,
-                disabled = change.disabled, forced_down = change.forced_down,
-                "Nova: a compute service changed; host monitor pass now");
-            wake.notify_one();
+        match trigger(&delivery.data, wake.own_user.as_deref()) {
+            Some(Trigger::Monitor(change)) => {
+                tracing::info!(event_type = %change.event_type, host = %change.host,
+                    disabled = change.disabled, forced_down = change.forced_down,
+                    "Nova: a compute service changed; host monitor pass now");
+                wake.monitor.notify_one();
+            }
+            Some(Trigger::Reconciler(event_type)) => {
+                if let Some(reconciler) = &wake.reconciler {
+                    tracing::info!(%event_type, "Nova: changed by someone else; reconciler pass now");
+                    reconciler.notify_one();
+                }
+            }
+            None => {}
         }
         // Read or not, it is done with: nothing is gained by reading it again.
         if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
@@ -344,6 +411,59 @@ mod tests {
             {"host": "compute-4", "binary": "nova-compute", "disabled": false}}});
         let change = service_change(plain.to_string().as_bytes());
         assert!(change.is_some_and(|c| c.host == "compute-4" && !c.disabled));
+    }
+
+    /// A notification of Nova's caused by `user`.
+    fn by(event_type: &str, user: &str) -> Vec<u8> {
+        let message = json!({"event_type": event_type, "priority": "INFO",
+            "_context_user_id": user, "payload": {"nova_object.data": {"name": "r1"}}});
+        json!({"oslo.version": "2.0", "oslo.message": message.to_string()})
+            .to_string()
+            .into_bytes()
+    }
+
+    #[test]
+    fn others_changes_to_what_the_reconciler_keeps_wake_it() {
+        for event in [
+            "aggregate.remove_host.end",
+            "aggregate.add_host.end",
+            "aggregate.delete.end",
+            "aggregate.update_metadata.end",
+            "flavor.update",
+            "flavor.delete",
+            "server_group.delete",
+        ] {
+            assert_eq!(
+                trigger(&by(event, "operator"), Some("blazar")),
+                Some(Trigger::Reconciler(event.into())),
+                "{event}"
+            );
+            // blazar-rs's own, from every lease start and end: nothing to repair.
+            assert_eq!(
+                trigger(&by(event, "blazar"), Some("blazar")),
+                None,
+                "{event}"
+            );
+            // Not knowing who it is, everything wakes it.
+            assert!(trigger(&by(event, "blazar"), None).is_some(), "{event}");
+        }
+        for event in [
+            "aggregate.remove_host.start",
+            "aggregate.cache_images.end",
+            "flavor.create",
+            "instance.create.end",
+        ] {
+            assert_eq!(
+                trigger(&by(event, "operator"), Some("blazar")),
+                None,
+                "{event}"
+            );
+        }
+        let data = json!({"host": "compute-2", "binary": "nova-compute", "disabled": true});
+        assert!(matches!(
+            trigger(&nova_message("service.update", data), Some("blazar")),
+            Some(Trigger::Monitor(_))
+        ));
     }
 
     #[test]

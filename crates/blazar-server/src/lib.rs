@@ -342,20 +342,46 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let workers = tokio::spawn(async move { service.run_workers(poll, stop).await });
         // The monitor only has something to ask with a backend that knows the hosts' health.
         // Nova's notifications, when read, wake it between its timed passes.
-        let wake = config.nova_notifications.as_ref().map(|nova| {
-            let wake = std::sync::Arc::new(tokio::sync::Notify::new());
-            let settings = nova.listener_settings();
-            let stop = wait_stop(stop_rx.clone());
-            let woken = wake.clone();
-            tokio::spawn(async move {
-                blazar_openstack::nova_events::listen(settings, woken, stop).await
-            });
-            wake
-        });
+        // Nova's notifications, when read, wake the monitor (and the reconciler) between
+        // their timed passes.
+        let wakes = match &config.nova_notifications {
+            Some(nova) => {
+                let wakes = blazar_openstack::nova_events::Wakes {
+                    monitor: Arc::new(tokio::sync::Notify::new()),
+                    reconciler: config
+                        .reconcile_interval
+                        .map(|_| Arc::new(tokio::sync::Notify::new())),
+                    own_user: None,
+                };
+                let settings = nova.listener_settings();
+                let session = blazar_openstack::Session::new(config.openstack_session()?)
+                    .map_err(|e| anyhow::anyhow!("nova notifications: {e}"))?;
+                let stop = wait_stop(stop_rx.clone());
+                let mut listening = wakes.clone();
+                tokio::spawn(async move {
+                    // Who blazar-rs is in the cloud, so that its own changes wake nothing;
+                    // without an answer every change wakes the reconciler (correct, only
+                    // more passes).
+                    listening.own_user = match session.user_id().await {
+                        Ok(id) => Some(id),
+                        Err(e) => {
+                            tracing::warn!(error = %e,
+                                "Nova's notifications: the service user's id is unknown; \
+                                 blazar-rs's own changes will wake the reconciler too");
+                            None
+                        }
+                    };
+                    blazar_openstack::nova_events::listen(settings, listening, stop).await
+                });
+                Some(wakes)
+            }
+            None => None,
+        };
         let monitor = match (config.monitor_interval, config.backend) {
             (Some(every), crate::config::BackendKind::Openstack) => {
                 let service = state.service.clone();
                 let stop = wait_stop(stop_rx.clone());
+                let wake = wakes.as_ref().map(|w| w.monitor.clone());
                 tracing::info!(
                     interval_s = every.as_secs(),
                     nova_notifications = wake.is_some(),
@@ -371,9 +397,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             (Some(every), crate::config::BackendKind::Openstack) => {
                 let service = state.service.clone();
                 let stop = wait_stop(stop_rx.clone());
-                tracing::info!(interval_s = every.as_secs(), "reconciler started");
+                let wake = wakes.as_ref().and_then(|w| w.reconciler.clone());
+                tracing::info!(
+                    interval_s = every.as_secs(),
+                    nova_notifications = wake.is_some(),
+                    "reconciler started"
+                );
                 Some(tokio::spawn(async move {
-                    service.run_reconciler(every, stop).await
+                    service.run_reconciler(every, wake, stop).await
                 }))
             }
             _ => None,

@@ -595,18 +595,31 @@ impl Service {
     }
 
     /// Reconciles (and repairs) every `interval` until `shutdown`, when this replica takes
-    /// the interval's turn (`take_turn`): one pass an interval among replicas.
+    /// the interval's turn (`take_turn`): one pass an interval among replicas. Each time
+    /// `wake` is notified (Nova said someone else changed an aggregate, a flavor or a server
+    /// group) a pass runs at once as well, whoever has the turn.
     pub async fn run_reconciler(
         &self,
         interval: std::time::Duration,
+        wake: Option<std::sync::Arc<tokio::sync::Notify>>,
         shutdown: impl Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
+        // Without notifications, a wake that never comes.
+        let wake = wake.unwrap_or_default();
+        let mut next = tokio::time::Instant::now() + interval;
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
-                _ = &mut shutdown => break,
+                () = tokio::time::sleep_until(next) => {}
+                () = wake.notified() => {
+                    if !self.reconcile_on_word(&mut shutdown).await {
+                        break;
+                    }
+                    continue;
+                }
+                () = &mut shutdown => break,
             }
+            next = tokio::time::Instant::now() + interval;
             match self.take_turn(crate::RECONCILE_TURN, interval).await {
                 Ok(true) => {}
                 // Another replica's reconciler took this interval's turn.
@@ -621,16 +634,52 @@ impl Service {
                 Err(ServiceError::Conflict(reason)) => {
                     tracing::debug!(%reason, "reconciler pass skipped");
                 }
-                Ok(r) if r.changes().next().is_some() || !r.failed.is_empty() => {
-                    tracing::warn!(
-                        repairs = r.changes().count(),
-                        failed = r.failed.len(),
-                        "reconciler pass found drift"
-                    );
-                }
-                Ok(_) => {}
+                Ok(r) => Self::log_pass(&r),
                 Err(e) => tracing::warn!(error = %e, "reconciler pass failed"),
             }
+        }
+    }
+
+    /// A repairing pass because Nova said something the reconciler keeps was changed (not
+    /// waiting for the turn). A pass already running may have read the cloud before the
+    /// change: this one waits for it to end, and tries again for a minute. Then a pause of
+    /// a few seconds, so that a burst of changes (an operator's script) comes to a few
+    /// passes. False when shutdown came meanwhile.
+    async fn reconcile_on_word(
+        &self,
+        shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> bool {
+        const PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
+        for _ in 0..12 {
+            match self.reconcile(true).await {
+                Err(ServiceError::Conflict(_)) => {}
+                Ok(r) => {
+                    Self::log_pass(&r);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reconciler pass on Nova's word failed; the timed passes go on");
+                    break;
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(PAUSE) => {}
+                () = shutdown.as_mut() => return false,
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(PAUSE) => true,
+            () = shutdown.as_mut() => false,
+        }
+    }
+
+    fn log_pass(r: &ReconcileReport) {
+        if r.changes().next().is_some() || !r.failed.is_empty() {
+            tracing::warn!(
+                repairs = r.changes().count(),
+                failed = r.failed.len(),
+                "reconciler pass found drift"
+            );
         }
     }
 }

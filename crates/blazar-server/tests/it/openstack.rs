@@ -1913,10 +1913,12 @@ async fn the_binary_deployed_as_the_readme_says() {
     assert!(logs.contains("reconciler repaired drift"), "{logs}");
 }
 
-/// Blazar's notification monitor: with `--monitor-notifications`, the binary reads Nova's
-/// `service.update` from the cloud's broker and heals at once. The timed monitor runs once
-/// at start and then not for an hour here, so only Nova's notifications can explain a
-/// host taken out, and put back, within seconds.
+/// Blazar's notification monitor, and more: with `--monitor-notifications`, the binary
+/// reads Nova's notifications from the cloud's broker. A compute service disabled is healed
+/// around at once, and a host an operator takes out of its reservation's aggregate is put
+/// back at once. The timed monitor runs once at start and then not for an hour, the
+/// reconciler not for an hour either, so only Nova's notifications can explain the changes
+/// within seconds.
 #[tokio::test]
 async fn the_binary_heals_as_soon_as_nova_says_a_compute_service_changed() {
     let Some(env) = env() else { return };
@@ -1949,7 +1951,7 @@ async fn the_binary_heals_as_soon_as_nova_says_a_compute_service_changed() {
         "--monitor-interval",
         "3600",
         "--reconcile-interval",
-        "0",
+        "3600",
         "--monitor-notifications",
         "true",
         "--monitor-transport-url",
@@ -2076,6 +2078,23 @@ async fn the_binary_heals_as_soon_as_nova_says_a_compute_service_changed() {
     }
     assert!(back, "the enabled host stayed out: {}", server.logs());
 
+    // An operator takes the lease's host out of its aggregate by hand: BlazarFilter would
+    // let any project onto it. Nova says so, and the reconciler puts it back.
+    let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
+    assert_eq!(aggregate.hosts, vec![other.to_string()]);
+    nova.remove_host(&aggregate, other).await.unwrap();
+    let mut repaired = false;
+    for _ in 0..300 {
+        if let Ok(Some(a)) = nova.find_aggregate(&rid).await
+            && a.hosts == vec![other.to_string()]
+        {
+            repaired = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(repaired, "the host was not put back: {}", server.logs());
+
     let r = http
         .delete(format!("{base}/leases/{lease_id}"))
         .header("x-auth-token", &alpha_token)
@@ -2103,6 +2122,7 @@ async fn the_binary_heals_as_soon_as_nova_says_a_compute_service_changed() {
     }
     let logs = server.stop().await;
     assert!(logs.contains("Nova: a compute service changed"), "{logs}");
+    assert!(logs.contains("reconciler repaired drift"), "{logs}");
 }
 
 /// Logs in as `user` in `project` (names; domain Default): the token and its body.
