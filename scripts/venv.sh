@@ -8,10 +8,16 @@
 # of the same packages), never in $HOME.
 venv_install() {
     local venv="$1" requirements="$2" label="$3" t0=$SECONDS
-    local root
+    local root lock
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    # One install of a venv at a time: CI installs them all in the background while it
+    # compiles, and a stage that needs one meanwhile waits for it here.
+    mkdir -p "$(dirname "$venv")"
+    exec {lock}>"$venv.lock"
+    flock "$lock"
     if cmp -s "$requirements" "$venv/.requirements.txt"; then
-        echo "== $label: reusing $venv"
+        echo "== $label: reusing $venv (ready after $((SECONDS - t0)) s)"
+        exec {lock}>&-
         return
     fi
     echo "== $label: installing into $venv"
@@ -26,5 +32,6 @@ venv_install() {
         "${pip[@]}" --prefer-binary -r "$requirements"
     fi
     cp "$requirements" "$venv/.requirements.txt"
+    exec {lock}>&-
     echo "== $label: installed in $((SECONDS - t0)) s"
 }

@@ -29,9 +29,9 @@ if [ "${1:-}" = "--install-only" ]; then
     exit 0
 fi
 
-echo "== building blazar-server"
-(cd "$root" && cargo build --quiet -p blazar-server --bin blazar-server)
-server="${CARGO_TARGET_DIR:-$root/target}/debug/blazar-server"
+# shellcheck source=../server.sh
+source "$root/scripts/server.sh"
+server="$(server_binary "$root")"
 
 t0=$SECONDS
 set +e

@@ -33,7 +33,7 @@ t0=$SECONDS
 cd "$keystone_root"
 log="$state/cargo-test.log"
 set +e
-cargo test -p blazar-server --test it keystone:: 2>&1 | tee "$log"
+cargo test --workspace --test it keystone:: 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -ne 0 ]; then

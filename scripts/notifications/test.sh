@@ -20,9 +20,9 @@ started=$SECONDS
 source "$root/scripts/venv.sh"
 venv_install "$venv" "$here/requirements.txt" oslo.messaging
 
-echo "== building blazar-server"
-(cd "$root" && cargo build --quiet -p blazar-server --bin blazar-server)
-server="${CARGO_TARGET_DIR:-$root/target}/debug/blazar-server"
+# shellcheck source=../server.sh
+source "$root/scripts/server.sh"
+server="$(server_binary "$root")"
 
 amqp="${BLAZAR_TEST_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672}"
 amqp="${amqp%/}"

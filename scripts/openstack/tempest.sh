@@ -16,7 +16,9 @@ started=$SECONDS
 tempest_venv="$os_root/.venv/tempest"
 
 venv_install "$tempest_venv" "$os_here/tempest-requirements.txt" tempest
-(cd "$os_root" && cargo build --quiet -p blazar-server)
+# shellcheck source=../server.sh
+source "$os_root/scripts/server.sh"
+server="$(server_binary "$os_root")"
 
 server_pid=""
 if [ -n "${1:-}" ]; then
@@ -47,7 +49,7 @@ source "$cloud/openrc"
 OS_SERVICE_PASSWORD="$(sed -n 's/^OS_SERVICE_PASSWORD=//p' "$cloud/env")"
 
 port="$(os_free_port)"
-BLAZAR_KEYSTONE_PASSWORD="$OS_SERVICE_PASSWORD" "$os_root/target/debug/blazar-server" \
+BLAZAR_KEYSTONE_PASSWORD="$OS_SERVICE_PASSWORD" "$server" \
     --auth keystone --backend openstack --keystone-url "$OS_AUTH_URL" \
     --keystone-username blazar --os-region RegionOne --listen "127.0.0.1:$port" \
     --database-url "$state/blazar.db" >"$state/log/blazar-server.log" 2>&1 &

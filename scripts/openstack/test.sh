@@ -19,7 +19,7 @@ t0=$SECONDS
 cd "$os_root"
 log="$state/cargo-test.log"
 set +e
-BLAZAR_TEST_OPENSTACK_STATE="$state" cargo test -p blazar-server --test it openstack:: 2>&1 | tee "$log"
+BLAZAR_TEST_OPENSTACK_STATE="$state" cargo test --workspace --test it openstack:: 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" -ne 0 ]; then
@@ -50,7 +50,7 @@ if psql -d postgres -qc "SELECT 1" >/dev/null 2>&1; then
     set +e
     BLAZAR_TEST_OPENSTACK_STATE="$state" \
         BLAZAR_TEST_DATABASE_URL="postgres://$PGUSER@$PGHOST:$PGPORT/$pgdb" \
-        cargo test -p blazar-server --test it openstack::two_replicas 2>&1 | tee "$log"
+        cargo test --workspace --test it openstack::two_replicas 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
     set -e
     psql -d postgres -qc "DROP DATABASE IF EXISTS $pgdb WITH (FORCE)" || true

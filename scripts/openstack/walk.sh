@@ -15,7 +15,9 @@ state="$1"
 started=$SECONDS
 clients="${BLAZAR_CLIENTS_VENV:-$os_root/.venv/clients}"
 "$os_root/scripts/client-compat/run.sh" --install-only
-(cd "$os_root" && cargo build --quiet -p blazar-server --bin blazar-server)
+# shellcheck source=../server.sh
+source "$os_root/scripts/server.sh"
+server="$(server_binary "$os_root")"
 
 # shellcheck disable=SC1091
 source "$state/openrc"
@@ -35,7 +37,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-BLAZAR_KEYSTONE_PASSWORD="$OS_SERVICE_PASSWORD" "${CARGO_TARGET_DIR:-$os_root/target}/debug/blazar-server" \
+BLAZAR_KEYSTONE_PASSWORD="$OS_SERVICE_PASSWORD" "$server" \
     --auth keystone --backend openstack --keystone-url "$OS_AUTH_URL" \
     --keystone-username blazar --os-region RegionOne --listen "127.0.0.1:$port" \
     --database-url "$work/blazar.db" >"$work/server.log" 2>&1 &
