@@ -7,10 +7,16 @@
 server_binary() {
     local root="$1"
     if [ -n "${BLAZAR_SERVER_BIN:-}" ]; then
+        if [ ! -x "$BLAZAR_SERVER_BIN" ]; then
+            echo "== BLAZAR_SERVER_BIN=$BLAZAR_SERVER_BIN is not an executable" >&2
+            return 1
+        fi
         echo "$BLAZAR_SERVER_BIN"
         return
     fi
     echo "== building blazar-server" >&2
-    (cd "$root" && cargo build --quiet -p blazar-server --bin blazar-server) >&2
+    # Called as `server="$(server_binary ...)"`, where set -e does not reach: a failed
+    # build must fail the call itself.
+    (cd "$root" && cargo build --quiet -p blazar-server --bin blazar-server) >&2 || return 1
     echo "${CARGO_TARGET_DIR:-$root/target}/debug/blazar-server"
 }

@@ -14,7 +14,10 @@ venv_install() {
     # compiles, and a stage that needs one meanwhile waits for it here.
     mkdir -p "$(dirname "$venv")"
     exec {lock}>"$venv.lock"
-    flock "$lock"
+    if ! flock -n "$lock"; then
+        echo "== $label: waiting for the install under way (CI: target/ci-prefetch.log)"
+        flock "$lock"
+    fi
     if cmp -s "$requirements" "$venv/.requirements.txt"; then
         echo "== $label: reusing $venv (ready after $((SECONDS - t0)) s)"
         exec {lock}>&-

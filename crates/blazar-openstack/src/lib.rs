@@ -8,7 +8,8 @@
 //! * `external_filter`: Blazar's `ExternalServiceFilter`, usage enforcement asked of a
 //!   site's own service (accounting) over HTTP.
 //! * `notifier`: [`RabbitNotifier`], oslo.messaging notifications over RabbitMQ.
-//! * `nova_events`: Nova's compute-service notifications, read to wake the host monitor.
+//! * `nova_events`: Nova's notifications, read to wake the host monitor (a compute service
+//!   changed) and the reconciler (an aggregate, flavor or server group changed by others).
 //! * `trusts`: [`KeystoneTrusts`], the Keystone trusts leases are made with
 //!   (`act_for_user = trust`).
 

@@ -31,7 +31,7 @@ use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicQosOptions, ExchangeDeclareOptions,
     QueueBindOptions, QueueDeclareOptions,
 };
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -50,9 +50,6 @@ pub struct NovaEventSettings {
     pub exchange: String,
     /// Blazar's `[physical:host] notification_topics`: every priority of each is read.
     pub topics: Vec<String>,
-    /// oslo.messaging's `amqp_durable_queues`: how the exchange is declared when Nova has
-    /// not declared it yet (it must match how Nova will).
-    pub durable: bool,
     /// Longest a connect and the declarations may take.
     pub timeout: Duration,
 }
@@ -63,7 +60,6 @@ impl Default for NovaEventSettings {
             transport_url: String::new(),
             exchange: "nova".into(),
             topics: vec!["notifications".into(), "versioned_notifications".into()],
-            durable: false,
             timeout: Duration::from_secs(10),
         }
     }
@@ -72,6 +68,9 @@ impl Default for NovaEventSettings {
 /// The priorities oslo.messaging routes a notification by, each a routing key suffix;
 /// Blazar's endpoint listens to these three.
 const PRIORITIES: [&str; 3] = ["info", "warn", "error"];
+
+/// How long the monitor's queue outlives its last use when no consumer ever came.
+const QUEUE_EXPIRES_MS: u32 = 30 * 60 * 1000;
 
 /// The longest message read: Nova's service notifications are a few KiB.
 const MAX_MESSAGE_BYTES: usize = 1 << 20;
@@ -106,6 +105,8 @@ pub fn trigger(body: &[u8], own_user: Option<&str>) -> Option<Trigger> {
         return Some(Trigger::Monitor(change));
     }
     let event_type = message.get("event_type")?.as_str()?;
+    // The versioned names, then the unversioned ones (Nova's default format, which has no
+    // flavor events; `aggregate.delete.end` is the same in both).
     let kept = matches!(
         event_type,
         "aggregate.add_host.end"
@@ -116,6 +117,11 @@ pub fn trigger(body: &[u8], own_user: Option<&str>) -> Option<Trigger> {
             | "flavor.update"
             | "flavor.delete"
             | "server_group.delete"
+            | "aggregate.addhost.end"
+            | "aggregate.removehost.end"
+            | "aggregate.updatemetadata.end"
+            | "aggregate.updateprop.end"
+            | "servergroup.delete"
     );
     let by = message.get("_context_user_id").and_then(Value::as_str);
     (kept && (own_user.is_none() || by != own_user))
@@ -185,7 +191,8 @@ pub struct Wakes {
 /// drops; the timed passes cover what was missed meanwhile.
 pub async fn listen(
     settings: NovaEventSettings,
-    wake: Wakes,
+    mut wake: Wakes,
+    who: Option<crate::Session>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
@@ -199,17 +206,40 @@ pub async fn listen(
     let mut next = 0usize;
     let mut pause = Duration::from_secs(1);
     loop {
+        // Who blazar-rs is in the cloud, so that its own changes wake nothing; asked again
+        // at each connection until Keystone answers (meanwhile every change wakes the
+        // reconciler: correct, only more passes).
+        if wake.own_user.is_none()
+            && let Some(session) = &who
+        {
+            match tokio::time::timeout(settings.timeout, session.user_id()).await {
+                Ok(Ok(id)) => wake.own_user = Some(id),
+                Ok(Err(e)) => tracing::warn!(error = %e,
+                    "Nova's notifications: the service user's id is unknown for now; \
+                     blazar-rs's own changes wake the reconciler too"),
+                Err(_) => tracing::warn!(
+                    "Nova's notifications: Keystone did not say who the service user is; \
+                     blazar-rs's own changes wake the reconciler too"
+                ),
+            }
+        }
         let uri = &uris[next % uris.len()];
+        let started = tokio::time::Instant::now();
         let outcome = tokio::select! {
             outcome = read(&settings, uri, next % uris.len(), &wake) => outcome,
             () = &mut shutdown => return,
         };
         match outcome {
-            // Was reading when the connection went: again after the shortest pause.
+            // Was reading when the connection went: again after a short pause, growing only
+            // if reading keeps ending as soon as it starts.
             Ok(lost) => {
                 tracing::warn!(reason = %lost,
                     "Nova's notifications: connection lost; connecting again");
-                pause = Duration::from_secs(1);
+                pause = if started.elapsed() >= Duration::from_secs(30) {
+                    Duration::from_secs(1)
+                } else {
+                    (pause * 2).min(Duration::from_secs(60))
+                };
                 tokio::select! {
                     () = tokio::time::sleep(pause) => {}
                     () = &mut shutdown => return,
@@ -294,21 +324,35 @@ async fn consume(
     Ok("the broker ended the consumer".into())
 }
 
-/// Connects, declares Nova's exchange (as it is, if Nova has declared it) and the monitor's
-/// queue, and binds the queue to every topic and priority.
+/// Why a connection could not be set up.
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    #[error(transparent)]
+    Broker(#[from] lapin::Error),
+    #[error(
+        "no exchange {0:?} on this virtual host ({1}): is the transport URL the one Nova \
+         publishes to, and the exchange Nova's control_exchange?"
+    )]
+    NotNova(String, lapin::Error),
+}
+use ConnectError::NotNova;
+
+/// Connects, checks that Nova's exchange is there, declares the monitor's queue, and binds
+/// it to every topic and priority.
 async fn connect(
     settings: &NovaEventSettings,
     uri: &str,
-) -> Result<(Connection, Channel), lapin::Error> {
+) -> Result<(Connection, Channel), ConnectError> {
     let connection = Connection::connect(
         uri,
         ConnectionProperties::default().with_connection_name("blazar-rs host monitor".into()),
     )
     .await?;
-    let mut channel = connection.create_channel().await?;
-    // A passive declaration succeeds whatever durability Nova gave the exchange; a fresh
-    // broker has none yet, and the refusal closes the channel.
-    let passive = channel
+    let channel = connection.create_channel().await?;
+    // Nova's exchange is Nova's: declared by its services (its RPC uses it too) with its own
+    // durability. Declaring it here could set what Nova then fails to declare; only
+    // whether it is there is asked.
+    channel
         .exchange_declare(
             settings.exchange.as_str().into(),
             ExchangeKind::Topic,
@@ -318,30 +362,22 @@ async fn connect(
             },
             FieldTable::default(),
         )
-        .await;
-    if passive.is_err() {
-        channel = connection.create_channel().await?;
-        channel
-            .exchange_declare(
-                settings.exchange.as_str().into(),
-                ExchangeKind::Topic,
-                ExchangeDeclareOptions {
-                    durable: settings.durable,
-                    ..ExchangeDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
-    }
+        .await
+        .map_err(|e| NotNova(settings.exchange.clone(), e))?;
     channel.basic_qos(32, BasicQosOptions::default()).await?;
+    // Gone with its last consumer, or, if none ever came (a replica stopped between this
+    // and consuming), half an hour after its last use: nothing piles up in it unread.
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-expires".into(), AMQPValue::LongUInt(QUEUE_EXPIRES_MS));
     channel
         .queue_declare(
             MONITOR_QUEUE.into(),
             QueueDeclareOptions {
+                durable: true,
                 auto_delete: true,
                 ..QueueDeclareOptions::default()
             },
-            FieldTable::default(),
+            arguments,
         )
         .await?;
     for topic in &settings.topics {
@@ -429,9 +465,16 @@ mod tests {
             "aggregate.add_host.end",
             "aggregate.delete.end",
             "aggregate.update_metadata.end",
+            "aggregate.update_prop.end",
             "flavor.update",
             "flavor.delete",
             "server_group.delete",
+            // Unversioned.
+            "aggregate.removehost.end",
+            "aggregate.addhost.end",
+            "aggregate.updatemetadata.end",
+            "aggregate.updateprop.end",
+            "servergroup.delete",
         ] {
             assert_eq!(
                 trigger(&by(event, "operator"), Some("blazar")),

@@ -684,8 +684,6 @@ pub struct NovaNotificationsConfig {
     pub transport_url: Secret,
     pub topics: Vec<String>,
     pub exchange: String,
-    /// How Nova's exchange is declared if Nova has not yet (`--notifications-durable`).
-    pub durable: bool,
 }
 
 impl NovaNotificationsConfig {
@@ -693,7 +691,7 @@ impl NovaNotificationsConfig {
         cli: &Cli,
         file: &MonitorFile,
         notifications: Option<&NotificationsConfig>,
-        durable: bool,
+        backend: BackendKind,
     ) -> anyhow::Result<Option<Self>> {
         if !cli
             .monitor_notifications
@@ -701,6 +699,9 @@ impl NovaNotificationsConfig {
             .unwrap_or(false)
         {
             return Ok(None);
+        }
+        if backend != BackendKind::Openstack {
+            anyhow::bail!("--monitor-notifications needs --backend openstack");
         }
         let Some(transport_url) = cli
             .monitor_transport_url
@@ -710,8 +711,10 @@ impl NovaNotificationsConfig {
             .filter(|url| !url.expose().is_empty())
         else {
             anyhow::bail!(
-                "--monitor-notifications needs a transport URL (--monitor-transport-url or \
-                 --notifications-transport-url)"
+                "--monitor-notifications needs a transport URL: --monitor-transport-url \
+                 (BLAZAR_MONITOR_TRANSPORT_URL, file [monitor] transport_url) or \
+                 --notifications-transport-url (BLAZAR_NOTIFICATIONS_TRANSPORT_URL, file \
+                 [notifications] transport_url)"
             );
         };
         let topics = if cli.monitor_notification_topics.is_empty() {
@@ -739,7 +742,6 @@ impl NovaNotificationsConfig {
                 .clone()
                 .or(file.exchange.clone())
                 .unwrap_or_else(|| "nova".into()),
-            durable,
         }))
     }
 
@@ -749,7 +751,6 @@ impl NovaNotificationsConfig {
             transport_url: self.transport_url.expose().to_string(),
             exchange: self.exchange.clone(),
             topics: self.topics.clone(),
-            durable: self.durable,
             ..blazar_openstack::NovaEventSettings::default()
         }
     }
@@ -1266,24 +1267,18 @@ impl Config {
             .unwrap_or(300);
         let notifications =
             NotificationsConfig::resolve(&cli, &file.notifications.clone().unwrap_or_default())?;
-        let monitor_file = file.monitor.clone().unwrap_or_default();
-        let nova_notifications = NovaNotificationsConfig::resolve(
-            &cli,
-            &monitor_file,
-            notifications.as_ref(),
-            cli.notifications_durable
-                .or(file.notifications.as_ref().and_then(|n| n.durable))
-                .unwrap_or(false),
-        )?;
         let auth = cli.auth.or(file.auth).unwrap_or(AuthMode::Noauth);
         let act_for_user = act_for_user(cli.act_for_user.or(file.act_for_user), auth)?;
         let backend = cli
             .backend
             .or(file.backend)
             .unwrap_or(BackendKind::Standalone);
-        if nova_notifications.is_some() && backend != BackendKind::Openstack {
-            anyhow::bail!("--monitor-notifications needs --backend openstack");
-        }
+        let nova_notifications = NovaNotificationsConfig::resolve(
+            &cli,
+            &file.monitor.clone().unwrap_or_default(),
+            notifications.as_ref(),
+            backend,
+        )?;
         if nova_notifications.is_some() && monitor_seconds == 0 {
             anyhow::bail!("--monitor-notifications needs the monitor (--monitor-interval above 0)");
         }
@@ -1760,7 +1755,7 @@ mod tests {
         .unwrap();
         assert_eq!(n.transport_url.expose(), "rabbit://u:secret@mq:5672/blazar");
         assert_eq!(n.topics, ["notifications", "versioned_notifications"]);
-        assert_eq!((n.exchange.as_str(), n.durable), ("nova", false));
+        assert_eq!(n.exchange, "nova");
         assert!(!format!("{n:?}").contains("secret"));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("blazar.toml");
@@ -1787,12 +1782,7 @@ mod tests {
         };
         let err = refused(&["--backend", "openstack", "--monitor-notifications", "true"]);
         assert!(err.contains("transport URL"), "{err}");
-        let err = refused(&[
-            "--monitor-notifications",
-            "true",
-            "--monitor-transport-url",
-            "rabbit://mq/",
-        ]);
+        let err = refused(&["--monitor-notifications", "true"]);
         assert!(err.contains("--backend openstack"), "{err}");
         let err = refused(&[
             "--backend",

@@ -341,7 +341,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tracing::info!(workers = config.action_workers, "action workers started");
         let workers = tokio::spawn(async move { service.run_workers(poll, stop).await });
         // The monitor only has something to ask with a backend that knows the hosts' health.
-        // Nova's notifications, when read, wake it between its timed passes.
         // Nova's notifications, when read, wake the monitor (and the reconciler) between
         // their timed passes.
         let wakes = match &config.nova_notifications {
@@ -354,24 +353,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                     own_user: None,
                 };
                 let settings = nova.listener_settings();
+                // Who blazar-rs is in the cloud, asked of Keystone by the listener.
                 let session = blazar_openstack::Session::new(config.openstack_session()?)
                     .map_err(|e| anyhow::anyhow!("nova notifications: {e}"))?;
                 let stop = wait_stop(stop_rx.clone());
-                let mut listening = wakes.clone();
+                let listening = wakes.clone();
                 tokio::spawn(async move {
-                    // Who blazar-rs is in the cloud, so that its own changes wake nothing;
-                    // without an answer every change wakes the reconciler (correct, only
-                    // more passes).
-                    listening.own_user = match session.user_id().await {
-                        Ok(id) => Some(id),
-                        Err(e) => {
-                            tracing::warn!(error = %e,
-                                "Nova's notifications: the service user's id is unknown; \
-                                 blazar-rs's own changes will wake the reconciler too");
-                            None
-                        }
-                    };
-                    blazar_openstack::nova_events::listen(settings, listening, stop).await
+                    blazar_openstack::nova_events::listen(settings, listening, Some(session), stop)
+                        .await
                 });
                 Some(wakes)
             }

@@ -107,28 +107,46 @@ impl Service {
                 }
             }
             let down_by_monitor = host.status.as_deref() == Some(MONITOR_DOWN);
+            // Each change is decided again on the host as it is under the lock: another pass
+            // (a replica's, or one Nova's notification started) may have made it since the
+            // list was read, and its later news must not be undone by this pass's older one.
             if !healthy && host.reservable {
-                in_tx!(self, write, |tx| {
+                let failed = in_tx!(self, write, |tx| {
                     self.lock_leases_to_move(tx, PHYSICAL_HOST, host.id).await?;
+                    if !tx.get_host(host.id).await?.is_some_and(|h| h.reservable) {
+                        return Ok(false);
+                    }
                     let now = self.now();
                     tx.set_host_health(host.id, false, Some(MONITOR_DOWN), now)
                         .await?;
-                    self.heal_resource(tx, PHYSICAL_HOST, host.id, now).await
+                    self.heal_resource(tx, PHYSICAL_HOST, host.id, now).await?;
+                    Ok(true)
                 })?;
-                tracing::warn!(host = %host.facts.hypervisor_hostname, reason = %reason,
-                    "host failed: no longer reservable, its reservations healed");
-                report.failed.push(host.facts.hypervisor_hostname.clone());
+                if failed {
+                    tracing::warn!(host = %host.facts.hypervisor_hostname, reason = %reason,
+                        "host failed: no longer reservable, its reservations healed");
+                    report.failed.push(host.facts.hypervisor_hostname.clone());
+                }
             } else if healthy && !host.reservable && down_by_monitor {
-                in_tx!(self, write, |tx| {
+                let recovered = in_tx!(self, write, |tx| {
                     self.lock_leases_to_move(tx, PHYSICAL_HOST, host.id).await?;
+                    let down = tx.get_host(host.id).await?.is_some_and(|h| {
+                        !h.reservable && h.status.as_deref() == Some(MONITOR_DOWN)
+                    });
+                    if !down {
+                        return Ok(false);
+                    }
                     let now = self.now();
                     tx.set_host_health(host.id, true, None, now).await?;
-                    self.fill_missing(tx, now).await
+                    self.fill_missing(tx, now).await?;
+                    Ok(true)
                 })?;
-                tracing::info!(host = %host.facts.hypervisor_hostname, "host recovered: reservable again");
-                report
-                    .recovered
-                    .push(host.facts.hypervisor_hostname.clone());
+                if recovered {
+                    tracing::info!(host = %host.facts.hypervisor_hostname, "host recovered: reservable again");
+                    report
+                        .recovered
+                        .push(host.facts.hypervisor_hostname.clone());
+                }
             }
         }
         Ok(report)
