@@ -284,11 +284,13 @@ pub struct Cli {
     /// amqp_durable_queues; must match how the site declared them) [default: false].
     #[arg(long, env = "BLAZAR_NOTIFICATIONS_DURABLE")]
     pub notifications_durable: Option<bool>,
-    /// Read Nova's notifications and run a host monitor pass as soon as Nova says a compute
+    /// Read Nova's notifications: run a host monitor pass as soon as Nova says a compute
     /// service was disabled, forced down, enabled, created or deleted (Blazar's
-    /// `[physical:host] enable_notification_monitor`); needs `--backend openstack`, the
-    /// monitor, a transport URL and Nova's `[notifications] notification_format` versioned or
-    /// both [default: false]. File: `[monitor] notifications`.
+    /// `[physical:host] enable_notification_monitor`; Nova sends these when its
+    /// `[notifications] notification_format` is versioned or both), and a reconciler pass
+    /// when someone else changes an aggregate, a flavor or a server group. Needs `--backend
+    /// openstack`, the monitor and a transport URL [default: false]. File: `[monitor]
+    /// notifications`.
     #[arg(long, env = "BLAZAR_MONITOR_NOTIFICATIONS")]
     pub monitor_notifications: Option<bool>,
     /// oslo.messaging transport URL of the broker Nova publishes to [default: the
