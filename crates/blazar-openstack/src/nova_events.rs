@@ -101,7 +101,7 @@ pub enum Trigger {
 /// and end makes some) call for nothing.
 pub fn trigger(body: &[u8], own_user: Option<&str>) -> Option<Trigger> {
     let message = message(body)?;
-    if let Some(change) = service_change_of(&message) {
+    if let Some(change) = service_change(&message) {
         return Some(Trigger::Monitor(change));
     }
     let event_type = message.get("event_type")?.as_str()?;
@@ -141,13 +141,9 @@ fn message(body: &[u8]) -> Option<Value> {
     }
 }
 
-/// The compute-service change a message tells of, if it tells of one. Other events,
-/// other services' changes and what cannot be read are `None`.
-pub fn service_change(body: &[u8]) -> Option<ServiceChange> {
-    service_change_of(&message(body)?)
-}
-
-fn service_change_of(message: &Value) -> Option<ServiceChange> {
+/// The compute-service change a message tells of, if it tells of one. Other events and
+/// other services' changes are `None`.
+fn service_change(message: &Value) -> Option<ServiceChange> {
     let event_type = message.get("event_type")?.as_str()?;
     if !matches!(
         event_type,
@@ -181,8 +177,6 @@ pub struct Wakes {
     pub monitor: Arc<Notify>,
     /// The reconciler's loop, if it runs here.
     pub reconciler: Option<Arc<Notify>>,
-    /// The id of the user blazar-rs acts as in the cloud, if known (see [`trigger`]).
-    pub own_user: Option<String>,
 }
 
 /// Reads Nova's notifications until `shutdown`, waking the monitor at each compute-service
@@ -191,8 +185,8 @@ pub struct Wakes {
 /// drops; the timed passes cover what was missed meanwhile.
 pub async fn listen(
     settings: NovaEventSettings,
-    mut wake: Wakes,
-    who: Option<crate::Session>,
+    wake: Wakes,
+    who: crate::Session,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
@@ -205,15 +199,16 @@ pub async fn listen(
     };
     let mut next = 0usize;
     let mut pause = Duration::from_secs(1);
+    // The id of the user blazar-rs acts as in the cloud, once Keystone has said (see
+    // [`trigger`]).
+    let mut own_user: Option<String> = None;
     loop {
         // Who blazar-rs is in the cloud, so that its own changes wake nothing; asked again
         // at each connection until Keystone answers (meanwhile every change wakes the
         // reconciler: correct, only more passes).
-        if wake.own_user.is_none()
-            && let Some(session) = &who
-        {
-            match tokio::time::timeout(settings.timeout, session.user_id()).await {
-                Ok(Ok(id)) => wake.own_user = Some(id),
+        if own_user.is_none() {
+            match tokio::time::timeout(settings.timeout, who.user_id()).await {
+                Ok(Ok(id)) => own_user = Some(id),
                 Ok(Err(e)) => tracing::warn!(error = %e,
                     "Nova's notifications: the service user's id is unknown for now; \
                      blazar-rs's own changes wake the reconciler too"),
@@ -226,7 +221,7 @@ pub async fn listen(
         let uri = &uris[next % uris.len()];
         let started = tokio::time::Instant::now();
         let outcome = tokio::select! {
-            outcome = read(&settings, uri, next % uris.len(), &wake) => outcome,
+            outcome = read(&settings, uri, next % uris.len(), &wake, own_user.as_deref()) => outcome,
             () = &mut shutdown => return,
         };
         match outcome {
@@ -267,12 +262,13 @@ async fn read(
     uri: &str,
     host: usize,
     wake: &Wakes,
+    own_user: Option<&str>,
 ) -> Result<String, String> {
     let (connection, channel) = tokio::time::timeout(settings.timeout, connect(settings, uri))
         .await
         .map_err(|_| format!("no answer within {} s", settings.timeout.as_secs()))?
         .map_err(|e| e.to_string())?;
-    let outcome = consume(&channel, settings, host, wake).await;
+    let outcome = consume(&channel, settings, host, wake, own_user).await;
     // Closed whichever way reading ended: a dropped connection could keep its socket.
     let _ = connection.close(200, "blazar-rs reads again".into()).await;
     outcome
@@ -284,6 +280,7 @@ async fn consume(
     settings: &NovaEventSettings,
     host: usize,
     wake: &Wakes,
+    own_user: Option<&str>,
 ) -> Result<String, String> {
     let mut consumer = channel
         .basic_consume(
@@ -301,7 +298,7 @@ async fn consume(
             Ok(delivery) => delivery,
             Err(e) => return Ok(format!("reading {MONITOR_QUEUE}: {e}")),
         };
-        match trigger(&delivery.data, wake.own_user.as_deref()) {
+        match trigger(&delivery.data, own_user) {
             Some(Trigger::Monitor(change)) => {
                 tracing::info!(event_type = %change.event_type, host = %change.host,
                     disabled = change.disabled, forced_down = change.forced_down,
@@ -401,6 +398,14 @@ async fn connect(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The compute-service change `body` tells the monitor of, as the listener reads it.
+    fn service_change(body: &[u8]) -> Option<ServiceChange> {
+        match trigger(body, None) {
+            Some(Trigger::Monitor(change)) => Some(change),
+            _ => None,
+        }
+    }
 
     /// Nova's `service.update` as oslo.messaging's messagingv2 notifier sends it.
     fn nova_message(event_type: &str, data: Value) -> Vec<u8> {

@@ -350,7 +350,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                     reconciler: config
                         .reconcile_interval
                         .map(|_| Arc::new(tokio::sync::Notify::new())),
-                    own_user: None,
                 };
                 let settings = nova.listener_settings();
                 // Who blazar-rs is in the cloud, asked of Keystone by the listener.
@@ -359,8 +358,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 let stop = wait_stop(stop_rx.clone());
                 let listening = wakes.clone();
                 tokio::spawn(async move {
-                    blazar_openstack::nova_events::listen(settings, listening, Some(session), stop)
-                        .await
+                    blazar_openstack::nova_events::listen(settings, listening, session, stop).await
                 });
                 Some(wakes)
             }
