@@ -599,6 +599,23 @@ pub struct NotificationsFile {
     pub durable: Option<bool>,
 }
 
+/// A list of oslo.messaging topics: the options' if given, else the file's, else `default`;
+/// each trimmed, empty ones dropped. `None` when none is left.
+fn topic_list(cli: &[String], file: Option<&[String]>, default: &[&str]) -> Option<Vec<String>> {
+    let topics: Vec<String> = if cli.is_empty() {
+        file.map(<[String]>::to_vec)
+            .unwrap_or_else(|| default.iter().map(|t| t.to_string()).collect())
+    } else {
+        cli.to_vec()
+    };
+    let topics: Vec<String> = topics
+        .into_iter()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .collect();
+    (!topics.is_empty()).then_some(topics)
+}
+
 /// Where notifications are published; `None` in [`Config::notifications`] when no transport
 /// URL is configured.
 #[derive(Debug, Clone, PartialEq)]
@@ -620,21 +637,12 @@ impl NotificationsConfig {
         else {
             return Ok(None);
         };
-        let topics = if cli.notifications_topics.is_empty() {
-            file.topics
-                .clone()
-                .unwrap_or_else(|| vec!["notifications".into()])
-        } else {
-            cli.notifications_topics.clone()
-        };
-        let topics: Vec<String> = topics
-            .into_iter()
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-            .collect();
-        if topics.is_empty() {
-            anyhow::bail!("notifications topics must name at least one topic");
-        }
+        let topics = topic_list(
+            &cli.notifications_topics,
+            file.topics.as_deref(),
+            &["notifications"],
+        )
+        .ok_or_else(|| anyhow::anyhow!("notifications topics must name at least one topic"))?;
         let config = NotificationsConfig {
             transport_url,
             topics,
@@ -719,21 +727,14 @@ impl NovaNotificationsConfig {
                  [notifications] transport_url)"
             );
         };
-        let topics = if cli.monitor_notification_topics.is_empty() {
-            file.topics
-                .clone()
-                .unwrap_or_else(|| vec!["notifications".into(), "versioned_notifications".into()])
-        } else {
-            cli.monitor_notification_topics.clone()
-        };
-        let topics: Vec<String> = topics
-            .into_iter()
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-            .collect();
-        if topics.is_empty() {
-            anyhow::bail!("monitor notification topics must name at least one topic");
-        }
+        let topics = topic_list(
+            &cli.monitor_notification_topics,
+            file.topics.as_deref(),
+            &["notifications", "versioned_notifications"],
+        )
+        .ok_or_else(|| {
+            anyhow::anyhow!("monitor notification topics must name at least one topic")
+        })?;
         blazar_openstack::notifier::amqp_uris(transport_url.expose())
             .map_err(|e| anyhow::anyhow!("monitor {e}"))?;
         Ok(Some(NovaNotificationsConfig {
