@@ -1761,23 +1761,19 @@ async fn token(env: &Env, user: &str, password: &str, project: &str) -> String {
     r.headers()["x-subject-token"].to_str().unwrap().to_string()
 }
 
-/// The deployment the README walks through: the real binary with `--auth keystone
-/// --backend openstack`, its own scheduler, workers, monitor and reconciler, real tokens,
-/// the real clock.
-#[tokio::test]
-async fn the_binary_deployed_as_the_readme_says() {
-    let Some(env) = env() else { return };
-    let _one_at_a_time = CLOUD.lock().await;
-    let admin = env.admin();
-    reset_cloud(&admin).await;
-    let nova = admin.nova(None);
-    let dir = tempfile::tempdir().unwrap();
+/// The real binary as the README deploys it against the cloud (`--auth keystone --backend
+/// openstack`, the service user's password in the environment), its database in `dir`,
+/// with `extra` options; and its API's base URL.
+async fn start_binary(
+    env: &Env,
+    dir: &tempfile::TempDir,
+    extra: &[&str],
+) -> (crate::support::ServerProcess, String) {
     let db = dir.path().join("blazar.db").display().to_string();
-    let port = crate::support::free_port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = format!("127.0.0.1:{}", crate::support::free_port());
     let password = env.get("OS_SERVICE_PASSWORD");
     let auth_url = env.get("OS_AUTH_URL");
-    let args = [
+    let mut args = vec![
         "--auth",
         "keystone",
         "--backend",
@@ -1792,17 +1788,33 @@ async fn the_binary_deployed_as_the_readme_says() {
         listen.as_str(),
         "--database-url",
         db.as_str(),
-        "--monitor-interval",
-        "2",
-        "--reconcile-interval",
-        "2",
     ];
+    args.extend_from_slice(extra);
     let server = crate::support::ServerProcess::start_with_env(
         &args,
         &[("BLAZAR_KEYSTONE_PASSWORD", password.as_str())],
     )
     .await;
-    let base = format!("http://{listen}/v1");
+    (server, format!("http://{listen}/v1"))
+}
+
+/// The deployment the README walks through: the real binary with `--auth keystone
+/// --backend openstack`, its own scheduler, workers, monitor and reconciler, real tokens,
+/// the real clock.
+#[tokio::test]
+async fn the_binary_deployed_as_the_readme_says() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let dir = tempfile::tempdir().unwrap();
+    let (server, base) = start_binary(
+        &env,
+        &dir,
+        &["--monitor-interval", "2", "--reconcile-interval", "2"],
+    )
+    .await;
     let http = reqwest::Client::new();
     let admin_token = token(
         &env,
@@ -1927,27 +1939,8 @@ async fn the_binary_heals_as_soon_as_nova_says_a_compute_service_changed() {
     reset_cloud(&admin).await;
     let nova = admin.nova(None);
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("blazar.db").display().to_string();
-    let port = crate::support::free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let password = env.get("OS_SERVICE_PASSWORD");
-    let auth_url = env.get("OS_AUTH_URL");
     let transport = env.get("CLOUD_TRANSPORT_URL");
-    let args = [
-        "--auth",
-        "keystone",
-        "--backend",
-        "openstack",
-        "--keystone-url",
-        auth_url.as_str(),
-        "--keystone-username",
-        "blazar",
-        "--os-region",
-        "RegionOne",
-        "--listen",
-        listen.as_str(),
-        "--database-url",
-        db.as_str(),
+    let extra = [
         "--monitor-interval",
         "3600",
         "--reconcile-interval",
@@ -1957,12 +1950,7 @@ async fn the_binary_heals_as_soon_as_nova_says_a_compute_service_changed() {
         "--monitor-transport-url",
         transport.as_str(),
     ];
-    let server = crate::support::ServerProcess::start_with_env(
-        &args,
-        &[("BLAZAR_KEYSTONE_PASSWORD", password.as_str())],
-    )
-    .await;
-    let base = format!("http://{listen}/v1");
+    let (server, base) = start_binary(&env, &dir, &extra).await;
     let http = reqwest::Client::new();
     let admin_token = token(
         &env,
@@ -2151,37 +2139,14 @@ async fn the_binary_makes_the_users_server_group_through_their_trust() {
     let admin = env.admin();
     reset_cloud(&admin).await;
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("blazar.db").display().to_string();
-    let port = crate::support::free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let password = env.get("OS_SERVICE_PASSWORD");
-    let auth_url = env.get("OS_AUTH_URL");
-    let args = [
-        "--auth",
-        "keystone",
-        "--backend",
-        "openstack",
-        "--keystone-url",
-        auth_url.as_str(),
-        "--keystone-username",
-        "blazar",
-        "--os-region",
-        "RegionOne",
-        "--listen",
-        listen.as_str(),
-        "--database-url",
-        db.as_str(),
-        "--monitor-interval",
-        "0",
-        "--reconcile-interval",
-        "0",
-    ];
-    let server = crate::support::ServerProcess::start_with_env(
-        &args,
-        &[("BLAZAR_KEYSTONE_PASSWORD", password.as_str())],
+    let (server, base) = start_binary(
+        &env,
+        &dir,
+        &["--monitor-interval", "0", "--reconcile-interval", "0"],
     )
     .await;
-    let base = format!("http://{listen}/v1");
+    let password = env.get("OS_SERVICE_PASSWORD");
+    let auth_url = env.get("OS_AUTH_URL");
     let http = reqwest::Client::new();
     let (admin_token, _) = login(
         &env,
