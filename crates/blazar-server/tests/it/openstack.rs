@@ -3327,6 +3327,313 @@ async fn flavor_instance_reservations_read_nova_and_place_by_placement_traits() 
     withdraw(&app, &admin, &host_ids).await;
 }
 
+/// Slots of reservation class `class` on each host's `blazar_<host>` provider (0: none).
+async fn class_slots(admin: &Cloud, class: &str) -> Vec<(String, i64)> {
+    let placement = admin.placement(None);
+    let mut out = Vec::new();
+    for host in ["compute-1", "compute-2", "compute-3"] {
+        let provider = placement
+            .provider_by_name(&format!("blazar_{host}"))
+            .await
+            .unwrap()
+            .unwrap();
+        let total = placement
+            .inventories(&provider.uuid)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|(c, ..)| c == class)
+            .map_or(0, |(_, total, ..)| total);
+        out.push((host.to_string(), total));
+    }
+    out
+}
+
+async fn reservation_flags(app: &TestApp, lease_id: &str) -> (bool, bool) {
+    let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
+    let r = &lease["lease"]["reservations"][0];
+    (
+        r["missing_resources"].as_bool().unwrap(),
+        r["resources_changed"].as_bool().unwrap(),
+    )
+}
+
+/// An instance reservation in force whose host fails mid-lease, healed as Blazar's instance
+/// plugin heals it: the failed host's slot moves to a free host, which joins the
+/// reservation's aggregate with an inventory of its class; the failed host leaves the
+/// aggregate, and its server runs on (its inventory stays while the server holds it). The
+/// project boots on the moved slot, and no more than the reservation's amount.
+#[tokio::test]
+async fn a_failed_hosts_instance_slot_moves_mid_lease_and_its_server_stays() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let backend = OpenStackBackend::new(
+        env.service(),
+        OpenStackSettings {
+            server_delete_timeout: Duration::from_secs(60),
+            ..OpenStackSettings::default()
+        },
+    );
+    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let host_ids = enrol(&app, &["compute-1", "compute-2", "compute-3"]).await;
+    let alpha = env.get("OS_ALPHA_PROJECT_ID");
+    app.act_as(&alpha, "alpha-user", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "healed-instances", "start_date": "2030-06-01 10:00",
+                "end_date": "2030-06-01 12:00",
+                "reservations": [{"resource_type": "virtual:instance", "amount": 2,
+                    "vcpus": 1, "memory_mb": 64, "disk_gb": 1, "affinity": false,
+                    "resource_properties": ""}],
+                "events": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let (lease_id, rid) = lease_ids(&r);
+    let class = format!(
+        "CUSTOM_RESERVATION_{}",
+        rid.to_uppercase().replace('-', "_")
+    );
+    app.act_as_admin();
+    wait_idle(&app).await;
+    app.tick_at(t(2030, 6, 1, 10, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{actions}");
+    let held: BTreeSet<String> = nova
+        .find_aggregate(&rid)
+        .await
+        .unwrap()
+        .unwrap()
+        .hosts
+        .into_iter()
+        .collect();
+    assert_eq!(held.len(), 2, "{held:?}");
+    let spare = ["compute-1", "compute-2", "compute-3"]
+        .into_iter()
+        .find(|h| !held.contains(*h))
+        .unwrap()
+        .to_string();
+    let alpha_cloud = env.member("alpha");
+    let (first, status) = boot_flavor(&alpha_cloud, "slot-0", &rid).await;
+    assert_eq!(status, "ACTIVE");
+    let failing = server_host(&admin, &first).await;
+    let other = held.iter().find(|h| **h != failing).unwrap().clone();
+
+    // The compute service of the server's host fails.
+    set_compute_enabled(&admin, &failing, false).await;
+    let report = app.service.monitor_hosts().await.unwrap();
+    assert_eq!(report.failed, vec![failing.clone()]);
+    app.run_actions().await;
+    wait_idle(&app).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{actions}");
+    assert!(
+        actions["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["status"] == "done"),
+        "{actions}"
+    );
+    assert_eq!(
+        reservation_flags(&app, &lease_id).await,
+        (false, true),
+        "(missing_resources, resources_changed)"
+    );
+    let now_held: BTreeSet<String> = nova
+        .find_aggregate(&rid)
+        .await
+        .unwrap()
+        .unwrap()
+        .hosts
+        .into_iter()
+        .collect();
+    assert_eq!(now_held, BTreeSet::from([other.clone(), spare.clone()]));
+    // One slot on each host: the failed host's inventory stays while its server holds it.
+    let slots = class_slots(&admin, &class).await;
+    assert!(slots.iter().all(|(_, n)| *n == 1), "{slots:?}");
+    let kept = compute(&admin, Method::GET, &format!("/servers/{first}"), None).await;
+    assert_eq!(kept["server"]["status"], "ACTIVE", "{kept}");
+
+    // The project boots on the slots it holds now, and only on them.
+    let mut hosts = BTreeSet::new();
+    let mut servers = vec![first.clone()];
+    for i in 1..3 {
+        let (id, status) = boot_flavor(&alpha_cloud, &format!("slot-{i}"), &rid).await;
+        assert_eq!(status, "ACTIVE", "server {i} after healing");
+        hosts.insert(server_host(&admin, &id).await);
+        servers.push(id);
+    }
+    assert_eq!(hosts, BTreeSet::from([other.clone(), spare.clone()]));
+    let (_, status) = boot_flavor(&alpha_cloud, "slot-3", &rid).await;
+    assert_eq!(
+        status, "ERROR",
+        "a server beyond the reservation found a slot"
+    );
+
+    // The end takes every server, the failed host's with them, and every slot.
+    set_compute_enabled(&admin, &failing, true).await;
+    app.tick_at(t(2030, 6, 1, 12, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "TERMINATED", "{actions}");
+    let left = compute(&admin, Method::GET, "/servers?all_tenants=1", None).await;
+    for id in &servers {
+        assert!(
+            left["servers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|s| s["id"] != json!(id)),
+            "server {id} outlived the reservation: {left}"
+        );
+    }
+    assert!(nova.find_aggregate(&rid).await.unwrap().is_none());
+    assert!(
+        class_slots(&admin, &class)
+            .await
+            .iter()
+            .all(|(_, n)| *n == 0)
+    );
+    reset_cloud(&admin).await;
+    withdraw(&app, &admin, &host_ids).await;
+}
+
+/// A host's allocation ratio lowered mid-lease leaves it fewer instance slots than a
+/// reservation in force holds there: only the slots over its capacity move, to another
+/// host that joins the aggregate with an inventory for them; the host keeps the rest and
+/// the servers on them.
+#[tokio::test]
+async fn a_lowered_ratio_moves_only_the_instance_slots_over_the_hosts_capacity() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let backend = OpenStackBackend::new(
+        env.service(),
+        OpenStackSettings {
+            server_delete_timeout: Duration::from_secs(60),
+            ..OpenStackSettings::default()
+        },
+    );
+    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let names = ["compute-1", "compute-2", "compute-3"];
+    let host_ids = enrol(&app, &names).await;
+    // Four slots fit on a host at the default ratio (1.0), two at 0.5. Sized by disk: Nova's
+    // quotas cap cores and memory, not disk.
+    let disk = app.get(&format!("/v1/os-hosts/{}", host_ids[0])).await.body["host"]["local_gb"]
+        .as_i64()
+        .unwrap();
+    let slot = disk / 4;
+    assert!(slot >= 1, "hosts of {disk} GB");
+    let alpha = env.get("OS_ALPHA_PROJECT_ID");
+    app.act_as(&alpha, "alpha-user", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "packed", "start_date": "2030-07-01 10:00",
+                "end_date": "2030-07-01 12:00",
+                "reservations": [{"resource_type": "virtual:instance", "amount": 3,
+                    "vcpus": 1, "memory_mb": 64, "disk_gb": slot, "affinity": null,
+                    "resource_properties": ""}],
+                "events": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let (lease_id, rid) = lease_ids(&r);
+    let class = format!(
+        "CUSTOM_RESERVATION_{}",
+        rid.to_uppercase().replace('-', "_")
+    );
+    app.act_as_admin();
+    wait_idle(&app).await;
+    app.tick_at(t(2030, 7, 1, 10, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{actions}");
+    // Without an affinity rule the three slots share one host.
+    let packed = nova.find_aggregate(&rid).await.unwrap().unwrap().hosts;
+    assert_eq!(packed.len(), 1, "{packed:?}");
+    let packed = packed[0].clone();
+    let slots: Vec<(String, i64)> = class_slots(&admin, &class).await;
+    for (host, n) in &slots {
+        assert_eq!(*n, if *host == packed { 3 } else { 0 }, "{slots:?}");
+    }
+    let alpha_cloud = env.member("alpha");
+    for i in 0..2 {
+        let (id, status) = boot_flavor(&alpha_cloud, &format!("packed-{i}"), &rid).await;
+        assert_eq!(status, "ACTIVE", "server {i}");
+        assert_eq!(server_host(&admin, &id).await, packed);
+    }
+
+    // The operator halves the host's disk ratio: room for two slots of the three.
+    let packed_id = &host_ids[names.iter().position(|n| *n == packed).unwrap()];
+    let r = app
+        .put(
+            &format!("/v1/os-hosts/{packed_id}"),
+            json!({"disk_allocation_ratio": "0.5"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    app.run_actions().await;
+    wait_idle(&app).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{actions}");
+    assert!(
+        actions["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["status"] == "done"),
+        "{actions}"
+    );
+    assert_eq!(
+        reservation_flags(&app, &lease_id).await,
+        (false, true),
+        "(missing_resources, resources_changed)"
+    );
+    let held = nova.find_aggregate(&rid).await.unwrap().unwrap().hosts;
+    assert_eq!(held.len(), 2, "{held:?}");
+    assert!(held.contains(&packed), "{held:?}");
+    let moved_to = held.iter().find(|h| **h != packed).unwrap().clone();
+    let slots = class_slots(&admin, &class).await;
+    for (host, n) in &slots {
+        let expected = if *host == packed {
+            2
+        } else if *host == moved_to {
+            1
+        } else {
+            0
+        };
+        assert_eq!(*n, expected, "{slots:?}");
+    }
+    // The third server lands on the moved slot; a fourth finds none.
+    let (id, status) = boot_flavor(&alpha_cloud, "packed-2", &rid).await;
+    assert_eq!(status, "ACTIVE", "the moved slot");
+    assert_eq!(server_host(&admin, &id).await, moved_to);
+    let (_, status) = boot_flavor(&alpha_cloud, "packed-3", &rid).await;
+    assert_eq!(
+        status, "ERROR",
+        "a server beyond the reservation found a slot"
+    );
+
+    app.tick_at(t(2030, 7, 1, 12, 0)).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "TERMINATED", "{actions}");
+    assert!(nova.find_aggregate(&rid).await.unwrap().is_none());
+    assert!(
+        class_slots(&admin, &class)
+            .await
+            .iter()
+            .all(|(_, n)| *n == 0)
+    );
+    reset_cloud(&admin).await;
+    withdraw(&app, &admin, &host_ids).await;
+}
+
 /// The reconciler beyond aggregates: the pieces of an instance, floating-IP and network
 /// reservation in force that were broken by hand are made again, and what the cloud holds
 /// for reservations the database does not keep is removed.
