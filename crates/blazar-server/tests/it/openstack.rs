@@ -2938,15 +2938,7 @@ async fn instance_reservations_make_a_flavor_slots_and_a_group_for_the_project()
     reset_cloud(&admin).await;
     let nova = admin.nova(None);
     let placement = admin.placement(None);
-    let backend = OpenStackBackend::new(
-        env.service(),
-        OpenStackSettings {
-            server_delete_timeout: Duration::from_secs(60),
-            ..OpenStackSettings::default()
-        },
-    );
-    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
-    let host_ids = enrol(&app, &["compute-1", "compute-2", "compute-3"]).await;
+    let (mut app, host_ids) = instance_app(&env).await;
     let alpha = env.get("OS_ALPHA_PROJECT_ID");
     app.act_as(&alpha, "alpha-user", "member");
     let r = app
@@ -3327,6 +3319,54 @@ async fn flavor_instance_reservations_read_nova_and_place_by_placement_traits() 
     withdraw(&app, &admin, &host_ids).await;
 }
 
+/// An app acting on the cloud (a lease's end waits at most a minute for its servers) with
+/// the three computes enrolled: the app and the hosts' ids.
+async fn instance_app(env: &Env) -> (TestApp, Vec<String>) {
+    let backend = OpenStackBackend::new(
+        env.service(),
+        OpenStackSettings {
+            server_delete_timeout: Duration::from_secs(60),
+            ..OpenStackSettings::default()
+        },
+    );
+    let app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let host_ids = enrol(&app, &["compute-1", "compute-2", "compute-3"]).await;
+    (app, host_ids)
+}
+
+/// A lease of `reservation` that alpha asks for, from `start` for two hours, started:
+/// (lease id, reservation id, the reservation's resource class).
+async fn start_instance_lease(
+    app: &mut TestApp,
+    env: &Env,
+    name: &str,
+    reservation: Value,
+    start: chrono::DateTime<chrono::Utc>,
+) -> (String, String, String) {
+    app.act_as(&env.get("OS_ALPHA_PROJECT_ID"), "alpha-user", "member");
+    let wire = |at: chrono::DateTime<chrono::Utc>| at.format("%Y-%m-%d %H:%M").to_string();
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": name, "start_date": wire(start),
+                "end_date": wire(start + chrono::Duration::hours(2)),
+                "reservations": [reservation], "events": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let (lease_id, rid) = lease_ids(&r);
+    let class = format!(
+        "CUSTOM_RESERVATION_{}",
+        rid.to_uppercase().replace('-', "_")
+    );
+    app.act_as_admin();
+    wait_idle(app).await;
+    app.tick_at(start).await;
+    let (status, actions) = lease_status(app, &lease_id).await;
+    assert_eq!(status, "ACTIVE", "{actions}");
+    (lease_id, rid, class)
+}
+
 /// Slots of reservation class `class` on each host's `blazar_<host>` provider (0: none).
 async fn class_slots(admin: &Cloud, class: &str) -> Vec<(String, i64)> {
     let placement = admin.placement(None);
@@ -3370,39 +3410,16 @@ async fn a_failed_hosts_instance_slot_moves_mid_lease_and_its_server_stays() {
     let admin = env.admin();
     reset_cloud(&admin).await;
     let nova = admin.nova(None);
-    let backend = OpenStackBackend::new(
-        env.service(),
-        OpenStackSettings {
-            server_delete_timeout: Duration::from_secs(60),
-            ..OpenStackSettings::default()
-        },
-    );
-    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
-    let host_ids = enrol(&app, &["compute-1", "compute-2", "compute-3"]).await;
-    let alpha = env.get("OS_ALPHA_PROJECT_ID");
-    app.act_as(&alpha, "alpha-user", "member");
-    let r = app
-        .post(
-            "/v1/leases",
-            json!({"name": "healed-instances", "start_date": "2030-06-01 10:00",
-                "end_date": "2030-06-01 12:00",
-                "reservations": [{"resource_type": "virtual:instance", "amount": 2,
-                    "vcpus": 1, "memory_mb": 64, "disk_gb": 1, "affinity": false,
-                    "resource_properties": ""}],
-                "events": []}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let (lease_id, rid) = lease_ids(&r);
-    let class = format!(
-        "CUSTOM_RESERVATION_{}",
-        rid.to_uppercase().replace('-', "_")
-    );
-    app.act_as_admin();
-    wait_idle(&app).await;
-    app.tick_at(t(2030, 6, 1, 10, 0)).await;
-    let (status, actions) = lease_status(&app, &lease_id).await;
-    assert_eq!(status, "ACTIVE", "{actions}");
+    let (mut app, host_ids) = instance_app(&env).await;
+    let (lease_id, rid, class) = start_instance_lease(
+        &mut app,
+        &env,
+        "healed-instances",
+        json!({"resource_type": "virtual:instance", "amount": 2, "vcpus": 1,
+            "memory_mb": 64, "disk_gb": 1, "affinity": false, "resource_properties": ""}),
+        t(2030, 6, 1, 10, 0),
+    )
+    .await;
     let held: BTreeSet<String> = nova
         .find_aggregate(&rid)
         .await
@@ -3513,16 +3530,8 @@ async fn a_lowered_ratio_moves_only_the_instance_slots_over_the_hosts_capacity()
     let admin = env.admin();
     reset_cloud(&admin).await;
     let nova = admin.nova(None);
-    let backend = OpenStackBackend::new(
-        env.service(),
-        OpenStackSettings {
-            server_delete_timeout: Duration::from_secs(60),
-            ..OpenStackSettings::default()
-        },
-    );
-    let mut app = TestApp::spawn_backend(Arc::new(backend)).await;
+    let (mut app, host_ids) = instance_app(&env).await;
     let names = ["compute-1", "compute-2", "compute-3"];
-    let host_ids = enrol(&app, &names).await;
     // Four slots fit on a host at the default ratio (1.0), two at 0.5. Sized by disk: Nova's
     // quotas cap cores and memory, not disk.
     let disk = app.get(&format!("/v1/os-hosts/{}", host_ids[0])).await.body["host"]["local_gb"]
@@ -3530,30 +3539,15 @@ async fn a_lowered_ratio_moves_only_the_instance_slots_over_the_hosts_capacity()
         .unwrap();
     let slot = disk / 4;
     assert!(slot >= 1, "hosts of {disk} GB");
-    let alpha = env.get("OS_ALPHA_PROJECT_ID");
-    app.act_as(&alpha, "alpha-user", "member");
-    let r = app
-        .post(
-            "/v1/leases",
-            json!({"name": "packed", "start_date": "2030-07-01 10:00",
-                "end_date": "2030-07-01 12:00",
-                "reservations": [{"resource_type": "virtual:instance", "amount": 3,
-                    "vcpus": 1, "memory_mb": 64, "disk_gb": slot, "affinity": null,
-                    "resource_properties": ""}],
-                "events": []}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let (lease_id, rid) = lease_ids(&r);
-    let class = format!(
-        "CUSTOM_RESERVATION_{}",
-        rid.to_uppercase().replace('-', "_")
-    );
-    app.act_as_admin();
-    wait_idle(&app).await;
-    app.tick_at(t(2030, 7, 1, 10, 0)).await;
-    let (status, actions) = lease_status(&app, &lease_id).await;
-    assert_eq!(status, "ACTIVE", "{actions}");
+    let (lease_id, rid, class) = start_instance_lease(
+        &mut app,
+        &env,
+        "packed",
+        json!({"resource_type": "virtual:instance", "amount": 3, "vcpus": 1,
+            "memory_mb": 64, "disk_gb": slot, "affinity": null, "resource_properties": ""}),
+        t(2030, 7, 1, 10, 0),
+    )
+    .await;
     // Without an affinity rule the three slots share one host.
     let packed = nova.find_aggregate(&rid).await.unwrap().unwrap().hosts;
     assert_eq!(packed.len(), 1, "{packed:?}");
