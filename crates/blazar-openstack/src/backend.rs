@@ -430,6 +430,27 @@ impl OpenStackBackend {
     }
 }
 
+/// Blazar's `HostHavingServers` (409) when Nova lists servers on compute service
+/// `service`, named `name` in the answer.
+async fn refuse_with_servers(
+    nova: &Nova<'_>,
+    service: &str,
+    name: &str,
+) -> Result<(), InventoryError> {
+    let servers = nova
+        .servers_on_host(service)
+        .await
+        .map_err(|e| InventoryError::Unavailable(format!("nova: {e}")))?;
+    if servers.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<String> = servers.into_iter().map(|(id, _)| id).collect();
+    Err(InventoryError::Conflict(format!(
+        "Servers [{}] found for host {name}",
+        ids.join(", ")
+    )))
+}
+
 #[async_trait]
 impl Backend for OpenStackBackend {
     async fn apply(&self, store: &Store, action: &Action) -> Result<ActionOutput, ActionError> {
@@ -468,17 +489,7 @@ impl Backend for OpenStackBackend {
                 "Host '{name}' not found!"
             )));
         };
-        let servers = nova
-            .servers_on_host(&h.facts.service_name)
-            .await
-            .map_err(unavailable)?;
-        if !servers.is_empty() {
-            let ids: Vec<String> = servers.into_iter().map(|(id, _)| id).collect();
-            return Err(InventoryError::Conflict(format!(
-                "Servers [{}] found for host {name}",
-                ids.join(", ")
-            )));
-        }
+        refuse_with_servers(&nova, &h.facts.service_name, name).await?;
         let mut facts = h.facts;
         facts.availability_zone = nova
             .compute_services()
@@ -489,6 +500,13 @@ impl Backend for OpenStackBackend {
             .map(|s| s.zone)
             .unwrap_or_default();
         Ok(Some(facts))
+    }
+
+    /// Refused while servers run on the host (Blazar's `HostHavingServers`): a host healed
+    /// away from a running lease keeps the lease's servers, and its aggregate with them.
+    async fn check_withdrawal(&self, facts: &HostFacts) -> Result<(), InventoryError> {
+        let nova = self.cloud.nova(None);
+        refuse_with_servers(&nova, &facts.service_name, &facts.hypervisor_hostname).await
     }
 
     fn acts_on_inventory(&self) -> bool {

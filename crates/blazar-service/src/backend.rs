@@ -154,6 +154,13 @@ pub trait Backend: Send + Sync {
         Ok(None)
     }
 
+    /// Whether the cloud lets the enrolled host `facts` describes be withdrawn: Blazar
+    /// refuses a host with servers on it (409), where a healed lease's servers may still
+    /// run. Asked before the withdrawal's transaction, never inside it.
+    async fn check_withdrawal(&self, _facts: &HostFacts) -> Result<(), InventoryError> {
+        Ok(())
+    }
+
     /// What the cloud states of a host being enrolled beyond its facts, as extra
     /// capabilities (the allocation ratios and custom traits Placement has for it); the
     /// request's own capabilities take precedence.

@@ -90,6 +90,13 @@ pub(crate) fn host_not_found(id: &str) -> ServiceError {
     ServiceError::NotFound(format!("Object with {{'host_id': '{id}'}} not found"))
 }
 
+/// Blazar's `CantDeleteHost` for a host granted to a lease that has not ended.
+fn host_reserved(host_id: i64) -> ServiceError {
+    ServiceError::Conflict(format!(
+        "Can't delete host {host_id}. The host is reserved."
+    ))
+}
+
 pub(crate) fn parse_host_id(id: &str) -> ServiceResult<i64> {
     id.parse::<i64>().map_err(|_| host_not_found(id))
 }
@@ -619,6 +626,22 @@ impl Service {
         self.authorize_own("blazar:oshosts:get", identity)?;
         self.authorize_own("blazar:oshosts:delete", identity)?;
         let host_id = parse_host_id(id)?;
+        // The cloud is asked first, outside the transaction, in Blazar's order: a reserved
+        // host is refused before one with servers.
+        let facts = in_tx!(self, read, |tx| {
+            let host = tx
+                .get_host(host_id)
+                .await?
+                .ok_or_else(|| host_not_found(id))?;
+            if tx
+                .has_unended_allocation(PHYSICAL_HOST, host_id, self.now())
+                .await?
+            {
+                return Err(host_reserved(host_id));
+            }
+            Ok(host.facts)
+        })?;
+        self.backend.check_withdrawal(&facts).await?;
         let withdraw = in_tx!(self, write, |tx| {
             if !tx.lock_host(host_id).await? {
                 return Err(host_not_found(id));
@@ -627,9 +650,7 @@ impl Service {
                 .has_unended_allocation(PHYSICAL_HOST, host_id, self.now())
                 .await?
             {
-                return Err(ServiceError::Conflict(format!(
-                    "Can't delete host {host_id}. The host is reserved."
-                )));
+                return Err(host_reserved(host_id));
             }
             let host = tx
                 .get_host(host_id)
