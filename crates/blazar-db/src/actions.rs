@@ -415,6 +415,20 @@ impl Tx {
         rows.iter().map(action_from_row).collect()
     }
 
+    /// Whether this database ever had reservation `id`: its row, or an action of it (a
+    /// deleted lease's actions stay). What the cloud holds under an id it never had was not
+    /// made through it.
+    pub async fn reservation_recorded(&mut self, id: &str) -> DbResult<bool> {
+        let rows = self
+            .fetch_rows(
+                "SELECT 1 AS one FROM reservations WHERE id = $1 \
+                 UNION ALL SELECT 1 AS one FROM actions WHERE reservation_id = $1 LIMIT 1",
+                vec![id.into()],
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
     pub async fn get_action(&mut self, seq: i64) -> DbResult<Option<ActionRecord>> {
         let sql = format!("SELECT {ACTION_COLUMNS} FROM actions a WHERE a.seq = $1");
         let rows = self.fetch_rows(&sql, vec![seq.into()]).await?;

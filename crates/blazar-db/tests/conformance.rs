@@ -1767,3 +1767,32 @@ async fn hand_overs_are_read_by_pages_in_their_order() {
     assert_eq!(of_lease.len(), 8);
     store.close().await;
 }
+
+/// A reservation is recorded while its row lives, and after its lease is deleted through
+/// the actions it left; an id the database never had is not.
+#[tokio::test]
+async fn a_reservation_stays_recorded_through_its_actions() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let recorded = async |id: &str| {
+        let mut tx = store.read().await.unwrap();
+        tx.reservation_recorded(id).await.unwrap()
+    };
+    let kept = seed_lease(&store, "l1").await;
+    let deleted = seed_lease(&store, "l2").await;
+    let quiet = seed_lease(&store, "l3").await;
+    in_write(&store, async |tx| {
+        tx.insert_action(&rows::action("l2", &deleted, &[1]))
+            .await?;
+        tx.delete_lease("l2").await?;
+        tx.delete_lease("l3").await
+    })
+    .await
+    .unwrap();
+    assert!(recorded(&kept).await);
+    assert!(recorded(&deleted).await);
+    // Deleted without an action ever recorded: nothing of it reached the cloud.
+    assert!(!recorded(&quiet).await);
+    assert!(!recorded("never-had").await);
+    store.close().await;
+}

@@ -49,6 +49,17 @@ pub(crate) async fn appeared_since(store: &Store, desired: &DesiredState, id: &s
     }
 }
 
+/// Whether reservation `id` is one this database has had: what the cloud holds for one it
+/// never had (another Blazar's, on a cloud being moved to blazar-rs or shared, or made by
+/// hand) is listed, never removed, and its servers are never deleted. A database that
+/// cannot be read counts as not.
+pub(crate) async fn made_here(store: &Store, id: &str) -> bool {
+    let Ok(mut tx) = store.read().await else {
+        return false;
+    };
+    tx.reservation_recorded(id).await.unwrap_or(false)
+}
+
 /// Whether `action`'s reservation is still in force as the pass found it: its lease ACTIVE,
 /// the reservation active, no action open on the lease. A pass reads the database once, at
 /// its start; a lease that ended since (its take-back may have run already) must not have
@@ -999,6 +1010,23 @@ impl OpenStackBackend {
             {
                 continue;
             }
+            // One of a reservation this database never had is left, unless it holds
+            // enrolled hosts: those are taken out of it (into the freepool, or their
+            // reservation's aggregate below), its servers never deleted.
+            let ours = made_here(store, &aggregate.name).await;
+            if !ours
+                && !aggregate
+                    .hosts
+                    .iter()
+                    .any(|h| desired.host_ids.contains_key(h))
+            {
+                pass.leave(format!(
+                    "aggregate {} in Blazar's zones belongs to no reservation of this \
+                     database: left",
+                    aggregate.name
+                ));
+                continue;
+            }
             let line = pass.found(format!(
                 "aggregate {} belongs to no reservation in force: removed",
                 aggregate.name
@@ -1010,11 +1038,12 @@ impl OpenStackBackend {
             {
                 let mut emptied = true;
                 // Its owner's servers end with it, as at a lease's end (and Nova keeps a
-                // host with servers in the zone).
+                // host with servers in the zone), when the reservation was this database's.
                 let owner = aggregate
                     .metadata
                     .get(&self.settings.owner_key)
-                    .and_then(|v| v.as_str());
+                    .and_then(|v| v.as_str())
+                    .filter(|_| ours);
                 for host in &aggregate.hosts {
                     if let Some(owner) = owner
                         && !pass.done(

@@ -15,7 +15,7 @@ use blazar_service::{Action, ActionError, ActionOutput, DesiredState, InventoryE
 use chrono::Utc;
 use serde_json::Value;
 
-use crate::backend::{OpenStackBackend, Pass, appeared_since};
+use crate::backend::{OpenStackBackend, Pass, appeared_since, made_here};
 use crate::error::Error;
 use crate::instances::{FLAVOR_INSTANCE, VIRTUAL_INSTANCE};
 use crate::placement::class_reservation;
@@ -185,6 +185,13 @@ impl OpenStackBackend {
             if appeared_since(store, desired, &id).await {
                 continue;
             }
+            if !made_here(store, &id).await {
+                pass.leave(format!(
+                    "instance reservation {id} is not one of this database's: its flavor, \
+                     group, aggregate and class left as they are"
+                ));
+                continue;
+            }
             let line = pass.found(format!(
                 "instance reservation {id} is over or gone: its servers, flavor, group, \
                  aggregate, inventories and class removed"
@@ -226,6 +233,13 @@ impl OpenStackBackend {
             if !orphan(id) || appeared_since(store, desired, id).await {
                 continue;
             }
+            if !made_here(store, id).await {
+                pass.leave(format!(
+                    "floating IP {} of reservation {id}, not one of this database's: left",
+                    fip.address
+                ));
+                continue;
+            }
             let line = pass.found(format!(
                 "floating IP {} of reservation {id}, which is over or gone: deleted",
                 fip.address
@@ -243,6 +257,13 @@ impl OpenStackBackend {
                 continue;
             };
             if !orphan(id) || appeared_since(store, desired, id).await {
+                continue;
+            }
+            if !made_here(store, id).await {
+                pass.leave(format!(
+                    "network {} of reservation {id}, not one of this database's: left",
+                    network.id
+                ));
                 continue;
             }
             let line = pass.found(format!(

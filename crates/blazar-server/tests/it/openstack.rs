@@ -1007,7 +1007,7 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
 
     // Break it by hand: a reserved host out of its aggregate, the owner changed and another
     // project admitted (BlazarFilter admits a project whose id is a key), the zone changed,
-    // an unreserved host out of the freepool, an aggregate nobody reserved.
+    // an unreserved host out of the freepool, an aggregate of no reservation of this database.
     let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
     let taken = aggregate.hosts[0].clone();
     nova.remove_host(&aggregate, &taken).await.unwrap();
@@ -1058,7 +1058,16 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
     );
     let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
     assert_eq!(freepool.hosts, vec![spare.clone()]);
-    assert!(nova.find_aggregate("stale").await.unwrap().is_none());
+    // An aggregate in Blazar's zones of no reservation this database had (another
+    // Blazar's lease that has not started has one, empty) is listed and left.
+    assert!(
+        drift.iter().any(|l| l
+            == "aggregate stale in Blazar's zones belongs to no reservation of this database: \
+                left"),
+        "{drift:#?}"
+    );
+    let stale = nova.find_aggregate("stale").await.unwrap().expect("left");
+    nova.delete_aggregate(&stale).await.unwrap();
     assert_eq!(
         reconcile(true).await,
         Vec::<String>::new(),
@@ -3643,7 +3652,8 @@ async fn a_lowered_ratio_moves_only_the_instance_slots_over_the_hosts_capacity()
 
 /// The reconciler beyond aggregates: the pieces of an instance, floating-IP and network
 /// reservation in force that were broken by hand are made again, and what the cloud holds
-/// for reservations the database does not keep is removed.
+/// for reservations the database had and does not keep is removed (for ones it never had,
+/// listed and left).
 #[tokio::test]
 async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     let Some(env) = env() else { return };
@@ -3699,6 +3709,28 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     app.tick_at(t(2030, 6, 1, 10, 0)).await;
     let (status, actions) = lease_status(&app, &lease_id).await;
     assert_eq!(status, "ACTIVE", "{actions}");
+    // A lease of an instance reservation made and deleted: its reservation is one this
+    // database had (an orphan of its is made again by hand below).
+    app.act_as(&alpha, "alpha-user", "member");
+    let r = app
+        .post(
+            "/v1/leases",
+            json!({"name": "gone", "start_date": "2030-09-01 10:00",
+                "end_date": "2030-09-01 12:00",
+                "reservations": [{"resource_type": "virtual:instance", "amount": 1,
+                    "vcpus": 1, "memory_mb": 64, "disk_gb": 1, "affinity": null,
+                    "resource_properties": ""}],
+                "events": []}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let (gone_lease, known) = lease_ids(&r);
+    app.act_as_admin();
+    wait_idle(&app).await;
+    let deleted = app.delete(&format!("/v1/leases/{gone_lease}")).await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.body);
+    wait_idle(&app).await;
+    assert!(nova.flavor(&known).await.unwrap().is_none());
     let reconcile = |dry_run: bool| reconcile_repairs(&app, dry_run);
     assert_eq!(
         reconcile(true).await,
@@ -3802,8 +3834,20 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
         None,
     )
     .await;
-    // And leave orphans: a reservation flavor, a class and a tagged network of
-    // reservations this database never had.
+    // Leave orphans: the flavor of an instance reservation this database had, whose lease
+    // was deleted, made again by hand; and a reservation flavor, a class, server groups and
+    // a tagged network of reservations it never had (another Blazar's on the same cloud, or
+    // one blazar-rs is replacing): those are listed and left, their servers never deleted.
+    compute(
+        &admin,
+        Method::POST,
+        "/flavors",
+        Some(
+            json!({"flavor": {"id": known, "name": format!("reservation:{known}"),
+            "vcpus": 1, "ram": 64, "disk": 1, "os-flavor-access:is_public": false}}),
+        ),
+    )
+    .await;
     let ghost = "5f1d2c3b-aaaa-4bbb-8ccc-000000000001";
     compute(
         &admin,
@@ -3879,10 +3923,22 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     );
 
     assert!(
-        has(&format!("instance reservation {ghost} is over")),
+        has(&format!("instance reservation {known} is over or gone")),
         "{drift:#?}"
     );
-    assert!(has(&format!("network {stray}")), "{drift:#?}");
+    assert!(
+        has(&format!(
+            "instance reservation {ghost} is not one of this database's"
+        )),
+        "{drift:#?}"
+    );
+    assert!(
+        has(&format!(
+            "network {stray} of reservation 5f1d2c3b-aaaa-4bbb-8ccc-000000000002, not one \
+             of this database's: left"
+        )),
+        "{drift:#?}"
+    );
     assert!(!has("belongs to no reservation in force"), "{drift:#?}");
     // A dry run changes nothing.
     assert!(!nova.flavor_access(&rid).await.unwrap().contains(&alpha));
@@ -3929,23 +3985,50 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     );
     let renet = neutron(&admin, Method::GET, on_segment, None).await;
     assert_eq!(renet["networks"][0]["project_id"], json!(alpha), "{renet}");
-    assert!(nova.flavor(ghost).await.unwrap().is_none());
+    assert!(nova.flavor(&known).await.unwrap().is_none());
+    // What was never this database's is still there; taken away by hand, as an operator
+    // would once they know whose it was.
+    assert!(nova.flavor(ghost).await.unwrap().is_some());
+    nova.delete_flavor(ghost).await.unwrap();
     let groups = nova.server_groups(true).await.unwrap();
+    let ghost_groups: Vec<&String> = groups
+        .iter()
+        .filter(|(_, name)| name.starts_with(&format!("reservation:{ghost}")))
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(ghost_groups.len(), 2, "{groups:?}");
+    for id in ghost_groups {
+        compute(
+            &admin,
+            Method::DELETE,
+            &format!("/os-server-groups/{id}"),
+            None,
+        )
+        .await;
+    }
     assert!(
-        !groups
-            .iter()
-            .any(|(_, name)| name.starts_with(&format!("reservation:{ghost}"))),
-        "{groups:?}"
-    );
-    assert!(
-        !placement
+        placement
             .reservation_classes()
             .await
             .unwrap()
             .contains(&ghost_class)
     );
-    let gone = neutron(&admin, Method::GET, "/v2.0/networks?name=stray", None).await;
-    assert!(gone["networks"].as_array().unwrap().is_empty(), "{gone}");
+    placement_call(
+        &admin,
+        Method::DELETE,
+        &format!("/resource_classes/{ghost_class}"),
+        None,
+    )
+    .await;
+    let left = neutron(&admin, Method::GET, "/v2.0/networks?name=stray", None).await;
+    assert_eq!(left["networks"].as_array().unwrap().len(), 1, "{left}");
+    neutron(
+        &admin,
+        Method::DELETE,
+        &format!("/v2.0/networks/{stray}"),
+        None,
+    )
+    .await;
     assert_eq!(
         reconcile(true).await,
         Vec::<String>::new(),
