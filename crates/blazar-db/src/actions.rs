@@ -417,7 +417,10 @@ impl Tx {
 
     /// Whether this database ever had reservation `id`: its row, or an action of it (a
     /// deleted lease's actions stay). What the cloud holds under an id it never had was not
-    /// made through it.
+    /// made through it: everything blazar-rs makes for a reservation is made by an action
+    /// recorded first. This holds while actions are never purged; a purge of old actions
+    /// would have to keep one per reservation, or the reconciler would leave the orphans
+    /// of those reservations.
     pub async fn reservation_recorded(&mut self, id: &str) -> DbResult<bool> {
         let rows = self
             .fetch_rows(

@@ -51,13 +51,15 @@ pub(crate) async fn appeared_since(store: &Store, desired: &DesiredState, id: &s
 
 /// Whether reservation `id` is one this database has had: what the cloud holds for one it
 /// never had (another Blazar's, on a cloud being moved to blazar-rs or shared, or made by
-/// hand) is listed, never removed, and its servers are never deleted. A database that
-/// cannot be read counts as not.
-pub(crate) async fn made_here(store: &Store, id: &str) -> bool {
-    let Ok(mut tx) = store.read().await else {
-        return false;
-    };
-    tx.reservation_recorded(id).await.unwrap_or(false)
+/// hand) is listed, never removed, and its servers are never deleted. `None` when the
+/// database cannot tell now: left to the next pass. An empty id (a bare `reservation:`
+/// tag or name) is no reservation's, though lease and host actions carry one.
+pub(crate) async fn made_here(store: &Store, id: &str) -> Option<bool> {
+    if id.is_empty() {
+        return Some(false);
+    }
+    let mut tx = store.read().await.ok()?;
+    tx.reservation_recorded(id).await.ok()
 }
 
 /// Whether `action`'s reservation is still in force as the pass found it: its lease ACTIVE,
@@ -1010,30 +1012,41 @@ impl OpenStackBackend {
             {
                 continue;
             }
-            // One of a reservation this database never had is left, unless it holds
-            // enrolled hosts: those are taken out of it (into the freepool, or their
-            // reservation's aggregate below), its servers never deleted.
-            let ours = made_here(store, &aggregate.name).await;
-            if !ours
-                && !aggregate
-                    .hosts
-                    .iter()
-                    .any(|h| desired.host_ids.contains_key(h))
-            {
+            // One of a reservation this database never had is left as it is, but for
+            // enrolled hosts put into it: those are taken out (into the freepool, or their
+            // reservation's aggregate above), its servers never deleted.
+            let Some(ours) = made_here(store, &aggregate.name).await else {
+                continue;
+            };
+            let taken: Vec<&String> = aggregate
+                .hosts
+                .iter()
+                .filter(|h| ours || desired.host_ids.contains_key(*h))
+                .collect();
+            let line = if ours {
+                pass.found(format!(
+                    "aggregate {} belongs to no reservation in force: removed",
+                    aggregate.name
+                ))
+            } else if taken.is_empty() {
                 pass.leave(format!(
                     "aggregate {} in Blazar's zones belongs to no reservation of this \
                      database: left",
                     aggregate.name
                 ));
                 continue;
-            }
-            let line = pass.found(format!(
-                "aggregate {} belongs to no reservation in force: removed",
-                aggregate.name
-            ));
+            } else {
+                let names: Vec<&str> = taken.iter().map(|h| h.as_str()).collect();
+                pass.found(format!(
+                    "aggregate {} in Blazar's zones belongs to no reservation of this \
+                     database: enrolled {} taken out",
+                    aggregate.name,
+                    names.join(", ")
+                ))
+            };
             if apply
                 && desired
-                    .hold(store, &host_item(desired, None, &aggregate.hosts))
+                    .hold(store, &host_item(desired, None, taken.iter().copied()))
                     .await
             {
                 let mut emptied = true;
@@ -1044,7 +1057,7 @@ impl OpenStackBackend {
                     .get(&self.settings.owner_key)
                     .and_then(|v| v.as_str())
                     .filter(|_| ours);
-                for host in &aggregate.hosts {
+                for host in taken {
                     if let Some(owner) = owner
                         && !pass.done(
                             &line,
@@ -1080,7 +1093,7 @@ impl OpenStackBackend {
                         put_back.insert(host.as_str());
                     }
                 }
-                if emptied {
+                if ours && emptied {
                     pass.done(&line, nova.delete_aggregate(aggregate).await);
                 }
                 desired.release(store).await;

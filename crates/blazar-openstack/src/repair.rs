@@ -185,7 +185,10 @@ impl OpenStackBackend {
             if appeared_since(store, desired, &id).await {
                 continue;
             }
-            if !made_here(store, &id).await {
+            let Some(ours) = made_here(store, &id).await else {
+                continue;
+            };
+            if !ours {
                 pass.leave(format!(
                     "instance reservation {id} is not one of this database's: its flavor, \
                      group, aggregate and class left as they are"
@@ -233,7 +236,10 @@ impl OpenStackBackend {
             if !orphan(id) || appeared_since(store, desired, id).await {
                 continue;
             }
-            if !made_here(store, id).await {
+            let Some(ours) = made_here(store, id).await else {
+                continue;
+            };
+            if !ours {
                 pass.leave(format!(
                     "floating IP {} of reservation {id}, not one of this database's: left",
                     fip.address
@@ -259,7 +265,10 @@ impl OpenStackBackend {
             if !orphan(id) || appeared_since(store, desired, id).await {
                 continue;
             }
-            if !made_here(store, id).await {
+            let Some(ours) = made_here(store, id).await else {
+                continue;
+            };
+            if !ours {
                 pass.leave(format!(
                     "network {} of reservation {id}, not one of this database's: left",
                     network.id
