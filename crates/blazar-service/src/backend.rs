@@ -84,7 +84,7 @@ pub struct PoolCheck {
     pub holder_project: Option<String>,
 }
 
-/// Why a host cannot be enrolled as asked.
+/// Why the cloud refuses a host's enrolment or withdrawal as asked, or could not be asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InventoryError {
     /// The cloud has no such host (404).

@@ -1572,3 +1572,72 @@ async fn a_deleted_leases_failed_clean_up_stays_listed_for_its_project_and_admin
         .await
         .assert_status(StatusCode::NOT_FOUND);
 }
+
+/// What the cloud answers a host's withdrawal with; otherwise the standalone backend.
+#[derive(Default)]
+struct Withdrawals {
+    answer: Mutex<Option<blazar_service::InventoryError>>,
+}
+
+#[async_trait]
+impl Backend for Withdrawals {
+    async fn apply(
+        &self,
+        store: &Store,
+        action: &Action,
+    ) -> Result<blazar_service::ActionOutput, ActionError> {
+        StandaloneBackend.apply(store, action).await
+    }
+
+    async fn check_withdrawal(
+        &self,
+        _facts: &blazar_core::HostFacts,
+    ) -> Result<(), blazar_service::InventoryError> {
+        match self.answer.lock().unwrap().clone() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A host is withdrawn only when the cloud lets it go (no servers on it), and is asked only
+/// for a host that is not reserved, as Blazar refuses a reserved host first; nothing is
+/// written when it refuses or cannot be asked.
+#[tokio::test]
+async fn a_host_the_cloud_will_not_let_go_stays_enrolled() {
+    use blazar_service::InventoryError;
+    let backend = Arc::new(Withdrawals::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    let reserved = app.create_host("h1", json!({})).await;
+    let r = app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let free = app.create_host("h2", json!({})).await;
+    *backend.answer.lock().unwrap() = Some(InventoryError::Conflict(
+        "Servers [s1] found for host h2".into(),
+    ));
+    let r = app.delete(&format!("/v1/os-hosts/{reserved}")).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert_eq!(
+        r.message(),
+        format!("Can't delete host {reserved}. The host is reserved.")
+    );
+    let r = app.delete(&format!("/v1/os-hosts/{free}")).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert_eq!(r.message(), "Servers [s1] found for host h2");
+    *backend.answer.lock().unwrap() = Some(InventoryError::Unavailable("nova: down".into()));
+    let r = app.delete(&format!("/v1/os-hosts/{free}")).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert_eq!(
+        app.get(&format!("/v1/os-hosts/{free}")).await.status,
+        StatusCode::OK
+    );
+    *backend.answer.lock().unwrap() = None;
+    let r = app.delete(&format!("/v1/os-hosts/{free}")).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    assert_eq!(
+        app.get(&format!("/v1/os-hosts/{free}")).await.status,
+        StatusCode::NOT_FOUND
+    );
+}
