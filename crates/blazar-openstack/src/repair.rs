@@ -32,6 +32,25 @@ fn failed(e: ActionError) -> InventoryError {
     InventoryError::Unavailable(e.to_string())
 }
 
+/// Whether what the cloud holds under reservation `id` may be removed: only when the
+/// database had that reservation. One it never had is listed as left (`left` says what is
+/// left); one it cannot tell about now waits for the next pass.
+async fn removable(
+    store: &Store,
+    pass: &mut Pass,
+    id: &str,
+    left: impl FnOnce() -> String,
+) -> bool {
+    match made_here(store, id).await {
+        Some(true) => true,
+        Some(false) => {
+            pass.leave(left());
+            false
+        }
+        None => false,
+    }
+}
+
 impl OpenStackBackend {
     /// Live reservations: what is missing is made again (`apply`), or only listed; a
     /// reservation that cannot be checked or made again is recorded in `pass`.
@@ -185,14 +204,13 @@ impl OpenStackBackend {
             if appeared_since(store, desired, &id).await {
                 continue;
             }
-            let Some(ours) = made_here(store, &id).await else {
-                continue;
-            };
-            if !ours {
-                pass.leave(format!(
+            let left = || {
+                format!(
                     "instance reservation {id} is not one of this database's: its flavor, \
                      group, aggregate and class left as they are"
-                ));
+                )
+            };
+            if !removable(store, pass, &id, left).await {
                 continue;
             }
             let line = pass.found(format!(
@@ -236,14 +254,13 @@ impl OpenStackBackend {
             if !orphan(id) || appeared_since(store, desired, id).await {
                 continue;
             }
-            let Some(ours) = made_here(store, id).await else {
-                continue;
-            };
-            if !ours {
-                pass.leave(format!(
+            let left = || {
+                format!(
                     "floating IP {} of reservation {id}, not one of this database's: left",
                     fip.address
-                ));
+                )
+            };
+            if !removable(store, pass, id, left).await {
                 continue;
             }
             let line = pass.found(format!(
@@ -265,14 +282,13 @@ impl OpenStackBackend {
             if !orphan(id) || appeared_since(store, desired, id).await {
                 continue;
             }
-            let Some(ours) = made_here(store, id).await else {
-                continue;
-            };
-            if !ours {
-                pass.leave(format!(
+            let left = || {
+                format!(
                     "network {} of reservation {id}, not one of this database's: left",
                     network.id
-                ));
+                )
+            };
+            if !removable(store, pass, id, left).await {
                 continue;
             }
             let line = pass.found(format!(
