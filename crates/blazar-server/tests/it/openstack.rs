@@ -763,14 +763,7 @@ async fn healing_a_running_lease_replaces_its_host_and_keeps_the_servers() {
     app.run_actions().await;
     let (status, actions) = lease_status(&app, &lease_id).await;
     assert_eq!(status, "ACTIVE", "{actions}");
-    assert!(
-        actions["actions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|a| a["status"] == "done"),
-        "{actions}"
-    );
+    assert_actions_done(&actions);
     assert_eq!(granted_hosts(&app, &lease_id).await.len(), 1);
     // The spare is the reservation's; the failed host is free in the database and in the
     // freepool, and stays in the aggregate (Nova keeps a host with servers in its zone),
@@ -864,14 +857,7 @@ async fn a_host_handed_back_to_its_running_lease_keeps_the_leases_servers() {
     app.run_actions().await;
     let (status, actions) = lease_status(&app, &lease_id).await;
     assert_eq!(status, "ACTIVE", "{actions}");
-    assert!(
-        actions["actions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|a| a["status"] == "done"),
-        "{actions}"
-    );
+    assert_actions_done(&actions);
     let lease = app.get(&format!("/v1/leases/{lease_id}")).await.body;
     assert_eq!(lease["lease"]["degraded"], false, "{lease}");
     assert_eq!(granted_hosts(&app, &lease_id).await, ids);
@@ -1639,6 +1625,18 @@ async fn wait_idle(app: &TestApp) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("actions still open after 60 s");
+}
+
+/// Every action of a lease's actions list (`lease_status`'s second part) is done.
+fn assert_actions_done(actions: &Value) {
+    assert!(
+        actions["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["status"] == "done"),
+        "{actions}"
+    );
 }
 
 async fn wait_for_status(app: &TestApp, leases: &[String], status: &str) {
@@ -2962,25 +2960,18 @@ async fn instance_reservations_make_a_flavor_slots_and_a_group_for_the_project()
     let admin = env.admin();
     reset_cloud(&admin).await;
     let nova = admin.nova(None);
-    let placement = admin.placement(None);
     let (mut app, host_ids) = instance_app(&env).await;
     let alpha = env.get("OS_ALPHA_PROJECT_ID");
-    app.act_as(&alpha, "alpha-user", "member");
-    let r = app
-        .post(
-            "/v1/leases",
-            json!({"name": "instances", "start_date": "2030-04-01 10:00",
-                "end_date": "2030-04-01 12:00",
-                "reservations": [{"resource_type": "virtual:instance", "amount": 3,
-                    "vcpus": 1, "memory_mb": 64, "disk_gb": 1, "affinity": false,
-                    "resource_properties": ""}],
-                "events": []}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = ask_instance_lease(
+        &mut app,
+        &env,
+        "instances",
+        json!({"resource_type": "virtual:instance", "amount": 3, "vcpus": 1,
+            "memory_mb": 64, "disk_gb": 1, "affinity": false, "resource_properties": ""}),
+        t(2030, 4, 1, 10, 0),
+    )
+    .await;
     let (lease_id, rid) = lease_ids(&r);
-    app.act_as_admin();
-    wait_idle(&app).await;
     let class = format!(
         "CUSTOM_RESERVATION_{}",
         rid.to_uppercase().replace('-', "_")
@@ -3042,20 +3033,8 @@ async fn instance_reservations_make_a_flavor_slots_and_a_group_for_the_project()
         !sees_flavor(&beta_cloud, &rid).await,
         "beta sees alpha's flavor"
     );
-    for host in ["compute-1", "compute-2", "compute-3"] {
-        let p = placement
-            .provider_by_name(&format!("blazar_{host}"))
-            .await
-            .unwrap()
-            .unwrap();
-        let inventory = placement.inventories(&p.uuid).await.unwrap();
-        assert!(
-            inventory
-                .iter()
-                .any(|(c, total, _, _)| c == &class && *total == 1),
-            "{host}: {inventory:?}"
-        );
-    }
+    let slots = class_slots(&admin, &class).await;
+    assert!(slots.iter().all(|(_, n)| *n == 1), "{slots:?}");
     // Alpha boots three servers with it: one per host; a fourth finds no slot.
     let mut servers = Vec::new();
     let mut hosts = BTreeSet::new();
@@ -3076,17 +3055,7 @@ async fn instance_reservations_make_a_flavor_slots_and_a_group_for_the_project()
     app.tick_at(t(2030, 4, 1, 12, 0)).await;
     let (status, actions) = lease_status(&app, &lease_id).await;
     assert_eq!(status, "TERMINATED", "{actions}");
-    let left = compute(&admin, Method::GET, "/servers?all_tenants=1", None).await;
-    for id in &servers {
-        assert!(
-            left["servers"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|s| s["id"] != json!(id)),
-            "server {id} outlived the reservation"
-        );
-    }
+    assert_servers_gone(&admin, &servers).await;
     assert!(nova.flavor(&rid).await.unwrap().is_none());
     assert!(nova.find_aggregate(&rid).await.unwrap().is_none());
     let groups = compute(&alpha_cloud, Method::GET, "/os-server-groups", None).await;
@@ -3116,6 +3085,21 @@ async fn instance_reservations_make_a_flavor_slots_and_a_group_for_the_project()
     // Any server still in ERROR goes before the hosts are removed.
     reset_cloud(&admin).await;
     withdraw(&app, &admin, &host_ids).await;
+}
+
+/// None of `servers` is left in the cloud.
+async fn assert_servers_gone(admin: &Cloud, servers: &[String]) {
+    let left = compute(admin, Method::GET, "/servers?all_tenants=1", None).await;
+    for id in servers {
+        assert!(
+            left["servers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|s| s["id"] != json!(id)),
+            "server {id} outlived the reservation: {left}"
+        );
+    }
 }
 
 async fn sees_flavor(cloud: &Cloud, id: &str) -> bool {
@@ -3359,15 +3343,15 @@ async fn instance_app(env: &Env) -> (TestApp, Vec<String>) {
     (app, host_ids)
 }
 
-/// A lease of `reservation` that alpha asks for, from `start` for two hours, started:
-/// (lease id, reservation id, the reservation's resource class).
-async fn start_instance_lease(
+/// A lease of `reservation` that alpha asks for, from `start` for two hours: the create's
+/// answer, once what is made at reservation time is made (the app acts as admin again).
+async fn ask_instance_lease(
     app: &mut TestApp,
     env: &Env,
     name: &str,
     reservation: Value,
     start: chrono::DateTime<chrono::Utc>,
-) -> (String, String, String) {
+) -> blazar_testkit::Response {
     app.act_as(&env.get("OS_ALPHA_PROJECT_ID"), "alpha-user", "member");
     let wire = |at: chrono::DateTime<chrono::Utc>| at.format("%Y-%m-%d %H:%M").to_string();
     let r = app
@@ -3379,13 +3363,26 @@ async fn start_instance_lease(
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    app.act_as_admin();
+    wait_idle(app).await;
+    r
+}
+
+/// The lease `ask_instance_lease` asks for, started: (lease id, reservation id, the
+/// reservation's resource class).
+async fn start_instance_lease(
+    app: &mut TestApp,
+    env: &Env,
+    name: &str,
+    reservation: Value,
+    start: chrono::DateTime<chrono::Utc>,
+) -> (String, String, String) {
+    let r = ask_instance_lease(app, env, name, reservation, start).await;
     let (lease_id, rid) = lease_ids(&r);
     let class = format!(
         "CUSTOM_RESERVATION_{}",
         rid.to_uppercase().replace('-', "_")
     );
-    app.act_as_admin();
-    wait_idle(app).await;
     app.tick_at(start).await;
     let (status, actions) = lease_status(app, &lease_id).await;
     assert_eq!(status, "ACTIVE", "{actions}");
@@ -3412,6 +3409,30 @@ async fn class_slots(admin: &Cloud, class: &str) -> Vec<(String, i64)> {
         out.push((host.to_string(), total));
     }
     out
+}
+
+/// Ends the instance lease (lease id, reservation id, class) started by
+/// `start_instance_lease` at `at`: it is TERMINATED, its aggregate and every slot of its
+/// class gone.
+async fn end_instance_lease(
+    app: &TestApp,
+    admin: &Cloud,
+    (lease_id, rid, class): (&str, &str, &str),
+    at: chrono::DateTime<chrono::Utc>,
+) {
+    app.tick_at(at).await;
+    let (status, actions) = lease_status(app, lease_id).await;
+    assert_eq!(status, "TERMINATED", "{actions}");
+    assert!(
+        admin
+            .nova(None)
+            .find_aggregate(rid)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let slots = class_slots(admin, class).await;
+    assert!(slots.iter().all(|(_, n)| *n == 0), "{slots:?}");
 }
 
 async fn reservation_flags(app: &TestApp, lease_id: &str) -> (bool, bool) {
@@ -3473,14 +3494,7 @@ async fn a_failed_hosts_instance_slot_moves_mid_lease_and_its_server_stays() {
     wait_idle(&app).await;
     let (status, actions) = lease_status(&app, &lease_id).await;
     assert_eq!(status, "ACTIVE", "{actions}");
-    assert!(
-        actions["actions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|a| a["status"] == "done"),
-        "{actions}"
-    );
+    assert_actions_done(&actions);
     assert_eq!(
         reservation_flags(&app, &lease_id).await,
         (false, true),
@@ -3519,27 +3533,14 @@ async fn a_failed_hosts_instance_slot_moves_mid_lease_and_its_server_stays() {
 
     // The end takes every server, the failed host's with them, and every slot.
     set_compute_enabled(&admin, &failing, true).await;
-    app.tick_at(t(2030, 6, 1, 12, 0)).await;
-    let (status, actions) = lease_status(&app, &lease_id).await;
-    assert_eq!(status, "TERMINATED", "{actions}");
-    let left = compute(&admin, Method::GET, "/servers?all_tenants=1", None).await;
-    for id in &servers {
-        assert!(
-            left["servers"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|s| s["id"] != json!(id)),
-            "server {id} outlived the reservation: {left}"
-        );
-    }
-    assert!(nova.find_aggregate(&rid).await.unwrap().is_none());
-    assert!(
-        class_slots(&admin, &class)
-            .await
-            .iter()
-            .all(|(_, n)| *n == 0)
-    );
+    end_instance_lease(
+        &app,
+        &admin,
+        (&lease_id, &rid, &class),
+        t(2030, 6, 1, 12, 0),
+    )
+    .await;
+    assert_servers_gone(&admin, &servers).await;
     reset_cloud(&admin).await;
     withdraw(&app, &admin, &host_ids).await;
 }
@@ -3601,14 +3602,7 @@ async fn a_lowered_ratio_moves_only_the_instance_slots_over_the_hosts_capacity()
     wait_idle(&app).await;
     let (status, actions) = lease_status(&app, &lease_id).await;
     assert_eq!(status, "ACTIVE", "{actions}");
-    assert!(
-        actions["actions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|a| a["status"] == "done"),
-        "{actions}"
-    );
+    assert_actions_done(&actions);
     assert_eq!(
         reservation_flags(&app, &lease_id).await,
         (false, true),
@@ -3639,16 +3633,13 @@ async fn a_lowered_ratio_moves_only_the_instance_slots_over_the_hosts_capacity()
         "a server beyond the reservation found a slot"
     );
 
-    app.tick_at(t(2030, 7, 1, 12, 0)).await;
-    let (status, actions) = lease_status(&app, &lease_id).await;
-    assert_eq!(status, "TERMINATED", "{actions}");
-    assert!(nova.find_aggregate(&rid).await.unwrap().is_none());
-    assert!(
-        class_slots(&admin, &class)
-            .await
-            .iter()
-            .all(|(_, n)| *n == 0)
-    );
+    end_instance_lease(
+        &app,
+        &admin,
+        (&lease_id, &rid, &class),
+        t(2030, 7, 1, 12, 0),
+    )
+    .await;
     reset_cloud(&admin).await;
     withdraw(&app, &admin, &host_ids).await;
 }
@@ -3714,22 +3705,16 @@ async fn the_reconciler_repairs_instance_and_neutron_reservations() {
     assert_eq!(status, "ACTIVE", "{actions}");
     // A lease of an instance reservation made and deleted: its reservation is one this
     // database had (an orphan of its is made again by hand below).
-    app.act_as(&alpha, "alpha-user", "member");
-    let r = app
-        .post(
-            "/v1/leases",
-            json!({"name": "gone", "start_date": "2030-09-01 10:00",
-                "end_date": "2030-09-01 12:00",
-                "reservations": [{"resource_type": "virtual:instance", "amount": 1,
-                    "vcpus": 1, "memory_mb": 64, "disk_gb": 1, "affinity": null,
-                    "resource_properties": ""}],
-                "events": []}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = ask_instance_lease(
+        &mut app,
+        &env,
+        "gone",
+        json!({"resource_type": "virtual:instance", "amount": 1, "vcpus": 1,
+            "memory_mb": 64, "disk_gb": 1, "affinity": null, "resource_properties": ""}),
+        t(2030, 9, 1, 10, 0),
+    )
+    .await;
     let (gone_lease, known) = lease_ids(&r);
-    app.act_as_admin();
-    wait_idle(&app).await;
     let deleted = app.delete(&format!("/v1/leases/{gone_lease}")).await;
     assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.body);
     wait_idle(&app).await;
