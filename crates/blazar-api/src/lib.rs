@@ -478,6 +478,9 @@ pub struct Action {
     pub resources: Value,
     pub status: String,
     pub attempts: i64,
+    /// When it was first tried: a transient failure is retried for
+    /// `--action-retry-minutes` from there.
+    pub first_tried_at: Option<String>,
     pub last_error: Option<String>,
     pub request_id: Option<String>,
     pub not_before: String,

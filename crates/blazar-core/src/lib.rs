@@ -25,8 +25,8 @@ pub use records::{
 pub use request::{ReservationChange, ReservationRequest};
 pub use reservation::{ReservationSpec, SpecError};
 pub use status::{
-    ActionKind, ActionPurpose, ActionStatus, EventStatus, EventType, LeaseStatus,
-    ReservationStatus, action_backoff,
+    ACTION_LOST_ATTEMPTS, ActionKind, ActionPurpose, ActionStatus, EventStatus, EventType,
+    LeaseStatus, ReservationStatus, action_backoff,
 };
 pub use time::{TimeWindow, WindowError};
 pub use timeline::{BusyInterval, Holder, Holding, ResourceTimeline};

@@ -241,6 +241,10 @@ pub struct ActionRecord {
     pub last_error: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: Option<DateTime<Utc>>,
+    /// When it was first claimed: its retries are counted from there.
+    pub first_tried_at: Option<DateTime<Utc>>,
+    /// Attempts whose worker stopped or hung before reporting back.
+    pub lost_attempts: i64,
 }
 
 /// Which actions a list returns, newest first. Every field narrows the result.

@@ -133,11 +133,18 @@ impl ActionStatus {
 }
 
 /// How long an action waits before its next attempt after `attempts` transient failures:
-/// doubling from 2 s, capped at 5 minutes.
+/// doubling from 2 s, capped at 30 s. The cap is short because retries are bounded by time
+/// (`Settings::action_retry_for`), not by their number: a start or an end then goes on
+/// within 30 s of the service it waited for coming back, however long that took.
 pub fn action_backoff(attempts: u32) -> chrono::Duration {
-    let seconds = 2i64.saturating_pow(attempts.clamp(1, 20)).min(300);
+    let seconds = 2i64.saturating_pow(attempts.clamp(1, 20)).min(30);
     chrono::Duration::seconds(seconds)
 }
+
+/// Attempts of one action that may end without reporting back (their worker stopped or
+/// hung) before it fails for good: an action that takes its worker down would otherwise be
+/// taken again for its whole retry span, taking a process down each time.
+pub const ACTION_LOST_ATTEMPTS: i64 = 3;
 
 wire_enum!(
     EventType {
@@ -263,9 +270,9 @@ mod tests {
     fn action_backoff_doubles_then_caps() {
         assert_eq!(action_backoff(1).num_seconds(), 2);
         assert_eq!(action_backoff(2).num_seconds(), 4);
-        assert_eq!(action_backoff(8).num_seconds(), 256);
-        assert_eq!(action_backoff(9).num_seconds(), 300);
-        assert_eq!(action_backoff(u32::MAX).num_seconds(), 300);
+        assert_eq!(action_backoff(4).num_seconds(), 16);
+        assert_eq!(action_backoff(5).num_seconds(), 30);
+        assert_eq!(action_backoff(u32::MAX).num_seconds(), 30);
         assert!(ActionStatus::Running.is_open() && !ActionStatus::Failed.is_open());
         for k in ActionKind::ALL {
             assert_eq!(k.as_str().parse::<ActionKind>().unwrap(), *k);

@@ -21,7 +21,8 @@ pub struct NewAction {
 
 const ACTION_COLUMNS: &str = "a.seq, a.lease_id, a.reservation_id, a.project_id, a.kind, \
     a.purpose, a.resource_type, a.payload, a.status, a.attempts, a.not_before, a.claimed_by, \
-    a.claimed_until, a.last_error, a.request_id, a.created_at, a.updated_at";
+    a.claimed_until, a.last_error, a.request_id, a.created_at, a.updated_at, a.first_tried_at, \
+    a.lost_attempts";
 
 fn action_from_row(row: &AnyRow) -> DbResult<ActionRecord> {
     let intent = ActionIntent {
@@ -45,6 +46,8 @@ fn action_from_row(row: &AnyRow) -> DbResult<ActionRecord> {
         last_error: row.try_get("last_error")?,
         created_at: from_secs(row.try_get("created_at")?)?,
         updated_at: from_opt_secs(row.try_get("updated_at")?)?,
+        first_tried_at: from_opt_secs(row.try_get("first_tried_at")?)?,
+        lost_attempts: row.try_get("lost_attempts")?,
     })
 }
 
@@ -254,9 +257,12 @@ impl Tx {
         let mut claimed = Vec::with_capacity(rows.len());
         for row in rows {
             let seq: i64 = row.try_get("seq")?;
+            // A running action claimed again is one whose last attempt did not report back.
             let sql = format!(
                 "UPDATE actions SET status = 'running', claimed_by = $1, claimed_until = $2, \
-                 attempts = attempts + 1, updated_at = $3 WHERE seq = $4 RETURNING {}",
+                 attempts = attempts + 1, first_tried_at = COALESCE(first_tried_at, $3), \
+                 lost_attempts = lost_attempts + CASE WHEN status = 'running' THEN 1 ELSE 0 END, \
+                 updated_at = $3 WHERE seq = $4 RETURNING {}",
                 ACTION_COLUMNS.replace("a.", "")
             );
             let updated = self

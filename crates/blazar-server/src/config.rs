@@ -130,8 +130,13 @@ pub struct Cli {
     /// [default: 64 with the standalone backend, 16 with the OpenStack one].
     #[arg(long, env = "BLAZAR_ACTION_WORKERS")]
     pub action_workers: Option<usize>,
-    /// Attempts of an action that keeps failing transiently before it fails for good and
-    /// its lease goes to ERROR [default: 12, about 23 minutes of retrying].
+    /// Minutes an action that keeps failing transiently is retried (from its first
+    /// attempt, at most 30 s apart) before it fails for good and its lease goes to ERROR
+    /// [default: 30].
+    #[arg(long, env = "BLAZAR_ACTION_RETRY_MINUTES")]
+    pub action_retry_minutes: Option<u64>,
+    /// At most this many attempts of an action, whatever its retry minutes have left
+    /// [default: no limit].
     #[arg(long, env = "BLAZAR_ACTION_ATTEMPTS")]
     pub action_attempts: Option<u32>,
     /// Seconds one attempt of an action may take [default: 300].
@@ -898,6 +903,7 @@ pub struct FileConfig {
     pub poll_interval: Option<f64>,
     pub cleaning_minutes: Option<i64>,
     pub action_workers: Option<usize>,
+    pub action_retry_minutes: Option<u64>,
     pub action_attempts: Option<u32>,
     pub action_timeout: Option<u64>,
     pub minutes_before_end_lease: Option<i64>,
@@ -963,7 +969,8 @@ pub struct Config {
     pub poll_interval: std::time::Duration,
     pub cleaning_minutes: i64,
     pub action_workers: usize,
-    pub action_attempts: u32,
+    pub action_retry_for: std::time::Duration,
+    pub action_attempts: Option<u32>,
     pub action_timeout: std::time::Duration,
     pub backend: BackendKind,
     pub act_for_user: ActForUser,
@@ -1360,11 +1367,18 @@ impl Config {
                 .or(file.action_workers)
                 .unwrap_or(default_action_workers(backend))
                 .clamp(1, 1024),
+            // A week at most: a lease waiting longer on a cloud that does not answer is
+            // better in ERROR, where its owner sees it.
+            action_retry_for: cli
+                .action_retry_minutes
+                .or(file.action_retry_minutes)
+                .map_or(blazar_service::Settings::default().action_retry_for, |m| {
+                    std::time::Duration::from_secs(m.min(7 * 24 * 60) * 60)
+                }),
             action_attempts: cli
                 .action_attempts
                 .or(file.action_attempts)
-                .unwrap_or(blazar_service::Settings::default().action_max_attempts)
-                .clamp(1, 100),
+                .map(|n| n.clamp(1, 100_000)),
             action_timeout: std::time::Duration::from_secs(
                 cli.action_timeout
                     .or(file.action_timeout)

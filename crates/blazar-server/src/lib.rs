@@ -195,6 +195,7 @@ fn settings(config: &Config) -> Settings {
         minutes_before_end_lease: config.minutes_before_end_lease,
         ratios: config.ratios,
         action_workers: config.action_workers,
+        action_retry_for: config.action_retry_for,
         action_max_attempts: config.action_attempts,
         action_timeout: config.action_timeout,
         ..Settings::default()

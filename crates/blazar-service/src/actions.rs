@@ -14,11 +14,11 @@ use std::future::Future;
 
 use blazar_core::ReservationSpec;
 use blazar_core::lease::event_status;
-use blazar_core::{ActionIntent, ActionRecord};
 use blazar_core::{
-    ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus, ReservationStatus,
-    action_backoff,
+    ACTION_LOST_ATTEMPTS, ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus,
+    ReservationStatus, action_backoff,
 };
+use blazar_core::{ActionIntent, ActionRecord};
 use blazar_core::{Allocation, Lease, LeaseView, Reservation};
 use blazar_db::{ActionOutcome, NewAction, Tx};
 use chrono::{DateTime, Utc};
@@ -654,15 +654,18 @@ impl Service {
 
     /// One attempt at one claimed action: what the backend answered, not yet recorded.
     async fn attempt(&self, row: ActionRecord) -> Attempt {
-        // Each claim counts an attempt, and only a claim that expired (its worker stopped
-        // or hung mid-attempt) is taken past the last one: an action that takes its worker
-        // down would otherwise be taken again forever, holding back its lease and every
-        // later action on its resources.
-        let max_attempts = i64::from(self.settings.action_max_attempts);
-        if row.attempts > max_attempts {
+        // Each claim counts an attempt, and a claim taken again once it expired counts a
+        // lost one (its worker stopped or hung mid-attempt): an action that takes its worker
+        // down would otherwise be taken again for as long as it may be retried, holding
+        // back its lease and every later action on its resources.
+        let max_attempts = self.settings.action_max_attempts.map(i64::from);
+        if row.lost_attempts >= ACTION_LOST_ATTEMPTS
+            || max_attempts.is_some_and(|max| row.attempts > max)
+        {
             let error = format!(
-                "gave up after {max_attempts} attempts: the last did not report back (its \
-                 worker stopped or hung)"
+                "gave up after {} attempts: the last did not report back (its worker \
+                 stopped or hung)",
+                row.attempts - 1
             );
             tracing::error!(action.seq = row.seq, action.kind = %row.intent.kind,
                 lease.id = %row.intent.lease_id, attempts = row.attempts, error = %error,
@@ -715,18 +718,7 @@ impl Service {
             Err(ActionError::Transient(error)) if past_end => ActionOutcome::Failed {
                 error: format!("not done before the lease ended: {error}"),
             },
-            Err(ActionError::Transient(error))
-                if row.attempts < i64::from(self.settings.action_max_attempts) =>
-            {
-                let wait = action_backoff(u32::try_from(row.attempts).unwrap_or(u32::MAX));
-                ActionOutcome::Retry {
-                    error,
-                    not_before: now + wait,
-                }
-            }
-            Err(ActionError::Transient(error)) => ActionOutcome::Failed {
-                error: format!("gave up after {} attempts: {error}", row.attempts),
-            },
+            Err(ActionError::Transient(error)) => self.retry_or_give_up(&row, error, now),
             Err(ActionError::Permanent(error)) => ActionOutcome::Failed { error },
         };
         match &outcome {
@@ -750,6 +742,42 @@ impl Service {
             outcome,
             output,
             at: now,
+        }
+    }
+
+    /// What a transient failure leads to: another attempt after a pause, while the action
+    /// is within its retry span (counted from its first attempt) and its attempts allow.
+    fn retry_or_give_up(
+        &self,
+        row: &ActionRecord,
+        error: String,
+        now: DateTime<Utc>,
+    ) -> ActionOutcome {
+        if self
+            .settings
+            .action_max_attempts
+            .is_some_and(|max| row.attempts >= i64::from(max))
+        {
+            return ActionOutcome::Failed {
+                error: format!("gave up after {} attempts: {error}", row.attempts),
+            };
+        }
+        let retried_for = now - row.first_tried_at.unwrap_or(now);
+        let span = chrono::Duration::from_std(self.settings.action_retry_for)
+            .unwrap_or(chrono::Duration::MAX);
+        if retried_for >= span {
+            return ActionOutcome::Failed {
+                error: format!(
+                    "gave up after {} attempts in {} min: {error}",
+                    row.attempts,
+                    retried_for.num_minutes()
+                ),
+            };
+        }
+        let wait = action_backoff(u32::try_from(row.attempts).unwrap_or(u32::MAX));
+        ActionOutcome::Retry {
+            error,
+            not_before: now + wait,
         }
     }
 

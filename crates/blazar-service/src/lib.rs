@@ -314,8 +314,12 @@ pub struct Settings {
     pub ratios: Ratios,
     /// Outside-world actions carried out at once by one process.
     pub action_workers: usize,
-    /// Attempts of an action that keeps failing transiently before it fails for good.
-    pub action_max_attempts: u32,
+    /// How long an action that keeps failing transiently is retried, from its first
+    /// attempt, before it fails for good.
+    pub action_retry_for: std::time::Duration,
+    /// At most this many attempts of an action, whatever its retry span has left; none
+    /// when `None`.
+    pub action_max_attempts: Option<u32>,
     /// Longest one attempt may take; then it counts as a transient failure.
     pub action_timeout: std::time::Duration,
     /// About how many allocations one batch of a streamed allocation list or timeline
@@ -338,10 +342,11 @@ impl Default for Settings {
             minutes_before_end_lease: 60,
             ratios: Ratios::default(),
             action_workers: 16,
-            // Backoff 2 s doubling to 5 min: twelve attempts span about 23 minutes, so an
-            // outage of a cloud API (a restart, an upgrade) delays a start or an end
-            // instead of failing the lease.
-            action_max_attempts: 12,
+            // Half an hour of retries, at most 30 s apart: an outage of a cloud API (a
+            // restart, an upgrade) delays a start or an end instead of failing the lease,
+            // and the lease goes on within 30 s of the API's return.
+            action_retry_for: std::time::Duration::from_secs(30 * 60),
+            action_max_attempts: None,
             action_timeout: std::time::Duration::from_secs(300),
             list_batch_allocations: 2_500,
             claim_renewal: std::time::Duration::from_secs(30),

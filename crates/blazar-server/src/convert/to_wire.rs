@@ -297,6 +297,7 @@ pub fn action(row: &ActionRecord) -> Action {
         resources: payload["resources"].clone(),
         status: row.status.to_string(),
         attempts: row.attempts,
+        first_tried_at: row.first_tried_at.map(format_t),
         last_error: row.last_error.clone(),
         request_id: intent.request_id.clone(),
         not_before: format_t(row.not_before),

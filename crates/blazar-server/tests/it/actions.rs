@@ -11,6 +11,7 @@ use blazar_core::ActionKind;
 use blazar_db::{ActionOutcome, Store};
 use blazar_server::listener::ConnectionLimits;
 use blazar_service::{Action, ActionError, Backend, Settings, StandaloneBackend};
+use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -32,6 +33,11 @@ impl Scripted {
 
     fn calls(&self) -> Vec<(i64, ActionKind, String)> {
         self.calls.lock().unwrap().clone()
+    }
+
+    /// The service is back: no failure scripted any more.
+    fn recover(&self) {
+        self.failures.lock().unwrap().clear();
     }
 }
 
@@ -285,7 +291,7 @@ async fn with_two_attempts(backend: Arc<Scripted>) -> TestApp {
     TestApp::spawn_full(
         TestDatabase::new().await,
         Settings {
-            action_max_attempts: 2,
+            action_max_attempts: Some(2),
             ..Settings::default()
         },
         ConnectionLimits::default(),
@@ -318,6 +324,106 @@ async fn an_action_that_keeps_failing_gives_up_after_its_attempts() {
         a["last_error"],
         "gave up after 2 attempts: placement: timed out"
     );
+}
+
+/// A time the actions listing shows, in UTC.
+fn wire_time(v: &Value) -> DateTime<Utc> {
+    chrono::NaiveDateTime::parse_from_str(v.as_str().unwrap(), "%Y-%m-%dT%H:%M:%S%.f")
+        .unwrap()
+        .and_utc()
+}
+
+/// Runs lease `lid`'s first action at each attempt it asks for, while the scripted service
+/// fails, until the action is no longer pending or `until` is passed (then the service comes
+/// back). Checks that no pause between attempts is longer than 30 s; returns when the
+/// action left pending.
+async fn retry_through(
+    app: &TestApp,
+    backend: &Scripted,
+    lid: &str,
+    until: Option<DateTime<Utc>>,
+) -> DateTime<Utc> {
+    loop {
+        let a = actions(app, lid).await[0].clone();
+        if a["status"] != "pending" {
+            return wire_time(&a["updated_at"]);
+        }
+        let next = wire_time(&a["not_before"]);
+        let pause = next - wire_time(&a["updated_at"]);
+        assert!(pause <= chrono::Duration::seconds(30), "{a}");
+        if until.is_some_and(|u| next >= u) {
+            backend.recover();
+        }
+        app.clock.set(next);
+        app.run_actions().await;
+    }
+}
+
+#[tokio::test]
+async fn a_start_goes_on_within_30_s_of_the_cloud_coming_back() {
+    let backend = Arc::new(Scripted::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    app.create_host("compute-1", json!({})).await;
+    let lid = id(&app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await
+        .body);
+    // Placement is away for 25 minutes from the start: every attempt in that time fails.
+    for _ in 0..1_000 {
+        backend.fail_next(ActionError::Transient(
+            "placement: connection refused".into(),
+        ));
+    }
+    let start = t(2030, 1, 1, 10, 0);
+    app.tick_at(start).await;
+    let back = start + chrono::Duration::minutes(25);
+    let done_at = retry_through(&app, &backend, &lid, Some(back)).await;
+    let a = &actions(&app, &lid).await[0];
+    assert_eq!(a["status"], "done", "{a}");
+    assert_eq!(wire_time(&a["first_tried_at"]), start, "{a}");
+    assert!(
+        done_at >= back && done_at - back <= chrono::Duration::seconds(30),
+        "{a}"
+    );
+    // Far more attempts than a count of doubling pauses would have allowed in that time.
+    assert!(a["attempts"].as_i64().unwrap() > 45, "{a}");
+    assert_eq!(lease(&app, &lid).await["status"], "ACTIVE");
+}
+
+#[tokio::test]
+async fn an_action_that_keeps_failing_gives_up_when_its_retry_span_is_over() {
+    let backend = Arc::new(Scripted::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    app.create_host("compute-1", json!({})).await;
+    let lid = id(&app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await
+        .body);
+    for _ in 0..1_000 {
+        backend.fail_next(ActionError::Transient(
+            "placement: connection refused".into(),
+        ));
+    }
+    let start = t(2030, 1, 1, 10, 0);
+    app.tick_at(start).await;
+    let failed_at = retry_through(&app, &backend, &lid, None).await;
+    // The default span is 30 minutes: the first attempt at or past it is the last.
+    let span = failed_at - start;
+    assert!(
+        span >= chrono::Duration::minutes(30) && span <= chrono::Duration::seconds(30 * 60 + 30),
+        "{span}"
+    );
+    let a = &actions(&app, &lid).await[0];
+    assert_eq!(a["status"], "failed", "{a}");
+    let error = a["last_error"].as_str().unwrap();
+    assert!(
+        error.starts_with(&format!(
+            "gave up after {} attempts in 30 min: ",
+            a["attempts"]
+        )) && error.ends_with("placement: connection refused"),
+        "{a}"
+    );
+    assert_eq!(lease(&app, &lid).await["status"], "ERROR");
 }
 
 #[tokio::test]
@@ -480,6 +586,44 @@ async fn an_action_whose_workers_keep_dying_fails_after_its_attempts() {
             .unwrap()
             .contains("did not report back"),
         "{a}"
+    );
+    assert_eq!(lease(&app, &lid).await["status"], "ERROR");
+}
+
+/// Without a limit on attempts, an action is still taken from dying workers only three
+/// times: each would take another process down for as long as it may be retried.
+#[tokio::test]
+async fn an_action_fails_after_three_attempts_that_did_not_report_back() {
+    let backend = Arc::new(Scripted::default());
+    let mut app = TestApp::spawn_backend(backend.clone()).await;
+    app.auto_actions = false;
+    app.create_host("compute-1", json!({})).await;
+    let lid = id(&app
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .await
+        .body);
+    let start = t(2030, 1, 1, 10, 0);
+    app.tick_at(start).await;
+    for minutes in [0, 7, 14] {
+        let at = start + chrono::Duration::minutes(minutes);
+        let mut tx = app.service.store().write().await.unwrap();
+        let claimed = tx
+            .claim_actions(at, "dying-worker", chrono::Duration::minutes(6), 10)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].lost_attempts, minutes / 7);
+    }
+    app.clock.set(start + chrono::Duration::minutes(21));
+    let report = app.run_actions().await;
+    assert_eq!(report.done, 0);
+    assert!(backend.calls().is_empty());
+    let a = &actions(&app, &lid).await[0];
+    assert_eq!(a["status"], "failed", "{a}");
+    assert_eq!(
+        a["last_error"],
+        "gave up after 3 attempts: the last did not report back (its worker stopped or hung)"
     );
     assert_eq!(lease(&app, &lid).await["status"], "ERROR");
 }
@@ -1010,7 +1154,8 @@ async fn a_snapshot_that_keeps_failing_does_not_hold_the_end_back() {
     let lid = snapshot_lease(&app, "l", 1).await;
     app.tick_at(t(2030, 1, 1, 10, 0)).await;
     app.tick_at(t(2030, 1, 1, 11, 0)).await;
-    app.set_time(t(2030, 1, 1, 11, 30));
+    // Retried within its retry span (30 minutes from its first attempt), still pending.
+    app.set_time(t(2030, 1, 1, 11, 20));
     app.run_actions().await;
     app.tick_at(t(2030, 1, 1, 12, 0)).await;
     let listed = actions(&app, &lid).await;

@@ -556,7 +556,7 @@ async fn a_failed_start_leaves_the_host_in_the_freepool_and_one_in_no_pool_goes_
     // One attempt: the start's failure is for good at once.
     let app = TestApp::builder()
         .settings(blazar_service::Settings {
-            action_max_attempts: 1,
+            action_max_attempts: Some(1),
             ..blazar_service::Settings::default()
         })
         .backend(Arc::new(backend))
