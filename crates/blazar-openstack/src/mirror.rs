@@ -8,6 +8,10 @@
 //! hosts, or to none. The reconciler brings the copy of the aggregates it owns (the
 //! freepool, every reservation's) in line with Nova, for enrolled hosts only: other
 //! providers in them (sharing providers an operator put there) are not Blazar's.
+//!
+//! The same pass makes again an enrolled host's own `blazar_<hypervisor>` provider (where
+//! instance reservations put their slots) when it was deleted by hand: an instance
+//! reservation's start would make it too, but an operator reading the report should see it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,6 +21,7 @@ use blazar_service::{Action, DesiredState};
 use crate::backend::{OpenStackBackend, Pass, host_item};
 use crate::error::Error;
 use crate::nova::Aggregate;
+use crate::placement::reservation_provider_name;
 
 /// How Placement's members of one aggregate differ from Nova's hosts of it, as
 /// (service name, hypervisor hostname) pairs.
@@ -46,6 +51,24 @@ pub(crate) fn member_drift(
         }
     }
     drift
+}
+
+/// Enrolled hosts of `nodes` (service name to hypervisor hostname) whose compute node has
+/// a provider in `providers` (name to uuid) but whose `blazar_<hypervisor>` provider is
+/// gone: (service name, the node's provider uuid, the name to make under it).
+pub(crate) fn missing_host_providers(
+    providers: &BTreeMap<&str, &str>,
+    nodes: &BTreeMap<&str, &str>,
+) -> Vec<(String, String, String)> {
+    nodes
+        .iter()
+        .filter_map(|(&service, &node)| {
+            let name = reservation_provider_name(node);
+            let parent = providers.get(node)?;
+            (!providers.contains_key(name.as_str()))
+                .then(|| (service.to_string(), parent.to_string(), name))
+        })
+        .collect()
 }
 
 impl OpenStackBackend {
@@ -99,6 +122,26 @@ impl OpenStackBackend {
             .collect();
         if nodes.is_empty() {
             return Ok(());
+        }
+        let providers = placement.providers().await?;
+        let by_name: BTreeMap<&str, &str> = providers
+            .iter()
+            .map(|p| (p.name.as_str(), p.uuid.as_str()))
+            .collect();
+        for (service, parent, name) in missing_host_providers(&by_name, &nodes) {
+            let line = pass.found(format!(
+                "provider {name} of host {service} missing: created"
+            ));
+            if !apply
+                || !desired
+                    .hold(store, &host_item(desired, None, [&service]))
+                    .await
+            {
+                continue;
+            }
+            let made = placement.ensure_child_provider(&name, &parent).await;
+            pass.done(&line, made.map(|_| ()));
+            desired.release(store).await;
         }
         let owned = |a: &Aggregate| {
             !a.uuid.is_empty()
@@ -182,6 +225,33 @@ mod tests {
         assert_eq!(
             member_drift(&hosts, &providers, &nodes),
             MemberDrift::default()
+        );
+    }
+
+    #[test]
+    fn a_host_provider_is_missing_only_under_a_node_that_is_there() {
+        let nodes: BTreeMap<&str, &str> = [
+            ("compute-1", "node-1"),
+            ("compute-2", "node-2"),
+            ("compute-3", "node-3"),
+        ]
+        .into();
+        // node-2 lost its blazar_ provider; node-3 has none at all (its compute was
+        // removed from Placement): nothing to make it under.
+        let providers: BTreeMap<&str, &str> = [
+            ("node-1", "u1"),
+            ("blazar_node-1", "b1"),
+            ("node-2", "u2"),
+            ("blazar_node-3", "b3"),
+        ]
+        .into();
+        assert_eq!(
+            missing_host_providers(&providers, &nodes),
+            vec![(
+                "compute-2".to_string(),
+                "u2".to_string(),
+                "blazar_node-2".to_string()
+            )]
         );
     }
 }

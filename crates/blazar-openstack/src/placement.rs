@@ -264,6 +264,14 @@ impl Placement<'_> {
 
     /// Names of the providers that Placement counts as members of aggregate `uuid`
     /// (its copy of Nova's host aggregates, which Nova writes as hosts are added).
+    /// Every resource provider (one call: Placement does not page this list).
+    pub async fn providers(&self) -> Result<Vec<Provider>> {
+        let found = self.api.get("/resource_providers").await?;
+        Ok(items(&found, "resource_providers")
+            .map(provider_from)
+            .collect())
+    }
+
     pub async fn providers_in_aggregate(&self, uuid: &str) -> Result<Vec<Provider>> {
         let found = self
             .api

@@ -993,7 +993,8 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
 
     // Break it by hand: a reserved host out of its aggregate, the owner changed and another
     // project admitted (BlazarFilter admits a project whose id is a key), the zone changed,
-    // an unreserved host out of the freepool, an aggregate of no reservation of this database.
+    // an unreserved host out of the freepool and its provider for instance slots deleted,
+    // an aggregate of no reservation of this database.
     let aggregate = nova.find_aggregate(&rid).await.unwrap().unwrap();
     let taken = aggregate.hosts[0].clone();
     nova.remove_host(&aggregate, &taken).await.unwrap();
@@ -1006,12 +1007,25 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
     let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
     let spare = freepool.hosts[0].clone();
     nova.remove_host(&freepool, &spare).await.unwrap();
+    let placement = admin.placement(None);
+    let spare_slots = format!("blazar_{spare}");
+    let provider = placement.provider_by_name(&spare_slots).await.unwrap();
+    placement
+        .delete_provider(&provider.expect("enrolled").uuid)
+        .await
+        .unwrap();
     nova.ensure_aggregate("stale", Some("blazar_stale"))
         .await
         .unwrap();
 
     let drift = reconcile(true).await;
-    assert_eq!(drift.len(), 5, "{drift:#?}");
+    assert_eq!(drift.len(), 6, "{drift:#?}");
+    assert!(
+        drift.contains(&format!(
+            "provider {spare_slots} of host {spare} missing: created"
+        )),
+        "{drift:#?}"
+    );
     assert!(
         drift
             .iter()
@@ -1044,6 +1058,12 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
     );
     let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
     assert_eq!(freepool.hosts, vec![spare.clone()]);
+    let node = placement.provider_by_name(&spare).await.unwrap().unwrap();
+    let remade = placement.provider_by_name(&spare_slots).await.unwrap();
+    assert_eq!(
+        remade.expect("made again").parent.as_deref(),
+        Some(node.uuid.as_str())
+    );
     // An aggregate in Blazar's zones of no reservation this database had (another
     // Blazar's lease that has not started has one, empty) is listed and left.
     assert!(
