@@ -66,6 +66,18 @@ pub fn amqp_uris(transport_url: &str) -> Result<Vec<String>, String> {
         Some((hosts, vhost)) => (hosts, vhost.split(['?', '#']).next().unwrap_or_default()),
         None => (rest, ""),
     };
+    // oslo.messaging takes TLS from the URL's query (`?ssl=1`); connecting in plain AMQP to
+    // a TLS listener would only fail at every attempt, so such a URL is refused at start.
+    let query = rest.split_once('?').map_or("", |(_, q)| q);
+    let tls = query.split('&').any(|kv| {
+        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+        key == "ssl" && !matches!(value.to_ascii_lowercase().as_str(), "0" | "false" | "no")
+    });
+    if tls {
+        return Err(bad(
+            "TLS (ssl=1) is not supported; use a plain AMQP listener",
+        ));
+    }
     // oslo.messaging: no virtual host in the URL is the broker's default one, `/`.
     let vhost = if vhost.is_empty() {
         "%2f".to_string()
@@ -291,6 +303,12 @@ mod tests {
             ]),
         );
         check("rabbit://h", Ok(vec!["amqp://h:5672/%2f"]));
+        check(
+            "rabbit://u:p@h:5672/blazar?heartbeat=60&ssl=0",
+            Ok(vec!["amqp://u:p@h:5672/blazar"]),
+        );
+        check("rabbit://u:p@h:5671/blazar?ssl=1", Err(()));
+        check("rabbit://u:p@h:5671/?ssl=true", Err(()));
         check("kafka://h:9092/", Err(()));
         check("rabbit:///", Err(()));
     }
