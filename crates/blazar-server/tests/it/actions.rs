@@ -359,8 +359,9 @@ async fn retry_through(
     }
 }
 
-#[tokio::test]
-async fn a_start_goes_on_within_30_s_of_the_cloud_coming_back() {
+/// A host lease whose start has been tried once, at its start time, while Placement does
+/// not answer (every attempt fails until `Scripted::recover`).
+async fn start_while_placement_is_away() -> (TestApp, Arc<Scripted>, String, DateTime<Utc>) {
     let backend = Arc::new(Scripted::default());
     let app = TestApp::spawn_backend(backend.clone()).await;
     app.create_host("compute-1", json!({})).await;
@@ -368,7 +369,6 @@ async fn a_start_goes_on_within_30_s_of_the_cloud_coming_back() {
         .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
         .await
         .body);
-    // Placement is away for 25 minutes from the start: every attempt in that time fails.
     for _ in 0..1_000 {
         backend.fail_next(ActionError::Transient(
             "placement: connection refused".into(),
@@ -376,6 +376,13 @@ async fn a_start_goes_on_within_30_s_of_the_cloud_coming_back() {
     }
     let start = t(2030, 1, 1, 10, 0);
     app.tick_at(start).await;
+    (app, backend, lid, start)
+}
+
+#[tokio::test]
+async fn a_start_goes_on_within_30_s_of_the_cloud_coming_back() {
+    let (app, backend, lid, start) = start_while_placement_is_away().await;
+    // Placement comes back 25 minutes after the start.
     let back = start + chrono::Duration::minutes(25);
     let done_at = retry_through(&app, &backend, &lid, Some(back)).await;
     let a = &actions(&app, &lid).await[0];
@@ -392,20 +399,7 @@ async fn a_start_goes_on_within_30_s_of_the_cloud_coming_back() {
 
 #[tokio::test]
 async fn an_action_that_keeps_failing_gives_up_when_its_retry_span_is_over() {
-    let backend = Arc::new(Scripted::default());
-    let app = TestApp::spawn_backend(backend.clone()).await;
-    app.create_host("compute-1", json!({})).await;
-    let lid = id(&app
-        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
-        .await
-        .body);
-    for _ in 0..1_000 {
-        backend.fail_next(ActionError::Transient(
-            "placement: connection refused".into(),
-        ));
-    }
-    let start = t(2030, 1, 1, 10, 0);
-    app.tick_at(start).await;
+    let (app, backend, lid, start) = start_while_placement_is_away().await;
     let failed_at = retry_through(&app, &backend, &lid, None).await;
     // The default span is 30 minutes: the first attempt at or past it is the last.
     let span = failed_at - start;
