@@ -501,10 +501,9 @@ async fn a_resource_is_taken_back_before_it_is_handed_to_the_next_lease() {
     assert_eq!(lease(&app, &b).await["status"], "ACTIVE");
 }
 
-#[tokio::test]
-async fn an_expired_claim_is_taken_again_and_the_late_worker_changes_nothing() {
-    let backend = Arc::new(Scripted::default());
-    let mut app = TestApp::spawn_backend(backend.clone()).await;
+/// A host lease at its start time, its start recorded but left to the test to carry out
+/// (no worker runs it on its own).
+async fn start_without_workers(app: &mut TestApp) -> (String, DateTime<Utc>) {
     app.auto_actions = false;
     app.create_host("compute-1", json!({})).await;
     let lid = id(&app
@@ -513,6 +512,14 @@ async fn an_expired_claim_is_taken_again_and_the_late_worker_changes_nothing() {
         .body);
     let start = t(2030, 1, 1, 10, 0);
     app.tick_at(start).await;
+    (lid, start)
+}
+
+#[tokio::test]
+async fn an_expired_claim_is_taken_again_and_the_late_worker_changes_nothing() {
+    let backend = Arc::new(Scripted::default());
+    let mut app = TestApp::spawn_backend(backend.clone()).await;
+    let (lid, start) = start_without_workers(&mut app).await;
     // A worker claims the action and dies.
     let mut tx = app.service.store().write().await.unwrap();
     let claimed = tx
@@ -548,14 +555,7 @@ async fn an_expired_claim_is_taken_again_and_the_late_worker_changes_nothing() {
 async fn an_action_whose_workers_keep_dying_fails_after_its_attempts() {
     let backend = Arc::new(Scripted::default());
     let mut app = with_two_attempts(backend.clone()).await;
-    app.auto_actions = false;
-    app.create_host("compute-1", json!({})).await;
-    let lid = id(&app
-        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
-        .await
-        .body);
-    let start = t(2030, 1, 1, 10, 0);
-    app.tick_at(start).await;
+    let (lid, start) = start_without_workers(&mut app).await;
     // Two workers in turn take the action and die in the attempt (it takes them down).
     for minutes in [0, 7] {
         let at = start + chrono::Duration::minutes(minutes);
@@ -590,14 +590,7 @@ async fn an_action_whose_workers_keep_dying_fails_after_its_attempts() {
 async fn an_action_fails_after_three_attempts_that_did_not_report_back() {
     let backend = Arc::new(Scripted::default());
     let mut app = TestApp::spawn_backend(backend.clone()).await;
-    app.auto_actions = false;
-    app.create_host("compute-1", json!({})).await;
-    let lid = id(&app
-        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
-        .await
-        .body);
-    let start = t(2030, 1, 1, 10, 0);
-    app.tick_at(start).await;
+    let (lid, start) = start_without_workers(&mut app).await;
     for minutes in [0, 7, 14] {
         let at = start + chrono::Duration::minutes(minutes);
         let mut tx = app.service.store().write().await.unwrap();
