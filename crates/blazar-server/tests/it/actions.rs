@@ -551,22 +551,35 @@ async fn an_expired_claim_is_taken_again_and_the_late_worker_changes_nothing() {
     assert_eq!(actions(&app, &lid).await[0]["status"], "done");
 }
 
-#[tokio::test]
-async fn an_action_whose_workers_keep_dying_fails_after_its_attempts() {
-    let backend = Arc::new(Scripted::default());
-    let mut app = with_two_attempts(backend.clone()).await;
-    let (lid, start) = start_without_workers(&mut app).await;
-    // Two workers in turn take the action and die in the attempt (it takes them down).
-    for minutes in [0, 7] {
-        let at = start + chrono::Duration::minutes(minutes);
+/// Workers that take the lease's one action at `minutes` after `start`, each claiming it
+/// for 6 minutes and dying in the attempt: the claims, as each worker got it.
+async fn die_in_attempts(
+    app: &TestApp,
+    start: DateTime<Utc>,
+    minutes: &[i64],
+) -> Vec<blazar_core::ActionRecord> {
+    let mut claims = Vec::new();
+    for &m in minutes {
+        let at = start + chrono::Duration::minutes(m);
         let mut tx = app.service.store().write().await.unwrap();
         let claimed = tx
             .claim_actions(at, "dying-worker", chrono::Duration::minutes(6), 10)
             .await
             .unwrap();
         tx.commit().await.unwrap();
-        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed.len(), 1, "at {at}");
+        claims.extend(claimed);
     }
+    claims
+}
+
+#[tokio::test]
+async fn an_action_whose_workers_keep_dying_fails_after_its_attempts() {
+    let backend = Arc::new(Scripted::default());
+    let mut app = with_two_attempts(backend.clone()).await;
+    let (lid, start) = start_without_workers(&mut app).await;
+    // Two workers in turn take the action and die in the attempt (it takes them down).
+    die_in_attempts(&app, start, &[0, 7]).await;
     // Taken past its last attempt, it fails without being tried again.
     app.clock.set(start + chrono::Duration::minutes(14));
     let report = app.run_actions().await;
@@ -591,17 +604,12 @@ async fn an_action_fails_after_three_attempts_that_did_not_report_back() {
     let backend = Arc::new(Scripted::default());
     let mut app = TestApp::spawn_backend(backend.clone()).await;
     let (lid, start) = start_without_workers(&mut app).await;
-    for minutes in [0, 7, 14] {
-        let at = start + chrono::Duration::minutes(minutes);
-        let mut tx = app.service.store().write().await.unwrap();
-        let claimed = tx
-            .claim_actions(at, "dying-worker", chrono::Duration::minutes(6), 10)
-            .await
-            .unwrap();
-        tx.commit().await.unwrap();
-        assert_eq!(claimed.len(), 1);
-        assert_eq!(claimed[0].lost_attempts, minutes / 7);
-    }
+    let lost: Vec<i64> = die_in_attempts(&app, start, &[0, 7, 14])
+        .await
+        .iter()
+        .map(|a| a.lost_attempts)
+        .collect();
+    assert_eq!(lost, vec![0, 1, 2]);
     app.clock.set(start + chrono::Duration::minutes(21));
     let report = app.run_actions().await;
     assert_eq!(report.done, 0);
