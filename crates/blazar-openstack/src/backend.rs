@@ -885,6 +885,16 @@ impl OpenStackBackend {
     ) -> Result<(), Error> {
         let nova = self.cloud.nova(None);
         let aggregates = nova.aggregates().await?;
+        // A host whose compute service Nova no longer has is put into no aggregate (the
+        // monitor takes it out of service): Nova records such an add and then fails it,
+        // and the host stays a member no call can take out (see
+        // `Service::reconcile_on_word`).
+        let in_nova: BTreeSet<String> = nova
+            .compute_services()
+            .await?
+            .into_iter()
+            .map(|s| s.host)
+            .collect();
         let freepool = match aggregates.iter().find(|a| a.name == self.settings.freepool) {
             Some(f) => Some(f.clone()),
             None => {
@@ -927,6 +937,7 @@ impl OpenStackBackend {
                 &aggregates,
                 freepool,
                 desired,
+                &in_nova,
                 r,
                 pending,
                 false,
@@ -950,8 +961,17 @@ impl OpenStackBackend {
             if !desired.hold(store, &item).await {
                 continue;
             }
-            self.reconcile_reservation(&aggregates, freepool, desired, r, pending, true, pass)
-                .await;
+            self.reconcile_reservation(
+                &aggregates,
+                freepool,
+                desired,
+                &in_nova,
+                r,
+                pending,
+                true,
+                pass,
+            )
+            .await;
             desired.release(store).await;
         }
         // Reservations whose start or change failed for good keep their hosts and aggregate
@@ -968,6 +988,14 @@ impl OpenStackBackend {
                 // servers in, BlazarFilter passing it: into the owner's aggregate, or,
                 // with none, back to the freepool (below) rather than open to all.
                 match (pooled, own) {
+                    (false, Some(_)) if !in_nova.contains(host) => {
+                        pass.leave(format!(
+                            "host {host} of reservation {} has no compute service in Nova: \
+                             left out of its aggregate",
+                            r.reservation_id
+                        ));
+                        continue;
+                    }
                     (false, Some(aggregate)) => {
                         let line = pass.found(format!(
                             "host {host} of reservation {} in no pool: put into its aggregate",
@@ -1071,7 +1099,9 @@ impl OpenStackBackend {
                     // Into the freepool first: out of both, it would be open to all (a
                     // freepool with a zone of its own takes it only once it is out).
                     let pool = freepool.as_ref().filter(|_| {
-                        desired.host_ids.contains_key(host) && !reserved.contains(host.as_str())
+                        desired.host_ids.contains_key(host)
+                            && !reserved.contains(host.as_str())
+                            && in_nova.contains(host)
                     });
                     let zoned = pool.is_some_and(|f| f.availability_zone.is_some());
                     if let Some(f) = pool
@@ -1112,6 +1142,13 @@ impl OpenStackBackend {
             {
                 continue;
             }
+            if !in_nova.contains(host) {
+                pass.leave(format!(
+                    "host {host} has no compute service in Nova: left out of {}",
+                    self.settings.freepool
+                ));
+                continue;
+            }
             let line = pass.found(format!(
                 "host {host} missing from {}: put back",
                 self.settings.freepool
@@ -1135,6 +1172,7 @@ impl OpenStackBackend {
         aggregates: &[Aggregate],
         freepool: Option<&Aggregate>,
         desired: &DesiredState,
+        in_nova: &BTreeSet<String>,
         r: &HeldHosts,
         pending: bool,
         apply: bool,
@@ -1172,6 +1210,14 @@ impl OpenStackBackend {
             }
         }
         for host in r.hosts.iter().filter(|h| !aggregate.hosts.contains(h)) {
+            if !in_nova.contains(host) {
+                pass.leave(format!(
+                    "host {host} of reservation {} has no compute service in Nova: left out \
+                     of its aggregate",
+                    r.reservation_id
+                ));
+                continue;
+            }
             let line = pass.found(format!(
                 "host {host} missing from the aggregate of reservation {}: put back",
                 r.reservation_id

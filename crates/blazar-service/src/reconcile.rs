@@ -645,11 +645,22 @@ impl Service {
     /// change: this one waits for it to end, and tries again for a minute. Then a pause of
     /// a few seconds, so that a burst of changes (an operator's script) comes to a few
     /// passes. False when shutdown came meanwhile.
+    ///
+    /// The pass waits a moment first: what Nova reports may be one step of a longer
+    /// operation of its own. Deleting a compute service takes its host out of every
+    /// aggregate, then deletes its compute nodes; a host put back in between stays a member
+    /// Nova can no longer take out (its add records the host, then fails on the nodes), and
+    /// the aggregate can never be deleted.
     async fn reconcile_on_word(
         &self,
         shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> bool {
+        const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
         const PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
+        tokio::select! {
+            () = tokio::time::sleep(SETTLE) => {}
+            () = shutdown.as_mut() => return false,
+        }
         for _ in 0..12 {
             match self.reconcile(true).await {
                 Err(ServiceError::Conflict(_)) => {}

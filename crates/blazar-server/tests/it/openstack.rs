@@ -1218,6 +1218,54 @@ async fn the_reconciler_repairs_what_was_broken_by_hand() {
     withdraw(&app, &admin, &ids).await;
 }
 
+/// A host whose compute service Nova no longer has (deleted by an operator) is put into no
+/// aggregate: Nova would record the add and then fail it, keeping the host a member that no
+/// call can take out. The pass lists it as left, and asks Nova nothing for it.
+#[tokio::test]
+async fn the_reconciler_puts_a_host_nova_no_longer_has_into_no_aggregate() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let nova = admin.nova(None);
+    let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
+    let app = TestApp::spawn_backend(Arc::new(backend)).await;
+    enrol(&app, &["compute-1"]).await;
+    // Enrolled while Nova had it; its compute service deleted since.
+    let mut tx = app.service.store().write().await.unwrap();
+    tx.insert_host(&blazar_db::NewHost {
+        facts: blazar_core::HostFacts {
+            hypervisor_hostname: "compute-gone".into(),
+            service_name: "compute-gone".into(),
+            hypervisor_type: "fake".into(),
+            hypervisor_version: 1,
+            vcpus: 2,
+            memory_mb: 2048,
+            local_gb: 20,
+            cpu_info: String::new(),
+            availability_zone: "nova".into(),
+        },
+        trust_id: String::new(),
+        capabilities: Default::default(),
+        created_at: chrono::Utc::now(),
+    })
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let left = "host compute-gone has no compute service in Nova: left out of freepool";
+    for dry_run in [true, false] {
+        let report = reconcile_report(&app, dry_run).await;
+        assert_eq!(report_lines(&report, "repairs"), vec![left], "{report}");
+        assert_eq!(
+            report_lines(&report, "failed"),
+            Vec::<String>::new(),
+            "{report}"
+        );
+    }
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert_eq!(freepool.hosts, vec!["compute-1".to_string()]);
+}
+
 /// Puts compute node `node`'s provider into Placement's copy of aggregate `uuid` or takes
 /// it out, as Nova's mirroring does (or fails to do while Placement is down).
 async fn set_placement_member(admin: &Cloud, node: &str, uuid: &str, member: bool) {
