@@ -23,7 +23,7 @@
 //! them), and it goes away with its last consumer, so that nothing piles up in it while no
 //! blazar-rs listens.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -200,28 +200,17 @@ pub async fn listen(
     let mut next = 0usize;
     let mut pause = Duration::from_secs(1);
     // The id of the user blazar-rs acts as in the cloud, once Keystone has said (see
-    // [`trigger`]).
-    let mut own_user: Option<String> = None;
+    // [`trigger`]). Asked beside the reading until Keystone answers: meanwhile every change
+    // wakes the reconciler (correct, only more passes), and a Keystone that was away at
+    // start must not leave it so for the process's life.
+    let own_user = Arc::new(OnceLock::new());
+    let asking = tokio::spawn(learn_own_user(who, own_user.clone(), settings.timeout));
+    let _stop_asking = AbortOnDrop(asking);
     loop {
-        // Who blazar-rs is in the cloud, so that its own changes wake nothing; asked again
-        // at each connection until Keystone answers (meanwhile every change wakes the
-        // reconciler: correct, only more passes).
-        if own_user.is_none() {
-            match tokio::time::timeout(settings.timeout, who.user_id()).await {
-                Ok(Ok(id)) => own_user = Some(id),
-                Ok(Err(e)) => tracing::warn!(error = %e,
-                    "Nova's notifications: the service user's id is unknown for now; \
-                     blazar-rs's own changes wake the reconciler too"),
-                Err(_) => tracing::warn!(
-                    "Nova's notifications: Keystone did not say who the service user is; \
-                     blazar-rs's own changes wake the reconciler too"
-                ),
-            }
-        }
         let uri = &uris[next % uris.len()];
         let started = tokio::time::Instant::now();
         let outcome = tokio::select! {
-            outcome = read(&settings, uri, next % uris.len(), &wake, own_user.as_deref()) => outcome,
+            outcome = read(&settings, uri, next % uris.len(), &wake, &own_user) => outcome,
             () = &mut shutdown => return,
         };
         match outcome {
@@ -254,6 +243,39 @@ pub async fn listen(
     }
 }
 
+/// Aborts its task when dropped (the listener returning).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Asks Keystone who blazar-rs is in the cloud until it answers, pausing from 5 s to a
+/// minute between tries.
+async fn learn_own_user(who: crate::Session, own_user: Arc<OnceLock<String>>, timeout: Duration) {
+    let mut pause = Duration::from_secs(5);
+    loop {
+        match tokio::time::timeout(timeout, who.user_id()).await {
+            Ok(Ok(id)) => {
+                let _ = own_user.set(id);
+                return;
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, retry_in_s = pause.as_secs(),
+                "Nova's notifications: the service user's id is unknown for now; \
+                 blazar-rs's own changes wake the reconciler too"),
+            Err(_) => tracing::warn!(
+                retry_in_s = pause.as_secs(),
+                "Nova's notifications: Keystone did not say who the service user is; \
+                 blazar-rs's own changes wake the reconciler too"
+            ),
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(60));
+    }
+}
+
 /// One connection's life: declarations, then every message until the broker or the
 /// connection stops the consumer. `Ok` with why reading stopped once it had started;
 /// `Err` when it could not start.
@@ -262,7 +284,7 @@ async fn read(
     uri: &str,
     host: usize,
     wake: &Wakes,
-    own_user: Option<&str>,
+    own_user: &OnceLock<String>,
 ) -> Result<String, String> {
     let (connection, channel) = tokio::time::timeout(settings.timeout, connect(settings, uri))
         .await
@@ -280,7 +302,7 @@ async fn consume(
     settings: &NovaEventSettings,
     host: usize,
     wake: &Wakes,
-    own_user: Option<&str>,
+    own_user: &OnceLock<String>,
 ) -> Result<String, String> {
     let mut consumer = channel
         .basic_consume(
@@ -298,7 +320,7 @@ async fn consume(
             Ok(delivery) => delivery,
             Err(e) => return Ok(format!("reading {MONITOR_QUEUE}: {e}")),
         };
-        match trigger(&delivery.data, own_user) {
+        match trigger(&delivery.data, own_user.get().map(String::as_str)) {
             Some(Trigger::Monitor(change)) => {
                 tracing::info!(event_type = %change.event_type, host = %change.host,
                     disabled = change.disabled, forced_down = change.forced_down,
