@@ -143,8 +143,10 @@ pub fn action_backoff(attempts: u32) -> chrono::Duration {
 
 /// Attempts of one action that may end without reporting back (their worker stopped or
 /// hung) before it fails for good: an action that takes its worker down would otherwise be
-/// taken again for its whole retry span, taking a process down each time.
-pub const ACTION_LOST_ATTEMPTS: i64 = 3;
+/// taken again for its whole retry span, taking a process down each time. Five, not fewer:
+/// a rolling restart that kills each replica mid-attempt (one hanging on a cloud that does
+/// not answer) loses an attempt per replica, through no fault of the action.
+pub const ACTION_LOST_ATTEMPTS: i64 = 5;
 
 wire_enum!(
     EventType {

@@ -558,7 +558,15 @@ impl Service {
                     .await?)
             })?;
             if let Some(row) = claimed {
-                self.carry_out(row, &mut ActionReport::default()).await?;
+                // In a task of its own: a caller that goes away (a client hanging up) must
+                // not drop the attempt half-way, leaving its claim to run out and the
+                // attempt counted as one that did not report back.
+                let service = self.clone();
+                tokio::spawn(
+                    async move { service.carry_out(row, &mut ActionReport::default()).await },
+                )
+                .await
+                .map_err(|e| ServiceError::Internal(format!("action attempt: {e}")))??;
             }
             let row = in_tx!(self, read, |tx| { Ok(tx.get_action(seq).await?) })?;
             match row {
@@ -765,7 +773,9 @@ impl Service {
         let retried_for = now - row.first_tried_at.unwrap_or(now);
         let span = chrono::Duration::from_std(self.settings.action_retry_for)
             .unwrap_or(chrono::Duration::MAX);
-        if retried_for >= span {
+        // A before-end snapshot is retried until its lease ends (see `attempt`), however
+        // long before the end it started.
+        if retried_for >= span && row.intent.kind != ActionKind::Snapshot {
             return ActionOutcome::Failed {
                 error: format!(
                     "gave up after {} attempts in {} min: {error}",

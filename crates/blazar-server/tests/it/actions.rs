@@ -597,20 +597,20 @@ async fn an_action_whose_workers_keep_dying_fails_after_its_attempts() {
     assert_eq!(lease(&app, &lid).await["status"], "ERROR");
 }
 
-/// Without a limit on attempts, an action is still taken from dying workers only three
+/// Without a limit on attempts, an action is still taken from dying workers only five
 /// times: each would take another process down for as long as it may be retried.
 #[tokio::test]
-async fn an_action_fails_after_three_attempts_that_did_not_report_back() {
+async fn an_action_fails_after_five_attempts_that_did_not_report_back() {
     let backend = Arc::new(Scripted::default());
     let mut app = TestApp::spawn_backend(backend.clone()).await;
     let (lid, start) = start_without_workers(&mut app).await;
-    let lost: Vec<i64> = die_in_attempts(&app, start, &[0, 7, 14])
+    let lost: Vec<i64> = die_in_attempts(&app, start, &[0, 7, 14, 21, 28])
         .await
         .iter()
         .map(|a| a.lost_attempts)
         .collect();
-    assert_eq!(lost, vec![0, 1, 2]);
-    app.clock.set(start + chrono::Duration::minutes(21));
+    assert_eq!(lost, vec![0, 1, 2, 3, 4]);
+    app.clock.set(start + chrono::Duration::minutes(35));
     let report = app.run_actions().await;
     assert_eq!(report.done, 0);
     assert!(backend.calls().is_empty());
@@ -618,7 +618,7 @@ async fn an_action_fails_after_three_attempts_that_did_not_report_back() {
     assert_eq!(a["status"], "failed", "{a}");
     assert_eq!(
         a["last_error"],
-        "gave up after 3 attempts: the last did not report back (its worker stopped or hung)"
+        "gave up after 5 attempts: the last did not report back (its worker stopped or hung)"
     );
     assert_eq!(lease(&app, &lid).await["status"], "ERROR");
 }
@@ -1149,8 +1149,9 @@ async fn a_snapshot_that_keeps_failing_does_not_hold_the_end_back() {
     let lid = snapshot_lease(&app, "l", 1).await;
     app.tick_at(t(2030, 1, 1, 10, 0)).await;
     app.tick_at(t(2030, 1, 1, 11, 0)).await;
-    // Retried within its retry span (30 minutes from its first attempt), still pending.
-    app.set_time(t(2030, 1, 1, 11, 20));
+    // Still retried past the retry span (30 minutes): a snapshot is tried until its lease
+    // ends.
+    app.set_time(t(2030, 1, 1, 11, 45));
     app.run_actions().await;
     app.tick_at(t(2030, 1, 1, 12, 0)).await;
     let listed = actions(&app, &lid).await;
