@@ -71,7 +71,12 @@ pub fn amqp_uris(transport_url: &str) -> Result<Vec<String>, String> {
     let query = rest.split_once('?').map_or("", |(_, q)| q);
     let tls = query.split('&').any(|kv| {
         let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
-        key == "ssl" && !matches!(value.to_ascii_lowercase().as_str(), "0" | "false" | "no")
+        // oslo's bool_from_string: these are true, anything else false.
+        key == "ssl"
+            && matches!(
+                value.to_ascii_lowercase().as_str(),
+                "1" | "t" | "true" | "on" | "y" | "yes"
+            )
     });
     if tls {
         return Err(bad(
@@ -309,6 +314,7 @@ mod tests {
         );
         check("rabbit://u:p@h:5671/blazar?ssl=1", Err(()));
         check("rabbit://u:p@h:5671/?ssl=true", Err(()));
+        check("rabbit://u:p@h/?ssl=off", Ok(vec!["amqp://u:p@h:5672/%2f"]));
         check("kafka://h:9092/", Err(()));
         check("rabbit:///", Err(()));
     }

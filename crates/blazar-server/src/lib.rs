@@ -147,6 +147,7 @@ impl<'a> StateBuilder<'a> {
             },
         };
         let settings = self.settings.unwrap_or_else(|| settings(config));
+        warn_if_attempts_cut_retries(&settings);
         let backend = match self.backend {
             Some(backend) => backend,
             None => backend(config)?,
@@ -199,6 +200,28 @@ fn settings(config: &Config) -> Settings {
         action_max_attempts: config.action_attempts,
         action_timeout: config.action_timeout,
         ..Settings::default()
+    }
+}
+
+/// `--action-attempts` once counted retries up to 5 minutes apart (12 spanned about 23
+/// minutes); pauses now stop at 30 s, so a cap kept from then ends retries much sooner than
+/// `--action-retry-minutes`. Said once at start.
+fn warn_if_attempts_cut_retries(settings: &Settings) {
+    let Some(max) = settings.action_max_attempts else {
+        return;
+    };
+    let allowed: i64 = (1..max)
+        .map(|n| blazar_core::action_backoff(n).num_seconds())
+        .sum();
+    let span = settings.action_retry_for.as_secs();
+    if u64::try_from(allowed).is_ok_and(|a| a < span) {
+        tracing::warn!(
+            action_attempts = max,
+            retries_for_s = allowed,
+            action_retry_minutes = span / 60,
+            "--action-attempts ends an action's retries before --action-retry-minutes does \
+             (pauses grow to 30 s); leave it unset to retry for the whole span"
+        );
     }
 }
 
