@@ -129,6 +129,12 @@ async fn move_host(
     Ok(true)
 }
 
+/// Whether Nova lists a compute service for `host`, by `services` (`None`: the list could
+/// not be read, and every host counts as listed).
+fn listed(services: Option<&BTreeSet<String>>, host: &str) -> bool {
+    services.is_none_or(|s| s.contains(host))
+}
+
 /// What a repair of `hosts` (service names; of `lease_id`'s reservation, if given) changes,
 /// to hold it against the action workers. A host no longer enrolled has no actions.
 pub(crate) fn host_item<'a>(
@@ -885,16 +891,19 @@ impl OpenStackBackend {
     ) -> Result<(), Error> {
         let nova = self.cloud.nova(None);
         let aggregates = nova.aggregates().await?;
-        // A host whose compute service Nova no longer has is put into no aggregate (the
-        // monitor takes it out of service): Nova records such an add and then fails it,
-        // and the host stays a member no call can take out (see
-        // `Service::reconcile_on_word`).
-        let in_nova: BTreeSet<String> = nova
-            .compute_services()
-            .await?
-            .into_iter()
-            .map(|s| s.host)
-            .collect();
+        // A host whose compute service Nova no longer has (or is deleting) is put into no
+        // aggregate and taken out of none: the monitor takes it out of service, and a host
+        // added while Nova deletes its service stays a member no call can take out (see
+        // `Service::reconcile_on_word`). Unread, every host counts as listed.
+        let services = match nova.compute_services().await {
+            Ok(list) => Some(list.into_iter().map(|s| s.host).collect::<BTreeSet<_>>()),
+            Err(e) => {
+                pass.failed
+                    .push(format!("compute services could not be listed: nova: {e}"));
+                None
+            }
+        };
+        let in_nova = services.as_ref();
         let freepool = match aggregates.iter().find(|a| a.name == self.settings.freepool) {
             Some(f) => Some(f.clone()),
             None => {
@@ -937,7 +946,7 @@ impl OpenStackBackend {
                 &aggregates,
                 freepool,
                 desired,
-                &in_nova,
+                in_nova,
                 r,
                 pending,
                 false,
@@ -965,7 +974,7 @@ impl OpenStackBackend {
                 &aggregates,
                 freepool,
                 desired,
-                &in_nova,
+                in_nova,
                 r,
                 pending,
                 true,
@@ -988,7 +997,7 @@ impl OpenStackBackend {
                 // servers in, BlazarFilter passing it: into the owner's aggregate, or,
                 // with none, back to the freepool (below) rather than open to all.
                 match (pooled, own) {
-                    (false, Some(_)) if !in_nova.contains(host) => {
+                    (false, Some(_)) if !listed(in_nova, host) => {
                         pass.leave(format!(
                             "host {host} of reservation {} has no compute service in Nova: \
                              left out of its aggregate",
@@ -1086,6 +1095,14 @@ impl OpenStackBackend {
                     .and_then(|v| v.as_str())
                     .filter(|_| ours);
                 for host in taken {
+                    if !listed(in_nova, host) {
+                        pass.leave(format!(
+                            "host {host} of aggregate {} has no compute service in Nova: left",
+                            aggregate.name
+                        ));
+                        emptied = false;
+                        continue;
+                    }
                     if let Some(owner) = owner
                         && !pass.done(
                             &line,
@@ -1099,9 +1116,7 @@ impl OpenStackBackend {
                     // Into the freepool first: out of both, it would be open to all (a
                     // freepool with a zone of its own takes it only once it is out).
                     let pool = freepool.as_ref().filter(|_| {
-                        desired.host_ids.contains_key(host)
-                            && !reserved.contains(host.as_str())
-                            && in_nova.contains(host)
+                        desired.host_ids.contains_key(host) && !reserved.contains(host.as_str())
                     });
                     let zoned = pool.is_some_and(|f| f.availability_zone.is_some());
                     if let Some(f) = pool
@@ -1142,7 +1157,7 @@ impl OpenStackBackend {
             {
                 continue;
             }
-            if !in_nova.contains(host) {
+            if !listed(in_nova, host) {
                 pass.leave(format!(
                     "host {host} has no compute service in Nova: left out of {}",
                     self.settings.freepool
@@ -1172,7 +1187,7 @@ impl OpenStackBackend {
         aggregates: &[Aggregate],
         freepool: Option<&Aggregate>,
         desired: &DesiredState,
-        in_nova: &BTreeSet<String>,
+        in_nova: Option<&BTreeSet<String>>,
         r: &HeldHosts,
         pending: bool,
         apply: bool,
@@ -1210,7 +1225,7 @@ impl OpenStackBackend {
             }
         }
         for host in r.hosts.iter().filter(|h| !aggregate.hosts.contains(h)) {
-            if !in_nova.contains(host) {
+            if !listed(in_nova, host) {
                 pass.leave(format!(
                     "host {host} of reservation {} has no compute service in Nova: left out \
                      of its aggregate",

@@ -262,8 +262,6 @@ impl Placement<'_> {
             .await
     }
 
-    /// Names of the providers that Placement counts as members of aggregate `uuid`
-    /// (its copy of Nova's host aggregates, which Nova writes as hosts are added).
     /// Every resource provider (one call: Placement does not page this list).
     pub async fn providers(&self) -> Result<Vec<Provider>> {
         let found = self.api.get("/resource_providers").await?;
@@ -272,6 +270,8 @@ impl Placement<'_> {
             .collect())
     }
 
+    /// Names of the providers that Placement counts as members of aggregate `uuid`
+    /// (its copy of Nova's host aggregates, which Nova writes as hosts are added).
     pub async fn providers_in_aggregate(&self, uuid: &str) -> Result<Vec<Provider>> {
         let found = self
             .api

@@ -648,9 +648,10 @@ impl Service {
     ///
     /// The pass waits a moment first: what Nova reports may be one step of a longer
     /// operation of its own. Deleting a compute service takes its host out of every
-    /// aggregate, then deletes its compute nodes; a host put back in between stays a member
-    /// Nova can no longer take out (its add records the host, then fails on the nodes), and
-    /// the aggregate can never be deleted.
+    /// aggregate before the service and its compute nodes go; a host put back in between
+    /// stays a member that Nova, once the service is gone, can no longer take out, and the
+    /// aggregate can never be deleted. (The wait narrows that window for the passes Nova's
+    /// word starts; the timed passes skip hosts Nova no longer lists.)
     async fn reconcile_on_word(
         &self,
         shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
