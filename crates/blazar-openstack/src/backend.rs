@@ -942,17 +942,20 @@ impl OpenStackBackend {
             // one an action changed since the pass read the database is left to the next.
             let mut look = Pass::default();
             let freepool = freepool.as_ref();
-            self.reconcile_reservation(
-                &aggregates,
-                freepool,
-                desired,
-                in_nova,
-                r,
-                pending,
-                false,
-                &mut look,
-            )
-            .await;
+            let check = async |apply: bool, pass: &mut Pass| {
+                self.reconcile_reservation(
+                    &aggregates,
+                    freepool,
+                    desired,
+                    in_nova,
+                    r,
+                    pending,
+                    apply,
+                    pass,
+                )
+                .await
+            };
+            check(false, &mut look).await;
             if !apply || !look.changes() {
                 pass.absorb(look);
                 continue;
@@ -970,17 +973,7 @@ impl OpenStackBackend {
             if !desired.hold(store, &item).await {
                 continue;
             }
-            self.reconcile_reservation(
-                &aggregates,
-                freepool,
-                desired,
-                in_nova,
-                r,
-                pending,
-                true,
-                pass,
-            )
-            .await;
+            check(true, pass).await;
             desired.release(store).await;
         }
         // Reservations whose start or change failed for good keep their hosts and aggregate
