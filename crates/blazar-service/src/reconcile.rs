@@ -169,6 +169,17 @@ impl ReconcileReport {
     }
 }
 
+/// Sleeps for `pause` unless `shutdown` comes first; false when it did.
+async fn sleep_unless(
+    pause: std::time::Duration,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(pause) => true,
+        () = shutdown.as_mut() => false,
+    }
+}
+
 /// How long a repairing pass may run. Passes read the whole cloud, but at a few seconds
 /// even for thousands of hosts; one that runs this long is stuck on the cloud.
 const PASS_LIMIT: std::time::Duration = std::time::Duration::from_secs(15 * 60);
@@ -658,9 +669,8 @@ impl Service {
     ) -> bool {
         const SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
         const PAUSE: std::time::Duration = std::time::Duration::from_secs(5);
-        tokio::select! {
-            () = tokio::time::sleep(SETTLE) => {}
-            () = shutdown.as_mut() => return false,
+        if !sleep_unless(SETTLE, shutdown).await {
+            return false;
         }
         for _ in 0..12 {
             match self.reconcile(true).await {
@@ -674,15 +684,11 @@ impl Service {
                     break;
                 }
             }
-            tokio::select! {
-                () = tokio::time::sleep(PAUSE) => {}
-                () = shutdown.as_mut() => return false,
+            if !sleep_unless(PAUSE, shutdown).await {
+                return false;
             }
         }
-        tokio::select! {
-            () = tokio::time::sleep(PAUSE) => true,
-            () = shutdown.as_mut() => false,
-        }
+        sleep_unless(PAUSE, shutdown).await
     }
 
     fn log_pass(r: &ReconcileReport) {
