@@ -129,6 +129,22 @@ async fn move_host(
     Ok(true)
 }
 
+/// The reconciler's add of `host` to `aggregate`. Nova, deleting a compute service, takes
+/// its host out of every aggregate and then keeps for good any membership added before the
+/// service is gone; the pass's list of services may be seconds old by now (evictions wait
+/// on servers), so Nova is asked again right before the add.
+async fn repair_add(nova: &Nova<'_>, aggregate: &Aggregate, host: &str) -> Result<(), Error> {
+    if aggregate.hosts.iter().any(|h| h == host) {
+        return Ok(());
+    }
+    if !nova.has_compute_service(host).await? {
+        return Err(Error::Refused(format!(
+            "Nova no longer has a compute service for host {host}: not added"
+        )));
+    }
+    nova.add_host(aggregate, host).await
+}
+
 /// Whether Nova lists a compute service for `host`, by `services` (`None`: the list could
 /// not be read, and every host counts as listed).
 fn listed(services: Option<&BTreeSet<String>>, host: &str) -> bool {
@@ -996,6 +1012,9 @@ impl OpenStackBackend {
                              left out of its aggregate",
                             r.reservation_id
                         ));
+                        // Still its reservation's: not listed again as missing from the
+                        // freepool.
+                        reserved.insert(host.as_str());
                         continue;
                     }
                     (false, Some(aggregate)) => {
@@ -1012,7 +1031,7 @@ impl OpenStackBackend {
                                 .evict_from_host(host, |p| p != owner, EVICTION_WAIT)
                                 .await;
                             if pass.done(&line, evicted) {
-                                pass.done(&line, nova.add_host(aggregate, host).await);
+                                pass.done(&line, repair_add(&nova, aggregate, host).await);
                             }
                             desired.release(store).await;
                         }
@@ -1115,7 +1134,7 @@ impl OpenStackBackend {
                     if let Some(f) = pool
                         && !zoned
                     {
-                        if !pass.done(&line, nova.add_host(f, host).await) {
+                        if !pass.done(&line, repair_add(&nova, f, host).await) {
                             emptied = false;
                             continue;
                         }
@@ -1126,7 +1145,7 @@ impl OpenStackBackend {
                     if removed
                         && zoned
                         && let Some(f) = pool
-                        && pass.done(&line, nova.add_host(f, host).await)
+                        && pass.done(&line, repair_add(&nova, f, host).await)
                     {
                         put_back.insert(host.as_str());
                     }
@@ -1165,7 +1184,7 @@ impl OpenStackBackend {
                 && let Some(f) = &freepool
                 && desired.hold(store, &host_item(desired, None, [host])).await
             {
-                pass.done(&line, nova.add_host(f, host).await);
+                pass.done(&line, repair_add(&nova, f, host).await);
                 desired.release(store).await;
             }
         }
@@ -1263,7 +1282,7 @@ impl OpenStackBackend {
                 if !freed {
                     continue;
                 }
-                if pass.done(&line, nova.add_host(&aggregate, host).await)
+                if pass.done(&line, repair_add(nova, &aggregate, host).await)
                     && zoned.is_none()
                     && let Some(f) = freepool
                 {

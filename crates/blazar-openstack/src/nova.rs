@@ -217,6 +217,18 @@ impl<'a> Nova<'a> {
             .collect())
     }
 
+    /// Whether Nova has a compute service for `host` right now (one call, filtered by Nova).
+    pub async fn has_compute_service(&self, host: &str) -> Result<bool> {
+        let found = self
+            .api
+            .get(&format!(
+                "/os-services?binary=nova-compute&host={}",
+                crate::placement::urlencode(host)
+            ))
+            .await?;
+        Ok(items(&found, "services").any(|s| s["host"].as_str() == Some(host)))
+    }
+
     pub async fn aggregates(&self) -> Result<Vec<Aggregate>> {
         let all = self.api.get("/os-aggregates").await?;
         Ok(items(&all, "aggregates").map(aggregate_from).collect())

@@ -563,8 +563,11 @@ async fn a_failed_start_leaves_the_host_in_the_freepool_and_one_in_no_pool_goes_
         .spawn()
         .await;
     let ids = enrol(&app, &["compute-1"]).await;
+    // With a host whose compute service Nova deleted since it was enrolled: stranded with
+    // the lease, it is listed as left once, not also as missing from the freepool.
+    enrol_gone_host(&app).await;
     let r = app
-        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 1, 1, "")
+        .host_lease("l", "2030-01-01 10:00", "2030-01-01 12:00", 2, 2, "")
         .await;
     let (lease_id, rid) = lease_ids(&r);
     // Another availability zone holds the host: Nova refuses it the reservation's.
@@ -585,6 +588,12 @@ async fn a_failed_start_leaves_the_host_in_the_freepool_and_one_in_no_pool_goes_
         !report["repairs"].to_string().contains("compute-1"),
         "{report}"
     );
+    let gone = report_lines(&report, "repairs")
+        .into_iter()
+        .filter(|l| l.contains("compute-gone"))
+        .count();
+    assert_eq!(gone, 1, "{report}");
+    assert_eq!(report["failed"], json!([]), "{report}");
 
     // The operator takes the host out of the other zone, and out of the freepool by
     // mistake: in no pool, the reconciler hands it to the lease the database still grants
@@ -1231,7 +1240,26 @@ async fn the_reconciler_puts_a_host_nova_no_longer_has_into_no_aggregate() {
     let backend = OpenStackBackend::new(env.service(), OpenStackSettings::default());
     let app = TestApp::spawn_backend(Arc::new(backend)).await;
     enrol(&app, &["compute-1"]).await;
-    // Enrolled while Nova had it; its compute service deleted since.
+    enrol_gone_host(&app).await;
+    assert!(nova.has_compute_service("compute-1").await.unwrap());
+    assert!(!nova.has_compute_service("compute-gone").await.unwrap());
+    let left = "host compute-gone has no compute service in Nova: left out of freepool";
+    for dry_run in [true, false] {
+        let report = reconcile_report(&app, dry_run).await;
+        assert_eq!(report_lines(&report, "repairs"), vec![left], "{report}");
+        assert_eq!(
+            report_lines(&report, "failed"),
+            Vec::<String>::new(),
+            "{report}"
+        );
+    }
+    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
+    assert_eq!(freepool.hosts, vec!["compute-1".to_string()]);
+}
+
+/// Enrols `compute-gone` in the database only: a host enrolled while Nova had it, its
+/// compute service deleted since.
+async fn enrol_gone_host(app: &TestApp) {
     let mut tx = app.service.store().write().await.unwrap();
     tx.insert_host(&blazar_db::NewHost {
         facts: blazar_core::HostFacts {
@@ -1252,18 +1280,6 @@ async fn the_reconciler_puts_a_host_nova_no_longer_has_into_no_aggregate() {
     .await
     .unwrap();
     tx.commit().await.unwrap();
-    let left = "host compute-gone has no compute service in Nova: left out of freepool";
-    for dry_run in [true, false] {
-        let report = reconcile_report(&app, dry_run).await;
-        assert_eq!(report_lines(&report, "repairs"), vec![left], "{report}");
-        assert_eq!(
-            report_lines(&report, "failed"),
-            Vec::<String>::new(),
-            "{report}"
-        );
-    }
-    let freepool = nova.find_aggregate("freepool").await.unwrap().unwrap();
-    assert_eq!(freepool.hosts, vec!["compute-1".to_string()]);
 }
 
 /// Puts compute node `node`'s provider into Placement's copy of aggregate `uuid` or takes
