@@ -23,7 +23,7 @@ pub use records::{
     ResourceRecord, SequencedNotification, Webhook, WebhookDelivery,
 };
 pub use request::{ReservationChange, ReservationRequest};
-pub use reservation::{ReservationSpec, SpecError};
+pub use reservation::{MadeIds, ReservationSpec, SpecError};
 pub use status::{
     ACTION_LOST_ATTEMPTS, ActionKind, ActionPurpose, ActionStatus, EventStatus, EventType,
     LeaseStatus, ReservationStatus, action_backoff,

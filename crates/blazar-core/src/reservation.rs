@@ -271,6 +271,23 @@ pub struct InstanceIds {
     pub flavor_id: String,
     /// The server group's id (Nova's, once made); `None` without an affinity rule.
     pub server_group_id: Option<String>,
+    /// The id of its aggregate in Nova, Blazar's `aggregate_id`: `None` until the cloud
+    /// made it (never, with a backend that makes none).
+    pub aggregate_id: Option<i64>,
+}
+
+/// The ids the cloud gave an instance reservation's pieces when it made them, which the
+/// reservation shows from then on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MadeIds {
+    pub server_group_id: Option<String>,
+    pub aggregate_id: Option<i64>,
+}
+
+impl MadeIds {
+    pub fn is_empty(&self) -> bool {
+        self.server_group_id.is_none() && self.aggregate_id.is_none()
+    }
 }
 
 /// `virtual:instance`: `amount` instances of one size.
@@ -604,6 +621,7 @@ fn stored_ids(map: &Map<String, Value>) -> Option<InstanceIds> {
             .get("server_group_id")
             .and_then(Value::as_str)
             .map(str::to_string),
+        aggregate_id: map.get("aggregate_id").and_then(Value::as_i64),
     })
 }
 
@@ -932,26 +950,37 @@ impl ReservationSpec {
                 .and_then(|i| i.server_group_id.clone())
                 .unwrap_or_else(new_group)
         });
+        let aggregate_id = ids.as_ref().and_then(|i| i.aggregate_id);
         *ids = Some(InstanceIds {
             flavor_id: reservation_id.to_string(),
             server_group_id: group,
+            aggregate_id,
         });
     }
 
-    /// Sets the server group id the cloud gave; returns whether it changed.
-    pub fn set_server_group(&mut self, id: &str) -> bool {
+    /// Takes the ids the cloud gave what it made (those it says); returns whether any
+    /// changed.
+    pub fn set_made(&mut self, made: &MadeIds) -> bool {
         let ids = match self {
             ReservationSpec::Instance(i) => i.ids.as_mut(),
             ReservationSpec::FlavorInstance(f) => f.ids.as_mut(),
             _ => None,
         };
-        match ids {
-            Some(ids) if ids.server_group_id.as_deref() != Some(id) => {
-                ids.server_group_id = Some(id.to_string());
-                true
-            }
-            _ => false,
+        let Some(ids) = ids else {
+            return false;
+        };
+        let mut changed = false;
+        if let Some(group) = &made.server_group_id
+            && ids.server_group_id.as_ref() != Some(group)
+        {
+            ids.server_group_id = Some(group.clone());
+            changed = true;
         }
+        if made.aggregate_id.is_some() && ids.aggregate_id != made.aggregate_id {
+            ids.aggregate_id = made.aggregate_id;
+            changed = true;
+        }
+        changed
     }
 
     /// The fields a reservation of this spec shows (and stores), in Blazar's order.
@@ -1044,9 +1073,11 @@ fn instance_fields(
     put("resource_properties", resource_properties.into());
     if let Some(ids) = ids {
         put("flavor_id", ids.flavor_id.as_str().into());
-        // Blazar shows the aggregate of an instance reservation; blazar-rs names it by the
-        // reservation id instead of a number, so there is none to show. (Blazar's order.)
-        put("aggregate_id", Value::Null);
+        // Null until the cloud made it (Blazar's order).
+        put(
+            "aggregate_id",
+            ids.aggregate_id.map_or(Value::Null, Value::from),
+        );
         // Empty: the cloud is to make the group and has not said its id yet.
         put(
             "server_group_id",
@@ -1288,7 +1319,7 @@ mod tests {
     }
 
     #[test]
-    fn a_server_group_the_cloud_has_not_made_yet_shows_as_null() {
+    fn ids_the_cloud_has_not_made_yet_show_as_null() {
         let mut instance = parse(
             VIRTUAL_INSTANCE,
             json!({"vcpus": 1, "memory_mb": 512, "disk_gb": 1, "amount": 1, "affinity": true}),
@@ -1296,8 +1327,27 @@ mod tests {
         .unwrap();
         instance.assign_ids("r9", String::new);
         assert_eq!(instance.fields()["server_group_id"], Value::Null);
-        assert!(instance.set_server_group("made-by-nova"));
+        assert_eq!(instance.fields()["aggregate_id"], Value::Null);
+        let made = MadeIds {
+            server_group_id: Some("made-by-nova".into()),
+            aggregate_id: Some(7),
+        };
+        assert!(instance.set_made(&made));
+        assert!(!instance.set_made(&made));
         assert_eq!(instance.fields()["server_group_id"], json!("made-by-nova"));
+        assert_eq!(instance.fields()["aggregate_id"], json!(7));
+        // An action that made only the aggregate again leaves the group as it was.
+        assert!(instance.set_made(&MadeIds {
+            server_group_id: None,
+            aggregate_id: Some(8),
+        }));
+        assert_eq!(instance.fields()["server_group_id"], json!("made-by-nova"));
+        // Both survive storing, and an update (which assigns the ids again).
+        let stored = ReservationSpec::from_stored(VIRTUAL_INSTANCE, &instance.fields()).unwrap();
+        assert_eq!(stored.fields()["aggregate_id"], json!(8));
+        let mut updated = stored.clone();
+        updated.assign_ids("r9", || unreachable!("the group is kept"));
+        assert_eq!(updated, stored);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use blazar_core::{
-    ActionKind, ActionPurpose, HostFacts, LeaseStatus, PHYSICAL_HOST, ReservationStatus,
+    ActionKind, ActionPurpose, HostFacts, LeaseStatus, MadeIds, PHYSICAL_HOST, ReservationStatus,
 };
 use blazar_db::{RepairItem, Store};
 use std::collections::BTreeSet;
@@ -189,8 +189,8 @@ fn granted(desired: &DesiredState, host: &str) -> bool {
 pub(crate) struct Pass {
     pub(crate) repairs: Vec<String>,
     pub(crate) failed: Vec<String>,
-    /// (reservation id, server group id) of the affinity groups made again.
-    pub(crate) server_groups: Vec<(String, String)>,
+    /// (reservation id, ids) of what repairs made again for instance reservations.
+    pub(crate) made: Vec<(String, MadeIds)>,
     /// (kind, resource id) of reserved resources another project holds in the cloud.
     pub(crate) held_outside: Vec<(String, i64)>,
     /// The lines of `repairs` that are differences left as they are on purpose (nothing
@@ -215,7 +215,7 @@ impl Pass {
         self.left.extend(other.left);
         self.repairs.extend(other.repairs);
         self.failed.extend(other.failed);
-        self.server_groups.extend(other.server_groups);
+        self.made.extend(other.made);
         self.held_outside.extend(other.held_outside);
     }
 
@@ -713,7 +713,7 @@ impl Backend for OpenStackBackend {
             applied: apply,
             repairs: pass.repairs,
             failed: pass.failed,
-            server_groups: pass.server_groups,
+            made: pass.made,
             held_outside: pass.held_outside,
             left: pass.left,
         })

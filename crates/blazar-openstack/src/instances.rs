@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use blazar_core::reservation::{Affinity, FlavorChoice, FlavorInstanceSpec};
-use blazar_core::{ActionKind, ActionPurpose, PHYSICAL_HOST, ReservationSpec};
+use blazar_core::{ActionKind, ActionPurpose, MadeIds, PHYSICAL_HOST, ReservationSpec};
 use blazar_db::Store;
 use blazar_service::{Action, ActionError, ActionOutput};
 use serde_json::{Map, Value, json};
@@ -112,29 +112,30 @@ impl OpenStackBackend {
     }
 
     /// Carries out an action of an instance reservation. Making it ready (`prepare`, and
-    /// `start`, which makes sure of it) answers the id Nova gave its server group, which the
-    /// reservation shows as `server_group_id` (users pass it as the `group` hint).
+    /// `start`, which makes sure of it) answers the ids Nova gave its server group and its
+    /// aggregate, which the reservation shows as `server_group_id` (users pass it as the
+    /// `group` hint) and `aggregate_id`.
     pub(crate) async fn instances(
         &self,
         store: &Store,
         action: &Action,
     ) -> Result<ActionOutput, ActionError> {
-        let group = match (action.kind, action.purpose) {
+        let made = match (action.kind, action.purpose) {
             (ActionKind::Prepare, _) => self.prepare_instances(action).await,
             (ActionKind::Release, _) => self
                 .teardown_instances(action, &[], self.settings().server_delete_timeout)
                 .await
-                .map(|()| None),
+                .map(|()| MadeIds::default()),
             (ActionKind::Start, _) => {
-                let group = self.prepare_instances(action).await.map_err(action_error)?;
+                let made = self.prepare_instances(action).await.map_err(action_error)?;
                 let slots = self.slots(store, action).await?;
-                self.start_instances(action, &slots).await.map(|()| group)
+                self.start_instances(action, &slots).await.map(|()| made)
             }
             (ActionKind::Stop, ActionPurpose::LeaseEnd | ActionPurpose::Delete) => {
                 let hosts = self.hosts_of(store, &action.resources).await?;
                 self.teardown_instances(action, &hosts, self.settings().server_delete_timeout)
                     .await
-                    .map(|()| None)
+                    .map(|()| MadeIds::default())
             }
             (ActionKind::Stop, _) => {
                 // A host taken out (healing): the others keep their slots.
@@ -142,13 +143,15 @@ impl OpenStackBackend {
                 for host in self.hosts_of(store, &action.resources).await? {
                     slots.entry(host).or_insert(0);
                 }
-                self.start_instances(action, &slots).await.map(|()| None)
+                self.start_instances(action, &slots)
+                    .await
+                    .map(|()| MadeIds::default())
             }
-            _ => Ok(None),
+            _ => Ok(MadeIds::default()),
         }
         .map_err(action_error)?;
         Ok(ActionOutput {
-            server_group_id: group,
+            made,
             ..ActionOutput::default()
         })
     }
@@ -202,8 +205,8 @@ impl OpenStackBackend {
     }
 
     /// What exists from reservation time on: group, flavor, aggregate, resource class.
-    /// Returns the server group's id, when the reservation has one.
-    async fn prepare_instances(&self, action: &Action) -> Result<Option<String>, Error> {
+    /// Returns the ids of the aggregate and of the server group, when it has one.
+    async fn prepare_instances(&self, action: &Action) -> Result<MadeIds, Error> {
         let nova = self.cloud().nova(action.request_id.as_deref());
         let id = &action.reservation_id;
         let mut group_id = None;
@@ -231,7 +234,10 @@ impl OpenStackBackend {
             .placement(action.request_id.as_deref())
             .ensure_resource_class(&class)
             .await?;
-        Ok(group_id)
+        Ok(MadeIds {
+            server_group_id: group_id,
+            aggregate_id: Some(aggregate.id),
+        })
     }
 
     /// The metadata of an instance reservation's aggregate, and nothing else (a stray

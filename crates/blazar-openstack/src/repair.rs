@@ -113,9 +113,8 @@ impl OpenStackBackend {
             desired.release(store).await;
             match made {
                 Ok(output) => {
-                    if let Some(group) = output.server_group_id {
-                        pass.server_groups
-                            .push((action.reservation_id.clone(), group));
+                    if !output.made.is_empty() {
+                        pass.made.push((action.reservation_id.clone(), output.made));
                     }
                     // Not made: another project holds it. The service takes it out of
                     // service and heals the reservation.

@@ -12,7 +12,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 
-use blazar_core::ReservationSpec;
 use blazar_core::lease::event_status;
 use blazar_core::{
     ACTION_LOST_ATTEMPTS, ActionKind, ActionPurpose, EventStatus, EventType, LeaseStatus,
@@ -20,6 +19,7 @@ use blazar_core::{
 };
 use blazar_core::{ActionIntent, ActionRecord};
 use blazar_core::{Allocation, Lease, LeaseView, Reservation};
+use blazar_core::{MadeIds, ReservationSpec};
 use blazar_db::{ActionOutcome, NewAction, Tx};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -96,12 +96,16 @@ impl Finished<'_> {
         )
     }
 
-    /// The server group a done action made for its reservation, if any.
-    fn server_group(&self) -> Option<&str> {
-        if self.failure.is_some() || self.attempt.row.intent.reservation_id.is_empty() {
+    /// The ids of what a done action made for its reservation, if any.
+    fn made(&self) -> Option<&MadeIds> {
+        let made = &self.attempt.output.made;
+        if self.failure.is_some()
+            || self.attempt.row.intent.reservation_id.is_empty()
+            || made.is_empty()
+        {
             return None;
         }
-        self.attempt.output.server_group_id.as_deref()
+        Some(made)
     }
 }
 
@@ -877,7 +881,7 @@ impl Service {
     async fn settle_finished(&self, tx: &mut Tx, finished: &[Finished<'_>]) -> ServiceResult<bool> {
         let mut by_lease: BTreeMap<&str, Vec<&Finished>> = BTreeMap::new();
         for f in finished {
-            if f.moves_statuses() || f.server_group().is_some() {
+            if f.moves_statuses() || f.made().is_some() {
                 by_lease
                     .entry(&f.attempt.row.intent.lease_id)
                     .or_default()
@@ -927,8 +931,8 @@ impl Service {
                 .reservations
                 .iter()
                 .position(|r| r.id == row.intent.reservation_id);
-            if let (Some(group), Some(i)) = (f.server_group(), index)
-                && view.reservations[i].spec.set_server_group(group)
+            if let (Some(made), Some(i)) = (f.made(), index)
+                && view.reservations[i].spec.set_made(made)
             {
                 view.reservations[i].updated_at = Some(f.attempt.at);
                 changed[i] = true;

@@ -8,7 +8,7 @@
 
 use async_trait::async_trait;
 use blazar_core::Handover;
-use blazar_core::{ActionKind, ActionPurpose, HostFacts, ReservationSpec};
+use blazar_core::{ActionKind, ActionPurpose, HostFacts, MadeIds, ReservationSpec};
 use blazar_db::Store;
 use chrono::{DateTime, Utc};
 
@@ -118,8 +118,8 @@ impl From<InventoryError> for crate::ServiceError {
 /// records the action done, so they are never seen without it, nor it without them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ActionOutput {
-    /// The id Nova gave the instance reservation's server group.
-    pub server_group_id: Option<String>,
+    /// The ids Nova gave the instance reservation's server group and aggregate.
+    pub made: MadeIds,
     pub handovers: Vec<HandoverChange>,
     /// Resources of a start that something outside blazar-rs holds in the cloud (another
     /// project's floating IP on a reserved address): not handed over, the rest were. The

@@ -402,8 +402,8 @@ fn update_values(
     }
 }
 
-/// How long a lease create waits for the cloud to make its instance reservations' server
-/// groups (as host enrolment waits for the freepool).
+/// How long a lease create waits for the cloud to make what its instance reservations need
+/// (aggregate, flavor, server group; as host enrolment waits for the freepool).
 const PREPARE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A lease create that passed validation: everything its transaction needs.
@@ -699,7 +699,7 @@ impl Service {
             }
             Err(e) => return Err(Lost::Other(e)),
         };
-        Ok(self.with_groups_made(identity, view).await?)
+        Ok(self.with_pieces_made(identity, view).await?)
     }
 
     /// What [`Self::create_lease`] would answer, the same 201 or refusal, and what it would
@@ -926,11 +926,12 @@ impl Service {
         })
     }
 
-    /// Blazar answers a lease create once the server groups of its instance reservations
-    /// exist, with the ids Nova gave them (users pass one as the `group` hint). Where the
-    /// backend makes them, the create waits for those `prepare` actions, at most
-    /// [`PREPARE_WAIT`]; after that the ids appear when the actions are done.
-    async fn with_groups_made(
+    /// Blazar answers a lease create once what its instance reservations need in Nova
+    /// exists, with the ids Nova gave it (`aggregate_id`, and `server_group_id`, which
+    /// users pass as the `group` hint). Where the backend makes them, the create waits for
+    /// those `prepare` actions, at most [`PREPARE_WAIT`]; after that the ids appear when
+    /// the actions are done.
+    async fn with_pieces_made(
         &self,
         identity: &Identity,
         view: LeaseView,
@@ -938,17 +939,13 @@ impl Service {
         if !self.backend.prepares_reservations() {
             return Ok(view);
         }
-        let grouped: HashSet<&str> = view
+        let prepared: HashSet<&str> = view
             .reservations
             .iter()
-            .filter(|r| {
-                r.spec
-                    .instance_ids()
-                    .is_some_and(|ids| ids.server_group_id.is_some())
-            })
+            .filter(|r| r.spec.instance_ids().is_some())
             .map(|r| r.id.as_str())
             .collect();
-        if grouped.is_empty() {
+        if prepared.is_empty() {
             return Ok(view);
         }
         let lease_id = view.lease.id.clone();
@@ -957,7 +954,7 @@ impl Service {
         })?;
         for action in actions.iter().filter(|a| {
             a.intent.kind == ActionKind::Prepare
-                && grouped.contains(a.intent.reservation_id.as_str())
+                && prepared.contains(a.intent.reservation_id.as_str())
                 && a.status.is_open()
         }) {
             self.see_through(action.seq, PREPARE_WAIT).await?;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 
-use blazar_core::{ActionFilter, ActionStatus, LeaseFilter};
+use blazar_core::{ActionFilter, ActionStatus, LeaseFilter, MadeIds};
 use blazar_core::{ActionKind, ActionPurpose, LeaseStatus, PHYSICAL_HOST, ReservationStatus};
 use blazar_db::{ActionsSeen, RECONCILE_TASK, RepairItem, Store, TaskTerm};
 use chrono::{DateTime, Utc};
@@ -146,11 +146,11 @@ pub struct ReconcileReport {
     /// error. The pass goes on past them: one broken piece does not keep the rest from
     /// being repaired, and the next pass tries again.
     pub failed: Vec<String>,
-    /// (reservation id, server group id) of each affinity group the pass made again: the
-    /// reservation is told its new group (users boot with it as their hint), as an action
-    /// that made one tells it.
+    /// (reservation id, ids) of what the pass made again for instance reservations (an
+    /// affinity group, an aggregate): the reservation is told their new ids (users boot
+    /// with the group as their hint), as an action that made them tells it.
     #[serde(skip)]
-    pub server_groups: Vec<(String, String)>,
+    pub made: Vec<(String, MadeIds)>,
     /// (kind, resource id) of reserved resources a repair could not make again because
     /// another project holds them in the cloud: taken out of service and healed, as the
     /// monitor does.
@@ -555,25 +555,25 @@ impl Service {
         for line in &report.failed {
             tracing::warn!(failure = %line, "reconciler could not repair drift");
         }
-        if !report.server_groups.is_empty() {
+        if !report.made.is_empty() {
             let now = self.now();
             in_tx!(self, write, |tx| {
                 // Their leases are locked in id order, as every transaction that locks more
                 // than one lease takes them.
-                let mut groups = Vec::with_capacity(report.server_groups.len());
-                for (reservation_id, group) in &report.server_groups {
+                let mut made = Vec::with_capacity(report.made.len());
+                for (reservation_id, ids) in &report.made {
                     if let Some(reservation) = tx.get_reservation(reservation_id).await? {
-                        groups.push((reservation.lease_id, reservation_id, group));
+                        made.push((reservation.lease_id, reservation_id, ids));
                     }
                 }
-                groups.sort();
-                for (lease_id, reservation_id, group) in groups {
+                made.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+                for (lease_id, reservation_id, ids) in made {
                     // Under its lease's lock, read again: an update may have just moved it.
                     tx.lock_lease(&lease_id).await?;
                     let Some(mut reservation) = tx.get_reservation(reservation_id).await? else {
                         continue;
                     };
-                    if reservation.spec.set_server_group(group) {
+                    if reservation.spec.set_made(ids) {
                         reservation.updated_at = Some(now);
                         tx.update_reservation(&reservation).await?;
                     }

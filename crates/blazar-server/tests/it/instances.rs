@@ -76,6 +76,8 @@ async fn instance_capacity_is_counted_exactly_over_time() {
     );
     assert_eq!(res["affinity"], json!(null));
     assert_eq!(res["server_group_id"], json!(null));
+    // The standalone backend makes no aggregate: none to show.
+    assert_eq!(res["aggregate_id"], json!(null));
     // 2 vCPUs left in 10:00-12:00: one more instance fits, two do not.
     let two = app
         .post(

@@ -3100,9 +3100,16 @@ async fn instance_reservations_make_a_flavor_slots_and_a_group_for_the_project()
         .expect("alpha's server group");
     assert_eq!(group["policies"], json!(["anti-affinity"]));
     assert_eq!(specs["affinity_id"], group["id"]);
-    // The create answered with the id Nova gave the group (users pass it as a hint).
+    // The create answered with the ids Nova gave the group (users pass it as a hint) and
+    // the aggregate.
     assert_eq!(
         r.body["lease"]["reservations"][0]["server_group_id"], group["id"],
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        r.body["lease"]["reservations"][0]["aggregate_id"],
+        json!(aggregate.id),
         "{}",
         r.body
     );
@@ -3121,6 +3128,28 @@ async fn instance_reservations_make_a_flavor_slots_and_a_group_for_the_project()
     );
     let slots = class_slots(&admin, &class).await;
     assert!(slots.iter().all(|(_, n)| *n == 1), "{slots:?}");
+    // Its aggregate deleted by hand: the reconciler makes it again, with its hosts, and the
+    // reservation shows the new one's id.
+    let aggregate = nova.find_aggregate(&rid).await.unwrap().expect("aggregate");
+    for host in &aggregate.hosts {
+        nova.remove_host(&aggregate, host).await.unwrap();
+    }
+    nova.delete_aggregate(&aggregate).await.unwrap();
+    let report = reconcile_report(&app, false).await;
+    assert_eq!(report["failed"], json!([]), "{report}");
+    let remade = nova
+        .find_aggregate(&rid)
+        .await
+        .unwrap()
+        .expect("aggregate made again");
+    assert_ne!(remade.id, aggregate.id);
+    assert_eq!(remade.hosts.len(), 3, "{remade:?}");
+    let shown = app.get(&format!("/v1/leases/{lease_id}")).await.body;
+    assert_eq!(
+        shown["lease"]["reservations"][0]["aggregate_id"],
+        json!(remade.id),
+        "{shown}"
+    );
     // Alpha boots three servers with it: one per host; a fourth finds no slot.
     let mut servers = Vec::new();
     let mut hosts = BTreeSet::new();
