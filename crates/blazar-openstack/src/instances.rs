@@ -608,6 +608,13 @@ impl OpenStackBackend {
             tracing::info!(servers = holders.len(), reservation.id = %id,
                 "deleting servers that still hold units of an ended instance reservation");
             nova.clear_servers(&holders, left()).await?;
+            // Nova says they are gone, but frees their units in Placement only when
+            // Placement answers: a server deleted while it was down keeps them until
+            // nova-compute's next periodic task (a minute), and the inventory cannot go
+            // until then. Freed here, as `nova-manage placement audit --delete` would.
+            for consumer in &holders {
+                placement.delete_allocations(consumer).await?;
+            }
         }
         // Providers whose every unit was held show up now that the units are free.
         providers.extend(with_class().await?);

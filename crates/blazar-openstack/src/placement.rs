@@ -254,6 +254,13 @@ impl Placement<'_> {
             .collect())
     }
 
+    /// Removes every allocation of `consumer` (a server Nova has deleted); none is fine.
+    pub async fn delete_allocations(&self, consumer: &str) -> Result<()> {
+        self.api
+            .delete(&format!("/allocations/{}", urlencode(consumer)))
+            .await
+    }
+
     /// Removes the provider's inventory of `class`; absent is fine. Placement refuses (409)
     /// while servers still hold units of it.
     pub async fn delete_inventory(&self, uuid: &str, class: &str) -> Result<()> {

@@ -3559,6 +3559,70 @@ async fn reservation_flags(app: &TestApp, lease_id: &str) -> (bool, bool) {
     )
 }
 
+/// A unit of an instance reservation's class that Placement says a server holds, where
+/// Nova no longer has the server (deleted while Placement was down: Nova frees its
+/// allocations only once Placement answers, at nova-compute's next periodic task, and until
+/// then the class's inventory cannot go): the end frees it and finishes.
+#[tokio::test]
+async fn an_instance_end_frees_units_held_by_servers_nova_no_longer_has() {
+    let Some(env) = env() else { return };
+    let _one_at_a_time = CLOUD.lock().await;
+    let admin = env.admin();
+    reset_cloud(&admin).await;
+    let (mut app, host_ids) = instance_app(&env).await;
+    let (lease_id, rid, class) = start_instance_lease(
+        &mut app,
+        &env,
+        "stale-units",
+        json!({"resource_type": "virtual:instance", "amount": 1, "vcpus": 1,
+            "memory_mb": 64, "disk_gb": 1, "affinity": null, "resource_properties": ""}),
+        t(2030, 7, 1, 10, 0),
+    )
+    .await;
+    let placement = admin.placement(None);
+    let (host, _) = class_slots(&admin, &class)
+        .await
+        .into_iter()
+        .find(|(_, n)| *n > 0)
+        .expect("a host with the slot");
+    let provider = placement
+        .provider_by_name(&format!("blazar_{host}"))
+        .await
+        .unwrap()
+        .unwrap();
+    let gone = "0f0e0d0c-0b0a-4909-8807-060504030201";
+    let uuid = provider.uuid.clone();
+    placement_call(
+        &admin,
+        Method::PUT,
+        &format!("/allocations/{gone}"),
+        Some(
+            json!({"allocations": {uuid: {"resources": {class.clone(): 1}}},
+            "project_id": env.get("OS_ALPHA_PROJECT_ID"),
+            "user_id": "0f0e0d0c0b0a49098807060504030201",
+            "consumer_generation": null}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        placement
+            .consumers_of(&provider.uuid, &class)
+            .await
+            .unwrap(),
+        vec![gone.to_string()]
+    );
+    end_instance_lease(
+        &app,
+        &admin,
+        (&lease_id, &rid, &class),
+        t(2030, 7, 1, 12, 0),
+    )
+    .await;
+    let held = placement_call(&admin, Method::GET, &format!("/allocations/{gone}"), None).await;
+    assert_eq!(held["allocations"], json!({}), "{held}");
+    withdraw(&app, &admin, &host_ids).await;
+}
+
 /// An instance reservation in force whose host fails mid-lease, healed as Blazar's instance
 /// plugin heals it: the failed host's slot moves to a free host, which joins the
 /// reservation's aggregate with an inventory of its class; the failed host leaves the
