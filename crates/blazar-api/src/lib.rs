@@ -478,6 +478,9 @@ pub struct Action {
     pub resources: Value,
     pub status: String,
     pub attempts: i64,
+    /// Of `attempts`, those whose worker stopped or hung before reporting back (a process
+    /// killed mid-attempt): the action fails at the fifth.
+    pub lost_attempts: i64,
     /// When it was first tried: a transient failure is retried for
     /// `--action-retry-minutes` from there.
     pub first_tried_at: Option<String>,

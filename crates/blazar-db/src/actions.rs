@@ -94,6 +94,11 @@ pub enum ActionOutcome {
     Failed {
         error: String,
     },
+    /// Failed without being tried: its attempts were spent. The claim that found so is not
+    /// counted as an attempt.
+    GaveUp {
+        error: String,
+    },
 }
 
 /// The statement of a list of actions, newest first: from `actions_lease` for a lease,
@@ -310,19 +315,20 @@ impl Tx {
         outcome: &ActionOutcome,
         now: DateTime<Utc>,
     ) -> DbResult<bool> {
-        let (status, error, not_before) = match outcome {
-            ActionOutcome::Done => ("done", None, None),
+        let (status, error, not_before, untried) = match outcome {
+            ActionOutcome::Done => ("done", None, None, 0_i64),
             ActionOutcome::Retry { error, not_before } => {
-                ("pending", Some(error.clone()), Some(*not_before))
+                ("pending", Some(error.clone()), Some(*not_before), 0)
             }
-            ActionOutcome::Failed { error } => ("failed", Some(error.clone()), None),
+            ActionOutcome::Failed { error } => ("failed", Some(error.clone()), None, 0),
+            ActionOutcome::GaveUp { error } => ("failed", Some(error.clone()), None, 1),
         };
         let rows = self
             .fetch_rows(
                 "UPDATE actions SET status = $1, last_error = COALESCE($2, last_error), \
                  not_before = COALESCE($3, not_before), claimed_by = NULL, claimed_until = NULL, \
-                 updated_at = $4 WHERE seq = $5 AND status = 'running' AND claimed_by = $6 \
-                 RETURNING seq",
+                 updated_at = $4, attempts = attempts - $7 \
+                 WHERE seq = $5 AND status = 'running' AND claimed_by = $6 RETURNING seq",
                 vec![
                     status.into(),
                     Arg::Text(error),
@@ -330,6 +336,7 @@ impl Tx {
                     now.into(),
                     seq.into(),
                     worker.into(),
+                    untried.into(),
                 ],
             )
             .await?;

@@ -138,7 +138,7 @@ impl Attempt {
         match self.outcome {
             ActionOutcome::Done => report.done += 1,
             ActionOutcome::Retry { .. } => report.retried += 1,
-            ActionOutcome::Failed { .. } => report.failed += 1,
+            ActionOutcome::Failed { .. } | ActionOutcome::GaveUp { .. } => report.failed += 1,
         }
     }
 }
@@ -684,7 +684,7 @@ impl Service {
                 "action failed for good");
             return Attempt {
                 row,
-                outcome: ActionOutcome::Failed { error },
+                outcome: ActionOutcome::GaveUp { error },
                 output: ActionOutput::default(),
                 at: self.now(),
             };
@@ -743,7 +743,7 @@ impl Service {
                     lease.id = %row.intent.lease_id, attempts = row.attempts, error = %error,
                     retry_at = %not_before, "action failed; will retry");
             }
-            ActionOutcome::Failed { error } => {
+            ActionOutcome::Failed { error } | ActionOutcome::GaveUp { error } => {
                 tracing::error!(action.seq = row.seq, action.kind = %row.intent.kind,
                     lease.id = %row.intent.lease_id, attempts = row.attempts, error = %error,
                     "action failed for good");
@@ -838,10 +838,11 @@ impl Service {
                             failure: None,
                         });
                     }
-                    ActionOutcome::Failed { error } => finished.push(Finished {
-                        attempt,
-                        failure: Some(error),
-                    }),
+                    ActionOutcome::Failed { error } | ActionOutcome::GaveUp { error } => finished
+                        .push(Finished {
+                            attempt,
+                            failure: Some(error),
+                        }),
                 }
             }
             let before_end_due = self.settle_finished(tx, &finished).await?;

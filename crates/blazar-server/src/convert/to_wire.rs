@@ -297,6 +297,7 @@ pub fn action(row: &ActionRecord) -> Action {
         resources: payload["resources"].clone(),
         status: row.status.to_string(),
         attempts: row.attempts,
+        lost_attempts: row.lost_attempts,
         first_tried_at: row.first_tried_at.map(format_t),
         last_error: row.last_error.clone(),
         request_id: intent.request_id.clone(),

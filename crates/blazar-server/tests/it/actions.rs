@@ -620,6 +620,8 @@ async fn an_action_fails_after_five_attempts_that_did_not_report_back() {
         a["last_error"],
         "gave up after 5 attempts: the last did not report back (its worker stopped or hung)"
     );
+    assert_eq!(a["attempts"], 5, "{a}");
+    assert_eq!(a["lost_attempts"], 5, "{a}");
     assert_eq!(lease(&app, &lid).await["status"], "ERROR");
 }
 
