@@ -788,7 +788,14 @@ impl Service {
                 ),
             };
         }
-        let wait = action_backoff(u32::try_from(row.attempts).unwrap_or(u32::MAX));
+        let mut wait = action_backoff(u32::try_from(row.attempts).unwrap_or(u32::MAX));
+        // At the cap, actions that failed together (one hour's starts, caught by one
+        // outage) would all come back in the same second every 30 s, and hit the service
+        // that just returned at once: spread over the cap's last third.
+        if wait >= action_backoff(u32::MAX) {
+            let spread = getrandom::u64().map_or(0, |r| r % 11);
+            wait -= chrono::Duration::seconds(i64::try_from(spread).unwrap_or(0));
+        }
         ActionOutcome::Retry {
             error,
             not_before: now + wait,

@@ -397,6 +397,54 @@ async fn a_start_goes_on_within_30_s_of_the_cloud_coming_back() {
     assert_eq!(lease(&app, &lid).await["status"], "ACTIVE");
 }
 
+/// Actions that fail together keep failing together until their pauses reach the 30 s cap;
+/// from there each pause is 20 to 30 s, so they no longer come back in the same second.
+#[tokio::test]
+async fn retries_at_the_cap_are_spread_out() {
+    let backend = Arc::new(Scripted::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    let mut leases = Vec::new();
+    for i in 0..8 {
+        app.create_host(&format!("compute-{i}"), json!({})).await;
+        let r = app
+            .host_lease(
+                &format!("l{i}"),
+                "2030-01-01 10:00",
+                "2030-01-01 12:00",
+                1,
+                1,
+                "",
+            )
+            .await;
+        leases.push(id(&r.body));
+    }
+    for _ in 0..1_000 {
+        backend.fail_next(ActionError::Transient("nova: 503".into()));
+    }
+    let start = t(2030, 1, 1, 10, 0);
+    app.tick_at(start).await;
+    for s in 1..=150 {
+        app.clock.set(start + chrono::Duration::seconds(s));
+        app.run_actions().await;
+    }
+    let mut next = std::collections::BTreeSet::new();
+    for lid in &leases {
+        let a = actions(&app, lid).await[0].clone();
+        assert_eq!(a["status"], "pending", "{a}");
+        // 2, 4, 8, 16 s, then at the cap.
+        assert!(a["attempts"].as_i64().unwrap() >= 6, "{a}");
+        let pause = wire_time(&a["not_before"]) - wire_time(&a["updated_at"]);
+        assert!(
+            pause >= chrono::Duration::seconds(20) && pause <= chrono::Duration::seconds(30),
+            "{a}"
+        );
+        next.insert(wire_time(&a["not_before"]));
+    }
+    // Eight draws of eleven pauses, each past the first at the cap: all the same by chance
+    // about once in 10^14 runs.
+    assert!(next.len() > 1, "{next:?}");
+}
+
 #[tokio::test]
 async fn an_action_that_keeps_failing_gives_up_when_its_retry_span_is_over() {
     let (app, backend, lid, start) = start_while_placement_is_away().await;
