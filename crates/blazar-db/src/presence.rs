@@ -198,7 +198,11 @@ impl Store {
              WHERE claimed_by = $1 AND sent_at IS NULL AND claimed_until > 0",
             "UPDATE webhook_deliveries SET claimed_until = 0 \
              WHERE claimed_by = $1 AND claimed_until > 0",
-            "UPDATE task_claims SET held_until = 0 WHERE holder = $1 AND held_until > 0",
+            // A reconciler pass holds its claim as "<worker> <pass>" (two passes of one
+            // worker are told apart); its repair holds count only under that claim.
+            "UPDATE task_claims SET held_until = 0 \
+             WHERE (holder = $1 OR substr(holder, 1, length($1) + 1) = $1 || ' ') \
+             AND held_until > 0",
         ] {
             released += tx.execute(sql, vec![id.into()]).await?;
         }

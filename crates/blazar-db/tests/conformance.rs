@@ -1260,6 +1260,36 @@ async fn a_claim_passes_over_others_claims_and_stops_at_what_it_wants() {
     }
 }
 
+/// A worker found gone gives up its task claims, a reconciler pass's too (held as
+/// "<worker> <pass>"), and no other worker's, one whose id it begins included.
+#[tokio::test]
+async fn a_gone_workers_task_claims_end_with_its_passes() {
+    let db = TestDatabase::new().await;
+    let store = connect(&db).await;
+    let at = |minute: u32| t(2030, 1, 1, 10, minute);
+    let claim = async |task: &'static str, holder: &'static str| {
+        let mut tx = store.write().await.unwrap();
+        let got = tx
+            .claim_task(&TaskTerm {
+                task,
+                holder,
+                now: at(1),
+                until: at(5),
+            })
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        got
+    };
+    assert!(claim("reconcile", "w-1 pass-a").await);
+    assert!(claim("monitor", "w-1").await);
+    assert!(claim("publish", "w-10 pass-b").await);
+    store.release_worker("w-1").await.unwrap();
+    assert!(claim("reconcile", "w-2 pass-c").await);
+    assert!(claim("monitor", "w-2").await);
+    assert!(!claim("publish", "w-2").await, "w-10's claim is not w-1's");
+}
+
 #[tokio::test]
 async fn a_task_claim_has_one_holder_until_it_runs_out() {
     let db = TestDatabase::new().await;

@@ -333,6 +333,9 @@ pub struct Settings {
     /// holds it four times as long, so the actions of a process killed mid-attempt are
     /// taken over that soon.
     pub action_claim_renewal: std::time::Duration,
+    /// The pause after a failed reconciler pass (the cloud away), doubling while passes
+    /// fail, up to the interval; the first pass after start comes after half of it.
+    pub reconcile_retry: std::time::Duration,
 }
 
 impl Default for Settings {
@@ -351,6 +354,7 @@ impl Default for Settings {
             list_batch_allocations: 2_500,
             claim_renewal: std::time::Duration::from_secs(30),
             action_claim_renewal: std::time::Duration::from_secs(15),
+            reconcile_retry: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -379,6 +383,9 @@ pub struct Service {
     publish_wake: Arc<Notify>,
     /// Rung after a commit that wrote notifications (and so, perhaps, webhook deliveries).
     webhook_wake: Arc<Notify>,
+    /// Rung when a gone worker's claims were ended: a reconciler pass of its may have
+    /// stopped half-way through a repair.
+    reconcile_wake: Arc<Notify>,
     /// How webhook deliveries are tried.
     webhooks: Arc<webhooks::WebhookSettings>,
     /// When this process last purged old webhook deliveries (epoch seconds).
@@ -452,6 +459,7 @@ impl Service {
             action_wake: Arc::new(Notify::new()),
             publish_wake: Arc::new(Notify::new()),
             webhook_wake: Arc::new(Notify::new()),
+            reconcile_wake: Arc::new(Notify::new()),
             webhooks: Arc::new(webhooks::WebhookSettings::default()),
             webhooks_purged: Arc::new(AtomicI64::new(i64::MIN)),
             worker_id: Arc::from(new_id().as_str()),

@@ -102,6 +102,7 @@ impl Service {
             self.wake_workers();
             self.wake_publisher();
             self.wake_webhooks();
+            self.reconcile_wake.notify_one();
         }
         released
     }

@@ -608,17 +608,26 @@ impl Service {
     /// Reconciles (and repairs) every `interval` until `shutdown`, when this replica takes
     /// the interval's turn (`take_turn`): one pass an interval among replicas. Each time
     /// `wake` is notified (Nova said someone else changed an aggregate, a flavor or a server
-    /// group) a pass runs at once as well, whoever has the turn.
+    /// group), or a gone worker's claims were ended (its pass may have stopped half-way), a
+    /// pass runs at once as well, whoever has the turn.
+    ///
+    /// The first pass comes soon after start (a replica restarted after a crash looks at
+    /// once at what it may have left: 15 s), and a pass that failed (the cloud away) is
+    /// tried again after `Settings::reconcile_retry` (30 s), doubling up to the interval, so
+    /// that drift is repaired soon after the cloud is back rather than an interval later.
     pub async fn run_reconciler(
         &self,
         interval: std::time::Duration,
         wake: Option<std::sync::Arc<tokio::sync::Notify>>,
         shutdown: impl Future<Output = ()>,
     ) {
+        let first_retry = self.settings.reconcile_retry;
         tokio::pin!(shutdown);
         // Without notifications, a wake that never comes.
         let wake = wake.unwrap_or_default();
-        let mut next = tokio::time::Instant::now() + interval;
+        let mut next = tokio::time::Instant::now() + interval.min(first_retry / 2);
+        // The pause after a failed pass, while passes fail.
+        let mut retry: Option<std::time::Duration> = None;
         loop {
             tokio::select! {
                 () = tokio::time::sleep_until(next) => {}
@@ -628,25 +637,47 @@ impl Service {
                     }
                     continue;
                 }
+                () = self.reconcile_wake.notified() => {
+                    if !self.reconcile_on_word(&mut shutdown).await {
+                        break;
+                    }
+                    continue;
+                }
                 () = &mut shutdown => break,
             }
             next = tokio::time::Instant::now() + interval;
-            match self.take_turn(crate::RECONCILE_TURN, interval).await {
-                Ok(true) => {}
-                // Another replica's reconciler took this interval's turn.
-                Ok(false) => continue,
-                Err(e) => {
-                    tracing::warn!(error = %e, "reconciler could not take its turn");
-                    continue;
+            // A retry is this replica's own: the turn of the interval was taken already.
+            if retry.is_none() {
+                match self.take_turn(crate::RECONCILE_TURN, interval).await {
+                    Ok(true) => {}
+                    // Another replica's reconciler took this interval's turn.
+                    Ok(false) => continue,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reconciler could not take its turn");
+                        continue;
+                    }
                 }
             }
-            match self.reconcile(true).await {
+            let failed = match self.reconcile(true).await {
                 // An operator's pass is running: the next turn comes an interval later.
                 Err(ServiceError::Conflict(reason)) => {
                     tracing::debug!(%reason, "reconciler pass skipped");
+                    false
                 }
-                Ok(r) => Self::log_pass(&r),
-                Err(e) => tracing::warn!(error = %e, "reconciler pass failed"),
+                Ok(r) => {
+                    Self::log_pass(&r);
+                    !r.failed.is_empty()
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reconciler pass failed");
+                    true
+                }
+            };
+            retry = failed.then(|| retry.map_or(first_retry, |r| r * 2).min(interval));
+            if let Some(pause) = retry.filter(|r| *r < interval) {
+                next = tokio::time::Instant::now() + pause;
+            } else {
+                retry = None;
             }
         }
     }

@@ -294,6 +294,91 @@ async fn periodic_passes_take_one_turn_an_interval_among_replicas() {
     r.assert_status(StatusCode::OK);
 }
 
+/// A backend whose first `failing` repairing passes find the cloud away; records when
+/// each repairing pass came.
+struct Flaky {
+    failing: usize,
+    passes: std::sync::Mutex<Vec<std::time::Instant>>,
+}
+
+#[async_trait]
+impl Backend for Flaky {
+    async fn apply(&self, store: &Store, action: &Action) -> Result<ActionOutput, ActionError> {
+        StandaloneBackend.apply(store, action).await
+    }
+
+    async fn reconcile(
+        &self,
+        _store: &Store,
+        _desired: &DesiredState,
+        apply: bool,
+    ) -> Result<ReconcileReport, InventoryError> {
+        let mut passes = self.passes.lock().unwrap();
+        if apply {
+            passes.push(std::time::Instant::now());
+        }
+        let failed = if apply && passes.len() <= self.failing {
+            vec!["aggregates could not be listed: nova: 503".to_string()]
+        } else {
+            Vec::new()
+        };
+        Ok(ReconcileReport {
+            applied: apply,
+            failed,
+            ..ReconcileReport::default()
+        })
+    }
+}
+
+/// The timer's first pass comes soon after start, not an interval later; a pass that
+/// failed is tried again after the retry pause, doubling, until one succeeds; then the
+/// interval.
+#[tokio::test]
+async fn the_first_pass_comes_soon_and_a_failed_one_is_tried_again_before_the_interval() {
+    let backend = Arc::new(Flaky {
+        failing: 2,
+        passes: Default::default(),
+    });
+    let app = TestApp::builder()
+        .settings(Settings {
+            reconcile_retry: Duration::from_millis(600),
+            ..Settings::default()
+        })
+        .backend(backend.clone())
+        .spawn()
+        .await;
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let service = app.service.clone();
+    let began = std::time::Instant::now();
+    let timer = tokio::spawn(async move {
+        service
+            .run_reconciler(Duration::from_secs(3600), None, async move {
+                let _ = stop_rx.wait_for(|s| *s).await;
+            })
+            .await
+    });
+    // 300 ms, then 600 ms and 1.2 s later; then an hour.
+    tokio::time::sleep(Duration::from_millis(4_000)).await;
+    stop_tx.send(true).unwrap();
+    timer.await.unwrap();
+    let passes = backend.passes.lock().unwrap().clone();
+    assert_eq!(passes.len(), 3, "{passes:?}");
+    let first = passes[0] - began;
+    let (second, third) = (passes[1] - passes[0], passes[2] - passes[1]);
+    assert!(
+        first >= Duration::from_millis(250) && first < Duration::from_millis(1_500),
+        "{first:?}"
+    );
+    assert!(
+        second >= Duration::from_millis(550) && second < Duration::from_millis(1_500),
+        "{second:?}"
+    );
+    assert!(
+        third >= Duration::from_millis(1_150) && third < Duration::from_millis(2_500),
+        "{third:?}"
+    );
+}
+
 /// A backend whose repairing pass holds a write transaction for a while, as a pass that
 /// records what it made does, or waits at the gate.
 struct Slow {
