@@ -519,7 +519,8 @@ impl<'a> Nova<'a> {
                     continue;
                 }
             };
-            if !server["OS-EXT-STS:task_state"].is_null() {
+            // Being deleted, or deleted and still shown for a moment.
+            if !server["OS-EXT-STS:task_state"].is_null() || server["status"] == "DELETED" {
                 continue;
             }
             tracing::warn!(server.id = %id, status = %server["status"],

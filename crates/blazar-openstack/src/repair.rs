@@ -96,7 +96,9 @@ impl OpenStackBackend {
             }
             let lines: Vec<(Option<i64>, String)> = drift
                 .into_iter()
-                .map(|(resource, line)| (resource, pass.found(format!("{line}: made again"))))
+                .map(|(resource, line)| {
+                    (resource, pass.found(format!("{line}: put back as granted")))
+                })
                 .collect();
             let item = RepairItem {
                 lease_id: Some(action.lease_id.clone()),

@@ -131,9 +131,10 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// `?dry_run` is taken by lease creates and updates only. Elsewhere a change asked for as a
-/// dry run is refused rather than carried out (other query parameters a route does not know
-/// are ignored, as Blazar ignores them, but this one asks not to change anything).
+/// `?dry_run` is taken by lease creates and updates, and by `POST /v1/reconcile`. Elsewhere
+/// a change asked for as a dry run is refused rather than carried out (other query
+/// parameters a route does not know are ignored, as Blazar ignores them, but this one asks
+/// not to change anything).
 async fn dry_run_only_where_taken(req: Request, next: Next) -> Response {
     let asks = req.uri().query().is_some_and(|q| {
         q.split('&')
@@ -147,11 +148,12 @@ async fn dry_run_only_where_taken(req: Request, next: Next) -> Response {
             Some(rest) => {
                 req.method() == Method::PUT && rest.starts_with('/') && !rest[1..].contains('/')
             }
-            None => false,
+            None => path == "/v1/reconcile" && req.method() == Method::POST,
         };
         if !lease_write {
             return ApiError::bad_request(
-                "dry_run is taken by lease creates and updates only; nothing was changed",
+                "dry_run is taken by lease creates and updates and by reconciliations only; \
+                 nothing was changed",
             )
             .into_response();
         }

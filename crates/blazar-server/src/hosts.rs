@@ -157,13 +157,15 @@ pub async fn reallocate(
 }
 
 /// `POST /v1/reconcile` (admin, additive): compares the cloud with the database once and
-/// repairs what differs; `{"dry_run": true}` only reports.
+/// repairs what differs; `{"dry_run": true}` (or `?dry_run=true`) only reports. A query
+/// parameter it does not know is refused: a misspelt dry run must not repair.
 pub async fn reconcile(
     State(state): State<AppState>,
     Caller(identity): Caller,
+    Query(query): Query,
     Wire(body): Wire<blazar_api::ReconcileRequest>,
 ) -> ApiResult<impl IntoResponse> {
-    let apply = from_wire::reconcile(body)?;
+    let apply = from_wire::reconcile(body, &query)?;
     let report = state.service.reconcile_for(&identity, apply).await?;
     Ok(Envelope("reconcile", to_wire::reconcile_report(report)))
 }

@@ -490,11 +490,15 @@ pub fn reallocation(body: blazar_api::Reallocation) -> ApiResult<ReallocationFil
     })
 }
 
-/// `POST /v1/reconcile`: whether to repair (false for a dry run).
-pub fn reconcile(body: blazar_api::ReconcileRequest) -> ApiResult<bool> {
-    let dry_run = match given(body.dry_run) {
-        None => false,
-        Some(Value::Bool(b)) => b,
+/// `POST /v1/reconcile`: whether to repair (false for a dry run), from the body or the
+/// query (`dry_run` in both must agree).
+pub fn reconcile(
+    body: blazar_api::ReconcileRequest,
+    query: &std::collections::HashMap<String, String>,
+) -> ApiResult<bool> {
+    let in_body = match given(body.dry_run) {
+        None => None,
+        Some(Value::Bool(b)) => Some(b),
         Some(other) => {
             return Err(ApiError::bad_request(format!(
                 "Malformed parameter dry_run: expected true or false, got {other}"
@@ -504,6 +508,23 @@ pub fn reconcile(body: blazar_api::ReconcileRequest) -> ApiResult<bool> {
     if let Some(key) = body.other.keys().next() {
         return Err(ApiError::bad_request(format!("Unknown field {key}")));
     }
+    if let Some(key) = query.keys().find(|k| *k != "dry_run") {
+        return Err(ApiError::bad_request(format!(
+            "Unknown parameter {key}; a reconciliation takes dry_run"
+        )));
+    }
+    let in_query = query
+        .contains_key("dry_run")
+        .then(|| crate::reply::strict_flag(query, "dry_run"))
+        .transpose()?;
+    let dry_run = match (in_body, in_query) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ApiError::bad_request(
+                "dry_run given in the body and the query with different values",
+            ));
+        }
+        (a, b) => a.or(b).unwrap_or(false),
+    };
     Ok(!dry_run)
 }
 
@@ -917,13 +938,33 @@ mod tests {
         );
         let filter = reallocation(read(read_map(json!({"lease_id": " l "}))).unwrap()).unwrap();
         assert_eq!(filter.lease_id.as_deref(), Some("l"));
+        let none = std::collections::HashMap::new();
+        let query = |pairs: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let body = |v: Value| read(read_map(v)).unwrap();
         assert_eq!(
-            message(reconcile(
-                read(read_map(json!({"dry_run": "yes"}))).unwrap()
-            )),
+            message(reconcile(body(json!({"dry_run": "yes"})), &none)),
             "Malformed parameter dry_run: expected true or false, got \"yes\""
         );
-        assert!(!reconcile(read(read_map(json!({"dry_run": true}))).unwrap()).unwrap());
-        assert!(reconcile(read(read_map(json!({}))).unwrap()).unwrap());
+        assert!(!reconcile(body(json!({"dry_run": true})), &none).unwrap());
+        assert!(reconcile(body(json!({})), &none).unwrap());
+        // In the query, as lease creates take it; a misspelt one is refused, not repaired.
+        assert!(!reconcile(body(json!({})), &query(&[("dry_run", "true")])).unwrap());
+        assert!(reconcile(body(json!({})), &query(&[("dry_run", "false")])).unwrap());
+        assert_eq!(
+            message(reconcile(body(json!({})), &query(&[("dry-run", "true")]))),
+            "Unknown parameter dry-run; a reconciliation takes dry_run"
+        );
+        assert_eq!(
+            message(reconcile(
+                body(json!({"dry_run": false})),
+                &query(&[("dry_run", "true")])
+            )),
+            "dry_run given in the body and the query with different values"
+        );
     }
 }

@@ -560,3 +560,19 @@ async fn a_lease_being_repaired_ends_after_the_repair() {
     assert_eq!(stops(), 1);
     assert_eq!(status().await, "TERMINATED");
 }
+
+/// A dry run asked in the query, as lease creates take it, only lists; a parameter the
+/// reconciliation does not know (a misspelt dry run) is refused rather than repairing.
+#[tokio::test]
+async fn a_dry_run_in_the_query_only_lists_and_a_misspelt_one_repairs_nothing() {
+    let backend = Arc::new(Gated::default());
+    let app = TestApp::spawn_backend(backend.clone()).await;
+    let r = app.post("/v1/reconcile?dry_run=true", json!({})).await;
+    r.assert_status(StatusCode::OK);
+    assert_eq!(r.body["reconcile"]["applied"], false, "{r:?}");
+    let r = app.post("/v1/reconcile?dry-run=true", json!({})).await;
+    r.assert_status(StatusCode::BAD_REQUEST);
+    assert!(r.message().contains("Unknown parameter dry-run"), "{r:?}");
+    assert_eq!(backend.dry_runs.load(Ordering::SeqCst), 1);
+    assert_eq!(backend.entered.load(Ordering::SeqCst), 0);
+}
