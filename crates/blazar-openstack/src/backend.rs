@@ -137,12 +137,20 @@ async fn repair_add(nova: &Nova<'_>, aggregate: &Aggregate, host: &str) -> Resul
     if aggregate.hosts.iter().any(|h| h == host) {
         return Ok(());
     }
-    if !nova.has_compute_service(host).await? {
-        return Err(Error::Refused(format!(
-            "Nova no longer has a compute service for host {host}: not added"
-        )));
-    }
+    has_service(nova, host).await?;
     nova.add_host(aggregate, host).await
+}
+
+/// Fails, naming the host, when Nova no longer has its compute service: asked before a
+/// repair evicts servers for a host it is to add (and again right before the add).
+async fn has_service(nova: &Nova<'_>, host: &str) -> Result<(), Error> {
+    if nova.has_compute_service(host).await? {
+        Ok(())
+    } else {
+        Err(Error::Refused(format!(
+            "Nova no longer has a compute service for host {host}: not added"
+        )))
+    }
 }
 
 /// Whether Nova lists a compute service for `host`, by `services` (`None`: the list could
@@ -1027,10 +1035,13 @@ impl OpenStackBackend {
                             // Others' servers that landed there meanwhile go first, as when
                             // a granted host is put back.
                             let owner = r.project_id.as_str();
-                            let evicted = nova
-                                .evict_from_host(host, |p| p != owner, EVICTION_WAIT)
-                                .await;
-                            if pass.done(&line, evicted) {
+                            if pass.done(&line, has_service(&nova, host).await)
+                                && pass.done(
+                                    &line,
+                                    nova.evict_from_host(host, |p| p != owner, EVICTION_WAIT)
+                                        .await,
+                                )
+                            {
                                 pass.done(&line, repair_add(&nova, aggregate, host).await);
                             }
                             desired.release(store).await;
@@ -1254,6 +1265,9 @@ impl OpenStackBackend {
                 // owner's alone, as at the start. Added before it leaves the freepool,
                 // as a hand-over does.
                 let owner = r.project_id.as_str();
+                if !pass.done(&line, has_service(nova, host).await) {
+                    continue;
+                }
                 let evicted = nova
                     .evict_from_host(host, |p| p != owner, EVICTION_WAIT)
                     .await;

@@ -611,9 +611,12 @@ impl OpenStackBackend {
             // Nova says they are gone, but frees their units in Placement only when
             // Placement answers: a server deleted while it was down keeps them until
             // nova-compute's next periodic task (a minute), and the inventory cannot go
-            // until then. Freed here, as `nova-manage placement audit --delete` would.
+            // until then. Freed here, as `nova-manage placement audit --delete` would, but
+            // for a migration's (a resize not yet confirmed): the end waits for it.
             for consumer in &holders {
-                placement.delete_allocations(consumer).await?;
+                if placement.not_a_migration(consumer).await? {
+                    placement.delete_allocations(consumer).await?;
+                }
             }
         }
         // Providers whose every unit was held show up now that the units are free.

@@ -254,6 +254,24 @@ impl Placement<'_> {
             .collect())
     }
 
+    /// Whether `consumer`'s allocations are known not to be a migration's (Placement's
+    /// consumer type, 1.38): a resize or move in progress holds its source host's units
+    /// under the migration's id, which Nova does not show as a server. Where Placement
+    /// cannot say (older than 1.38), not known.
+    pub async fn not_a_migration(&self, consumer: &str) -> Result<bool> {
+        let api = self
+            .api
+            .with_headers(vec![("openstack-api-version", "placement 1.38".into())]);
+        match api
+            .get(&format!("/allocations/{}", urlencode(consumer)))
+            .await
+        {
+            Ok(found) => Ok(found["consumer_type"] != "MIGRATION"),
+            Err(e) if e.status() == Some(406) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Removes every allocation of `consumer` (a server Nova has deleted); none is fine.
     pub async fn delete_allocations(&self, consumer: &str) -> Result<()> {
         self.api

@@ -109,6 +109,11 @@ impl<'a> Api<'a> {
         }
     }
 
+    /// The same service and request id with other headers (another microversion).
+    pub(crate) fn with_headers(&self, headers: Vec<(&'static str, String)>) -> Api<'a> {
+        Api { headers, ..*self }
+    }
+
     pub(crate) async fn call(
         &self,
         method: Method,

@@ -952,12 +952,22 @@ impl Service {
         let actions = in_tx!(self, read, |tx| {
             Ok(tx.actions_of_lease(&lease_id).await?)
         })?;
-        for action in actions.iter().filter(|a| {
-            a.intent.kind == ActionKind::Prepare
-                && prepared.contains(a.intent.reservation_id.as_str())
-                && a.status.is_open()
-        }) {
-            self.see_through(action.seq, PREPARE_WAIT).await?;
+        // All at once, and [`PREPARE_WAIT`] for them all: a lease of many reservations while
+        // Nova does not answer waits no longer than one. An attempt cut short by the wait
+        // goes on in its own task (`see_through`).
+        let waits = actions
+            .iter()
+            .filter(|a| {
+                a.intent.kind == ActionKind::Prepare
+                    && prepared.contains(a.intent.reservation_id.as_str())
+                    && a.status.is_open()
+            })
+            .map(|a| self.see_through(a.seq, PREPARE_WAIT));
+        if let Ok(seen) = tokio::time::timeout(PREPARE_WAIT, futures::future::join_all(waits)).await
+        {
+            for result in seen {
+                result?;
+            }
         }
         self.get_lease(identity, &lease_id).await
     }

@@ -614,7 +614,8 @@ impl Service {
     /// The first pass comes soon after start (a replica restarted after a crash looks at
     /// once at what it may have left: 15 s), and a pass that failed (the cloud away) is
     /// tried again after `Settings::reconcile_retry` (30 s), doubling up to the interval, so
-    /// that drift is repaired soon after the cloud is back rather than an interval later.
+    /// that drift is repaired soon after the cloud is back rather than an interval later;
+    /// past that, only the timed passes, until one succeeds.
     pub async fn run_reconciler(
         &self,
         interval: std::time::Duration,
@@ -626,8 +627,11 @@ impl Service {
         // Without notifications, a wake that never comes.
         let wake = wake.unwrap_or_default();
         let mut next = tokio::time::Instant::now() + interval.min(first_retry / 2);
-        // The pause after a failed pass, while passes fail.
+        // The pause after a failed pass, while passes fail; once it would reach the
+        // interval, the failures are left to the timed passes until one succeeds (a repair
+        // the cloud keeps refusing must not start a new run of retries at every turn).
         let mut retry: Option<std::time::Duration> = None;
+        let mut failing_for_long = false;
         loop {
             tokio::select! {
                 () = tokio::time::sleep_until(next) => {}
@@ -673,11 +677,15 @@ impl Service {
                     true
                 }
             };
-            retry = failed.then(|| retry.map_or(first_retry, |r| r * 2).min(interval));
-            if let Some(pause) = retry.filter(|r| *r < interval) {
-                next = tokio::time::Instant::now() + pause;
-            } else {
-                retry = None;
+            if !failed {
+                failing_for_long = false;
+            }
+            retry = (failed && !failing_for_long)
+                .then(|| retry.map_or(first_retry, |r| r * 2))
+                .filter(|pause| *pause < interval);
+            match retry {
+                Some(pause) => next = tokio::time::Instant::now() + pause,
+                None => failing_for_long |= failed,
             }
         }
     }

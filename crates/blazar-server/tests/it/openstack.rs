@@ -3574,17 +3574,18 @@ async fn an_instance_end_frees_units_held_by_servers_nova_no_longer_has() {
         &mut app,
         &env,
         "stale-units",
-        json!({"resource_type": "virtual:instance", "amount": 1, "vcpus": 1,
-            "memory_mb": 64, "disk_gb": 1, "affinity": null, "resource_properties": ""}),
+        json!({"resource_type": "virtual:instance", "amount": 2, "vcpus": 1,
+            "memory_mb": 64, "disk_gb": 1, "affinity": true, "resource_properties": ""}),
         t(2030, 7, 1, 10, 0),
     )
     .await;
     let placement = admin.placement(None);
+    // Affinity: both slots on one host.
     let (host, _) = class_slots(&admin, &class)
         .await
         .into_iter()
-        .find(|(_, n)| *n > 0)
-        .expect("a host with the slot");
+        .find(|(_, n)| *n == 2)
+        .expect("a host with both slots");
     let provider = placement
         .provider_by_name(&format!("blazar_{host}"))
         .await
@@ -3604,22 +3605,59 @@ async fn an_instance_end_frees_units_held_by_servers_nova_no_longer_has() {
         ),
     )
     .await;
-    assert_eq!(
-        placement
-            .consumers_of(&provider.uuid, &class)
-            .await
-            .unwrap(),
-        vec![gone.to_string()]
-    );
-    end_instance_lease(
-        &app,
-        &admin,
-        (&lease_id, &rid, &class),
-        t(2030, 7, 1, 12, 0),
+    // And one of a migration (a resize of a server off the reservation's flavor, not yet
+    // confirmed): Nova does not show it as a server either, but it is not to be freed.
+    let migration = "0f0e0d0c-0b0a-4909-8807-0605040302ff";
+    let at = |path: String, method: Method, body: Option<Value>| {
+        let admin = &admin;
+        async move {
+            admin
+                .session
+                .call(
+                    "placement",
+                    method,
+                    &path,
+                    Call {
+                        body,
+                        headers: vec![("openstack-api-version", "placement 1.38".into())],
+                        request_id: None,
+                    },
+                )
+                .await
+                .unwrap()
+                .body
+        }
+    };
+    at(
+        format!("/allocations/{migration}"),
+        Method::PUT,
+        Some(
+            json!({"allocations": {provider.uuid.clone(): {"resources": {class.clone(): 1}}},
+            "project_id": env.get("OS_ALPHA_PROJECT_ID"),
+            "user_id": "0f0e0d0c0b0a49098807060504030201",
+            "consumer_generation": null, "consumer_type": "MIGRATION"}),
+        ),
     )
     .await;
+    let mut holders = placement
+        .consumers_of(&provider.uuid, &class)
+        .await
+        .unwrap();
+    holders.sort();
+    assert_eq!(holders, vec![gone.to_string(), migration.to_string()]);
+    let end = t(2030, 7, 1, 12, 0);
+    app.tick_at(end).await;
+    let (status, actions) = lease_status(&app, &lease_id).await;
+    assert_eq!(status, "TERMINATING", "{actions}");
     let held = placement_call(&admin, Method::GET, &format!("/allocations/{gone}"), None).await;
     assert_eq!(held["allocations"], json!({}), "{held}");
+    let held = at(format!("/allocations/{migration}"), Method::GET, None).await;
+    assert_eq!(held["consumer_type"], "MIGRATION", "{held}");
+    // The resize confirmed (Nova frees the migration's units): the end finishes.
+    at(format!("/allocations/{migration}"), Method::DELETE, None).await;
+    app.clock.set(end + chrono::Duration::seconds(40));
+    app.run_actions().await;
+    end_instance_lease(&app, &admin, (&lease_id, &rid, &class), end).await;
     withdraw(&app, &admin, &host_ids).await;
 }
 
