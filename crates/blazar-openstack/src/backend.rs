@@ -89,12 +89,7 @@ async fn put_host(nova: &Nova<'_>, aggregate: &Aggregate, host: &str) -> Result<
     match nova.add_host(aggregate, host).await {
         Ok(()) => Ok(true),
         Err(e) if e.is_not_found() => {
-            if nova
-                .compute_services()
-                .await?
-                .iter()
-                .any(|s| s.host == host)
-            {
+            if nova.has_compute_service(host).await? {
                 return Err(e);
             }
             tracing::warn!(host, aggregate = %aggregate.name,
